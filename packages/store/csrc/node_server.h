@@ -1,0 +1,142 @@
+// The node event loop: a native thread (outside the GIL) that serves drivers
+// and workers on a Unix socket, backed by the object store and the local
+// scheduler.
+//
+// One epoll loop reads length-prefixed frames, verifies them, applies each
+// message to the object store or the scheduler, and writes batched replies.
+// A misbehaving client (bad frame, wrong protocol version, never reads) gets
+// an error reply or a closed connection and a log line; the others keep
+// being served. What the host process (Python) must act on is queued as
+// NodeEvent and taken with WaitEvents().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "arena.h"
+#include "common.h"
+#include "object_store.h"
+#include "protocol.h"
+#include "scheduler.h"
+
+namespace rayfield {
+
+struct NodeOptions {
+  std::string socket_path;
+  ArenaOptions arena;
+  ResourceSet resources;
+  UniqueID node_id;
+  uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
+  // A client whose unread replies exceed this is disconnected.
+  uint64_t max_pending_output_bytes = 256ull << 20;
+  // How long the loop polls without sleeping after serving a request.
+  std::chrono::microseconds spin{50};
+};
+
+// ---- events for the host process ----
+struct ObjectMissing {
+  UniqueID object_id;  // a client waits for an object this node has never seen
+  ClientID client;
+};
+struct ClientDisconnected {
+  ClientID client;
+  int pid;
+};
+struct StoreFullEvent {
+  uint64_t requested_bytes, capacity_bytes, used_bytes;
+};
+using NodeEvent = std::variant<ObjectMissing, ClientDisconnected, StoreFullEvent, NeedWorker,
+                               TaskInfeasible, MissingDependencies, WorkerLost>;
+
+struct ObjectInfoCopy {
+  UniqueID id;
+  uint64_t data_size, metadata_size;
+  ObjectState state;
+  uint32_t ref_count;
+  uint64_t create_time_ms;
+};
+
+class NodeServer {
+ public:
+  explicit NodeServer(NodeOptions options);
+  ~NodeServer();
+  NodeServer(const NodeServer&) = delete;
+  NodeServer& operator=(const NodeServer&) = delete;
+
+  Status Start();
+  void Stop();
+  bool running() const { return running_.load(); }
+  const NodeOptions& options() const { return options_; }
+
+  // Host API; every call is thread-safe.
+  // Waits up to timeout_ms (-1: forever) for events; empty after Stop().
+  std::vector<NodeEvent> WaitEvents(int64_t timeout_ms);
+  StoreStats Stats(uint64_t* num_clients);
+  std::vector<ObjectInfoCopy> ListObjects();
+  SchedulerSnapshot SchedulerState();
+  std::optional<TaskSpec> TakeTask(const UniqueID& task_id);
+  void SetTotalResources(ResourceSet total);
+
+ private:
+  struct Conn;
+  struct PendingGet;
+  using Clock = std::chrono::steady_clock;
+
+  void Loop();
+  void Accept();
+  void OnReadable(Conn& c);
+  void Flush(Conn& c);
+  void FlushDirty();
+  void Close(ClientID id, const std::string& reason);
+  FrameWriter& Writer(Conn& c);
+  bool HandleFrame(Conn& c, const fb::Frame* frame);
+  bool HandleMessage(Conn& c, const fb::Message* m);
+  bool HandleHello(Conn& c, uint64_t seq, const fb::Hello* h);
+  void HandleCreate(Conn& c, uint64_t seq, const fb::CreateRequest* r);
+  void HandlePut(Conn& c, uint64_t seq, const fb::PutRequest* r);
+  void HandleGet(Conn& c, uint64_t seq, const fb::GetRequest* r);
+  void HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m);
+  void HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest* r);
+  bool HandleWorkerMessage(Conn& c, uint64_t seq, const fb::Message* m);
+  void ReplyStatus(Conn& c, uint64_t seq, const Status& s);
+  void ReplyGet(PendingGet& g);
+  void DrainStoreEvents();
+  void DrainScheduler();
+  void ExpireGets();
+  int NextTimeoutMs();
+  void PushEvent(NodeEvent e);
+
+  NodeOptions options_;
+  Arena arena_;
+  std::unique_ptr<ObjectStore> store_;
+  std::unique_ptr<Scheduler> scheduler_;
+
+  std::mutex mu_;  // guards everything below except the event queue
+  int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+  std::atomic<bool> stopping_{false};
+  ClientID next_client_id_ = 1;
+  std::unordered_map<ClientID, std::unique_ptr<Conn>> conns_;
+  std::vector<ClientID> dirty_;
+  uint64_t next_get_key_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<PendingGet>> gets_;
+  std::unordered_map<UniqueID, std::vector<uint64_t>, UniqueIDHash> waiting_on_;
+  std::multimap<Clock::time_point, uint64_t> deadlines_;
+
+  std::mutex events_mu_;
+  std::condition_variable events_cv_;
+  std::deque<NodeEvent> events_;
+};
+
+}  // namespace rayfield

@@ -1,0 +1,217 @@
+#include "object_store.h"
+
+#include <chrono>
+
+namespace rayfield {
+
+namespace {
+uint64_t NowMs() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+std::string Short(const UniqueID& id) { return id.Hex().substr(0, 16); }
+}  // namespace
+
+ObjectStore::ObjectStore(uint64_t capacity) : allocator_(capacity) {}
+
+void ObjectStore::LruAdd(ObjectEntry& e) {
+  if (e.in_lru) return;
+  e.lru_pos = lru_.insert(lru_.end(), e.id);
+  e.in_lru = true;
+}
+
+void ObjectStore::LruDrop(ObjectEntry& e) {
+  if (!e.in_lru) return;
+  lru_.erase(e.lru_pos);
+  e.in_lru = false;
+}
+
+std::optional<uint64_t> ObjectStore::AllocateEvicting(uint64_t size) {
+  while (true) {
+    if (auto off = allocator_.Allocate(size)) return off;
+    if (lru_.empty()) return std::nullopt;
+    auto it = objects_.find(lru_.front());
+    Remove(it, /*evicted=*/true);
+  }
+}
+
+Status ObjectStore::Create(ClientID client, const UniqueID& id, uint64_t data_size,
+                           uint64_t metadata_size, uint64_t* offset) {
+  if (objects_.count(id)) {
+    return Status::Error(Code::ObjectExists, "object " + Short(id) + " already exists");
+  }
+  uint64_t total = data_size + metadata_size;
+  if (total < data_size || total > allocator_.capacity()) {
+    Status s = Status::Error(Code::TooLarge, "object " + Short(id) + " of " +
+                                                 std::to_string(total) +
+                                                 " bytes is larger than the store's capacity of " +
+                                                 std::to_string(allocator_.capacity()) + " bytes");
+    s.requested_bytes = total;
+    s.capacity_bytes = allocator_.capacity();
+    s.used_bytes = allocator_.used();
+    return s;
+  }
+  auto off = AllocateEvicting(total);
+  if (!off) {
+    Status s = Status::Error(
+        Code::StoreFull,
+        "object store full: " + std::to_string(total) + " bytes requested, " +
+            std::to_string(allocator_.used()) + " of " + std::to_string(allocator_.capacity()) +
+            " bytes in use by referenced or unsealed objects, largest free block " +
+            std::to_string(allocator_.largest_free()) +
+            " bytes; release references or raise object_store_memory");
+    s.requested_bytes = total;
+    s.capacity_bytes = allocator_.capacity();
+    s.used_bytes = allocator_.used();
+    return s;
+  }
+  ObjectEntry& e = objects_[id];
+  e.id = id;
+  e.offset = *off;
+  e.data_size = data_size;
+  e.metadata_size = metadata_size;
+  e.creator = client;
+  e.create_time_ms = NowMs();
+  *offset = *off;
+  return Status::OK();
+}
+
+Status ObjectStore::Seal(ClientID client, const UniqueID& id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) {
+    return Status::Error(Code::ObjectNotFound, "cannot seal unknown object " + Short(id));
+  }
+  ObjectEntry& e = it->second;
+  if (e.state == ObjectState::Sealed) {
+    return Status::Error(Code::ObjectAlreadySealed, "object " + Short(id) + " is already sealed");
+  }
+  if (e.creator != client) {
+    return Status::Error(Code::NotOwner, "only the creator may seal object " + Short(id));
+  }
+  e.state = ObjectState::Sealed;
+  events_.push_back({StoreEvent::Sealed, id, e.data_size, e.metadata_size});
+  if (e.ref_count == 0) {
+    if (e.delete_pending) {
+      Remove(it, false);
+    } else {
+      LruAdd(e);
+    }
+  }
+  return Status::OK();
+}
+
+Status ObjectStore::Abort(ClientID client, const UniqueID& id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) {
+    return Status::Error(Code::ObjectNotFound, "cannot abort unknown object " + Short(id));
+  }
+  if (it->second.state == ObjectState::Sealed) {
+    return Status::Error(Code::ObjectAlreadySealed,
+                         "object " + Short(id) + " is sealed and cannot be aborted");
+  }
+  if (it->second.creator != client) {
+    return Status::Error(Code::NotOwner, "only the creator may abort object " + Short(id));
+  }
+  allocator_.Free(it->second.offset);
+  objects_.erase(it);
+  return Status::OK();
+}
+
+const ObjectEntry* ObjectStore::Acquire(ClientID client, const UniqueID& id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end() || it->second.state != ObjectState::Sealed) return nullptr;
+  ObjectEntry& e = it->second;
+  LruDrop(e);
+  e.ref_count++;
+  e.refs[client]++;
+  return &e;
+}
+
+Status ObjectStore::Release(ClientID client, const UniqueID& id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) {
+    return Status::Error(Code::ObjectNotFound, "release of unknown object " + Short(id));
+  }
+  ObjectEntry& e = it->second;
+  auto r = e.refs.find(client);
+  if (r == e.refs.end()) {
+    return Status::Error(Code::InvalidRequest,
+                         "release of object " + Short(id) + " that this client does not hold");
+  }
+  if (--r->second == 0) e.refs.erase(r);
+  if (--e.ref_count == 0) {
+    if (e.delete_pending) {
+      Remove(it, false);
+    } else {
+      LruAdd(e);  // most recently used: evicted last
+    }
+  }
+  return Status::OK();
+}
+
+const ObjectEntry* ObjectStore::Find(const UniqueID& id) const {
+  auto it = objects_.find(id);
+  return it == objects_.end() ? nullptr : &it->second;
+}
+
+bool ObjectStore::IsSealed(const UniqueID& id) const {
+  auto it = objects_.find(id);
+  return it != objects_.end() && it->second.state == ObjectState::Sealed;
+}
+
+bool ObjectStore::Delete(const UniqueID& id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return false;
+  if (it->second.ref_count == 0 && it->second.state == ObjectState::Sealed) {
+    Remove(it, false);
+    return true;
+  }
+  it->second.delete_pending = true;
+  return false;
+}
+
+void ObjectStore::Remove(std::unordered_map<UniqueID, ObjectEntry, UniqueIDHash>::iterator it,
+                         bool evicted) {
+  ObjectEntry& e = it->second;
+  LruDrop(e);
+  allocator_.Free(e.offset);
+  if (evicted) {
+    num_evictions_++;
+    evicted_bytes_ += e.data_size + e.metadata_size;
+  }
+  events_.push_back({StoreEvent::Deleted, e.id, e.data_size, e.metadata_size});
+  objects_.erase(it);
+}
+
+void ObjectStore::ClientGone(ClientID client) {
+  std::vector<UniqueID> released, aborted;
+  for (auto& [id, e] : objects_) {
+    auto r = e.refs.find(client);
+    if (r != e.refs.end()) {
+      for (uint32_t i = 0; i < r->second; ++i) released.push_back(id);
+    }
+    if (e.state == ObjectState::Created && e.creator == client) aborted.push_back(id);
+  }
+  for (const auto& id : released) Release(client, id);
+  for (const auto& id : aborted) Abort(client, id);
+}
+
+std::vector<const ObjectEntry*> ObjectStore::List() const {
+  std::vector<const ObjectEntry*> out;
+  out.reserve(objects_.size());
+  for (const auto& kv : objects_) out.push_back(&kv.second);
+  return out;
+}
+
+StoreStats ObjectStore::Stats() const {
+  return {allocator_.capacity(), allocator_.used(), objects_.size(), num_evictions_,
+          evicted_bytes_};
+}
+
+std::vector<StoreEvent> ObjectStore::TakeEvents() {
+  std::vector<StoreEvent> out;
+  out.swap(events_);
+  return out;
+}
+
+}  // namespace rayfield

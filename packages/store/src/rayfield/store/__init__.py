@@ -1,0 +1,233 @@
+"""rayfield.store: the native core of a rayfield node.
+
+One shared-memory object store, one local scheduler and one event loop per
+node, all in C++ threads outside the GIL. Drivers and workers talk to their
+node over a Unix socket with length-prefixed flatbuffers frames
+(``packages/store/schema``); the arena's file descriptor is passed once, so
+every client maps the store and reads objects zero-copy.
+
+Example:
+    >>> import os, tempfile
+    >>> from rayfield.store import NodeServer, StoreClient
+    >>> sock = os.path.join(tempfile.mkdtemp(), "node.sock")
+    >>> with NodeServer(sock, capacity_bytes=64 << 20) as node:
+    ...     with StoreClient(sock) as client:
+    ...         oid = os.urandom(20)
+    ...         client.put(oid, b"hello", metadata=b"RAW")
+    ...         [buf] = client.get([oid], timeout_s=1.0)
+    ...         bytes(buf), buf.metadata
+    (b'hello', b'RAW')
+
+IDs are 20-byte ``bytes``. Sizes are in bytes, timeouts in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from rayfield.store import _native
+from rayfield.store._native import ObjectBuffer, SchedulerState
+from rayfield.store.errors import (
+    GetTimeoutError,
+    InvalidRequestError,
+    NotAWorkerError,
+    NotOwnerError,
+    ObjectAlreadySealedError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    ObjectNotSealedError,
+    ObjectTooLargeError,
+    ProtocolMismatchError,
+    StoreConnectionError,
+    StoreError,
+    StoreFullError,
+)
+
+__version__ = "0.1.0"
+
+PROTOCOL_VERSION: int = _native.PROTOCOL_VERSION
+ID_SIZE: int = _native.ID_SIZE
+
+__all__ = [
+    "ID_SIZE",
+    "PROTOCOL_VERSION",
+    "GetTimeoutError",
+    "InvalidRequestError",
+    "NodeServer",
+    "NotAWorkerError",
+    "NotOwnerError",
+    "ObjectAlreadySealedError",
+    "ObjectBuffer",
+    "ObjectExistsError",
+    "ObjectNotFoundError",
+    "ObjectNotSealedError",
+    "ObjectTooLargeError",
+    "ProtocolMismatchError",
+    "SchedulerState",
+    "StoreClient",
+    "StoreConnectionError",
+    "StoreError",
+    "StoreFullError",
+]
+
+_KINDS = {"driver": 0, "worker": 1, "tool": 2}
+
+
+class StoreClient(_native.Client):
+    """A connection from a driver, worker or tool to its node.
+
+    Args:
+        socket_path: the node's Unix socket.
+        kind: ``"driver"``, ``"worker"`` or ``"tool"``.
+        name: shown in the node's logs.
+        timeout_s: how long to wait for the connection and the handshake.
+
+    Raises:
+        StoreConnectionError: the socket cannot be reached or the node hung up.
+        ProtocolMismatchError: the node speaks another protocol version (both
+            versions are in the message and the attributes).
+
+    Objects: ``create`` returns a writable memoryview of ``data_size`` bytes
+    (the creator's reference ends at ``seal``); ``put`` creates, writes and
+    seals in one call; ``get`` waits until every object is sealed (or the
+    timeout passes, leaving ``None`` in its place) and returns read-only
+    :class:`ObjectBuffer` views, each holding one reference until it is
+    released or garbage collected.
+    """
+
+    def __init__(
+        self, socket_path: str, kind: str = "driver", name: str = "", timeout_s: float = 10.0
+    ) -> None:
+        if kind not in _KINDS:
+            raise InvalidRequestError(f"kind must be one of {sorted(_KINDS)}, not {kind!r}")
+        super().__init__(os.fspath(socket_path), _KINDS[kind], name, timeout_s)
+
+    def __enter__(self) -> StoreClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class NodeServer:
+    """The native core of one node: object store, local scheduler, event loop.
+
+    Args:
+        socket_path: Unix socket to serve clients on (created; removed at stop).
+        capacity_bytes: size of the shared-memory arena in bytes.
+        plasma_directory: ``None`` for an anonymous memfd; otherwise a directory
+            (``/dev/shm``, a hugetlbfs mount, any filesystem) where the arena's
+            backing file is created and unlinked at once.
+        huge_pages: back the arena with huge pages (memfd with MFD_HUGETLB, or a
+            hugetlbfs ``plasma_directory``).
+        prefault: touch every page at start so large puts run at memory speed.
+        resources: the node's resources, e.g. ``{"CPU": 2, "GPU": 1, "custom": 4}``;
+            amounts are rounded to 1/10000.
+        node_id: 20 bytes; random when ``None``.
+        max_frame_bytes: frames longer than this are refused and the
+            connection is closed.
+
+    Raises:
+        StoreError: the arena cannot be created (too little shared memory,
+            huge pages not available, directory missing).
+        InvalidRequestError: a bad argument (negative capacity, bad node_id).
+
+    Events (``poll_events``) are tuples the host process acts on:
+    ``("object_missing", object_id, client_id)``,
+    ``("need_worker", shape, num_waiting)``,
+    ``("task_infeasible", task_id, demand, reason)``,
+    ``("missing_dependencies", task_id, object_ids)``,
+    ``("worker_lost", client_id, running_task_ids, actor_id_or_None)``,
+    ``("client_disconnected", client_id, pid)`` and
+    ``("store_full", requested_bytes, capacity_bytes, used_bytes)``, the last
+    one being the hook through which the runtime spills objects to disk.
+    """
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str],
+        capacity_bytes: int,
+        *,
+        plasma_directory: str | os.PathLike[str] | None = None,
+        huge_pages: bool = False,
+        prefault: bool = True,
+        resources: Mapping[str, float] | None = None,
+        node_id: bytes | None = None,
+        max_frame_bytes: int = 64 << 20,
+    ) -> None:
+        if capacity_bytes <= 0:
+            raise InvalidRequestError(f"capacity_bytes must be positive, got {capacity_bytes}")
+        backing = "memfd" if plasma_directory is None else "directory"
+        directory = "" if plasma_directory is None else os.fspath(plasma_directory)
+        if directory and not os.path.isdir(directory):
+            raise InvalidRequestError(f"plasma_directory {directory!r} is not a directory")
+        self._native = _native.NodeServer(
+            os.fspath(socket_path),
+            int(capacity_bytes),
+            backing,
+            directory,
+            bool(huge_pages),
+            bool(prefault),
+            dict(resources) if resources is not None else {"CPU": float(os.cpu_count() or 1)},
+            node_id,
+            int(max_frame_bytes),
+        )
+
+    @property
+    def socket_path(self) -> str:
+        return self._native.socket_path
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self._native.capacity_bytes
+
+    @property
+    def node_id(self) -> bytes:
+        return self._native.node_id
+
+    @property
+    def running(self) -> bool:
+        return self._native.running
+
+    def start(self) -> NodeServer:
+        """Bind the socket and start the native threads. Returns self."""
+        self._native.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, close every connection and remove the socket file."""
+        self._native.stop()
+
+    def poll_events(self, timeout_s: float | None = 0.0) -> list[tuple[Any, ...]]:
+        """Events since the last call; waits up to ``timeout_s`` for the first."""
+        return self._native.poll_events(timeout_s)
+
+    def stats(self) -> dict[str, int]:
+        """Capacity, bytes used, object count, evictions and client count."""
+        return self._native.stats()
+
+    def list_objects(self) -> list[dict[str, Any]]:
+        """Every object with its id, sizes, state and reference count."""
+        return self._native.list_objects()
+
+    def scheduler_snapshot(self) -> dict[str, Any]:
+        """Resources (total, available), queued tasks by shape, infeasible tasks, workers."""
+        return self._native.scheduler_snapshot()
+
+    def take_task(self, task_id: bytes) -> dict[str, Any] | None:
+        """Remove a queued or infeasible task (to forward it elsewhere); None if absent."""
+        return self._native.take_task(task_id)
+
+    def set_total_resources(self, resources: Mapping[str, float]) -> None:
+        """Change the node's resource totals; infeasible tasks are re-examined."""
+        self._native.set_total_resources(dict(resources))
+
+    def __enter__(self) -> NodeServer:
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

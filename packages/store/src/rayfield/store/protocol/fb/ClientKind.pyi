@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+import flatbuffers
+import numpy as np
+
+import typing
+from typing import cast
+
+uoffset: typing.TypeAlias = flatbuffers.number_types.UOffsetTFlags.py_type
+
+class ClientKind(object):
+  Driver = cast(int, ...)
+  Worker = cast(int, ...)
+  Tool = cast(int, ...)
+

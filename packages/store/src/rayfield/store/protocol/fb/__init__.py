@@ -1,0 +1,1 @@
+"""Generated flatbuffers classes; do not edit."""
