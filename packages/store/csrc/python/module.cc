@@ -2,7 +2,7 @@
 //
 // Thin CPython bindings over the native core: ObjectBuffer (zero-copy,
 // read-only views of sealed objects), Client, NodeServer and SchedulerState
-// (py_scheduler.inc). Blocking calls release the GIL. Errors are raised as
+// (py_scheduler.inc), AllocatorState and ObjectTableState (py_state.inc). Blocking calls release the GIL. Errors are raised as
 // the typed exceptions of rayfield.store.errors.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -110,6 +110,7 @@ int64_t TimeoutMs(PyObject* timeout) {
 #include "py_scheduler.inc"
 #include "py_client.inc"
 #include "py_node.inc"
+#include "py_state.inc"
 
 // ---- module -------------------------------------------------------------------------
 
@@ -171,7 +172,8 @@ PyMODINIT_FUNC PyInit__native(void) {
   if (PyModule_AddIntConstant(m, "PROTOCOL_VERSION", kProtocolVersion) != 0 ||
       PyModule_AddIntConstant(m, "ID_SIZE", kIdSize) != 0 ||
       PyModule_AddIntConstant(m, "RESOURCE_UNIT", kResourceUnit) != 0 ||
-      AddClientTypes(m) != 0 || AddNodeServerType(m) != 0 || AddSchedulerStateType(m) != 0) {
+      AddClientTypes(m) != 0 || AddNodeServerType(m) != 0 || AddSchedulerStateType(m) != 0 ||
+      AddStateTypes(m) != 0) {
     Py_DECREF(m);
     return nullptr;
   }
