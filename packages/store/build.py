@@ -11,9 +11,11 @@ Environment:
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
+import sysconfig
 from pathlib import Path
 
 from setuptools import Distribution, Extension
@@ -59,16 +61,39 @@ def extension() -> Extension:
     )
 
 
+def fingerprint(ext: Extension) -> str:
+    """Hash of every source, header and flag: a change to any of them rebuilds."""
+    h = hashlib.sha256()
+    for path in sorted((HERE / "csrc").rglob("*")):
+        if path.is_file():
+            h.update(str(path.relative_to(HERE)).encode())
+            h.update(path.read_bytes())
+    h.update(repr((ext.extra_compile_args, ext.extra_link_args, sys.version)).encode())
+    return h.hexdigest()
+
+
 def build() -> None:
     os.chdir(HERE)
+    ext = extension()
+    target = (
+        HERE / "src" / "rayfield" / "store" / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+    )
+    stamp = HERE / "build" / "native.fingerprint"
+    digest = fingerprint(ext)
+    if target.exists() and stamp.exists() and stamp.read_text() == digest:
+        print(f"{target.name} is up to date")
+        return
     dist = Distribution(
-        {"name": "rayfield-store", "ext_modules": [extension()], "package_dir": {"": "src"}}
+        {"name": "rayfield-store", "ext_modules": [ext], "package_dir": {"": "src"}}
     )
     cmd = build_ext(dist)
     cmd.inplace = True
+    cmd.force = True  # setuptools' timestamp check misses header and flag changes
     cmd.parallel = os.cpu_count() or 1
     cmd.ensure_finalized()
     cmd.run()
+    stamp.parent.mkdir(exist_ok=True)
+    stamp.write_text(digest)
 
 
 if __name__ == "__main__":
