@@ -71,6 +71,8 @@ Status ObjectStore::Create(ClientID client, const UniqueID& id, uint64_t data_si
   e.data_size = data_size;
   e.metadata_size = metadata_size;
   e.creator = client;
+  e.ref_count = 1;  // the creator's, until seal or abort
+  e.refs[client] = 1;
   e.create_time_ms = NowMs();
   *offset = *off;
   return Status::OK();
@@ -89,6 +91,11 @@ Status ObjectStore::Seal(ClientID client, const UniqueID& id) {
     return Status::Error(Code::NotOwner, "only the creator may seal object " + Short(id));
   }
   e.state = ObjectState::Sealed;
+  auto creator_ref = e.refs.find(client);
+  if (creator_ref != e.refs.end()) {  // sealing ends the creator's reference
+    if (--creator_ref->second == 0) e.refs.erase(creator_ref);
+    e.ref_count--;
+  }
   events_.push_back({StoreEvent::Sealed, id, e.data_size, e.metadata_size});
   if (e.ref_count == 0) {
     if (e.delete_pending) {
@@ -139,7 +146,7 @@ Status ObjectStore::Release(ClientID client, const UniqueID& id) {
                          "release of object " + Short(id) + " that this client does not hold");
   }
   if (--r->second == 0) e.refs.erase(r);
-  if (--e.ref_count == 0) {
+  if (--e.ref_count == 0 && e.state == ObjectState::Sealed) {
     if (e.delete_pending) {
       Remove(it, false);
     } else {

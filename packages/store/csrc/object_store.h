@@ -28,7 +28,7 @@ struct ObjectEntry {
   uint64_t metadata_size = 0;
   ObjectState state = ObjectState::Created;
   ClientID creator = 0;
-  uint32_t ref_count = 0;
+  uint32_t ref_count = 0;  // the creator holds one while unsealed
   std::unordered_map<ClientID, uint32_t> refs;  // client -> references held
   bool delete_pending = false;
   uint64_t create_time_ms = 0;

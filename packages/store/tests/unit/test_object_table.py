@@ -31,6 +31,7 @@ def test_lifecycle_and_events() -> None:
     t = ObjectTableState(1 << 20)
     t.create(A, oid(1), 100, 10)
     assert t.acquire(B, oid(1)) is None  # not sealed: invisible
+    assert t.list_objects()[0]["ref_count"] == 1  # the creator's, until seal
     t.seal(A, oid(1))
     assert t.events() == [("sealed", oid(1))]
     assert t.acquire(B, oid(1)) is not None
