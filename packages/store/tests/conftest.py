@@ -35,18 +35,7 @@ from rayfield.store.testing import local_node, node_process
 
 with contextlib.suppress(ImportError):  # libraries whose import starts threads: baseline
     import numpy  # noqa: F401
-with contextlib.suppress(ImportError):
-    import rayfield.store._native  # noqa: F401
-
-
-def native_available() -> bool:
-    """Whether the native extension is built (integration tests skip without it)."""
-    try:
-        import rayfield.store._native  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
+import rayfield.store._native  # noqa: F401  (a store without its extension is broken)
 
 # ---- leaks -------------------------------------------------------------------------------
 
@@ -92,8 +81,6 @@ def no_leaks() -> Iterator[None]:
 @pytest.fixture
 def node(tmp_path: Any) -> Iterator[Any]:
     """A native node in this process with a 64 MiB store."""
-    if not native_available():
-        pytest.skip("the native extension rayfield.store._native is not built")
     with local_node(tmp_path, 64 << 20) as server:
         yield server
 
@@ -101,8 +88,6 @@ def node(tmp_path: Any) -> Iterator[Any]:
 @pytest.fixture
 def node_proc(tmp_path: Any) -> Iterator[Any]:
     """A native node in a child process (64 MiB store, 1 MiB frames), for crash isolation."""
-    if not native_available():
-        pytest.skip("the native extension rayfield.store._native is not built")
     with node_process(tmp_path, 64 << 20, max_frame_bytes=1 << 20) as proc:
         yield proc
 

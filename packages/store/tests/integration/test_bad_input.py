@@ -16,8 +16,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("rayfield.store._native", reason="the native extension is not built")
-
 from rayfield.store import (
     PROTOCOL_VERSION,
     ObjectAlreadySealedError,

@@ -6,10 +6,6 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 
-import pytest
-
-pytest.importorskip("rayfield.store._native", reason="the native extension is not built")
-
 from rayfield.store import StoreClient
 from rayfield.store.testing import ObjectStoreConformance, local_node
 

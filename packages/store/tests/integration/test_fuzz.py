@@ -13,26 +13,25 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-pytest.importorskip("rayfield.store._native", reason="the native extension is not built")
-hypothesis = pytest.importorskip("hypothesis")
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from rayfield.store import PROTOCOL_VERSION, StoreClient, _native  # noqa: E402
-from rayfield.store.protocol.fb import Body  # noqa: E402
-from rayfield.store.testing import node_process  # noqa: E402
+from rayfield.store import PROTOCOL_VERSION, StoreClient, _native
+from rayfield.store.protocol.fb import Body
+from rayfield.store.testing import node_process
 
 MAX_FRAME = 1 << 16
+# `nox -s fuzz` raises the number of examples through this variable.
+EXAMPLES = int(os.environ.get("RAYFIELD_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(
-    max_examples=150,
+    max_examples=EXAMPLES,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-verify_frame = getattr(_native, "verify_frame", None)
+verify_frame = _native.verify_frame
 
 
 class _Node:
@@ -169,7 +168,7 @@ def _send_and_judge(node: _Node, wire: Any, payload: bytes, framing: str) -> Non
             pass  # refused early: fine
         else:
             if framing == "exact" and len(payload) <= MAX_FRAME:
-                valid = verify_frame(payload) if verify_frame is not None else True
+                valid = verify_frame(payload)
                 kind, detail = wire.outcome(sock, timeout_s=5.0 if not valid else 0.05)
                 hypothesis.event(f"verified={valid} outcome={kind}")
                 if not valid:
@@ -213,7 +212,6 @@ def test_node_serves_after_fuzzing(fuzz_node: _Node) -> None:
     fuzz_node.check(b"", full=True)
 
 
-@pytest.mark.skipif(verify_frame is None, reason="rayfield.store._native has no verify_frame")
 def test_verify_frame_accepts_valid_frames(wire: Any) -> None:
     for payload in _valid_payloads(wire):
         assert verify_frame(payload) is True
@@ -221,8 +219,7 @@ def test_verify_frame_accepts_valid_frames(wire: Any) -> None:
         assert verify_frame(payload) is False
 
 
-@pytest.mark.skipif(verify_frame is None, reason="rayfield.store._native has no verify_frame")
-@settings(max_examples=300, deadline=None, database=None)
+@settings(max_examples=2 * EXAMPLES, deadline=None, database=None)
 @given(data=st.data())
 def test_verify_frame_never_crashes(wire: Any, data: Any) -> None:
     payload = data.draw(

@@ -19,13 +19,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import pytest
 
-np = pytest.importorskip("numpy")
-pytest.importorskip("rayfield.store._native", reason="the native extension is not built")
-
-from rayfield.store import StoreClient, StoreFullError  # noqa: E402
-from rayfield.store.testing import local_node  # noqa: E402
+from rayfield.store import StoreClient, StoreFullError
+from rayfield.store.testing import local_node
 
 NUM_PROCS, NUM_OBJECTS = 4, 200
 
