@@ -418,6 +418,32 @@ Status Client::Release(const std::vector<UniqueID>& ids) {
   return Send(w);
 }
 
+Status Client::Pin(const std::vector<UniqueID>& ids) {
+  FrameWriter w;
+  auto& b = w.builder();
+  auto fids = ToFbIds(ids);
+  w.Add(0, fb::CreatePinRequest(b, b.CreateVectorOfStructs(fids)));
+  return Send(w);
+}
+
+Status Client::Wait(const std::vector<UniqueID>& ids, uint32_t num_ready, int64_t timeout_ms,
+                    std::vector<bool>* ready) {
+  FrameWriter w;
+  uint64_t seq = NextSeq();
+  auto& b = w.builder();
+  auto fids = ToFbIds(ids);
+  w.Add(seq, fb::CreateWaitRequest(b, b.CreateVectorOfStructs(fids), num_ready, timeout_ms));
+  Reply r;
+  Status s = Call(w, seq, &r);
+  if (s.ok()) s = StatusOf(r, fb::Body::WaitReply);
+  if (!s.ok()) return s;
+  ready->assign(ids.size(), false);
+  const auto* v = r.message->body_as_WaitReply()->ready();
+  if (v == nullptr || v->size() != ids.size()) return ConnError("WaitReply of the wrong size");
+  for (size_t i = 0; i < ids.size(); ++i) (*ready)[i] = v->Get(i);
+  return Status::OK();
+}
+
 Status Client::Contains(const std::vector<UniqueID>& ids, std::vector<bool>* out) {
   FrameWriter w;
   uint64_t seq = NextSeq();
@@ -509,9 +535,14 @@ Status Client::SubmitTask(const TaskSpec& spec) {
   auto dependencies = b.CreateVectorOfStructs(deps);
   auto payload = b.CreateVector(reinterpret_cast<const uint8_t*>(spec.payload.data()), spec.payload.size());
   fb::UniqueID tid = ToFb(spec.task_id), aid = ToFb(spec.actor_id), cid = ToFb(spec.caller_id);
+  auto rids = ToFbIds(spec.return_ids);
+  auto return_ids = b.CreateVectorOfStructs(rids);
+  auto pids = ToFbIds(spec.pins);
+  auto pins = b.CreateVectorOfStructs(pids);
   w.Add(0, fb::CreateSubmitTaskRequest(b, &tid, resources, dependencies,
                                        spec.actor_id.IsNil() ? nullptr : &aid, spec.actor_creation,
-                                       spec.max_concurrency, &cid, spec.sequence_no, payload));
+                                       spec.max_concurrency, &cid, spec.sequence_no, payload,
+                                       return_ids, spec.max_retries, pins));
   return Send(w);
 }
 

@@ -75,6 +75,9 @@ class Client {
              uint64_t meta_size);
   Status Get(const std::vector<UniqueID>& ids, int64_t timeout_ms, std::vector<ObjectLoc>* out);
   Status Release(const std::vector<UniqueID>& ids);  // no reply
+  Status Pin(const std::vector<UniqueID>& ids);      // no reply
+  Status Wait(const std::vector<UniqueID>& ids, uint32_t num_ready, int64_t timeout_ms,
+              std::vector<bool>* ready);
   Status Contains(const std::vector<UniqueID>& ids, std::vector<bool>* out);
   Status Delete(const std::vector<UniqueID>& ids, std::vector<bool>* out);
   Status List(std::vector<ObjectInfoData>* out);

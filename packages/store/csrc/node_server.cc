@@ -37,7 +37,8 @@ struct NodeServer::PendingGet {
   uint64_t seq;
   std::vector<UniqueID> ids;
   std::vector<fb::ObjectLocation> locs;
-  size_t remaining;
+  size_t remaining;      // objects still missing before the reply
+  bool wait_only = false;  // WaitRequest: no references, reply with ready flags
 };
 
 namespace {
@@ -157,8 +158,10 @@ void NodeServer::Loop() {
       if (again != conns_.end() && (ready[i].events & EPOLLOUT)) Flush(*again->second);
     }
     ExpireGets();
-    DrainStoreEvents();
-    DrainScheduler();
+    do {
+      DrainStoreEvents();
+      DrainScheduler();
+    } while (store_->HasEvents());
     FlushDirty();
   }
 }
@@ -366,6 +369,9 @@ bool NodeServer::HandleMessage(Conn& c, const fb::Message* m) {
     case fb::Body::GetRequest:
       HandleGet(c, seq, m->body_as_GetRequest());
       return true;
+    case fb::Body::WaitRequest:
+      HandleWait(c, seq, m->body_as_WaitRequest());
+      return true;
     case fb::Body::SubmitTaskRequest:
       HandleSubmit(c, seq, m->body_as_SubmitTaskRequest());
       return true;
@@ -473,8 +479,43 @@ void NodeServer::ReplyGet(PendingGet& g) {
   if (it == conns_.end()) return;
   Conn& c = *it->second;
   auto& b = Writer(c).builder();
+  if (g.wait_only) {
+    std::vector<uint8_t> ready;
+    for (const auto& l : g.locs) ready.push_back(l.found());
+    Writer(c).Add(g.seq, fb::CreateWaitReply(b, b.CreateVector(ready)));
+    return;
+  }
   auto vec = b.CreateVectorOfStructs(g.locs);
   Writer(c).Add(g.seq, fb::CreateGetReply(b, vec));
+}
+
+void NodeServer::HandleWait(Conn& c, uint64_t seq, const fb::WaitRequest* r) {
+  auto g = std::make_unique<PendingGet>();
+  g->client = c.id;
+  g->seq = seq;
+  g->wait_only = true;
+  size_t n = r->object_ids() ? r->object_ids()->size() : 0, ready = 0;
+  g->locs.assign(n, fb::ObjectLocation());
+  for (size_t i = 0; i < n; ++i) {
+    g->ids.push_back(FromFb(r->object_ids()->Get(i)));
+    if (store_->IsSealed(g->ids.back())) {
+      g->locs[i] = fb::ObjectLocation(0, 0, 0, true);
+      ready++;
+    }
+  }
+  size_t needed = std::min<size_t>(r->num_ready(), n);
+  if (ready >= needed || r->timeout_ms() == 0) return ReplyGet(*g);
+  g->remaining = needed - ready;
+  uint64_t key = next_get_key_++;
+  for (size_t i = 0; i < n; ++i) {
+    if (g->locs[i].found()) continue;
+    waiting_on_[g->ids[i]].push_back(key);
+    if (store_->Find(g->ids[i]) == nullptr) PushEvent(ObjectMissing{g->ids[i], c.id});
+  }
+  if (r->timeout_ms() > 0) {
+    deadlines_.emplace(Clock::now() + std::chrono::milliseconds(r->timeout_ms()), key);
+  }
+  gets_.emplace(key, std::move(g));
 }
 
 void NodeServer::ExpireGets() {
@@ -507,6 +548,9 @@ void NodeServer::HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m) 
         if (!s.ok()) ReplyStatus(c, seq, s);
       }
       return;
+    case fb::Body::PinRequest:
+      for (const auto& id : ids(m->body_as_PinRequest()->object_ids())) store_->Pin(c.id, id);
+      return ReplyStatus(c, seq, Status::OK());
     case fb::Body::ContainsRequest: {
       std::vector<uint8_t> present;
       for (const auto& id : ids(m->body_as_ContainsRequest()->object_ids()))
@@ -573,6 +617,18 @@ void NodeServer::HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest
   spec.caller_id = FromFb(r->caller_id());
   spec.sequence_no = r->sequence_no();
   if (r->payload()) spec.payload.assign(reinterpret_cast<const char*>(r->payload()->Data()), r->payload()->size());
+  TaskRecord rec;
+  if (r->return_ids()) for (const fb::UniqueID* id : *r->return_ids()) rec.return_ids.push_back(FromFb(id));
+  if (r->pins()) {
+    for (const fb::UniqueID* id : *r->pins()) {
+      rec.pins.push_back(FromFb(id));
+      store_->Pin(kNodeClient, rec.pins.back());
+    }
+  }
+  rec.retries_left = r->max_retries();
+  rec.actor_task = !spec.actor_id.IsNil();
+  if (rec.retries_left != 0 && !rec.actor_task) rec.retry_spec = std::make_unique<TaskSpec>(spec);
+  tasks_[spec.task_id] = std::move(rec);
   scheduler_->SubmitTask(std::move(spec), missing);
   ReplyStatus(c, seq, Status::OK());
 }
@@ -592,7 +648,9 @@ bool NodeServer::HandleWorkerMessage(Conn& c, uint64_t seq, const fb::Message* m
     return true;
   }
   if (m->body_type() == fb::Body::TaskDoneRequest) {
-    scheduler_->TaskFinished(c.id, FromFb(m->body_as_TaskDoneRequest()->task_id()));
+    UniqueID task_id = FromFb(m->body_as_TaskDoneRequest()->task_id());
+    scheduler_->TaskFinished(c.id, task_id);
+    FinishTask(task_id);
   } else {
     scheduler_->SetWorkerBlocked(c.id, m->body_as_WorkerBlockedRequest()->blocked());
   }
@@ -607,28 +665,7 @@ void NodeServer::DrainStoreEvents() {
     for (const StoreEvent& ev : store_->TakeEvents()) {
       if (ev.kind == StoreEvent::Sealed) {
         scheduler_->ObjectAvailable(ev.id);
-        auto w = waiting_on_.find(ev.id);
-        if (w != waiting_on_.end()) {
-          std::vector<uint64_t> keys;
-          keys.swap(w->second);
-          waiting_on_.erase(w);
-          for (uint64_t key : keys) {
-            auto g = gets_.find(key);
-            if (g == gets_.end()) continue;
-            PendingGet& pg = *g->second;
-            for (size_t i = 0; i < pg.ids.size(); ++i) {
-              if (pg.ids[i] != ev.id || pg.locs[i].found()) continue;
-              if (const ObjectEntry* e = store_->Acquire(pg.client, ev.id)) {
-                pg.locs[i] = Location(e);
-                pg.remaining--;
-              }
-            }
-            if (pg.remaining == 0) {
-              ReplyGet(pg);
-              gets_.erase(g);
-            }
-          }
-        }
+        CompleteWaiters(ev.id);
       }
       for (auto& kv : conns_) {
         Conn& c = *kv.second;
@@ -638,6 +675,33 @@ void NodeServer::DrainStoreEvents() {
         Writer(c).Add(0, fb::CreateObjectNotification(b, &oid, static_cast<fb::ObjectEvent>(ev.kind),
                                                       ev.data_size, ev.metadata_size));
       }
+    }
+  }
+}
+
+void NodeServer::CompleteWaiters(const UniqueID& id) {
+  auto w = waiting_on_.find(id);
+  if (w == waiting_on_.end()) return;
+  std::vector<uint64_t> keys;
+  keys.swap(w->second);
+  waiting_on_.erase(w);
+  for (uint64_t key : keys) {
+    auto g = gets_.find(key);
+    if (g == gets_.end()) continue;
+    PendingGet& pg = *g->second;
+    for (size_t i = 0; i < pg.ids.size() && pg.remaining > 0; ++i) {
+      if (pg.ids[i] != id || pg.locs[i].found()) continue;
+      if (pg.wait_only) {
+        pg.locs[i] = fb::ObjectLocation(0, 0, 0, true);
+        pg.remaining--;
+      } else if (const ObjectEntry* e = store_->Acquire(pg.client, id)) {
+        pg.locs[i] = Location(e);
+        pg.remaining--;
+      }
+    }
+    if (pg.remaining == 0) {
+      ReplyGet(pg);
+      gets_.erase(g);
     }
   }
 }
@@ -661,6 +725,7 @@ void NodeServer::DrainScheduler() {
       Writer(c).Add(0, fb::CreateTaskDispatch(b, &tid, spec.actor_id.IsNil() ? nullptr : &aid,
                                               spec.actor_creation, instances, payload));
     } else {
+      if (auto* lost = std::get_if<WorkerLost>(&d)) HandleWorkerLost(*lost);
       std::visit([this](auto& v) {
         using T = std::decay_t<decltype(v)>;
         if constexpr (!std::is_same_v<T, DispatchTask>) PushEvent(std::move(v));
@@ -726,7 +791,56 @@ SchedulerSnapshot NodeServer::SchedulerState() {
 
 std::optional<TaskSpec> NodeServer::TakeTask(const UniqueID& task_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  return scheduler_ ? scheduler_->TakeTask(task_id) : std::nullopt;
+  if (!scheduler_) return std::nullopt;
+  std::optional<TaskSpec> spec = scheduler_->TakeTask(task_id);
+  if (spec) FinishTask(task_id);
+  return spec;
+}
+
+// ---- task records: pins, retries, errors for lost work -------------------------------------
+
+void NodeServer::FinishTask(const UniqueID& task_id) {
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) return;
+  for (const auto& id : it->second.pins) store_->Release(kNodeClient, id);
+  tasks_.erase(it);
+}
+
+void NodeServer::HandleWorkerLost(const WorkerLost& lost) {
+  for (const UniqueID& task_id : lost.running_tasks) {
+    auto it = tasks_.find(task_id);
+    if (it == tasks_.end()) continue;
+    TaskRecord& rec = it->second;
+    if (rec.retry_spec && rec.retries_left != 0) {
+      if (rec.retries_left > 0) rec.retries_left--;
+      std::vector<UniqueID> missing;
+      for (const auto& d : rec.retry_spec->dependencies) {
+        if (!store_->IsSealed(d)) missing.push_back(d);
+      }
+      Log(2, "retrying task " + task_id.Hex().substr(0, 16) + " after its worker died");
+      scheduler_->SubmitTask(*rec.retry_spec, missing);
+      continue;
+    }
+    const char* tag = rec.actor_task ? "ACTOR_DIED" : "WORKER_DIED";
+    std::string message = rec.actor_task
+                              ? "the actor's worker process died while running this task"
+                              : "the worker process died while running this task (no retries left)";
+    for (const auto& id : rec.return_ids) SealError(id, tag, message);
+    FinishTask(task_id);
+  }
+}
+
+void NodeServer::SealError(const UniqueID& id, const std::string& tag, const std::string& message) {
+  if (store_->Find(id) != nullptr) return;  // the worker sealed a result before it died
+  uint64_t offset = 0;
+  Status s = store_->Create(kNodeClient, id, message.size(), tag.size(), &offset);
+  if (!s.ok()) {
+    Log(3, "cannot store the error for object " + id.Hex() + ": " + s.message);
+    return;
+  }
+  std::memcpy(arena_.base() + offset, message.data(), message.size());
+  std::memcpy(arena_.base() + offset + message.size(), tag.data(), tag.size());
+  store_->Seal(kNodeClient, id);
 }
 
 void NodeServer::SetTotalResources(ResourceSet total) {

@@ -105,11 +105,16 @@ class NodeServer {
   void HandleCreate(Conn& c, uint64_t seq, const fb::CreateRequest* r);
   void HandlePut(Conn& c, uint64_t seq, const fb::PutRequest* r);
   void HandleGet(Conn& c, uint64_t seq, const fb::GetRequest* r);
+  void HandleWait(Conn& c, uint64_t seq, const fb::WaitRequest* r);
+  void FinishTask(const UniqueID& task_id);
+  void HandleWorkerLost(const WorkerLost& lost);
+  void SealError(const UniqueID& id, const std::string& tag, const std::string& message);
   void HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m);
   void HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest* r);
   bool HandleWorkerMessage(Conn& c, uint64_t seq, const fb::Message* m);
   void ReplyStatus(Conn& c, uint64_t seq, const Status& s);
   void ReplyGet(PendingGet& g);
+  void CompleteWaiters(const UniqueID& id);
   void DrainStoreEvents();
   void DrainScheduler();
   void ExpireGets();
@@ -133,6 +138,15 @@ class NodeServer {
   std::unordered_map<uint64_t, std::unique_ptr<PendingGet>> gets_;
   std::unordered_map<UniqueID, std::vector<uint64_t>, UniqueIDHash> waiting_on_;
   std::multimap<Clock::time_point, uint64_t> deadlines_;
+  // Submitted tasks that have not finished: pins to drop, objects to fail.
+  struct TaskRecord {
+    std::vector<UniqueID> return_ids, pins;
+    int32_t retries_left = 0;
+    bool actor_task = false;
+    std::unique_ptr<TaskSpec> retry_spec;  // kept only when a retry is possible
+  };
+  std::unordered_map<UniqueID, TaskRecord, UniqueIDHash> tasks_;
+  static constexpr ClientID kNodeClient = 0;  // holder of the node's own pins
 
   std::mutex events_mu_;
   std::condition_variable events_cv_;

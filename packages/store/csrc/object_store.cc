@@ -73,6 +73,14 @@ Status ObjectStore::Create(ClientID client, const UniqueID& id, uint64_t data_si
   e.creator = client;
   e.ref_count = 1;  // the creator's, until seal or abort
   e.refs[client] = 1;
+  auto pending = pending_pins_.find(id);
+  if (pending != pending_pins_.end()) {
+    for (const auto& [holder, n] : pending->second) {
+      e.refs[holder] += n;
+      e.ref_count += n;
+    }
+    pending_pins_.erase(pending);
+  }
   e.create_time_ms = NowMs();
   *offset = *off;
   return Status::OK();
@@ -134,9 +142,30 @@ const ObjectEntry* ObjectStore::Acquire(ClientID client, const UniqueID& id) {
   return &e;
 }
 
+void ObjectStore::Pin(ClientID client, const UniqueID& id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) {
+    pending_pins_[id][client]++;
+    return;
+  }
+  ObjectEntry& e = it->second;
+  LruDrop(e);
+  e.ref_count++;
+  e.refs[client]++;
+}
+
 Status ObjectStore::Release(ClientID client, const UniqueID& id) {
   auto it = objects_.find(id);
   if (it == objects_.end()) {
+    auto pending = pending_pins_.find(id);
+    if (pending != pending_pins_.end()) {
+      auto holder = pending->second.find(client);
+      if (holder != pending->second.end()) {
+        if (--holder->second == 0) pending->second.erase(holder);
+        if (pending->second.empty()) pending_pins_.erase(pending);
+        return Status::OK();
+      }
+    }
     return Status::Error(Code::ObjectNotFound, "release of unknown object " + Short(id));
   }
   ObjectEntry& e = it->second;
@@ -198,6 +227,10 @@ void ObjectStore::ClientGone(ClientID client) {
       for (uint32_t i = 0; i < r->second; ++i) released.push_back(id);
     }
     if (e.state == ObjectState::Created && e.creator == client) aborted.push_back(id);
+  }
+  for (auto p = pending_pins_.begin(); p != pending_pins_.end();) {
+    p->second.erase(client);
+    p = p->second.empty() ? pending_pins_.erase(p) : std::next(p);
   }
   for (const auto& id : released) Release(client, id);
   for (const auto& id : aborted) Abort(client, id);

@@ -59,6 +59,9 @@ class ObjectStore {
   // Adds a reference for `client` when the object is sealed; else nullptr.
   const ObjectEntry* Acquire(ClientID client, const UniqueID& id);
   Status Release(ClientID client, const UniqueID& id);
+  // Adds a reference for `client`; for an object not created yet, the
+  // reference is applied at its creation (a pending pin).
+  void Pin(ClientID client, const UniqueID& id);
   const ObjectEntry* Find(const UniqueID& id) const;
   bool IsSealed(const UniqueID& id) const;
   // True if deleted now; otherwise deleted when its last reference goes.
@@ -79,6 +82,7 @@ class ObjectStore {
 
   Allocator allocator_;
   std::unordered_map<UniqueID, ObjectEntry, UniqueIDHash> objects_;
+  std::unordered_map<UniqueID, std::unordered_map<ClientID, uint32_t>, UniqueIDHash> pending_pins_;
   std::list<UniqueID> lru_;  // sealed, unreferenced; front = least recently used
   std::vector<StoreEvent> events_;
   uint64_t num_evictions_ = 0, evicted_bytes_ = 0;

@@ -58,6 +58,10 @@ struct TaskSpec {
   UniqueID caller_id;            // actor tasks: the submitting handle
   uint64_t sequence_no = 0;      // actor tasks: order per caller, from 0
   std::string payload;           // opaque, handed to the worker
+  // Used by the node, not by the scheduler:
+  std::vector<UniqueID> return_ids;  // error objects go here if the worker dies
+  int32_t max_retries = 0;           // after a worker death; -1: unlimited
+  std::vector<UniqueID> pins;        // kept alive until the task finishes
 };
 
 struct ResourceGrant {

@@ -58,6 +58,15 @@ struct GetReplyBuilder;
 struct ReleaseRequest;
 struct ReleaseRequestBuilder;
 
+struct WaitRequest;
+struct WaitRequestBuilder;
+
+struct WaitReply;
+struct WaitReplyBuilder;
+
+struct PinRequest;
+struct PinRequestBuilder;
+
 struct ContainsRequest;
 struct ContainsRequestBuilder;
 
@@ -237,11 +246,14 @@ enum class Body : uint8_t {
   TaskDispatch = 25,
   TaskDoneRequest = 26,
   WorkerBlockedRequest = 27,
+  WaitRequest = 28,
+  WaitReply = 29,
+  PinRequest = 30,
   MIN = NONE,
-  MAX = WorkerBlockedRequest
+  MAX = PinRequest
 };
 
-inline const Body (&EnumValuesBody())[28] {
+inline const Body (&EnumValuesBody())[31] {
   static const Body values[] = {
     Body::NONE,
     Body::Hello,
@@ -270,13 +282,16 @@ inline const Body (&EnumValuesBody())[28] {
     Body::RegisterWorkerRequest,
     Body::TaskDispatch,
     Body::TaskDoneRequest,
-    Body::WorkerBlockedRequest
+    Body::WorkerBlockedRequest,
+    Body::WaitRequest,
+    Body::WaitReply,
+    Body::PinRequest
   };
   return values;
 }
 
 inline const char * const *EnumNamesBody() {
-  static const char * const names[29] = {
+  static const char * const names[32] = {
     "NONE",
     "Hello",
     "HelloReply",
@@ -305,13 +320,16 @@ inline const char * const *EnumNamesBody() {
     "TaskDispatch",
     "TaskDoneRequest",
     "WorkerBlockedRequest",
+    "WaitRequest",
+    "WaitReply",
+    "PinRequest",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameBody(Body e) {
-  if (::flatbuffers::IsOutRange(e, Body::NONE, Body::WorkerBlockedRequest)) return "";
+  if (::flatbuffers::IsOutRange(e, Body::NONE, Body::PinRequest)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesBody()[index];
 }
@@ -426,6 +444,18 @@ template<> struct BodyTraits<rayfield::store::protocol::fb::TaskDoneRequest> {
 
 template<> struct BodyTraits<rayfield::store::protocol::fb::WorkerBlockedRequest> {
   static const Body enum_value = Body::WorkerBlockedRequest;
+};
+
+template<> struct BodyTraits<rayfield::store::protocol::fb::WaitRequest> {
+  static const Body enum_value = Body::WaitRequest;
+};
+
+template<> struct BodyTraits<rayfield::store::protocol::fb::WaitReply> {
+  static const Body enum_value = Body::WaitReply;
+};
+
+template<> struct BodyTraits<rayfield::store::protocol::fb::PinRequest> {
+  static const Body enum_value = Body::PinRequest;
 };
 
 template <bool B = false>
@@ -1214,6 +1244,191 @@ inline ::flatbuffers::Offset<ReleaseRequest> CreateReleaseRequestDirect(
       object_ids__);
 }
 
+/// Wait until `num_ready` of the listed objects are sealed (or timeout_ms
+/// passes; negative: forever). Takes no references.
+struct WaitRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef WaitRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_OBJECT_IDS = 4,
+    VT_NUM_READY = 6,
+    VT_TIMEOUT_MS = 8
+  };
+  const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *object_ids() const {
+    return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_OBJECT_IDS);
+  }
+  uint32_t num_ready() const {
+    return GetField<uint32_t>(VT_NUM_READY, 0);
+  }
+  int64_t timeout_ms() const {
+    return GetField<int64_t>(VT_TIMEOUT_MS, -1LL);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_OBJECT_IDS) &&
+           verifier.VerifyVector(object_ids()) &&
+           VerifyField<uint32_t>(verifier, VT_NUM_READY, 4) &&
+           VerifyField<int64_t>(verifier, VT_TIMEOUT_MS, 8) &&
+           verifier.EndTable();
+  }
+};
+
+struct WaitRequestBuilder {
+  typedef WaitRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_object_ids(::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> object_ids) {
+    fbb_.AddOffset(WaitRequest::VT_OBJECT_IDS, object_ids);
+  }
+  void add_num_ready(uint32_t num_ready) {
+    fbb_.AddElement<uint32_t>(WaitRequest::VT_NUM_READY, num_ready, 0);
+  }
+  void add_timeout_ms(int64_t timeout_ms) {
+    fbb_.AddElement<int64_t>(WaitRequest::VT_TIMEOUT_MS, timeout_ms, -1LL);
+  }
+  explicit WaitRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<WaitRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<WaitRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<WaitRequest> CreateWaitRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> object_ids = 0,
+    uint32_t num_ready = 0,
+    int64_t timeout_ms = -1LL) {
+  WaitRequestBuilder builder_(_fbb);
+  builder_.add_timeout_ms(timeout_ms);
+  builder_.add_num_ready(num_ready);
+  builder_.add_object_ids(object_ids);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<WaitRequest> CreateWaitRequestDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<rayfield::store::protocol::fb::UniqueID> *object_ids = nullptr,
+    uint32_t num_ready = 0,
+    int64_t timeout_ms = -1LL) {
+  auto object_ids__ = object_ids ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*object_ids) : 0;
+  return rayfield::store::protocol::fb::CreateWaitRequest(
+      _fbb,
+      object_ids__,
+      num_ready,
+      timeout_ms);
+}
+
+struct WaitReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef WaitReplyBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_READY = 4
+  };
+  const ::flatbuffers::Vector<uint8_t> *ready() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_READY);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_READY) &&
+           verifier.VerifyVector(ready()) &&
+           verifier.EndTable();
+  }
+};
+
+struct WaitReplyBuilder {
+  typedef WaitReply Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_ready(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> ready) {
+    fbb_.AddOffset(WaitReply::VT_READY, ready);
+  }
+  explicit WaitReplyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<WaitReply> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<WaitReply>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<WaitReply> CreateWaitReply(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> ready = 0) {
+  WaitReplyBuilder builder_(_fbb);
+  builder_.add_ready(ready);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<WaitReply> CreateWaitReplyDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<uint8_t> *ready = nullptr) {
+  auto ready__ = ready ? _fbb.CreateVector<uint8_t>(*ready) : 0;
+  return rayfield::store::protocol::fb::CreateWaitReply(
+      _fbb,
+      ready__);
+}
+
+/// Hold one reference per listed id for this client, also for objects that
+/// do not exist yet (they are pinned from their creation). Dropped by
+/// ReleaseRequest or when the client disconnects. No reply.
+struct PinRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef PinRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_OBJECT_IDS = 4
+  };
+  const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *object_ids() const {
+    return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_OBJECT_IDS);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_OBJECT_IDS) &&
+           verifier.VerifyVector(object_ids()) &&
+           verifier.EndTable();
+  }
+};
+
+struct PinRequestBuilder {
+  typedef PinRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_object_ids(::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> object_ids) {
+    fbb_.AddOffset(PinRequest::VT_OBJECT_IDS, object_ids);
+  }
+  explicit PinRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<PinRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<PinRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<PinRequest> CreatePinRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> object_ids = 0) {
+  PinRequestBuilder builder_(_fbb);
+  builder_.add_object_ids(object_ids);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<PinRequest> CreatePinRequestDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<rayfield::store::protocol::fb::UniqueID> *object_ids = nullptr) {
+  auto object_ids__ = object_ids ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*object_ids) : 0;
+  return rayfield::store::protocol::fb::CreatePinRequest(
+      _fbb,
+      object_ids__);
+}
+
 struct ContainsRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef ContainsRequestBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
@@ -1837,7 +2052,10 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
     VT_MAX_CONCURRENCY = 14,
     VT_CALLER_ID = 16,
     VT_SEQUENCE_NO = 18,
-    VT_PAYLOAD = 20
+    VT_PAYLOAD = 20,
+    VT_RETURN_IDS = 22,
+    VT_MAX_RETRIES = 24,
+    VT_PINS = 26
   };
   const rayfield::store::protocol::fb::UniqueID *task_id() const {
     return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_TASK_ID);
@@ -1867,6 +2085,19 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
   const ::flatbuffers::Vector<uint8_t> *payload() const {
     return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_PAYLOAD);
   }
+  /// Objects the task returns: if its worker dies and no retry is left, the
+  /// node seals an error object (metadata "WORKER_DIED") under each.
+  const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *return_ids() const {
+    return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_RETURN_IDS);
+  }
+  /// Retries after a worker death (-1: unlimited).
+  int32_t max_retries() const {
+    return GetField<int32_t>(VT_MAX_RETRIES, 0);
+  }
+  /// Objects the node keeps alive until the task finishes (arguments).
+  const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *pins() const {
+    return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_PINS);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -1883,6 +2114,11 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
            VerifyField<uint64_t>(verifier, VT_SEQUENCE_NO, 8) &&
            VerifyOffset(verifier, VT_PAYLOAD) &&
            verifier.VerifyVector(payload()) &&
+           VerifyOffset(verifier, VT_RETURN_IDS) &&
+           verifier.VerifyVector(return_ids()) &&
+           VerifyField<int32_t>(verifier, VT_MAX_RETRIES, 4) &&
+           VerifyOffset(verifier, VT_PINS) &&
+           verifier.VerifyVector(pins()) &&
            verifier.EndTable();
   }
 };
@@ -1918,6 +2154,15 @@ struct SubmitTaskRequestBuilder {
   void add_payload(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> payload) {
     fbb_.AddOffset(SubmitTaskRequest::VT_PAYLOAD, payload);
   }
+  void add_return_ids(::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> return_ids) {
+    fbb_.AddOffset(SubmitTaskRequest::VT_RETURN_IDS, return_ids);
+  }
+  void add_max_retries(int32_t max_retries) {
+    fbb_.AddElement<int32_t>(SubmitTaskRequest::VT_MAX_RETRIES, max_retries, 0);
+  }
+  void add_pins(::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> pins) {
+    fbb_.AddOffset(SubmitTaskRequest::VT_PINS, pins);
+  }
   explicit SubmitTaskRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -1939,9 +2184,15 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequest(
     uint32_t max_concurrency = 1,
     const rayfield::store::protocol::fb::UniqueID *caller_id = nullptr,
     uint64_t sequence_no = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> payload = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> payload = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> return_ids = 0,
+    int32_t max_retries = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> pins = 0) {
   SubmitTaskRequestBuilder builder_(_fbb);
   builder_.add_sequence_no(sequence_no);
+  builder_.add_pins(pins);
+  builder_.add_max_retries(max_retries);
+  builder_.add_return_ids(return_ids);
   builder_.add_payload(payload);
   builder_.add_caller_id(caller_id);
   builder_.add_max_concurrency(max_concurrency);
@@ -1963,10 +2214,15 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
     uint32_t max_concurrency = 1,
     const rayfield::store::protocol::fb::UniqueID *caller_id = nullptr,
     uint64_t sequence_no = 0,
-    const std::vector<uint8_t> *payload = nullptr) {
+    const std::vector<uint8_t> *payload = nullptr,
+    const std::vector<rayfield::store::protocol::fb::UniqueID> *return_ids = nullptr,
+    int32_t max_retries = 0,
+    const std::vector<rayfield::store::protocol::fb::UniqueID> *pins = nullptr) {
   auto resources__ = resources ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>(*resources) : 0;
   auto dependencies__ = dependencies ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*dependencies) : 0;
   auto payload__ = payload ? _fbb.CreateVector<uint8_t>(*payload) : 0;
+  auto return_ids__ = return_ids ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*return_ids) : 0;
+  auto pins__ = pins ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*pins) : 0;
   return rayfield::store::protocol::fb::CreateSubmitTaskRequest(
       _fbb,
       task_id,
@@ -1977,7 +2233,10 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
       max_concurrency,
       caller_id,
       sequence_no,
-      payload__);
+      payload__,
+      return_ids__,
+      max_retries,
+      pins__);
 }
 
 /// Make this connection a worker that can receive tasks.
@@ -2389,6 +2648,15 @@ struct Message FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const rayfield::store::protocol::fb::WorkerBlockedRequest *body_as_WorkerBlockedRequest() const {
     return body_type() == rayfield::store::protocol::fb::Body::WorkerBlockedRequest ? static_cast<const rayfield::store::protocol::fb::WorkerBlockedRequest *>(body()) : nullptr;
   }
+  const rayfield::store::protocol::fb::WaitRequest *body_as_WaitRequest() const {
+    return body_type() == rayfield::store::protocol::fb::Body::WaitRequest ? static_cast<const rayfield::store::protocol::fb::WaitRequest *>(body()) : nullptr;
+  }
+  const rayfield::store::protocol::fb::WaitReply *body_as_WaitReply() const {
+    return body_type() == rayfield::store::protocol::fb::Body::WaitReply ? static_cast<const rayfield::store::protocol::fb::WaitReply *>(body()) : nullptr;
+  }
+  const rayfield::store::protocol::fb::PinRequest *body_as_PinRequest() const {
+    return body_type() == rayfield::store::protocol::fb::Body::PinRequest ? static_cast<const rayfield::store::protocol::fb::PinRequest *>(body()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2506,6 +2774,18 @@ template<> inline const rayfield::store::protocol::fb::TaskDoneRequest *Message:
 
 template<> inline const rayfield::store::protocol::fb::WorkerBlockedRequest *Message::body_as<rayfield::store::protocol::fb::WorkerBlockedRequest>() const {
   return body_as_WorkerBlockedRequest();
+}
+
+template<> inline const rayfield::store::protocol::fb::WaitRequest *Message::body_as<rayfield::store::protocol::fb::WaitRequest>() const {
+  return body_as_WaitRequest();
+}
+
+template<> inline const rayfield::store::protocol::fb::WaitReply *Message::body_as<rayfield::store::protocol::fb::WaitReply>() const {
+  return body_as_WaitReply();
+}
+
+template<> inline const rayfield::store::protocol::fb::PinRequest *Message::body_as<rayfield::store::protocol::fb::PinRequest>() const {
+  return body_as_PinRequest();
 }
 
 struct MessageBuilder {
@@ -2709,6 +2989,18 @@ inline bool VerifyBody(::flatbuffers::VerifierTemplate<B> &verifier, const void 
     }
     case Body::WorkerBlockedRequest: {
       auto ptr = reinterpret_cast<const rayfield::store::protocol::fb::WorkerBlockedRequest *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
+    case Body::WaitRequest: {
+      auto ptr = reinterpret_cast<const rayfield::store::protocol::fb::WaitRequest *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
+    case Body::WaitReply: {
+      auto ptr = reinterpret_cast<const rayfield::store::protocol::fb::WaitReply *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
+    case Body::PinRequest: {
+      auto ptr = reinterpret_cast<const rayfield::store::protocol::fb::PinRequest *>(obj);
       return verifier.VerifyTable(ptr);
     }
     default: return true;

@@ -31,3 +31,6 @@ class Body(object):
     TaskDispatch = 25
     TaskDoneRequest = 26
     WorkerBlockedRequest = 27
+    WaitRequest = 28
+    WaitReply = 29
+    PinRequest = 30

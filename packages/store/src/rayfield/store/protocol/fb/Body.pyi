@@ -37,4 +37,7 @@ class Body(object):
   TaskDispatch = cast(int, ...)
   TaskDoneRequest = cast(int, ...)
   WorkerBlockedRequest = cast(int, ...)
+  WaitRequest = cast(int, ...)
+  WaitReply = cast(int, ...)
+  PinRequest = cast(int, ...)
 

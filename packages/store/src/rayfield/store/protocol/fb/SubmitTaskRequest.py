@@ -156,8 +156,65 @@ class SubmitTaskRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         return o == 0
 
+    # Objects the task returns: if its worker dies and no retry is left, the
+    # node seals an error object (metadata "WORKER_DIED") under each.
+    # SubmitTaskRequest
+    def ReturnIds(self, j: int) -> Optional[UniqueID]:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 20
+            obj = UniqueID()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # SubmitTaskRequest
+    def ReturnIdsLength(self) -> int:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # SubmitTaskRequest
+    def ReturnIdsIsNone(self) -> bool:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        return o == 0
+
+    # Retries after a worker death (-1: unlimited).
+    # SubmitTaskRequest
+    def MaxRetries(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # Objects the node keeps alive until the task finishes (arguments).
+    # SubmitTaskRequest
+    def Pins(self, j: int) -> Optional[UniqueID]:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 20
+            obj = UniqueID()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # SubmitTaskRequest
+    def PinsLength(self) -> int:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # SubmitTaskRequest
+    def PinsIsNone(self) -> bool:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        return o == 0
+
 def SubmitTaskRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(9)
+    builder.StartObject(12)
 
 def Start(builder: flatbuffers.Builder):
     SubmitTaskRequestStart(builder)
@@ -233,6 +290,36 @@ def SubmitTaskRequestStartPayloadVector(builder, numElems: int) -> int:
 
 def StartPayloadVector(builder, numElems: int) -> int:
     return SubmitTaskRequestStartPayloadVector(builder, numElems)
+
+def SubmitTaskRequestAddReturnIds(builder: flatbuffers.Builder, returnIds: int):
+    builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(returnIds), 0)
+
+def AddReturnIds(builder: flatbuffers.Builder, returnIds: int):
+    SubmitTaskRequestAddReturnIds(builder, returnIds)
+
+def SubmitTaskRequestStartReturnIdsVector(builder, numElems: int) -> int:
+    return builder.StartVector(20, numElems, 1)
+
+def StartReturnIdsVector(builder, numElems: int) -> int:
+    return SubmitTaskRequestStartReturnIdsVector(builder, numElems)
+
+def SubmitTaskRequestAddMaxRetries(builder: flatbuffers.Builder, maxRetries: int):
+    builder.PrependInt32Slot(10, maxRetries, 0)
+
+def AddMaxRetries(builder: flatbuffers.Builder, maxRetries: int):
+    SubmitTaskRequestAddMaxRetries(builder, maxRetries)
+
+def SubmitTaskRequestAddPins(builder: flatbuffers.Builder, pins: int):
+    builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(pins), 0)
+
+def AddPins(builder: flatbuffers.Builder, pins: int):
+    SubmitTaskRequestAddPins(builder, pins)
+
+def SubmitTaskRequestStartPinsVector(builder, numElems: int) -> int:
+    return builder.StartVector(20, numElems, 1)
+
+def StartPinsVector(builder, numElems: int) -> int:
+    return SubmitTaskRequestStartPinsVector(builder, numElems)
 
 def SubmitTaskRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()

@@ -1,0 +1,88 @@
+"""Tasks through a real node: pins, wait, worker death with retries and error objects."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from rayfield.store import StoreClient
+
+
+def oid() -> bytes:
+    return os.urandom(20)
+
+
+def test_pin_keeps_a_future_object_from_eviction(node: Any) -> None:
+    with StoreClient(node.socket_path) as owner, StoreClient(node.socket_path) as writer:
+        pinned = oid()
+        owner.pin([pinned])  # before the object exists
+        writer.put(pinned, b"x" * (20 << 20))
+        for _ in range(8):  # 160 MB through a 64 MB store: everything else is evicted
+            writer.put(oid(), b"y" * (20 << 20))
+        assert owner.contains(pinned)
+        owner.release_many([pinned])
+        for _ in range(4):
+            writer.put(oid(), b"z" * (20 << 20))
+        assert not owner.contains(pinned)
+
+
+def test_wait_returns_when_enough_are_ready(node: Any) -> None:
+    with StoreClient(node.socket_path) as a, StoreClient(node.socket_path) as b:
+        ids = [oid() for _ in range(4)]
+        a.put(ids[2], b"ready")
+        assert a.wait(ids, 1, timeout_s=0) == [False, False, True, False]
+        assert a.wait(ids, 2, timeout_s=0.05) == [False, False, True, False]  # timed out
+        threading.Timer(0.1, lambda: b.put(ids[0], b"later")).start()
+        t0 = time.monotonic()
+        assert a.wait(ids, 2, timeout_s=5) == [True, False, True, False]
+        assert time.monotonic() - t0 < 2
+        # wait takes no references: the objects stay deletable
+        assert a.delete([ids[0], ids[2]]) == [True, True]
+
+
+def _worker(socket_path: str) -> StoreClient:
+    w = StoreClient(socket_path, kind="worker")
+    w.register_worker(oid())
+    return w
+
+
+def test_dead_worker_task_is_retried_then_fails_with_an_error_object(node: Any) -> None:
+    with StoreClient(node.socket_path) as driver:
+        result = oid()
+        driver.submit_task(
+            oid(), b"payload", resources={"CPU": 1}, return_ids=[result], max_retries=1
+        )
+        first = _worker(node.socket_path)
+        assert first.next_task(timeout_s=5)["payload"] == b"payload"
+        first.close()  # dies while running: retried
+        second = _worker(node.socket_path)
+        assert second.next_task(timeout_s=5) is not None
+        second.close()  # dies again: no retry left
+        [buf] = driver.get([result], timeout_s=5)
+        assert buf is not None
+        assert buf.metadata == b"WORKER_DIED"
+        assert b"worker process died" in bytes(buf)
+        buf.release()
+        assert node.scheduler_snapshot()["available"] == {"CPU": 2.0}
+
+
+def test_task_pins_arguments_until_done(node: Any) -> None:
+    with StoreClient(node.socket_path) as driver:
+        arg = oid()
+        driver.put(arg, b"a" * (30 << 20))
+        task = oid()
+        driver.submit_task(task, b"p", resources={"CPU": 1}, dependencies=[arg], pins=[arg])
+        for _ in range(4):  # would evict `arg` if the node did not pin it
+            driver.put(oid(), b"b" * (20 << 20))
+        assert driver.contains(arg)
+        w = _worker(node.socket_path)
+        got = w.next_task(timeout_s=5)
+        assert got["task_id"] == task
+        w.task_done(task)
+        time.sleep(0.05)
+        for _ in range(4):
+            driver.put(oid(), b"c" * (20 << 20))
+        assert not driver.contains(arg)
+        w.close()
