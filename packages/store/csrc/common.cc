@@ -31,7 +31,7 @@ void Log(int level, const std::string& message) {
     return;
   }
   static const char* names[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
-  if (level < 1) return;
+  if (level < 2) return;  // info and debug only through a sink
   std::fprintf(stderr, "[rayfield.store %s] %s\n", names[level & 3], message.c_str());
 }
 

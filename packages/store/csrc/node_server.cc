@@ -638,6 +638,7 @@ bool NodeServer::HandleWorkerMessage(Conn& c, uint64_t seq, const fb::Message* m
     if (!c.worker) {
       c.worker = true;
       scheduler_->AddWorker(c.id);
+      PushEvent(WorkerRegistered{c.id, c.pid});
     }
     ReplyStatus(c, seq, Status::OK());
     return true;

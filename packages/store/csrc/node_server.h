@@ -52,10 +52,14 @@ struct ClientDisconnected {
   ClientID client;
   int pid;
 };
+struct WorkerRegistered {
+  ClientID client;
+  int pid;
+};
 struct StoreFullEvent {
   uint64_t requested_bytes, capacity_bytes, used_bytes;
 };
-using NodeEvent = std::variant<ObjectMissing, ClientDisconnected, StoreFullEvent, NeedWorker,
+using NodeEvent = std::variant<ObjectMissing, ClientDisconnected, WorkerRegistered, StoreFullEvent, NeedWorker,
                                TaskInfeasible, MissingDependencies, WorkerLost>;
 
 struct ObjectInfoCopy {

@@ -140,7 +140,8 @@ class NodeServer:
     ``("task_infeasible", task_id, demand, reason)``,
     ``("missing_dependencies", task_id, object_ids)``,
     ``("worker_lost", client_id, running_task_ids, actor_id_or_None)``,
-    ``("client_disconnected", client_id, pid)`` and
+    ``("client_disconnected", client_id, pid)``,
+    ``("worker_registered", client_id, pid)`` and
     ``("store_full", requested_bytes, capacity_bytes, used_bytes)``, the last
     one being the hook through which the runtime spills objects to disk.
     """

@@ -1,0 +1,60 @@
+"""rayfield: distributed Python with the Ray API.
+
+import rayfield as rf
+rf.init()
+
+@rf.remote
+def square(x):
+    return x * x
+
+print(rf.get([square.remote(i) for i in range(4)]))  # [0, 1, 4, 9]
+"""
+
+from __future__ import annotations
+
+# Other distributions (rayfield-store, rayfield-tune, ...) add subpackages of `rayfield`;
+# this makes them importable also from editable installs in other folders.
+from pkgutil import extend_path
+
+__path__ = extend_path(__path__, __name__)
+
+from rayfield import exceptions
+from rayfield._private.object_ref import ObjectID, ObjectRef
+from rayfield.actor import ActorClass, ActorHandle, method
+from rayfield.api import (
+    available_resources,
+    cluster_resources,
+    get,
+    get_actor,
+    get_gpu_ids,
+    get_resource_ids,
+    init,
+    is_initialized,
+    put,
+    remote,
+    shutdown,
+    wait,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActorClass",
+    "ActorHandle",
+    "ObjectID",
+    "ObjectRef",
+    "available_resources",
+    "cluster_resources",
+    "exceptions",
+    "get",
+    "get_actor",
+    "get_gpu_ids",
+    "get_resource_ids",
+    "init",
+    "is_initialized",
+    "method",
+    "put",
+    "remote",
+    "shutdown",
+    "wait",
+]

@@ -1,0 +1,149 @@
+"""ObjectRef, the handle of an object in the store, and per-process reference counting.
+
+Every process counts its live ObjectRefs per object id. The first ref of an id pins the
+object in the node's store (the pin also works before the object exists, so task returns
+are pinned from birth); when the last one is garbage collected, the pin is released (in
+batches) and the object becomes evictable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any
+
+from rayfield._private import serialization
+
+__all__ = ["ObjectRef", "RefTracker"]
+
+_RELEASE_BATCH = 128
+
+
+class RefTracker:
+    """Counts ObjectRefs per id in this process and pins/releases them in the store."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._counts: dict[bytes, int] = {}
+        self._lock = threading.Lock()
+        self._to_release: list[bytes] = []
+
+    def add(self, oid: bytes, pinned: bool) -> None:
+        with self._lock:
+            n = self._counts.get(oid, 0)
+            self._counts[oid] = n + 1
+        if n == 0 and not pinned:
+            self._client.pin([oid])
+
+    def pinned_by_caller(self, oid: bytes) -> None:
+        """Count a ref whose pin the caller already sent (e.g. task returns)."""
+        with self._lock:
+            n = self._counts.get(oid, 0)
+            self._counts[oid] = n + 1
+        if n > 0:  # a second pin for an id we already hold: drop the extra one
+            self._to_release.append(oid)
+
+    def remove(self, oid: bytes) -> None:
+        with self._lock:
+            n = self._counts.get(oid, 0) - 1
+            if n > 0:
+                self._counts[oid] = n
+                return
+            self._counts.pop(oid, None)
+            self._to_release.append(oid)
+            flush = len(self._to_release) >= _RELEASE_BATCH
+        if flush:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            batch, self._to_release = self._to_release, []
+        if batch and not self._client.closed:
+            self._client.release_many(batch)
+
+    def count(self, oid: bytes) -> int:
+        return self._counts.get(oid, 0)
+
+
+_tracker: RefTracker | None = None
+
+
+def set_tracker(tracker: RefTracker | None) -> None:
+    global _tracker
+    _tracker = tracker
+
+
+class ObjectRef:
+    """A reference to an immutable object in the object store (classic name: ObjectID).
+
+    Hashable, comparable, printable and picklable (a ref nested inside another object or
+    passed to another process stays a ref). ``await ref`` and ``ref.future()`` give its
+    value asynchronously.
+    """
+
+    __slots__ = ("__weakref__", "_counted", "_id")
+
+    def __init__(self, object_id: bytes, *, _pinned: bool = False) -> None:
+        if len(object_id) != 20:
+            raise ValueError(f"an ObjectRef id is 20 bytes, got {len(object_id)}")
+        self._id = object_id
+        tracker = _tracker
+        self._counted = tracker is not None
+        if tracker is not None:
+            if _pinned:
+                tracker.pinned_by_caller(object_id)
+            else:
+                tracker.add(object_id, False)
+
+    def __del__(self) -> None:
+        tracker = _tracker
+        if self._counted and tracker is not None:
+            try:
+                tracker.remove(self._id)
+            except Exception:  # interpreter shutdown, closed connection
+                pass
+
+    def binary(self) -> bytes:
+        """The 20-byte id."""
+        return self._id
+
+    def hex(self) -> str:
+        """The id as 40 hex characters."""
+        return self._id.hex()
+
+    def __hash__(self) -> int:
+        return hash(self._id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectRef) and other._id == self._id
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self._id.hex()})"
+
+    def __reduce__(self) -> Any:
+        ctx = serialization.current_context()
+        if ctx is not None:
+            ctx.contained_refs.append(self)
+        return (ObjectRef, (self._id,))
+
+    def future(self) -> concurrent.futures.Future[Any]:
+        """A concurrent.futures.Future that resolves to the value (or its error)."""
+        from rayfield._private.runtime import get_runtime
+
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def resolve() -> None:
+            try:
+                fut.set_result(get_runtime().get([self], None)[0])
+            except BaseException as exc:
+                fut.set_exception(exc)
+
+        threading.Thread(target=resolve, daemon=True, name="rayfield-future").start()
+        return fut
+
+    def __await__(self) -> Any:
+        return asyncio.wrap_future(self.future()).__await__()
+
+
+ObjectID = ObjectRef

@@ -1,0 +1,287 @@
+"""The per-process runtime of a driver or a worker: objects, tasks and exported code.
+
+There is one Runtime per connected process, reached through :func:`get_runtime`. It owns
+the connection to the node (a ``rayfield.store.StoreClient``) and implements put, get,
+wait and task submission over it.
+
+Task payload (opaque to the node): a pickled tuple
+``(kind, function_id, args, return_ids, name, options)`` where ``args`` is either the
+serialized ``(args, kwargs)`` inline or the id of an object holding them; top-level
+ObjectRef arguments are replaced by :class:`ArgRef` markers and become the task's
+dependencies (the node runs the task once they are local).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import struct
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import cloudpickle
+
+from rayfield import exceptions
+from rayfield._private import serialization
+from rayfield._private.object_ref import ObjectRef, RefTracker, set_tracker
+from rayfield.store import GetTimeoutError as StoreGetTimeout
+from rayfield.store import StoreClient
+
+__all__ = ["ArgRef", "Runtime", "get_runtime", "set_runtime"]
+
+INLINE_ARGS_BYTES = 100 << 10  # larger arguments travel through the store
+ERROR_TAGS = (b"ERROR", b"WORKER_DIED", b"ACTOR_DIED")
+
+
+class ArgRef:
+    """Marks a top-level ObjectRef argument, resolved to its value before the task runs."""
+
+    __slots__ = ("object_id",)
+
+    def __init__(self, object_id: bytes) -> None:
+        self.object_id = object_id
+
+    def __reduce__(self) -> Any:
+        return (ArgRef, (self.object_id,))
+
+
+class IdGenerator:
+    """Unique 20-byte ids: 12 random bytes per process, a counter, and an index."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(12)
+        self._counter = 0
+        self._lock = threading.Lock()
+
+    def task_id(self) -> bytes:
+        with self._lock:
+            self._counter += 1
+            n = self._counter
+        return self._prefix + struct.pack("<II", n, 0)
+
+    @staticmethod
+    def return_id(task_id: bytes, index: int) -> bytes:
+        return task_id[:16] + struct.pack("<I", index + 1)
+
+    def put_id(self) -> bytes:
+        with self._lock:
+            self._counter += 1
+            n = self._counter
+        return self._prefix + struct.pack("<II", n, 0xFFFFFFFF)
+
+
+class Runtime:
+    """A driver's or worker's connection to its node and everything built on it."""
+
+    def __init__(self, socket_path: str, *, is_worker: bool, node_address: str = "127.0.0.1"):
+        self.client = StoreClient(socket_path, kind="worker" if is_worker else "driver")
+        self.is_worker = is_worker
+        self.node_address = node_address
+        self.refs = RefTracker(self.client)
+        self.ids = IdGenerator()
+        self.exported: set[bytes] = set()
+        self.functions: dict[bytes, Any] = {}
+        self.local = threading.local()  # current task (worker side)
+        set_tracker(self.refs)
+
+    def close(self) -> None:
+        set_tracker(None)
+        self.client.close()
+
+    # ---- objects --------------------------------------------------------------------
+
+    def store_value(self, object_id: bytes, value: Any) -> None:
+        """Serialize `value` into the store under `object_id` (create, write, seal)."""
+        obj = serialization.serialize(value)
+        self.store_serialized(object_id, obj)
+
+    def store_serialized(self, object_id: bytes, obj: serialization.SerializedObject) -> None:
+        if obj.total_bytes <= INLINE_ARGS_BYTES:
+            self.client.put(object_id, obj.to_bytes(), obj.metadata)
+        else:
+            view = self.client.create(object_id, obj.total_bytes, obj.metadata)
+            obj.write_to(view)
+            self.client.seal(object_id)
+
+    def put(self, value: Any) -> ObjectRef:
+        if isinstance(value, ObjectRef):
+            raise TypeError("put() of an ObjectRef: pass the ref itself instead")
+        oid = self.ids.put_id()
+        self.client.pin([oid])  # the owner's pin, before the object exists
+        ref = ObjectRef(oid, _pinned=True)
+        self.store_value(oid, value)
+        return ref
+
+    def get(self, refs: Sequence[ObjectRef], timeout_s: float | None) -> list[Any]:
+        ids = [r.binary() for r in refs]
+        self.refs.flush()
+        bufs = self.client.get(ids, timeout_s=0 if self.is_worker else timeout_s)
+        if self.is_worker and None in bufs and timeout_s != 0:
+            missing = [i for i, b in enumerate(bufs) if b is None]
+            self.client.set_blocked(True)  # lend this worker's CPU while waiting
+            try:
+                more = self.client.get([ids[i] for i in missing], timeout_s=timeout_s)
+            finally:
+                self.client.set_blocked(False)
+            for i, b in zip(missing, more):
+                bufs[i] = b
+        values = []
+        for ref, buf in zip(refs, bufs):
+            if buf is None:
+                raise exceptions.GetTimeoutError(
+                    f"get timed out after {timeout_s} s waiting for {ref}"
+                )
+            values.append(self._decode(ref, buf))
+        return values
+
+    def _decode(self, ref: ObjectRef, buf: Any) -> Any:
+        meta = buf.metadata
+        if meta in ERROR_TAGS:
+            if meta == b"ERROR":
+                raise serialization.deserialize(memoryview(buf), meta)
+            message = bytes(buf).decode(errors="replace")
+            buf.release()
+            if meta == b"ACTOR_DIED":
+                raise exceptions.ActorDiedError(f"{message} (object {ref.hex()})")
+            raise exceptions.WorkerCrashedError(f"{message} (object {ref.hex()})")
+        if meta == b"RAW" and buf.size < 4096:
+            data = bytes(buf)
+            buf.release()
+            return data
+        return serialization.deserialize(memoryview(buf), meta)
+
+    def wait(
+        self, refs: Sequence[ObjectRef], num_returns: int, timeout_s: float | None
+    ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        self.refs.flush()
+        try:
+            flags = self.client.wait([r.binary() for r in refs], num_returns, timeout_s)
+        except StoreGetTimeout:
+            flags = [False] * len(refs)
+        ready = [r for r, f in zip(refs, flags) if f][:num_returns]
+        chosen = set(map(id, ready))
+        return ready, [r for r in refs if id(r) not in chosen]
+
+    # ---- code ----------------------------------------------------------------------
+
+    def export(self, obj: Any) -> bytes:
+        """Put a function or class into the store once; its id is its content hash."""
+        blob = cloudpickle.dumps(obj, protocol=5)
+        fid = hashlib.sha1(blob).digest()
+        if fid not in self.exported:
+            self.client.pin([fid])  # kept for the whole session
+            try:
+                self.client.put(fid, blob, b"CODE")
+            except Exception as exc:
+                if type(exc).__name__ != "ObjectExistsError":
+                    raise
+            self.exported.add(fid)
+        return fid
+
+    def load(self, function_id: bytes) -> Any:
+        fn = self.functions.get(function_id)
+        if fn is None:
+            [buf] = self.client.get([function_id], timeout_s=60)
+            if buf is None:
+                raise RuntimeError(f"function {function_id.hex()} was not exported")
+            fn = cloudpickle.loads(bytes(buf))
+            buf.release()
+            self.functions[function_id] = fn
+        return fn
+
+    # ---- tasks ---------------------------------------------------------------------
+
+    def submit(
+        self,
+        kind: str,
+        function_id: bytes,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        num_returns: int,
+        name: str,
+        resources: dict[str, float],
+        *,
+        max_retries: int = 0,
+        options: dict[str, Any] | None = None,
+        actor_id: bytes | None = None,
+        caller_id: bytes | None = None,
+        sequence_no: int = 0,
+        max_concurrency: int = 1,
+    ) -> list[ObjectRef]:
+        deps: list[bytes] = []
+        marked = [ArgRef(a.binary()) if isinstance(a, ObjectRef) else a for a in args]
+        for a in marked:
+            if isinstance(a, ArgRef):
+                deps.append(a.object_id)
+        kw = {k: ArgRef(v.binary()) if isinstance(v, ObjectRef) else v for k, v in kwargs.items()}
+        deps += [v.object_id for v in kw.values() if isinstance(v, ArgRef)]
+        ser = serialization.serialize((marked, kw))
+        pins = deps + [r.binary() for r in ser.contained_refs]
+        args_part: Any
+        if ser.total_bytes > INLINE_ARGS_BYTES:
+            args_id = self.ids.put_id()
+            self.store_serialized(args_id, ser)
+            args_part, deps, pins = args_id, [*deps, args_id], [*pins, args_id]
+        else:
+            args_part = (ser.to_bytes(), ser.metadata)
+        task_id = self.ids.task_id()
+        return_ids = [IdGenerator.return_id(task_id, i) for i in range(num_returns)]
+        payload = pickle.dumps(
+            (kind, function_id, args_part, return_ids, name, options), protocol=5
+        )
+        self.client.pin(return_ids)
+        self.client.submit_task(
+            task_id,
+            payload,
+            resources=resources,
+            dependencies=deps,
+            actor_id=actor_id,
+            actor_creation=kind == "actor_create",
+            max_concurrency=max_concurrency,
+            caller_id=caller_id,
+            sequence_no=sequence_no,
+            return_ids=return_ids,
+            max_retries=max_retries,
+            pins=pins,
+        )
+        return [ObjectRef(r, _pinned=True) for r in return_ids]
+
+    def resolve_args(self, args_part: Any) -> tuple[list[Any], dict[str, Any]]:
+        """Rebuild a task's (args, kwargs), fetching ObjectRef arguments by value."""
+        if isinstance(args_part, bytes):
+            [buf] = self.get([ObjectRef(args_part)], None)
+            args, kwargs = buf
+        else:
+            data, meta = args_part
+            args, kwargs = serialization.deserialize(data, meta)
+        refs = [a for a in args if isinstance(a, ArgRef)]
+        refs += [v for v in kwargs.values() if isinstance(v, ArgRef)]
+        if refs:
+            values = dict(
+                zip(
+                    (r.object_id for r in refs),
+                    self.get([ObjectRef(r.object_id) for r in refs], None),
+                )
+            )
+            args = [values[a.object_id] if isinstance(a, ArgRef) else a for a in args]
+            kwargs = {
+                k: values[v.object_id] if isinstance(v, ArgRef) else v for k, v in kwargs.items()
+            }
+        return list(args), kwargs
+
+
+_runtime: Runtime | None = None
+
+
+def get_runtime() -> Runtime:
+    """The current process's runtime; raises if rayfield.init() was not called."""
+    if _runtime is None:
+        raise exceptions.RayfieldError("rayfield is not initialized: call rayfield.init() first")
+    return _runtime
+
+
+def set_runtime(runtime: Runtime | None) -> None:
+    global _runtime
+    _runtime = runtime

@@ -1,0 +1,158 @@
+"""A worker process: runs the tasks its node dispatches to it, or hosts one actor.
+
+Started by the node as ``python -m rayfield._private.worker_main SOCKET``. It imports
+nothing heavy (no grpc) so a warm pool fills quickly. It exits when the node closes the
+connection, or after ``max_calls`` runs of a function.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import pickle
+import sys
+import threading
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rayfield import exceptions
+from rayfield._private import serialization
+from rayfield._private.runtime import Runtime, set_runtime
+from rayfield.store import StoreConnectionError
+
+
+class TaskContext(threading.local):
+    """What the running task may ask about itself (GPU ids, task and actor ids)."""
+
+    task_id: bytes | None = None
+    actor_id: bytes | None = None
+    resource_ids: dict[str, list[tuple[int, float]]] = {}
+
+
+class Worker:
+    def __init__(self, socket_path: str) -> None:
+        self.rt = Runtime(socket_path, is_worker=True)
+        set_runtime(self.rt)
+        self.rt.local = TaskContext()
+        self.rt.client.register_worker(os.urandom(20))
+        self.actor: Any = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.calls: dict[bytes, int] = {}
+        self.exit_after = False
+
+    def run(self) -> None:
+        while not self.exit_after:
+            try:
+                task = self.rt.client.next_task(timeout_s=None)
+            except StoreConnectionError:
+                return  # the node is gone
+            if task is None:
+                continue
+            if (
+                self.pool is not None
+                and task["actor_id"] is not None
+                and not task["actor_creation"]
+            ):
+                self.pool.submit(self.execute, task)
+            else:
+                self.execute(task)
+
+    def execute(self, task: dict[str, Any]) -> None:
+        kind, fid, args_part, return_ids, name, options = pickle.loads(task["payload"])
+        ctx = self.rt.local
+        ctx.task_id, ctx.actor_id = task["task_id"], task["actor_id"]
+        if task["instances"] or kind != "actor_method":
+            ids: dict[str, list[tuple[int, float]]] = {}
+            for res, index, amount in task["instances"]:
+                ids.setdefault(res, []).append((index, amount))
+            ctx.resource_ids = ids
+            gpus = ",".join(str(i) for i, _ in ids.get("GPU", []))
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpus
+        try:
+            args, kwargs = self.rt.resolve_args(args_part)
+            result = self.call(kind, fid, name, args, kwargs, options or {})
+            self.store_results(return_ids, result)
+        except BaseException as exc:  # the task's own error: stored, never fatal
+            err = exceptions.TaskError.wrap(
+                exc, name, traceback.format_exc(), os.getpid(), self.rt.node_address
+            )
+            if kind == "actor_create":
+                self.actor = _FailedActor(err)
+            obj = serialization.serialize_error(err)
+            for rid in return_ids:
+                self.rt.store_serialized(rid, obj)
+        self.rt.refs.flush()
+        self.rt.client.task_done(task["task_id"])
+        max_calls = (options or {}).get("max_calls") or 0
+        if kind == "task" and max_calls:
+            self.calls[fid] = self.calls.get(fid, 0) + 1
+            if self.calls[fid] >= max_calls:
+                self.exit_after = True
+
+    def call(
+        self,
+        kind: str,
+        fid: bytes,
+        name: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        options: dict[str, Any],
+    ) -> Any:
+        if kind == "task":
+            return self.rt.load(fid)(*args, **kwargs)
+        if kind == "actor_create":
+            cls = self.rt.load(fid)
+            self.actor = cls.__new__(cls)
+            self.actor.__init__(*args, **kwargs)
+            self.setup_concurrency(cls, options.get("max_concurrency", 1))
+            return None
+        if isinstance(self.actor, _FailedActor):
+            raise exceptions.ActorDiedError(f"the actor's constructor failed: {self.actor.error}")
+        method = getattr(self.actor, name.rsplit(".", 1)[-1])
+        if inspect.iscoroutinefunction(method):
+            assert self.loop is not None
+            return asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self.loop).result()
+        return method(*args, **kwargs)
+
+    def setup_concurrency(self, cls: type, max_concurrency: int) -> None:
+        is_async = any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(cls))
+        if is_async:
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(target=self.loop.run_forever, daemon=True, name="actor-loop").start()
+        if max_concurrency > 1 or is_async:
+            self.pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="actor")
+
+    def store_results(self, return_ids: list[bytes], result: Any) -> None:
+        if len(return_ids) == 1:
+            self.rt.store_value(return_ids[0], result)
+            return
+        values = list(result) if isinstance(result, (tuple, list)) else None
+        if values is None or len(values) != len(return_ids):
+            raise ValueError(
+                f"the task declared num_returns={len(return_ids)} but returned "
+                f"{type(result).__name__} {'of length ' + str(len(values)) if values else ''}"
+            )
+        for rid, value in zip(return_ids, values):
+            self.rt.store_value(rid, value)
+
+
+class _FailedActor:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def main() -> None:
+    worker = Worker(sys.argv[1])
+    try:
+        worker.run()
+    finally:
+        if worker.pool is not None:
+            worker.pool.shutdown(wait=True)
+        worker.rt.close()
+
+
+if __name__ == "__main__":
+    main()

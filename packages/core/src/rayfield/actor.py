@@ -1,0 +1,200 @@
+"""Actors: ``@rayfield.remote`` on a class, actor handles and ``@method``."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import threading
+from typing import Any
+
+from rayfield._private import options as opt
+from rayfield._private.runtime import get_runtime
+
+__all__ = ["ActorClass", "ActorHandle", "method"]
+
+_NO_FUNCTION = bytes(20)
+
+
+def method(*, num_returns: int = 1, num_return_vals: int | None = None) -> Any:
+    """Declare how many ObjectRefs an actor method returns: ``@method(num_returns=2)``."""
+    n = num_return_vals if num_return_vals is not None else num_returns
+
+    def decorate(fn: Any) -> Any:
+        fn.__rayfield_num_returns__ = n
+        return fn
+
+    return decorate
+
+
+def _methods(cls: type) -> dict[str, int]:
+    return {
+        name: getattr(fn, "__rayfield_num_returns__", 1)
+        for name, fn in inspect.getmembers(cls, callable)
+        if not name.startswith("__") or name == "__call__"
+    }
+
+
+def name_id(name: str, namespace: str = "") -> bytes:
+    """The store id under which a named actor's handle is published."""
+    return hashlib.sha1(f"rayfield-actor:{namespace}:{name}".encode()).digest()
+
+
+class ActorClass:
+    """A class whose instances live in their own worker process.
+
+    Options: ``num_cpus``, ``num_gpus``, ``resources``, ``memory`` (held for the actor's
+    lifetime; with none given the actor holds nothing), ``max_restarts`` (classic
+    ``max_reconstructions``), ``max_concurrency`` (threaded actor), ``name`` (then
+    ``rayfield.get_actor(name)`` finds it), ``lifetime="detached"``.
+    """
+
+    def __init__(self, cls: type, options: dict[str, Any]) -> None:
+        self._cls = cls
+        self._options = opt.normalize(options, actor=True)
+        self._methods = _methods(cls)
+        self._exported: tuple[Any, bytes] | None = None
+        self.__name__ = cls.__name__
+        self.__doc__ = cls.__doc__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"Actors cannot be instantiated directly. Instead of '{self.__name__}()', "
+            f"use '{self.__name__}.remote()'."
+        )
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        return self._create(args, kwargs, self._options)
+
+    def options(self, **options: Any) -> _BoundActorOptions:
+        return _BoundActorOptions(self, {**self._options, **opt.normalize(options, actor=True)})
+
+    def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> ActorHandle:
+        merged = {**self._options, **opt.normalize(options, actor=True)}
+        return self._create(tuple(args or ()), dict(kwargs or {}), merged)
+
+    def _create(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], o: dict[str, Any]
+    ) -> ActorHandle:
+        rt = get_runtime()
+        if o.get("name") and o.get("get_if_exists"):
+            existing = _lookup(o["name"], o.get("namespace", ""))
+            if existing is not None:
+                return existing
+        if self._exported is None or self._exported[0] is not rt:
+            self._exported = (rt, rt.export(self._cls))
+        actor_id = rt.ids.task_id()
+        is_async = any(inspect.iscoroutinefunction(f) for _, f in inspect.getmembers(self._cls))
+        concurrency = o.get("max_concurrency") or (1000 if is_async else 1)
+        handle = ActorHandle(actor_id, self._methods, self.__name__)
+        [handle._ready] = rt.submit(
+            "actor_create",
+            self._exported[1],
+            args,
+            kwargs,
+            1,
+            f"{self.__name__}.__init__",
+            opt.actor_resources(o),
+            max_retries=o.get("max_restarts", 0),
+            options={"max_concurrency": concurrency},
+            actor_id=actor_id,
+            caller_id=handle._caller_id,
+            max_concurrency=concurrency,
+        )
+        if o.get("name"):
+            from rayfield.store import ObjectExistsError
+
+            nid = name_id(o["name"], o.get("namespace", ""))
+            rt.client.pin([nid])  # the name lives as long as this session
+            try:
+                rt.store_value(nid, handle)
+            except ObjectExistsError:
+                raise ValueError(
+                    f"an actor named {o['name']!r} already exists; pick another name or "
+                    "pass get_if_exists=True"
+                ) from None
+        return handle
+
+
+class _BoundActorOptions:
+    def __init__(self, cls: ActorClass, options: dict[str, Any]) -> None:
+        self._cls, self._options = cls, options
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        return self._cls._create(args, kwargs, self._options)
+
+
+def _lookup(name: str, namespace: str) -> ActorHandle | None:
+    rt = get_runtime()
+    from rayfield._private.object_ref import ObjectRef
+
+    ref = ObjectRef(name_id(name, namespace))
+    if not rt.client.contains(ref.binary()):
+        return None
+    [handle] = rt.get([ref], 10)
+    return handle  # type: ignore[no-any-return,unused-ignore]
+
+
+class ActorHandle:
+    """A reference to an actor. Calls through one handle run in call order.
+
+    Handles can be passed to tasks and actors, returned, and put in the object store; each
+    copy orders its own calls.
+    """
+
+    def __init__(self, actor_id: bytes, methods: dict[str, int], class_name: str) -> None:
+        self._actor_id = actor_id
+        self._methods = methods
+        self._class_name = class_name
+        self._caller_id = get_runtime().ids.put_id()
+        self._seq = 0
+        self._lock = threading.Lock()
+        self._ready: Any = None
+
+    def __getattr__(self, name: str) -> ActorMethod:
+        methods = self.__dict__.get("_methods", {})
+        if name not in methods:
+            raise AttributeError(f"actor {self.__dict__.get('_class_name')} has no method {name!r}")
+        return ActorMethod(self, name, methods[name])
+
+    def __repr__(self) -> str:
+        return f"ActorHandle({self._class_name}, {self._actor_id.hex()})"
+
+    def __reduce__(self) -> Any:
+        return (ActorHandle, (self._actor_id, self._methods, self._class_name))
+
+    def _call(self, name: str, args: Any, kwargs: Any, num_returns: int) -> Any:
+        with self._lock:
+            seq = self._seq
+            self._seq += 1
+            refs = get_runtime().submit(
+                "actor_method",
+                _NO_FUNCTION,
+                args,
+                kwargs,
+                num_returns,
+                f"{self._class_name}.{name}",
+                {},
+                actor_id=self._actor_id,
+                caller_id=self._caller_id,
+                sequence_no=seq,
+            )
+        return refs[0] if num_returns == 1 else refs
+
+
+class ActorMethod:
+    """``handle.method.remote(*args)``; ``.options(num_returns=...)`` per call."""
+
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int) -> None:
+        self._handle, self._name, self._num_returns = handle, name, num_returns
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._handle._call(self._name, args, kwargs, self._num_returns)
+
+    def options(self, *, num_returns: int | None = None, **_: Any) -> ActorMethod:
+        return ActorMethod(self._handle, self._name, num_returns or self._num_returns)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"Actor methods cannot be called directly. Instead of running "
+            f"'handle.{self._name}()', try 'handle.{self._name}.remote()'."
+        )

@@ -1,0 +1,272 @@
+"""The core API: init, shutdown, remote, get, put, wait and friends."""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from rayfield import exceptions
+from rayfield._private import runtime as _rt
+from rayfield._private.object_ref import ObjectRef
+from rayfield.actor import ActorClass, ActorHandle, _lookup
+from rayfield.remote_function import RemoteFunction
+
+__all__ = [
+    "available_resources",
+    "cluster_resources",
+    "get",
+    "get_actor",
+    "get_gpu_ids",
+    "get_resource_ids",
+    "init",
+    "is_initialized",
+    "put",
+    "remote",
+    "shutdown",
+    "wait",
+]
+
+logger = logging.getLogger("rayfield")
+_node: Any = None
+_info: dict[str, Any] = {}
+
+
+def _detect_gpus() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip()])
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return len(list(gpus.iterdir())) if gpus.is_dir() else 0
+
+
+def init(
+    address: str | None = None,
+    *,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    resources: dict[str, float] | None = None,
+    object_store_memory: int | None = None,
+    local_mode: bool = False,
+    ignore_reinit_error: bool = False,
+    temp_dir: str | None = None,
+    plasma_directory: str | None = None,
+    huge_pages: bool = False,
+    log_to_driver: bool = True,
+    logging_level: int = logging.INFO,
+    configure_logging: bool = True,
+    include_dashboard: bool | None = None,
+    include_webui: bool | None = None,
+    redis_address: str | None = None,
+    **unsupported: Any,
+) -> dict[str, Any]:
+    """Start a local cluster (the embedded default) and connect this process to it.
+
+    Args:
+        address: a running cluster to connect to (classic ``redis_address``). Not
+            supported yet by this version: only the embedded local cluster.
+        num_cpus, num_gpus: the node's CPUs and GPUs (detected when None; GPUs from
+            ``CUDA_VISIBLE_DEVICES`` or the NVIDIA driver, else 0).
+        resources: custom resources, e.g. ``{"accelerator": 2}``.
+        object_store_memory: store size in bytes (default 30% of memory, at most 20 GB).
+        local_mode: run every task serially in this process (for debugging).
+        ignore_reinit_error: make a second ``init()`` a no-op instead of an error.
+        temp_dir: root of the session directory (default the system temp dir + /rayfield).
+        plasma_directory, huge_pages: where the store's memory comes from.
+        log_to_driver: print worker output here, prefixed with ``(pid=..., ip=...)``.
+
+    Returns:
+        Address information: ``node_ip_address``, ``session_dir``, ``object_store_address``.
+
+    Raises:
+        RuntimeError: already initialized (unless ``ignore_reinit_error``).
+        ValueError: resource arguments given together with ``address``, or unknown arguments.
+    """
+    global _node, _info
+    address = address or redis_address
+    if unsupported:
+        raise TypeError(f"init() got unsupported arguments: {', '.join(sorted(unsupported))}")
+    if is_initialized():
+        if ignore_reinit_error:
+            return _info
+        raise RuntimeError(
+            "rayfield.init() was called twice. Pass ignore_reinit_error=True or call "
+            "rayfield.shutdown() first."
+        )
+    if address is not None:
+        if any(v is not None for v in (num_cpus, num_gpus, resources, object_store_memory)):
+            raise ValueError(
+                "When connecting to an existing cluster, num_cpus, num_gpus, resources and "
+                "object_store_memory must not be given: set them with 'rayfield start'."
+            )
+        raise NotImplementedError("connecting to a running cluster is not supported yet")
+    if configure_logging:
+        logging.basicConfig(level=logging_level, format="%(asctime)s %(levelname)s %(message)s")
+    node_resources = {"CPU": float(num_cpus if num_cpus is not None else os.cpu_count() or 1)}
+    gpus = num_gpus if num_gpus is not None else _detect_gpus()
+    if gpus:
+        node_resources["GPU"] = float(gpus)
+    for name, amount in (resources or {}).items():
+        if name in ("CPU", "GPU"):
+            raise ValueError(f"use num_cpus/num_gpus instead of resources[{name!r}]")
+        node_resources[name] = float(amount)
+    if local_mode:
+        from rayfield._private.local_mode import LocalRuntime
+
+        _rt.set_runtime(LocalRuntime(node_resources))  # type: ignore[arg-type,unused-ignore]
+        _info = {"node_ip_address": "127.0.0.1", "local_mode": True}
+        return _info
+    memory = object_store_memory or min(int(psutil.virtual_memory().total * 0.3), 20 * 10**9)
+    root = Path(temp_dir or os.path.join(tempfile.gettempdir(), "rayfield"))
+    session = root / f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}"
+    from rayfield._private.node import LocalNode
+
+    _node = LocalNode(session, node_resources, memory, plasma_directory, huge_pages, log_to_driver)
+    try:
+        _rt.set_runtime(_rt.Runtime(_node.socket_path, is_worker=False))
+    except BaseException:
+        _node.shutdown()
+        _node = None
+        raise
+    _info = {
+        "node_ip_address": "127.0.0.1",
+        "session_dir": str(session),
+        "object_store_address": _node.socket_path,
+        "webui_url": None,
+    }
+    return _info
+
+
+def shutdown(exiting_interpreter: bool = False) -> None:
+    """Disconnect and stop everything ``init()`` started. Safe to call twice."""
+    global _node
+    runtime = _rt._runtime
+    if runtime is not None:
+        _rt.set_runtime(None)
+        runtime.close()
+    if _node is not None:
+        _node.shutdown()
+        _node = None
+
+
+atexit.register(shutdown, True)
+
+
+def is_initialized() -> bool:
+    """True between ``init()`` and ``shutdown()``."""
+    return _rt._runtime is not None
+
+
+def remote(*args: Any, **options: Any) -> Any:
+    """Make a function a remote function, or a class an actor class.
+
+    ``@remote``, ``@remote(num_cpus=2, num_returns=2)``, ``remote(fn)``. See
+    :class:`~rayfield.remote_function.RemoteFunction` and :class:`~rayfield.actor.ActorClass`
+    for the options.
+    """
+
+    def wrap(target: Any) -> Any:
+        if inspect.isclass(target):
+            return ActorClass(target, options)
+        if callable(target):
+            return RemoteFunction(target, options)
+        raise TypeError(f"@remote applies to functions and classes, not {type(target).__name__}")
+
+    if len(args) == 1 and not options and callable(args[0]):
+        return wrap(args[0])
+    if args:
+        raise TypeError("use @remote or @remote(option=value, ...)")
+    return wrap
+
+
+def put(value: Any) -> ObjectRef:
+    """Store `value` in the object store; returns its ObjectRef."""
+    return _rt.get_runtime().put(value)
+
+
+def get(object_refs: Any, *, timeout: float | None = None) -> Any:
+    """The value of an ObjectRef, or the values of a list of them (same order).
+
+    Blocks until they are ready. Numpy arrays are zero-copy, read-only views of the store.
+
+    Raises:
+        TaskError: the task raised (also an instance of the original exception's class).
+        WorkerCrashedError, ActorDiedError: the process running the task died.
+        GetTimeoutError: ``timeout`` seconds passed first.
+        TypeError: an argument that is not an ObjectRef.
+    """
+    if isinstance(object_refs, ObjectRef):
+        return _rt.get_runtime().get([object_refs], timeout)[0]
+    refs = list(object_refs)
+    for r in refs:
+        if not isinstance(r, ObjectRef):
+            raise TypeError(f"get() takes ObjectRefs, got {type(r).__name__}")
+    return _rt.get_runtime().get(refs, timeout)
+
+
+def wait(
+    object_refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | None = None
+) -> tuple[list[ObjectRef], list[ObjectRef]]:
+    """Wait until `num_returns` refs are ready or `timeout` seconds pass.
+
+    Returns:
+        ``(ready, not_ready)``, each in the input order; ``ready`` has at most
+        ``num_returns`` refs.
+
+    Raises:
+        TypeError: not a list of ObjectRefs. ValueError: duplicates, or a bad num_returns.
+    """
+    refs = list(object_refs)
+    if not all(isinstance(r, ObjectRef) for r in refs):
+        raise TypeError("wait() takes a list of ObjectRefs")
+    if len(set(refs)) != len(refs):
+        raise ValueError("wait() requires a list of unique object refs")
+    if not refs:
+        return [], []
+    if not 1 <= num_returns <= len(refs):
+        raise ValueError(f"num_returns must be between 1 and {len(refs)}, got {num_returns}")
+    return _rt.get_runtime().wait(refs, num_returns, timeout)
+
+
+def get_actor(name: str, namespace: str = "") -> ActorHandle:
+    """The handle of the actor created with ``name=...``. Raises ValueError if none."""
+    handle = _lookup(name, namespace)
+    if handle is None:
+        raise ValueError(f"no actor named {name!r}")
+    return handle
+
+
+def get_resource_ids() -> dict[str, list[tuple[int, float]]]:
+    """Resource instances given to the current task or actor, e.g. ``{"GPU": [(0, 1.0)]}``."""
+    return dict(getattr(_rt.get_runtime().local, "resource_ids", {}) or {})
+
+
+def get_gpu_ids() -> list[int]:
+    """GPU ids reserved for the current task or actor (``CUDA_VISIBLE_DEVICES`` is set to them)."""
+    return [i for i, _ in get_resource_ids().get("GPU", [])]
+
+
+def cluster_resources() -> dict[str, float]:
+    """Total resources of the cluster."""
+    return dict(_node.server.scheduler_snapshot()["total"]) if _node else {}
+
+
+def available_resources() -> dict[str, float]:
+    """Resources not in use right now."""
+    return dict(_node.server.scheduler_snapshot()["available"]) if _node else {}
+
+
+def _check_ready(handle: ActorHandle) -> None:
+    if not isinstance(handle, ActorHandle):
+        raise TypeError(f"expected an actor handle, got {type(handle).__name__}")
+
+
+_ = exceptions  # re-exported through rayfield.exceptions

@@ -1,0 +1,128 @@
+"""Errors raised by the rayfield API.
+
+Every error a task, an actor or the runtime can produce is a :class:`RayfieldError`.
+Classic Ray names are aliases: ``RayError``, ``RayTaskError``, ``RayWorkerError``,
+``RayActorError``, ``UnreconstructableError``, ``GetTimeoutError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ActorDiedError",
+    "GetTimeoutError",
+    "ObjectLostError",
+    "RayActorError",
+    "RayError",
+    "RayTaskError",
+    "RayWorkerError",
+    "RayfieldError",
+    "TaskCancelledError",
+    "TaskError",
+    "UnreconstructableError",
+    "WorkerCrashedError",
+]
+
+
+class RayfieldError(Exception):
+    """Base class of every rayfield error."""
+
+
+class TaskError(RayfieldError):
+    """A task or actor method raised an exception.
+
+    ``get`` raises an instance of a class derived from both ``TaskError`` and the
+    original exception's class, so ``except ValueError`` catches a remote
+    ``ValueError``. Its message is the remote traceback.
+
+    Attributes:
+        function_name: the task's function or method.
+        traceback_str: the formatted remote traceback.
+        pid: the worker process that ran the task.
+        node: the node's address.
+        cause: the original exception object.
+    """
+
+    function_name: str = ""
+    traceback_str: str = ""
+    pid: int = 0
+    node: str = ""
+    cause: BaseException | None = None
+
+    def __str__(self) -> str:
+        return (
+            f"{self.function_name} failed in worker pid={self.pid} on node {self.node}:\n"
+            f"{self.traceback_str}"
+        )
+
+    def __reduce__(self) -> Any:
+        return (
+            _rebuild_task_error,
+            (self.cause, self.function_name, self.traceback_str, self.pid, self.node),
+        )
+
+    @staticmethod
+    def wrap(
+        cause: BaseException, function_name: str, traceback_str: str, pid: int, node: str
+    ) -> TaskError:
+        """Build the error raised for `cause`, an instance of TaskError and of type(cause)."""
+        cls: type = type(cause)
+        if isinstance(cause, TaskError):
+            cls = next(c for c in cls.__mro__ if not issubclass(c, TaskError))
+        try:
+            derived = _derived_class(cls)
+            err: TaskError = derived.__new__(derived)  # type: ignore[call-overload]
+            err.args = cause.args
+            err.__dict__.update(getattr(cause, "__dict__", {}))
+        except TypeError:  # a class that cannot be subclassed or instantiated this way
+            err = TaskError.__new__(TaskError)
+            err.args = cause.args
+        err.function_name, err.traceback_str = function_name, traceback_str
+        err.pid, err.node, err.cause = pid, node, cause
+        return err
+
+
+_DERIVED: dict[type, type] = {}
+
+
+def _derived_class(cls: type) -> type:
+    if cls is TaskError or issubclass(cls, TaskError):
+        return cls
+    derived = _DERIVED.get(cls)
+    if derived is None:
+        derived = type(f"TaskError({cls.__name__})", (TaskError, cls), {"__module__": __name__})
+        _DERIVED[cls] = derived
+    return derived
+
+
+def _rebuild_task_error(cause: BaseException, name: str, tb: str, pid: int, node: str) -> TaskError:
+    return TaskError.wrap(cause, name, tb, pid, node)
+
+
+class WorkerCrashedError(RayfieldError):
+    """The worker process died while running the task (and no retry was left)."""
+
+
+class ActorDiedError(RayfieldError):
+    """The actor is dead: its process died, it was killed, or its constructor failed."""
+
+
+class ObjectLostError(RayfieldError):
+    """The object was lost (evicted or its node died) and cannot be rebuilt."""
+
+
+class GetTimeoutError(RayfieldError, TimeoutError):
+    """``get`` timed out before the object was ready."""
+
+
+class TaskCancelledError(RayfieldError):
+    """The task was cancelled before it finished."""
+
+
+# Classic Ray names.
+RayError = RayfieldError
+RayTaskError = TaskError
+RayWorkerError = WorkerCrashedError
+RayActorError = ActorDiedError
+UnreconstructableError = ObjectLostError

@@ -1,0 +1,70 @@
+"""Remote functions: ``@rayfield.remote`` on a function."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from rayfield._private import options as opt
+from rayfield._private.runtime import get_runtime
+
+__all__ = ["RemoteFunction"]
+
+
+class RemoteFunction:
+    """A function that runs as a task: ``f.remote(*args)`` returns ObjectRef(s) at once.
+
+    Options (``@remote(...)`` or ``f.options(...)``): ``num_returns`` (classic
+    ``num_return_vals``), ``num_cpus`` (default 1), ``num_gpus``, ``resources``, ``memory``
+    (bytes), ``max_calls`` (worker exits after that many calls), ``max_retries`` (after a
+    worker crash; default 3), ``name``.
+    """
+
+    def __init__(self, function: Any, options: dict[str, Any]) -> None:
+        self._function = function
+        self._options = opt.normalize(options, actor=False)
+        self._exported: tuple[Any, bytes] | None = None
+        functools.update_wrapper(self, function)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        name = getattr(self._function, "__name__", "f")
+        raise TypeError(
+            f"Remote functions cannot be called directly. Instead of running '{name}()', "
+            f"try '{name}.remote()'."
+        )
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._submit(args, kwargs, self._options)
+
+    def options(self, **options: Any) -> _BoundOptions:
+        return _BoundOptions(self, {**self._options, **opt.normalize(options, actor=False)})
+
+    def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        merged = {**self._options, **opt.normalize(options, actor=False)}
+        return self._submit(tuple(args or ()), dict(kwargs or {}), merged)
+
+    def _submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], o: dict[str, Any]) -> Any:
+        rt = get_runtime()
+        if self._exported is None or self._exported[0] is not rt:
+            self._exported = (rt, rt.export(self._function))
+        n = o.get("num_returns", 1)
+        refs = rt.submit(
+            "task",
+            self._exported[1],
+            args,
+            kwargs,
+            n,
+            o.get("name") or getattr(self._function, "__qualname__", "task"),
+            opt.task_resources(o),
+            max_retries=o.get("max_retries", 3),
+            options={"max_calls": o["max_calls"]} if o.get("max_calls") else None,
+        )
+        return refs[0] if n == 1 else refs
+
+
+class _BoundOptions:
+    def __init__(self, fn: RemoteFunction, options: dict[str, Any]) -> None:
+        self._fn, self._options = fn, options
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn._submit(args, kwargs, self._options)

@@ -1,0 +1,268 @@
+"""The core API against a real local cluster: tasks, objects, actors, errors."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rayfield as rf
+from rayfield.exceptions import GetTimeoutError, TaskError, WorkerCrashedError
+
+
+@rf.remote
+def square(x: int) -> int:
+    return x * x
+
+
+@rf.remote(num_returns=2)
+def pair(x: int) -> tuple[int, int]:
+    return x, -x
+
+
+@rf.remote
+def array_sum(a: np.ndarray) -> float:
+    return float(a.sum())
+
+
+@rf.remote
+class Counter:
+    def __init__(self, start: int = 0) -> None:
+        self.n = start
+
+    def inc(self, k: int = 1) -> int:
+        self.n += k
+        return self.n
+
+    @rf.method(num_returns=2)
+    def both(self) -> tuple[int, int]:
+        return self.n, -self.n
+
+
+def test_tasks_and_arguments(cluster: Any) -> None:
+    assert rf.get([square.remote(i) for i in range(20)]) == [i * i for i in range(20)]
+    a, b = pair.remote(3)
+    assert rf.get([a, b]) == [3, -3]
+    assert rf.get(square.remote(rf.put(7))) == 49
+    assert rf.get(square.remote(square.remote(2))) == 16  # a ref argument is resolved
+    big = np.arange(100_000, dtype=np.float64)  # > inline size: travels through the store
+    assert rf.get(array_sum.remote(big)) == big.sum()
+    assert rf.get(pair.options(num_returns=2).remote(1)) is not None
+
+
+def test_put_get_zero_copy_and_read_only(cluster: Any) -> None:
+    a = np.random.default_rng(0).random((512, 512))
+    ref = rf.put(a)
+    b = rf.get(ref)
+    c = rf.get(ref)
+    assert np.array_equal(a, b) and not b.flags.writeable
+    assert b.__array_interface__["data"][0] == c.__array_interface__["data"][0]
+    with pytest.raises(ValueError):
+        b[0, 0] = 1.0
+    nested = rf.get(rf.put({"x": [a, a], "s": "text"}))
+    assert nested["x"][0] is nested["x"][1]  # aliasing preserved
+
+
+def test_nested_refs_stay_refs(cluster: Any) -> None:
+    inner = rf.put(41)
+    outer = rf.get(rf.put([inner]))
+    assert isinstance(outer[0], rf.ObjectRef) and rf.get(outer[0]) == 41
+    assert len({inner, rf.ObjectRef(inner.binary())}) == 1
+    assert repr(inner).startswith("ObjectRef(")
+
+
+def test_wait_semantics(cluster: Any) -> None:
+    @rf.remote
+    def sleepy(s: float) -> float:
+        time.sleep(s)
+        return s
+
+    fast, slow = sleepy.remote(0), sleepy.remote(3)
+    ready, rest = rf.wait([slow, fast], num_returns=1, timeout=2)
+    assert ready == [fast] and rest == [slow]
+    ready, rest = rf.wait([slow, fast], num_returns=2, timeout=0.1)
+    assert ready == [fast] and rest == [slow]
+    with pytest.raises(ValueError):
+        rf.wait([fast, fast])
+    with pytest.raises(ValueError):
+        rf.wait([fast], num_returns=2)
+    assert rf.wait([]) == ([], [])
+
+
+def test_task_error_is_the_original_class_with_remote_traceback(cluster: Any) -> None:
+    @rf.remote
+    def fail(msg: str) -> None:
+        raise KeyError(msg)
+
+    with pytest.raises(KeyError) as info:
+        rf.get(fail.remote("missing"))
+    err = info.value
+    assert isinstance(err, TaskError)
+    assert "fail" in str(err) and "KeyError" in err.traceback_str
+    assert err.pid != os.getpid()
+    assert rf.get(square.remote(3)) == 9  # the node keeps working
+
+
+def test_get_timeout(cluster: Any) -> None:
+    @rf.remote
+    def slow() -> int:
+        time.sleep(5)
+        return 1
+
+    with pytest.raises(GetTimeoutError):
+        rf.get(slow.remote(), timeout=0.2)
+
+
+def test_actor_state_order_and_multiple_returns(cluster: Any) -> None:
+    c = Counter.remote(10)
+    refs = [c.inc.remote() for _ in range(50)]
+    assert rf.get(refs) == list(range(11, 61))
+    n, neg = c.both.remote()
+    assert rf.get([n, neg]) == [60, -60]
+
+
+def test_actor_handle_passed_to_tasks(cluster: Any) -> None:
+    c = Counter.remote()
+
+    @rf.remote
+    def bump(counter: Any, times: int) -> int:
+        return rf.get([counter.inc.remote() for _ in range(times)])[-1]
+
+    rf.get([bump.remote(c, 5), bump.remote(c, 5)])
+    assert rf.get(c.inc.remote(0)) == 10
+    assert rf.get(rf.get(rf.put(c)).inc.remote(0)) == 10  # handles go through the store
+
+
+def test_named_actor(cluster: Any) -> None:
+    Counter.options(name="global").remote(5)
+    assert rf.get(rf.get_actor("global").inc.remote()) == 6
+    with pytest.raises(ValueError):
+        Counter.options(name="global").remote()
+    with pytest.raises(ValueError):
+        rf.get_actor("nobody")
+
+
+def test_threaded_and_async_actors_run_calls_concurrently(cluster: Any) -> None:
+    @rf.remote(max_concurrency=4)
+    class Sleeper:
+        def nap(self, s: float) -> float:
+            time.sleep(s)
+            return s
+
+    @rf.remote
+    class AsyncSleeper:
+        async def nap(self, s: float) -> float:
+            import asyncio
+
+            await asyncio.sleep(s)
+            return s
+
+    for cls in (Sleeper, AsyncSleeper):
+        actor = cls.remote()
+        rf.get(actor.nap.remote(0))
+        t0 = time.monotonic()
+        rf.get([actor.nap.remote(0.5) for _ in range(4)])
+        assert time.monotonic() - t0 < 1.5, cls
+
+
+def test_nested_tasks_do_not_deadlock_on_two_cpus(cluster: Any) -> None:
+    @rf.remote
+    def fib(n: int) -> int:
+        if n < 2:
+            return n
+        return sum(rf.get([fib.remote(n - 1), fib.remote(n - 2)]))
+
+    assert rf.get(fib.remote(8), timeout=60) == 21
+
+
+def test_worker_crash_is_retried_then_reported(cluster: Any, tmp_path: Path) -> None:
+    marker = tmp_path / "crashed-once"
+
+    @rf.remote(max_retries=1)
+    def crash_once(path: str) -> str:
+        if not os.path.exists(path):
+            open(path, "w").close()
+            os._exit(1)
+        return "recovered"
+
+    assert rf.get(crash_once.remote(str(marker)), timeout=30) == "recovered"
+
+    @rf.remote(max_retries=0)
+    def always_crash() -> None:
+        os._exit(1)
+
+    with pytest.raises(WorkerCrashedError):
+        rf.get(always_crash.remote(), timeout=30)
+    assert rf.get(square.remote(5)) == 25
+
+
+def test_max_calls_recycles_workers(cluster: Any) -> None:
+    @rf.remote(max_calls=1)
+    def pid() -> int:
+        return os.getpid()
+
+    pids = {rf.get(pid.remote(), timeout=30) for _ in range(3)}
+    assert len(pids) == 3
+
+
+def test_options_are_validated(cluster: Any) -> None:
+    with pytest.raises(TypeError, match="invalid option 'num_cpu'"):
+        rf.remote(num_cpu=1)(lambda: 1)
+    with pytest.raises(ValueError):
+        rf.remote(num_cpus=-1)(lambda: 1)
+    with pytest.raises(TypeError, match="cannot be called directly"):
+        square(3)
+    with pytest.raises(TypeError, match="cannot be instantiated directly"):
+        Counter()
+    rf.remote(num_return_vals=2)(lambda: (1, 2))  # the classic spelling
+
+
+def test_gpu_ids_and_cuda_visible_devices(tmp_path: Path) -> None:
+    rf.init(num_cpus=2, num_gpus=2, object_store_memory=64 << 20, temp_dir=str(tmp_path))
+    try:
+
+        @rf.remote(num_gpus=1)
+        def gpus() -> tuple[list[int], str]:
+            return rf.get_gpu_ids(), os.environ["CUDA_VISIBLE_DEVICES"]
+
+        ids, env = rf.get(gpus.remote())
+        assert len(ids) == 1 and env == str(ids[0])
+        assert rf.cluster_resources()["GPU"] == 2.0
+    finally:
+        rf.shutdown()
+
+
+def test_init_twice_and_shutdown_cleans_up(tmp_path: Path) -> None:
+    info = rf.init(num_cpus=1, object_store_memory=64 << 20, temp_dir=str(tmp_path))
+    with pytest.raises(RuntimeError, match="twice"):
+        rf.init()
+    assert rf.init(ignore_reinit_error=True) == info
+    socket_path = info["object_store_address"]
+    assert os.path.exists(socket_path)
+    rf.shutdown()
+    rf.shutdown()
+    assert not rf.is_initialized()
+    assert not os.path.exists(socket_path)
+    with pytest.raises(ValueError, match="must not be given"):
+        rf.init(address="127.0.0.1:1234", num_cpus=2)
+
+
+def test_local_mode_runs_serially_with_the_same_api() -> None:
+    rf.init(local_mode=True)
+    try:
+        assert rf.get(square.remote(4)) == 16
+        c = Counter.remote()
+        assert rf.get([c.inc.remote(), c.inc.remote()]) == [1, 2]
+
+        @rf.remote
+        def bad() -> None:
+            raise ValueError("x")
+
+        with pytest.raises(ValueError):
+            rf.get(bad.remote())
+    finally:
+        rf.shutdown()
