@@ -557,10 +557,10 @@ Status Client::NextTask(int64_t timeout_ms, std::optional<TaskAssignment>* out) 
   return Status::OK();
 }
 
-Status Client::TaskDone(const UniqueID& task_id) {
+Status Client::TaskDone(const UniqueID& task_id, bool exiting) {
   FrameWriter w;
   fb::UniqueID tid = ToFb(task_id);
-  w.Add(0, fb::CreateTaskDoneRequest(w.builder(), &tid));
+  w.Add(0, fb::CreateTaskDoneRequest(w.builder(), &tid, exiting));
   return Send(w);
 }
 
@@ -568,6 +568,34 @@ Status Client::SetBlocked(bool blocked) {
   FrameWriter w;
   w.Add(0, fb::CreateWorkerBlockedRequest(w.builder(), blocked));
   return Send(w);
+}
+
+}  // namespace rayfield
+
+namespace rayfield {
+
+Status Client::KillActor(const UniqueID& actor_id, bool no_restart) {
+  FrameWriter w;
+  uint64_t seq = NextSeq();
+  fb::UniqueID aid = ToFb(actor_id);
+  w.Add(seq, fb::CreateKillActorRequest(w.builder(), &aid, no_restart));
+  Reply r;
+  Status s = Call(w, seq, &r);
+  return s.ok() ? StatusOf(r, fb::Body::OkReply) : s;
+}
+
+Status Client::CancelTask(const UniqueID& task_id, bool force, std::string* state) {
+  FrameWriter w;
+  uint64_t seq = NextSeq();
+  fb::UniqueID tid = ToFb(task_id);
+  w.Add(seq, fb::CreateCancelTaskRequest(w.builder(), &tid, force));
+  Reply r;
+  Status s = Call(w, seq, &r);
+  if (s.ok()) s = StatusOf(r, fb::Body::CancelTaskReply);
+  if (!s.ok()) return s;
+  auto* st = r.message->body_as_CancelTaskReply()->state();
+  *state = st ? st->str() : "unknown";
+  return Status::OK();
 }
 
 }  // namespace rayfield

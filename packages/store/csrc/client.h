@@ -88,8 +88,10 @@ class Client {
   Status SubmitTask(const TaskSpec& spec);  // no reply
   Status RegisterWorker(const UniqueID& worker_id);
   Status NextTask(int64_t timeout_ms, std::optional<TaskAssignment>* out);
-  Status TaskDone(const UniqueID& task_id);  // no reply
+  Status TaskDone(const UniqueID& task_id, bool exiting = false);  // no reply
   Status SetBlocked(bool blocked);           // no reply
+  Status KillActor(const UniqueID& actor_id, bool no_restart);
+  Status CancelTask(const UniqueID& task_id, bool force, std::string* state);
 
  private:
   struct Reply {

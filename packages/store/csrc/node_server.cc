@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -548,6 +549,15 @@ void NodeServer::HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m) 
         if (!s.ok()) ReplyStatus(c, seq, s);
       }
       return;
+    case fb::Body::KillActorRequest: {
+      auto* k = m->body_as_KillActorRequest();
+      return ReplyStatus(c, seq, KillActor(FromFb(k->actor_id()), k->no_restart()));
+    }
+    case fb::Body::CancelTaskRequest: {
+      auto* k = m->body_as_CancelTaskRequest();
+      std::string state = CancelTask(FromFb(k->task_id()), k->force());
+      return Writer(c).Add(seq, fb::CreateCancelTaskReply(b, b.CreateString(state)));
+    }
     case fb::Body::PinRequest:
       for (const auto& id : ids(m->body_as_PinRequest()->object_ids())) store_->Pin(c.id, id);
       return ReplyStatus(c, seq, Status::OK());
@@ -627,8 +637,20 @@ void NodeServer::HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest
   }
   rec.retries_left = r->max_retries();
   rec.actor_task = !spec.actor_id.IsNil();
+  rec.actor_id = spec.actor_id;
   if (rec.retries_left != 0 && !rec.actor_task) rec.retry_spec = std::make_unique<TaskSpec>(spec);
-  tasks_[spec.task_id] = std::move(rec);
+  UniqueID task_id = spec.task_id;
+  tasks_[task_id] = std::move(rec);
+  if (spec.actor_creation) {
+    ActorRecord& actor = actors_[spec.actor_id];
+    actor.creation = std::make_unique<TaskSpec>(spec);
+    actor.creation->return_ids.clear();  // a restart's result is not awaited
+    actor.restarts_left = r->max_retries();
+    dead_actors_.erase(spec.actor_id);
+  } else if (rec.actor_task) {
+    auto dead = dead_actors_.find(spec.actor_id);
+    if (dead != dead_actors_.end()) return FailTask(task_id, "ACTOR_DIED", dead->second);
+  }
   scheduler_->SubmitTask(std::move(spec), missing);
   ReplyStatus(c, seq, Status::OK());
 }
@@ -652,6 +674,10 @@ bool NodeServer::HandleWorkerMessage(Conn& c, uint64_t seq, const fb::Message* m
     UniqueID task_id = FromFb(m->body_as_TaskDoneRequest()->task_id());
     scheduler_->TaskFinished(c.id, task_id);
     FinishTask(task_id);
+    if (m->body_as_TaskDoneRequest()->exiting()) {
+      c.worker = false;
+      scheduler_->RemoveWorker(c.id);
+    }
   } else {
     scheduler_->SetWorkerBlocked(c.id, m->body_as_WorkerBlockedRequest()->blocked());
   }
@@ -708,13 +734,24 @@ void NodeServer::CompleteWaiters(const UniqueID& id) {
 }
 
 void NodeServer::DrainScheduler() {
-  for (Decision& d : scheduler_->TakeDecisions()) {
+  // Acting on a decision can feed the scheduler (a retried task): drain until quiet.
+  for (std::vector<Decision> batch = scheduler_->TakeDecisions(); !batch.empty();
+       batch = scheduler_->TakeDecisions()) {
+    DrainDecisions(batch);
+  }
+}
+
+void NodeServer::DrainDecisions(std::vector<Decision>& batch) {
+  for (Decision& d : batch) {
     if (auto* dispatch = std::get_if<DispatchTask>(&d)) {
       auto it = conns_.find(dispatch->worker);
       if (it == conns_.end()) continue;  // the scheduler learns of the loss from Close()
       Conn& c = *it->second;
       auto& b = Writer(c).builder();
       const TaskSpec& spec = *dispatch->spec;
+      auto rec = tasks_.find(spec.task_id);
+      if (rec != tasks_.end()) rec->second.worker = c.id;
+      if (spec.actor_creation) actors_[spec.actor_id].worker = c.id;
       std::vector<flatbuffers::Offset<fb::ResourceInstance>> inst;
       for (const auto& g : dispatch->instances) {
         inst.push_back(fb::CreateResourceInstance(b, b.CreateString(g.name), g.index, g.amount));
@@ -822,13 +859,84 @@ void NodeServer::HandleWorkerLost(const WorkerLost& lost) {
       scheduler_->SubmitTask(*rec.retry_spec, missing);
       continue;
     }
-    const char* tag = rec.actor_task ? "ACTOR_DIED" : "WORKER_DIED";
-    std::string message = rec.actor_task
-                              ? "the actor's worker process died while running this task"
-                              : "the worker process died while running this task (no retries left)";
-    for (const auto& id : rec.return_ids) SealError(id, tag, message);
-    FinishTask(task_id);
+    if (rec.cancelled) {
+      FailTask(task_id, "CANCELLED", "the task was cancelled");
+    } else if (rec.actor_task) {
+      FailTask(task_id, "ACTOR_DIED", "the actor's worker process died while running this task");
+    } else {
+      FailTask(task_id, "WORKER_DIED",
+               "the worker process died while running this task (no retries left)");
+    }
   }
+  if (!lost.actor_id.IsNil()) ActorGone(lost.actor_id);
+}
+
+void NodeServer::FailTask(const UniqueID& task_id, const std::string& tag, const std::string& message) {
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) return;
+  for (const auto& id : it->second.return_ids) SealError(id, tag, message);
+  FinishTask(task_id);
+}
+
+// The actor's worker is gone: restart it if it may, otherwise fail what waits for it.
+void NodeServer::ActorGone(const UniqueID& actor_id) {
+  auto a = actors_.find(actor_id);
+  if (a != actors_.end() && a->second.creation && a->second.restarts_left != 0) {
+    if (a->second.restarts_left > 0) a->second.restarts_left--;
+    a->second.worker = 0;
+    Log(2, "restarting actor " + actor_id.Hex().substr(0, 16));
+    TaskSpec spec = *a->second.creation;
+    std::vector<UniqueID> missing;
+    for (const auto& d : spec.dependencies) {
+      if (!store_->IsSealed(d)) missing.push_back(d);
+    }
+    scheduler_->SubmitTask(std::move(spec), missing);
+    return;
+  }
+  std::string why = "the actor is dead: its worker process exited and no restart is left";
+  dead_actors_.emplace(actor_id, why);
+  actors_.erase(actor_id);
+  std::vector<UniqueID> pending;
+  for (const auto& [task_id, rec] : tasks_) {
+    if (rec.actor_id == actor_id) pending.push_back(task_id);
+  }
+  for (const auto& task_id : pending) {
+    scheduler_->TakeTask(task_id);
+    FailTask(task_id, "ACTOR_DIED", why);
+  }
+}
+
+Status NodeServer::KillActor(const UniqueID& actor_id, bool no_restart) {
+  auto a = actors_.find(actor_id);
+  if (a == actors_.end()) {
+    if (dead_actors_.count(actor_id)) return Status::OK();
+    return Status::Error(Code::ObjectNotFound, "no actor " + actor_id.Hex() + " on this node");
+  }
+  if (no_restart) a->second.restarts_left = 0;
+  auto w = conns_.find(a->second.worker);
+  if (a->second.worker == 0 || w == conns_.end()) {  // not placed yet
+    a->second.restarts_left = 0;
+    ActorGone(actor_id);
+    return Status::OK();
+  }
+  if (w->second->pid > 0) kill(w->second->pid, SIGKILL);
+  return Status::OK();
+}
+
+std::string NodeServer::CancelTask(const UniqueID& task_id, bool force) {
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) return "done";
+  if (scheduler_->TakeTask(task_id)) {
+    FailTask(task_id, "CANCELLED", "the task was cancelled before it ran");
+    return "queued";
+  }
+  if (force && it->second.worker != 0 && !it->second.actor_task) {
+    it->second.cancelled = true;
+    it->second.retry_spec.reset();
+    auto w = conns_.find(it->second.worker);
+    if (w != conns_.end() && w->second->pid > 0) kill(w->second->pid, SIGKILL);
+  }
+  return "running";
 }
 
 void NodeServer::SealError(const UniqueID& id, const std::string& tag, const std::string& message) {

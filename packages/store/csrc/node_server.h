@@ -112,6 +112,10 @@ class NodeServer {
   void HandleWait(Conn& c, uint64_t seq, const fb::WaitRequest* r);
   void FinishTask(const UniqueID& task_id);
   void HandleWorkerLost(const WorkerLost& lost);
+  void ActorGone(const UniqueID& actor_id);
+  void FailTask(const UniqueID& task_id, const std::string& tag, const std::string& message);
+  Status KillActor(const UniqueID& actor_id, bool no_restart);
+  std::string CancelTask(const UniqueID& task_id, bool force);
   void SealError(const UniqueID& id, const std::string& tag, const std::string& message);
   void HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m);
   void HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest* r);
@@ -121,6 +125,7 @@ class NodeServer {
   void CompleteWaiters(const UniqueID& id);
   void DrainStoreEvents();
   void DrainScheduler();
+  void DrainDecisions(std::vector<Decision>& batch);
   void ExpireGets();
   int NextTimeoutMs();
   void PushEvent(NodeEvent e);
@@ -147,9 +152,19 @@ class NodeServer {
     std::vector<UniqueID> return_ids, pins;
     int32_t retries_left = 0;
     bool actor_task = false;
+    UniqueID actor_id;
+    ClientID worker = 0;  // set while running
+    bool cancelled = false;
     std::unique_ptr<TaskSpec> retry_spec;  // kept only when a retry is possible
   };
   std::unordered_map<UniqueID, TaskRecord, UniqueIDHash> tasks_;
+  struct ActorRecord {
+    std::unique_ptr<TaskSpec> creation;  // resubmitted on restart
+    int32_t restarts_left = 0;
+    ClientID worker = 0;
+  };
+  std::unordered_map<UniqueID, ActorRecord, UniqueIDHash> actors_;
+  std::unordered_map<UniqueID, std::string, UniqueIDHash> dead_actors_;  // id -> why
   static constexpr ClientID kNodeClient = 0;  // holder of the node's own pins
 
   std::mutex events_mu_;

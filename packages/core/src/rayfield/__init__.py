@@ -23,6 +23,7 @@ from rayfield._private.object_ref import ObjectID, ObjectRef
 from rayfield.actor import ActorClass, ActorHandle, method
 from rayfield.api import (
     available_resources,
+    cancel,
     cluster_resources,
     get,
     get_actor,
@@ -30,6 +31,7 @@ from rayfield.api import (
     get_resource_ids,
     init,
     is_initialized,
+    kill,
     put,
     remote,
     shutdown,
@@ -44,6 +46,7 @@ __all__ = [
     "ObjectID",
     "ObjectRef",
     "available_resources",
+    "cancel",
     "cluster_resources",
     "exceptions",
     "get",
@@ -52,6 +55,7 @@ __all__ = [
     "get_resource_ids",
     "init",
     "is_initialized",
+    "kill",
     "method",
     "put",
     "remote",

@@ -106,7 +106,7 @@ class ActorClass:
             nid = name_id(o["name"], o.get("namespace", ""))
             rt.client.pin([nid])  # the name lives as long as this session
             try:
-                rt.store_value(nid, handle)
+                rt.store_value(nid, handle, exist_ok=False)
             except ObjectExistsError:
                 raise ValueError(
                     f"an actor named {o['name']!r} already exists; pick another name or "

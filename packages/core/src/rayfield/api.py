@@ -264,9 +264,33 @@ def available_resources() -> dict[str, float]:
     return dict(_node.server.scheduler_snapshot()["available"]) if _node else {}
 
 
-def _check_ready(handle: ActorHandle) -> None:
-    if not isinstance(handle, ActorHandle):
-        raise TypeError(f"expected an actor handle, got {type(handle).__name__}")
+def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
+    """Kill an actor's process now. Its pending and future calls raise ActorDiedError.
+
+    With ``no_restart=False`` the actor is restarted if its ``max_restarts`` allows.
+
+    Raises:
+        TypeError: `actor` is not an actor handle.
+    """
+    if not isinstance(actor, ActorHandle):
+        raise TypeError(f"kill() takes an actor handle, got {type(actor).__name__}")
+    _rt.get_runtime().client.kill_actor(actor._actor_id, no_restart)
+
+
+def cancel(object_ref: ObjectRef, *, force: bool = False) -> None:
+    """Cancel the task that returns `object_ref`.
+
+    A queued task never runs; a running one is stopped only with ``force=True`` (its worker
+    process is killed). ``get`` on its results then raises TaskCancelledError. Cancelling a
+    finished task does nothing.
+
+    Raises:
+        TypeError: not an ObjectRef.
+    """
+    if not isinstance(object_ref, ObjectRef):
+        raise TypeError(f"cancel() takes an ObjectRef, got {type(object_ref).__name__}")
+    task_id = object_ref.binary()[:16] + bytes(4)
+    _rt.get_runtime().client.cancel_task(task_id, force)
 
 
 _ = exceptions  # re-exported through rayfield.exceptions

@@ -81,11 +81,12 @@ def test_wait_semantics(cluster: Any) -> None:
         time.sleep(s)
         return s
 
-    fast, slow = sleepy.remote(0), sleepy.remote(3)
-    ready, rest = rf.wait([slow, fast], num_returns=1, timeout=2)
+    fast, slow = sleepy.remote(0), sleepy.remote(60)
+    ready, rest = rf.wait([slow, fast], num_returns=1, timeout=20)
     assert ready == [fast] and rest == [slow]
     ready, rest = rf.wait([slow, fast], num_returns=2, timeout=0.1)
     assert ready == [fast] and rest == [slow]
+    rf.cancel(slow, force=True)
     with pytest.raises(ValueError):
         rf.wait([fast, fast])
     with pytest.raises(ValueError):
@@ -266,3 +267,54 @@ def test_local_mode_runs_serially_with_the_same_api() -> None:
             rf.get(bad.remote())
     finally:
         rf.shutdown()
+
+
+def test_kill_fails_pending_and_future_calls(cluster: Any) -> None:
+    from rayfield.exceptions import ActorDiedError
+
+    @rf.remote
+    class Slow:
+        def nap(self, s: float) -> float:
+            time.sleep(s)
+            return s
+
+    a = Slow.remote()
+    rf.get(a.nap.remote(0))
+    running, queued = a.nap.remote(5), a.nap.remote(0)
+    time.sleep(0.2)
+    rf.kill(a)
+    for ref in (running, queued, a.nap.remote(0)):
+        with pytest.raises(ActorDiedError):
+            rf.get(ref, timeout=10)
+
+
+def test_actor_restarts_after_its_process_dies(cluster: Any) -> None:
+    c = Counter.options(max_restarts=1).remote()
+    assert rf.get(c.inc.remote(), timeout=10) == 1
+    rf.kill(c, no_restart=False)
+    time.sleep(0.5)  # calls in flight at the kill fail; later ones reach the new instance
+    assert rf.get(c.inc.remote(), timeout=10) == 1  # a fresh instance
+    rf.kill(c, no_restart=False)  # no restart left now
+    time.sleep(0.5)
+    with pytest.raises(rf.exceptions.ActorDiedError):
+        rf.get(c.inc.remote(), timeout=10)
+
+
+def test_cancel_queued_and_running_tasks(cluster: Any) -> None:
+    from rayfield.exceptions import TaskCancelledError
+
+    @rf.remote
+    def nap(s: float) -> float:
+        time.sleep(s)
+        return s
+
+    busy = [nap.remote(3) for _ in range(2)]  # both CPUs
+    queued = nap.remote(0)
+    time.sleep(0.3)
+    rf.cancel(queued)
+    with pytest.raises(TaskCancelledError):
+        rf.get(queued, timeout=10)
+    rf.cancel(busy[0], force=True)
+    with pytest.raises(TaskCancelledError):
+        rf.get(busy[0], timeout=10)
+    assert rf.get(busy[1], timeout=10) == 3

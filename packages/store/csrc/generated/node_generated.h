@@ -115,6 +115,15 @@ struct TaskDispatchBuilder;
 struct TaskDoneRequest;
 struct TaskDoneRequestBuilder;
 
+struct KillActorRequest;
+struct KillActorRequestBuilder;
+
+struct CancelTaskRequest;
+struct CancelTaskRequestBuilder;
+
+struct CancelTaskReply;
+struct CancelTaskReplyBuilder;
+
 struct WorkerBlockedRequest;
 struct WorkerBlockedRequestBuilder;
 
@@ -249,11 +258,14 @@ enum class Body : uint8_t {
   WaitRequest = 28,
   WaitReply = 29,
   PinRequest = 30,
+  KillActorRequest = 31,
+  CancelTaskRequest = 32,
+  CancelTaskReply = 33,
   MIN = NONE,
-  MAX = PinRequest
+  MAX = CancelTaskReply
 };
 
-inline const Body (&EnumValuesBody())[31] {
+inline const Body (&EnumValuesBody())[34] {
   static const Body values[] = {
     Body::NONE,
     Body::Hello,
@@ -285,13 +297,16 @@ inline const Body (&EnumValuesBody())[31] {
     Body::WorkerBlockedRequest,
     Body::WaitRequest,
     Body::WaitReply,
-    Body::PinRequest
+    Body::PinRequest,
+    Body::KillActorRequest,
+    Body::CancelTaskRequest,
+    Body::CancelTaskReply
   };
   return values;
 }
 
 inline const char * const *EnumNamesBody() {
-  static const char * const names[32] = {
+  static const char * const names[35] = {
     "NONE",
     "Hello",
     "HelloReply",
@@ -323,13 +338,16 @@ inline const char * const *EnumNamesBody() {
     "WaitRequest",
     "WaitReply",
     "PinRequest",
+    "KillActorRequest",
+    "CancelTaskRequest",
+    "CancelTaskReply",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameBody(Body e) {
-  if (::flatbuffers::IsOutRange(e, Body::NONE, Body::PinRequest)) return "";
+  if (::flatbuffers::IsOutRange(e, Body::NONE, Body::CancelTaskReply)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesBody()[index];
 }
@@ -456,6 +474,18 @@ template<> struct BodyTraits<rayfield::store::protocol::fb::WaitReply> {
 
 template<> struct BodyTraits<rayfield::store::protocol::fb::PinRequest> {
   static const Body enum_value = Body::PinRequest;
+};
+
+template<> struct BodyTraits<rayfield::store::protocol::fb::KillActorRequest> {
+  static const Body enum_value = Body::KillActorRequest;
+};
+
+template<> struct BodyTraits<rayfield::store::protocol::fb::CancelTaskRequest> {
+  static const Body enum_value = Body::CancelTaskRequest;
+};
+
+template<> struct BodyTraits<rayfield::store::protocol::fb::CancelTaskReply> {
+  static const Body enum_value = Body::CancelTaskReply;
 };
 
 template <bool B = false>
@@ -2468,15 +2498,21 @@ inline ::flatbuffers::Offset<TaskDispatch> CreateTaskDispatchDirect(
 struct TaskDoneRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef TaskDoneRequestBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
-    VT_TASK_ID = 4
+    VT_TASK_ID = 4,
+    VT_EXITING = 6
   };
   const rayfield::store::protocol::fb::UniqueID *task_id() const {
     return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_TASK_ID);
+  }
+  /// The worker exits now (max_calls reached): give it no more tasks.
+  bool exiting() const {
+    return GetField<uint8_t>(VT_EXITING, 0) != 0;
   }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
            VerifyField<rayfield::store::protocol::fb::UniqueID>(verifier, VT_TASK_ID, 1) &&
+           VerifyField<uint8_t>(verifier, VT_EXITING, 1) &&
            verifier.EndTable();
   }
 };
@@ -2487,6 +2523,9 @@ struct TaskDoneRequestBuilder {
   ::flatbuffers::uoffset_t start_;
   void add_task_id(const rayfield::store::protocol::fb::UniqueID *task_id) {
     fbb_.AddStruct(TaskDoneRequest::VT_TASK_ID, task_id);
+  }
+  void add_exiting(bool exiting) {
+    fbb_.AddElement<uint8_t>(TaskDoneRequest::VT_EXITING, static_cast<uint8_t>(exiting), 0);
   }
   explicit TaskDoneRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
@@ -2501,10 +2540,173 @@ struct TaskDoneRequestBuilder {
 
 inline ::flatbuffers::Offset<TaskDoneRequest> CreateTaskDoneRequest(
     ::flatbuffers::FlatBufferBuilder &_fbb,
-    const rayfield::store::protocol::fb::UniqueID *task_id = nullptr) {
+    const rayfield::store::protocol::fb::UniqueID *task_id = nullptr,
+    bool exiting = false) {
   TaskDoneRequestBuilder builder_(_fbb);
   builder_.add_task_id(task_id);
+  builder_.add_exiting(exiting);
   return builder_.Finish();
+}
+
+/// Kill an actor's worker process. With no_restart the actor stays dead
+/// (its pending calls fail with ACTOR_DIED); otherwise max_restarts applies.
+struct KillActorRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef KillActorRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_ACTOR_ID = 4,
+    VT_NO_RESTART = 6
+  };
+  const rayfield::store::protocol::fb::UniqueID *actor_id() const {
+    return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_ACTOR_ID);
+  }
+  bool no_restart() const {
+    return GetField<uint8_t>(VT_NO_RESTART, 1) != 0;
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<rayfield::store::protocol::fb::UniqueID>(verifier, VT_ACTOR_ID, 1) &&
+           VerifyField<uint8_t>(verifier, VT_NO_RESTART, 1) &&
+           verifier.EndTable();
+  }
+};
+
+struct KillActorRequestBuilder {
+  typedef KillActorRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_actor_id(const rayfield::store::protocol::fb::UniqueID *actor_id) {
+    fbb_.AddStruct(KillActorRequest::VT_ACTOR_ID, actor_id);
+  }
+  void add_no_restart(bool no_restart) {
+    fbb_.AddElement<uint8_t>(KillActorRequest::VT_NO_RESTART, static_cast<uint8_t>(no_restart), 1);
+  }
+  explicit KillActorRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<KillActorRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<KillActorRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<KillActorRequest> CreateKillActorRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const rayfield::store::protocol::fb::UniqueID *actor_id = nullptr,
+    bool no_restart = true) {
+  KillActorRequestBuilder builder_(_fbb);
+  builder_.add_actor_id(actor_id);
+  builder_.add_no_restart(no_restart);
+  return builder_.Finish();
+}
+
+/// Cancel a task: a queued one never runs; a running one is stopped only with
+/// force (its worker is killed). Its returns become CANCELLED error objects.
+struct CancelTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef CancelTaskRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_TASK_ID = 4,
+    VT_FORCE = 6
+  };
+  const rayfield::store::protocol::fb::UniqueID *task_id() const {
+    return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_TASK_ID);
+  }
+  bool force() const {
+    return GetField<uint8_t>(VT_FORCE, 0) != 0;
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<rayfield::store::protocol::fb::UniqueID>(verifier, VT_TASK_ID, 1) &&
+           VerifyField<uint8_t>(verifier, VT_FORCE, 1) &&
+           verifier.EndTable();
+  }
+};
+
+struct CancelTaskRequestBuilder {
+  typedef CancelTaskRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_task_id(const rayfield::store::protocol::fb::UniqueID *task_id) {
+    fbb_.AddStruct(CancelTaskRequest::VT_TASK_ID, task_id);
+  }
+  void add_force(bool force) {
+    fbb_.AddElement<uint8_t>(CancelTaskRequest::VT_FORCE, static_cast<uint8_t>(force), 0);
+  }
+  explicit CancelTaskRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<CancelTaskRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<CancelTaskRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<CancelTaskRequest> CreateCancelTaskRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const rayfield::store::protocol::fb::UniqueID *task_id = nullptr,
+    bool force = false) {
+  CancelTaskRequestBuilder builder_(_fbb);
+  builder_.add_task_id(task_id);
+  builder_.add_force(force);
+  return builder_.Finish();
+}
+
+struct CancelTaskReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef CancelTaskReplyBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_STATE = 4
+  };
+  /// "queued", "running", "done" (nothing to cancel) or "unknown".
+  const ::flatbuffers::String *state() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_STATE);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_STATE) &&
+           verifier.VerifyString(state()) &&
+           verifier.EndTable();
+  }
+};
+
+struct CancelTaskReplyBuilder {
+  typedef CancelTaskReply Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_state(::flatbuffers::Offset<::flatbuffers::String> state) {
+    fbb_.AddOffset(CancelTaskReply::VT_STATE, state);
+  }
+  explicit CancelTaskReplyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<CancelTaskReply> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<CancelTaskReply>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<CancelTaskReply> CreateCancelTaskReply(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::String> state = 0) {
+  CancelTaskReplyBuilder builder_(_fbb);
+  builder_.add_state(state);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<CancelTaskReply> CreateCancelTaskReplyDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const char *state = nullptr) {
+  auto state__ = state ? _fbb.CreateString(state) : 0;
+  return rayfield::store::protocol::fb::CreateCancelTaskReply(
+      _fbb,
+      state__);
 }
 
 /// A worker blocks in get (lends its CPU back) or resumes. No reply.
@@ -2657,6 +2859,15 @@ struct Message FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const rayfield::store::protocol::fb::PinRequest *body_as_PinRequest() const {
     return body_type() == rayfield::store::protocol::fb::Body::PinRequest ? static_cast<const rayfield::store::protocol::fb::PinRequest *>(body()) : nullptr;
   }
+  const rayfield::store::protocol::fb::KillActorRequest *body_as_KillActorRequest() const {
+    return body_type() == rayfield::store::protocol::fb::Body::KillActorRequest ? static_cast<const rayfield::store::protocol::fb::KillActorRequest *>(body()) : nullptr;
+  }
+  const rayfield::store::protocol::fb::CancelTaskRequest *body_as_CancelTaskRequest() const {
+    return body_type() == rayfield::store::protocol::fb::Body::CancelTaskRequest ? static_cast<const rayfield::store::protocol::fb::CancelTaskRequest *>(body()) : nullptr;
+  }
+  const rayfield::store::protocol::fb::CancelTaskReply *body_as_CancelTaskReply() const {
+    return body_type() == rayfield::store::protocol::fb::Body::CancelTaskReply ? static_cast<const rayfield::store::protocol::fb::CancelTaskReply *>(body()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2786,6 +2997,18 @@ template<> inline const rayfield::store::protocol::fb::WaitReply *Message::body_
 
 template<> inline const rayfield::store::protocol::fb::PinRequest *Message::body_as<rayfield::store::protocol::fb::PinRequest>() const {
   return body_as_PinRequest();
+}
+
+template<> inline const rayfield::store::protocol::fb::KillActorRequest *Message::body_as<rayfield::store::protocol::fb::KillActorRequest>() const {
+  return body_as_KillActorRequest();
+}
+
+template<> inline const rayfield::store::protocol::fb::CancelTaskRequest *Message::body_as<rayfield::store::protocol::fb::CancelTaskRequest>() const {
+  return body_as_CancelTaskRequest();
+}
+
+template<> inline const rayfield::store::protocol::fb::CancelTaskReply *Message::body_as<rayfield::store::protocol::fb::CancelTaskReply>() const {
+  return body_as_CancelTaskReply();
 }
 
 struct MessageBuilder {
@@ -3001,6 +3224,18 @@ inline bool VerifyBody(::flatbuffers::VerifierTemplate<B> &verifier, const void 
     }
     case Body::PinRequest: {
       auto ptr = reinterpret_cast<const rayfield::store::protocol::fb::PinRequest *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
+    case Body::KillActorRequest: {
+      auto ptr = reinterpret_cast<const rayfield::store::protocol::fb::KillActorRequest *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
+    case Body::CancelTaskRequest: {
+      auto ptr = reinterpret_cast<const rayfield::store::protocol::fb::CancelTaskRequest *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
+    case Body::CancelTaskReply: {
+      auto ptr = reinterpret_cast<const rayfield::store::protocol::fb::CancelTaskReply *>(obj);
       return verifier.VerifyTable(ptr);
     }
     default: return true;

@@ -27,12 +27,12 @@ from rayfield import exceptions
 from rayfield._private import serialization
 from rayfield._private.object_ref import ObjectRef, RefTracker, set_tracker
 from rayfield.store import GetTimeoutError as StoreGetTimeout
-from rayfield.store import StoreClient
+from rayfield.store import ObjectExistsError, StoreClient
 
 __all__ = ["ArgRef", "Runtime", "get_runtime", "set_runtime"]
 
 INLINE_ARGS_BYTES = 100 << 10  # larger arguments travel through the store
-ERROR_TAGS = (b"ERROR", b"WORKER_DIED", b"ACTOR_DIED")
+ERROR_TAGS = (b"ERROR", b"WORKER_DIED", b"ACTOR_DIED", b"CANCELLED")
 
 
 class ArgRef:
@@ -92,18 +92,27 @@ class Runtime:
 
     # ---- objects --------------------------------------------------------------------
 
-    def store_value(self, object_id: bytes, value: Any) -> None:
-        """Serialize `value` into the store under `object_id` (create, write, seal)."""
-        obj = serialization.serialize(value)
-        self.store_serialized(object_id, obj)
+    def store_value(self, object_id: bytes, value: Any, *, exist_ok: bool = True) -> None:
+        """Serialize `value` into the store under `object_id` (create, write, seal).
 
-    def store_serialized(self, object_id: bytes, obj: serialization.SerializedObject) -> None:
-        if obj.total_bytes <= INLINE_ARGS_BYTES:
-            self.client.put(object_id, obj.to_bytes(), obj.metadata)
-        else:
-            view = self.client.create(object_id, obj.total_bytes, obj.metadata)
-            obj.write_to(view)
-            self.client.seal(object_id)
+        With ``exist_ok`` an object already stored under the id is left as it is (a retried
+        task or a restarted actor producing the same result again).
+        """
+        self.store_serialized(object_id, serialization.serialize(value), exist_ok=exist_ok)
+
+    def store_serialized(
+        self, object_id: bytes, obj: serialization.SerializedObject, *, exist_ok: bool = True
+    ) -> None:
+        try:
+            if obj.total_bytes <= INLINE_ARGS_BYTES:
+                self.client.put(object_id, obj.to_bytes(), obj.metadata)
+            else:
+                view = self.client.create(object_id, obj.total_bytes, obj.metadata)
+                obj.write_to(view)
+                self.client.seal(object_id)
+        except ObjectExistsError:
+            if not exist_ok:
+                raise
 
     def put(self, value: Any) -> ObjectRef:
         if isinstance(value, ObjectRef):
@@ -145,6 +154,8 @@ class Runtime:
             buf.release()
             if meta == b"ACTOR_DIED":
                 raise exceptions.ActorDiedError(f"{message} (object {ref.hex()})")
+            if meta == b"CANCELLED":
+                raise exceptions.TaskCancelledError(f"{message} (object {ref.hex()})")
             raise exceptions.WorkerCrashedError(f"{message} (object {ref.hex()})")
         if meta == b"RAW" and buf.size < 4096:
             data = bytes(buf)

@@ -85,12 +85,11 @@ class Worker:
             for rid in return_ids:
                 self.rt.store_serialized(rid, obj)
         self.rt.refs.flush()
-        self.rt.client.task_done(task["task_id"])
         max_calls = (options or {}).get("max_calls") or 0
         if kind == "task" and max_calls:
             self.calls[fid] = self.calls.get(fid, 0) + 1
-            if self.calls[fid] >= max_calls:
-                self.exit_after = True
+            self.exit_after = self.calls[fid] >= max_calls
+        self.rt.client.task_done(task["task_id"], self.exit_after)
 
     def call(
         self,

@@ -34,3 +34,6 @@ class Body(object):
     WaitRequest = 28
     WaitReply = 29
     PinRequest = 30
+    KillActorRequest = 31
+    CancelTaskRequest = 32
+    CancelTaskReply = 33

@@ -40,4 +40,7 @@ class Body(object):
   WaitRequest = cast(int, ...)
   WaitReply = cast(int, ...)
   PinRequest = cast(int, ...)
+  KillActorRequest = cast(int, ...)
+  CancelTaskRequest = cast(int, ...)
+  CancelTaskReply = cast(int, ...)
 

@@ -38,8 +38,16 @@ class TaskDoneRequest(object):
             return obj
         return None
 
+    # The worker exits now (max_calls reached): give it no more tasks.
+    # TaskDoneRequest
+    def Exiting(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def TaskDoneRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(1)
+    builder.StartObject(2)
 
 def Start(builder: flatbuffers.Builder):
     TaskDoneRequestStart(builder)
@@ -49,6 +57,12 @@ def TaskDoneRequestAddTaskId(builder: flatbuffers.Builder, taskId: Any):
 
 def AddTaskId(builder: flatbuffers.Builder, taskId: Any):
     TaskDoneRequestAddTaskId(builder, taskId)
+
+def TaskDoneRequestAddExiting(builder: flatbuffers.Builder, exiting: bool):
+    builder.PrependBoolSlot(1, exiting, 0)
+
+def AddExiting(builder: flatbuffers.Builder, exiting: bool):
+    TaskDoneRequestAddExiting(builder, exiting)
 
 def TaskDoneRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
