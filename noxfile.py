@@ -117,8 +117,9 @@ def bench(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
     install_packages(session, extras="")
-    session.install("numpy")
+    session.install(f"{pkg('core')}[examples]")
     session.run("python", str(ROOT / "packages" / "store" / "examples" / "store_demo.py"))
+    session.run("python", str(ROOT / "packages" / "core" / "examples" / "run_all.py"))
 
 
 @nox.session(python=PYTHON)

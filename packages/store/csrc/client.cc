@@ -373,8 +373,14 @@ Status Client::Abort(const UniqueID& id) {
 }
 
 Status Client::Put(const UniqueID& id, const uint8_t* data, uint64_t size, const uint8_t* meta,
-                   uint64_t meta_size) {
+                   uint64_t meta_size, bool wait_reply) {
   fb::UniqueID oid = ToFb(id);
+  if (!wait_reply) {  // errors are logged by the node; later requests see the object
+    FrameWriter w;
+    auto& b = w.builder();
+    w.Add(0, fb::CreatePutRequest(b, &oid, b.CreateVector(data, size), b.CreateVector(meta, meta_size)));
+    return Send(w);
+  }
   RF_SIMPLE_CALL(fb::CreatePutRequest(b, &oid, b.CreateVector(data, size), b.CreateVector(meta, meta_size)));
 }
 

@@ -72,7 +72,7 @@ class Client {
   Status Seal(const UniqueID& id);
   Status Abort(const UniqueID& id);
   Status Put(const UniqueID& id, const uint8_t* data, uint64_t size, const uint8_t* meta,
-             uint64_t meta_size);
+             uint64_t meta_size, bool wait_reply = true);
   Status Get(const std::vector<UniqueID>& ids, int64_t timeout_ms, std::vector<ObjectLoc>* out);
   Status Release(const std::vector<UniqueID>& ids);  // no reply
   Status Pin(const std::vector<UniqueID>& ids);      // no reply

@@ -13,6 +13,7 @@ from rayfield._private.runtime import get_runtime
 __all__ = ["ActorClass", "ActorHandle", "method"]
 
 _NO_FUNCTION = bytes(20)
+TERMINATE = "__rayfield_terminate__"
 
 
 def method(*, num_returns: int = 1, num_return_vals: int | None = None) -> Any:
@@ -56,6 +57,9 @@ class ActorClass:
         self.__name__ = cls.__name__
         self.__doc__ = cls.__doc__
 
+    def __reduce__(self) -> Any:
+        return (ActorClass, (self._cls, self._options))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
             f"Actors cannot be instantiated directly. Instead of '{self.__name__}()', "
@@ -86,6 +90,9 @@ class ActorClass:
         is_async = any(inspect.iscoroutinefunction(f) for _, f in inspect.getmembers(self._cls))
         concurrency = o.get("max_concurrency") or (1000 if is_async else 1)
         handle = ActorHandle(actor_id, self._methods, self.__name__)
+        # The original handle ends the actor when it is garbage collected, unless the actor
+        # is named or detached (then rayfield.kill() does).
+        handle._original = not o.get("name") and o.get("lifetime") != "detached"
         [handle._ready] = rt.submit(
             "actor_create",
             self._exported[1],
@@ -149,6 +156,15 @@ class ActorHandle:
         self._seq = 0
         self._lock = threading.Lock()
         self._ready: Any = None
+        self._original = False
+
+    def __del__(self) -> None:
+        if not self.__dict__.get("_original"):
+            return
+        try:  # runs after every call this handle made: those results stay valid
+            self._call(TERMINATE, (), {}, 1)
+        except Exception:  # the runtime is already shut down
+            pass
 
     def __getattr__(self, name: str) -> ActorMethod:
         methods = self.__dict__.get("_methods", {})

@@ -26,6 +26,9 @@ class RemoteFunction:
         self._exported: tuple[Any, bytes] | None = None
         functools.update_wrapper(self, function)
 
+    def __reduce__(self) -> Any:  # a recursive task pickles itself: leave the runtime out
+        return (RemoteFunction, (self._function, self._options))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         name = getattr(self._function, "__name__", "f")
         raise TypeError(

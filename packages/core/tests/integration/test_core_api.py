@@ -318,3 +318,17 @@ def test_cancel_queued_and_running_tasks(cluster: Any) -> None:
     with pytest.raises(TaskCancelledError):
         rf.get(busy[0], timeout=10)
     assert rf.get(busy[1], timeout=10) == 3
+
+
+def test_dropping_the_original_handle_frees_the_actor(cluster: Any) -> None:
+    @rf.remote(num_cpus=2)
+    class Hog:
+        def ping(self) -> int:
+            return 1
+
+    hog = Hog.remote()
+    last = hog.ping.remote()
+    del hog  # its calls still complete; then its 2 CPUs are released
+    assert rf.get(last, timeout=10) == 1
+    hog2 = Hog.remote()  # needs both CPUs again
+    assert rf.get(hog2.ping.remote(), timeout=20) == 1

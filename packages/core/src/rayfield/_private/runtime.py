@@ -105,7 +105,9 @@ class Runtime:
     ) -> None:
         try:
             if obj.total_bytes <= INLINE_ARGS_BYTES:
-                self.client.put(object_id, obj.to_bytes(), obj.metadata)
+                # A worker's results need no reply: its task_done follows on the same socket.
+                wait = not (self.is_worker and exist_ok)
+                self.client.put(object_id, obj.to_bytes(), obj.metadata, wait)
             else:
                 view = self.client.create(object_id, obj.total_bytes, obj.metadata)
                 obj.write_to(view)

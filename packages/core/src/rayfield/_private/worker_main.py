@@ -20,6 +20,7 @@ from typing import Any
 from rayfield import exceptions
 from rayfield._private import serialization
 from rayfield._private.runtime import Runtime, set_runtime
+from rayfield.actor import TERMINATE
 from rayfield.store import StoreConnectionError
 
 
@@ -108,6 +109,9 @@ class Worker:
             self.actor.__init__(*args, **kwargs)
             self.setup_concurrency(cls, options.get("max_concurrency", 1))
             return None
+        if name.endswith(TERMINATE):  # the original handle is gone: end the actor for good
+            self.rt.client.kill_actor(self.rt.local.actor_id, True)
+            os._exit(0)
         if isinstance(self.actor, _FailedActor):
             raise exceptions.ActorDiedError(f"the actor's constructor failed: {self.actor.error}")
         method = getattr(self.actor, name.rsplit(".", 1)[-1])
