@@ -109,6 +109,8 @@ class Client {
   static constexpr int kSpinMicros = 50;
   void Populate(uint64_t offset, uint64_t size);
   static constexpr uint64_t kPopulateBytes = 256 << 10;
+  std::mutex populate_mu_;
+  std::vector<bool> populated_;  // 2 MiB chunks of the arena already mapped here
   Status StatusOf(const Reply& r, fb::Body expected);
   Status Handshake(uint8_t kind, const std::string& name, int64_t timeout_ms);
 

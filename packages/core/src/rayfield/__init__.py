@@ -22,9 +22,7 @@ from rayfield import exceptions
 from rayfield._private.object_ref import ObjectID, ObjectRef
 from rayfield.actor import ActorClass, ActorHandle, method
 from rayfield.api import (
-    available_resources,
     cancel,
-    cluster_resources,
     get,
     get_actor,
     get_gpu_ids,
@@ -33,9 +31,21 @@ from rayfield.api import (
     is_initialized,
     kill,
     put,
+    register_custom_serializer,
     remote,
     shutdown,
     wait,
+)
+from rayfield.runtime_context import get_runtime_context
+from rayfield.state import (
+    actors,
+    available_resources,
+    cluster_resources,
+    nodes,
+    objects,
+    profile,
+    tasks,
+    timeline,
 )
 
 __version__ = "0.1.0"
@@ -45,6 +55,7 @@ __all__ = [
     "ActorHandle",
     "ObjectID",
     "ObjectRef",
+    "actors",
     "available_resources",
     "cancel",
     "cluster_resources",
@@ -53,12 +64,19 @@ __all__ = [
     "get_actor",
     "get_gpu_ids",
     "get_resource_ids",
+    "get_runtime_context",
     "init",
     "is_initialized",
     "kill",
     "method",
+    "nodes",
+    "objects",
+    "profile",
     "put",
+    "register_custom_serializer",
     "remote",
     "shutdown",
+    "tasks",
+    "timeline",
     "wait",
 ]

@@ -175,6 +175,12 @@ class ActorHandle:
     def __repr__(self) -> str:
         return f"ActorHandle({self._class_name}, {self._actor_id.hex()})"
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+
+    def __hash__(self) -> int:
+        return hash(self._actor_id)
+
     def __reduce__(self) -> Any:
         return (ActorHandle, (self._actor_id, self._methods, self._class_name))
 

@@ -16,13 +16,12 @@ import psutil
 
 from rayfield import exceptions
 from rayfield._private import runtime as _rt
+from rayfield._private.events import EventLog
 from rayfield._private.object_ref import ObjectRef
 from rayfield.actor import ActorClass, ActorHandle, _lookup
 from rayfield.remote_function import RemoteFunction
 
 __all__ = [
-    "available_resources",
-    "cluster_resources",
     "get",
     "get_actor",
     "get_gpu_ids",
@@ -30,6 +29,7 @@ __all__ = [
     "init",
     "is_initialized",
     "put",
+    "register_custom_serializer",
     "remote",
     "shutdown",
     "wait",
@@ -131,7 +131,9 @@ def init(
 
     _node = LocalNode(session, node_resources, memory, plasma_directory, huge_pages, log_to_driver)
     try:
-        _rt.set_runtime(_rt.Runtime(_node.socket_path, is_worker=False))
+        runtime = _rt.Runtime(_node.socket_path, is_worker=False)
+        runtime.events = EventLog(session / "logs")
+        _rt.set_runtime(runtime)
     except BaseException:
         _node.shutdown()
         _node = None
@@ -254,16 +256,6 @@ def get_gpu_ids() -> list[int]:
     return [i for i, _ in get_resource_ids().get("GPU", [])]
 
 
-def cluster_resources() -> dict[str, float]:
-    """Total resources of the cluster."""
-    return dict(_node.server.scheduler_snapshot()["total"]) if _node else {}
-
-
-def available_resources() -> dict[str, float]:
-    """Resources not in use right now."""
-    return dict(_node.server.scheduler_snapshot()["available"]) if _node else {}
-
-
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     """Kill an actor's process now. Its pending and future calls raise ActorDiedError.
 
@@ -294,3 +286,54 @@ def cancel(object_ref: ObjectRef, *, force: bool = False) -> None:
 
 
 _ = exceptions  # re-exported through rayfield.exceptions
+
+
+def register_custom_serializer(
+    cls: type,
+    serializer: Any = None,
+    deserializer: Any = None,
+    *,
+    use_pickle: bool = False,
+    use_dict: bool = False,
+    include_subclasses: bool = False,
+) -> None:
+    """Serialize instances of `cls` as ``deserializer(serializer(value))``, in this process
+    and in every worker (registered before their next task).
+
+    ``use_pickle=True`` pickles the class as is; ``use_dict=True`` stores its ``__dict__``.
+
+    Raises:
+        ValueError: not exactly one of serializer/deserializer, use_pickle, use_dict.
+    """
+    from rayfield._private import serialization
+
+    modes = [serializer is not None or deserializer is not None, use_pickle, use_dict]
+    if sum(modes) != 1 or (modes[0] and (serializer is None or deserializer is None)):
+        raise ValueError(
+            "pass either serializer and deserializer, or use_pickle=True, or use_dict=True"
+        )
+    if use_pickle:
+        return
+    if use_dict:
+        serializer, deserializer = _dict_serializer, _dict_deserializer(cls)
+    serialization.register_custom_serializer(
+        cls, serializer, deserializer, include_subclasses=include_subclasses
+    )
+    rt = _rt.get_runtime()
+    if hasattr(rt, "client"):
+        sid = rt.export((cls, serializer, deserializer, include_subclasses))
+        rt.serializer_ids = (*rt.serializer_ids, sid)
+
+
+def _dict_serializer(value: Any) -> dict[str, Any]:
+    return dict(vars(value))
+
+
+class _dict_deserializer:
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+
+    def __call__(self, fields: dict[str, Any]) -> Any:
+        obj: Any = object.__new__(self.cls)
+        obj.__dict__.update(fields)
+        return obj

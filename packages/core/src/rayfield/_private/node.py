@@ -47,7 +47,14 @@ class WorkerPool:
         with self.lock:
             alive = sum(1 for p in self.procs.values() if p.poll() is None)
             n = min(n, self.cap - alive)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # Workers import what the driver can: its sys.path (the script's folder included).
+        paths = [os.path.abspath(p or os.getcwd()) for p in sys.path]
+        env = dict(
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            PYTHONPATH=os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p))),
+            RAYFIELD_LOGS_DIR=str(self.logs_dir),
+        )
         for _ in range(max(0, n)):
             proc = subprocess.Popen(
                 [sys.executable, "-m", "rayfield._private.worker_main", self.socket_path],

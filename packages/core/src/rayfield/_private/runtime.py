@@ -18,6 +18,7 @@ import os
 import pickle
 import struct
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -84,6 +85,8 @@ class Runtime:
         self.exported: set[bytes] = set()
         self.functions: dict[bytes, Any] = {}
         self.local = threading.local()  # current task (worker side)
+        self.events: Any = None  # EventLog, set by the driver or the worker
+        self.serializer_ids: tuple[bytes, ...] = ()  # custom serializers for workers
         set_tracker(self.refs)
 
     def close(self) -> None:
@@ -241,6 +244,9 @@ class Runtime:
             args_part = (ser.to_bytes(), ser.metadata)
         task_id = self.ids.task_id()
         return_ids = [IdGenerator.return_id(task_id, i) for i in range(num_returns)]
+        options = dict(options or (), submitted=time.time())
+        if self.serializer_ids:
+            options["serializers"] = self.serializer_ids
         payload = pickle.dumps(
             (kind, function_id, args_part, return_ids, name, options), protocol=5
         )

@@ -13,12 +13,14 @@ import os
 import pickle
 import sys
 import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rayfield import exceptions
 from rayfield._private import serialization
+from rayfield._private.events import EventLog
 from rayfield._private.runtime import Runtime, set_runtime
 from rayfield.actor import TERMINATE
 from rayfield.store import StoreConnectionError
@@ -43,6 +45,20 @@ class Worker:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.calls: dict[bytes, int] = {}
         self.exit_after = False
+        self.serializers: set[bytes] = set()
+        logs = os.environ.get("RAYFIELD_LOGS_DIR")
+        self.events = EventLog(logs) if logs else None
+        self.rt.events = self.events
+
+    def apply_serializers(self, ids: Any) -> None:
+        """Register the custom serializers the driver registered, once each."""
+        for sid in ids:
+            if sid not in self.serializers:
+                cls, ser, deser, subclasses = self.rt.load(sid)
+                serialization.register_custom_serializer(
+                    cls, ser, deser, include_subclasses=subclasses
+                )
+                self.serializers.add(sid)
 
     def run(self) -> None:
         while not self.exit_after:
@@ -62,7 +78,9 @@ class Worker:
                 self.execute(task)
 
     def execute(self, task: dict[str, Any]) -> None:
+        start = time.time()
         kind, fid, args_part, return_ids, name, options = pickle.loads(task["payload"])
+        options = options or {}
         ctx = self.rt.local
         ctx.task_id, ctx.actor_id = task["task_id"], task["actor_id"]
         if task["instances"] or kind != "actor_method":
@@ -72,11 +90,28 @@ class Worker:
             ctx.resource_ids = ids
             gpus = ",".join(str(i) for i, _ in ids.get("GPU", []))
             os.environ["CUDA_VISIBLE_DEVICES"] = gpus
+        event = {
+            "kind": "task",
+            "name": name,
+            "task": task["task_id"].hex(),
+            "actor": task["actor_id"].hex() if task["actor_id"] else None,
+            "pid": os.getpid(),
+            "node": self.rt.node_address,
+            "submit": options.get("submitted"),
+            "start": start,
+            "ok": True,
+        }
         try:
+            self.apply_serializers(options.get("serializers", ()))
             args, kwargs = self.rt.resolve_args(args_part)
-            result = self.call(kind, fid, name, args, kwargs, options or {})
+            event["args"] = time.time()
+            result = self.call(kind, fid, name, args, kwargs, options)
+            event["run"] = time.time()
             self.store_results(return_ids, result)
         except BaseException as exc:  # the task's own error: stored, never fatal
+            event["ok"] = False
+            event.setdefault("args", time.time())
+            event.setdefault("run", time.time())
             err = exceptions.TaskError.wrap(
                 exc, name, traceback.format_exc(), os.getpid(), self.rt.node_address
             )
@@ -86,7 +121,10 @@ class Worker:
             for rid in return_ids:
                 self.rt.store_serialized(rid, obj)
         self.rt.refs.flush()
-        max_calls = (options or {}).get("max_calls") or 0
+        event["end"] = time.time()
+        if self.events is not None:
+            self.events.record(event)
+        max_calls = options.get("max_calls") or 0
         if kind == "task" and max_calls:
             self.calls[fid] = self.calls.get(fid, 0) + 1
             self.exit_after = self.calls[fid] >= max_calls
@@ -110,6 +148,8 @@ class Worker:
             self.setup_concurrency(cls, options.get("max_concurrency", 1))
             return None
         if name.endswith(TERMINATE):  # the original handle is gone: end the actor for good
+            if self.events is not None:
+                self.events.flush()
             self.rt.client.kill_actor(self.rt.local.actor_id, True)
             os._exit(0)
         if isinstance(self.actor, _FailedActor):
@@ -152,6 +192,8 @@ def main() -> None:
     try:
         worker.run()
     finally:
+        if worker.events is not None:
+            worker.events.flush()
         if worker.pool is not None:
             worker.pool.shutdown(wait=True)
         worker.rt.close()

@@ -1,0 +1,126 @@
+"""Task events for ``timeline()`` and the state API.
+
+Each process appends its events as JSON lines to ``<session>/logs/events-<pid>.jsonl``
+(buffered; flushed every 0.2 s and at exit). An event is one finished task or
+actor call with its phases, or a ``profile()`` span:
+
+    {"kind": "task", "name": "f", "task": hex, "actor": hex|None, "pid": 123,
+     "node": "127.0.0.1", "submit": t0, "start": t1, "args": t2, "run": t3, "end": t4,
+     "ok": true}
+
+Times are seconds since the epoch (``time.time()``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EventLog", "read_events", "to_chrome_trace"]
+
+
+class EventLog:
+    """Buffered JSON-lines writer of this process's events."""
+
+    def __init__(self, logs_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(logs_dir) / f"events-{os.getpid()}.jsonl"
+        self._buffer: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._last_flush = time.monotonic()
+        atexit.register(self.flush)
+        flusher = threading.Thread(target=self._flush_periodically, daemon=True, name="rf-events")
+        flusher.start()
+
+    def _flush_periodically(self) -> None:
+        while True:
+            time.sleep(0.2)
+            if self._buffer:
+                self.flush()
+
+    def record(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            self._buffer.append(event)
+        if time.monotonic() - self._last_flush > 0.2:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            batch, self._buffer = self._buffer, []
+            self._last_flush = time.monotonic()
+        if batch:
+            with open(self.path, "a") as f:
+                f.write("".join(json.dumps(e) + "\n" for e in batch))
+
+
+def read_events(logs_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every event written so far by the processes of a session."""
+    events: list[dict[str, Any]] = []
+    for path in sorted(Path(logs_dir).glob("events-*.jsonl")):
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    try:
+                        events.append(json.loads(line))
+                    except json.JSONDecodeError:  # a line being written right now
+                        continue
+    return events
+
+
+_PHASES = (
+    ("queued", "submit", "start"),
+    ("fetching arguments", "start", "args"),
+    ("running", "args", "run"),
+    ("storing results", "run", "end"),
+)
+
+
+def to_chrome_trace(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chrome tracing "X" events (load in chrome://tracing or Perfetto).
+
+    Each task gives one event per phase on its worker's row (``tid`` = worker pid) within
+    its node (``pid`` = node address); ``profile()`` spans appear as they were recorded.
+    """
+    trace: list[dict[str, Any]] = []
+    for e in events:
+        if e.get("kind") == "profile":
+            extra = dict(e.get("extra") or {})
+            trace.append(
+                {
+                    "name": extra.pop("name", e["name"]),
+                    "cat": "profile",
+                    "ph": "X",
+                    "ts": e["start"] * 1e6,
+                    "dur": max(0.0, (e["end"] - e["start"]) * 1e6),
+                    "pid": e.get("node", "127.0.0.1"),
+                    "tid": e["pid"],
+                    "args": extra,
+                    **({"cname": extra.pop("cname")} if "cname" in extra else {}),
+                }
+            )
+            continue
+        for phase, begin, end in _PHASES:
+            if e.get(begin) is None or e.get(end) is None:
+                continue
+            trace.append(
+                {
+                    "name": f"{e['name']}:{phase}" if phase != "running" else e["name"],
+                    "cat": "actor_call" if e.get("actor") else "task",
+                    "ph": "X",
+                    "ts": e[begin] * 1e6,
+                    "dur": max(0.0, (e[end] - e[begin]) * 1e6),
+                    "pid": e.get("node", "127.0.0.1"),
+                    "tid": e["pid"],
+                    "args": {
+                        "task_id": e["task"],
+                        "actor_id": e.get("actor"),
+                        "phase": phase,
+                        "ok": e.get("ok", True),
+                    },
+                }
+            )
+    return trace

@@ -1,0 +1,206 @@
+"""What the cluster is doing: nodes, tasks, actors, objects, and the timeline.
+
+Tasks and actor calls are listed once they finish (from the task events every process
+writes to the session's logs); work still waiting is summarised per resource shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+
+from rayfield._private import events as _events
+from rayfield._private import runtime as _rt
+
+__all__ = [
+    "actors",
+    "available_resources",
+    "cluster_resources",
+    "list_actors",
+    "list_nodes",
+    "list_objects",
+    "list_tasks",
+    "nodes",
+    "objects",
+    "pending_tasks",
+    "profile",
+    "tasks",
+    "timeline",
+]
+
+
+def _logs_dir() -> str:
+    from rayfield import api
+
+    if api._info.get("session_dir"):
+        return os.path.join(api._info["session_dir"], "logs")
+    logs = os.environ.get("RAYFIELD_LOGS_DIR")
+    if logs:
+        return logs
+    raise RuntimeError("rayfield is not initialized: call rayfield.init() first")
+
+
+def _node() -> Any:
+    from rayfield import api
+
+    if api._node is None:
+        raise RuntimeError("the state API runs in the driver that called rayfield.init()")
+    return api._node
+
+
+def _flush_own_events() -> None:
+    ev = _rt.get_runtime().events
+    if ev is not None:
+        ev.flush()
+
+
+def list_nodes() -> list[dict[str, Any]]:
+    """One dict per node: ``NodeID``, ``Alive``, ``NodeManagerAddress``,
+    ``ObjectStoreSocketName``, ``Resources`` (totals), ``Available``."""
+    node = _node()
+    snap = node.server.scheduler_snapshot()
+    return [
+        {
+            "NodeID": node.server.node_id.hex(),
+            "Alive": node.server.running,
+            "NodeManagerAddress": "127.0.0.1",
+            "ObjectStoreSocketName": node.socket_path,
+            "Resources": dict(snap["total"]),
+            "Available": dict(snap["available"]),
+            "ObjectStore": node.server.stats(),
+        }
+    ]
+
+
+def cluster_resources() -> dict[str, float]:
+    """Total resources of the cluster, by name."""
+    return dict(_node().server.scheduler_snapshot()["total"])
+
+
+def available_resources() -> dict[str, float]:
+    """Resources not in use right now, by name."""
+    return dict(_node().server.scheduler_snapshot()["available"])
+
+
+def list_tasks() -> list[dict[str, Any]]:
+    """Finished tasks and actor calls: ``task_id``, ``name``, ``state`` (FINISHED or
+    FAILED), ``actor_id``, ``pid``, ``node``, ``duration_s`` (running time)."""
+    _flush_own_events()
+    out = []
+    for e in _events.read_events(_logs_dir()):
+        if e.get("kind") != "task":
+            continue
+        out.append(
+            {
+                "task_id": e["task"],
+                "name": e["name"],
+                "actor_id": e.get("actor"),
+                "state": "FINISHED" if e.get("ok", True) else "FAILED",
+                "pid": e["pid"],
+                "node": e.get("node"),
+                "duration_s": (e.get("run") or 0) - (e.get("args") or 0),
+            }
+        )
+    return out
+
+
+def pending_tasks() -> dict[str, Any]:
+    """Work not running yet: ready tasks by resource shape, tasks waiting for
+    dependencies, infeasible tasks with the reason, queued actor calls."""
+    snap = _node().server.scheduler_snapshot()
+    return {
+        "ready_by_shape": [(dict(shape), n) for shape, n in snap["ready_by_shape"]],
+        "waiting_for_dependencies": snap["waiting_for_dependencies"],
+        "infeasible": [
+            {"task_id": t.hex(), "demand": d, "reason": r} for t, d, r in snap["infeasible"]
+        ],
+        "actor_tasks_queued": snap.get("actor_tasks_queued", 0),
+        "running": snap["running"],
+    }
+
+
+def list_actors() -> list[dict[str, Any]]:
+    """Actors created so far: ``actor_id``, ``class_name``, ``pid``, ``state`` (ALIVE or
+    DEAD)."""
+    _flush_own_events()
+    out = []
+    for e in _events.read_events(_logs_dir()):
+        if e.get("kind") == "task" and e.get("actor") and e["name"].endswith(".__init__"):
+            alive = psutil.pid_exists(e["pid"]) and e.get("ok", True)
+            out.append(
+                {
+                    "actor_id": e["actor"],
+                    "class_name": e["name"][: -len(".__init__")],
+                    "pid": e["pid"],
+                    "state": "ALIVE" if alive else "DEAD",
+                }
+            )
+    return out
+
+
+def list_objects() -> list[dict[str, Any]]:
+    """Objects in the node's store: ``object_id``, ``size_bytes``, ``state``, ``ref_count``."""
+    return [
+        {
+            "object_id": o["object_id"].hex(),
+            "size_bytes": o["data_size"] + o["metadata_size"],
+            "state": o["state"],
+            "ref_count": o["ref_count"],
+        }
+        for o in _rt.get_runtime().client.list_objects()
+    ]
+
+
+def timeline(filename: str | None = None) -> list[dict[str, Any]]:
+    """Every finished task and actor call, by phase (queued, fetching arguments, running,
+    storing results), and every ``profile()`` span, in Chrome tracing format.
+
+    Args:
+        filename: also write the events there as JSON (open in chrome://tracing or
+            https://ui.perfetto.dev).
+    """
+    _flush_own_events()
+    trace = _events.to_chrome_trace(_events.read_events(_logs_dir()))
+    if filename is not None:
+        with open(filename, "w") as f:
+            json.dump(trace, f)
+    return trace
+
+
+@contextlib.contextmanager
+def profile(event_type: str, extra_data: dict[str, str] | None = None) -> Iterator[None]:
+    """Record a span named `event_type` in the timeline, in the driver or in a task.
+
+    ``extra_data`` (str -> str) shows in the trace viewer; its keys ``name`` and ``cname``
+    set the box's label and colour.
+    """
+    start = time.time()
+    try:
+        yield
+    finally:
+        ev = _rt.get_runtime().events
+        if ev is not None:
+            ev.record(
+                {
+                    "kind": "profile",
+                    "name": event_type,
+                    "start": start,
+                    "end": time.time(),
+                    "pid": os.getpid(),
+                    "node": "127.0.0.1",
+                    "extra": dict(extra_data or {}),
+                }
+            )
+
+
+# Classic names.
+nodes = list_nodes
+tasks = list_tasks
+actors = list_actors
+objects = list_objects

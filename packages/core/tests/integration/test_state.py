@@ -1,0 +1,155 @@
+"""State API, timeline, profile, runtime context, worker output, custom serializers."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rayfield as rf
+
+
+def _eventually(check: Any, timeout_s: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
+def test_timeline_has_every_task_with_its_phases(cluster: Any, tmp_path: Path) -> None:
+    @rf.remote
+    def work(x: int) -> int:
+        time.sleep(0.05)
+        return x
+
+    @rf.remote
+    class Actor:
+        def call(self) -> int:
+            return 1
+
+    rf.get([work.remote(i) for i in range(4)])
+    a = Actor.remote()
+    rf.get(a.call.remote())
+    with rf.profile("driver-span", {"name": "custom label", "cname": "good"}):
+        time.sleep(0.01)
+    out = tmp_path / "trace.json"
+
+    def complete() -> list[Any]:
+        trace = rf.timeline(str(out))
+        running = [e for e in trace if e["args"].get("phase") == "running"]
+        return trace if len(running) >= 6 else []
+
+    trace = _eventually(complete)
+    assert trace, "timeline never showed all 6 tasks and calls"
+    loaded = json.loads(out.read_text())
+    assert loaded == trace
+    work_running = [e for e in trace if e["name"] == "work" and e["cat"] == "task"]
+    assert len(work_running) == 4 and all(e["dur"] >= 40_000 for e in work_running)
+    phases = {e["args"].get("phase") for e in trace if e["cat"] == "task"}
+    assert {"queued", "fetching arguments", "running", "storing results"} <= phases
+    assert any(e["cat"] == "actor_call" and e["name"] == "Actor.call" for e in trace)
+    [span] = [e for e in trace if e["cat"] == "profile"]
+    assert span["name"] == "custom label" and span["tid"] == os.getpid()
+    assert {e["ph"] for e in trace} == {"X"}
+
+
+def test_state_listings(cluster: Any) -> None:
+    @rf.remote
+    def ok() -> int:
+        return 1
+
+    @rf.remote
+    def bad() -> None:
+        raise ValueError("no")
+
+    @rf.remote
+    class Keeper:
+        def ping(self) -> int:
+            return 1
+
+    rf.get(ok.remote())
+    with pytest.raises(ValueError):
+        rf.get(bad.remote())
+    keeper = Keeper.remote()
+    rf.get(keeper.ping.remote())
+    [node] = rf.nodes()
+    assert node["Alive"] and node["Resources"]["CPU"] == 2.0
+    assert rf.cluster_resources()["CPU"] == 2.0
+    assert _eventually(lambda: rf.available_resources().get("CPU") == 2.0)
+    tasks = _eventually(lambda: [t for t in rf.tasks() if t["name"] in ("ok", "bad")])
+    assert {(t["name"], t["state"]) for t in tasks} == {("ok", "FINISHED"), ("bad", "FAILED")}
+    actors = _eventually(lambda: rf.actors())
+    assert [(a["class_name"], a["state"]) for a in actors] == [("Keeper", "ALIVE")]
+    ref = rf.put(b"x" * 1000)
+    sizes = {o["object_id"]: o["size_bytes"] for o in rf.objects()}
+    assert sizes[ref.hex()] >= 1000
+    assert rf.state.pending_tasks()["infeasible"] == []
+
+
+def test_runtime_context(cluster: Any) -> None:
+    ctx = rf.get_runtime_context()
+    assert not ctx.is_worker and ctx.task_id is None and ctx.worker_pid == os.getpid()
+
+    @rf.remote
+    def where() -> dict[str, Any]:
+        return rf.get_runtime_context().get()
+
+    info = rf.get(where.remote())
+    assert info["is_worker"] and info["task_id"] and info["worker_pid"] != os.getpid()
+    assert info["node_id"] == ctx.node_id
+
+
+def test_worker_output_reaches_the_driver_with_a_prefix(
+    cluster: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    @rf.remote
+    def talk() -> int:
+        print("hello from a worker")
+        return os.getpid()
+
+    pid = rf.get(talk.remote())
+    out = _eventually(lambda: capfd.readouterr().out)
+    assert f"(pid={pid}, ip=127.0.0.1) hello from a worker" in out
+
+
+def test_custom_serializer_is_used_in_workers(cluster: Any) -> None:
+    class Point:
+        def __init__(self, x: int, y: int) -> None:
+            self.x, self.y = x, y
+
+    rf.register_custom_serializer(
+        Point, serializer=lambda p: (p.x, p.y, "custom"), deserializer=lambda t: Point(*t[:2])
+    )
+
+    @rf.remote
+    def shift(p: Point) -> Point:
+        return Point(p.x + 1, p.y + 1)
+
+    q = rf.get(shift.remote(Point(1, 2)))
+    assert (q.x, q.y) == (2, 3)
+    with pytest.raises(ValueError):
+        rf.register_custom_serializer(Point)
+
+
+def test_workers_import_what_the_driver_can(tmp_path: Path) -> None:
+    (tmp_path / "driver_only_mod.py").write_text("def square(x):\n    return x * x\n")
+    sys.path.insert(0, str(tmp_path))
+    rf.init(num_cpus=1, object_store_memory=64 << 20, temp_dir=str(tmp_path))
+    try:
+        import driver_only_mod  # type: ignore[import-not-found]
+
+        @rf.remote
+        def call(f: Any, x: int) -> int:
+            return f(x)
+
+        assert rf.get(call.remote(driver_only_mod.square, 7), timeout=30) == 49
+    finally:
+        rf.shutdown()
+        sys.path.remove(str(tmp_path))
