@@ -50,6 +50,17 @@ class Worker:
         self.events = EventLog(logs) if logs else None
         self.rt.events = self.events
 
+    def send_error_signal(self, err: BaseException) -> None:
+        """Send the signal API's ErrorSignal for the failed task or actor."""
+        from rayfield.experimental import signal
+
+        ctx = self.rt.local
+        source = ctx.actor_id or ctx.task_id
+        try:
+            signal._send_from(bytes(source), signal.ErrorSignal(err))
+        except Exception:  # an error that cannot be stored is still in the task's result
+            pass
+
     def apply_serializers(self, ids: Any) -> None:
         """Register the custom serializers the driver registered, once each."""
         for sid in ids:
@@ -117,6 +128,7 @@ class Worker:
             )
             if kind == "actor_create":
                 self.actor = _FailedActor(err)
+            self.send_error_signal(err)
             obj = serialization.serialize_error(err)
             for rid in return_ids:
                 self.rt.store_serialized(rid, obj)
