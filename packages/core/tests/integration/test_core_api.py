@@ -332,3 +332,22 @@ def test_dropping_the_original_handle_frees_the_actor(cluster: Any) -> None:
     assert rf.get(last, timeout=10) == 1
     hog2 = Hog.remote()  # needs both CPUs again
     assert rf.get(hog2.ping.remote(), timeout=20) == 1
+
+
+def test_infeasible_work_waits_with_a_warning(
+    cluster: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    @rf.remote(num_gpus=1, resources={"tpu": 2})
+    def needs_gpu() -> int:
+        return 1
+
+    ref = needs_gpu.remote()
+    deadline = time.monotonic() + 10
+    while "cannot be scheduled" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "GPU" in caplog.text and "tpu" in caplog.text
+    [pending] = rf.state.pending_tasks()["infeasible"]
+    assert pending["demand"]["GPU"] == 1.0
+    rf.cancel(ref)
+    with pytest.raises(rf.exceptions.TaskCancelledError):
+        rf.get(ref, timeout=10)
