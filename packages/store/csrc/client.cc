@@ -561,7 +561,7 @@ Status Client::SubmitTask(const TaskSpec& spec) {
   w.Add(0, fb::CreateSubmitTaskRequest(b, &tid, resources, dependencies,
                                        spec.actor_id.IsNil() ? nullptr : &aid, spec.actor_creation,
                                        spec.max_concurrency, &cid, spec.sequence_no, payload,
-                                       return_ids, spec.max_retries, pins));
+                                       return_ids, spec.max_retries, pins, spec.pin_returns));
   return Send(w);
 }
 

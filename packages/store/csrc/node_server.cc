@@ -628,7 +628,12 @@ void NodeServer::HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest
   spec.sequence_no = r->sequence_no();
   if (r->payload()) spec.payload.assign(reinterpret_cast<const char*>(r->payload()->Data()), r->payload()->size());
   TaskRecord rec;
-  if (r->return_ids()) for (const fb::UniqueID* id : *r->return_ids()) rec.return_ids.push_back(FromFb(id));
+  if (r->return_ids()) {
+    for (const fb::UniqueID* id : *r->return_ids()) {
+      rec.return_ids.push_back(FromFb(id));
+      if (r->pin_returns()) store_->Pin(c.id, rec.return_ids.back());
+    }
+  }
   if (r->pins()) {
     for (const fb::UniqueID* id : *r->pins()) {
       rec.pins.push_back(FromFb(id));

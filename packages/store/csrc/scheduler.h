@@ -62,6 +62,7 @@ struct TaskSpec {
   std::vector<UniqueID> return_ids;  // error objects go here if the worker dies
   int32_t max_retries = 0;           // after a worker death; -1: unlimited
   std::vector<UniqueID> pins;        // kept alive until the task finishes
+  bool pin_returns = false;          // the submitter holds its returns from the start
 };
 
 struct ResourceGrant {

@@ -2085,7 +2085,8 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
     VT_PAYLOAD = 20,
     VT_RETURN_IDS = 22,
     VT_MAX_RETRIES = 24,
-    VT_PINS = 26
+    VT_PINS = 26,
+    VT_PIN_RETURNS = 28
   };
   const rayfield::store::protocol::fb::UniqueID *task_id() const {
     return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_TASK_ID);
@@ -2128,6 +2129,10 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
   const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *pins() const {
     return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_PINS);
   }
+  /// Pin the return ids for the submitting client (as a PinRequest would).
+  bool pin_returns() const {
+    return GetField<uint8_t>(VT_PIN_RETURNS, 0) != 0;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2149,6 +2154,7 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
            VerifyField<int32_t>(verifier, VT_MAX_RETRIES, 4) &&
            VerifyOffset(verifier, VT_PINS) &&
            verifier.VerifyVector(pins()) &&
+           VerifyField<uint8_t>(verifier, VT_PIN_RETURNS, 1) &&
            verifier.EndTable();
   }
 };
@@ -2193,6 +2199,9 @@ struct SubmitTaskRequestBuilder {
   void add_pins(::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> pins) {
     fbb_.AddOffset(SubmitTaskRequest::VT_PINS, pins);
   }
+  void add_pin_returns(bool pin_returns) {
+    fbb_.AddElement<uint8_t>(SubmitTaskRequest::VT_PIN_RETURNS, static_cast<uint8_t>(pin_returns), 0);
+  }
   explicit SubmitTaskRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -2217,7 +2226,8 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequest(
     ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> payload = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> return_ids = 0,
     int32_t max_retries = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> pins = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> pins = 0,
+    bool pin_returns = false) {
   SubmitTaskRequestBuilder builder_(_fbb);
   builder_.add_sequence_no(sequence_no);
   builder_.add_pins(pins);
@@ -2230,6 +2240,7 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequest(
   builder_.add_dependencies(dependencies);
   builder_.add_resources(resources);
   builder_.add_task_id(task_id);
+  builder_.add_pin_returns(pin_returns);
   builder_.add_actor_creation(actor_creation);
   return builder_.Finish();
 }
@@ -2247,7 +2258,8 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
     const std::vector<uint8_t> *payload = nullptr,
     const std::vector<rayfield::store::protocol::fb::UniqueID> *return_ids = nullptr,
     int32_t max_retries = 0,
-    const std::vector<rayfield::store::protocol::fb::UniqueID> *pins = nullptr) {
+    const std::vector<rayfield::store::protocol::fb::UniqueID> *pins = nullptr,
+    bool pin_returns = false) {
   auto resources__ = resources ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>(*resources) : 0;
   auto dependencies__ = dependencies ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*dependencies) : 0;
   auto payload__ = payload ? _fbb.CreateVector<uint8_t>(*payload) : 0;
@@ -2266,7 +2278,8 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
       payload__,
       return_ids__,
       max_retries,
-      pins__);
+      pins__,
+      pin_returns);
 }
 
 /// Make this connection a worker that can receive tasks.

@@ -250,7 +250,6 @@ class Runtime:
         payload = pickle.dumps(
             (kind, function_id, args_part, return_ids, name, options), protocol=5
         )
-        self.client.pin(return_ids)
         self.client.submit_task(
             task_id,
             payload,
@@ -264,6 +263,7 @@ class Runtime:
             return_ids=return_ids,
             max_retries=max_retries,
             pins=pins,
+            pin_returns=True,  # the node pins them for us, before anything can evict them
         )
         return [ObjectRef(r, _pinned=True) for r in return_ids]
 

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -79,16 +80,43 @@ class Worker:
                 return  # the node is gone
             if task is None:
                 continue
-            if (
-                self.pool is not None
-                and task["actor_id"] is not None
-                and not task["actor_creation"]
-            ):
+            is_call = task["actor_id"] is not None and not task["actor_creation"]
+            if is_call and self.loop is not None:  # async actor: calls run on its loop
+                asyncio.run_coroutine_threadsafe(self.execute_async(task), self.loop)
+            elif is_call and self.pool is not None:
                 self.pool.submit(self.execute, task)
             else:
                 self.execute(task)
 
     def execute(self, task: dict[str, Any]) -> None:
+        """Run a task on this thread (a coroutine method, if any, on the actor's loop)."""
+        steps, value = self.steps(task), None
+        while True:
+            try:
+                coro = steps.send(value)
+            except StopIteration:
+                return
+            try:
+                assert self.loop is not None
+                value = (True, asyncio.run_coroutine_threadsafe(coro, self.loop).result())
+            except BaseException as exc:
+                value = (False, exc)
+
+    async def execute_async(self, task: dict[str, Any]) -> None:
+        """Run an actor call on the actor's event loop, awaiting a coroutine method."""
+        steps, value = self.steps(task), None
+        while True:
+            try:
+                coro = steps.send(value)
+            except StopIteration:
+                return
+            try:
+                value = (True, await coro)
+            except BaseException as exc:
+                value = (False, exc)
+
+    def steps(self, task: dict[str, Any]) -> Generator[Any, Any, None]:
+        """Execute a task; yields the coroutine of an `async def` method to be awaited."""
         start = time.time()
         kind, fid, args_part, return_ids, name, options = pickle.loads(task["payload"])
         options = options or {}
@@ -117,6 +145,10 @@ class Worker:
             args, kwargs = self.rt.resolve_args(args_part)
             event["args"] = time.time()
             result = self.call(kind, fid, name, args, kwargs, options)
+            if inspect.iscoroutine(result):
+                ok, result = yield result
+                if not ok:
+                    raise result
             event["run"] = time.time()
             self.store_results(return_ids, result)
         except BaseException as exc:  # the task's own error: stored, never fatal
@@ -166,18 +198,14 @@ class Worker:
             os._exit(0)
         if isinstance(self.actor, _FailedActor):
             raise exceptions.ActorDiedError(f"the actor's constructor failed: {self.actor.error}")
-        method = getattr(self.actor, name.rsplit(".", 1)[-1])
-        if inspect.iscoroutinefunction(method):
-            assert self.loop is not None
-            return asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self.loop).result()
-        return method(*args, **kwargs)
+        return getattr(self.actor, name.rsplit(".", 1)[-1])(*args, **kwargs)
 
     def setup_concurrency(self, cls: type, max_concurrency: int) -> None:
         is_async = any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(cls))
         if is_async:
             self.loop = asyncio.new_event_loop()
             threading.Thread(target=self.loop.run_forever, daemon=True, name="actor-loop").start()
-        if max_concurrency > 1 or is_async:
+        if max_concurrency > 1 and not is_async:
             self.pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="actor")
 
     def store_results(self, return_ids: list[bytes], result: Any) -> None:

@@ -213,8 +213,16 @@ class SubmitTaskRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
         return o == 0
 
+    # Pin the return ids for the submitting client (as a PinRequest would).
+    # SubmitTaskRequest
+    def PinReturns(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def SubmitTaskRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(12)
+    builder.StartObject(13)
 
 def Start(builder: flatbuffers.Builder):
     SubmitTaskRequestStart(builder)
@@ -320,6 +328,12 @@ def SubmitTaskRequestStartPinsVector(builder, numElems: int) -> int:
 
 def StartPinsVector(builder, numElems: int) -> int:
     return SubmitTaskRequestStartPinsVector(builder, numElems)
+
+def SubmitTaskRequestAddPinReturns(builder: flatbuffers.Builder, pinReturns: bool):
+    builder.PrependBoolSlot(12, pinReturns, 0)
+
+def AddPinReturns(builder: flatbuffers.Builder, pinReturns: bool):
+    SubmitTaskRequestAddPinReturns(builder, pinReturns)
 
 def SubmitTaskRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
