@@ -665,6 +665,7 @@ bool NodeServer::HandleWorkerMessage(Conn& c, uint64_t seq, const fb::Message* m
     if (!c.worker) {
       c.worker = true;
       scheduler_->AddWorker(c.id);
+      worker_pids_[c.id] = c.pid;
       PushEvent(WorkerRegistered{c.id, c.pid});
     }
     ReplyStatus(c, seq, Status::OK());
@@ -864,15 +865,20 @@ void NodeServer::HandleWorkerLost(const WorkerLost& lost) {
       scheduler_->SubmitTask(*rec.retry_spec, missing);
       continue;
     }
+    std::string where = "task " + task_id.Hex() + ", worker pid " +
+                        std::to_string(worker_pids_[lost.worker]) + ", node " +
+                        options_.socket_path;
     if (rec.cancelled) {
-      FailTask(task_id, "CANCELLED", "the task was cancelled");
+      FailTask(task_id, "CANCELLED", "the task was cancelled (" + where + ")");
     } else if (rec.actor_task) {
-      FailTask(task_id, "ACTOR_DIED", "the actor's worker process died while running this task");
+      FailTask(task_id, "ACTOR_DIED",
+               "the actor's worker process died while running this call (" + where + ")");
     } else {
       FailTask(task_id, "WORKER_DIED",
-               "the worker process died while running this task (no retries left)");
+               "the worker process died while running this task, no retries left (" + where + ")");
     }
   }
+  worker_pids_.erase(lost.worker);
   if (!lost.actor_id.IsNil()) ActorGone(lost.actor_id);
 }
 

@@ -165,6 +165,7 @@ class NodeServer {
   };
   std::unordered_map<UniqueID, ActorRecord, UniqueIDHash> actors_;
   std::unordered_map<UniqueID, std::string, UniqueIDHash> dead_actors_;  // id -> why
+  std::unordered_map<ClientID, int> worker_pids_;  // for error messages after a worker is gone
   static constexpr ClientID kNodeClient = 0;  // holder of the node's own pins
 
   std::mutex events_mu_;

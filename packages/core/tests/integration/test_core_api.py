@@ -196,7 +196,7 @@ def test_worker_crash_is_retried_then_reported(cluster: Any, tmp_path: Path) -> 
     def always_crash() -> None:
         os._exit(1)
 
-    with pytest.raises(WorkerCrashedError):
+    with pytest.raises(WorkerCrashedError, match=r"task [0-9a-f]{40}, worker pid \d+, node "):
         rf.get(always_crash.remote(), timeout=30)
     assert rf.get(square.remote(5)) == 25
 
