@@ -15,6 +15,7 @@ from __future__ import annotations
 # Other distributions (rayfield-store, rayfield-tune, ...) add subpackages of `rayfield`;
 # this makes them importable also from editable installs in other folders.
 from pkgutil import extend_path
+from typing import Any
 
 __path__ = extend_path(__path__, __name__)
 
@@ -49,6 +50,26 @@ from rayfield.state import (
 )
 
 __version__ = "0.1.0"
+
+# The libraries that come as separate distributions, and where to get them.
+_LIBRARIES = {name: f"rayfield-{name}" for name in ("tune", "rllib", "sgd", "autoscaler", "cli")}
+
+
+def __getattr__(name: str) -> Any:
+    """``rayfield.tune`` and friends: import the library, or say how to install it."""
+    if name in _LIBRARIES:
+        import importlib
+
+        try:
+            return importlib.import_module(f"rayfield.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"rayfield.{name}":
+                raise
+            raise ImportError(
+                f"rayfield.{name} is not installed: pip install {_LIBRARIES[name]}"
+            ) from None
+    raise AttributeError(f"module 'rayfield' has no attribute {name!r}")
+
 
 __all__ = [
     "ActorClass",

@@ -1,0 +1,20 @@
+"""The rayfield namespace: public names, and install hints for missing libraries."""
+
+from __future__ import annotations
+
+import pytest
+
+import rayfield
+
+
+def test_missing_library_gives_an_install_hint() -> None:
+    with pytest.raises(ImportError, match="pip install rayfield-rllib"):
+        from rayfield import rllib  # noqa: F401
+    with pytest.raises(AttributeError):
+        rayfield.no_such_name  # noqa: B018
+
+
+def test_public_names_exist() -> None:
+    for name in rayfield.__all__:
+        assert hasattr(rayfield, name), name
+    assert rayfield.ObjectID is rayfield.ObjectRef
