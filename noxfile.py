@@ -55,8 +55,8 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     session.install("mypy>=1.10", "numpy", "pytest", "hypothesis")
     install_packages(session)
-    for name in PACKAGES:
-        session.run("mypy", f"packages/{name}/src", "--config-file", str(ROOT / "pyproject.toml"))
+    srcs = [f"packages/{name}/src" for name in PACKAGES]
+    session.run("mypy", *srcs, "--config-file", str(ROOT / "pyproject.toml"))
 
 
 @nox.session(python=PYTHON)

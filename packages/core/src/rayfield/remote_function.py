@@ -57,7 +57,7 @@ class RemoteFunction:
             args,
             kwargs,
             n,
-            o.get("name") or getattr(self._function, "__name__", "task"),
+            str(o.get("name") or getattr(self._function, "__name__", "task")),
             opt.task_resources(o),
             max_retries=o.get("max_retries", 3),
             options={"max_calls": o["max_calls"]} if o.get("max_calls") else None,
