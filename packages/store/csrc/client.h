@@ -8,6 +8,7 @@
 // NextNotification.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -107,6 +108,8 @@ class Client {
   Status ReadOneFrame(int64_t timeout_ms);
   bool TryReceive(int* passed_fd, std::string* buf);
   static constexpr int kSpinMicros = 50;
+  static constexpr int kHotSpinMicros = 300;
+  std::chrono::steady_clock::time_point last_receive_{};
   void Populate(uint64_t offset, uint64_t size);
   static constexpr uint64_t kPopulateBytes = 256 << 10;
   std::mutex populate_mu_;

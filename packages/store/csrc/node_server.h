@@ -40,7 +40,7 @@ struct NodeOptions {
   // A client whose unread replies exceed this is disconnected.
   uint64_t max_pending_output_bytes = 256ull << 20;
   // How long the loop polls without sleeping after serving a request.
-  std::chrono::microseconds spin{50};
+  std::chrono::microseconds spin{200};
 };
 
 // ---- events for the host process ----
