@@ -437,11 +437,11 @@ Status Client::Get(const std::vector<UniqueID>& ids, int64_t timeout_ms, std::ve
   return Status::OK();
 }
 
-Status Client::Release(const std::vector<UniqueID>& ids) {
+Status Client::Release(const std::vector<UniqueID>& ids, bool free) {
   FrameWriter w;
   auto& b = w.builder();
   auto fids = ToFbIds(ids);
-  w.Add(0, fb::CreateReleaseRequest(b, b.CreateVectorOfStructs(fids)));
+  w.Add(0, fb::CreateReleaseRequest(b, b.CreateVectorOfStructs(fids), free));
   return Send(w);
 }
 

@@ -75,7 +75,7 @@ class Client {
   Status Put(const UniqueID& id, const uint8_t* data, uint64_t size, const uint8_t* meta,
              uint64_t meta_size, bool wait_reply = true);
   Status Get(const std::vector<UniqueID>& ids, int64_t timeout_ms, std::vector<ObjectLoc>* out);
-  Status Release(const std::vector<UniqueID>& ids);  // no reply
+  Status Release(const std::vector<UniqueID>& ids, bool free = false);  // no reply
   Status Pin(const std::vector<UniqueID>& ids);      // no reply
   Status Wait(const std::vector<UniqueID>& ids, uint32_t num_ready, int64_t timeout_ms,
               std::vector<bool>* ready);

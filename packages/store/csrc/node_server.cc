@@ -543,12 +543,15 @@ void NodeServer::HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m) 
       return ReplyStatus(c, seq, store_->Seal(c.id, FromFb(m->body_as_SealRequest()->object_id())));
     case fb::Body::AbortRequest:
       return ReplyStatus(c, seq, store_->Abort(c.id, FromFb(m->body_as_AbortRequest()->object_id())));
-    case fb::Body::ReleaseRequest:
+    case fb::Body::ReleaseRequest: {
+      bool free = m->body_as_ReleaseRequest()->free();
       for (const auto& id : ids(m->body_as_ReleaseRequest()->object_ids())) {
         Status s = store_->Release(c.id, id);
         if (!s.ok()) ReplyStatus(c, seq, s);
+        if (free) store_->Delete(id);  // now if unreferenced, else with the last reference
       }
       return;
+    }
     case fb::Body::KillActorRequest: {
       auto* k = m->body_as_KillActorRequest();
       return ReplyStatus(c, seq, KillActor(FromFb(k->actor_id()), k->no_restart()));

@@ -351,3 +351,32 @@ def test_infeasible_work_waits_with_a_warning(
     rf.cancel(ref)
     with pytest.raises(rf.exceptions.TaskCancelledError):
         rf.get(ref, timeout=10)
+
+
+def test_objects_are_freed_when_their_last_ref_goes(cluster: Any) -> None:
+    import gc
+
+    client = rf._private.runtime.get_runtime().client
+
+    def stored(oid: bytes) -> bool:
+        return any(o["object_id"] == oid for o in client.list_objects())
+
+    ref = rf.put(np.zeros(1 << 20))
+    oid = ref.binary()
+    arr = rf.get(ref)
+    del ref
+    gc.collect()
+    assert stored(oid)  # the array still reads from the store
+    del arr
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while stored(oid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not stored(oid)
+    inner = rf.put(np.ones(10))
+    outer = rf.put([inner])  # the ref escapes into another object: kept for its readers
+    inner_id = inner.binary()
+    del inner
+    gc.collect()
+    assert rf.get(rf.get(outer)[0]).sum() == 10
+    assert stored(inner_id)

@@ -1221,20 +1221,26 @@ inline ::flatbuffers::Offset<GetReply> CreateGetReplyDirect(
       objects__);
 }
 
-/// Drop one reference per listed id. No reply.
+/// Drop one reference per listed id. No reply. With `free`, each object is also
+/// deleted once no client holds it any more (the owner dropped its last ref).
 struct ReleaseRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef ReleaseRequestBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
-    VT_OBJECT_IDS = 4
+    VT_OBJECT_IDS = 4,
+    VT_FREE = 6
   };
   const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *object_ids() const {
     return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_OBJECT_IDS);
+  }
+  bool free() const {
+    return GetField<uint8_t>(VT_FREE, 0) != 0;
   }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
            VerifyOffset(verifier, VT_OBJECT_IDS) &&
            verifier.VerifyVector(object_ids()) &&
+           VerifyField<uint8_t>(verifier, VT_FREE, 1) &&
            verifier.EndTable();
   }
 };
@@ -1245,6 +1251,9 @@ struct ReleaseRequestBuilder {
   ::flatbuffers::uoffset_t start_;
   void add_object_ids(::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> object_ids) {
     fbb_.AddOffset(ReleaseRequest::VT_OBJECT_IDS, object_ids);
+  }
+  void add_free(bool free) {
+    fbb_.AddElement<uint8_t>(ReleaseRequest::VT_FREE, static_cast<uint8_t>(free), 0);
   }
   explicit ReleaseRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
@@ -1259,19 +1268,23 @@ struct ReleaseRequestBuilder {
 
 inline ::flatbuffers::Offset<ReleaseRequest> CreateReleaseRequest(
     ::flatbuffers::FlatBufferBuilder &_fbb,
-    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> object_ids = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> object_ids = 0,
+    bool free = false) {
   ReleaseRequestBuilder builder_(_fbb);
   builder_.add_object_ids(object_ids);
+  builder_.add_free(free);
   return builder_.Finish();
 }
 
 inline ::flatbuffers::Offset<ReleaseRequest> CreateReleaseRequestDirect(
     ::flatbuffers::FlatBufferBuilder &_fbb,
-    const std::vector<rayfield::store::protocol::fb::UniqueID> *object_ids = nullptr) {
+    const std::vector<rayfield::store::protocol::fb::UniqueID> *object_ids = nullptr,
+    bool free = false) {
   auto object_ids__ = object_ids ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*object_ids) : 0;
   return rayfield::store::protocol::fb::CreateReleaseRequest(
       _fbb,
-      object_ids__);
+      object_ids__,
+      free);
 }
 
 /// Wait until `num_ready` of the listed objects are sealed (or timeout_ms

@@ -3,7 +3,9 @@
 Every process counts its live ObjectRefs per object id. The first ref of an id pins the
 object in the node's store (the pin also works before the object exists, so task returns
 are pinned from birth); when the last one is garbage collected, the pin is released (in
-batches) and the object becomes evictable.
+batches). An object this process owns (it put it, or submitted the task that returns it)
+is then freed as soon as nobody else holds it, unless its ref escaped into another object
+or message (then it is only unpinned, and evicted when space is needed).
 """
 
 from __future__ import annotations
@@ -28,6 +30,17 @@ class RefTracker:
         self._counts: dict[bytes, int] = {}
         self._lock = threading.Lock()
         self._to_release: list[bytes] = []
+        self._to_free: list[bytes] = []
+        self._owned: set[bytes] = set()
+        self._escaped: set[bytes] = set()
+
+    def own(self, oid: bytes) -> None:
+        """This process created the object: free it when its last ref here goes."""
+        self._owned.add(oid)
+
+    def escaped(self, oid: bytes) -> None:
+        """A ref was serialized: others may hold it unpinned, so never free it eagerly."""
+        self._escaped.add(oid)
 
     def add(self, oid: bytes, pinned: bool) -> None:
         with self._lock:
@@ -51,16 +64,30 @@ class RefTracker:
                 self._counts[oid] = n
                 return
             self._counts.pop(oid, None)
-            self._to_release.append(oid)
-            flush = len(self._to_release) >= _RELEASE_BATCH
+            if oid in self._owned:
+                self._owned.discard(oid)
+                if oid in self._escaped:
+                    self._escaped.discard(oid)
+                    self._to_release.append(oid)
+                else:
+                    self._to_free.append(oid)
+            else:
+                self._to_release.append(oid)
+            # Frees go out at once (memory comes back); plain releases in batches.
+            flush = bool(self._to_free) or len(self._to_release) >= _RELEASE_BATCH
         if flush:
             self.flush()
 
     def flush(self) -> None:
         with self._lock:
             batch, self._to_release = self._to_release, []
-        if batch and not self._client.closed:
+            free, self._to_free = self._to_free, []
+        if self._client.closed:
+            return
+        if batch:
             self._client.release_many(batch)
+        if free:
+            self._client.release_many(free, True)
 
     def count(self, oid: bytes) -> int:
         return self._counts.get(oid, 0)
@@ -125,6 +152,9 @@ class ObjectRef:
         ctx = serialization.current_context()
         if ctx is not None:
             ctx.contained_refs.append(self)
+        tracker = _tracker
+        if tracker is not None:
+            tracker.escaped(self._id)
         return (ObjectRef, (self._id,))
 
     def future(self) -> concurrent.futures.Future[Any]:

@@ -125,6 +125,7 @@ class Runtime:
         oid = self.ids.put_id()
         self.client.pin([oid])  # the owner's pin, before the object exists
         ref = ObjectRef(oid, _pinned=True)
+        self.refs.own(oid)
         self.store_value(oid, value)
         return ref
 
@@ -265,6 +266,8 @@ class Runtime:
             pins=pins,
             pin_returns=True,  # the node pins them for us, before anything can evict them
         )
+        for r in return_ids:
+            self.refs.own(r)
         return [ObjectRef(r, _pinned=True) for r in return_ids]
 
     def resolve_args(self, args_part: Any) -> tuple[list[Any], dict[str, Any]]:

@@ -9,7 +9,8 @@ from rayfield.store.protocol.fb.UniqueID import UniqueID
 from typing import Optional
 np = import_numpy()
 
-# Drop one reference per listed id. No reply.
+# Drop one reference per listed id. No reply. With `free`, each object is also
+# deleted once no client holds it any more (the owner dropped its last ref).
 class ReleaseRequest(object):
     __slots__ = ['_tab']
 
@@ -51,8 +52,15 @@ class ReleaseRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
         return o == 0
 
+    # ReleaseRequest
+    def Free(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def ReleaseRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(1)
+    builder.StartObject(2)
 
 def Start(builder: flatbuffers.Builder):
     ReleaseRequestStart(builder)
@@ -68,6 +76,12 @@ def ReleaseRequestStartObjectIdsVector(builder, numElems: int) -> int:
 
 def StartObjectIdsVector(builder, numElems: int) -> int:
     return ReleaseRequestStartObjectIdsVector(builder, numElems)
+
+def ReleaseRequestAddFree(builder: flatbuffers.Builder, free: bool):
+    builder.PrependBoolSlot(1, free, 0)
+
+def AddFree(builder: flatbuffers.Builder, free: bool):
+    ReleaseRequestAddFree(builder, free)
 
 def ReleaseRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
