@@ -626,3 +626,26 @@ Status Client::CancelTask(const UniqueID& task_id, bool force, std::string* stat
 }
 
 }  // namespace rayfield
+
+namespace rayfield {
+
+Status Client::NodeState(ResourceSet* total, ResourceSet* available) {
+  FrameWriter w;
+  uint64_t seq = NextSeq();
+  w.Add(seq, fb::CreateNodeStateRequest(w.builder()));
+  Reply r;
+  Status s = Call(w, seq, &r);
+  if (s.ok()) s = StatusOf(r, fb::Body::NodeStateReply);
+  if (!s.ok()) return s;
+  auto fill = [](const flatbuffers::Vector<flatbuffers::Offset<fb::ResourceAmount>>* v,
+                 ResourceSet* out) {
+    out->clear();
+    if (v) for (const fb::ResourceAmount* a : *v) (*out)[a->name()->str()] = a->amount();
+  };
+  const fb::NodeStateReply* st = r.message->body_as_NodeStateReply();
+  fill(st->total(), total);
+  fill(st->available(), available);
+  return Status::OK();
+}
+
+}  // namespace rayfield

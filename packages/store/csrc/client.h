@@ -84,6 +84,7 @@ class Client {
   Status List(std::vector<ObjectInfoData>* out);
   Status Stats(std::vector<uint64_t>* out);  // capacity, used, objects, evictions, evicted, clients
   Status Subscribe();
+  Status NodeState(ResourceSet* total, ResourceSet* available);
   Status NextNotification(int64_t timeout_ms, std::optional<Notification>* out);
 
   Status SubmitTask(const TaskSpec& spec);  // no reply

@@ -589,6 +589,18 @@ void NodeServer::HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m) 
     case fb::Body::SubscribeRequest:
       c.subscribed = true;
       return ReplyStatus(c, seq, Status::OK());
+    case fb::Body::NodeStateRequest: {
+      auto amounts = [&b](const ResourceSet& r) {
+        std::vector<flatbuffers::Offset<fb::ResourceAmount>> out;
+        for (const auto& [name, amount] : r) {
+          out.push_back(fb::CreateResourceAmount(b, b.CreateString(name), amount));
+        }
+        return b.CreateVector(out);
+      };
+      auto total = amounts(scheduler_->total());
+      auto available = amounts(scheduler_->available());
+      return Writer(c).Add(seq, fb::CreateNodeStateReply(b, total, available));
+    }
     case fb::Body::StatsRequest: {
       StoreStats st = store_->Stats();
       return Writer(c).Add(seq, fb::CreateStatsReply(b, st.capacity_bytes, st.used_bytes,

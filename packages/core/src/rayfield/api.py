@@ -71,8 +71,9 @@ def init(
     """Start a local cluster (the embedded default) and connect this process to it.
 
     Args:
-        address: a running cluster to connect to (classic ``redis_address``). Not
-            supported yet by this version: only the embedded local cluster.
+        address: a running node to connect to instead of starting one (classic
+            ``redis_address``): ``"auto"`` for the latest session under `temp_dir`, a
+            session directory, or the node's socket path.
         num_cpus, num_gpus: the node's CPUs and GPUs (detected when None; GPUs from
             ``CUDA_VISIBLE_DEVICES`` or the NVIDIA driver, else 0).
         resources: custom resources, e.g. ``{"accelerator": 2}``.
@@ -88,10 +89,11 @@ def init(
 
     Raises:
         RuntimeError: already initialized (unless ``ignore_reinit_error``).
-        ValueError: resource arguments given together with ``address``, or unknown arguments.
+        ValueError: resource arguments given together with ``address``.
+        ConnectionError: no running node at ``address``.
     """
     global _node, _info
-    address = address or redis_address
+    address = address or redis_address or os.environ.get("RAYFIELD_ADDRESS")
     if unsupported:
         raise TypeError(f"init() got unsupported arguments: {', '.join(sorted(unsupported))}")
     if is_initialized():
@@ -107,7 +109,7 @@ def init(
                 "When connecting to an existing cluster, num_cpus, num_gpus, resources and "
                 "object_store_memory must not be given: set them with 'rayfield start'."
             )
-        raise NotImplementedError("connecting to a running cluster is not supported yet")
+        return _connect(address, temp_dir)
     if configure_logging:
         logging.basicConfig(level=logging_level, format="%(asctime)s %(levelname)s %(message)s")
     node_resources = {"CPU": float(num_cpus if num_cpus is not None else os.cpu_count() or 1)}
@@ -143,6 +145,38 @@ def init(
         "session_dir": str(session),
         "object_store_address": _node.socket_path,
         "webui_url": None,
+    }
+    return _info
+
+
+def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
+    """Connect this driver to a node started elsewhere (``node_main``, later ``rayfield
+    start``): ``"auto"`` (the latest session under `temp_dir`), a session directory, or the
+    node's socket path."""
+    global _info
+    root = Path(temp_dir or os.path.join(tempfile.gettempdir(), "rayfield"))
+    target = root / "session_latest" if address == "auto" else Path(address)
+    if target.is_socket():
+        socket_path, session = str(target), target.parent.parent
+    else:
+        node_json = target / "node.json"
+        if not node_json.exists():
+            raise ConnectionError(
+                f"no running rayfield node at {address!r} (looked for {node_json}); start one "
+                "with 'python -m rayfield._private.node_main' or pass its session directory"
+            )
+        import json
+
+        socket_path, session = json.loads(node_json.read_text())["socket"], target.resolve()
+    runtime = _rt.Runtime(socket_path, is_worker=False)
+    runtime.events = EventLog(session / "logs")
+    _rt.set_runtime(runtime)
+    _info = {
+        "node_ip_address": "127.0.0.1",
+        "session_dir": str(session),
+        "object_store_address": socket_path,
+        "webui_url": None,
+        "connected": True,
     }
     return _info
 

@@ -50,7 +50,7 @@ def _node() -> Any:
     from rayfield import api
 
     if api._node is None:
-        raise RuntimeError("the state API runs in the driver that called rayfield.init()")
+        raise RuntimeError("pending_tasks() runs in the driver whose init() started the node")
     return api._node
 
 
@@ -62,30 +62,30 @@ def _flush_own_events() -> None:
 
 def list_nodes() -> list[dict[str, Any]]:
     """One dict per node: ``NodeID``, ``Alive``, ``NodeManagerAddress``,
-    ``ObjectStoreSocketName``, ``Resources`` (totals), ``Available``."""
-    node = _node()
-    snap = node.server.scheduler_snapshot()
+    ``ObjectStoreSocketName``, ``Resources`` (totals), ``Available``, ``ObjectStore``."""
+    rt = _rt.get_runtime()
+    state = rt.client.node_state()
     return [
         {
-            "NodeID": node.server.node_id.hex(),
-            "Alive": node.server.running,
+            "NodeID": rt.client.node_id.hex(),
+            "Alive": not rt.client.closed,
             "NodeManagerAddress": "127.0.0.1",
-            "ObjectStoreSocketName": node.socket_path,
-            "Resources": dict(snap["total"]),
-            "Available": dict(snap["available"]),
-            "ObjectStore": node.server.stats(),
+            "ObjectStoreSocketName": rt.socket_path,
+            "Resources": state["total"],
+            "Available": state["available"],
+            "ObjectStore": rt.client.stats(),
         }
     ]
 
 
 def cluster_resources() -> dict[str, float]:
     """Total resources of the cluster, by name."""
-    return dict(_node().server.scheduler_snapshot()["total"])
+    return dict(_rt.get_runtime().client.node_state()["total"])
 
 
 def available_resources() -> dict[str, float]:
     """Resources not in use right now, by name."""
-    return dict(_node().server.scheduler_snapshot()["available"])
+    return dict(_rt.get_runtime().client.node_state()["available"])
 
 
 def list_tasks() -> list[dict[str, Any]]:

@@ -94,6 +94,12 @@ struct SubscribeRequestBuilder;
 struct ObjectNotification;
 struct ObjectNotificationBuilder;
 
+struct NodeStateRequest;
+struct NodeStateRequestBuilder;
+
+struct NodeStateReply;
+struct NodeStateReplyBuilder;
+
 struct StatsRequest;
 struct StatsRequestBuilder;
 
@@ -261,11 +267,13 @@ enum class Body : uint8_t {
   KillActorRequest = 31,
   CancelTaskRequest = 32,
   CancelTaskReply = 33,
+  NodeStateRequest = 34,
+  NodeStateReply = 35,
   MIN = NONE,
-  MAX = CancelTaskReply
+  MAX = NodeStateReply
 };
 
-inline const Body (&EnumValuesBody())[34] {
+inline const Body (&EnumValuesBody())[36] {
   static const Body values[] = {
     Body::NONE,
     Body::Hello,
@@ -300,13 +308,15 @@ inline const Body (&EnumValuesBody())[34] {
     Body::PinRequest,
     Body::KillActorRequest,
     Body::CancelTaskRequest,
-    Body::CancelTaskReply
+    Body::CancelTaskReply,
+    Body::NodeStateRequest,
+    Body::NodeStateReply
   };
   return values;
 }
 
 inline const char * const *EnumNamesBody() {
-  static const char * const names[35] = {
+  static const char * const names[37] = {
     "NONE",
     "Hello",
     "HelloReply",
@@ -341,13 +351,15 @@ inline const char * const *EnumNamesBody() {
     "KillActorRequest",
     "CancelTaskRequest",
     "CancelTaskReply",
+    "NodeStateRequest",
+    "NodeStateReply",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameBody(Body e) {
-  if (::flatbuffers::IsOutRange(e, Body::NONE, Body::CancelTaskReply)) return "";
+  if (::flatbuffers::IsOutRange(e, Body::NONE, Body::NodeStateReply)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesBody()[index];
 }
@@ -486,6 +498,14 @@ template<> struct BodyTraits<rayfield::store::protocol::fb::CancelTaskRequest> {
 
 template<> struct BodyTraits<rayfield::store::protocol::fb::CancelTaskReply> {
   static const Body enum_value = Body::CancelTaskReply;
+};
+
+template<> struct BodyTraits<rayfield::store::protocol::fb::NodeStateRequest> {
+  static const Body enum_value = Body::NodeStateRequest;
+};
+
+template<> struct BodyTraits<rayfield::store::protocol::fb::NodeStateReply> {
+  static const Body enum_value = Body::NodeStateReply;
 };
 
 template <bool B = false>
@@ -1960,6 +1980,105 @@ inline ::flatbuffers::Offset<ObjectNotification> CreateObjectNotification(
   return builder_.Finish();
 }
 
+/// The node's resources (for drivers that did not start the node).
+struct NodeStateRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef NodeStateRequestBuilder Builder;
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           verifier.EndTable();
+  }
+};
+
+struct NodeStateRequestBuilder {
+  typedef NodeStateRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  explicit NodeStateRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<NodeStateRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<NodeStateRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<NodeStateRequest> CreateNodeStateRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb) {
+  NodeStateRequestBuilder builder_(_fbb);
+  return builder_.Finish();
+}
+
+struct NodeStateReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef NodeStateReplyBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_TOTAL = 4,
+    VT_AVAILABLE = 6
+  };
+  const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *total() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *>(VT_TOTAL);
+  }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *available() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *>(VT_AVAILABLE);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_TOTAL) &&
+           verifier.VerifyVector(total()) &&
+           verifier.VerifyVectorOfTables(total()) &&
+           VerifyOffset(verifier, VT_AVAILABLE) &&
+           verifier.VerifyVector(available()) &&
+           verifier.VerifyVectorOfTables(available()) &&
+           verifier.EndTable();
+  }
+};
+
+struct NodeStateReplyBuilder {
+  typedef NodeStateReply Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_total(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>> total) {
+    fbb_.AddOffset(NodeStateReply::VT_TOTAL, total);
+  }
+  void add_available(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>> available) {
+    fbb_.AddOffset(NodeStateReply::VT_AVAILABLE, available);
+  }
+  explicit NodeStateReplyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<NodeStateReply> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<NodeStateReply>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<NodeStateReply> CreateNodeStateReply(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>> total = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>> available = 0) {
+  NodeStateReplyBuilder builder_(_fbb);
+  builder_.add_available(available);
+  builder_.add_total(total);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<NodeStateReply> CreateNodeStateReplyDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *total = nullptr,
+    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *available = nullptr) {
+  auto total__ = total ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>(*total) : 0;
+  auto available__ = available ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>(*available) : 0;
+  return rayfield::store::protocol::fb::CreateNodeStateReply(
+      _fbb,
+      total__,
+      available__);
+}
+
 struct StatsRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef StatsRequestBuilder Builder;
   template <bool B = false>
@@ -2894,6 +3013,12 @@ struct Message FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const rayfield::store::protocol::fb::CancelTaskReply *body_as_CancelTaskReply() const {
     return body_type() == rayfield::store::protocol::fb::Body::CancelTaskReply ? static_cast<const rayfield::store::protocol::fb::CancelTaskReply *>(body()) : nullptr;
   }
+  const rayfield::store::protocol::fb::NodeStateRequest *body_as_NodeStateRequest() const {
+    return body_type() == rayfield::store::protocol::fb::Body::NodeStateRequest ? static_cast<const rayfield::store::protocol::fb::NodeStateRequest *>(body()) : nullptr;
+  }
+  const rayfield::store::protocol::fb::NodeStateReply *body_as_NodeStateReply() const {
+    return body_type() == rayfield::store::protocol::fb::Body::NodeStateReply ? static_cast<const rayfield::store::protocol::fb::NodeStateReply *>(body()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -3035,6 +3160,14 @@ template<> inline const rayfield::store::protocol::fb::CancelTaskRequest *Messag
 
 template<> inline const rayfield::store::protocol::fb::CancelTaskReply *Message::body_as<rayfield::store::protocol::fb::CancelTaskReply>() const {
   return body_as_CancelTaskReply();
+}
+
+template<> inline const rayfield::store::protocol::fb::NodeStateRequest *Message::body_as<rayfield::store::protocol::fb::NodeStateRequest>() const {
+  return body_as_NodeStateRequest();
+}
+
+template<> inline const rayfield::store::protocol::fb::NodeStateReply *Message::body_as<rayfield::store::protocol::fb::NodeStateReply>() const {
+  return body_as_NodeStateReply();
 }
 
 struct MessageBuilder {
@@ -3262,6 +3395,14 @@ inline bool VerifyBody(::flatbuffers::VerifierTemplate<B> &verifier, const void 
     }
     case Body::CancelTaskReply: {
       auto ptr = reinterpret_cast<const rayfield::store::protocol::fb::CancelTaskReply *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
+    case Body::NodeStateRequest: {
+      auto ptr = reinterpret_cast<const rayfield::store::protocol::fb::NodeStateRequest *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
+    case Body::NodeStateReply: {
+      auto ptr = reinterpret_cast<const rayfield::store::protocol::fb::NodeStateReply *>(obj);
       return verifier.VerifyTable(ptr);
     }
     default: return true;

@@ -78,6 +78,7 @@ class Runtime:
 
     def __init__(self, socket_path: str, *, is_worker: bool, node_address: str = "127.0.0.1"):
         self.client = StoreClient(socket_path, kind="worker" if is_worker else "driver")
+        self.socket_path = socket_path
         self.is_worker = is_worker
         self.node_address = node_address
         self.refs = RefTracker(self.client)

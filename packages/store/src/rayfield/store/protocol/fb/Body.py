@@ -37,3 +37,5 @@ class Body(object):
     KillActorRequest = 31
     CancelTaskRequest = 32
     CancelTaskReply = 33
+    NodeStateRequest = 34
+    NodeStateReply = 35

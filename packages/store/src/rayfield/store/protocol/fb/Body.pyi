@@ -43,4 +43,6 @@ class Body(object):
   KillActorRequest = cast(int, ...)
   CancelTaskRequest = cast(int, ...)
   CancelTaskReply = cast(int, ...)
+  NodeStateRequest = cast(int, ...)
+  NodeStateReply = cast(int, ...)
 
