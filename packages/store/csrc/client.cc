@@ -538,14 +538,19 @@ Status Client::Stats(std::vector<uint64_t>* out) {
 }
 
 Status Client::NextNotification(int64_t timeout_ms, std::optional<Notification>* out) {
-  Status s = WaitUntil([&] { return !notifications_.empty(); }, timeout_ms);
   out->reset();
-  if (s.code == Code::Timeout) return Status::OK();
-  if (!s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
-  *out = notifications_.front();
-  notifications_.pop_front();
-  return Status::OK();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    int64_t left = timeout_ms < 0 ? -1 : RemainingMs(deadline);
+    Status s = WaitUntil([&] { return !notifications_.empty(); }, left);
+    if (s.code == Code::Timeout) return Status::OK();
+    if (!s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (notifications_.empty()) continue;  // another thread took it first
+    *out = notifications_.front();
+    notifications_.pop_front();
+    return Status::OK();
+  }
 }
 
 // ---- scheduling -------------------------------------------------------------------
@@ -574,14 +579,19 @@ Status Client::SubmitTask(const TaskSpec& spec) {
 }
 
 Status Client::NextTask(int64_t timeout_ms, std::optional<TaskAssignment>* out) {
-  Status s = WaitUntil([&] { return !tasks_.empty(); }, timeout_ms);
   out->reset();
-  if (s.code == Code::Timeout) return Status::OK();
-  if (!s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
-  *out = std::move(tasks_.front());
-  tasks_.pop_front();
-  return Status::OK();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    int64_t left = timeout_ms < 0 ? -1 : RemainingMs(deadline);
+    Status s = WaitUntil([&] { return !tasks_.empty(); }, left);
+    if (s.code == Code::Timeout) return Status::OK();
+    if (!s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (tasks_.empty()) continue;  // another thread took it first
+    *out = std::move(tasks_.front());
+    tasks_.pop_front();
+    return Status::OK();
+  }
 }
 
 Status Client::TaskDone(const UniqueID& task_id, bool exiting) {

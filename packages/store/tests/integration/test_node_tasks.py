@@ -86,3 +86,36 @@ def test_task_pins_arguments_until_done(node: Any) -> None:
             driver.put(oid(), b"c" * (20 << 20))
         assert not driver.contains(arg)
         w.close()
+
+
+def test_several_threads_take_tasks_from_one_worker_connection(node: Any) -> None:
+    with StoreClient(node.socket_path) as driver:
+        worker = _worker(node.socket_path)
+        actor = oid()
+        driver.submit_task(oid(), b"create", actor_id=actor, actor_creation=True, max_concurrency=4)
+        creation = worker.next_task(timeout_s=5)
+        worker.task_done(creation["task_id"])
+        caller = oid()
+        n = 400
+        payloads = [b"call-%d" % i for i in range(n)]
+        for i, p in enumerate(payloads):
+            driver.submit_task(oid(), p, actor_id=actor, caller_id=caller, sequence_no=i)
+        seen: list[bytes] = []
+        lock = threading.Lock()
+
+        def take() -> None:
+            while True:
+                task = worker.next_task(timeout_s=1)
+                if task is None:
+                    return
+                with lock:
+                    seen.append(task["payload"])
+                worker.task_done(task["task_id"])
+
+        threads = [threading.Thread(target=take) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert sorted(seen) == sorted(payloads)  # each call once, none empty or lost
+        worker.close()

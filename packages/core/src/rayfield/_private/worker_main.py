@@ -16,7 +16,6 @@ import threading
 import time
 import traceback
 from collections.abc import Generator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rayfield import exceptions
@@ -42,7 +41,6 @@ class Worker:
         self.rt.local = TaskContext()
         self.rt.client.register_worker(os.urandom(20))
         self.actor: Any = None
-        self.pool: ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.calls: dict[bytes, int] = {}
         self.exit_after = False
@@ -83,8 +81,6 @@ class Worker:
             is_call = task["actor_id"] is not None and not task["actor_creation"]
             if is_call and self.loop is not None:  # async actor: calls run on its loop
                 asyncio.run_coroutine_threadsafe(self.execute_async(task), self.loop)
-            elif is_call and self.pool is not None:
-                self.pool.submit(self.execute, task)
             else:
                 self.execute(task)
 
@@ -206,7 +202,10 @@ class Worker:
             self.loop = asyncio.new_event_loop()
             threading.Thread(target=self.loop.run_forever, daemon=True, name="actor-loop").start()
         if max_concurrency > 1 and not is_async:
-            self.pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="actor")
+            # Threaded actor: more threads run the same loop. The client lets several
+            # threads wait at once, so each takes a call and runs it itself: no hand-off.
+            for i in range(max_concurrency - 1):
+                threading.Thread(target=self.run, daemon=True, name=f"actor-{i}").start()
 
     def store_results(self, return_ids: list[bytes], result: Any) -> None:
         if len(return_ids) == 1:
@@ -234,8 +233,6 @@ def main() -> None:
     finally:
         if worker.events is not None:
             worker.events.flush()
-        if worker.pool is not None:
-            worker.pool.shutdown(wait=True)
         worker.rt.close()
 
 
