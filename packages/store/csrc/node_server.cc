@@ -464,15 +464,25 @@ void NodeServer::HandleGet(Conn& c, uint64_t seq, const fb::GetRequest* r) {
   }
   if (g->remaining == 0 || r->timeout_ms() == 0) return ReplyGet(*g);
   uint64_t key = next_get_key_++;
+  std::vector<UniqueID> lost;
   for (size_t i = 0; i < n; ++i) {
     if (g->locs[i].found()) continue;
     waiting_on_[g->ids[i]].push_back(key);
-    if (store_->Find(g->ids[i]) == nullptr) PushEvent(ObjectMissing{g->ids[i], c.id});
+    if (store_->WasEvicted(g->ids[i])) {
+      lost.push_back(g->ids[i]);
+    } else if (store_->Find(g->ids[i]) == nullptr) {
+      PushEvent(ObjectMissing{g->ids[i], c.id});
+    }
   }
   if (r->timeout_ms() > 0) {
     deadlines_.emplace(Clock::now() + std::chrono::milliseconds(r->timeout_ms()), key);
   }
   gets_.emplace(key, std::move(g));
+  // An evicted object nobody can rebuild here: answer with an error, never hang.
+  for (const auto& id : lost) {
+    SealError(id, "LOST", "object " + id.Hex() + " was evicted from the store of node " +
+                              options_.socket_path + " and cannot be rebuilt");
+  }
 }
 
 void NodeServer::ReplyGet(PendingGet& g) {
@@ -508,15 +518,25 @@ void NodeServer::HandleWait(Conn& c, uint64_t seq, const fb::WaitRequest* r) {
   if (ready >= needed || r->timeout_ms() == 0) return ReplyGet(*g);
   g->remaining = needed - ready;
   uint64_t key = next_get_key_++;
+  std::vector<UniqueID> lost;
   for (size_t i = 0; i < n; ++i) {
     if (g->locs[i].found()) continue;
     waiting_on_[g->ids[i]].push_back(key);
-    if (store_->Find(g->ids[i]) == nullptr) PushEvent(ObjectMissing{g->ids[i], c.id});
+    if (store_->WasEvicted(g->ids[i])) {
+      lost.push_back(g->ids[i]);
+    } else if (store_->Find(g->ids[i]) == nullptr) {
+      PushEvent(ObjectMissing{g->ids[i], c.id});
+    }
   }
   if (r->timeout_ms() > 0) {
     deadlines_.emplace(Clock::now() + std::chrono::milliseconds(r->timeout_ms()), key);
   }
   gets_.emplace(key, std::move(g));
+  // An evicted object nobody can rebuild here: answer with an error, never hang.
+  for (const auto& id : lost) {
+    SealError(id, "LOST", "object " + id.Hex() + " was evicted from the store of node " +
+                              options_.socket_path + " and cannot be rebuilt");
+  }
 }
 
 void NodeServer::ExpireGets() {

@@ -1,5 +1,6 @@
 #include "object_store.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace rayfield {
@@ -64,6 +65,9 @@ Status ObjectStore::Create(ClientID client, const UniqueID& id, uint64_t data_si
     s.capacity_bytes = allocator_.capacity();
     s.used_bytes = allocator_.used();
     return s;
+  }
+  if (evicted_.erase(id)) {  // created again (a retry): no longer lost
+    evicted_order_.erase(std::find(evicted_order_.begin(), evicted_order_.end(), id));
   }
   ObjectEntry& e = objects_[id];
   e.id = id;
@@ -214,6 +218,11 @@ void ObjectStore::Remove(std::unordered_map<UniqueID, ObjectEntry, UniqueIDHash>
   if (evicted) {
     num_evictions_++;
     evicted_bytes_ += e.data_size + e.metadata_size;
+    if (evicted_.insert(e.id).second) evicted_order_.push_back(e.id);
+    if (evicted_order_.size() > kEvictedMemory) {
+      evicted_.erase(evicted_order_.front());
+      evicted_order_.pop_front();
+    }
   }
   events_.push_back({StoreEvent::Deleted, e.id, e.data_size, e.metadata_size});
   objects_.erase(it);

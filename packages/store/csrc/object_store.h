@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <list>
+#include <unordered_set>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -72,6 +74,9 @@ class ObjectStore {
   std::vector<const ObjectEntry*> List() const;
   StoreStats Stats() const;
   std::vector<StoreEvent> TakeEvents();
+  // True if the object was evicted (recently: the last kEvictedMemory evictions).
+  bool WasEvicted(const UniqueID& id) const { return evicted_.count(id) > 0; }
+  static constexpr size_t kEvictedMemory = 100000;
   bool HasEvents() const { return !events_.empty(); }
 
  private:
@@ -85,6 +90,8 @@ class ObjectStore {
   std::unordered_map<UniqueID, std::unordered_map<ClientID, uint32_t>, UniqueIDHash> pending_pins_;
   std::list<UniqueID> lru_;  // sealed, unreferenced; front = least recently used
   std::vector<StoreEvent> events_;
+  std::unordered_set<UniqueID, UniqueIDHash> evicted_;
+  std::deque<UniqueID> evicted_order_;
   uint64_t num_evictions_ = 0, evicted_bytes_ = 0;
 };
 

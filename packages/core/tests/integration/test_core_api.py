@@ -380,3 +380,16 @@ def test_objects_are_freed_when_their_last_ref_goes(cluster: Any) -> None:
     gc.collect()
     assert rf.get(rf.get(outer)[0]).sum() == 10
     assert stored(inner_id)
+
+
+def test_a_lost_object_raises_instead_of_hanging(cluster: Any) -> None:
+    import gc
+
+    inner = rf.put(np.zeros(40 << 20, dtype=np.uint8))
+    outer = rf.put([inner])  # escaped: unpinned when dropped here, so evictable
+    del inner
+    gc.collect()
+    hold = [rf.put(np.ones(40 << 20, dtype=np.uint8)) for _ in range(6)]  # 240 MB of 256
+    with pytest.raises(rf.exceptions.ObjectLostError, match="evicted"):
+        rf.get(rf.get(outer)[0], timeout=10)
+    del hold

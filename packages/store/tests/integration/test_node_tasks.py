@@ -119,3 +119,16 @@ def test_several_threads_take_tasks_from_one_worker_connection(node: Any) -> Non
             t.join(timeout=30)
         assert sorted(seen) == sorted(payloads)  # each call once, none empty or lost
         worker.close()
+
+
+def test_get_of_an_evicted_object_answers_lost_instead_of_hanging(node: Any) -> None:
+    with StoreClient(node.socket_path) as client:
+        victim = oid()
+        client.put(victim, b"v" * (20 << 20))
+        for _ in range(6):  # 120 MB through a 64 MB store: the victim is evicted
+            client.put(oid(), b"f" * (20 << 20))
+        assert not client.contains(victim)
+        assert client.wait([victim], 1, timeout_s=5) == [True]  # ready, as an error
+        [buf] = client.get([victim], timeout_s=5)
+        assert buf is not None and buf.metadata == b"LOST"
+        assert b"evicted" in bytes(buf)

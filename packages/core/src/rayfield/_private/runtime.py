@@ -33,7 +33,7 @@ from rayfield.store import ObjectExistsError, StoreClient
 __all__ = ["ArgRef", "Runtime", "get_runtime", "set_runtime"]
 
 INLINE_ARGS_BYTES = 100 << 10  # larger arguments travel through the store
-ERROR_TAGS = (b"ERROR", b"WORKER_DIED", b"ACTOR_DIED", b"CANCELLED")
+ERROR_TAGS = (b"ERROR", b"WORKER_DIED", b"ACTOR_DIED", b"CANCELLED", b"LOST")
 
 
 class ArgRef:
@@ -123,6 +123,7 @@ class Runtime:
     def put(self, value: Any) -> ObjectRef:
         if isinstance(value, ObjectRef):
             raise TypeError("put() of an ObjectRef: pass the ref itself instead")
+        self.refs.flush()  # dropped refs first: their space may be needed now
         oid = self.ids.put_id()
         self.client.pin([oid])  # the owner's pin, before the object exists
         ref = ObjectRef(oid, _pinned=True)
@@ -163,6 +164,8 @@ class Runtime:
                 raise exceptions.ActorDiedError(f"{message} (object {ref.hex()})")
             if meta == b"CANCELLED":
                 raise exceptions.TaskCancelledError(f"{message} (object {ref.hex()})")
+            if meta == b"LOST":
+                raise exceptions.ObjectLostError(message)
             raise exceptions.WorkerCrashedError(f"{message} (object {ref.hex()})")
         if meta == b"RAW" and buf.size < 4096:
             data = bytes(buf)
