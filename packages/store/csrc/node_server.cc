@@ -1,5 +1,7 @@
 #include "node_server.h"
 
+#include "node_conn.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -15,32 +17,6 @@
 #include <cstring>
 
 namespace rayfield {
-
-struct NodeServer::Conn {
-  int fd = -1;
-  ClientID id = 0;
-  int pid = 0;
-  std::string name;
-  bool hello = false;
-  bool send_fd = false;  // the arena fd rides on the next write
-  bool subscribed = false;
-  bool worker = false;
-  bool want_write = false;
-  std::string in;
-  size_t in_pos = 0;
-  std::string out;
-  size_t out_pos = 0;
-  FrameWriter writer;
-};
-
-struct NodeServer::PendingGet {
-  ClientID client;
-  uint64_t seq;
-  std::vector<UniqueID> ids;
-  std::vector<fb::ObjectLocation> locs;
-  size_t remaining;      // objects still missing before the reply
-  bool wait_only = false;  // WaitRequest: no references, reply with ready flags
-};
 
 namespace {
 
@@ -874,128 +850,6 @@ std::optional<TaskSpec> NodeServer::TakeTask(const UniqueID& task_id) {
   std::optional<TaskSpec> spec = scheduler_->TakeTask(task_id);
   if (spec) FinishTask(task_id);
   return spec;
-}
-
-// ---- task records: pins, retries, errors for lost work -------------------------------------
-
-void NodeServer::FinishTask(const UniqueID& task_id) {
-  auto it = tasks_.find(task_id);
-  if (it == tasks_.end()) return;
-  for (const auto& id : it->second.pins) store_->Release(kNodeClient, id);
-  tasks_.erase(it);
-}
-
-void NodeServer::HandleWorkerLost(const WorkerLost& lost) {
-  for (const UniqueID& task_id : lost.running_tasks) {
-    auto it = tasks_.find(task_id);
-    if (it == tasks_.end()) continue;
-    TaskRecord& rec = it->second;
-    if (rec.retry_spec && rec.retries_left != 0) {
-      if (rec.retries_left > 0) rec.retries_left--;
-      std::vector<UniqueID> missing;
-      for (const auto& d : rec.retry_spec->dependencies) {
-        if (!store_->IsSealed(d)) missing.push_back(d);
-      }
-      Log(2, "retrying task " + task_id.Hex().substr(0, 16) + " after its worker died");
-      scheduler_->SubmitTask(*rec.retry_spec, missing);
-      continue;
-    }
-    std::string where = "task " + task_id.Hex() + ", worker pid " +
-                        std::to_string(worker_pids_[lost.worker]) + ", node " +
-                        options_.socket_path;
-    if (rec.cancelled) {
-      FailTask(task_id, "CANCELLED", "the task was cancelled (" + where + ")");
-    } else if (rec.actor_task) {
-      FailTask(task_id, "ACTOR_DIED",
-               "the actor's worker process died while running this call (" + where + ")");
-    } else {
-      FailTask(task_id, "WORKER_DIED",
-               "the worker process died while running this task, no retries left (" + where + ")");
-    }
-  }
-  worker_pids_.erase(lost.worker);
-  if (!lost.actor_id.IsNil()) ActorGone(lost.actor_id);
-}
-
-void NodeServer::FailTask(const UniqueID& task_id, const std::string& tag, const std::string& message) {
-  auto it = tasks_.find(task_id);
-  if (it == tasks_.end()) return;
-  for (const auto& id : it->second.return_ids) SealError(id, tag, message);
-  FinishTask(task_id);
-}
-
-// The actor's worker is gone: restart it if it may, otherwise fail what waits for it.
-void NodeServer::ActorGone(const UniqueID& actor_id) {
-  auto a = actors_.find(actor_id);
-  if (a != actors_.end() && a->second.creation && a->second.restarts_left != 0) {
-    if (a->second.restarts_left > 0) a->second.restarts_left--;
-    a->second.worker = 0;
-    Log(2, "restarting actor " + actor_id.Hex().substr(0, 16));
-    TaskSpec spec = *a->second.creation;
-    std::vector<UniqueID> missing;
-    for (const auto& d : spec.dependencies) {
-      if (!store_->IsSealed(d)) missing.push_back(d);
-    }
-    scheduler_->SubmitTask(std::move(spec), missing);
-    return;
-  }
-  std::string why = "the actor is dead: its worker process exited and no restart is left";
-  dead_actors_.emplace(actor_id, why);
-  actors_.erase(actor_id);
-  std::vector<UniqueID> pending;
-  for (const auto& [task_id, rec] : tasks_) {
-    if (rec.actor_id == actor_id) pending.push_back(task_id);
-  }
-  for (const auto& task_id : pending) {
-    scheduler_->TakeTask(task_id);
-    FailTask(task_id, "ACTOR_DIED", why);
-  }
-}
-
-Status NodeServer::KillActor(const UniqueID& actor_id, bool no_restart) {
-  auto a = actors_.find(actor_id);
-  if (a == actors_.end()) {
-    if (dead_actors_.count(actor_id)) return Status::OK();
-    return Status::Error(Code::ObjectNotFound, "no actor " + actor_id.Hex() + " on this node");
-  }
-  if (no_restart) a->second.restarts_left = 0;
-  auto w = conns_.find(a->second.worker);
-  if (a->second.worker == 0 || w == conns_.end()) {  // not placed yet
-    a->second.restarts_left = 0;
-    ActorGone(actor_id);
-    return Status::OK();
-  }
-  if (w->second->pid > 0) kill(w->second->pid, SIGKILL);
-  return Status::OK();
-}
-
-std::string NodeServer::CancelTask(const UniqueID& task_id, bool force) {
-  auto it = tasks_.find(task_id);
-  if (it == tasks_.end()) return "done";
-  if (scheduler_->TakeTask(task_id)) {
-    FailTask(task_id, "CANCELLED", "the task was cancelled before it ran");
-    return "queued";
-  }
-  if (force && it->second.worker != 0 && !it->second.actor_task) {
-    it->second.cancelled = true;
-    it->second.retry_spec.reset();
-    auto w = conns_.find(it->second.worker);
-    if (w != conns_.end() && w->second->pid > 0) kill(w->second->pid, SIGKILL);
-  }
-  return "running";
-}
-
-void NodeServer::SealError(const UniqueID& id, const std::string& tag, const std::string& message) {
-  if (store_->Find(id) != nullptr) return;  // the worker sealed a result before it died
-  uint64_t offset = 0;
-  Status s = store_->Create(kNodeClient, id, message.size(), tag.size(), &offset);
-  if (!s.ok()) {
-    Log(3, "cannot store the error for object " + id.Hex() + ": " + s.message);
-    return;
-  }
-  std::memcpy(arena_.base() + offset, message.data(), message.size());
-  std::memcpy(arena_.base() + offset + message.size(), tag.data(), tag.size());
-  store_->Seal(kNodeClient, id);
 }
 
 void NodeServer::SetTotalResources(ResourceSet total) {
