@@ -538,19 +538,7 @@ Status Client::Stats(std::vector<uint64_t>* out) {
 }
 
 Status Client::NextNotification(int64_t timeout_ms, std::optional<Notification>* out) {
-  out->reset();
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (true) {
-    int64_t left = timeout_ms < 0 ? -1 : RemainingMs(deadline);
-    Status s = WaitUntil([&] { return !notifications_.empty(); }, left);
-    if (s.code == Code::Timeout) return Status::OK();
-    if (!s.ok()) return s;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (notifications_.empty()) continue;  // another thread took it first
-    *out = notifications_.front();
-    notifications_.pop_front();
-    return Status::OK();
-  }
+  return PopWhenReady(notifications_, timeout_ms, out);
 }
 
 // ---- scheduling -------------------------------------------------------------------
@@ -579,17 +567,25 @@ Status Client::SubmitTask(const TaskSpec& spec) {
 }
 
 Status Client::NextTask(int64_t timeout_ms, std::optional<TaskAssignment>* out) {
+  return PopWhenReady(tasks_, timeout_ms, out);
+}
+
+// Takes the oldest pushed item of `queue`, waiting up to timeout_ms (-1: forever); on
+// timeout *out stays empty and the status is OK. Several threads may wait at once: one
+// that finds the queue emptied by another before it could pop simply waits again.
+template <typename T>
+Status Client::PopWhenReady(std::deque<T>& queue, int64_t timeout_ms, std::optional<T>* out) {
   out->reset();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     int64_t left = timeout_ms < 0 ? -1 : RemainingMs(deadline);
-    Status s = WaitUntil([&] { return !tasks_.empty(); }, left);
+    Status s = WaitUntil([&] { return !queue.empty(); }, left);
     if (s.code == Code::Timeout) return Status::OK();
     if (!s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu_);
-    if (tasks_.empty()) continue;  // another thread took it first
-    *out = std::move(tasks_.front());
-    tasks_.pop_front();
+    if (queue.empty()) continue;
+    *out = std::move(queue.front());
+    queue.pop_front();
     return Status::OK();
   }
 }

@@ -107,6 +107,8 @@ class Client {
   template <typename Pred>
   Status WaitUntil(Pred ready, int64_t timeout_ms);
   Status ReadOneFrame(int64_t timeout_ms);
+  template <typename T>
+  Status PopWhenReady(std::deque<T>& queue, int64_t timeout_ms, std::optional<T>* out);
   bool TryReceive(int* passed_fd, std::string* buf);
   static constexpr int kSpinMicros = 50;
   static constexpr int kHotSpinMicros = 300;

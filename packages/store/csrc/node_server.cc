@@ -439,22 +439,28 @@ void NodeServer::HandleGet(Conn& c, uint64_t seq, const fb::GetRequest* r) {
     }
   }
   if (g->remaining == 0 || r->timeout_ms() == 0) return ReplyGet(*g);
+  Park(std::move(g), r->timeout_ms());
+}
+
+// Registers a get or wait that cannot be answered yet: it completes when its objects are
+// sealed or at its deadline. Evicted objects nobody can rebuild are answered with an error
+// object at once, never left to hang.
+void NodeServer::Park(std::unique_ptr<PendingGet> g, int64_t timeout_ms) {
   uint64_t key = next_get_key_++;
   std::vector<UniqueID> lost;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < g->ids.size(); ++i) {
     if (g->locs[i].found()) continue;
     waiting_on_[g->ids[i]].push_back(key);
     if (store_->WasEvicted(g->ids[i])) {
       lost.push_back(g->ids[i]);
     } else if (store_->Find(g->ids[i]) == nullptr) {
-      PushEvent(ObjectMissing{g->ids[i], c.id});
+      PushEvent(ObjectMissing{g->ids[i], g->client});
     }
   }
-  if (r->timeout_ms() > 0) {
-    deadlines_.emplace(Clock::now() + std::chrono::milliseconds(r->timeout_ms()), key);
+  if (timeout_ms > 0) {
+    deadlines_.emplace(Clock::now() + std::chrono::milliseconds(timeout_ms), key);
   }
   gets_.emplace(key, std::move(g));
-  // An evicted object nobody can rebuild here: answer with an error, never hang.
   for (const auto& id : lost) {
     SealError(id, "LOST", "object " + id.Hex() + " was evicted from the store of node " +
                               options_.socket_path + " and cannot be rebuilt");
@@ -493,26 +499,7 @@ void NodeServer::HandleWait(Conn& c, uint64_t seq, const fb::WaitRequest* r) {
   size_t needed = std::min<size_t>(r->num_ready(), n);
   if (ready >= needed || r->timeout_ms() == 0) return ReplyGet(*g);
   g->remaining = needed - ready;
-  uint64_t key = next_get_key_++;
-  std::vector<UniqueID> lost;
-  for (size_t i = 0; i < n; ++i) {
-    if (g->locs[i].found()) continue;
-    waiting_on_[g->ids[i]].push_back(key);
-    if (store_->WasEvicted(g->ids[i])) {
-      lost.push_back(g->ids[i]);
-    } else if (store_->Find(g->ids[i]) == nullptr) {
-      PushEvent(ObjectMissing{g->ids[i], c.id});
-    }
-  }
-  if (r->timeout_ms() > 0) {
-    deadlines_.emplace(Clock::now() + std::chrono::milliseconds(r->timeout_ms()), key);
-  }
-  gets_.emplace(key, std::move(g));
-  // An evicted object nobody can rebuild here: answer with an error, never hang.
-  for (const auto& id : lost) {
-    SealError(id, "LOST", "object " + id.Hex() + " was evicted from the store of node " +
-                              options_.socket_path + " and cannot be rebuilt");
-  }
+  Park(std::move(g), r->timeout_ms());
 }
 
 void NodeServer::ExpireGets() {

@@ -110,6 +110,7 @@ class NodeServer {
   void HandlePut(Conn& c, uint64_t seq, const fb::PutRequest* r);
   void HandleGet(Conn& c, uint64_t seq, const fb::GetRequest* r);
   void HandleWait(Conn& c, uint64_t seq, const fb::WaitRequest* r);
+  void Park(std::unique_ptr<PendingGet> g, int64_t timeout_ms);
   void FinishTask(const UniqueID& task_id);
   void HandleWorkerLost(const WorkerLost& lost);
   void ActorGone(const UniqueID& actor_id);

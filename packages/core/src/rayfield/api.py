@@ -14,7 +14,6 @@ from typing import Any
 
 import psutil
 
-from rayfield import exceptions
 from rayfield._private import runtime as _rt
 from rayfield._private.events import EventLog
 from rayfield._private.object_ref import ObjectRef
@@ -317,9 +316,6 @@ def cancel(object_ref: ObjectRef, *, force: bool = False) -> None:
         raise TypeError(f"cancel() takes an ObjectRef, got {type(object_ref).__name__}")
     task_id = object_ref.binary()[:16] + bytes(4)
     _rt.get_runtime().client.cancel_task(task_id, force)
-
-
-_ = exceptions  # re-exported through rayfield.exceptions
 
 
 def register_custom_serializer(

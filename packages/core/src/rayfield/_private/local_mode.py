@@ -15,7 +15,7 @@ from typing import Any
 
 from rayfield import exceptions
 from rayfield._private.object_ref import ObjectRef
-from rayfield._private.runtime import ArgRef, IdGenerator
+from rayfield._private.runtime import IdGenerator
 
 
 class LocalRuntime:
@@ -98,9 +98,3 @@ class LocalRuntime:
             for r in refs:
                 self.values[r.binary()] = (True, err)
         return refs
-
-    def resolve_args(self, args_part: Any) -> Any:  # pragma: no cover - not used locally
-        raise NotImplementedError
-
-
-_ = ArgRef

@@ -89,9 +89,6 @@ class RefTracker:
         if free:
             self._client.release_many(free, True)
 
-    def count(self, oid: bytes) -> int:
-        return self._counts.get(oid, 0)
-
 
 _tracker: RefTracker | None = None
 

@@ -195,9 +195,8 @@ class Runtime:
             self.client.pin([fid])  # kept for the whole session
             try:
                 self.client.put(fid, blob, b"CODE")
-            except Exception as exc:
-                if type(exc).__name__ != "ObjectExistsError":
-                    raise
+            except ObjectExistsError:
+                pass  # exported before (same content, same id)
             self.exported.add(fid)
         return fid
 
