@@ -121,7 +121,7 @@ void Client::Close() {
   }
   closed_ = true;
   if (close_reason_.empty()) close_reason_ = "the client was closed";
-  cv_.notify_all();
+  WakeAll();
 }
 
 Status Client::Connect(const std::string& path, uint8_t kind, const std::string& name,
@@ -220,7 +220,7 @@ Status Client::Send(FrameWriter& w) {
       std::lock_guard<std::mutex> l2(mu_);
       closed_ = true;
       if (close_reason_.empty()) close_reason_ = std::string("send failed: ") + std::strerror(errno);
-      cv_.notify_all();
+      WakeAll();
       return ConnError(close_reason_);
     }
   }
@@ -247,10 +247,14 @@ Status Client::ReadOneFrame(int64_t timeout_ms) {
             VerifyFrame(reinterpret_cast<const uint8_t*>(frame->data()), frame->size(), &error);
         if (f == nullptr) return ConnError("malformed frame from the node: " + error);
         std::lock_guard<std::mutex> lock(mu_);
+        size_t new_tasks = 0;
+        bool new_other = false;
         for (const fb::Message* m : *f->messages()) {
           if (m->seq() != 0) {
             replies_[m->seq()] = Reply{frame, m};
+            new_other = true;
           } else if (auto* n = m->body_as_ObjectNotification()) {
+            new_other = true;
             notifications_.push_back({n->event() == fb::ObjectEvent::Deleted,
                                       FromFb(n->object_id()), n->data_size(), n->metadata_size()});
           } else if (auto* t = m->body_as_TaskDispatch()) {
@@ -265,11 +269,13 @@ Status Client::ReadOneFrame(int64_t timeout_ms) {
             }
             if (t->payload()) a.payload.assign(reinterpret_cast<const char*>(t->payload()->Data()), t->payload()->size());
             tasks_.push_back(std::move(a));
+            ++new_tasks;
           } else if (auto* e = m->body_as_ErrorReply()) {
             Log(2, "node reported: " + (e->message() ? e->message()->str() : std::string()));
           }
         }
-        cv_.notify_all();
+        if (new_other) reply_waiters_.cv.notify_all();
+        for (size_t i = 0; i < new_tasks; ++i) task_waiters_.cv.notify_one();
         return Status::OK();
       }
     }
@@ -291,18 +297,40 @@ Status Client::ReadOneFrame(int64_t timeout_ms) {
   }
 }
 
+void Client::HandOff() {
+  if (reply_waiters_.count > 0) {
+    reply_waiters_.cv.notify_one();
+  } else if (task_waiters_.count > 0) {
+    task_waiters_.cv.notify_one();
+  }
+}
+
+void Client::WakeAll() {
+  reply_waiters_.cv.notify_all();
+  task_waiters_.cv.notify_all();
+}
+
 template <typename Pred>
-Status Client::WaitUntil(Pred ready, int64_t timeout_ms) {
+Status Client::WaitUntil(Pred ready, int64_t timeout_ms, Waiters& group) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   std::unique_lock<std::mutex> lock(mu_);
+  // Whoever leaves while nobody reads passes the socket on, so waiters never all sleep.
+  struct PassOn {
+    Client* c;
+    ~PassOn() {
+      if (!c->reading_) c->HandOff();
+    }
+  } pass_on{this};
   while (true) {
     if (ready()) return Status::OK();
     if (closed_) return ConnError(close_reason_);
     int64_t left = timeout_ms < 0 ? -1 : RemainingMs(deadline);
     if (left == 0) return Status::Error(Code::Timeout, "timed out");
     if (reading_) {
-      if (left < 0) cv_.wait(lock);
-      else cv_.wait_until(lock, deadline);
+      ++group.count;
+      if (left < 0) group.cv.wait(lock);
+      else group.cv.wait_until(lock, deadline);
+      --group.count;
       continue;
     }
     reading_ = true;
@@ -310,7 +338,6 @@ Status Client::WaitUntil(Pred ready, int64_t timeout_ms) {
     Status s = ReadOneFrame(left);
     lock.lock();
     reading_ = false;
-    cv_.notify_all();
     if (closed_ && fd_ >= 0) {  // Close() ran while we were reading
       close(fd_);
       fd_ = -1;
@@ -318,7 +345,7 @@ Status Client::WaitUntil(Pred ready, int64_t timeout_ms) {
     if (!s.ok() && s.code != Code::Timeout) {
       closed_ = true;
       if (close_reason_.empty()) close_reason_ = s.message.substr(std::strlen("connection: "));
-      cv_.notify_all();
+      WakeAll();
       return s;
     }
   }
@@ -331,7 +358,7 @@ Status Client::Call(FrameWriter& w, uint64_t seq, Reply* reply) {
   }
   Status s = Send(w);
   if (!s.ok()) return s;
-  s = WaitUntil([&] { return replies_.count(seq) > 0; }, -1);
+  s = WaitUntil([&] { return replies_.count(seq) > 0; }, -1, reply_waiters_);
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = replies_.find(seq);
@@ -538,7 +565,7 @@ Status Client::Stats(std::vector<uint64_t>* out) {
 }
 
 Status Client::NextNotification(int64_t timeout_ms, std::optional<Notification>* out) {
-  return PopWhenReady(notifications_, timeout_ms, out);
+  return PopWhenReady(notifications_, timeout_ms, out, reply_waiters_);
 }
 
 // ---- scheduling -------------------------------------------------------------------
@@ -567,27 +594,25 @@ Status Client::SubmitTask(const TaskSpec& spec) {
 }
 
 Status Client::NextTask(int64_t timeout_ms, std::optional<TaskAssignment>* out) {
-  return PopWhenReady(tasks_, timeout_ms, out);
+  return PopWhenReady(tasks_, timeout_ms, out, task_waiters_);
 }
 
 // Takes the oldest pushed item of `queue`, waiting up to timeout_ms (-1: forever); on
-// timeout *out stays empty and the status is OK. Several threads may wait at once: one
-// that finds the queue emptied by another before it could pop simply waits again.
+// timeout *out stays empty and the status is OK. Several threads may wait at once; the
+// item is taken under the lock that saw it, so no waiter finds it gone.
 template <typename T>
-Status Client::PopWhenReady(std::deque<T>& queue, int64_t timeout_ms, std::optional<T>* out) {
+Status Client::PopWhenReady(std::deque<T>& queue, int64_t timeout_ms, std::optional<T>* out,
+                            Waiters& group) {
   out->reset();
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (true) {
-    int64_t left = timeout_ms < 0 ? -1 : RemainingMs(deadline);
-    Status s = WaitUntil([&] { return !queue.empty(); }, left);
-    if (s.code == Code::Timeout) return Status::OK();
-    if (!s.ok()) return s;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (queue.empty()) continue;
-    *out = std::move(queue.front());
-    queue.pop_front();
-    return Status::OK();
-  }
+  Status s = WaitUntil(
+      [&] {
+        if (queue.empty()) return false;
+        *out = std::move(queue.front());
+        queue.pop_front();
+        return true;
+      },
+      timeout_ms, group);
+  return s.code == Code::Timeout ? Status::OK() : s;
 }
 
 Status Client::TaskDone(const UniqueID& task_id, bool exiting) {

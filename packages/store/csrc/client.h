@@ -104,11 +104,22 @@ class Client {
   Status Send(FrameWriter& w);
   Status Call(FrameWriter& w, uint64_t seq, Reply* reply);
   // Waits until `ready()` holds (checked under mu_) or the deadline passes.
+  // Threads waiting on the connection, by what they wait for: task waiters are woken one
+  // per dispatched task (a threaded actor's N threads must not all wake for each call),
+  // the others (replies, notifications) all at once.
+  struct Waiters {
+    std::condition_variable cv;
+    int count = 0;
+  };
   template <typename Pred>
-  Status WaitUntil(Pred ready, int64_t timeout_ms);
+  Status WaitUntil(Pred ready, int64_t timeout_ms, Waiters& group);
+  // With mu_ held and nobody reading: wake one waiter to take over the socket.
+  void HandOff();
+  void WakeAll();
   Status ReadOneFrame(int64_t timeout_ms);
   template <typename T>
-  Status PopWhenReady(std::deque<T>& queue, int64_t timeout_ms, std::optional<T>* out);
+  Status PopWhenReady(std::deque<T>& queue, int64_t timeout_ms, std::optional<T>* out,
+                      Waiters& group);
   bool TryReceive(int* passed_fd, std::string* buf);
   static constexpr int kSpinMicros = 50;
   static constexpr int kHotSpinMicros = 300;
@@ -128,7 +139,8 @@ class Client {
 
   std::mutex send_mu_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  Waiters reply_waiters_;
+  Waiters task_waiters_;
   bool reading_ = false;
   bool closed_ = false;
   std::string close_reason_;
