@@ -65,6 +65,7 @@ def generate(dest: Path) -> None:
             exe,
             "--python",
             "--python-typing",
+            "--gen-object-api",  # *T classes with Pack/InitFromBuf: plain Python objects
             "-o",
             str(dest / "py"),
             "-I",

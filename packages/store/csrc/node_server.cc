@@ -834,8 +834,16 @@ SchedulerSnapshot NodeServer::SchedulerState() {
 std::optional<TaskSpec> NodeServer::TakeTask(const UniqueID& task_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!scheduler_) return std::nullopt;
+  auto rec = tasks_.find(task_id);
+  // Actors stay where they were submitted: their calls and restarts are recorded here.
+  if (rec != tasks_.end() && rec->second.actor_task) return std::nullopt;
   std::optional<TaskSpec> spec = scheduler_->TakeTask(task_id);
-  if (spec) FinishTask(task_id);
+  if (!spec) return spec;
+  if (rec != tasks_.end()) {  // what the node kept: the task may run elsewhere with it
+    spec->return_ids = rec->second.return_ids;
+    spec->max_retries = rec->second.retries_left;
+  }
+  FinishTask(task_id);
   return spec;
 }
 

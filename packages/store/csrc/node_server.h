@@ -88,6 +88,8 @@ class NodeServer {
   StoreStats Stats(uint64_t* num_clients);
   std::vector<ObjectInfoCopy> ListObjects();
   SchedulerSnapshot SchedulerState();
+  // Removes a queued plain task (not an actor task) so it can run elsewhere; its spec
+  // includes the return ids and retries the node recorded.
   std::optional<TaskSpec> TakeTask(const UniqueID& task_id);
   void SetTotalResources(ResourceSet total);
 

@@ -6,6 +6,7 @@ import atexit
 import inspect
 import logging
 import os
+import re
 import tempfile
 import time
 from collections.abc import Sequence
@@ -148,6 +149,24 @@ def init(
     return _info
 
 
+def _local_node_of_cluster(address: str, root: Path) -> tuple[str, Path]:
+    """The socket and session of a node of the cluster at ``address`` on this machine."""
+    from rayfield._private.cluster.launch import find_token
+    from rayfield._private.gcs.client import GcsClient
+
+    gcs = GcsClient(address, find_token(address, root), retry_deadline_s=10)
+    try:
+        nodes = [n for n in gcs.get_nodes() if n.alive and os.path.exists(n.socket_path)]
+    finally:
+        gcs.close()
+    if not nodes:
+        raise ConnectionError(
+            f"the cluster at {address} has no node on this machine: a driver needs a local "
+            f"node; start one with 'rayfield start --address {address}'"
+        )
+    return nodes[0].socket_path, Path(nodes[0].session_dir)
+
+
 def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
     """Connect this driver to a node started elsewhere (``node_main``, later ``rayfield
     start``): ``"auto"`` (the latest session under `temp_dir`), a session directory, or the
@@ -155,7 +174,9 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
     global _info
     root = Path(temp_dir or os.path.join(tempfile.gettempdir(), "rayfield"))
     target = root / "session_latest" if address == "auto" else Path(address)
-    if target.is_socket():
+    if re.fullmatch(r"[^/\s]+:\d+", address):
+        socket_path, session = _local_node_of_cluster(address, root)
+    elif target.is_socket():
         socket_path, session = str(target), target.parent.parent
     else:
         node_json = target / "node.json"

@@ -604,6 +604,8 @@ def test_take_task_returns_spec_of_queued_task() -> None:
         "caller_id": cid(1),
         "sequence_no": 3,
         "payload": b"spec-bytes",
+        "return_ids": [],
+        "max_retries": 0,
     }
     assert s.take_task(tid(1)) is None
     assert s.snapshot()["actor_tasks_queued"] == 0

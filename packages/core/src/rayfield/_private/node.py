@@ -165,6 +165,7 @@ class LocalNode:
         )
         self.pool.start(num_cpus)  # warm pool
         self.warned: set[bytes] = set()
+        self.agent: Any = None  # a cluster.agent.NodeAgent when the node is part of a cluster
         self._stop = threading.Event()
         self._events = threading.Thread(
             target=self._handle_events, daemon=True, name="rayfield-node"
@@ -182,6 +183,12 @@ class LocalNode:
                         self.pool.start(event[2] - starting)
                 elif kind == "worker_registered":
                     self.pool.registered()
+                elif kind == "object_missing" and self.agent is not None:
+                    self.agent.on_object_missing(event[1], event[2])
+                elif kind == "task_infeasible" and self.agent is not None and self.agent.spill(
+                    event[1], event[2]
+                ):
+                    continue  # forwarded to a node that fits it
                 elif kind == "task_infeasible" and event[1] not in self.warned:
                     self.warned.add(event[1])
                     logger.warning(
@@ -198,6 +205,8 @@ class LocalNode:
                     )
 
     def shutdown(self) -> None:
+        if self.agent is not None:
+            self.agent.shutdown()
         self._stop.set()
         self._events.join(timeout=2)
         self.pool.stop()

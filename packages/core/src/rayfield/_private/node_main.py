@@ -2,11 +2,15 @@
 
     python -m rayfield._private.node_main [--num-cpus N] [--num-gpus N]
         [--resources JSON] [--object-store-memory BYTES] [--temp-dir DIR]
+        [--session-dir DIR] [--gcs-address HOST:PORT --token-file PATH
+         [--node-ip-address IP] [--node-manager-port P] [--tls-cert F --tls-key F --tls-ca F]]
 
-It creates a session directory, writes ``<session>/node.json`` (socket path, resources,
-pid) and points ``<temp_dir>/session_latest`` at the session, prints one line with the
-session directory, and serves until SIGTERM or SIGINT, then stops its workers and removes
-its socket. (``rayfield start`` builds on this.)
+It creates a session directory (or uses ``--session-dir``), writes ``<session>/node.json``
+(socket path, resources, pid, and in a cluster the node's gRPC address) and, unless it
+joins a cluster as a non-head node, points ``<temp_dir>/session_latest`` at the session.
+With ``--gcs-address`` it joins that cluster (``cluster.agent.NodeAgent``). It prints one
+line with the session directory and serves until SIGTERM or SIGINT, then stops its
+workers, leaves the cluster and removes its socket. ``rayfield start`` runs it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,21 @@ def default_root() -> Path:
     return Path(tempfile.gettempdir()) / "rayfield"
 
 
+def join_cluster(node: LocalNode, args: argparse.Namespace) -> dict[str, str]:
+    """Start the node's cluster agent (imports grpc only here: plain nodes never need it)."""
+    from rayfield._private.cluster.agent import NodeAgent
+    from rayfield._private.gcs.auth import TlsConfig, read_token
+    from rayfield._private.gcs.client import GcsClient
+
+    token = os.environ.get("RAYFIELD_TOKEN") or read_token(args.token_file)
+    tls = TlsConfig(args.tls_cert, args.tls_key, args.tls_ca) if args.tls_cert else None
+    gcs = GcsClient(args.gcs_address, token, tls=tls if tls else None)
+    node.agent = NodeAgent(
+        node, gcs, token, host=args.node_ip_address, port=args.node_manager_port, tls=tls
+    )
+    return {"gcs_address": args.gcs_address, "node_manager_address": node.agent.address}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-cpus", type=float, default=None)
@@ -37,14 +56,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resources", type=json.loads, default={}, help='e.g. {"tpu": 2}')
     parser.add_argument("--object-store-memory", type=int, default=None)
     parser.add_argument("--temp-dir", type=Path, default=default_root())
+    parser.add_argument("--session-dir", type=Path, default=None)
+    parser.add_argument("--plasma-directory", default=None)
+    parser.add_argument("--huge-pages", action="store_true")
+    parser.add_argument("--gcs-address", default=None, help="HOST:PORT of the cluster's GCS")
+    parser.add_argument("--token-file", type=Path, default=None)
+    parser.add_argument("--node-ip-address", default="127.0.0.1")
+    parser.add_argument("--node-manager-port", type=int, default=0)
+    parser.add_argument("--head", action="store_true", help="point session_latest here")
+    for flag in ("--tls-cert", "--tls-key", "--tls-ca"):
+        parser.add_argument(flag, default=None)
     args = parser.parse_args(argv)
     resources = {"CPU": args.num_cpus if args.num_cpus is not None else float(os.cpu_count() or 1)}
     if args.num_gpus:
         resources["GPU"] = args.num_gpus
     resources.update({k: float(v) for k, v in args.resources.items()})
     memory = args.object_store_memory or min(int(psutil.virtual_memory().total * 0.3), 20 * 10**9)
-    session = args.temp_dir / f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}"
-    node = LocalNode(session, resources, memory, None, False, log_to_driver=False)
+    session = args.session_dir or (
+        args.temp_dir / f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}"
+    )
+    node = LocalNode(
+        session, resources, memory, args.plasma_directory, args.huge_pages, log_to_driver=False
+    )
     info = {
         "socket": node.socket_path,
         "resources": resources,
@@ -52,12 +85,19 @@ def main(argv: list[str] | None = None) -> int:
         "object_store_memory": memory,
         "node_id": node.server.node_id.hex(),
     }
+    if args.gcs_address:
+        try:
+            info.update(join_cluster(node, args))
+        except BaseException:
+            node.shutdown()
+            raise
     (session / "node.json").write_text(json.dumps(info))
-    latest = args.temp_dir / "session_latest"
-    tmp_link = args.temp_dir / f".session_latest.{os.getpid()}"
-    tmp_link.unlink(missing_ok=True)
-    tmp_link.symlink_to(session)
-    tmp_link.replace(latest)
+    if args.head or not args.gcs_address:
+        latest = args.temp_dir / "session_latest"
+        tmp_link = args.temp_dir / f".session_latest.{os.getpid()}"
+        tmp_link.unlink(missing_ok=True)
+        tmp_link.symlink_to(session.resolve())
+        tmp_link.replace(latest)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

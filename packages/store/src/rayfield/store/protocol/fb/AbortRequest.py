@@ -54,3 +54,51 @@ def AbortRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return AbortRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import Optional
+except:
+    pass
+
+class AbortRequestT(object):
+
+    # AbortRequestT
+    def __init__(
+        self,
+        objectId = None,
+    ):
+        self.objectId = objectId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        abortRequest = AbortRequest()
+        abortRequest.Init(buf, pos)
+        return cls.InitFromObj(abortRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, abortRequest):
+        x = AbortRequestT()
+        x._UnPack(abortRequest)
+        return x
+
+    # AbortRequestT
+    def _UnPack(self, abortRequest):
+        if abortRequest is None:
+            return
+        if abortRequest.ObjectId() is not None:
+            self.objectId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(abortRequest.ObjectId())
+
+    # AbortRequestT
+    def Pack(self, builder):
+        AbortRequestStart(builder)
+        if self.objectId is not None:
+            objectId = self.objectId.Pack(builder)
+            AbortRequestAddObjectId(builder, objectId)
+        abortRequest = AbortRequestEnd(builder)
+        return abortRequest

@@ -39,3 +39,114 @@ class Body(object):
     CancelTaskReply = 33
     NodeStateRequest = 34
     NodeStateReply = 35
+
+def BodyCreator(unionType, table):
+    from flatbuffers.table import Table
+    if not isinstance(table, Table):
+        return None
+    if unionType == Body.Hello:
+        import rayfield.store.protocol.fb.Hello
+        return rayfield.store.protocol.fb.Hello.HelloT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.HelloReply:
+        import rayfield.store.protocol.fb.HelloReply
+        return rayfield.store.protocol.fb.HelloReply.HelloReplyT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.ErrorReply:
+        import rayfield.store.protocol.fb.ErrorReply
+        return rayfield.store.protocol.fb.ErrorReply.ErrorReplyT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.OkReply:
+        import rayfield.store.protocol.fb.OkReply
+        return rayfield.store.protocol.fb.OkReply.OkReplyT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.CreateRequest:
+        import rayfield.store.protocol.fb.CreateRequest
+        return rayfield.store.protocol.fb.CreateRequest.CreateRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.CreateReply:
+        import rayfield.store.protocol.fb.CreateReply
+        return rayfield.store.protocol.fb.CreateReply.CreateReplyT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.PutRequest:
+        import rayfield.store.protocol.fb.PutRequest
+        return rayfield.store.protocol.fb.PutRequest.PutRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.SealRequest:
+        import rayfield.store.protocol.fb.SealRequest
+        return rayfield.store.protocol.fb.SealRequest.SealRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.AbortRequest:
+        import rayfield.store.protocol.fb.AbortRequest
+        return rayfield.store.protocol.fb.AbortRequest.AbortRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.GetRequest:
+        import rayfield.store.protocol.fb.GetRequest
+        return rayfield.store.protocol.fb.GetRequest.GetRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.GetReply:
+        import rayfield.store.protocol.fb.GetReply
+        return rayfield.store.protocol.fb.GetReply.GetReplyT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.ReleaseRequest:
+        import rayfield.store.protocol.fb.ReleaseRequest
+        return rayfield.store.protocol.fb.ReleaseRequest.ReleaseRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.ContainsRequest:
+        import rayfield.store.protocol.fb.ContainsRequest
+        return rayfield.store.protocol.fb.ContainsRequest.ContainsRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.ContainsReply:
+        import rayfield.store.protocol.fb.ContainsReply
+        return rayfield.store.protocol.fb.ContainsReply.ContainsReplyT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.DeleteRequest:
+        import rayfield.store.protocol.fb.DeleteRequest
+        return rayfield.store.protocol.fb.DeleteRequest.DeleteRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.DeleteReply:
+        import rayfield.store.protocol.fb.DeleteReply
+        return rayfield.store.protocol.fb.DeleteReply.DeleteReplyT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.ListRequest:
+        import rayfield.store.protocol.fb.ListRequest
+        return rayfield.store.protocol.fb.ListRequest.ListRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.ListReply:
+        import rayfield.store.protocol.fb.ListReply
+        return rayfield.store.protocol.fb.ListReply.ListReplyT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.SubscribeRequest:
+        import rayfield.store.protocol.fb.SubscribeRequest
+        return rayfield.store.protocol.fb.SubscribeRequest.SubscribeRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.ObjectNotification:
+        import rayfield.store.protocol.fb.ObjectNotification
+        return rayfield.store.protocol.fb.ObjectNotification.ObjectNotificationT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.StatsRequest:
+        import rayfield.store.protocol.fb.StatsRequest
+        return rayfield.store.protocol.fb.StatsRequest.StatsRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.StatsReply:
+        import rayfield.store.protocol.fb.StatsReply
+        return rayfield.store.protocol.fb.StatsReply.StatsReplyT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.SubmitTaskRequest:
+        import rayfield.store.protocol.fb.SubmitTaskRequest
+        return rayfield.store.protocol.fb.SubmitTaskRequest.SubmitTaskRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.RegisterWorkerRequest:
+        import rayfield.store.protocol.fb.RegisterWorkerRequest
+        return rayfield.store.protocol.fb.RegisterWorkerRequest.RegisterWorkerRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.TaskDispatch:
+        import rayfield.store.protocol.fb.TaskDispatch
+        return rayfield.store.protocol.fb.TaskDispatch.TaskDispatchT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.TaskDoneRequest:
+        import rayfield.store.protocol.fb.TaskDoneRequest
+        return rayfield.store.protocol.fb.TaskDoneRequest.TaskDoneRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.WorkerBlockedRequest:
+        import rayfield.store.protocol.fb.WorkerBlockedRequest
+        return rayfield.store.protocol.fb.WorkerBlockedRequest.WorkerBlockedRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.WaitRequest:
+        import rayfield.store.protocol.fb.WaitRequest
+        return rayfield.store.protocol.fb.WaitRequest.WaitRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.WaitReply:
+        import rayfield.store.protocol.fb.WaitReply
+        return rayfield.store.protocol.fb.WaitReply.WaitReplyT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.PinRequest:
+        import rayfield.store.protocol.fb.PinRequest
+        return rayfield.store.protocol.fb.PinRequest.PinRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.KillActorRequest:
+        import rayfield.store.protocol.fb.KillActorRequest
+        return rayfield.store.protocol.fb.KillActorRequest.KillActorRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.CancelTaskRequest:
+        import rayfield.store.protocol.fb.CancelTaskRequest
+        return rayfield.store.protocol.fb.CancelTaskRequest.CancelTaskRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.CancelTaskReply:
+        import rayfield.store.protocol.fb.CancelTaskReply
+        return rayfield.store.protocol.fb.CancelTaskReply.CancelTaskReplyT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.NodeStateRequest:
+        import rayfield.store.protocol.fb.NodeStateRequest
+        return rayfield.store.protocol.fb.NodeStateRequest.NodeStateRequestT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.NodeStateReply:
+        import rayfield.store.protocol.fb.NodeStateReply
+        return rayfield.store.protocol.fb.NodeStateReply.NodeStateReplyT.InitFromBuf(table.Bytes, table.Pos)
+    return None

@@ -51,3 +51,46 @@ def CancelTaskReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return CancelTaskReplyEnd(builder)
+
+
+class CancelTaskReplyT(object):
+
+    # CancelTaskReplyT
+    def __init__(
+        self,
+        state = None,
+    ):
+        self.state = state  # type: Optional[str]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        cancelTaskReply = CancelTaskReply()
+        cancelTaskReply.Init(buf, pos)
+        return cls.InitFromObj(cancelTaskReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, cancelTaskReply):
+        x = CancelTaskReplyT()
+        x._UnPack(cancelTaskReply)
+        return x
+
+    # CancelTaskReplyT
+    def _UnPack(self, cancelTaskReply):
+        if cancelTaskReply is None:
+            return
+        self.state = cancelTaskReply.State()
+
+    # CancelTaskReplyT
+    def Pack(self, builder):
+        if self.state is not None:
+            state = builder.CreateString(self.state)
+        CancelTaskReplyStart(builder)
+        if self.state is not None:
+            CancelTaskReplyAddState(builder, state)
+        cancelTaskReply = CancelTaskReplyEnd(builder)
+        return cancelTaskReply

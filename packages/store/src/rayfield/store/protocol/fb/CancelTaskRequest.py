@@ -69,3 +69,55 @@ def CancelTaskRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return CancelTaskRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import Optional
+except:
+    pass
+
+class CancelTaskRequestT(object):
+
+    # CancelTaskRequestT
+    def __init__(
+        self,
+        taskId = None,
+        force = False,
+    ):
+        self.taskId = taskId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.force = force  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        cancelTaskRequest = CancelTaskRequest()
+        cancelTaskRequest.Init(buf, pos)
+        return cls.InitFromObj(cancelTaskRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, cancelTaskRequest):
+        x = CancelTaskRequestT()
+        x._UnPack(cancelTaskRequest)
+        return x
+
+    # CancelTaskRequestT
+    def _UnPack(self, cancelTaskRequest):
+        if cancelTaskRequest is None:
+            return
+        if cancelTaskRequest.TaskId() is not None:
+            self.taskId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(cancelTaskRequest.TaskId())
+        self.force = cancelTaskRequest.Force()
+
+    # CancelTaskRequestT
+    def Pack(self, builder):
+        CancelTaskRequestStart(builder)
+        if self.taskId is not None:
+            taskId = self.taskId.Pack(builder)
+            CancelTaskRequestAddTaskId(builder, taskId)
+        CancelTaskRequestAddForce(builder, self.force)
+        cancelTaskRequest = CancelTaskRequestEnd(builder)
+        return cancelTaskRequest

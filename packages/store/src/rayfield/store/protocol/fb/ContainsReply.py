@@ -75,3 +75,62 @@ def ContainsReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return ContainsReplyEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class ContainsReplyT(object):
+
+    # ContainsReplyT
+    def __init__(
+        self,
+        present = None,
+    ):
+        self.present = present  # type: Optional[List[bool]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        containsReply = ContainsReply()
+        containsReply.Init(buf, pos)
+        return cls.InitFromObj(containsReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, containsReply):
+        x = ContainsReplyT()
+        x._UnPack(containsReply)
+        return x
+
+    # ContainsReplyT
+    def _UnPack(self, containsReply):
+        if containsReply is None:
+            return
+        if not containsReply.PresentIsNone():
+            if np is None:
+                self.present = []
+                for i in range(containsReply.PresentLength()):
+                    self.present.append(containsReply.Present(i))
+            else:
+                self.present = containsReply.PresentAsNumpy()
+
+    # ContainsReplyT
+    def Pack(self, builder):
+        if self.present is not None:
+            if np is not None and type(self.present) is np.ndarray:
+                present = builder.CreateNumpyVector(self.present)
+            else:
+                ContainsReplyStartPresentVector(builder, len(self.present))
+                for i in reversed(range(len(self.present))):
+                    builder.PrependBool(self.present[i])
+                present = builder.EndVector()
+        ContainsReplyStart(builder)
+        if self.present is not None:
+            ContainsReplyAddPresent(builder, present)
+        containsReply = ContainsReplyEnd(builder)
+        return containsReply

@@ -73,3 +73,61 @@ def ContainsRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return ContainsRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import List
+except:
+    pass
+
+class ContainsRequestT(object):
+
+    # ContainsRequestT
+    def __init__(
+        self,
+        objectIds = None,
+    ):
+        self.objectIds = objectIds  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        containsRequest = ContainsRequest()
+        containsRequest.Init(buf, pos)
+        return cls.InitFromObj(containsRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, containsRequest):
+        x = ContainsRequestT()
+        x._UnPack(containsRequest)
+        return x
+
+    # ContainsRequestT
+    def _UnPack(self, containsRequest):
+        if containsRequest is None:
+            return
+        if not containsRequest.ObjectIdsIsNone():
+            self.objectIds = []
+            for i in range(containsRequest.ObjectIdsLength()):
+                if containsRequest.ObjectIds(i) is None:
+                    self.objectIds.append(None)
+                else:
+                    uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(containsRequest.ObjectIds(i))
+                    self.objectIds.append(uniqueID_)
+
+    # ContainsRequestT
+    def Pack(self, builder):
+        if self.objectIds is not None:
+            ContainsRequestStartObjectIdsVector(builder, len(self.objectIds))
+            for i in reversed(range(len(self.objectIds))):
+                self.objectIds[i].Pack(builder)
+            objectIds = builder.EndVector()
+        ContainsRequestStart(builder)
+        if self.objectIds is not None:
+            ContainsRequestAddObjectIds(builder, objectIds)
+        containsRequest = ContainsRequestEnd(builder)
+        return containsRequest

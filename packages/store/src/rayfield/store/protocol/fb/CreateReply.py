@@ -49,3 +49,43 @@ def CreateReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return CreateReplyEnd(builder)
+
+
+class CreateReplyT(object):
+
+    # CreateReplyT
+    def __init__(
+        self,
+        offset = 0,
+    ):
+        self.offset = offset  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        createReply = CreateReply()
+        createReply.Init(buf, pos)
+        return cls.InitFromObj(createReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, createReply):
+        x = CreateReplyT()
+        x._UnPack(createReply)
+        return x
+
+    # CreateReplyT
+    def _UnPack(self, createReply):
+        if createReply is None:
+            return
+        self.offset = createReply.Offset()
+
+    # CreateReplyT
+    def Pack(self, builder):
+        CreateReplyStart(builder)
+        CreateReplyAddOffset(builder, self.offset)
+        createReply = CreateReplyEnd(builder)
+        return createReply

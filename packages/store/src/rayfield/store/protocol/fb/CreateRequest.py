@@ -82,3 +82,59 @@ def CreateRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return CreateRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import Optional
+except:
+    pass
+
+class CreateRequestT(object):
+
+    # CreateRequestT
+    def __init__(
+        self,
+        objectId = None,
+        dataSize = 0,
+        metadataSize = 0,
+    ):
+        self.objectId = objectId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.dataSize = dataSize  # type: int
+        self.metadataSize = metadataSize  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        createRequest = CreateRequest()
+        createRequest.Init(buf, pos)
+        return cls.InitFromObj(createRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, createRequest):
+        x = CreateRequestT()
+        x._UnPack(createRequest)
+        return x
+
+    # CreateRequestT
+    def _UnPack(self, createRequest):
+        if createRequest is None:
+            return
+        if createRequest.ObjectId() is not None:
+            self.objectId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(createRequest.ObjectId())
+        self.dataSize = createRequest.DataSize()
+        self.metadataSize = createRequest.MetadataSize()
+
+    # CreateRequestT
+    def Pack(self, builder):
+        CreateRequestStart(builder)
+        if self.objectId is not None:
+            objectId = self.objectId.Pack(builder)
+            CreateRequestAddObjectId(builder, objectId)
+        CreateRequestAddDataSize(builder, self.dataSize)
+        CreateRequestAddMetadataSize(builder, self.metadataSize)
+        createRequest = CreateRequestEnd(builder)
+        return createRequest

@@ -75,3 +75,62 @@ def DeleteReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return DeleteReplyEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class DeleteReplyT(object):
+
+    # DeleteReplyT
+    def __init__(
+        self,
+        deleted = None,
+    ):
+        self.deleted = deleted  # type: Optional[List[bool]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        deleteReply = DeleteReply()
+        deleteReply.Init(buf, pos)
+        return cls.InitFromObj(deleteReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, deleteReply):
+        x = DeleteReplyT()
+        x._UnPack(deleteReply)
+        return x
+
+    # DeleteReplyT
+    def _UnPack(self, deleteReply):
+        if deleteReply is None:
+            return
+        if not deleteReply.DeletedIsNone():
+            if np is None:
+                self.deleted = []
+                for i in range(deleteReply.DeletedLength()):
+                    self.deleted.append(deleteReply.Deleted(i))
+            else:
+                self.deleted = deleteReply.DeletedAsNumpy()
+
+    # DeleteReplyT
+    def Pack(self, builder):
+        if self.deleted is not None:
+            if np is not None and type(self.deleted) is np.ndarray:
+                deleted = builder.CreateNumpyVector(self.deleted)
+            else:
+                DeleteReplyStartDeletedVector(builder, len(self.deleted))
+                for i in reversed(range(len(self.deleted))):
+                    builder.PrependBool(self.deleted[i])
+                deleted = builder.EndVector()
+        DeleteReplyStart(builder)
+        if self.deleted is not None:
+            DeleteReplyAddDeleted(builder, deleted)
+        deleteReply = DeleteReplyEnd(builder)
+        return deleteReply

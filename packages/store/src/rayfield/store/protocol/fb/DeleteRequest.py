@@ -75,3 +75,61 @@ def DeleteRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return DeleteRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import List
+except:
+    pass
+
+class DeleteRequestT(object):
+
+    # DeleteRequestT
+    def __init__(
+        self,
+        objectIds = None,
+    ):
+        self.objectIds = objectIds  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        deleteRequest = DeleteRequest()
+        deleteRequest.Init(buf, pos)
+        return cls.InitFromObj(deleteRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, deleteRequest):
+        x = DeleteRequestT()
+        x._UnPack(deleteRequest)
+        return x
+
+    # DeleteRequestT
+    def _UnPack(self, deleteRequest):
+        if deleteRequest is None:
+            return
+        if not deleteRequest.ObjectIdsIsNone():
+            self.objectIds = []
+            for i in range(deleteRequest.ObjectIdsLength()):
+                if deleteRequest.ObjectIds(i) is None:
+                    self.objectIds.append(None)
+                else:
+                    uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(deleteRequest.ObjectIds(i))
+                    self.objectIds.append(uniqueID_)
+
+    # DeleteRequestT
+    def Pack(self, builder):
+        if self.objectIds is not None:
+            DeleteRequestStartObjectIdsVector(builder, len(self.objectIds))
+            for i in reversed(range(len(self.objectIds))):
+                self.objectIds[i].Pack(builder)
+            objectIds = builder.EndVector()
+        DeleteRequestStart(builder)
+        if self.objectIds is not None:
+            DeleteRequestAddObjectIds(builder, objectIds)
+        deleteRequest = DeleteRequestEnd(builder)
+        return deleteRequest

@@ -103,3 +103,62 @@ def ErrorReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return ErrorReplyEnd(builder)
+
+
+class ErrorReplyT(object):
+
+    # ErrorReplyT
+    def __init__(
+        self,
+        code = 0,
+        message = None,
+        requestedBytes = 0,
+        capacityBytes = 0,
+        usedBytes = 0,
+    ):
+        self.code = code  # type: int
+        self.message = message  # type: Optional[str]
+        self.requestedBytes = requestedBytes  # type: int
+        self.capacityBytes = capacityBytes  # type: int
+        self.usedBytes = usedBytes  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        errorReply = ErrorReply()
+        errorReply.Init(buf, pos)
+        return cls.InitFromObj(errorReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, errorReply):
+        x = ErrorReplyT()
+        x._UnPack(errorReply)
+        return x
+
+    # ErrorReplyT
+    def _UnPack(self, errorReply):
+        if errorReply is None:
+            return
+        self.code = errorReply.Code()
+        self.message = errorReply.Message()
+        self.requestedBytes = errorReply.RequestedBytes()
+        self.capacityBytes = errorReply.CapacityBytes()
+        self.usedBytes = errorReply.UsedBytes()
+
+    # ErrorReplyT
+    def Pack(self, builder):
+        if self.message is not None:
+            message = builder.CreateString(self.message)
+        ErrorReplyStart(builder)
+        ErrorReplyAddCode(builder, self.code)
+        if self.message is not None:
+            ErrorReplyAddMessage(builder, message)
+        ErrorReplyAddRequestedBytes(builder, self.requestedBytes)
+        ErrorReplyAddCapacityBytes(builder, self.capacityBytes)
+        ErrorReplyAddUsedBytes(builder, self.usedBytes)
+        errorReply = ErrorReplyEnd(builder)
+        return errorReply

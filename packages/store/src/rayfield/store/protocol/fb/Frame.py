@@ -74,3 +74,64 @@ def FrameEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return FrameEnd(builder)
+
+import rayfield.store.protocol.fb.Message
+try:
+    from typing import List
+except:
+    pass
+
+class FrameT(object):
+
+    # FrameT
+    def __init__(
+        self,
+        messages = None,
+    ):
+        self.messages = messages  # type: Optional[List[rayfield.store.protocol.fb.Message.MessageT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        frame = Frame()
+        frame.Init(buf, pos)
+        return cls.InitFromObj(frame)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, frame):
+        x = FrameT()
+        x._UnPack(frame)
+        return x
+
+    # FrameT
+    def _UnPack(self, frame):
+        if frame is None:
+            return
+        if not frame.MessagesIsNone():
+            self.messages = []
+            for i in range(frame.MessagesLength()):
+                if frame.Messages(i) is None:
+                    self.messages.append(None)
+                else:
+                    message_ = rayfield.store.protocol.fb.Message.MessageT.InitFromObj(frame.Messages(i))
+                    self.messages.append(message_)
+
+    # FrameT
+    def Pack(self, builder):
+        if self.messages is not None:
+            messageslist = []
+            for i in range(len(self.messages)):
+                messageslist.append(self.messages[i].Pack(builder))
+            FrameStartMessagesVector(builder, len(self.messages))
+            for i in reversed(range(len(self.messages))):
+                builder.PrependUOffsetTRelative(messageslist[i])
+            messages = builder.EndVector()
+        FrameStart(builder)
+        if self.messages is not None:
+            FrameAddMessages(builder, messages)
+        frame = FrameEnd(builder)
+        return frame

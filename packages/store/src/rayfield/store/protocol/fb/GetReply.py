@@ -73,3 +73,61 @@ def GetReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GetReplyEnd(builder)
+
+import rayfield.store.protocol.fb.ObjectLocation
+try:
+    from typing import List
+except:
+    pass
+
+class GetReplyT(object):
+
+    # GetReplyT
+    def __init__(
+        self,
+        objects = None,
+    ):
+        self.objects = objects  # type: Optional[List[rayfield.store.protocol.fb.ObjectLocation.ObjectLocationT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        getReply = GetReply()
+        getReply.Init(buf, pos)
+        return cls.InitFromObj(getReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, getReply):
+        x = GetReplyT()
+        x._UnPack(getReply)
+        return x
+
+    # GetReplyT
+    def _UnPack(self, getReply):
+        if getReply is None:
+            return
+        if not getReply.ObjectsIsNone():
+            self.objects = []
+            for i in range(getReply.ObjectsLength()):
+                if getReply.Objects(i) is None:
+                    self.objects.append(None)
+                else:
+                    objectLocation_ = rayfield.store.protocol.fb.ObjectLocation.ObjectLocationT.InitFromObj(getReply.Objects(i))
+                    self.objects.append(objectLocation_)
+
+    # GetReplyT
+    def Pack(self, builder):
+        if self.objects is not None:
+            GetReplyStartObjectsVector(builder, len(self.objects))
+            for i in reversed(range(len(self.objects))):
+                self.objects[i].Pack(builder)
+            objects = builder.EndVector()
+        GetReplyStart(builder)
+        if self.objects is not None:
+            GetReplyAddObjects(builder, objects)
+        getReply = GetReplyEnd(builder)
+        return getReply

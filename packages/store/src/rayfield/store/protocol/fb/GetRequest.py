@@ -88,3 +88,65 @@ def GetRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GetRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import List
+except:
+    pass
+
+class GetRequestT(object):
+
+    # GetRequestT
+    def __init__(
+        self,
+        objectIds = None,
+        timeoutMs = -1,
+    ):
+        self.objectIds = objectIds  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
+        self.timeoutMs = timeoutMs  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        getRequest = GetRequest()
+        getRequest.Init(buf, pos)
+        return cls.InitFromObj(getRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, getRequest):
+        x = GetRequestT()
+        x._UnPack(getRequest)
+        return x
+
+    # GetRequestT
+    def _UnPack(self, getRequest):
+        if getRequest is None:
+            return
+        if not getRequest.ObjectIdsIsNone():
+            self.objectIds = []
+            for i in range(getRequest.ObjectIdsLength()):
+                if getRequest.ObjectIds(i) is None:
+                    self.objectIds.append(None)
+                else:
+                    uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(getRequest.ObjectIds(i))
+                    self.objectIds.append(uniqueID_)
+        self.timeoutMs = getRequest.TimeoutMs()
+
+    # GetRequestT
+    def Pack(self, builder):
+        if self.objectIds is not None:
+            GetRequestStartObjectIdsVector(builder, len(self.objectIds))
+            for i in reversed(range(len(self.objectIds))):
+                self.objectIds[i].Pack(builder)
+            objectIds = builder.EndVector()
+        GetRequestStart(builder)
+        if self.objectIds is not None:
+            GetRequestAddObjectIds(builder, objectIds)
+        GetRequestAddTimeoutMs(builder, self.timeoutMs)
+        getRequest = GetRequestEnd(builder)
+        return getRequest

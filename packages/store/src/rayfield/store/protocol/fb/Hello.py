@@ -91,3 +91,58 @@ def HelloEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return HelloEnd(builder)
+
+
+class HelloT(object):
+
+    # HelloT
+    def __init__(
+        self,
+        protocolVersion = 0,
+        kind = 0,
+        pid = 0,
+        name = None,
+    ):
+        self.protocolVersion = protocolVersion  # type: int
+        self.kind = kind  # type: int
+        self.pid = pid  # type: int
+        self.name = name  # type: Optional[str]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        hello = Hello()
+        hello.Init(buf, pos)
+        return cls.InitFromObj(hello)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, hello):
+        x = HelloT()
+        x._UnPack(hello)
+        return x
+
+    # HelloT
+    def _UnPack(self, hello):
+        if hello is None:
+            return
+        self.protocolVersion = hello.ProtocolVersion()
+        self.kind = hello.Kind()
+        self.pid = hello.Pid()
+        self.name = hello.Name()
+
+    # HelloT
+    def Pack(self, builder):
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        HelloStart(builder)
+        HelloAddProtocolVersion(builder, self.protocolVersion)
+        HelloAddKind(builder, self.kind)
+        HelloAddPid(builder, self.pid)
+        if self.name is not None:
+            HelloAddName(builder, name)
+        hello = HelloEnd(builder)
+        return hello

@@ -93,3 +93,63 @@ def HelloReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return HelloReplyEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import Optional
+except:
+    pass
+
+class HelloReplyT(object):
+
+    # HelloReplyT
+    def __init__(
+        self,
+        protocolVersion = 0,
+        nodeId = None,
+        arenaSize = 0,
+        clientId = 0,
+    ):
+        self.protocolVersion = protocolVersion  # type: int
+        self.nodeId = nodeId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.arenaSize = arenaSize  # type: int
+        self.clientId = clientId  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        helloReply = HelloReply()
+        helloReply.Init(buf, pos)
+        return cls.InitFromObj(helloReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, helloReply):
+        x = HelloReplyT()
+        x._UnPack(helloReply)
+        return x
+
+    # HelloReplyT
+    def _UnPack(self, helloReply):
+        if helloReply is None:
+            return
+        self.protocolVersion = helloReply.ProtocolVersion()
+        if helloReply.NodeId() is not None:
+            self.nodeId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(helloReply.NodeId())
+        self.arenaSize = helloReply.ArenaSize()
+        self.clientId = helloReply.ClientId()
+
+    # HelloReplyT
+    def Pack(self, builder):
+        HelloReplyStart(builder)
+        HelloReplyAddProtocolVersion(builder, self.protocolVersion)
+        if self.nodeId is not None:
+            nodeId = self.nodeId.Pack(builder)
+            HelloReplyAddNodeId(builder, nodeId)
+        HelloReplyAddArenaSize(builder, self.arenaSize)
+        HelloReplyAddClientId(builder, self.clientId)
+        helloReply = HelloReplyEnd(builder)
+        return helloReply

@@ -69,3 +69,55 @@ def KillActorRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return KillActorRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import Optional
+except:
+    pass
+
+class KillActorRequestT(object):
+
+    # KillActorRequestT
+    def __init__(
+        self,
+        actorId = None,
+        noRestart = True,
+    ):
+        self.actorId = actorId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.noRestart = noRestart  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        killActorRequest = KillActorRequest()
+        killActorRequest.Init(buf, pos)
+        return cls.InitFromObj(killActorRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, killActorRequest):
+        x = KillActorRequestT()
+        x._UnPack(killActorRequest)
+        return x
+
+    # KillActorRequestT
+    def _UnPack(self, killActorRequest):
+        if killActorRequest is None:
+            return
+        if killActorRequest.ActorId() is not None:
+            self.actorId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(killActorRequest.ActorId())
+        self.noRestart = killActorRequest.NoRestart()
+
+    # KillActorRequestT
+    def Pack(self, builder):
+        KillActorRequestStart(builder)
+        if self.actorId is not None:
+            actorId = self.actorId.Pack(builder)
+            KillActorRequestAddActorId(builder, actorId)
+        KillActorRequestAddNoRestart(builder, self.noRestart)
+        killActorRequest = KillActorRequestEnd(builder)
+        return killActorRequest

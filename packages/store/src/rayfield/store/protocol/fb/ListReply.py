@@ -74,3 +74,64 @@ def ListReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return ListReplyEnd(builder)
+
+import rayfield.store.protocol.fb.ObjectInfo
+try:
+    from typing import List
+except:
+    pass
+
+class ListReplyT(object):
+
+    # ListReplyT
+    def __init__(
+        self,
+        objects = None,
+    ):
+        self.objects = objects  # type: Optional[List[rayfield.store.protocol.fb.ObjectInfo.ObjectInfoT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        listReply = ListReply()
+        listReply.Init(buf, pos)
+        return cls.InitFromObj(listReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, listReply):
+        x = ListReplyT()
+        x._UnPack(listReply)
+        return x
+
+    # ListReplyT
+    def _UnPack(self, listReply):
+        if listReply is None:
+            return
+        if not listReply.ObjectsIsNone():
+            self.objects = []
+            for i in range(listReply.ObjectsLength()):
+                if listReply.Objects(i) is None:
+                    self.objects.append(None)
+                else:
+                    objectInfo_ = rayfield.store.protocol.fb.ObjectInfo.ObjectInfoT.InitFromObj(listReply.Objects(i))
+                    self.objects.append(objectInfo_)
+
+    # ListReplyT
+    def Pack(self, builder):
+        if self.objects is not None:
+            objectslist = []
+            for i in range(len(self.objects)):
+                objectslist.append(self.objects[i].Pack(builder))
+            ListReplyStartObjectsVector(builder, len(self.objects))
+            for i in reversed(range(len(self.objects))):
+                builder.PrependUOffsetTRelative(objectslist[i])
+            objects = builder.EndVector()
+        ListReplyStart(builder)
+        if self.objects is not None:
+            ListReplyAddObjects(builder, objects)
+        listReply = ListReplyEnd(builder)
+        return listReply

@@ -36,3 +36,40 @@ def ListRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return ListRequestEnd(builder)
+
+
+class ListRequestT(object):
+
+    # ListRequestT
+    def __init__(
+        self,
+    ):
+        pass
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        listRequest = ListRequest()
+        listRequest.Init(buf, pos)
+        return cls.InitFromObj(listRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, listRequest):
+        x = ListRequestT()
+        x._UnPack(listRequest)
+        return x
+
+    # ListRequestT
+    def _UnPack(self, listRequest):
+        if listRequest is None:
+            return
+
+    # ListRequestT
+    def Pack(self, builder):
+        ListRequestStart(builder)
+        listRequest = ListRequestEnd(builder)
+        return listRequest

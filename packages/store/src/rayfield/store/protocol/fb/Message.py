@@ -79,3 +79,94 @@ def MessageEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return MessageEnd(builder)
+
+import rayfield.store.protocol.fb.AbortRequest
+import rayfield.store.protocol.fb.Body
+import rayfield.store.protocol.fb.CancelTaskReply
+import rayfield.store.protocol.fb.CancelTaskRequest
+import rayfield.store.protocol.fb.ContainsReply
+import rayfield.store.protocol.fb.ContainsRequest
+import rayfield.store.protocol.fb.CreateReply
+import rayfield.store.protocol.fb.CreateRequest
+import rayfield.store.protocol.fb.DeleteReply
+import rayfield.store.protocol.fb.DeleteRequest
+import rayfield.store.protocol.fb.ErrorReply
+import rayfield.store.protocol.fb.GetReply
+import rayfield.store.protocol.fb.GetRequest
+import rayfield.store.protocol.fb.Hello
+import rayfield.store.protocol.fb.HelloReply
+import rayfield.store.protocol.fb.KillActorRequest
+import rayfield.store.protocol.fb.ListReply
+import rayfield.store.protocol.fb.ListRequest
+import rayfield.store.protocol.fb.NodeStateReply
+import rayfield.store.protocol.fb.NodeStateRequest
+import rayfield.store.protocol.fb.ObjectNotification
+import rayfield.store.protocol.fb.OkReply
+import rayfield.store.protocol.fb.PinRequest
+import rayfield.store.protocol.fb.PutRequest
+import rayfield.store.protocol.fb.RegisterWorkerRequest
+import rayfield.store.protocol.fb.ReleaseRequest
+import rayfield.store.protocol.fb.SealRequest
+import rayfield.store.protocol.fb.StatsReply
+import rayfield.store.protocol.fb.StatsRequest
+import rayfield.store.protocol.fb.SubmitTaskRequest
+import rayfield.store.protocol.fb.SubscribeRequest
+import rayfield.store.protocol.fb.TaskDispatch
+import rayfield.store.protocol.fb.TaskDoneRequest
+import rayfield.store.protocol.fb.WaitReply
+import rayfield.store.protocol.fb.WaitRequest
+import rayfield.store.protocol.fb.WorkerBlockedRequest
+try:
+    from typing import Union
+except:
+    pass
+
+class MessageT(object):
+
+    # MessageT
+    def __init__(
+        self,
+        seq = 0,
+        bodyType = 0,
+        body = None,
+    ):
+        self.seq = seq  # type: int
+        self.bodyType = bodyType  # type: int
+        self.body = body  # type: Union[None, 'rayfield.store.protocol.fb.Hello.HelloT', 'rayfield.store.protocol.fb.HelloReply.HelloReplyT', 'rayfield.store.protocol.fb.ErrorReply.ErrorReplyT', 'rayfield.store.protocol.fb.OkReply.OkReplyT', 'rayfield.store.protocol.fb.CreateRequest.CreateRequestT', 'rayfield.store.protocol.fb.CreateReply.CreateReplyT', 'rayfield.store.protocol.fb.PutRequest.PutRequestT', 'rayfield.store.protocol.fb.SealRequest.SealRequestT', 'rayfield.store.protocol.fb.AbortRequest.AbortRequestT', 'rayfield.store.protocol.fb.GetRequest.GetRequestT', 'rayfield.store.protocol.fb.GetReply.GetReplyT', 'rayfield.store.protocol.fb.ReleaseRequest.ReleaseRequestT', 'rayfield.store.protocol.fb.ContainsRequest.ContainsRequestT', 'rayfield.store.protocol.fb.ContainsReply.ContainsReplyT', 'rayfield.store.protocol.fb.DeleteRequest.DeleteRequestT', 'rayfield.store.protocol.fb.DeleteReply.DeleteReplyT', 'rayfield.store.protocol.fb.ListRequest.ListRequestT', 'rayfield.store.protocol.fb.ListReply.ListReplyT', 'rayfield.store.protocol.fb.SubscribeRequest.SubscribeRequestT', 'rayfield.store.protocol.fb.ObjectNotification.ObjectNotificationT', 'rayfield.store.protocol.fb.StatsRequest.StatsRequestT', 'rayfield.store.protocol.fb.StatsReply.StatsReplyT', 'rayfield.store.protocol.fb.SubmitTaskRequest.SubmitTaskRequestT', 'rayfield.store.protocol.fb.RegisterWorkerRequest.RegisterWorkerRequestT', 'rayfield.store.protocol.fb.TaskDispatch.TaskDispatchT', 'rayfield.store.protocol.fb.TaskDoneRequest.TaskDoneRequestT', 'rayfield.store.protocol.fb.WorkerBlockedRequest.WorkerBlockedRequestT', 'rayfield.store.protocol.fb.WaitRequest.WaitRequestT', 'rayfield.store.protocol.fb.WaitReply.WaitReplyT', 'rayfield.store.protocol.fb.PinRequest.PinRequestT', 'rayfield.store.protocol.fb.KillActorRequest.KillActorRequestT', 'rayfield.store.protocol.fb.CancelTaskRequest.CancelTaskRequestT', 'rayfield.store.protocol.fb.CancelTaskReply.CancelTaskReplyT', 'rayfield.store.protocol.fb.NodeStateRequest.NodeStateRequestT', 'rayfield.store.protocol.fb.NodeStateReply.NodeStateReplyT']
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        message = Message()
+        message.Init(buf, pos)
+        return cls.InitFromObj(message)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, message):
+        x = MessageT()
+        x._UnPack(message)
+        return x
+
+    # MessageT
+    def _UnPack(self, message):
+        if message is None:
+            return
+        self.seq = message.Seq()
+        self.bodyType = message.BodyType()
+        self.body = rayfield.store.protocol.fb.Body.BodyCreator(self.bodyType, message.Body())
+
+    # MessageT
+    def Pack(self, builder):
+        if self.body is not None:
+            body = self.body.Pack(builder)
+        MessageStart(builder)
+        MessageAddSeq(builder, self.seq)
+        MessageAddBodyType(builder, self.bodyType)
+        if self.body is not None:
+            MessageAddBody(builder, body)
+        message = MessageEnd(builder)
+        return message

@@ -110,3 +110,84 @@ def NodeStateReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return NodeStateReplyEnd(builder)
+
+import rayfield.store.protocol.fb.ResourceAmount
+try:
+    from typing import List
+except:
+    pass
+
+class NodeStateReplyT(object):
+
+    # NodeStateReplyT
+    def __init__(
+        self,
+        total = None,
+        available = None,
+    ):
+        self.total = total  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
+        self.available = available  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        nodeStateReply = NodeStateReply()
+        nodeStateReply.Init(buf, pos)
+        return cls.InitFromObj(nodeStateReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, nodeStateReply):
+        x = NodeStateReplyT()
+        x._UnPack(nodeStateReply)
+        return x
+
+    # NodeStateReplyT
+    def _UnPack(self, nodeStateReply):
+        if nodeStateReply is None:
+            return
+        if not nodeStateReply.TotalIsNone():
+            self.total = []
+            for i in range(nodeStateReply.TotalLength()):
+                if nodeStateReply.Total(i) is None:
+                    self.total.append(None)
+                else:
+                    resourceAmount_ = rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT.InitFromObj(nodeStateReply.Total(i))
+                    self.total.append(resourceAmount_)
+        if not nodeStateReply.AvailableIsNone():
+            self.available = []
+            for i in range(nodeStateReply.AvailableLength()):
+                if nodeStateReply.Available(i) is None:
+                    self.available.append(None)
+                else:
+                    resourceAmount_ = rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT.InitFromObj(nodeStateReply.Available(i))
+                    self.available.append(resourceAmount_)
+
+    # NodeStateReplyT
+    def Pack(self, builder):
+        if self.total is not None:
+            totallist = []
+            for i in range(len(self.total)):
+                totallist.append(self.total[i].Pack(builder))
+            NodeStateReplyStartTotalVector(builder, len(self.total))
+            for i in reversed(range(len(self.total))):
+                builder.PrependUOffsetTRelative(totallist[i])
+            total = builder.EndVector()
+        if self.available is not None:
+            availablelist = []
+            for i in range(len(self.available)):
+                availablelist.append(self.available[i].Pack(builder))
+            NodeStateReplyStartAvailableVector(builder, len(self.available))
+            for i in reversed(range(len(self.available))):
+                builder.PrependUOffsetTRelative(availablelist[i])
+            available = builder.EndVector()
+        NodeStateReplyStart(builder)
+        if self.total is not None:
+            NodeStateReplyAddTotal(builder, total)
+        if self.available is not None:
+            NodeStateReplyAddAvailable(builder, available)
+        nodeStateReply = NodeStateReplyEnd(builder)
+        return nodeStateReply

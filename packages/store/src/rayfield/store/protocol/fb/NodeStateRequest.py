@@ -37,3 +37,40 @@ def NodeStateRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return NodeStateRequestEnd(builder)
+
+
+class NodeStateRequestT(object):
+
+    # NodeStateRequestT
+    def __init__(
+        self,
+    ):
+        pass
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        nodeStateRequest = NodeStateRequest()
+        nodeStateRequest.Init(buf, pos)
+        return cls.InitFromObj(nodeStateRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, nodeStateRequest):
+        x = NodeStateRequestT()
+        x._UnPack(nodeStateRequest)
+        return x
+
+    # NodeStateRequestT
+    def _UnPack(self, nodeStateRequest):
+        if nodeStateRequest is None:
+            return
+
+    # NodeStateRequestT
+    def Pack(self, builder):
+        NodeStateRequestStart(builder)
+        nodeStateRequest = NodeStateRequestEnd(builder)
+        return nodeStateRequest

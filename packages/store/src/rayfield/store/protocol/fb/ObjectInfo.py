@@ -119,3 +119,71 @@ def ObjectInfoEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return ObjectInfoEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import Optional
+except:
+    pass
+
+class ObjectInfoT(object):
+
+    # ObjectInfoT
+    def __init__(
+        self,
+        objectId = None,
+        dataSize = 0,
+        metadataSize = 0,
+        state = 0,
+        refCount = 0,
+        createTimeMs = 0,
+    ):
+        self.objectId = objectId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.dataSize = dataSize  # type: int
+        self.metadataSize = metadataSize  # type: int
+        self.state = state  # type: int
+        self.refCount = refCount  # type: int
+        self.createTimeMs = createTimeMs  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        objectInfo = ObjectInfo()
+        objectInfo.Init(buf, pos)
+        return cls.InitFromObj(objectInfo)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, objectInfo):
+        x = ObjectInfoT()
+        x._UnPack(objectInfo)
+        return x
+
+    # ObjectInfoT
+    def _UnPack(self, objectInfo):
+        if objectInfo is None:
+            return
+        if objectInfo.ObjectId() is not None:
+            self.objectId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(objectInfo.ObjectId())
+        self.dataSize = objectInfo.DataSize()
+        self.metadataSize = objectInfo.MetadataSize()
+        self.state = objectInfo.State()
+        self.refCount = objectInfo.RefCount()
+        self.createTimeMs = objectInfo.CreateTimeMs()
+
+    # ObjectInfoT
+    def Pack(self, builder):
+        ObjectInfoStart(builder)
+        if self.objectId is not None:
+            objectId = self.objectId.Pack(builder)
+            ObjectInfoAddObjectId(builder, objectId)
+        ObjectInfoAddDataSize(builder, self.dataSize)
+        ObjectInfoAddMetadataSize(builder, self.metadataSize)
+        ObjectInfoAddState(builder, self.state)
+        ObjectInfoAddRefCount(builder, self.refCount)
+        ObjectInfoAddCreateTimeMs(builder, self.createTimeMs)
+        objectInfo = ObjectInfoEnd(builder)
+        return objectInfo

@@ -5,7 +5,7 @@ import numpy as np
 
 import typing
 from rayfield.store.protocol.fb.ObjectState import ObjectState
-from rayfield.store.protocol.fb.UniqueID import UniqueID
+from rayfield.store.protocol.fb.UniqueID import UniqueID, UniqueIDT
 
 uoffset: typing.TypeAlias = flatbuffers.number_types.UOffsetTFlags.py_type
 
@@ -21,6 +21,30 @@ class ObjectInfo(object):
   def State(self) -> typing.Literal[ObjectState.Created, ObjectState.Sealed]: ...
   def RefCount(self) -> int: ...
   def CreateTimeMs(self) -> int: ...
+class ObjectInfoT(object):
+  objectId: UniqueIDT | None
+  dataSize: int
+  metadataSize: int
+  state: typing.Literal[ObjectState.Created, ObjectState.Sealed]
+  refCount: int
+  createTimeMs: int
+  def __init__(
+    self,
+    objectId: 'UniqueIDT' | None = ...,
+    dataSize: int = ...,
+    metadataSize: int = ...,
+    state: typing.Literal[ObjectState.Created, ObjectState.Sealed] = ...,
+    refCount: int = ...,
+    createTimeMs: int = ...,
+  ) -> None: ...
+  @classmethod
+  def InitFromBuf(cls, buf: bytes, pos: int) -> ObjectInfoT: ...
+  @classmethod
+  def InitFromPackedBuf(cls, buf: bytes, pos: int = 0) -> ObjectInfoT: ...
+  @classmethod
+  def InitFromObj(cls, objectInfo: ObjectInfo) -> ObjectInfoT: ...
+  def _UnPack(self, objectInfo: ObjectInfo) -> None: ...
+  def Pack(self, builder: flatbuffers.Builder) -> None: ...
 def ObjectInfoStart(builder: flatbuffers.Builder) -> None: ...
 def Start(builder: flatbuffers.Builder) -> None: ...
 def ObjectInfoAddObjectId(builder: flatbuffers.Builder, objectId: uoffset) -> None: ...

@@ -35,3 +35,49 @@ def CreateObjectLocation(builder, offset, dataSize, metadataSize, found):
     builder.PrependUint64(dataSize)
     builder.PrependUint64(offset)
     return builder.Offset()
+
+
+class ObjectLocationT(object):
+
+    # ObjectLocationT
+    def __init__(
+        self,
+        offset = 0,
+        dataSize = 0,
+        metadataSize = 0,
+        found = False,
+    ):
+        self.offset = offset  # type: int
+        self.dataSize = dataSize  # type: int
+        self.metadataSize = metadataSize  # type: int
+        self.found = found  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        objectLocation = ObjectLocation()
+        objectLocation.Init(buf, pos)
+        return cls.InitFromObj(objectLocation)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, objectLocation):
+        x = ObjectLocationT()
+        x._UnPack(objectLocation)
+        return x
+
+    # ObjectLocationT
+    def _UnPack(self, objectLocation):
+        if objectLocation is None:
+            return
+        self.offset = objectLocation.Offset()
+        self.dataSize = objectLocation.DataSize()
+        self.metadataSize = objectLocation.MetadataSize()
+        self.found = objectLocation.Found()
+
+    # ObjectLocationT
+    def Pack(self, builder):
+        return CreateObjectLocation(builder, self.offset, self.dataSize, self.metadataSize, self.found)

@@ -93,3 +93,63 @@ def ObjectNotificationEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return ObjectNotificationEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import Optional
+except:
+    pass
+
+class ObjectNotificationT(object):
+
+    # ObjectNotificationT
+    def __init__(
+        self,
+        objectId = None,
+        event = 0,
+        dataSize = 0,
+        metadataSize = 0,
+    ):
+        self.objectId = objectId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.event = event  # type: int
+        self.dataSize = dataSize  # type: int
+        self.metadataSize = metadataSize  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        objectNotification = ObjectNotification()
+        objectNotification.Init(buf, pos)
+        return cls.InitFromObj(objectNotification)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, objectNotification):
+        x = ObjectNotificationT()
+        x._UnPack(objectNotification)
+        return x
+
+    # ObjectNotificationT
+    def _UnPack(self, objectNotification):
+        if objectNotification is None:
+            return
+        if objectNotification.ObjectId() is not None:
+            self.objectId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(objectNotification.ObjectId())
+        self.event = objectNotification.Event()
+        self.dataSize = objectNotification.DataSize()
+        self.metadataSize = objectNotification.MetadataSize()
+
+    # ObjectNotificationT
+    def Pack(self, builder):
+        ObjectNotificationStart(builder)
+        if self.objectId is not None:
+            objectId = self.objectId.Pack(builder)
+            ObjectNotificationAddObjectId(builder, objectId)
+        ObjectNotificationAddEvent(builder, self.event)
+        ObjectNotificationAddDataSize(builder, self.dataSize)
+        ObjectNotificationAddMetadataSize(builder, self.metadataSize)
+        objectNotification = ObjectNotificationEnd(builder)
+        return objectNotification

@@ -36,3 +36,40 @@ def OkReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return OkReplyEnd(builder)
+
+
+class OkReplyT(object):
+
+    # OkReplyT
+    def __init__(
+        self,
+    ):
+        pass
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        okReply = OkReply()
+        okReply.Init(buf, pos)
+        return cls.InitFromObj(okReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, okReply):
+        x = OkReplyT()
+        x._UnPack(okReply)
+        return x
+
+    # OkReplyT
+    def _UnPack(self, okReply):
+        if okReply is None:
+            return
+
+    # OkReplyT
+    def Pack(self, builder):
+        OkReplyStart(builder)
+        okReply = OkReplyEnd(builder)
+        return okReply

@@ -76,3 +76,61 @@ def PinRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return PinRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import List
+except:
+    pass
+
+class PinRequestT(object):
+
+    # PinRequestT
+    def __init__(
+        self,
+        objectIds = None,
+    ):
+        self.objectIds = objectIds  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        pinRequest = PinRequest()
+        pinRequest.Init(buf, pos)
+        return cls.InitFromObj(pinRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, pinRequest):
+        x = PinRequestT()
+        x._UnPack(pinRequest)
+        return x
+
+    # PinRequestT
+    def _UnPack(self, pinRequest):
+        if pinRequest is None:
+            return
+        if not pinRequest.ObjectIdsIsNone():
+            self.objectIds = []
+            for i in range(pinRequest.ObjectIdsLength()):
+                if pinRequest.ObjectIds(i) is None:
+                    self.objectIds.append(None)
+                else:
+                    uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(pinRequest.ObjectIds(i))
+                    self.objectIds.append(uniqueID_)
+
+    # PinRequestT
+    def Pack(self, builder):
+        if self.objectIds is not None:
+            PinRequestStartObjectIdsVector(builder, len(self.objectIds))
+            for i in reversed(range(len(self.objectIds))):
+                self.objectIds[i].Pack(builder)
+            objectIds = builder.EndVector()
+        PinRequestStart(builder)
+        if self.objectIds is not None:
+            PinRequestAddObjectIds(builder, objectIds)
+        pinRequest = PinRequestEnd(builder)
+        return pinRequest

@@ -133,3 +133,89 @@ def PutRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return PutRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import List, Optional
+except:
+    pass
+
+class PutRequestT(object):
+
+    # PutRequestT
+    def __init__(
+        self,
+        objectId = None,
+        data = None,
+        metadata = None,
+    ):
+        self.objectId = objectId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.data = data  # type: Optional[List[int]]
+        self.metadata = metadata  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        putRequest = PutRequest()
+        putRequest.Init(buf, pos)
+        return cls.InitFromObj(putRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, putRequest):
+        x = PutRequestT()
+        x._UnPack(putRequest)
+        return x
+
+    # PutRequestT
+    def _UnPack(self, putRequest):
+        if putRequest is None:
+            return
+        if putRequest.ObjectId() is not None:
+            self.objectId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(putRequest.ObjectId())
+        if not putRequest.DataIsNone():
+            if np is None:
+                self.data = []
+                for i in range(putRequest.DataLength()):
+                    self.data.append(putRequest.Data(i))
+            else:
+                self.data = putRequest.DataAsNumpy()
+        if not putRequest.MetadataIsNone():
+            if np is None:
+                self.metadata = []
+                for i in range(putRequest.MetadataLength()):
+                    self.metadata.append(putRequest.Metadata(i))
+            else:
+                self.metadata = putRequest.MetadataAsNumpy()
+
+    # PutRequestT
+    def Pack(self, builder):
+        if self.data is not None:
+            if np is not None and type(self.data) is np.ndarray:
+                data = builder.CreateNumpyVector(self.data)
+            else:
+                PutRequestStartDataVector(builder, len(self.data))
+                for i in reversed(range(len(self.data))):
+                    builder.PrependUint8(self.data[i])
+                data = builder.EndVector()
+        if self.metadata is not None:
+            if np is not None and type(self.metadata) is np.ndarray:
+                metadata = builder.CreateNumpyVector(self.metadata)
+            else:
+                PutRequestStartMetadataVector(builder, len(self.metadata))
+                for i in reversed(range(len(self.metadata))):
+                    builder.PrependUint8(self.metadata[i])
+                metadata = builder.EndVector()
+        PutRequestStart(builder)
+        if self.objectId is not None:
+            objectId = self.objectId.Pack(builder)
+            PutRequestAddObjectId(builder, objectId)
+        if self.data is not None:
+            PutRequestAddData(builder, data)
+        if self.metadata is not None:
+            PutRequestAddMetadata(builder, metadata)
+        putRequest = PutRequestEnd(builder)
+        return putRequest

@@ -55,3 +55,51 @@ def RegisterWorkerRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return RegisterWorkerRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import Optional
+except:
+    pass
+
+class RegisterWorkerRequestT(object):
+
+    # RegisterWorkerRequestT
+    def __init__(
+        self,
+        workerId = None,
+    ):
+        self.workerId = workerId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        registerWorkerRequest = RegisterWorkerRequest()
+        registerWorkerRequest.Init(buf, pos)
+        return cls.InitFromObj(registerWorkerRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, registerWorkerRequest):
+        x = RegisterWorkerRequestT()
+        x._UnPack(registerWorkerRequest)
+        return x
+
+    # RegisterWorkerRequestT
+    def _UnPack(self, registerWorkerRequest):
+        if registerWorkerRequest is None:
+            return
+        if registerWorkerRequest.WorkerId() is not None:
+            self.workerId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(registerWorkerRequest.WorkerId())
+
+    # RegisterWorkerRequestT
+    def Pack(self, builder):
+        RegisterWorkerRequestStart(builder)
+        if self.workerId is not None:
+            workerId = self.workerId.Pack(builder)
+            RegisterWorkerRequestAddWorkerId(builder, workerId)
+        registerWorkerRequest = RegisterWorkerRequestEnd(builder)
+        return registerWorkerRequest

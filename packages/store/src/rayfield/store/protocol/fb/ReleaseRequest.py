@@ -88,3 +88,65 @@ def ReleaseRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return ReleaseRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import List
+except:
+    pass
+
+class ReleaseRequestT(object):
+
+    # ReleaseRequestT
+    def __init__(
+        self,
+        objectIds = None,
+        free = False,
+    ):
+        self.objectIds = objectIds  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
+        self.free = free  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        releaseRequest = ReleaseRequest()
+        releaseRequest.Init(buf, pos)
+        return cls.InitFromObj(releaseRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, releaseRequest):
+        x = ReleaseRequestT()
+        x._UnPack(releaseRequest)
+        return x
+
+    # ReleaseRequestT
+    def _UnPack(self, releaseRequest):
+        if releaseRequest is None:
+            return
+        if not releaseRequest.ObjectIdsIsNone():
+            self.objectIds = []
+            for i in range(releaseRequest.ObjectIdsLength()):
+                if releaseRequest.ObjectIds(i) is None:
+                    self.objectIds.append(None)
+                else:
+                    uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(releaseRequest.ObjectIds(i))
+                    self.objectIds.append(uniqueID_)
+        self.free = releaseRequest.Free()
+
+    # ReleaseRequestT
+    def Pack(self, builder):
+        if self.objectIds is not None:
+            ReleaseRequestStartObjectIdsVector(builder, len(self.objectIds))
+            for i in reversed(range(len(self.objectIds))):
+                self.objectIds[i].Pack(builder)
+            objectIds = builder.EndVector()
+        ReleaseRequestStart(builder)
+        if self.objectIds is not None:
+            ReleaseRequestAddObjectIds(builder, objectIds)
+        ReleaseRequestAddFree(builder, self.free)
+        releaseRequest = ReleaseRequestEnd(builder)
+        return releaseRequest

@@ -64,3 +64,50 @@ def ResourceAmountEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return ResourceAmountEnd(builder)
+
+
+class ResourceAmountT(object):
+
+    # ResourceAmountT
+    def __init__(
+        self,
+        name = None,
+        amount = 0,
+    ):
+        self.name = name  # type: Optional[str]
+        self.amount = amount  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        resourceAmount = ResourceAmount()
+        resourceAmount.Init(buf, pos)
+        return cls.InitFromObj(resourceAmount)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, resourceAmount):
+        x = ResourceAmountT()
+        x._UnPack(resourceAmount)
+        return x
+
+    # ResourceAmountT
+    def _UnPack(self, resourceAmount):
+        if resourceAmount is None:
+            return
+        self.name = resourceAmount.Name()
+        self.amount = resourceAmount.Amount()
+
+    # ResourceAmountT
+    def Pack(self, builder):
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        ResourceAmountStart(builder)
+        if self.name is not None:
+            ResourceAmountAddName(builder, name)
+        ResourceAmountAddAmount(builder, self.amount)
+        resourceAmount = ResourceAmountEnd(builder)
+        return resourceAmount

@@ -77,3 +77,54 @@ def ResourceInstanceEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return ResourceInstanceEnd(builder)
+
+
+class ResourceInstanceT(object):
+
+    # ResourceInstanceT
+    def __init__(
+        self,
+        name = None,
+        index = 0,
+        amount = 0,
+    ):
+        self.name = name  # type: Optional[str]
+        self.index = index  # type: int
+        self.amount = amount  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        resourceInstance = ResourceInstance()
+        resourceInstance.Init(buf, pos)
+        return cls.InitFromObj(resourceInstance)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, resourceInstance):
+        x = ResourceInstanceT()
+        x._UnPack(resourceInstance)
+        return x
+
+    # ResourceInstanceT
+    def _UnPack(self, resourceInstance):
+        if resourceInstance is None:
+            return
+        self.name = resourceInstance.Name()
+        self.index = resourceInstance.Index()
+        self.amount = resourceInstance.Amount()
+
+    # ResourceInstanceT
+    def Pack(self, builder):
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        ResourceInstanceStart(builder)
+        if self.name is not None:
+            ResourceInstanceAddName(builder, name)
+        ResourceInstanceAddIndex(builder, self.index)
+        ResourceInstanceAddAmount(builder, self.amount)
+        resourceInstance = ResourceInstanceEnd(builder)
+        return resourceInstance

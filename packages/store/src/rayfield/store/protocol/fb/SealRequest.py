@@ -54,3 +54,51 @@ def SealRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return SealRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import Optional
+except:
+    pass
+
+class SealRequestT(object):
+
+    # SealRequestT
+    def __init__(
+        self,
+        objectId = None,
+    ):
+        self.objectId = objectId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        sealRequest = SealRequest()
+        sealRequest.Init(buf, pos)
+        return cls.InitFromObj(sealRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, sealRequest):
+        x = SealRequestT()
+        x._UnPack(sealRequest)
+        return x
+
+    # SealRequestT
+    def _UnPack(self, sealRequest):
+        if sealRequest is None:
+            return
+        if sealRequest.ObjectId() is not None:
+            self.objectId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(sealRequest.ObjectId())
+
+    # SealRequestT
+    def Pack(self, builder):
+        SealRequestStart(builder)
+        if self.objectId is not None:
+            objectId = self.objectId.Pack(builder)
+            SealRequestAddObjectId(builder, objectId)
+        sealRequest = SealRequestEnd(builder)
+        return sealRequest

@@ -114,3 +114,63 @@ def StatsReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return StatsReplyEnd(builder)
+
+
+class StatsReplyT(object):
+
+    # StatsReplyT
+    def __init__(
+        self,
+        capacityBytes = 0,
+        usedBytes = 0,
+        numObjects = 0,
+        numEvictions = 0,
+        evictedBytes = 0,
+        numClients = 0,
+    ):
+        self.capacityBytes = capacityBytes  # type: int
+        self.usedBytes = usedBytes  # type: int
+        self.numObjects = numObjects  # type: int
+        self.numEvictions = numEvictions  # type: int
+        self.evictedBytes = evictedBytes  # type: int
+        self.numClients = numClients  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        statsReply = StatsReply()
+        statsReply.Init(buf, pos)
+        return cls.InitFromObj(statsReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, statsReply):
+        x = StatsReplyT()
+        x._UnPack(statsReply)
+        return x
+
+    # StatsReplyT
+    def _UnPack(self, statsReply):
+        if statsReply is None:
+            return
+        self.capacityBytes = statsReply.CapacityBytes()
+        self.usedBytes = statsReply.UsedBytes()
+        self.numObjects = statsReply.NumObjects()
+        self.numEvictions = statsReply.NumEvictions()
+        self.evictedBytes = statsReply.EvictedBytes()
+        self.numClients = statsReply.NumClients()
+
+    # StatsReplyT
+    def Pack(self, builder):
+        StatsReplyStart(builder)
+        StatsReplyAddCapacityBytes(builder, self.capacityBytes)
+        StatsReplyAddUsedBytes(builder, self.usedBytes)
+        StatsReplyAddNumObjects(builder, self.numObjects)
+        StatsReplyAddNumEvictions(builder, self.numEvictions)
+        StatsReplyAddEvictedBytes(builder, self.evictedBytes)
+        StatsReplyAddNumClients(builder, self.numClients)
+        statsReply = StatsReplyEnd(builder)
+        return statsReply

@@ -36,3 +36,40 @@ def StatsRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return StatsRequestEnd(builder)
+
+
+class StatsRequestT(object):
+
+    # StatsRequestT
+    def __init__(
+        self,
+    ):
+        pass
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        statsRequest = StatsRequest()
+        statsRequest.Init(buf, pos)
+        return cls.InitFromObj(statsRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, statsRequest):
+        x = StatsRequestT()
+        x._UnPack(statsRequest)
+        return x
+
+    # StatsRequestT
+    def _UnPack(self, statsRequest):
+        if statsRequest is None:
+            return
+
+    # StatsRequestT
+    def Pack(self, builder):
+        StatsRequestStart(builder)
+        statsRequest = StatsRequestEnd(builder)
+        return statsRequest

@@ -340,3 +340,176 @@ def SubmitTaskRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return SubmitTaskRequestEnd(builder)
+
+import rayfield.store.protocol.fb.ResourceAmount
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import List, Optional
+except:
+    pass
+
+class SubmitTaskRequestT(object):
+
+    # SubmitTaskRequestT
+    def __init__(
+        self,
+        taskId = None,
+        resources = None,
+        dependencies = None,
+        actorId = None,
+        actorCreation = False,
+        maxConcurrency = 1,
+        callerId = None,
+        sequenceNo = 0,
+        payload = None,
+        returnIds = None,
+        maxRetries = 0,
+        pins = None,
+        pinReturns = False,
+    ):
+        self.taskId = taskId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.resources = resources  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
+        self.dependencies = dependencies  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
+        self.actorId = actorId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.actorCreation = actorCreation  # type: bool
+        self.maxConcurrency = maxConcurrency  # type: int
+        self.callerId = callerId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.sequenceNo = sequenceNo  # type: int
+        self.payload = payload  # type: Optional[List[int]]
+        self.returnIds = returnIds  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
+        self.maxRetries = maxRetries  # type: int
+        self.pins = pins  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
+        self.pinReturns = pinReturns  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        submitTaskRequest = SubmitTaskRequest()
+        submitTaskRequest.Init(buf, pos)
+        return cls.InitFromObj(submitTaskRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, submitTaskRequest):
+        x = SubmitTaskRequestT()
+        x._UnPack(submitTaskRequest)
+        return x
+
+    # SubmitTaskRequestT
+    def _UnPack(self, submitTaskRequest):
+        if submitTaskRequest is None:
+            return
+        if submitTaskRequest.TaskId() is not None:
+            self.taskId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(submitTaskRequest.TaskId())
+        if not submitTaskRequest.ResourcesIsNone():
+            self.resources = []
+            for i in range(submitTaskRequest.ResourcesLength()):
+                if submitTaskRequest.Resources(i) is None:
+                    self.resources.append(None)
+                else:
+                    resourceAmount_ = rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT.InitFromObj(submitTaskRequest.Resources(i))
+                    self.resources.append(resourceAmount_)
+        if not submitTaskRequest.DependenciesIsNone():
+            self.dependencies = []
+            for i in range(submitTaskRequest.DependenciesLength()):
+                if submitTaskRequest.Dependencies(i) is None:
+                    self.dependencies.append(None)
+                else:
+                    uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(submitTaskRequest.Dependencies(i))
+                    self.dependencies.append(uniqueID_)
+        if submitTaskRequest.ActorId() is not None:
+            self.actorId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(submitTaskRequest.ActorId())
+        self.actorCreation = submitTaskRequest.ActorCreation()
+        self.maxConcurrency = submitTaskRequest.MaxConcurrency()
+        if submitTaskRequest.CallerId() is not None:
+            self.callerId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(submitTaskRequest.CallerId())
+        self.sequenceNo = submitTaskRequest.SequenceNo()
+        if not submitTaskRequest.PayloadIsNone():
+            if np is None:
+                self.payload = []
+                for i in range(submitTaskRequest.PayloadLength()):
+                    self.payload.append(submitTaskRequest.Payload(i))
+            else:
+                self.payload = submitTaskRequest.PayloadAsNumpy()
+        if not submitTaskRequest.ReturnIdsIsNone():
+            self.returnIds = []
+            for i in range(submitTaskRequest.ReturnIdsLength()):
+                if submitTaskRequest.ReturnIds(i) is None:
+                    self.returnIds.append(None)
+                else:
+                    uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(submitTaskRequest.ReturnIds(i))
+                    self.returnIds.append(uniqueID_)
+        self.maxRetries = submitTaskRequest.MaxRetries()
+        if not submitTaskRequest.PinsIsNone():
+            self.pins = []
+            for i in range(submitTaskRequest.PinsLength()):
+                if submitTaskRequest.Pins(i) is None:
+                    self.pins.append(None)
+                else:
+                    uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(submitTaskRequest.Pins(i))
+                    self.pins.append(uniqueID_)
+        self.pinReturns = submitTaskRequest.PinReturns()
+
+    # SubmitTaskRequestT
+    def Pack(self, builder):
+        if self.resources is not None:
+            resourceslist = []
+            for i in range(len(self.resources)):
+                resourceslist.append(self.resources[i].Pack(builder))
+            SubmitTaskRequestStartResourcesVector(builder, len(self.resources))
+            for i in reversed(range(len(self.resources))):
+                builder.PrependUOffsetTRelative(resourceslist[i])
+            resources = builder.EndVector()
+        if self.dependencies is not None:
+            SubmitTaskRequestStartDependenciesVector(builder, len(self.dependencies))
+            for i in reversed(range(len(self.dependencies))):
+                self.dependencies[i].Pack(builder)
+            dependencies = builder.EndVector()
+        if self.payload is not None:
+            if np is not None and type(self.payload) is np.ndarray:
+                payload = builder.CreateNumpyVector(self.payload)
+            else:
+                SubmitTaskRequestStartPayloadVector(builder, len(self.payload))
+                for i in reversed(range(len(self.payload))):
+                    builder.PrependUint8(self.payload[i])
+                payload = builder.EndVector()
+        if self.returnIds is not None:
+            SubmitTaskRequestStartReturnIdsVector(builder, len(self.returnIds))
+            for i in reversed(range(len(self.returnIds))):
+                self.returnIds[i].Pack(builder)
+            returnIds = builder.EndVector()
+        if self.pins is not None:
+            SubmitTaskRequestStartPinsVector(builder, len(self.pins))
+            for i in reversed(range(len(self.pins))):
+                self.pins[i].Pack(builder)
+            pins = builder.EndVector()
+        SubmitTaskRequestStart(builder)
+        if self.taskId is not None:
+            taskId = self.taskId.Pack(builder)
+            SubmitTaskRequestAddTaskId(builder, taskId)
+        if self.resources is not None:
+            SubmitTaskRequestAddResources(builder, resources)
+        if self.dependencies is not None:
+            SubmitTaskRequestAddDependencies(builder, dependencies)
+        if self.actorId is not None:
+            actorId = self.actorId.Pack(builder)
+            SubmitTaskRequestAddActorId(builder, actorId)
+        SubmitTaskRequestAddActorCreation(builder, self.actorCreation)
+        SubmitTaskRequestAddMaxConcurrency(builder, self.maxConcurrency)
+        if self.callerId is not None:
+            callerId = self.callerId.Pack(builder)
+            SubmitTaskRequestAddCallerId(builder, callerId)
+        SubmitTaskRequestAddSequenceNo(builder, self.sequenceNo)
+        if self.payload is not None:
+            SubmitTaskRequestAddPayload(builder, payload)
+        if self.returnIds is not None:
+            SubmitTaskRequestAddReturnIds(builder, returnIds)
+        SubmitTaskRequestAddMaxRetries(builder, self.maxRetries)
+        if self.pins is not None:
+            SubmitTaskRequestAddPins(builder, pins)
+        SubmitTaskRequestAddPinReturns(builder, self.pinReturns)
+        submitTaskRequest = SubmitTaskRequestEnd(builder)
+        return submitTaskRequest

@@ -4,8 +4,8 @@ import flatbuffers
 import numpy as np
 
 import typing
-from rayfield.store.protocol.fb.ResourceAmount import ResourceAmount
-from rayfield.store.protocol.fb.UniqueID import UniqueID
+from rayfield.store.protocol.fb.ResourceAmount import ResourceAmount, ResourceAmountT
+from rayfield.store.protocol.fb.UniqueID import UniqueID, UniqueIDT
 
 uoffset: typing.TypeAlias = flatbuffers.number_types.UOffsetTFlags.py_type
 
@@ -39,6 +39,44 @@ class SubmitTaskRequest(object):
   def PinsLength(self) -> int: ...
   def PinsIsNone(self) -> bool: ...
   def PinReturns(self) -> bool: ...
+class SubmitTaskRequestT(object):
+  taskId: UniqueIDT | None
+  resources: typing.List[ResourceAmountT]
+  dependencies: typing.List[UniqueIDT]
+  actorId: UniqueIDT | None
+  actorCreation: bool
+  maxConcurrency: int
+  callerId: UniqueIDT | None
+  sequenceNo: int
+  payload: typing.List[int]
+  returnIds: typing.List[UniqueIDT]
+  maxRetries: int
+  pins: typing.List[UniqueIDT]
+  pinReturns: bool
+  def __init__(
+    self,
+    taskId: 'UniqueIDT' | None = ...,
+    resources: typing.List['ResourceAmountT'] | None = ...,
+    dependencies: typing.List['UniqueIDT'] | None = ...,
+    actorId: 'UniqueIDT' | None = ...,
+    actorCreation: bool = ...,
+    maxConcurrency: int = ...,
+    callerId: 'UniqueIDT' | None = ...,
+    sequenceNo: int = ...,
+    payload: typing.List[int] | None = ...,
+    returnIds: typing.List['UniqueIDT'] | None = ...,
+    maxRetries: int = ...,
+    pins: typing.List['UniqueIDT'] | None = ...,
+    pinReturns: bool = ...,
+  ) -> None: ...
+  @classmethod
+  def InitFromBuf(cls, buf: bytes, pos: int) -> SubmitTaskRequestT: ...
+  @classmethod
+  def InitFromPackedBuf(cls, buf: bytes, pos: int = 0) -> SubmitTaskRequestT: ...
+  @classmethod
+  def InitFromObj(cls, submitTaskRequest: SubmitTaskRequest) -> SubmitTaskRequestT: ...
+  def _UnPack(self, submitTaskRequest: SubmitTaskRequest) -> None: ...
+  def Pack(self, builder: flatbuffers.Builder) -> None: ...
 def SubmitTaskRequestStart(builder: flatbuffers.Builder) -> None: ...
 def Start(builder: flatbuffers.Builder) -> None: ...
 def SubmitTaskRequestAddTaskId(builder: flatbuffers.Builder, taskId: uoffset) -> None: ...

@@ -37,3 +37,40 @@ def SubscribeRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return SubscribeRequestEnd(builder)
+
+
+class SubscribeRequestT(object):
+
+    # SubscribeRequestT
+    def __init__(
+        self,
+    ):
+        pass
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        subscribeRequest = SubscribeRequest()
+        subscribeRequest.Init(buf, pos)
+        return cls.InitFromObj(subscribeRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, subscribeRequest):
+        x = SubscribeRequestT()
+        x._UnPack(subscribeRequest)
+        return x
+
+    # SubscribeRequestT
+    def _UnPack(self, subscribeRequest):
+        if subscribeRequest is None:
+            return
+
+    # SubscribeRequestT
+    def Pack(self, builder):
+        SubscribeRequestStart(builder)
+        subscribeRequest = SubscribeRequestEnd(builder)
+        return subscribeRequest

@@ -160,3 +160,102 @@ def TaskDispatchEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return TaskDispatchEnd(builder)
+
+import rayfield.store.protocol.fb.ResourceInstance
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import List, Optional
+except:
+    pass
+
+class TaskDispatchT(object):
+
+    # TaskDispatchT
+    def __init__(
+        self,
+        taskId = None,
+        actorId = None,
+        actorCreation = False,
+        instances = None,
+        payload = None,
+    ):
+        self.taskId = taskId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.actorId = actorId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.actorCreation = actorCreation  # type: bool
+        self.instances = instances  # type: Optional[List[rayfield.store.protocol.fb.ResourceInstance.ResourceInstanceT]]
+        self.payload = payload  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        taskDispatch = TaskDispatch()
+        taskDispatch.Init(buf, pos)
+        return cls.InitFromObj(taskDispatch)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, taskDispatch):
+        x = TaskDispatchT()
+        x._UnPack(taskDispatch)
+        return x
+
+    # TaskDispatchT
+    def _UnPack(self, taskDispatch):
+        if taskDispatch is None:
+            return
+        if taskDispatch.TaskId() is not None:
+            self.taskId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(taskDispatch.TaskId())
+        if taskDispatch.ActorId() is not None:
+            self.actorId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(taskDispatch.ActorId())
+        self.actorCreation = taskDispatch.ActorCreation()
+        if not taskDispatch.InstancesIsNone():
+            self.instances = []
+            for i in range(taskDispatch.InstancesLength()):
+                if taskDispatch.Instances(i) is None:
+                    self.instances.append(None)
+                else:
+                    resourceInstance_ = rayfield.store.protocol.fb.ResourceInstance.ResourceInstanceT.InitFromObj(taskDispatch.Instances(i))
+                    self.instances.append(resourceInstance_)
+        if not taskDispatch.PayloadIsNone():
+            if np is None:
+                self.payload = []
+                for i in range(taskDispatch.PayloadLength()):
+                    self.payload.append(taskDispatch.Payload(i))
+            else:
+                self.payload = taskDispatch.PayloadAsNumpy()
+
+    # TaskDispatchT
+    def Pack(self, builder):
+        if self.instances is not None:
+            instanceslist = []
+            for i in range(len(self.instances)):
+                instanceslist.append(self.instances[i].Pack(builder))
+            TaskDispatchStartInstancesVector(builder, len(self.instances))
+            for i in reversed(range(len(self.instances))):
+                builder.PrependUOffsetTRelative(instanceslist[i])
+            instances = builder.EndVector()
+        if self.payload is not None:
+            if np is not None and type(self.payload) is np.ndarray:
+                payload = builder.CreateNumpyVector(self.payload)
+            else:
+                TaskDispatchStartPayloadVector(builder, len(self.payload))
+                for i in reversed(range(len(self.payload))):
+                    builder.PrependUint8(self.payload[i])
+                payload = builder.EndVector()
+        TaskDispatchStart(builder)
+        if self.taskId is not None:
+            taskId = self.taskId.Pack(builder)
+            TaskDispatchAddTaskId(builder, taskId)
+        if self.actorId is not None:
+            actorId = self.actorId.Pack(builder)
+            TaskDispatchAddActorId(builder, actorId)
+        TaskDispatchAddActorCreation(builder, self.actorCreation)
+        if self.instances is not None:
+            TaskDispatchAddInstances(builder, instances)
+        if self.payload is not None:
+            TaskDispatchAddPayload(builder, payload)
+        taskDispatch = TaskDispatchEnd(builder)
+        return taskDispatch

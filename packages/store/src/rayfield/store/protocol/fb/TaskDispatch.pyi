@@ -4,8 +4,8 @@ import flatbuffers
 import numpy as np
 
 import typing
-from rayfield.store.protocol.fb.ResourceInstance import ResourceInstance
-from rayfield.store.protocol.fb.UniqueID import UniqueID
+from rayfield.store.protocol.fb.ResourceInstance import ResourceInstance, ResourceInstanceT
+from rayfield.store.protocol.fb.UniqueID import UniqueID, UniqueIDT
 
 uoffset: typing.TypeAlias = flatbuffers.number_types.UOffsetTFlags.py_type
 
@@ -25,6 +25,28 @@ class TaskDispatch(object):
   def PayloadAsNumpy(self) -> np.ndarray: ...
   def PayloadLength(self) -> int: ...
   def PayloadIsNone(self) -> bool: ...
+class TaskDispatchT(object):
+  taskId: UniqueIDT | None
+  actorId: UniqueIDT | None
+  actorCreation: bool
+  instances: typing.List[ResourceInstanceT]
+  payload: typing.List[int]
+  def __init__(
+    self,
+    taskId: 'UniqueIDT' | None = ...,
+    actorId: 'UniqueIDT' | None = ...,
+    actorCreation: bool = ...,
+    instances: typing.List['ResourceInstanceT'] | None = ...,
+    payload: typing.List[int] | None = ...,
+  ) -> None: ...
+  @classmethod
+  def InitFromBuf(cls, buf: bytes, pos: int) -> TaskDispatchT: ...
+  @classmethod
+  def InitFromPackedBuf(cls, buf: bytes, pos: int = 0) -> TaskDispatchT: ...
+  @classmethod
+  def InitFromObj(cls, taskDispatch: TaskDispatch) -> TaskDispatchT: ...
+  def _UnPack(self, taskDispatch: TaskDispatch) -> None: ...
+  def Pack(self, builder: flatbuffers.Builder) -> None: ...
 def TaskDispatchStart(builder: flatbuffers.Builder) -> None: ...
 def Start(builder: flatbuffers.Builder) -> None: ...
 def TaskDispatchAddTaskId(builder: flatbuffers.Builder, taskId: uoffset) -> None: ...

@@ -69,3 +69,55 @@ def TaskDoneRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return TaskDoneRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import Optional
+except:
+    pass
+
+class TaskDoneRequestT(object):
+
+    # TaskDoneRequestT
+    def __init__(
+        self,
+        taskId = None,
+        exiting = False,
+    ):
+        self.taskId = taskId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.exiting = exiting  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        taskDoneRequest = TaskDoneRequest()
+        taskDoneRequest.Init(buf, pos)
+        return cls.InitFromObj(taskDoneRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, taskDoneRequest):
+        x = TaskDoneRequestT()
+        x._UnPack(taskDoneRequest)
+        return x
+
+    # TaskDoneRequestT
+    def _UnPack(self, taskDoneRequest):
+        if taskDoneRequest is None:
+            return
+        if taskDoneRequest.TaskId() is not None:
+            self.taskId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(taskDoneRequest.TaskId())
+        self.exiting = taskDoneRequest.Exiting()
+
+    # TaskDoneRequestT
+    def Pack(self, builder):
+        TaskDoneRequestStart(builder)
+        if self.taskId is not None:
+            taskId = self.taskId.Pack(builder)
+            TaskDoneRequestAddTaskId(builder, taskId)
+        TaskDoneRequestAddExiting(builder, self.exiting)
+        taskDoneRequest = TaskDoneRequestEnd(builder)
+        return taskDoneRequest

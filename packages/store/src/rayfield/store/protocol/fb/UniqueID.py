@@ -46,3 +46,50 @@ def CreateUniqueId(builder, bytes):
     for _idx0 in range(20 , 0, -1):
         builder.PrependUint8(bytes[_idx0-1])
     return builder.Offset()
+
+try:
+    from typing import List
+except:
+    pass
+
+class UniqueIDT(object):
+
+    # UniqueIDT
+    def __init__(
+        self,
+        bytes = None,
+    ):
+        self.bytes = bytes  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        uniqueId = UniqueID()
+        uniqueId.Init(buf, pos)
+        return cls.InitFromObj(uniqueId)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, uniqueId):
+        x = UniqueIDT()
+        x._UnPack(uniqueId)
+        return x
+
+    # UniqueIDT
+    def _UnPack(self, uniqueId):
+        if uniqueId is None:
+            return
+        if not uniqueId.BytesIsNone():
+            if np is None:
+                self.bytes = []
+                for i in range(uniqueId.BytesLength()):
+                    self.bytes.append(uniqueId.Bytes(i))
+            else:
+                self.bytes = uniqueId.BytesAsNumpy()
+
+    # UniqueIDT
+    def Pack(self, builder):
+        return CreateUniqueId(builder, self.bytes)

@@ -75,3 +75,62 @@ def WaitReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return WaitReplyEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class WaitReplyT(object):
+
+    # WaitReplyT
+    def __init__(
+        self,
+        ready = None,
+    ):
+        self.ready = ready  # type: Optional[List[bool]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        waitReply = WaitReply()
+        waitReply.Init(buf, pos)
+        return cls.InitFromObj(waitReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, waitReply):
+        x = WaitReplyT()
+        x._UnPack(waitReply)
+        return x
+
+    # WaitReplyT
+    def _UnPack(self, waitReply):
+        if waitReply is None:
+            return
+        if not waitReply.ReadyIsNone():
+            if np is None:
+                self.ready = []
+                for i in range(waitReply.ReadyLength()):
+                    self.ready.append(waitReply.Ready(i))
+            else:
+                self.ready = waitReply.ReadyAsNumpy()
+
+    # WaitReplyT
+    def Pack(self, builder):
+        if self.ready is not None:
+            if np is not None and type(self.ready) is np.ndarray:
+                ready = builder.CreateNumpyVector(self.ready)
+            else:
+                WaitReplyStartReadyVector(builder, len(self.ready))
+                for i in reversed(range(len(self.ready))):
+                    builder.PrependBool(self.ready[i])
+                ready = builder.EndVector()
+        WaitReplyStart(builder)
+        if self.ready is not None:
+            WaitReplyAddReady(builder, ready)
+        waitReply = WaitReplyEnd(builder)
+        return waitReply

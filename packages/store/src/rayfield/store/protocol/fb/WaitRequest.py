@@ -101,3 +101,69 @@ def WaitRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return WaitRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import List
+except:
+    pass
+
+class WaitRequestT(object):
+
+    # WaitRequestT
+    def __init__(
+        self,
+        objectIds = None,
+        numReady = 0,
+        timeoutMs = -1,
+    ):
+        self.objectIds = objectIds  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
+        self.numReady = numReady  # type: int
+        self.timeoutMs = timeoutMs  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        waitRequest = WaitRequest()
+        waitRequest.Init(buf, pos)
+        return cls.InitFromObj(waitRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, waitRequest):
+        x = WaitRequestT()
+        x._UnPack(waitRequest)
+        return x
+
+    # WaitRequestT
+    def _UnPack(self, waitRequest):
+        if waitRequest is None:
+            return
+        if not waitRequest.ObjectIdsIsNone():
+            self.objectIds = []
+            for i in range(waitRequest.ObjectIdsLength()):
+                if waitRequest.ObjectIds(i) is None:
+                    self.objectIds.append(None)
+                else:
+                    uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(waitRequest.ObjectIds(i))
+                    self.objectIds.append(uniqueID_)
+        self.numReady = waitRequest.NumReady()
+        self.timeoutMs = waitRequest.TimeoutMs()
+
+    # WaitRequestT
+    def Pack(self, builder):
+        if self.objectIds is not None:
+            WaitRequestStartObjectIdsVector(builder, len(self.objectIds))
+            for i in reversed(range(len(self.objectIds))):
+                self.objectIds[i].Pack(builder)
+            objectIds = builder.EndVector()
+        WaitRequestStart(builder)
+        if self.objectIds is not None:
+            WaitRequestAddObjectIds(builder, objectIds)
+        WaitRequestAddNumReady(builder, self.numReady)
+        WaitRequestAddTimeoutMs(builder, self.timeoutMs)
+        waitRequest = WaitRequestEnd(builder)
+        return waitRequest

@@ -50,3 +50,43 @@ def WorkerBlockedRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return WorkerBlockedRequestEnd(builder)
+
+
+class WorkerBlockedRequestT(object):
+
+    # WorkerBlockedRequestT
+    def __init__(
+        self,
+        blocked = False,
+    ):
+        self.blocked = blocked  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        workerBlockedRequest = WorkerBlockedRequest()
+        workerBlockedRequest.Init(buf, pos)
+        return cls.InitFromObj(workerBlockedRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, workerBlockedRequest):
+        x = WorkerBlockedRequestT()
+        x._UnPack(workerBlockedRequest)
+        return x
+
+    # WorkerBlockedRequestT
+    def _UnPack(self, workerBlockedRequest):
+        if workerBlockedRequest is None:
+            return
+        self.blocked = workerBlockedRequest.Blocked()
+
+    # WorkerBlockedRequestT
+    def Pack(self, builder):
+        WorkerBlockedRequestStart(builder)
+        WorkerBlockedRequestAddBlocked(builder, self.blocked)
+        workerBlockedRequest = WorkerBlockedRequestEnd(builder)
+        return workerBlockedRequest

@@ -1,0 +1,1 @@
+"""The ``rayfield`` command: one module per command group (``start``, ``stop``, ``status``)."""

@@ -1,0 +1,222 @@
+"""``rayfield start``: start a head, or a node that joins a cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rayfield._private.cluster import launch
+
+# Flags of `ray start` (Ray 0.7) that mean nothing here: the message says what to do.
+REFUSED = {
+    "num_redis_shards": "rayfield has no Redis shards: the GCS keeps its tables in SQLite",
+    "redis_shard_ports": "rayfield has no Redis shards: drop the flag",
+    "redis_max_clients": "rayfield has no Redis: drop the flag",
+    "redis_max_memory": "rayfield has no Redis; task events are kept in a bounded ring",
+    "autoscaling_config": "the autoscaler is its own command: rayfield-autoscaler up CONFIG",
+    "no_redirect_worker_output": "worker output always goes to <session>/logs and, with "
+    "log_to_driver, to the driver: drop the flag",
+    "no_redirect_output": "component output always goes to <session>/logs: drop the flag",
+    "plasma_store_socket_name": "the store's socket lives in <session>/sockets: drop the flag",
+    "raylet_socket_name": "the node's socket lives in <session>/sockets: drop the flag",
+    "include_java": "rayfield runs Python workers only",
+    "java_worker_options": "rayfield runs Python workers only",
+    "internal_config": "there is no internal config; every setting is a flag",
+    "load_code_from_local": "code always travels through the GCS function table",
+}
+
+
+def _refuse(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value not in (None, False, ()):
+        raise click.UsageError(f"--{param.name.replace('_', '-')}: {REFUSED[param.name]}")
+    return value
+
+
+def _resources(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, float]:
+    if not value:
+        return {}
+    try:
+        parsed = json.loads(value)
+        if not isinstance(parsed, dict):
+            raise ValueError("not a JSON object")
+        out = {str(k): float(v) for k, v in parsed.items()}
+    except (ValueError, TypeError) as exc:
+        raise click.BadParameter(
+            f"{value!r} is not a JSON object of numbers ({exc}); e.g. '{{\"tpu\": 2}}'"
+        ) from None
+    for reserved in ("CPU", "GPU"):
+        if reserved in out:
+            raise click.BadParameter(f"use --num-{reserved.lower()}s instead of {reserved}")
+    return out
+
+
+@click.command()
+@click.option("--head", is_flag=True, help="Start a new cluster: its GCS and its first node.")
+@click.option(
+    "--address",
+    "--redis-address",
+    "address",
+    metavar="HOST:PORT",
+    help="Join the cluster whose head is at HOST:PORT (required without --head). "
+    "--redis-address is the classic name.",
+)
+@click.option(
+    "--port",
+    "--redis-port",
+    "port",
+    type=int,
+    default=None,
+    help="Head only: TCP port of the GCS (default 6379; 0 picks a free one). "
+    "--redis-port is the classic name.",
+)
+@click.option(
+    "--node-ip-address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address this node listens on and is reached at. Anything but loopback exposes the "
+    "node to the network: use with --tls-* or on a trusted network.",
+)
+@click.option("--node-manager-port", type=int, default=0, help="TCP port of the node's service "
+              "(object transfer and forwarded tasks); 0 picks a free one.")
+@click.option("--object-manager-port", type=int, default=None, help="Accepted for "
+              "compatibility: objects travel over the node manager port.")
+@click.option("--num-cpus", type=float, default=None, help="CPUs of this node (default: all).")
+@click.option("--num-gpus", type=float, default=None, help="GPUs of this node (default: 0).")
+@click.option("--resources", callback=_resources, default=None, metavar="JSON",
+              help='Custom resources, e.g. \'{"tpu": 2}\'.')
+@click.option("--object-store-memory", type=int, default=None, metavar="BYTES",
+              help="Size of this node's object store (default 30% of memory, at most 20 GB).")
+@click.option("--plasma-directory", type=click.Path(file_okay=False), default=None,
+              help="Back the store with a file in this directory instead of anonymous memory.")
+@click.option("--huge-pages", is_flag=True, help="Back the store with huge pages (with "
+              "--plasma-directory on a hugetlbfs mount).")
+@click.option("--temp-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Root of the session directories (default <tmp>/rayfield).")
+@click.option("--token", envvar="RAYFIELD_TOKEN", default=None, help="The cluster token, to "
+              "join from another machine (the head keeps it in <session>/token). Env: "
+              "RAYFIELD_TOKEN.")
+@click.option("--redis-password", default=None, help="Classic name of --token when joining.")
+@click.option("--tls-cert", envvar="RAYFIELD_TLS_CERT", default=None, help="PEM certificate of "
+              "this node for mutual TLS on every gRPC channel. Env: RAYFIELD_TLS_CERT.")
+@click.option("--tls-key", envvar="RAYFIELD_TLS_KEY", default=None, help="Its private key. "
+              "Env: RAYFIELD_TLS_KEY.")
+@click.option("--tls-ca", envvar="RAYFIELD_TLS_CA", default=None, help="The cluster's CA "
+              "certificate. Env: RAYFIELD_TLS_CA.")
+@click.option("--include-dashboard", "--include-webui", "include_dashboard", is_flag=True,
+              help="Head only: serve the dashboard (not available in this version).")
+@click.option("--block", is_flag=True, help="Stay in the foreground until the node stops "
+              "(Ctrl-C stops what this command started).")
+@click.option("--num-redis-shards", type=int, hidden=True, callback=_refuse, expose_value=False)
+@click.option("--redis-shard-ports", hidden=True, callback=_refuse, expose_value=False)
+@click.option("--redis-max-clients", type=int, hidden=True, callback=_refuse, expose_value=False)
+@click.option("--redis-max-memory", type=int, hidden=True, callback=_refuse, expose_value=False)
+@click.option("--autoscaling-config", hidden=True, callback=_refuse, expose_value=False)
+@click.option("--no-redirect-worker-output", is_flag=True, hidden=True, callback=_refuse,
+              expose_value=False)
+@click.option("--no-redirect-output", is_flag=True, hidden=True, callback=_refuse,
+              expose_value=False)
+@click.option("--plasma-store-socket-name", hidden=True, callback=_refuse, expose_value=False)
+@click.option("--raylet-socket-name", hidden=True, callback=_refuse, expose_value=False)
+@click.option("--include-java", is_flag=True, hidden=True, callback=_refuse, expose_value=False)
+@click.option("--java-worker-options", hidden=True, callback=_refuse, expose_value=False)
+@click.option("--internal-config", hidden=True, callback=_refuse, expose_value=False)
+@click.option("--load-code-from-local", is_flag=True, hidden=True, callback=_refuse,
+              expose_value=False)
+def start(**kw: Any) -> None:
+    """Start a rayfield node on this machine.
+
+    With --head, start a new cluster (its GCS, the cluster token and a first node) and
+    print the commands that add nodes and connect drivers. Without it, start a node that
+    joins the cluster at --address. Several nodes may run on one machine: each has its
+    own store, socket and ports.
+    """
+    head, address = kw["head"], kw["address"]
+    if head and address:
+        raise click.UsageError("--address joins an existing cluster: leave it out with --head")
+    if not head and not address:
+        raise click.UsageError(
+            "give --head to start a cluster, or --address HOST:PORT to join one"
+        )
+    if not head:
+        for flag in ("port", "include_dashboard"):
+            if kw[flag]:
+                raise click.UsageError(f"--{flag.replace('_', '-')} is for the head only")
+    tls_parts = [kw["tls_cert"], kw["tls_key"], kw["tls_ca"]]
+    if any(tls_parts) and not all(tls_parts):
+        raise click.UsageError("TLS needs all of --tls-cert, --tls-key and --tls-ca")
+    temp_dir = kw["temp_dir"] or launch.default_temp_dir()
+    opts = launch.NodeOptions(
+        num_cpus=kw["num_cpus"],
+        num_gpus=kw["num_gpus"],
+        resources=kw["resources"],
+        object_store_memory=kw["object_store_memory"],
+        plasma_directory=kw["plasma_directory"],
+        huge_pages=kw["huge_pages"],
+        temp_dir=temp_dir,
+        node_ip_address=kw["node_ip_address"],
+        node_manager_port=kw["node_manager_port"],
+        tls=tuple(tls_parts) if all(tls_parts) else None,  # type: ignore[arg-type]
+    )
+    session = launch.new_session_dir(temp_dir)
+    try:
+        if head:
+            if kw["redis_password"]:
+                raise click.UsageError(
+                    "--redis-password: the head creates a 256-bit token itself "
+                    "(<session>/token); drop the flag"
+                )
+            click.echo("starting the GCS...", err=True)
+            port = 6379 if kw["port"] is None else kw["port"]
+            address = launch.start_gcs(session, kw["node_ip_address"], port, opts)
+            token = (session / "token").read_text().strip()
+        else:
+            token = kw["token"] or kw["redis_password"] or launch.find_token(address, temp_dir)
+        click.echo("starting the node...", err=True)
+        t0 = time.monotonic()
+        info = launch.start_node(session, address, token, opts, head=head)
+    except launch.ClusterError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(
+        f"rayfield node started in {time.monotonic() - t0:.1f} s: {info['node_id'][:12]} "
+        f"with {_fmt(info['resources'])}, session {session}"
+    )
+    if head:
+        _print_next_steps(address, session)
+    if kw["include_dashboard"]:
+        click.echo("note: the dashboard is not available in this version", err=True)
+    if kw["block"]:
+        _block(int(info["pid"]))
+
+
+def _fmt(resources: dict[str, float]) -> str:
+    return ", ".join(f"{v:g} {k}" for k, v in resources.items())
+
+
+def _print_next_steps(address: str, session: Path) -> None:
+    click.echo(
+        f"\nThe cluster's address is {address}.\n\n"
+        f"Add a node on this machine:\n    rayfield start --address {address}\n"
+        f"Add a node on another machine (the token is in {session / 'token'}):\n"
+        f"    RAYFIELD_TOKEN=<token> rayfield start --address {address} "
+        f"--node-ip-address <its IP>\n"
+        f"Connect a driver:\n    import rayfield\n    rayfield.init(address=\"{address}\")"
+        f"  # or address=\"auto\" on this machine\n"
+        f"Stop everything here:\n    rayfield stop"
+    )
+
+
+def _block(pid: int) -> None:
+    import psutil
+
+    try:
+        while psutil.pid_exists(pid):
+            time.sleep(1)
+    except KeyboardInterrupt:
+        click.echo("stopping...", err=True)
+        launch.stop_all()
+    os._exit(0)

@@ -1,0 +1,378 @@
+"""The cluster side of a node: GCS membership, spillback and object transfer.
+
+A node started by ``rayfield start`` hosts a ``LocalNode`` (native core and workers) and
+this ``NodeAgent``, which
+
+* registers the node with the GCS and sends a heartbeat every ``heartbeat_s`` with the
+  free resources and the pending demand (queued and infeasible work by resource shape),
+  and keeps the cluster view the GCS answers;
+* forwards (spills back) work the local node cannot place to an alive node whose totals
+  fit it (``task_infeasible`` events); work nobody can place waits, and is placed when a
+  fitting node joins;
+* fetches objects a local client waits for but the node lacks (``object_missing``
+  events): from the node a task was forwarded to, else from the GCS object directory,
+  else by asking every alive node; the object is pulled in chunks over gRPC and written
+  straight into the local store;
+* serves ``/rayfield.Node`` (``node_service.py``) to the other nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from rayfield._private.cluster import messages
+from rayfield._private.cluster.node_service import STREAMING_METHODS, NodeService, NodeStub
+from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, auth_metadata
+from rayfield._private.gcs.client import GcsClient
+from rayfield._private.gcs.types import NodeInfo, ResourceDemand
+from rayfield.store import StoreClient
+from rayfield.store.errors import ObjectExistsError
+
+if TYPE_CHECKING:
+    from rayfield._private.node import LocalNode
+
+logger = logging.getLogger("rayfield")
+
+MAX_MESSAGE_BYTES = 64 << 20
+FIRST_LOOKUP_S = 0.2  # most objects a client waits for are being made here
+MAX_BACKOFF_S = 2.0
+PULL_WAIT_MS = 60_000  # how long a holder waits for an object still being made
+
+
+def fits(demand: dict[str, float], total: dict[str, float]) -> bool:
+    return all(total.get(k, 0.0) + 1e-9 >= v for k, v in demand.items() if v > 0)
+
+
+class NodeAgent:
+    """Joins ``node`` to the cluster whose GCS is ``gcs``; see the module docstring.
+
+    Args:
+        node: the local node (its native server and worker pool).
+        gcs: client of the cluster's GCS.
+        token: the cluster token, required by every peer and by this node's service.
+        host: address this node's gRPC service listens on (and is reached at).
+        port: its TCP port; 0 picks a free one.
+        tls: mutual TLS for the service and for channels to peers (None: plaintext).
+
+    Raises:
+        RuntimeError: when the port cannot be bound.
+    """
+
+    def __init__(
+        self,
+        node: LocalNode,
+        gcs: GcsClient,
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls: TlsConfig | None = None,
+        heartbeat_s: float = 0.5,
+    ) -> None:
+        self.node = node
+        self.gcs = gcs
+        self.tls = tls
+        self.heartbeat_s = heartbeat_s
+        self.node_id = node.server.node_id
+        self.metadata = auth_metadata(token)
+        self.client = StoreClient(node.socket_path, kind="driver")
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._channels: dict[str, tuple[grpc.Channel, NodeStub]] = {}
+        self.peers: dict[bytes, NodeInfo] = {}
+        self.infeasible: dict[bytes, dict[str, float]] = {}  # task id -> demand
+        self.forwarded: dict[bytes, str] = {}  # return id -> address of the node making it
+        self.held: set[bytes] = set()  # returns made here for other nodes' tasks
+        self.wanted: dict[bytes, tuple[float, float]] = {}  # id -> (next try, backoff)
+        self.inflight: set[bytes] = set()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rayfield-transfer")
+        self.server = grpc.server(
+            ThreadPoolExecutor(max_workers=16, thread_name_prefix="rayfield-node-rpc"),
+            interceptors=[TokenInterceptor(token, STREAMING_METHODS)],
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
+        self.server.add_generic_rpc_handlers((NodeService(self).handler(),))
+        bind = f"{host}:{port}"
+        if tls is not None:
+            bound = self.server.add_secure_port(bind, tls.server_credentials())
+        else:
+            bound = self.server.add_insecure_port(bind)
+        if bound == 0:
+            raise RuntimeError(f"cannot listen on {bind}: is the port in use?")
+        self.address = f"{host}:{bound}"
+        self.server.start()
+        self.info = NodeInfo(
+            node_id=self.node_id,
+            address=self.address,
+            socket_path=node.socket_path,
+            session_dir=str(node.session_dir),
+            hostname=socket.gethostname(),
+            resources_total=dict(node.resources),
+            resources_available=dict(node.resources),
+        )
+        self.gcs.register_node(self.info)
+        self._threads = [
+            threading.Thread(target=self._heartbeat_loop, daemon=True, name="rayfield-heartbeat"),
+            threading.Thread(target=self._want_loop, daemon=True, name="rayfield-fetch"),
+        ]
+        for t in self._threads:
+            t.start()
+
+    # ---- peers ---------------------------------------------------------------------
+
+    def _stub(self, address: str) -> NodeStub:
+        with self._lock:
+            entry = self._channels.get(address)
+            if entry is None:
+                options = [
+                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ]
+                if self.tls is not None:
+                    creds = self.tls.channel_credentials()
+                    channel = grpc.secure_channel(address, creds, options=options)
+                else:
+                    channel = grpc.insecure_channel(address, options=options)
+                entry = (channel, NodeStub(channel, self.metadata))
+                self._channels[address] = entry
+        return entry[1]
+
+    def alive_peers(self) -> list[NodeInfo]:
+        with self._lock:
+            return [n for n in self.peers.values() if n.alive and n.node_id != self.node_id]
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            try:
+                snap = self.node.server.scheduler_snapshot()
+                demand = [
+                    ResourceDemand(shape=dict(shape), count=int(n))
+                    for shape, n in snap.get("ready_by_shape", [])
+                ]
+                with self._lock:
+                    demand += [ResourceDemand(d, 1, True) for d in self.infeasible.values()]
+                if self.gcs.heartbeat(self.node_id, dict(snap["available"]), demand):
+                    self.gcs.register_node(self.info)
+                nodes = self.gcs.get_nodes()
+            except Exception as exc:  # noqa: BLE001 - the GCS may be restarting: try again
+                logger.debug("heartbeat failed: %s", exc)
+                continue
+            with self._lock:
+                self.peers = {n.node_id: n for n in nodes}
+                retry = list(self.infeasible.items())
+            for task_id, shape in retry:
+                self.spill(task_id, shape)
+
+    # ---- spillback -----------------------------------------------------------------
+
+    def spill(self, task_id: bytes, demand: dict[str, float]) -> bool:
+        """Forward a task the local node cannot place to a node that can, if any.
+
+        Returns:
+            False when no alive node fits the task: it stays queued here and is tried
+            again after each heartbeat (a fitting node may join).
+        """
+        candidates = [n for n in self.alive_peers() if fits(demand, n.resources_total)]
+        if not candidates:
+            with self._lock:
+                self.infeasible[task_id] = demand
+            return False
+        spec = self.node.server.take_task(task_id)
+        with self._lock:
+            self.infeasible.pop(task_id, None)
+        if spec is None:  # an actor (they stay where submitted), or no longer queued
+            return False
+        candidates.sort(key=lambda n: -sum(n.resources_available.get(k, 0.0) for k in demand))
+        for peer in candidates:
+            try:
+                why = self._stub(peer.address).forward(self.address, spec)
+            except grpc.RpcError as exc:
+                why = f"{exc.code().name}: {exc.details()}"
+            if why is None:
+                with self._lock:
+                    for rid in spec["return_ids"]:
+                        self.forwarded[rid] = peer.address
+                try:
+                    self.gcs.add_object_locations(peer.node_id, list(spec["return_ids"]))
+                except Exception as exc:  # noqa: BLE001 - the forwarded map is enough here
+                    logger.debug("object directory update failed: %s", exc)
+                return True
+            logger.warning("node %s refused a task: %s", peer.address, why)
+        self._resubmit(spec)  # it stays queued (infeasible) here and is tried again later
+        return True
+
+    def _resubmit(self, spec: dict[str, Any]) -> None:
+        keys = (
+            "task_id payload resources dependencies actor_id actor_creation max_concurrency "
+            "caller_id sequence_no return_ids max_retries"
+        ).split()
+        self.client.submit_task(**{k: spec[k] for k in keys if k in spec})
+
+    def accept_forwarded(self, origin: str, spec: dict[str, Any]) -> None:
+        """Queue a task forwarded by the node at ``origin``; fetch its missing arguments."""
+        with self._lock:
+            self.held.update(spec["return_ids"])
+        for dep in spec["dependencies"]:
+            if not self.client.contains(dep):
+                self.want(dep, origin)
+        spec = dict(spec, pin_returns=True)
+        self._resubmit(spec)
+
+    def release_held(self, ids: list[bytes]) -> None:
+        with self._lock:
+            mine = [oid for oid in ids if oid in self.held]
+            self.held.difference_update(mine)
+        if mine:
+            self.client.release_many(mine)
+
+    # ---- object transfer -----------------------------------------------------------
+
+    def on_object_missing(self, object_id: bytes, client: int) -> None:
+        if client == self.client.client_id:
+            return  # our own get while serving a pull
+        with self._lock:
+            if object_id in self.held:
+                return  # made here, by a forwarded task
+            hint = self.forwarded.get(object_id)
+        self.want(object_id, hint)
+
+    def want(self, object_id: bytes, hint: str | None = None) -> None:
+        """Fetch ``object_id`` into the local store (from ``hint`` first, if given)."""
+        with self._lock:
+            if object_id in self.inflight or object_id in self.wanted:
+                return
+            if hint is not None:
+                self.forwarded.setdefault(object_id, hint)
+                self.inflight.add(object_id)
+            else:
+                self.wanted[object_id] = (time.monotonic() + FIRST_LOOKUP_S, FIRST_LOOKUP_S)
+                return
+        self._pool.submit(self._fetch, object_id, [hint])
+
+    def _want_loop(self) -> None:
+        while not self._stop.wait(0.05):
+            now = time.monotonic()
+            with self._lock:
+                due = [oid for oid, (t, _) in self.wanted.items() if t <= now]
+            due = [oid for oid in due if not self._have(oid)]
+            if not due:
+                continue
+            try:
+                locations = self.gcs.get_object_locations(due)
+            except Exception as exc:  # noqa: BLE001 - try again after the backoff
+                logger.debug("object directory lookup failed: %s", exc)
+                locations = {}
+            addresses = {n.node_id: n.address for n in self.alive_peers()}
+            unknown = []
+            for oid in due:
+                found = [addresses[n] for n in locations.get(oid, []) if n in addresses]
+                if found:
+                    self._start_fetch(oid, found)
+                else:
+                    unknown.append(oid)
+            for address in set(addresses.values()) if unknown else ():
+                try:
+                    present = self._stub(address).has_objects(unknown)
+                except grpc.RpcError:
+                    continue
+                for oid, here in zip(unknown, present, strict=False):
+                    if here:
+                        self._start_fetch(oid, [address])
+            with self._lock:
+                for oid in unknown:
+                    if oid in self.wanted:
+                        backoff = min(MAX_BACKOFF_S, self.wanted[oid][1] * 2)
+                        self.wanted[oid] = (time.monotonic() + backoff, backoff)
+
+    def _have(self, object_id: bytes) -> bool:
+        if self.client.contains(object_id):
+            with self._lock:
+                self.wanted.pop(object_id, None)
+            return True
+        return False
+
+    def _start_fetch(self, object_id: bytes, addresses: list[str]) -> None:
+        with self._lock:
+            if object_id in self.inflight:
+                return
+            self.wanted.pop(object_id, None)
+            self.inflight.add(object_id)
+        self._pool.submit(self._fetch, object_id, addresses)
+
+    def _fetch(self, object_id: bytes, addresses: list[str | None]) -> None:
+        try:
+            for address in addresses:
+                if address is not None and self.pull(object_id, address):
+                    return
+            with self._lock:  # not there (any more): look it up again later
+                self.wanted[object_id] = (time.monotonic() + FIRST_LOOKUP_S, FIRST_LOOKUP_S)
+        except Exception:  # noqa: BLE001 - a transfer thread must not die silently
+            logger.exception("fetching object %s failed", object_id.hex())
+        finally:
+            with self._lock:
+                self.inflight.discard(object_id)
+
+    def pull(self, object_id: bytes, address: str, wait_ms: int = PULL_WAIT_MS) -> bool:
+        """Copy ``object_id`` from the node at ``address`` into the local store.
+
+        Returns:
+            True when the object is here (pulled now, or made here meanwhile); False when
+            that node does not have it (within ``wait_ms``) or cannot be reached.
+        """
+        view = None
+        try:
+            for raw in self._stub(address).pull(object_id, wait_ms):
+                found, size, meta, offset, data = messages.decode_chunk(raw)
+                if view is None:
+                    if not found:
+                        return False
+                    try:
+                        view = self.client.create(object_id, size, meta)
+                    except ObjectExistsError:
+                        return True
+                view[offset : offset + len(data)] = data.data
+            if view is None:
+                return False
+            self.client.seal(object_id)
+            view = None
+        except grpc.RpcError as exc:
+            logger.info("pulling %s from %s failed: %s", object_id.hex()[:16], address, exc)
+            return False
+        finally:
+            if view is not None:
+                self.client.abort(object_id)
+        with self._lock:
+            made_there = self.forwarded.pop(object_id, None) == address
+        try:
+            self.gcs.add_object_locations(self.node_id, [object_id])
+            if made_there:
+                self._stub(address).release([object_id])
+        except Exception as exc:  # noqa: BLE001 - the copy is here; bookkeeping can lag
+            logger.debug("after pulling %s: %s", object_id.hex()[:16], exc)
+        return True
+
+    # ---- stop ----------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=2)
+        try:
+            self.gcs.unregister_node(self.node_id)
+        except Exception as exc:  # noqa: BLE001 - the GCS may be gone already
+            logger.debug("unregister failed: %s", exc)
+        self.server.stop(grace=0.5).wait()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            for channel, _ in self._channels.values():
+                channel.close()
+        self.client.close()

@@ -1,0 +1,250 @@
+"""Start the processes of a cluster node, find running clusters, stop them.
+
+``rayfield start`` (rayfield-cli) and the tests use these. A head is a GCS process
+(``gcs.server``) and a node process (``node_main``); any other node is a node process.
+Each node has its own session directory ``<temp_dir>/session_<time>_<pid>``; a head's
+also holds the cluster token (``token``, mode 0600), the GCS tables (``gcs.sqlite``) and
+``cluster.json`` (the GCS address), and ``<temp_dir>/session_latest`` points at it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ENV_TOKEN = "RAYFIELD_TOKEN"
+PROCESS_MODULES = ("rayfield._private.node_main", "rayfield._private.gcs.server")
+
+
+class ClusterError(RuntimeError):
+    """A cluster process could not be started, found or reached; the message says why."""
+
+
+def default_temp_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "rayfield"
+
+
+def new_session_dir(temp_dir: Path) -> Path:
+    base = f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}"
+    session = temp_dir / base
+    n = 1
+    while session.exists():  # two nodes started in the same second by one process
+        session = temp_dir / f"{base}_{n}"
+        n += 1
+    (session / "logs").mkdir(parents=True)
+    return session
+
+
+@dataclass
+class NodeOptions:
+    """What ``rayfield start`` was given; see its ``--help``."""
+
+    num_cpus: float | None = None
+    num_gpus: float | None = None
+    resources: dict[str, float] = field(default_factory=dict)
+    object_store_memory: int | None = None
+    plasma_directory: str | None = None
+    huge_pages: bool = False
+    temp_dir: Path = field(default_factory=default_temp_dir)
+    node_ip_address: str = "127.0.0.1"
+    node_manager_port: int = 0
+    tls: tuple[str, str, str] | None = None  # cert, key, ca
+
+
+def _spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # outlives the command that started it
+            env=env,
+        )
+
+
+def _wait_for(
+    what: str, ready: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise ClusterError(f"{what} exited with code {proc.returncode}; its log {log}:\n{tail}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise ClusterError(f"{what} did not start within {timeout_s:.0f} s; see {log}")
+        time.sleep(0.05)
+
+
+def _tls_args(opts: NodeOptions) -> list[str]:
+    if opts.tls is None:
+        return []
+    cert, key, ca = opts.tls
+    return ["--tls-cert", cert, "--tls-key", key, "--tls-ca", ca]
+
+
+def start_gcs(session: Path, host: str, port: int, opts: NodeOptions, timeout_s: float = 30) -> str:
+    """Start the GCS of a new cluster; returns its ``host:port``. Creates the token."""
+    from rayfield._private.gcs.auth import create_token_file
+
+    token_file = session / "token"
+    create_token_file(token_file)
+    port_file = session / "gcs.port"
+    log = session / "logs" / "gcs.out"
+    args = ["rayfield._private.gcs.server", "--host", host, "--port", str(port)]
+    args += ["--db", str(session / "gcs.sqlite"), "--token-file", str(token_file)]
+    args += ["--port-file", str(port_file), *_tls_args(opts)]
+    proc = _spawn(args, log)
+    _wait_for("the GCS", lambda: port_file.exists() and port_file.read_text().strip() != "", proc, log, timeout_s)
+    address = f"{host}:{port_file.read_text().strip()}"
+    (session / "cluster.json").write_text(json.dumps({"gcs_address": address, "gcs_pid": proc.pid}))
+    return address
+
+
+def start_node(
+    session: Path,
+    gcs_address: str,
+    token: str,
+    opts: NodeOptions,
+    head: bool = False,
+    timeout_s: float = 60,
+) -> dict[str, Any]:
+    """Start a node process that joins the cluster at ``gcs_address``; its node.json."""
+    args = ["rayfield._private.node_main", "--session-dir", str(session)]
+    args += ["--temp-dir", str(opts.temp_dir), "--gcs-address", gcs_address]
+    args += ["--node-ip-address", opts.node_ip_address]
+    args += ["--node-manager-port", str(opts.node_manager_port)]
+    if opts.num_cpus is not None:
+        args += ["--num-cpus", str(opts.num_cpus)]
+    if opts.num_gpus is not None:
+        args += ["--num-gpus", str(opts.num_gpus)]
+    if opts.resources:
+        args += ["--resources", json.dumps(opts.resources)]
+    if opts.object_store_memory:
+        args += ["--object-store-memory", str(opts.object_store_memory)]
+    if opts.plasma_directory:
+        args += ["--plasma-directory", opts.plasma_directory]
+    if opts.huge_pages:
+        args.append("--huge-pages")
+    if head:
+        args.append("--head")
+    args += _tls_args(opts)
+    env = dict(os.environ, **{ENV_TOKEN: token})  # not on the command line: ps shows that
+    log = session / "logs" / "node.out"
+    node_json = session / "node.json"
+    proc = _spawn(args, log, env)
+    _wait_for("the node", node_json.exists, proc, log, timeout_s)
+    info: dict[str, Any] = json.loads(node_json.read_text())
+    return info
+
+
+# ---- finding a running cluster -------------------------------------------------------
+
+
+def head_session(temp_dir: Path | None = None) -> Path | None:
+    """The session directory of the latest head on this machine, if one runs."""
+    latest = (temp_dir or default_temp_dir()) / "session_latest"
+    if (latest / "cluster.json").exists():
+        return latest.resolve()
+    return None
+
+
+def find_gcs_address(temp_dir: Path | None = None) -> str:
+    """The GCS address of the cluster whose head runs on this machine.
+
+    Raises:
+        ClusterError: when no head runs here.
+    """
+    session = head_session(temp_dir)
+    if session is None:
+        raise ClusterError(
+            "no running rayfield cluster found on this machine: start one with "
+            "'rayfield start --head', or pass its address (HOST:PORT)"
+        )
+    return str(json.loads((session / "cluster.json").read_text())["gcs_address"])
+
+
+def find_token(gcs_address: str | None = None, temp_dir: Path | None = None) -> str:
+    """The cluster token: $RAYFIELD_TOKEN, else the head's session on this machine.
+
+    Raises:
+        ClusterError: when neither has it.
+    """
+    if os.environ.get(ENV_TOKEN):
+        return os.environ[ENV_TOKEN].strip()
+    from rayfield._private.gcs.auth import read_token
+
+    root = temp_dir or default_temp_dir()
+    candidates = [root / "session_latest"] + sorted(root.glob("session_*"), reverse=True)
+    for session in candidates:
+        cluster = session / "cluster.json"
+        if not cluster.exists() or not (session / "token").exists():
+            continue
+        if gcs_address and json.loads(cluster.read_text())["gcs_address"] != gcs_address:
+            continue
+        return read_token(session / "token")
+    raise ClusterError(
+        f"no token for the cluster at {gcs_address or '(any)'}: on a machine other than the "
+        f"head's pass it with --token or the {ENV_TOKEN} environment variable (the head "
+        "keeps it in <session>/token)"
+    )
+
+
+# ---- stopping ------------------------------------------------------------------------
+
+
+def rayfield_processes() -> list[psutil.Process]:
+    """Node and GCS processes of this user on this machine (workers are their children)."""
+    me = os.getuid()
+    found = []
+    for proc in psutil.process_iter(["cmdline", "uids"]):
+        try:
+            cmd = proc.info["cmdline"] or []
+            if proc.info["uids"] and proc.info["uids"].real != me:
+                continue
+            if any(m in cmd for m in PROCESS_MODULES) and proc.pid != os.getpid():
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def stop_all(grace_s: float = 10.0, on_progress: Callable[[str], None] | None = None) -> int:
+    """SIGTERM every node (then GCS) process of this user, SIGKILL what outlives
+    ``grace_s``, and remove what they leave behind. Returns how many were stopped."""
+    procs = rayfield_processes()
+    # Nodes first (they stop their workers and leave the cluster), then the GCS.
+    nodes = [p for p in procs if "rayfield._private.node_main" in p.cmdline()]
+    gcs = [p for p in procs if p not in nodes]
+    stopped = 0
+    for group in (nodes, gcs):
+        for p in group:
+            try:
+                p.send_signal(signal.SIGTERM)
+            except psutil.NoSuchProcess:
+                continue
+        _, alive = psutil.wait_procs(group, timeout=grace_s)
+        for p in alive:
+            try:
+                for child in p.children(recursive=True):
+                    child.kill()
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        stopped += len(group)
+        if on_progress and group:
+            kind = "node" if group is nodes else "GCS"
+            on_progress(f"stopped {len(group)} {kind} process{'es' if len(group) > 1 else ''}")
+    return stopped

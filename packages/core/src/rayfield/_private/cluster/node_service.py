@@ -1,0 +1,145 @@
+"""The gRPC service a node offers to other nodes: ``/rayfield.Node/<Method>``.
+
+Payloads are flatbuffers (``schema/cluster.fbs``, see ``messages.py``) through grpcio's
+generic handlers. The cluster token is checked by ``TokenInterceptor`` before any payload
+is decoded; a payload that does not decode is answered with ``INVALID_ARGUMENT``.
+
+Methods:
+    PullObject (response stream): the object's chunks, waiting for it to be sealed here
+        up to the request's timeout.
+    ForwardTask: queue a task that another node could not place; its missing arguments
+        are pulled from the forwarding node.
+    HasObjects: which of the given objects this node holds.
+    ReleaseObjects: drop this node's hold on the returns of forwarded tasks (their owner
+        has its own copy now).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from rayfield._private.cluster import messages
+
+if TYPE_CHECKING:
+    from rayfield._private.cluster.agent import NodeAgent
+
+logger = logging.getLogger("rayfield")
+
+SERVICE = "rayfield.Node"
+STREAMING_METHODS = frozenset({f"/{SERVICE}/PullObject"})
+CHUNK_BYTES = 4 << 20
+
+
+def _raw(b: bytes) -> bytes:
+    return b
+
+
+class NodeService:
+    """Handlers of ``/rayfield.Node``, acting on the node's store through ``agent``."""
+
+    def __init__(self, agent: NodeAgent) -> None:
+        self.agent = agent
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        unary = {
+            "ForwardTask": self.forward_task,
+            "HasObjects": self.has_objects,
+            "ReleaseObjects": self.release_objects,
+        }
+        handlers: dict[str, grpc.RpcMethodHandler] = {
+            name: grpc.unary_unary_rpc_method_handler(
+                self._guard(fn), request_deserializer=_raw, response_serializer=_raw
+            )
+            for name, fn in unary.items()
+        }
+        handlers["PullObject"] = grpc.unary_stream_rpc_method_handler(
+            self.pull_object, request_deserializer=_raw, response_serializer=_raw
+        )
+        return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+    @staticmethod
+    def _guard(fn: Callable[[bytes], bytes]) -> Callable[[bytes, grpc.ServicerContext], bytes]:
+        def call(raw: bytes, context: grpc.ServicerContext) -> bytes:
+            try:
+                return fn(raw)
+            except messages.MalformedMessage as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise AssertionError("unreachable")
+
+        return call
+
+    def pull_object(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        try:
+            object_id, timeout_ms = messages.decode_pull(raw)
+        except messages.MalformedMessage as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        client = self.agent.client
+        [buf] = client.get([object_id], timeout_s=max(0, timeout_ms) / 1000)
+        if buf is None:
+            yield messages.encode_chunk(False)
+            return
+        view = memoryview(buf)
+        try:
+            size, meta = len(view), buf.metadata
+            yield messages.encode_chunk(True, size, meta, 0, view[:CHUNK_BYTES])
+            for off in range(CHUNK_BYTES, size, CHUNK_BYTES):
+                yield messages.encode_chunk(True, size, b"", off, view[off : off + CHUNK_BYTES])
+        finally:
+            view.release()
+            buf.release()
+
+    def forward_task(self, raw: bytes) -> bytes:
+        origin, spec = messages.decode_forward(raw)
+        try:
+            self.agent.accept_forwarded(origin, spec)
+        except Exception as exc:  # noqa: BLE001 - the caller keeps the task and retries
+            logger.warning("refused a forwarded task: %s", exc)
+            return messages.encode_forward_reply(False, f"{type(exc).__name__}: {exc}")
+        return messages.encode_forward_reply(True)
+
+    def has_objects(self, raw: bytes) -> bytes:
+        ids = messages.decode_ids(raw)
+        return messages.encode_present([self.agent.client.contains(oid) for oid in ids])
+
+    def release_objects(self, raw: bytes) -> bytes:
+        self.agent.release_held(messages.decode_ids(raw))
+        return messages.encode_present([])
+
+
+class NodeStub:
+    """Client of another node's ``/rayfield.Node`` service."""
+
+    def __init__(self, channel: grpc.Channel, metadata: Any) -> None:
+        self.metadata = metadata
+        call = channel.unary_unary
+        self._forward = call(f"/{SERVICE}/ForwardTask")
+        self._has = call(f"/{SERVICE}/HasObjects")
+        self._release = call(f"/{SERVICE}/ReleaseObjects")
+        self._pull = channel.unary_stream(f"/{SERVICE}/PullObject")
+
+    def forward(self, origin: str, spec: dict[str, Any], timeout_s: float = 10.0) -> str | None:
+        """Forward a task; None when accepted, else the refusal's reason."""
+        raw = self._forward(
+            messages.encode_forward(origin, spec), metadata=self.metadata, timeout=timeout_s
+        )
+        accepted, why = messages.decode_forward_reply(raw)
+        return None if accepted else why
+
+    def has_objects(self, ids: list[bytes], timeout_s: float = 5.0) -> list[bool]:
+        raw = self._has(messages.encode_ids(ids), metadata=self.metadata, timeout=timeout_s)
+        return list(messages.decode_present(raw))
+
+    def release(self, ids: list[bytes], timeout_s: float = 5.0) -> None:
+        self._release(messages.encode_ids(ids), metadata=self.metadata, timeout=timeout_s)
+
+    def pull(self, object_id: bytes, wait_ms: int) -> Iterator[bytes]:
+        """The raw chunks of an object (see ``messages.decode_chunk``)."""
+        return self._pull(  # type: ignore[no-any-return]
+            messages.encode_pull(object_id, wait_ms),
+            metadata=self.metadata,
+            timeout=wait_ms / 1000 + 600,
+        )
