@@ -7,6 +7,8 @@ layer (``server.py``) only decodes, calls and encodes. Server-side publishing
 
 from __future__ import annotations
 
+import collections
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,6 +31,37 @@ def _required(req: dict[str, Any], field: str) -> Any:
     return value
 
 
+class TaskEventRing:
+    """The most recent task events (opaque bytes), in memory only (not persisted)."""
+
+    def __init__(self, max_events: int = 100_000) -> None:
+        self._lock = threading.Lock()
+        self._events: collections.deque[bytes] = collections.deque(maxlen=max_events)
+        self.dropped = 0
+
+    def add(self, events: list[bytes]) -> None:
+        """Append events, dropping the oldest when full."""
+        with self._lock:
+            ring = self._events
+            assert ring.maxlen is not None
+            self.dropped += max(0, len(ring) + len(events) - ring.maxlen)
+            ring.extend(events)
+
+    def last(self, limit: int, max_bytes: int) -> list[bytes]:
+        """The most recent ``limit`` events (0: all kept), oldest first, at most ``max_bytes``."""
+        with self._lock:
+            count = len(self._events) if limit <= 0 else min(limit, len(self._events))
+            out: list[bytes] = []
+            size = 0
+            for event in reversed(self._events):
+                if len(out) == count or size + len(event) + 16 > max_bytes:
+                    break
+                out.append(event)
+                size += len(event) + 16
+            out.reverse()
+            return out
+
+
 class GcsService:
     """The GCS's methods over ``tables`` and ``pubsub``.
 
@@ -48,6 +81,7 @@ class GcsService:
     ) -> None:
         self.pubsub = pubsub or PubSub()
         self.tables = GcsTables(db_path, self._publish_record, heartbeat_timeout_s)
+        self.task_events = TaskEventRing()
         self._max_reply_bytes = max_reply_bytes
 
     def _publish_record(self, channel: str, key: bytes, record: Any) -> None:
@@ -69,8 +103,7 @@ class GcsService:
         return {"reregister": again}
 
     def GetNodes(self, req: dict[str, Any]) -> dict[str, Any]:
-        with self.tables._lock:
-            return {"nodes": list(self.tables.nodes.values())}
+        return {"nodes": self.tables.snapshot()[0]}
 
     def UnregisterNode(self, req: dict[str, Any]) -> None:
         self.tables.unregister_node(req["node_id"])
@@ -108,8 +141,7 @@ class GcsService:
         return {"found": actor is not None, "actor": actor}
 
     def ListActors(self, req: dict[str, Any]) -> dict[str, Any]:
-        with self.tables._lock:
-            return {"actors": list(self.tables.actors.values())}
+        return {"actors": self.tables.snapshot()[1]}
 
     # ---- object directory -----------------------------------------------------------
 
@@ -132,15 +164,14 @@ class GcsService:
         self.tables.mark_job_finished(req["job_id"])
 
     def ListJobs(self, req: dict[str, Any]) -> dict[str, Any]:
-        with self.tables._lock:
-            return {"jobs": list(self.tables.jobs.values())}
+        return {"jobs": self.tables.snapshot()[2]}
 
     def AddTaskEvents(self, req: dict[str, Any]) -> None:
-        self.tables.add_task_events(req["events"])
+        self.task_events.add(req["events"])
 
     def GetTaskEvents(self, req: dict[str, Any]) -> dict[str, Any]:
-        events = self.tables.get_task_events(req["limit"], self._max_reply_bytes - 4096)
-        return {"events": events, "dropped": self.tables.events_dropped}
+        events = self.task_events.last(req["limit"], self._max_reply_bytes - 4096)
+        return {"events": events, "dropped": self.task_events.dropped}
 
     # ---- pub/sub ---------------------------------------------------------------------
 

@@ -3,8 +3,7 @@
 Nodes, actors, jobs and object locations are held in memory and written to
 SQLite (WAL mode, ``synchronous=NORMAL``: durable when the process is killed)
 on every change; the key-value table lives in SQLite only. Heartbeats update
-memory only (liveness is not worth a disk write per second per node). Task
-events are a bounded in-memory ring and are not persisted.
+memory only (liveness is not worth a disk write per second per node).
 
 A GCS reopened on the same database recovers every table; nodes recorded as
 alive get a fresh heartbeat deadline, so they have one heartbeat timeout to
@@ -89,7 +88,6 @@ class GcsTables:
             that subscribers see (node alive/dead, actor updates), lock held.
         heartbeat_timeout_s: a node silent for longer is declared dead by
             ``check_heartbeats``.
-        max_task_events: size of the task-event ring.
         clock: monotonic clock, in seconds (tests may pass their own).
     """
 
@@ -98,7 +96,6 @@ class GcsTables:
         db_path: str,
         publish: Publish,
         heartbeat_timeout_s: float = 3.0,
-        max_task_events: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._lock = threading.RLock()
@@ -108,16 +105,12 @@ class GcsTables:
         if db_path != ":memory:" and not os.path.exists(db_path):
             os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT, 0o600))  # owner only
         self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        self._db.executescript("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;" + SCHEMA)
         self.nodes: dict[bytes, NodeInfo] = {}
         self._last_seen: dict[bytes, float] = {}
         self.actors: dict[bytes, ActorInfo] = {}
         self.jobs: dict[bytes, JobInfo] = {}
         self._locations: dict[bytes, set[bytes]] = collections.defaultdict(set)
-        self._events: collections.deque[bytes] = collections.deque(maxlen=max_task_events)
-        self.events_dropped = 0
         self._load()
 
     def _load(self) -> None:
@@ -127,12 +120,10 @@ class GcsTables:
             self.nodes[node.node_id] = node
             if node.alive:
                 self._last_seen[node.node_id] = now  # one timeout to reappear
-        for (text,) in self._db.execute("SELECT record FROM actors"):
-            actor = _load(ActorInfo, text)
-            self.actors[actor.actor_id] = actor
-        for (text,) in self._db.execute("SELECT record FROM jobs"):
-            job = _load(JobInfo, text)
-            self.jobs[job.job_id] = job
+        actors = [_load(ActorInfo, t) for (t,) in self._db.execute("SELECT record FROM actors")]
+        self.actors = {a.actor_id: a for a in actors}
+        jobs = [_load(JobInfo, t) for (t,) in self._db.execute("SELECT record FROM jobs")]
+        self.jobs = {j.job_id: j for j in jobs}
         for oid, nid in self._db.execute("SELECT object_id, node_id FROM object_locations"):
             self._locations[oid].add(nid)
 
@@ -191,6 +182,11 @@ class GcsTables:
             node.last_heartbeat_s = time.time()
             self._last_seen[node_id] = self._clock()
             return False
+
+    def snapshot(self) -> tuple[list[NodeInfo], list[ActorInfo], list[JobInfo]]:
+        """Lists of every node, actor and job (records shared, lists copied)."""
+        with self._lock:
+            return list(self.nodes.values()), list(self.actors.values()), list(self.jobs.values())
 
     def unregister_node(self, node_id: bytes) -> None:
         """Declare a node dead at its own request (a clean stop).
@@ -372,7 +368,7 @@ class GcsTables:
         with self._lock:
             return {oid: sorted(self._locations.get(oid, ())) for oid in object_ids}
 
-    # ---- jobs and task events ----------------------------------------------------------
+    # ---- jobs ----------------------------------------------------------
 
     def add_job(self, job: JobInfo) -> None:
         """Record a job as running (start time: now unless given).
@@ -400,25 +396,3 @@ class GcsTables:
             if not job.finished:
                 job.finished, job.end_time_s = True, time.time()
                 self._save("jobs", "job_id", job_id, job)
-
-    def add_task_events(self, events: list[bytes]) -> None:
-        """Append opaque task events to the ring, dropping the oldest when full."""
-        with self._lock:
-            ring = self._events
-            assert ring.maxlen is not None
-            self.events_dropped += max(0, len(ring) + len(events) - ring.maxlen)
-            ring.extend(events)
-
-    def get_task_events(self, limit: int, max_bytes: int) -> list[bytes]:
-        """The most recent ``limit`` events (0: all kept), oldest first, at most ``max_bytes``."""
-        with self._lock:
-            count = len(self._events) if limit <= 0 else min(limit, len(self._events))
-            out: list[bytes] = []
-            size = 0
-            for event in reversed(self._events):
-                if len(out) == count or size + len(event) + 16 > max_bytes:
-                    break
-                out.append(event)
-                size += len(event) + 16
-            out.reverse()
-            return out
