@@ -32,6 +32,7 @@ import grpc
 from rayfield._private.gcs import codec
 from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, create_token_file, read_token
 from rayfield._private.gcs.errors import GcsError
+from rayfield._private.gcs.pubsub import PubSub
 from rayfield._private.gcs.service import GcsService
 
 __all__ = ["GcsServer", "main"]
@@ -99,8 +100,6 @@ class GcsServer:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_workers: int = 32,
     ) -> None:
-        from rayfield._private.gcs.pubsub import PubSub
-
         self.service = GcsService(
             db_path,
             heartbeat_timeout_s,
