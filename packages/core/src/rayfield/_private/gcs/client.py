@@ -1,0 +1,265 @@
+"""``GcsClient``: one Python method per GCS call, transparent to GCS restarts.
+
+Every call is retried on UNAVAILABLE with exponential backoff (50 ms doubling
+to 1 s) until ``retry_deadline_s`` has passed since the first attempt, so a GCS
+that is restarted on the same address within that time is invisible to callers
+(a retried call may be applied twice: the calls are idempotent, except that a
+retried ``kv_put(overwrite=False)`` may answer False for a key it added).
+``subscribe`` re-subscribes the same way after the stream breaks.
+
+Example:
+    >>> client = GcsClient("127.0.0.1:6379", token)          # doctest: +SKIP
+    >>> client.kv_put("fn", b"key", b"value")                 # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+
+from rayfield._private.gcs import codec
+from rayfield._private.gcs.auth import TlsConfig, auth_metadata
+from rayfield._private.gcs.errors import GcsError, GcsUnavailableError, error_for_status
+from rayfield._private.gcs.subscription import GcsSubscription
+from rayfield._private.gcs.types import (
+    ActorInfo,
+    ActorState,
+    JobInfo,
+    NodeInfo,
+    ResourceDemand,
+)
+
+__all__ = ["GcsClient"]
+
+_KEY = str | bytes
+
+
+def _key(key: _KEY) -> bytes:
+    return key.encode() if isinstance(key, str) else bytes(key)
+
+
+class GcsClient:
+    """Client of one GCS.
+
+    Args:
+        address: ``host:port`` of the GCS.
+        token: the cluster token (see ``auth.read_token``).
+        tls: mutual TLS settings; None reads RAYFIELD_TLS_CERT/KEY/CA (plaintext
+            when unset); False forces plaintext.
+        timeout_s: limit of one attempt of a call.
+        retry_deadline_s: how long UNAVAILABLE is retried before giving up.
+        max_message_bytes: largest reply accepted and request sent.
+
+    Every method raises ``GcsUnavailableError`` when the GCS stays unreachable
+    past ``retry_deadline_s`` (or does not answer an attempt within
+    ``timeout_s``), ``GcsAuthError`` when the token is refused, and
+    ``GcsInvalidRequestError`` when the GCS cannot decode the request.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        tls: TlsConfig | bool | None = None,
+        timeout_s: float = 10.0,
+        retry_deadline_s: float = 30.0,
+        max_message_bytes: int = 64 << 20,
+    ) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self.retry_deadline_s = retry_deadline_s
+        self.metadata = auth_metadata(token)
+        tls_config = TlsConfig.from_env() if tls is None else tls
+        options = [
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+            # Reconnect quickly once a restarted GCS listens again.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ]
+        if isinstance(tls_config, TlsConfig):
+            creds = tls_config.channel_credentials()
+            self._channel = grpc.secure_channel(address, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
+        self._stubs: dict[str, Any] = {}
+        for name in codec.METHODS:
+            path = f"/{codec.SERVICE}/{name}"
+            kind = "unary_stream" if name in codec.STREAMING_METHODS else "unary_unary"
+            self._stubs[name] = getattr(self._channel, kind)(path)
+
+    def close(self) -> None:
+        """Close the channel; open subscriptions end."""
+        self._channel.close()
+
+    def __enter__(self) -> GcsClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def error(self, method: str, exc: grpc.RpcError) -> GcsError:
+        """The GcsError for a failed call."""
+        code, details = exc.code(), exc.details() or ""
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return GcsUnavailableError(
+                f"GCS at {self.address} unreachable ({method}: {code.name}, {details}) for "
+                f"{self.retry_deadline_s:g} s: check that the GCS runs and listens there and "
+                "that its TLS settings match this client's (RAYFIELD_TLS_*)"
+            )
+        return error_for_status(code.name, f"GCS {method} failed: {details}")
+
+    def call(self, method: str, values: Any = None) -> dict[str, Any]:
+        """Call ``method`` with the request's values; return the decoded reply as a dict.
+
+        Raises:
+            GcsError: a subclass chosen by the status of the failure (see the class).
+        """
+        req_table, rep_table = codec.METHODS[method]
+        payload = codec.encode(req_table, values)
+        deadline = time.monotonic() + self.retry_deadline_s
+        delay = 0.05
+        while True:
+            try:
+                raw = self._stubs[method](payload, timeout=self.timeout_s, metadata=self.metadata)
+                return codec.decode(rep_table, raw)
+            except grpc.RpcError as exc:
+                retry = exc.code() == grpc.StatusCode.UNAVAILABLE
+                if not retry or time.monotonic() + delay > deadline:
+                    raise self.error(method, exc) from None
+            time.sleep(delay)
+            delay = min(2 * delay, 1.0)
+
+    # ---- nodes ------------------------------------------------------------------------
+
+    def register_node(self, node: NodeInfo) -> None:
+        """Register (or re-register) ``node`` as alive; subscribers get NODE_ALIVE."""
+        self.call("RegisterNode", {"node": node})
+
+    def heartbeat(
+        self,
+        node_id: bytes,
+        resources_available: dict[str, float],
+        demand: list[ResourceDemand] | None = None,
+    ) -> bool:
+        """Report a node's free resources and pending demand.
+
+        Returns:
+            True when the GCS does not know the node as alive: register it again.
+        """
+        req = {"node_id": node_id, "resources_available": resources_available, "demand": demand}
+        return bool(self.call("Heartbeat", req)["reregister"])
+
+    def get_nodes(self) -> list[NodeInfo]:
+        """Every node known, alive or dead."""
+        return list(self.call("GetNodes")["nodes"])
+
+    def unregister_node(self, node_id: bytes) -> None:
+        """Declare a node dead (clean stop). Raises GcsNotFoundError if never registered."""
+        self.call("UnregisterNode", {"node_id": node_id})
+
+    # ---- key-value -----------------------------------------------------------------
+
+    def kv_put(self, namespace: str, key: _KEY, value: bytes, overwrite: bool = True) -> bool:
+        """Store ``value`` under ``key``; return True when the key was new."""
+        req = {"namespace": namespace, "key": _key(key), "value": value, "overwrite": overwrite}
+        return bool(self.call("KvPut", req)["added"])
+
+    def kv_get(self, namespace: str, key: _KEY) -> bytes | None:
+        """The value under ``key``, or None."""
+        reply = self.call("KvGet", {"namespace": namespace, "key": _key(key)})
+        return reply["value"] if reply["found"] else None
+
+    def kv_del(self, namespace: str, key: _KEY) -> bool:
+        """Delete ``key``; return whether it existed."""
+        return bool(self.call("KvDel", {"namespace": namespace, "key": _key(key)})["deleted"])
+
+    def kv_keys(self, namespace: str, prefix: _KEY = b"") -> list[bytes]:
+        """Keys of ``namespace`` that start with ``prefix``, sorted."""
+        return list(self.call("KvKeys", {"namespace": namespace, "prefix": _key(prefix)})["keys"])
+
+    # ---- actors ----------------------------------------------------------------------
+
+    def register_actor(self, actor: ActorInfo) -> None:
+        """Record an actor. Raises GcsAlreadyExistsError when a live actor has its name."""
+        self.call("RegisterActor", {"actor": actor})
+
+    def update_actor(self, actor_id: bytes, state: ActorState, node_id: bytes = b"") -> None:
+        """Set an actor's state (and node). Raises GcsNotFoundError for an unknown actor."""
+        self.call("UpdateActor", {"actor_id": actor_id, "state": int(state), "node_id": node_id})
+
+    def get_actor(
+        self, actor_id: bytes = b"", name: str = "", namespace: str = "default"
+    ) -> ActorInfo | None:
+        """The actor with ``actor_id``, else the live actor called ``name``; None if none."""
+        req = {"actor_id": actor_id, "name": name, "namespace": namespace}
+        reply = self.call("GetActor", req)
+        return reply["actor"] if reply["found"] else None
+
+    def list_actors(self) -> list[ActorInfo]:
+        """Every actor recorded, dead ones included."""
+        return list(self.call("ListActors")["actors"])
+
+    # ---- object directory -------------------------------------------------------------
+
+    def add_object_locations(self, node_id: bytes, object_ids: list[bytes]) -> None:
+        """Record that a node holds these objects (20-byte ids).
+
+        Raises GcsNotFoundError when the node is not registered as alive.
+        """
+        self.call("AddObjectLocations", {"node_id": node_id, "object_ids": object_ids})
+
+    def remove_object_locations(self, node_id: bytes, object_ids: list[bytes]) -> None:
+        """Forget that a node holds these objects."""
+        self.call("RemoveObjectLocations", {"node_id": node_id, "object_ids": object_ids})
+
+    def get_object_locations(self, object_ids: list[bytes]) -> dict[bytes, list[bytes]]:
+        """For each object id, the ids of the alive nodes that hold it."""
+        reply = self.call("GetObjectLocations", {"object_ids": object_ids})
+        return {loc["object_id"]: loc["node_ids"] for loc in reply["locations"]}
+
+    # ---- jobs and task events -----------------------------------------------------------
+
+    def add_job(
+        self, job_id: bytes, driver_pid: int, node_id: bytes = b"", entrypoint: str = ""
+    ) -> None:
+        """Record a running job."""
+        job = JobInfo(job_id, driver_pid=driver_pid, node_id=node_id, entrypoint=entrypoint)
+        self.call("AddJob", {"job": job})
+
+    def mark_job_finished(self, job_id: bytes) -> None:
+        """Record a job as finished. Raises GcsNotFoundError for an unknown job."""
+        self.call("MarkJobFinished", {"job_id": job_id})
+
+    def list_jobs(self) -> list[JobInfo]:
+        """Every job recorded."""
+        return list(self.call("ListJobs")["jobs"])
+
+    def add_task_events(self, events: list[bytes]) -> None:
+        """Append opaque task events (the GCS keeps the most recent 100k)."""
+        self.call("AddTaskEvents", {"events": events})
+
+    def get_task_events(self, limit: int = 0) -> list[bytes]:
+        """The most recent ``limit`` task events (0: all kept), oldest first."""
+        return list(self.call("GetTaskEvents", {"limit": limit})["events"])
+
+    # ---- pub/sub ----------------------------------------------------------------------
+
+    def publish(self, channel: str, key: _KEY, payload: bytes) -> None:
+        """Publish a message to the subscribers of ``channel``."""
+        self.call("Publish", {"channel": channel, "key": _key(key), "payload": payload})
+
+    def subscribe(self, channels: list[str] | None = None) -> GcsSubscription:
+        """Subscribe to ``channels`` (None or empty: all); returns once subscribed.
+
+        The subscription is an iterator of ``GcsMessage`` (also ``get(timeout_s)``
+        and ``close()``); it re-subscribes when the GCS restarts.
+
+        Raises:
+            GcsUnavailableError: when no subscription is made within ``retry_deadline_s``.
+        """
+        return GcsSubscription(self, list(channels or ()))

@@ -1,0 +1,202 @@
+"""The GCS calls as plain Python: decoded request dict in, reply values out.
+
+``GcsService`` binds each method of ``codec.METHODS`` to the tables; the gRPC
+layer (``server.py``) only decodes, calls and encodes. Server-side publishing
+(NODE_ALIVE, NODE_DEAD, ACTOR) encodes the record as the message payload.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rayfield._private.gcs import codec
+from rayfield._private.gcs.errors import GcsInvalidRequestError
+from rayfield._private.gcs.pubsub import PubSub
+from rayfield._private.gcs.tables import GcsTables
+from rayfield._private.gcs.types import ActorInfo, ActorState, JobInfo, NodeInfo
+
+__all__ = ["GcsService"]
+
+_RECORD_TABLES = {NodeInfo: "GcsNodeInfo", ActorInfo: "GcsActorInfo", JobInfo: "GcsJobInfo"}
+SUBSCRIBE_POLL_S = 0.5
+
+
+def _required(req: dict[str, Any], field: str) -> Any:
+    value = req.get(field)
+    if value is None:
+        raise GcsInvalidRequestError(f"the request has no {field!r}")
+    return value
+
+
+class TaskEventRing:
+    """The most recent task events (opaque bytes), in memory only (not persisted)."""
+
+    def __init__(self, max_events: int = 100_000) -> None:
+        self._lock = threading.Lock()
+        self._events: collections.deque[bytes] = collections.deque(maxlen=max_events)
+        self.dropped = 0
+
+    def add(self, events: list[bytes]) -> None:
+        """Append events, dropping the oldest when full."""
+        with self._lock:
+            ring = self._events
+            assert ring.maxlen is not None
+            self.dropped += max(0, len(ring) + len(events) - ring.maxlen)
+            ring.extend(events)
+
+    def last(self, limit: int, max_bytes: int) -> list[bytes]:
+        """The most recent ``limit`` events (0: all kept), oldest first, at most ``max_bytes``."""
+        with self._lock:
+            count = len(self._events) if limit <= 0 else min(limit, len(self._events))
+            out: list[bytes] = []
+            size = 0
+            for event in reversed(self._events):
+                if len(out) == count or size + len(event) + 16 > max_bytes:
+                    break
+                out.append(event)
+                size += len(event) + 16
+            out.reverse()
+            return out
+
+
+class GcsService:
+    """The GCS's methods over ``tables`` and ``pubsub``.
+
+    Args:
+        db_path: SQLite database of the tables.
+        heartbeat_timeout_s: see ``GcsTables``.
+        max_reply_bytes: replies are trimmed (task events) to fit this size.
+        pubsub: the publisher; a new one when None.
+    """
+
+    def __init__(
+        self,
+        db_path: str,
+        heartbeat_timeout_s: float = 3.0,
+        max_reply_bytes: int = 64 << 20,
+        pubsub: PubSub | None = None,
+    ) -> None:
+        self.pubsub = pubsub or PubSub()
+        self.tables = GcsTables(db_path, self._publish_record, heartbeat_timeout_s)
+        self.task_events = TaskEventRing()
+        self._max_reply_bytes = max_reply_bytes
+
+    def _publish_record(self, channel: str, key: bytes, record: Any) -> None:
+        payload = codec.encode(_RECORD_TABLES[type(record)], record)
+        self.pubsub.publish(channel, key, payload)
+
+    def handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        """Method name -> function of the decoded request returning the reply's values."""
+        return {name: getattr(self, name) for name in codec.METHODS}
+
+    # ---- nodes ------------------------------------------------------------------------
+
+    def RegisterNode(self, req: dict[str, Any]) -> None:
+        self.tables.register_node(_required(req, "node"))
+
+    def Heartbeat(self, req: dict[str, Any]) -> dict[str, Any]:
+        t = self.tables
+        again = t.heartbeat(req["node_id"], req["resources_available"], req["demand"])
+        return {"reregister": again}
+
+    def GetNodes(self, req: dict[str, Any]) -> dict[str, Any]:
+        return {"nodes": self.tables.snapshot()[0]}
+
+    def UnregisterNode(self, req: dict[str, Any]) -> None:
+        self.tables.unregister_node(req["node_id"])
+
+    # ---- key-value ------------------------------------------------------------------
+
+    def KvPut(self, req: dict[str, Any]) -> dict[str, Any]:
+        t = self.tables
+        return {"added": t.kv_put(req["namespace"], req["key"], req["value"], req["overwrite"])}
+
+    def KvGet(self, req: dict[str, Any]) -> dict[str, Any]:
+        value = self.tables.kv_get(req["namespace"], req["key"])
+        return {"found": value is not None, "value": value}
+
+    def KvDel(self, req: dict[str, Any]) -> dict[str, Any]:
+        return {"deleted": self.tables.kv_del(req["namespace"], req["key"])}
+
+    def KvKeys(self, req: dict[str, Any]) -> dict[str, Any]:
+        return {"keys": self.tables.kv_keys(req["namespace"], req["prefix"])}
+
+    # ---- actors ----------------------------------------------------------------------
+
+    def RegisterActor(self, req: dict[str, Any]) -> None:
+        self.tables.register_actor(_required(req, "actor"))
+
+    def UpdateActor(self, req: dict[str, Any]) -> None:
+        try:
+            state = ActorState(req["state"])
+        except ValueError:
+            raise GcsInvalidRequestError(f"unknown actor state {req['state']}") from None
+        self.tables.update_actor(req["actor_id"], state, req["node_id"])
+
+    def GetActor(self, req: dict[str, Any]) -> dict[str, Any]:
+        actor = self.tables.get_actor(req["actor_id"], req["name"], req["namespace"])
+        return {"found": actor is not None, "actor": actor}
+
+    def ListActors(self, req: dict[str, Any]) -> dict[str, Any]:
+        return {"actors": self.tables.snapshot()[1]}
+
+    # ---- object directory -----------------------------------------------------------
+
+    def AddObjectLocations(self, req: dict[str, Any]) -> None:
+        self.tables.add_object_locations(req["node_id"], req["object_ids"])
+
+    def RemoveObjectLocations(self, req: dict[str, Any]) -> None:
+        self.tables.remove_object_locations(req["node_id"], req["object_ids"])
+
+    def GetObjectLocations(self, req: dict[str, Any]) -> dict[str, Any]:
+        found = self.tables.get_object_locations(req["object_ids"])
+        return {"locations": [{"object_id": k, "node_ids": v} for k, v in found.items()]}
+
+    # ---- jobs and task events ---------------------------------------------------------
+
+    def AddJob(self, req: dict[str, Any]) -> None:
+        self.tables.add_job(_required(req, "job"))
+
+    def MarkJobFinished(self, req: dict[str, Any]) -> None:
+        self.tables.mark_job_finished(req["job_id"])
+
+    def ListJobs(self, req: dict[str, Any]) -> dict[str, Any]:
+        return {"jobs": self.tables.snapshot()[2]}
+
+    def AddTaskEvents(self, req: dict[str, Any]) -> None:
+        self.task_events.add(req["events"])
+
+    def GetTaskEvents(self, req: dict[str, Any]) -> dict[str, Any]:
+        events = self.task_events.last(req["limit"], self._max_reply_bytes - 4096)
+        return {"events": events, "dropped": self.task_events.dropped}
+
+    # ---- pub/sub ---------------------------------------------------------------------
+
+    def Publish(self, req: dict[str, Any]) -> None:
+        if not req["channel"]:
+            raise GcsInvalidRequestError("publish needs a non-empty channel name")
+        self.pubsub.publish(req["channel"], req["key"], req["payload"])
+
+    def Subscribe(self, req: dict[str, Any], is_active: Callable[[], bool]) -> Iterator[Any]:
+        """Yield the subscription confirmation, then messages until closed or inactive.
+
+        Raises:
+            GcsTooManySubscribersError: when too many streams are open.
+        """
+        sub = self.pubsub.subscribe(req["channels"])
+        try:
+            yield {"channel": "", "key": b"", "payload": b""}
+            while not sub.closed and is_active():
+                message = sub.get(SUBSCRIBE_POLL_S)
+                if message is not None:
+                    yield message
+        finally:
+            self.pubsub.unsubscribe(sub)
+
+    def close(self) -> None:
+        """End every subscription and close the database."""
+        self.pubsub.close_all()
+        self.tables.close()

@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+import flatbuffers
+import numpy as np
+
+import typing
+from typing import cast
+
+uoffset: typing.TypeAlias = flatbuffers.number_types.UOffsetTFlags.py_type
+
+class GcsActorState(object):
+  PendingCreation = cast(int, ...)
+  Alive = cast(int, ...)
+  Restarting = cast(int, ...)
+  Dead = cast(int, ...)
+
