@@ -247,3 +247,141 @@ def GcsActorInfoEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsActorInfoEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class GcsActorInfoT(object):
+
+    # GcsActorInfoT
+    def __init__(
+        self,
+        actorId = None,
+        name = None,
+        namespace = None,
+        detached = False,
+        ownerNodeId = None,
+        nodeId = None,
+        state = 0,
+        payload = None,
+    ):
+        self.actorId = actorId  # type: Optional[List[int]]
+        self.name = name  # type: Optional[str]
+        self.namespace = namespace  # type: Optional[str]
+        self.detached = detached  # type: bool
+        self.ownerNodeId = ownerNodeId  # type: Optional[List[int]]
+        self.nodeId = nodeId  # type: Optional[List[int]]
+        self.state = state  # type: int
+        self.payload = payload  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsActorInfo = GcsActorInfo()
+        gcsActorInfo.Init(buf, pos)
+        return cls.InitFromObj(gcsActorInfo)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsActorInfo):
+        x = GcsActorInfoT()
+        x._UnPack(gcsActorInfo)
+        return x
+
+    # GcsActorInfoT
+    def _UnPack(self, gcsActorInfo):
+        if gcsActorInfo is None:
+            return
+        if not gcsActorInfo.ActorIdIsNone():
+            if np is None:
+                self.actorId = []
+                for i in range(gcsActorInfo.ActorIdLength()):
+                    self.actorId.append(gcsActorInfo.ActorId(i))
+            else:
+                self.actorId = gcsActorInfo.ActorIdAsNumpy()
+        self.name = gcsActorInfo.Name()
+        self.namespace = gcsActorInfo.Namespace()
+        self.detached = gcsActorInfo.Detached()
+        if not gcsActorInfo.OwnerNodeIdIsNone():
+            if np is None:
+                self.ownerNodeId = []
+                for i in range(gcsActorInfo.OwnerNodeIdLength()):
+                    self.ownerNodeId.append(gcsActorInfo.OwnerNodeId(i))
+            else:
+                self.ownerNodeId = gcsActorInfo.OwnerNodeIdAsNumpy()
+        if not gcsActorInfo.NodeIdIsNone():
+            if np is None:
+                self.nodeId = []
+                for i in range(gcsActorInfo.NodeIdLength()):
+                    self.nodeId.append(gcsActorInfo.NodeId(i))
+            else:
+                self.nodeId = gcsActorInfo.NodeIdAsNumpy()
+        self.state = gcsActorInfo.State()
+        if not gcsActorInfo.PayloadIsNone():
+            if np is None:
+                self.payload = []
+                for i in range(gcsActorInfo.PayloadLength()):
+                    self.payload.append(gcsActorInfo.Payload(i))
+            else:
+                self.payload = gcsActorInfo.PayloadAsNumpy()
+
+    # GcsActorInfoT
+    def Pack(self, builder):
+        if self.actorId is not None:
+            if np is not None and type(self.actorId) is np.ndarray:
+                actorId = builder.CreateNumpyVector(self.actorId)
+            else:
+                GcsActorInfoStartActorIdVector(builder, len(self.actorId))
+                for i in reversed(range(len(self.actorId))):
+                    builder.PrependUint8(self.actorId[i])
+                actorId = builder.EndVector()
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        if self.namespace is not None:
+            namespace = builder.CreateString(self.namespace)
+        if self.ownerNodeId is not None:
+            if np is not None and type(self.ownerNodeId) is np.ndarray:
+                ownerNodeId = builder.CreateNumpyVector(self.ownerNodeId)
+            else:
+                GcsActorInfoStartOwnerNodeIdVector(builder, len(self.ownerNodeId))
+                for i in reversed(range(len(self.ownerNodeId))):
+                    builder.PrependUint8(self.ownerNodeId[i])
+                ownerNodeId = builder.EndVector()
+        if self.nodeId is not None:
+            if np is not None and type(self.nodeId) is np.ndarray:
+                nodeId = builder.CreateNumpyVector(self.nodeId)
+            else:
+                GcsActorInfoStartNodeIdVector(builder, len(self.nodeId))
+                for i in reversed(range(len(self.nodeId))):
+                    builder.PrependUint8(self.nodeId[i])
+                nodeId = builder.EndVector()
+        if self.payload is not None:
+            if np is not None and type(self.payload) is np.ndarray:
+                payload = builder.CreateNumpyVector(self.payload)
+            else:
+                GcsActorInfoStartPayloadVector(builder, len(self.payload))
+                for i in reversed(range(len(self.payload))):
+                    builder.PrependUint8(self.payload[i])
+                payload = builder.EndVector()
+        GcsActorInfoStart(builder)
+        if self.actorId is not None:
+            GcsActorInfoAddActorId(builder, actorId)
+        if self.name is not None:
+            GcsActorInfoAddName(builder, name)
+        if self.namespace is not None:
+            GcsActorInfoAddNamespace(builder, namespace)
+        GcsActorInfoAddDetached(builder, self.detached)
+        if self.ownerNodeId is not None:
+            GcsActorInfoAddOwnerNodeId(builder, ownerNodeId)
+        if self.nodeId is not None:
+            GcsActorInfoAddNodeId(builder, nodeId)
+        GcsActorInfoAddState(builder, self.state)
+        if self.payload is not None:
+            GcsActorInfoAddPayload(builder, payload)
+        gcsActorInfo = GcsActorInfoEnd(builder)
+        return gcsActorInfo

@@ -54,3 +54,52 @@ def GcsAddJobRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsAddJobRequestEnd(builder)
+
+import rayfield.store.protocol.fb.GcsJobInfo
+try:
+    from typing import Optional
+except:
+    pass
+
+class GcsAddJobRequestT(object):
+
+    # GcsAddJobRequestT
+    def __init__(
+        self,
+        job = None,
+    ):
+        self.job = job  # type: Optional[rayfield.store.protocol.fb.GcsJobInfo.GcsJobInfoT]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsAddJobRequest = GcsAddJobRequest()
+        gcsAddJobRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsAddJobRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsAddJobRequest):
+        x = GcsAddJobRequestT()
+        x._UnPack(gcsAddJobRequest)
+        return x
+
+    # GcsAddJobRequestT
+    def _UnPack(self, gcsAddJobRequest):
+        if gcsAddJobRequest is None:
+            return
+        if gcsAddJobRequest.Job() is not None:
+            self.job = rayfield.store.protocol.fb.GcsJobInfo.GcsJobInfoT.InitFromObj(gcsAddJobRequest.Job())
+
+    # GcsAddJobRequestT
+    def Pack(self, builder):
+        if self.job is not None:
+            job = self.job.Pack(builder)
+        GcsAddJobRequestStart(builder)
+        if self.job is not None:
+            GcsAddJobRequestAddJob(builder, job)
+        gcsAddJobRequest = GcsAddJobRequestEnd(builder)
+        return gcsAddJobRequest

@@ -74,3 +74,64 @@ def GcsAddTaskEventsRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsAddTaskEventsRequestEnd(builder)
+
+import rayfield.store.protocol.fb.GcsBlob
+try:
+    from typing import List
+except:
+    pass
+
+class GcsAddTaskEventsRequestT(object):
+
+    # GcsAddTaskEventsRequestT
+    def __init__(
+        self,
+        events = None,
+    ):
+        self.events = events  # type: Optional[List[rayfield.store.protocol.fb.GcsBlob.GcsBlobT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsAddTaskEventsRequest = GcsAddTaskEventsRequest()
+        gcsAddTaskEventsRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsAddTaskEventsRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsAddTaskEventsRequest):
+        x = GcsAddTaskEventsRequestT()
+        x._UnPack(gcsAddTaskEventsRequest)
+        return x
+
+    # GcsAddTaskEventsRequestT
+    def _UnPack(self, gcsAddTaskEventsRequest):
+        if gcsAddTaskEventsRequest is None:
+            return
+        if not gcsAddTaskEventsRequest.EventsIsNone():
+            self.events = []
+            for i in range(gcsAddTaskEventsRequest.EventsLength()):
+                if gcsAddTaskEventsRequest.Events(i) is None:
+                    self.events.append(None)
+                else:
+                    gcsBlob_ = rayfield.store.protocol.fb.GcsBlob.GcsBlobT.InitFromObj(gcsAddTaskEventsRequest.Events(i))
+                    self.events.append(gcsBlob_)
+
+    # GcsAddTaskEventsRequestT
+    def Pack(self, builder):
+        if self.events is not None:
+            eventslist = []
+            for i in range(len(self.events)):
+                eventslist.append(self.events[i].Pack(builder))
+            GcsAddTaskEventsRequestStartEventsVector(builder, len(self.events))
+            for i in reversed(range(len(self.events))):
+                builder.PrependUOffsetTRelative(eventslist[i])
+            events = builder.EndVector()
+        GcsAddTaskEventsRequestStart(builder)
+        if self.events is not None:
+            GcsAddTaskEventsRequestAddEvents(builder, events)
+        gcsAddTaskEventsRequest = GcsAddTaskEventsRequestEnd(builder)
+        return gcsAddTaskEventsRequest

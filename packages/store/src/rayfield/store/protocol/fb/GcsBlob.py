@@ -76,3 +76,62 @@ def GcsBlobEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsBlobEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class GcsBlobT(object):
+
+    # GcsBlobT
+    def __init__(
+        self,
+        data = None,
+    ):
+        self.data = data  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsBlob = GcsBlob()
+        gcsBlob.Init(buf, pos)
+        return cls.InitFromObj(gcsBlob)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsBlob):
+        x = GcsBlobT()
+        x._UnPack(gcsBlob)
+        return x
+
+    # GcsBlobT
+    def _UnPack(self, gcsBlob):
+        if gcsBlob is None:
+            return
+        if not gcsBlob.DataIsNone():
+            if np is None:
+                self.data = []
+                for i in range(gcsBlob.DataLength()):
+                    self.data.append(gcsBlob.Data(i))
+            else:
+                self.data = gcsBlob.DataAsNumpy()
+
+    # GcsBlobT
+    def Pack(self, builder):
+        if self.data is not None:
+            if np is not None and type(self.data) is np.ndarray:
+                data = builder.CreateNumpyVector(self.data)
+            else:
+                GcsBlobStartDataVector(builder, len(self.data))
+                for i in reversed(range(len(self.data))):
+                    builder.PrependUint8(self.data[i])
+                data = builder.EndVector()
+        GcsBlobStart(builder)
+        if self.data is not None:
+            GcsBlobAddData(builder, data)
+        gcsBlob = GcsBlobEnd(builder)
+        return gcsBlob

@@ -37,3 +37,40 @@ def GcsEmptyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsEmptyEnd(builder)
+
+
+class GcsEmptyT(object):
+
+    # GcsEmptyT
+    def __init__(
+        self,
+    ):
+        pass
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsEmpty = GcsEmpty()
+        gcsEmpty.Init(buf, pos)
+        return cls.InitFromObj(gcsEmpty)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsEmpty):
+        x = GcsEmptyT()
+        x._UnPack(gcsEmpty)
+        return x
+
+    # GcsEmptyT
+    def _UnPack(self, gcsEmpty):
+        if gcsEmpty is None:
+            return
+
+    # GcsEmptyT
+    def Pack(self, builder):
+        GcsEmptyStart(builder)
+        gcsEmpty = GcsEmptyEnd(builder)
+        return gcsEmpty

@@ -67,3 +67,56 @@ def GcsGetActorReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsGetActorReplyEnd(builder)
+
+import rayfield.store.protocol.fb.GcsActorInfo
+try:
+    from typing import Optional
+except:
+    pass
+
+class GcsGetActorReplyT(object):
+
+    # GcsGetActorReplyT
+    def __init__(
+        self,
+        found = False,
+        actor = None,
+    ):
+        self.found = found  # type: bool
+        self.actor = actor  # type: Optional[rayfield.store.protocol.fb.GcsActorInfo.GcsActorInfoT]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsGetActorReply = GcsGetActorReply()
+        gcsGetActorReply.Init(buf, pos)
+        return cls.InitFromObj(gcsGetActorReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsGetActorReply):
+        x = GcsGetActorReplyT()
+        x._UnPack(gcsGetActorReply)
+        return x
+
+    # GcsGetActorReplyT
+    def _UnPack(self, gcsGetActorReply):
+        if gcsGetActorReply is None:
+            return
+        self.found = gcsGetActorReply.Found()
+        if gcsGetActorReply.Actor() is not None:
+            self.actor = rayfield.store.protocol.fb.GcsActorInfo.GcsActorInfoT.InitFromObj(gcsGetActorReply.Actor())
+
+    # GcsGetActorReplyT
+    def Pack(self, builder):
+        if self.actor is not None:
+            actor = self.actor.Pack(builder)
+        GcsGetActorReplyStart(builder)
+        GcsGetActorReplyAddFound(builder, self.found)
+        if self.actor is not None:
+            GcsGetActorReplyAddActor(builder, actor)
+        gcsGetActorReply = GcsGetActorReplyEnd(builder)
+        return gcsGetActorReply

@@ -103,3 +103,76 @@ def GcsGetActorRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsGetActorRequestEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class GcsGetActorRequestT(object):
+
+    # GcsGetActorRequestT
+    def __init__(
+        self,
+        actorId = None,
+        name = None,
+        namespace = None,
+    ):
+        self.actorId = actorId  # type: Optional[List[int]]
+        self.name = name  # type: Optional[str]
+        self.namespace = namespace  # type: Optional[str]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsGetActorRequest = GcsGetActorRequest()
+        gcsGetActorRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsGetActorRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsGetActorRequest):
+        x = GcsGetActorRequestT()
+        x._UnPack(gcsGetActorRequest)
+        return x
+
+    # GcsGetActorRequestT
+    def _UnPack(self, gcsGetActorRequest):
+        if gcsGetActorRequest is None:
+            return
+        if not gcsGetActorRequest.ActorIdIsNone():
+            if np is None:
+                self.actorId = []
+                for i in range(gcsGetActorRequest.ActorIdLength()):
+                    self.actorId.append(gcsGetActorRequest.ActorId(i))
+            else:
+                self.actorId = gcsGetActorRequest.ActorIdAsNumpy()
+        self.name = gcsGetActorRequest.Name()
+        self.namespace = gcsGetActorRequest.Namespace()
+
+    # GcsGetActorRequestT
+    def Pack(self, builder):
+        if self.actorId is not None:
+            if np is not None and type(self.actorId) is np.ndarray:
+                actorId = builder.CreateNumpyVector(self.actorId)
+            else:
+                GcsGetActorRequestStartActorIdVector(builder, len(self.actorId))
+                for i in reversed(range(len(self.actorId))):
+                    builder.PrependUint8(self.actorId[i])
+                actorId = builder.EndVector()
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        if self.namespace is not None:
+            namespace = builder.CreateString(self.namespace)
+        GcsGetActorRequestStart(builder)
+        if self.actorId is not None:
+            GcsGetActorRequestAddActorId(builder, actorId)
+        if self.name is not None:
+            GcsGetActorRequestAddName(builder, name)
+        if self.namespace is not None:
+            GcsGetActorRequestAddNamespace(builder, namespace)
+        gcsGetActorRequest = GcsGetActorRequestEnd(builder)
+        return gcsGetActorRequest

@@ -74,3 +74,64 @@ def GcsGetNodesReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsGetNodesReplyEnd(builder)
+
+import rayfield.store.protocol.fb.GcsNodeInfo
+try:
+    from typing import List
+except:
+    pass
+
+class GcsGetNodesReplyT(object):
+
+    # GcsGetNodesReplyT
+    def __init__(
+        self,
+        nodes = None,
+    ):
+        self.nodes = nodes  # type: Optional[List[rayfield.store.protocol.fb.GcsNodeInfo.GcsNodeInfoT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsGetNodesReply = GcsGetNodesReply()
+        gcsGetNodesReply.Init(buf, pos)
+        return cls.InitFromObj(gcsGetNodesReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsGetNodesReply):
+        x = GcsGetNodesReplyT()
+        x._UnPack(gcsGetNodesReply)
+        return x
+
+    # GcsGetNodesReplyT
+    def _UnPack(self, gcsGetNodesReply):
+        if gcsGetNodesReply is None:
+            return
+        if not gcsGetNodesReply.NodesIsNone():
+            self.nodes = []
+            for i in range(gcsGetNodesReply.NodesLength()):
+                if gcsGetNodesReply.Nodes(i) is None:
+                    self.nodes.append(None)
+                else:
+                    gcsNodeInfo_ = rayfield.store.protocol.fb.GcsNodeInfo.GcsNodeInfoT.InitFromObj(gcsGetNodesReply.Nodes(i))
+                    self.nodes.append(gcsNodeInfo_)
+
+    # GcsGetNodesReplyT
+    def Pack(self, builder):
+        if self.nodes is not None:
+            nodeslist = []
+            for i in range(len(self.nodes)):
+                nodeslist.append(self.nodes[i].Pack(builder))
+            GcsGetNodesReplyStartNodesVector(builder, len(self.nodes))
+            for i in reversed(range(len(self.nodes))):
+                builder.PrependUOffsetTRelative(nodeslist[i])
+            nodes = builder.EndVector()
+        GcsGetNodesReplyStart(builder)
+        if self.nodes is not None:
+            GcsGetNodesReplyAddNodes(builder, nodes)
+        gcsGetNodesReply = GcsGetNodesReplyEnd(builder)
+        return gcsGetNodesReply

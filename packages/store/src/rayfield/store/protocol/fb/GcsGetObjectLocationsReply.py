@@ -74,3 +74,64 @@ def GcsGetObjectLocationsReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsGetObjectLocationsReplyEnd(builder)
+
+import rayfield.store.protocol.fb.GcsObjectLocations
+try:
+    from typing import List
+except:
+    pass
+
+class GcsGetObjectLocationsReplyT(object):
+
+    # GcsGetObjectLocationsReplyT
+    def __init__(
+        self,
+        locations = None,
+    ):
+        self.locations = locations  # type: Optional[List[rayfield.store.protocol.fb.GcsObjectLocations.GcsObjectLocationsT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsGetObjectLocationsReply = GcsGetObjectLocationsReply()
+        gcsGetObjectLocationsReply.Init(buf, pos)
+        return cls.InitFromObj(gcsGetObjectLocationsReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsGetObjectLocationsReply):
+        x = GcsGetObjectLocationsReplyT()
+        x._UnPack(gcsGetObjectLocationsReply)
+        return x
+
+    # GcsGetObjectLocationsReplyT
+    def _UnPack(self, gcsGetObjectLocationsReply):
+        if gcsGetObjectLocationsReply is None:
+            return
+        if not gcsGetObjectLocationsReply.LocationsIsNone():
+            self.locations = []
+            for i in range(gcsGetObjectLocationsReply.LocationsLength()):
+                if gcsGetObjectLocationsReply.Locations(i) is None:
+                    self.locations.append(None)
+                else:
+                    gcsObjectLocations_ = rayfield.store.protocol.fb.GcsObjectLocations.GcsObjectLocationsT.InitFromObj(gcsGetObjectLocationsReply.Locations(i))
+                    self.locations.append(gcsObjectLocations_)
+
+    # GcsGetObjectLocationsReplyT
+    def Pack(self, builder):
+        if self.locations is not None:
+            locationslist = []
+            for i in range(len(self.locations)):
+                locationslist.append(self.locations[i].Pack(builder))
+            GcsGetObjectLocationsReplyStartLocationsVector(builder, len(self.locations))
+            for i in reversed(range(len(self.locations))):
+                builder.PrependUOffsetTRelative(locationslist[i])
+            locations = builder.EndVector()
+        GcsGetObjectLocationsReplyStart(builder)
+        if self.locations is not None:
+            GcsGetObjectLocationsReplyAddLocations(builder, locations)
+        gcsGetObjectLocationsReply = GcsGetObjectLocationsReplyEnd(builder)
+        return gcsGetObjectLocationsReply

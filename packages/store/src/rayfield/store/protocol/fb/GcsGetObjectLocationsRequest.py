@@ -73,3 +73,61 @@ def GcsGetObjectLocationsRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsGetObjectLocationsRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import List
+except:
+    pass
+
+class GcsGetObjectLocationsRequestT(object):
+
+    # GcsGetObjectLocationsRequestT
+    def __init__(
+        self,
+        objectIds = None,
+    ):
+        self.objectIds = objectIds  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsGetObjectLocationsRequest = GcsGetObjectLocationsRequest()
+        gcsGetObjectLocationsRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsGetObjectLocationsRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsGetObjectLocationsRequest):
+        x = GcsGetObjectLocationsRequestT()
+        x._UnPack(gcsGetObjectLocationsRequest)
+        return x
+
+    # GcsGetObjectLocationsRequestT
+    def _UnPack(self, gcsGetObjectLocationsRequest):
+        if gcsGetObjectLocationsRequest is None:
+            return
+        if not gcsGetObjectLocationsRequest.ObjectIdsIsNone():
+            self.objectIds = []
+            for i in range(gcsGetObjectLocationsRequest.ObjectIdsLength()):
+                if gcsGetObjectLocationsRequest.ObjectIds(i) is None:
+                    self.objectIds.append(None)
+                else:
+                    uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(gcsGetObjectLocationsRequest.ObjectIds(i))
+                    self.objectIds.append(uniqueID_)
+
+    # GcsGetObjectLocationsRequestT
+    def Pack(self, builder):
+        if self.objectIds is not None:
+            GcsGetObjectLocationsRequestStartObjectIdsVector(builder, len(self.objectIds))
+            for i in reversed(range(len(self.objectIds))):
+                self.objectIds[i].Pack(builder)
+            objectIds = builder.EndVector()
+        GcsGetObjectLocationsRequestStart(builder)
+        if self.objectIds is not None:
+            GcsGetObjectLocationsRequestAddObjectIds(builder, objectIds)
+        gcsGetObjectLocationsRequest = GcsGetObjectLocationsRequestEnd(builder)
+        return gcsGetObjectLocationsRequest

@@ -88,3 +88,68 @@ def GcsGetTaskEventsReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsGetTaskEventsReplyEnd(builder)
+
+import rayfield.store.protocol.fb.GcsBlob
+try:
+    from typing import List
+except:
+    pass
+
+class GcsGetTaskEventsReplyT(object):
+
+    # GcsGetTaskEventsReplyT
+    def __init__(
+        self,
+        events = None,
+        dropped = 0,
+    ):
+        self.events = events  # type: Optional[List[rayfield.store.protocol.fb.GcsBlob.GcsBlobT]]
+        self.dropped = dropped  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsGetTaskEventsReply = GcsGetTaskEventsReply()
+        gcsGetTaskEventsReply.Init(buf, pos)
+        return cls.InitFromObj(gcsGetTaskEventsReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsGetTaskEventsReply):
+        x = GcsGetTaskEventsReplyT()
+        x._UnPack(gcsGetTaskEventsReply)
+        return x
+
+    # GcsGetTaskEventsReplyT
+    def _UnPack(self, gcsGetTaskEventsReply):
+        if gcsGetTaskEventsReply is None:
+            return
+        if not gcsGetTaskEventsReply.EventsIsNone():
+            self.events = []
+            for i in range(gcsGetTaskEventsReply.EventsLength()):
+                if gcsGetTaskEventsReply.Events(i) is None:
+                    self.events.append(None)
+                else:
+                    gcsBlob_ = rayfield.store.protocol.fb.GcsBlob.GcsBlobT.InitFromObj(gcsGetTaskEventsReply.Events(i))
+                    self.events.append(gcsBlob_)
+        self.dropped = gcsGetTaskEventsReply.Dropped()
+
+    # GcsGetTaskEventsReplyT
+    def Pack(self, builder):
+        if self.events is not None:
+            eventslist = []
+            for i in range(len(self.events)):
+                eventslist.append(self.events[i].Pack(builder))
+            GcsGetTaskEventsReplyStartEventsVector(builder, len(self.events))
+            for i in reversed(range(len(self.events))):
+                builder.PrependUOffsetTRelative(eventslist[i])
+            events = builder.EndVector()
+        GcsGetTaskEventsReplyStart(builder)
+        if self.events is not None:
+            GcsGetTaskEventsReplyAddEvents(builder, events)
+        GcsGetTaskEventsReplyAddDropped(builder, self.dropped)
+        gcsGetTaskEventsReply = GcsGetTaskEventsReplyEnd(builder)
+        return gcsGetTaskEventsReply

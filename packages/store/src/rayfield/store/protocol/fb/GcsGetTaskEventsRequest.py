@@ -50,3 +50,43 @@ def GcsGetTaskEventsRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsGetTaskEventsRequestEnd(builder)
+
+
+class GcsGetTaskEventsRequestT(object):
+
+    # GcsGetTaskEventsRequestT
+    def __init__(
+        self,
+        limit = 0,
+    ):
+        self.limit = limit  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsGetTaskEventsRequest = GcsGetTaskEventsRequest()
+        gcsGetTaskEventsRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsGetTaskEventsRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsGetTaskEventsRequest):
+        x = GcsGetTaskEventsRequestT()
+        x._UnPack(gcsGetTaskEventsRequest)
+        return x
+
+    # GcsGetTaskEventsRequestT
+    def _UnPack(self, gcsGetTaskEventsRequest):
+        if gcsGetTaskEventsRequest is None:
+            return
+        self.limit = gcsGetTaskEventsRequest.Limit()
+
+    # GcsGetTaskEventsRequestT
+    def Pack(self, builder):
+        GcsGetTaskEventsRequestStart(builder)
+        GcsGetTaskEventsRequestAddLimit(builder, self.limit)
+        gcsGetTaskEventsRequest = GcsGetTaskEventsRequestEnd(builder)
+        return gcsGetTaskEventsRequest

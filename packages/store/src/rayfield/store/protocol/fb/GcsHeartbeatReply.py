@@ -50,3 +50,43 @@ def GcsHeartbeatReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsHeartbeatReplyEnd(builder)
+
+
+class GcsHeartbeatReplyT(object):
+
+    # GcsHeartbeatReplyT
+    def __init__(
+        self,
+        reregister = False,
+    ):
+        self.reregister = reregister  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsHeartbeatReply = GcsHeartbeatReply()
+        gcsHeartbeatReply.Init(buf, pos)
+        return cls.InitFromObj(gcsHeartbeatReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsHeartbeatReply):
+        x = GcsHeartbeatReplyT()
+        x._UnPack(gcsHeartbeatReply)
+        return x
+
+    # GcsHeartbeatReplyT
+    def _UnPack(self, gcsHeartbeatReply):
+        if gcsHeartbeatReply is None:
+            return
+        self.reregister = gcsHeartbeatReply.Reregister()
+
+    # GcsHeartbeatReplyT
+    def Pack(self, builder):
+        GcsHeartbeatReplyStart(builder)
+        GcsHeartbeatReplyAddReregister(builder, self.reregister)
+        gcsHeartbeatReply = GcsHeartbeatReplyEnd(builder)
+        return gcsHeartbeatReply

@@ -150,3 +150,104 @@ def GcsHeartbeatRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsHeartbeatRequestEnd(builder)
+
+import rayfield.store.protocol.fb.GcsResourceDemand
+import rayfield.store.protocol.fb.ResourceAmount
+try:
+    from typing import List
+except:
+    pass
+
+class GcsHeartbeatRequestT(object):
+
+    # GcsHeartbeatRequestT
+    def __init__(
+        self,
+        nodeId = None,
+        resourcesAvailable = None,
+        demand = None,
+    ):
+        self.nodeId = nodeId  # type: Optional[List[int]]
+        self.resourcesAvailable = resourcesAvailable  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
+        self.demand = demand  # type: Optional[List[rayfield.store.protocol.fb.GcsResourceDemand.GcsResourceDemandT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsHeartbeatRequest = GcsHeartbeatRequest()
+        gcsHeartbeatRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsHeartbeatRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsHeartbeatRequest):
+        x = GcsHeartbeatRequestT()
+        x._UnPack(gcsHeartbeatRequest)
+        return x
+
+    # GcsHeartbeatRequestT
+    def _UnPack(self, gcsHeartbeatRequest):
+        if gcsHeartbeatRequest is None:
+            return
+        if not gcsHeartbeatRequest.NodeIdIsNone():
+            if np is None:
+                self.nodeId = []
+                for i in range(gcsHeartbeatRequest.NodeIdLength()):
+                    self.nodeId.append(gcsHeartbeatRequest.NodeId(i))
+            else:
+                self.nodeId = gcsHeartbeatRequest.NodeIdAsNumpy()
+        if not gcsHeartbeatRequest.ResourcesAvailableIsNone():
+            self.resourcesAvailable = []
+            for i in range(gcsHeartbeatRequest.ResourcesAvailableLength()):
+                if gcsHeartbeatRequest.ResourcesAvailable(i) is None:
+                    self.resourcesAvailable.append(None)
+                else:
+                    resourceAmount_ = rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT.InitFromObj(gcsHeartbeatRequest.ResourcesAvailable(i))
+                    self.resourcesAvailable.append(resourceAmount_)
+        if not gcsHeartbeatRequest.DemandIsNone():
+            self.demand = []
+            for i in range(gcsHeartbeatRequest.DemandLength()):
+                if gcsHeartbeatRequest.Demand(i) is None:
+                    self.demand.append(None)
+                else:
+                    gcsResourceDemand_ = rayfield.store.protocol.fb.GcsResourceDemand.GcsResourceDemandT.InitFromObj(gcsHeartbeatRequest.Demand(i))
+                    self.demand.append(gcsResourceDemand_)
+
+    # GcsHeartbeatRequestT
+    def Pack(self, builder):
+        if self.nodeId is not None:
+            if np is not None and type(self.nodeId) is np.ndarray:
+                nodeId = builder.CreateNumpyVector(self.nodeId)
+            else:
+                GcsHeartbeatRequestStartNodeIdVector(builder, len(self.nodeId))
+                for i in reversed(range(len(self.nodeId))):
+                    builder.PrependUint8(self.nodeId[i])
+                nodeId = builder.EndVector()
+        if self.resourcesAvailable is not None:
+            resourcesAvailablelist = []
+            for i in range(len(self.resourcesAvailable)):
+                resourcesAvailablelist.append(self.resourcesAvailable[i].Pack(builder))
+            GcsHeartbeatRequestStartResourcesAvailableVector(builder, len(self.resourcesAvailable))
+            for i in reversed(range(len(self.resourcesAvailable))):
+                builder.PrependUOffsetTRelative(resourcesAvailablelist[i])
+            resourcesAvailable = builder.EndVector()
+        if self.demand is not None:
+            demandlist = []
+            for i in range(len(self.demand)):
+                demandlist.append(self.demand[i].Pack(builder))
+            GcsHeartbeatRequestStartDemandVector(builder, len(self.demand))
+            for i in reversed(range(len(self.demand))):
+                builder.PrependUOffsetTRelative(demandlist[i])
+            demand = builder.EndVector()
+        GcsHeartbeatRequestStart(builder)
+        if self.nodeId is not None:
+            GcsHeartbeatRequestAddNodeId(builder, nodeId)
+        if self.resourcesAvailable is not None:
+            GcsHeartbeatRequestAddResourcesAvailable(builder, resourcesAvailable)
+        if self.demand is not None:
+            GcsHeartbeatRequestAddDemand(builder, demand)
+        gcsHeartbeatRequest = GcsHeartbeatRequestEnd(builder)
+        return gcsHeartbeatRequest

@@ -180,3 +180,104 @@ def GcsJobInfoEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsJobInfoEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class GcsJobInfoT(object):
+
+    # GcsJobInfoT
+    def __init__(
+        self,
+        jobId = None,
+        driverPid = 0,
+        nodeId = None,
+        entrypoint = None,
+        startTimeS = 0.0,
+        endTimeS = 0.0,
+        finished = False,
+    ):
+        self.jobId = jobId  # type: Optional[List[int]]
+        self.driverPid = driverPid  # type: int
+        self.nodeId = nodeId  # type: Optional[List[int]]
+        self.entrypoint = entrypoint  # type: Optional[str]
+        self.startTimeS = startTimeS  # type: float
+        self.endTimeS = endTimeS  # type: float
+        self.finished = finished  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsJobInfo = GcsJobInfo()
+        gcsJobInfo.Init(buf, pos)
+        return cls.InitFromObj(gcsJobInfo)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsJobInfo):
+        x = GcsJobInfoT()
+        x._UnPack(gcsJobInfo)
+        return x
+
+    # GcsJobInfoT
+    def _UnPack(self, gcsJobInfo):
+        if gcsJobInfo is None:
+            return
+        if not gcsJobInfo.JobIdIsNone():
+            if np is None:
+                self.jobId = []
+                for i in range(gcsJobInfo.JobIdLength()):
+                    self.jobId.append(gcsJobInfo.JobId(i))
+            else:
+                self.jobId = gcsJobInfo.JobIdAsNumpy()
+        self.driverPid = gcsJobInfo.DriverPid()
+        if not gcsJobInfo.NodeIdIsNone():
+            if np is None:
+                self.nodeId = []
+                for i in range(gcsJobInfo.NodeIdLength()):
+                    self.nodeId.append(gcsJobInfo.NodeId(i))
+            else:
+                self.nodeId = gcsJobInfo.NodeIdAsNumpy()
+        self.entrypoint = gcsJobInfo.Entrypoint()
+        self.startTimeS = gcsJobInfo.StartTimeS()
+        self.endTimeS = gcsJobInfo.EndTimeS()
+        self.finished = gcsJobInfo.Finished()
+
+    # GcsJobInfoT
+    def Pack(self, builder):
+        if self.jobId is not None:
+            if np is not None and type(self.jobId) is np.ndarray:
+                jobId = builder.CreateNumpyVector(self.jobId)
+            else:
+                GcsJobInfoStartJobIdVector(builder, len(self.jobId))
+                for i in reversed(range(len(self.jobId))):
+                    builder.PrependUint8(self.jobId[i])
+                jobId = builder.EndVector()
+        if self.nodeId is not None:
+            if np is not None and type(self.nodeId) is np.ndarray:
+                nodeId = builder.CreateNumpyVector(self.nodeId)
+            else:
+                GcsJobInfoStartNodeIdVector(builder, len(self.nodeId))
+                for i in reversed(range(len(self.nodeId))):
+                    builder.PrependUint8(self.nodeId[i])
+                nodeId = builder.EndVector()
+        if self.entrypoint is not None:
+            entrypoint = builder.CreateString(self.entrypoint)
+        GcsJobInfoStart(builder)
+        if self.jobId is not None:
+            GcsJobInfoAddJobId(builder, jobId)
+        GcsJobInfoAddDriverPid(builder, self.driverPid)
+        if self.nodeId is not None:
+            GcsJobInfoAddNodeId(builder, nodeId)
+        if self.entrypoint is not None:
+            GcsJobInfoAddEntrypoint(builder, entrypoint)
+        GcsJobInfoAddStartTimeS(builder, self.startTimeS)
+        GcsJobInfoAddEndTimeS(builder, self.endTimeS)
+        GcsJobInfoAddFinished(builder, self.finished)
+        gcsJobInfo = GcsJobInfoEnd(builder)
+        return gcsJobInfo

@@ -49,3 +49,43 @@ def GcsKvDelReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsKvDelReplyEnd(builder)
+
+
+class GcsKvDelReplyT(object):
+
+    # GcsKvDelReplyT
+    def __init__(
+        self,
+        deleted = False,
+    ):
+        self.deleted = deleted  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsKvDelReply = GcsKvDelReply()
+        gcsKvDelReply.Init(buf, pos)
+        return cls.InitFromObj(gcsKvDelReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsKvDelReply):
+        x = GcsKvDelReplyT()
+        x._UnPack(gcsKvDelReply)
+        return x
+
+    # GcsKvDelReplyT
+    def _UnPack(self, gcsKvDelReply):
+        if gcsKvDelReply is None:
+            return
+        self.deleted = gcsKvDelReply.Deleted()
+
+    # GcsKvDelReplyT
+    def Pack(self, builder):
+        GcsKvDelReplyStart(builder)
+        GcsKvDelReplyAddDeleted(builder, self.deleted)
+        gcsKvDelReply = GcsKvDelReplyEnd(builder)
+        return gcsKvDelReply

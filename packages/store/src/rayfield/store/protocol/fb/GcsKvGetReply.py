@@ -88,3 +88,66 @@ def GcsKvGetReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsKvGetReplyEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class GcsKvGetReplyT(object):
+
+    # GcsKvGetReplyT
+    def __init__(
+        self,
+        found = False,
+        value = None,
+    ):
+        self.found = found  # type: bool
+        self.value = value  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsKvGetReply = GcsKvGetReply()
+        gcsKvGetReply.Init(buf, pos)
+        return cls.InitFromObj(gcsKvGetReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsKvGetReply):
+        x = GcsKvGetReplyT()
+        x._UnPack(gcsKvGetReply)
+        return x
+
+    # GcsKvGetReplyT
+    def _UnPack(self, gcsKvGetReply):
+        if gcsKvGetReply is None:
+            return
+        self.found = gcsKvGetReply.Found()
+        if not gcsKvGetReply.ValueIsNone():
+            if np is None:
+                self.value = []
+                for i in range(gcsKvGetReply.ValueLength()):
+                    self.value.append(gcsKvGetReply.Value(i))
+            else:
+                self.value = gcsKvGetReply.ValueAsNumpy()
+
+    # GcsKvGetReplyT
+    def Pack(self, builder):
+        if self.value is not None:
+            if np is not None and type(self.value) is np.ndarray:
+                value = builder.CreateNumpyVector(self.value)
+            else:
+                GcsKvGetReplyStartValueVector(builder, len(self.value))
+                for i in reversed(range(len(self.value))):
+                    builder.PrependUint8(self.value[i])
+                value = builder.EndVector()
+        GcsKvGetReplyStart(builder)
+        GcsKvGetReplyAddFound(builder, self.found)
+        if self.value is not None:
+            GcsKvGetReplyAddValue(builder, value)
+        gcsKvGetReply = GcsKvGetReplyEnd(builder)
+        return gcsKvGetReply

@@ -90,3 +90,69 @@ def GcsKvKeyRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsKvKeyRequestEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class GcsKvKeyRequestT(object):
+
+    # GcsKvKeyRequestT
+    def __init__(
+        self,
+        namespace = None,
+        key = None,
+    ):
+        self.namespace = namespace  # type: Optional[str]
+        self.key = key  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsKvKeyRequest = GcsKvKeyRequest()
+        gcsKvKeyRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsKvKeyRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsKvKeyRequest):
+        x = GcsKvKeyRequestT()
+        x._UnPack(gcsKvKeyRequest)
+        return x
+
+    # GcsKvKeyRequestT
+    def _UnPack(self, gcsKvKeyRequest):
+        if gcsKvKeyRequest is None:
+            return
+        self.namespace = gcsKvKeyRequest.Namespace()
+        if not gcsKvKeyRequest.KeyIsNone():
+            if np is None:
+                self.key = []
+                for i in range(gcsKvKeyRequest.KeyLength()):
+                    self.key.append(gcsKvKeyRequest.Key(i))
+            else:
+                self.key = gcsKvKeyRequest.KeyAsNumpy()
+
+    # GcsKvKeyRequestT
+    def Pack(self, builder):
+        if self.namespace is not None:
+            namespace = builder.CreateString(self.namespace)
+        if self.key is not None:
+            if np is not None and type(self.key) is np.ndarray:
+                key = builder.CreateNumpyVector(self.key)
+            else:
+                GcsKvKeyRequestStartKeyVector(builder, len(self.key))
+                for i in reversed(range(len(self.key))):
+                    builder.PrependUint8(self.key[i])
+                key = builder.EndVector()
+        GcsKvKeyRequestStart(builder)
+        if self.namespace is not None:
+            GcsKvKeyRequestAddNamespace(builder, namespace)
+        if self.key is not None:
+            GcsKvKeyRequestAddKey(builder, key)
+        gcsKvKeyRequest = GcsKvKeyRequestEnd(builder)
+        return gcsKvKeyRequest

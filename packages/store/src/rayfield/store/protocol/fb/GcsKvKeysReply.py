@@ -74,3 +74,64 @@ def GcsKvKeysReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsKvKeysReplyEnd(builder)
+
+import rayfield.store.protocol.fb.GcsBlob
+try:
+    from typing import List
+except:
+    pass
+
+class GcsKvKeysReplyT(object):
+
+    # GcsKvKeysReplyT
+    def __init__(
+        self,
+        keys = None,
+    ):
+        self.keys = keys  # type: Optional[List[rayfield.store.protocol.fb.GcsBlob.GcsBlobT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsKvKeysReply = GcsKvKeysReply()
+        gcsKvKeysReply.Init(buf, pos)
+        return cls.InitFromObj(gcsKvKeysReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsKvKeysReply):
+        x = GcsKvKeysReplyT()
+        x._UnPack(gcsKvKeysReply)
+        return x
+
+    # GcsKvKeysReplyT
+    def _UnPack(self, gcsKvKeysReply):
+        if gcsKvKeysReply is None:
+            return
+        if not gcsKvKeysReply.KeysIsNone():
+            self.keys = []
+            for i in range(gcsKvKeysReply.KeysLength()):
+                if gcsKvKeysReply.Keys(i) is None:
+                    self.keys.append(None)
+                else:
+                    gcsBlob_ = rayfield.store.protocol.fb.GcsBlob.GcsBlobT.InitFromObj(gcsKvKeysReply.Keys(i))
+                    self.keys.append(gcsBlob_)
+
+    # GcsKvKeysReplyT
+    def Pack(self, builder):
+        if self.keys is not None:
+            keyslist = []
+            for i in range(len(self.keys)):
+                keyslist.append(self.keys[i].Pack(builder))
+            GcsKvKeysReplyStartKeysVector(builder, len(self.keys))
+            for i in reversed(range(len(self.keys))):
+                builder.PrependUOffsetTRelative(keyslist[i])
+            keys = builder.EndVector()
+        GcsKvKeysReplyStart(builder)
+        if self.keys is not None:
+            GcsKvKeysReplyAddKeys(builder, keys)
+        gcsKvKeysReply = GcsKvKeysReplyEnd(builder)
+        return gcsKvKeysReply

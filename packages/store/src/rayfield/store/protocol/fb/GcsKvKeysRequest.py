@@ -89,3 +89,69 @@ def GcsKvKeysRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsKvKeysRequestEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class GcsKvKeysRequestT(object):
+
+    # GcsKvKeysRequestT
+    def __init__(
+        self,
+        namespace = None,
+        prefix = None,
+    ):
+        self.namespace = namespace  # type: Optional[str]
+        self.prefix = prefix  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsKvKeysRequest = GcsKvKeysRequest()
+        gcsKvKeysRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsKvKeysRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsKvKeysRequest):
+        x = GcsKvKeysRequestT()
+        x._UnPack(gcsKvKeysRequest)
+        return x
+
+    # GcsKvKeysRequestT
+    def _UnPack(self, gcsKvKeysRequest):
+        if gcsKvKeysRequest is None:
+            return
+        self.namespace = gcsKvKeysRequest.Namespace()
+        if not gcsKvKeysRequest.PrefixIsNone():
+            if np is None:
+                self.prefix = []
+                for i in range(gcsKvKeysRequest.PrefixLength()):
+                    self.prefix.append(gcsKvKeysRequest.Prefix(i))
+            else:
+                self.prefix = gcsKvKeysRequest.PrefixAsNumpy()
+
+    # GcsKvKeysRequestT
+    def Pack(self, builder):
+        if self.namespace is not None:
+            namespace = builder.CreateString(self.namespace)
+        if self.prefix is not None:
+            if np is not None and type(self.prefix) is np.ndarray:
+                prefix = builder.CreateNumpyVector(self.prefix)
+            else:
+                GcsKvKeysRequestStartPrefixVector(builder, len(self.prefix))
+                for i in reversed(range(len(self.prefix))):
+                    builder.PrependUint8(self.prefix[i])
+                prefix = builder.EndVector()
+        GcsKvKeysRequestStart(builder)
+        if self.namespace is not None:
+            GcsKvKeysRequestAddNamespace(builder, namespace)
+        if self.prefix is not None:
+            GcsKvKeysRequestAddPrefix(builder, prefix)
+        gcsKvKeysRequest = GcsKvKeysRequestEnd(builder)
+        return gcsKvKeysRequest

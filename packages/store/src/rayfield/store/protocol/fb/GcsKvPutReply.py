@@ -49,3 +49,43 @@ def GcsKvPutReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsKvPutReplyEnd(builder)
+
+
+class GcsKvPutReplyT(object):
+
+    # GcsKvPutReplyT
+    def __init__(
+        self,
+        added = False,
+    ):
+        self.added = added  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsKvPutReply = GcsKvPutReply()
+        gcsKvPutReply.Init(buf, pos)
+        return cls.InitFromObj(gcsKvPutReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsKvPutReply):
+        x = GcsKvPutReplyT()
+        x._UnPack(gcsKvPutReply)
+        return x
+
+    # GcsKvPutReplyT
+    def _UnPack(self, gcsKvPutReply):
+        if gcsKvPutReply is None:
+            return
+        self.added = gcsKvPutReply.Added()
+
+    # GcsKvPutReplyT
+    def Pack(self, builder):
+        GcsKvPutReplyStart(builder)
+        GcsKvPutReplyAddAdded(builder, self.added)
+        gcsKvPutReply = GcsKvPutReplyEnd(builder)
+        return gcsKvPutReply

@@ -141,3 +141,92 @@ def GcsKvPutRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsKvPutRequestEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class GcsKvPutRequestT(object):
+
+    # GcsKvPutRequestT
+    def __init__(
+        self,
+        namespace = None,
+        key = None,
+        value = None,
+        overwrite = False,
+    ):
+        self.namespace = namespace  # type: Optional[str]
+        self.key = key  # type: Optional[List[int]]
+        self.value = value  # type: Optional[List[int]]
+        self.overwrite = overwrite  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsKvPutRequest = GcsKvPutRequest()
+        gcsKvPutRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsKvPutRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsKvPutRequest):
+        x = GcsKvPutRequestT()
+        x._UnPack(gcsKvPutRequest)
+        return x
+
+    # GcsKvPutRequestT
+    def _UnPack(self, gcsKvPutRequest):
+        if gcsKvPutRequest is None:
+            return
+        self.namespace = gcsKvPutRequest.Namespace()
+        if not gcsKvPutRequest.KeyIsNone():
+            if np is None:
+                self.key = []
+                for i in range(gcsKvPutRequest.KeyLength()):
+                    self.key.append(gcsKvPutRequest.Key(i))
+            else:
+                self.key = gcsKvPutRequest.KeyAsNumpy()
+        if not gcsKvPutRequest.ValueIsNone():
+            if np is None:
+                self.value = []
+                for i in range(gcsKvPutRequest.ValueLength()):
+                    self.value.append(gcsKvPutRequest.Value(i))
+            else:
+                self.value = gcsKvPutRequest.ValueAsNumpy()
+        self.overwrite = gcsKvPutRequest.Overwrite()
+
+    # GcsKvPutRequestT
+    def Pack(self, builder):
+        if self.namespace is not None:
+            namespace = builder.CreateString(self.namespace)
+        if self.key is not None:
+            if np is not None and type(self.key) is np.ndarray:
+                key = builder.CreateNumpyVector(self.key)
+            else:
+                GcsKvPutRequestStartKeyVector(builder, len(self.key))
+                for i in reversed(range(len(self.key))):
+                    builder.PrependUint8(self.key[i])
+                key = builder.EndVector()
+        if self.value is not None:
+            if np is not None and type(self.value) is np.ndarray:
+                value = builder.CreateNumpyVector(self.value)
+            else:
+                GcsKvPutRequestStartValueVector(builder, len(self.value))
+                for i in reversed(range(len(self.value))):
+                    builder.PrependUint8(self.value[i])
+                value = builder.EndVector()
+        GcsKvPutRequestStart(builder)
+        if self.namespace is not None:
+            GcsKvPutRequestAddNamespace(builder, namespace)
+        if self.key is not None:
+            GcsKvPutRequestAddKey(builder, key)
+        if self.value is not None:
+            GcsKvPutRequestAddValue(builder, value)
+        GcsKvPutRequestAddOverwrite(builder, self.overwrite)
+        gcsKvPutRequest = GcsKvPutRequestEnd(builder)
+        return gcsKvPutRequest

@@ -74,3 +74,64 @@ def GcsListActorsReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsListActorsReplyEnd(builder)
+
+import rayfield.store.protocol.fb.GcsActorInfo
+try:
+    from typing import List
+except:
+    pass
+
+class GcsListActorsReplyT(object):
+
+    # GcsListActorsReplyT
+    def __init__(
+        self,
+        actors = None,
+    ):
+        self.actors = actors  # type: Optional[List[rayfield.store.protocol.fb.GcsActorInfo.GcsActorInfoT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsListActorsReply = GcsListActorsReply()
+        gcsListActorsReply.Init(buf, pos)
+        return cls.InitFromObj(gcsListActorsReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsListActorsReply):
+        x = GcsListActorsReplyT()
+        x._UnPack(gcsListActorsReply)
+        return x
+
+    # GcsListActorsReplyT
+    def _UnPack(self, gcsListActorsReply):
+        if gcsListActorsReply is None:
+            return
+        if not gcsListActorsReply.ActorsIsNone():
+            self.actors = []
+            for i in range(gcsListActorsReply.ActorsLength()):
+                if gcsListActorsReply.Actors(i) is None:
+                    self.actors.append(None)
+                else:
+                    gcsActorInfo_ = rayfield.store.protocol.fb.GcsActorInfo.GcsActorInfoT.InitFromObj(gcsListActorsReply.Actors(i))
+                    self.actors.append(gcsActorInfo_)
+
+    # GcsListActorsReplyT
+    def Pack(self, builder):
+        if self.actors is not None:
+            actorslist = []
+            for i in range(len(self.actors)):
+                actorslist.append(self.actors[i].Pack(builder))
+            GcsListActorsReplyStartActorsVector(builder, len(self.actors))
+            for i in reversed(range(len(self.actors))):
+                builder.PrependUOffsetTRelative(actorslist[i])
+            actors = builder.EndVector()
+        GcsListActorsReplyStart(builder)
+        if self.actors is not None:
+            GcsListActorsReplyAddActors(builder, actors)
+        gcsListActorsReply = GcsListActorsReplyEnd(builder)
+        return gcsListActorsReply

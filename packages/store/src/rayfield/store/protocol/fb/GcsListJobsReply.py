@@ -74,3 +74,64 @@ def GcsListJobsReplyEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsListJobsReplyEnd(builder)
+
+import rayfield.store.protocol.fb.GcsJobInfo
+try:
+    from typing import List
+except:
+    pass
+
+class GcsListJobsReplyT(object):
+
+    # GcsListJobsReplyT
+    def __init__(
+        self,
+        jobs = None,
+    ):
+        self.jobs = jobs  # type: Optional[List[rayfield.store.protocol.fb.GcsJobInfo.GcsJobInfoT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsListJobsReply = GcsListJobsReply()
+        gcsListJobsReply.Init(buf, pos)
+        return cls.InitFromObj(gcsListJobsReply)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsListJobsReply):
+        x = GcsListJobsReplyT()
+        x._UnPack(gcsListJobsReply)
+        return x
+
+    # GcsListJobsReplyT
+    def _UnPack(self, gcsListJobsReply):
+        if gcsListJobsReply is None:
+            return
+        if not gcsListJobsReply.JobsIsNone():
+            self.jobs = []
+            for i in range(gcsListJobsReply.JobsLength()):
+                if gcsListJobsReply.Jobs(i) is None:
+                    self.jobs.append(None)
+                else:
+                    gcsJobInfo_ = rayfield.store.protocol.fb.GcsJobInfo.GcsJobInfoT.InitFromObj(gcsListJobsReply.Jobs(i))
+                    self.jobs.append(gcsJobInfo_)
+
+    # GcsListJobsReplyT
+    def Pack(self, builder):
+        if self.jobs is not None:
+            jobslist = []
+            for i in range(len(self.jobs)):
+                jobslist.append(self.jobs[i].Pack(builder))
+            GcsListJobsReplyStartJobsVector(builder, len(self.jobs))
+            for i in reversed(range(len(self.jobs))):
+                builder.PrependUOffsetTRelative(jobslist[i])
+            jobs = builder.EndVector()
+        GcsListJobsReplyStart(builder)
+        if self.jobs is not None:
+            GcsListJobsReplyAddJobs(builder, jobs)
+        gcsListJobsReply = GcsListJobsReplyEnd(builder)
+        return gcsListJobsReply

@@ -75,3 +75,62 @@ def GcsMarkJobFinishedRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsMarkJobFinishedRequestEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class GcsMarkJobFinishedRequestT(object):
+
+    # GcsMarkJobFinishedRequestT
+    def __init__(
+        self,
+        jobId = None,
+    ):
+        self.jobId = jobId  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsMarkJobFinishedRequest = GcsMarkJobFinishedRequest()
+        gcsMarkJobFinishedRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsMarkJobFinishedRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsMarkJobFinishedRequest):
+        x = GcsMarkJobFinishedRequestT()
+        x._UnPack(gcsMarkJobFinishedRequest)
+        return x
+
+    # GcsMarkJobFinishedRequestT
+    def _UnPack(self, gcsMarkJobFinishedRequest):
+        if gcsMarkJobFinishedRequest is None:
+            return
+        if not gcsMarkJobFinishedRequest.JobIdIsNone():
+            if np is None:
+                self.jobId = []
+                for i in range(gcsMarkJobFinishedRequest.JobIdLength()):
+                    self.jobId.append(gcsMarkJobFinishedRequest.JobId(i))
+            else:
+                self.jobId = gcsMarkJobFinishedRequest.JobIdAsNumpy()
+
+    # GcsMarkJobFinishedRequestT
+    def Pack(self, builder):
+        if self.jobId is not None:
+            if np is not None and type(self.jobId) is np.ndarray:
+                jobId = builder.CreateNumpyVector(self.jobId)
+            else:
+                GcsMarkJobFinishedRequestStartJobIdVector(builder, len(self.jobId))
+                for i in reversed(range(len(self.jobId))):
+                    builder.PrependUint8(self.jobId[i])
+                jobId = builder.EndVector()
+        GcsMarkJobFinishedRequestStart(builder)
+        if self.jobId is not None:
+            GcsMarkJobFinishedRequestAddJobId(builder, jobId)
+        gcsMarkJobFinishedRequest = GcsMarkJobFinishedRequestEnd(builder)
+        return gcsMarkJobFinishedRequest

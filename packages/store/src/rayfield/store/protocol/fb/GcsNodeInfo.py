@@ -292,3 +292,171 @@ def GcsNodeInfoEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsNodeInfoEnd(builder)
+
+import rayfield.store.protocol.fb.GcsResourceDemand
+import rayfield.store.protocol.fb.ResourceAmount
+try:
+    from typing import List
+except:
+    pass
+
+class GcsNodeInfoT(object):
+
+    # GcsNodeInfoT
+    def __init__(
+        self,
+        nodeId = None,
+        address = None,
+        socketPath = None,
+        sessionDir = None,
+        hostname = None,
+        resourcesTotal = None,
+        resourcesAvailable = None,
+        demand = None,
+        alive = False,
+        lastHeartbeatS = 0.0,
+        registeredS = 0.0,
+        deathReason = None,
+    ):
+        self.nodeId = nodeId  # type: Optional[List[int]]
+        self.address = address  # type: Optional[str]
+        self.socketPath = socketPath  # type: Optional[str]
+        self.sessionDir = sessionDir  # type: Optional[str]
+        self.hostname = hostname  # type: Optional[str]
+        self.resourcesTotal = resourcesTotal  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
+        self.resourcesAvailable = resourcesAvailable  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
+        self.demand = demand  # type: Optional[List[rayfield.store.protocol.fb.GcsResourceDemand.GcsResourceDemandT]]
+        self.alive = alive  # type: bool
+        self.lastHeartbeatS = lastHeartbeatS  # type: float
+        self.registeredS = registeredS  # type: float
+        self.deathReason = deathReason  # type: Optional[str]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsNodeInfo = GcsNodeInfo()
+        gcsNodeInfo.Init(buf, pos)
+        return cls.InitFromObj(gcsNodeInfo)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsNodeInfo):
+        x = GcsNodeInfoT()
+        x._UnPack(gcsNodeInfo)
+        return x
+
+    # GcsNodeInfoT
+    def _UnPack(self, gcsNodeInfo):
+        if gcsNodeInfo is None:
+            return
+        if not gcsNodeInfo.NodeIdIsNone():
+            if np is None:
+                self.nodeId = []
+                for i in range(gcsNodeInfo.NodeIdLength()):
+                    self.nodeId.append(gcsNodeInfo.NodeId(i))
+            else:
+                self.nodeId = gcsNodeInfo.NodeIdAsNumpy()
+        self.address = gcsNodeInfo.Address()
+        self.socketPath = gcsNodeInfo.SocketPath()
+        self.sessionDir = gcsNodeInfo.SessionDir()
+        self.hostname = gcsNodeInfo.Hostname()
+        if not gcsNodeInfo.ResourcesTotalIsNone():
+            self.resourcesTotal = []
+            for i in range(gcsNodeInfo.ResourcesTotalLength()):
+                if gcsNodeInfo.ResourcesTotal(i) is None:
+                    self.resourcesTotal.append(None)
+                else:
+                    resourceAmount_ = rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT.InitFromObj(gcsNodeInfo.ResourcesTotal(i))
+                    self.resourcesTotal.append(resourceAmount_)
+        if not gcsNodeInfo.ResourcesAvailableIsNone():
+            self.resourcesAvailable = []
+            for i in range(gcsNodeInfo.ResourcesAvailableLength()):
+                if gcsNodeInfo.ResourcesAvailable(i) is None:
+                    self.resourcesAvailable.append(None)
+                else:
+                    resourceAmount_ = rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT.InitFromObj(gcsNodeInfo.ResourcesAvailable(i))
+                    self.resourcesAvailable.append(resourceAmount_)
+        if not gcsNodeInfo.DemandIsNone():
+            self.demand = []
+            for i in range(gcsNodeInfo.DemandLength()):
+                if gcsNodeInfo.Demand(i) is None:
+                    self.demand.append(None)
+                else:
+                    gcsResourceDemand_ = rayfield.store.protocol.fb.GcsResourceDemand.GcsResourceDemandT.InitFromObj(gcsNodeInfo.Demand(i))
+                    self.demand.append(gcsResourceDemand_)
+        self.alive = gcsNodeInfo.Alive()
+        self.lastHeartbeatS = gcsNodeInfo.LastHeartbeatS()
+        self.registeredS = gcsNodeInfo.RegisteredS()
+        self.deathReason = gcsNodeInfo.DeathReason()
+
+    # GcsNodeInfoT
+    def Pack(self, builder):
+        if self.nodeId is not None:
+            if np is not None and type(self.nodeId) is np.ndarray:
+                nodeId = builder.CreateNumpyVector(self.nodeId)
+            else:
+                GcsNodeInfoStartNodeIdVector(builder, len(self.nodeId))
+                for i in reversed(range(len(self.nodeId))):
+                    builder.PrependUint8(self.nodeId[i])
+                nodeId = builder.EndVector()
+        if self.address is not None:
+            address = builder.CreateString(self.address)
+        if self.socketPath is not None:
+            socketPath = builder.CreateString(self.socketPath)
+        if self.sessionDir is not None:
+            sessionDir = builder.CreateString(self.sessionDir)
+        if self.hostname is not None:
+            hostname = builder.CreateString(self.hostname)
+        if self.resourcesTotal is not None:
+            resourcesTotallist = []
+            for i in range(len(self.resourcesTotal)):
+                resourcesTotallist.append(self.resourcesTotal[i].Pack(builder))
+            GcsNodeInfoStartResourcesTotalVector(builder, len(self.resourcesTotal))
+            for i in reversed(range(len(self.resourcesTotal))):
+                builder.PrependUOffsetTRelative(resourcesTotallist[i])
+            resourcesTotal = builder.EndVector()
+        if self.resourcesAvailable is not None:
+            resourcesAvailablelist = []
+            for i in range(len(self.resourcesAvailable)):
+                resourcesAvailablelist.append(self.resourcesAvailable[i].Pack(builder))
+            GcsNodeInfoStartResourcesAvailableVector(builder, len(self.resourcesAvailable))
+            for i in reversed(range(len(self.resourcesAvailable))):
+                builder.PrependUOffsetTRelative(resourcesAvailablelist[i])
+            resourcesAvailable = builder.EndVector()
+        if self.demand is not None:
+            demandlist = []
+            for i in range(len(self.demand)):
+                demandlist.append(self.demand[i].Pack(builder))
+            GcsNodeInfoStartDemandVector(builder, len(self.demand))
+            for i in reversed(range(len(self.demand))):
+                builder.PrependUOffsetTRelative(demandlist[i])
+            demand = builder.EndVector()
+        if self.deathReason is not None:
+            deathReason = builder.CreateString(self.deathReason)
+        GcsNodeInfoStart(builder)
+        if self.nodeId is not None:
+            GcsNodeInfoAddNodeId(builder, nodeId)
+        if self.address is not None:
+            GcsNodeInfoAddAddress(builder, address)
+        if self.socketPath is not None:
+            GcsNodeInfoAddSocketPath(builder, socketPath)
+        if self.sessionDir is not None:
+            GcsNodeInfoAddSessionDir(builder, sessionDir)
+        if self.hostname is not None:
+            GcsNodeInfoAddHostname(builder, hostname)
+        if self.resourcesTotal is not None:
+            GcsNodeInfoAddResourcesTotal(builder, resourcesTotal)
+        if self.resourcesAvailable is not None:
+            GcsNodeInfoAddResourcesAvailable(builder, resourcesAvailable)
+        if self.demand is not None:
+            GcsNodeInfoAddDemand(builder, demand)
+        GcsNodeInfoAddAlive(builder, self.alive)
+        GcsNodeInfoAddLastHeartbeatS(builder, self.lastHeartbeatS)
+        GcsNodeInfoAddRegisteredS(builder, self.registeredS)
+        if self.deathReason is not None:
+            GcsNodeInfoAddDeathReason(builder, deathReason)
+        gcsNodeInfo = GcsNodeInfoEnd(builder)
+        return gcsNodeInfo

@@ -4,8 +4,8 @@ import flatbuffers
 import numpy as np
 
 import typing
-from rayfield.store.protocol.fb.GcsResourceDemand import GcsResourceDemand
-from rayfield.store.protocol.fb.ResourceAmount import ResourceAmount
+from rayfield.store.protocol.fb.GcsResourceDemand import GcsResourceDemand, GcsResourceDemandT
+from rayfield.store.protocol.fb.ResourceAmount import ResourceAmount, ResourceAmountT
 
 uoffset: typing.TypeAlias = flatbuffers.number_types.UOffsetTFlags.py_type
 
@@ -36,6 +36,42 @@ class GcsNodeInfo(object):
   def LastHeartbeatS(self) -> float: ...
   def RegisteredS(self) -> float: ...
   def DeathReason(self) -> str | None: ...
+class GcsNodeInfoT(object):
+  nodeId: typing.List[int]
+  address: str | None
+  socketPath: str | None
+  sessionDir: str | None
+  hostname: str | None
+  resourcesTotal: typing.List[ResourceAmountT]
+  resourcesAvailable: typing.List[ResourceAmountT]
+  demand: typing.List[GcsResourceDemandT]
+  alive: bool
+  lastHeartbeatS: float
+  registeredS: float
+  deathReason: str | None
+  def __init__(
+    self,
+    nodeId: typing.List[int] | None = ...,
+    address: str | None = ...,
+    socketPath: str | None = ...,
+    sessionDir: str | None = ...,
+    hostname: str | None = ...,
+    resourcesTotal: typing.List['ResourceAmountT'] | None = ...,
+    resourcesAvailable: typing.List['ResourceAmountT'] | None = ...,
+    demand: typing.List['GcsResourceDemandT'] | None = ...,
+    alive: bool = ...,
+    lastHeartbeatS: float = ...,
+    registeredS: float = ...,
+    deathReason: str | None = ...,
+  ) -> None: ...
+  @classmethod
+  def InitFromBuf(cls, buf: bytes, pos: int) -> GcsNodeInfoT: ...
+  @classmethod
+  def InitFromPackedBuf(cls, buf: bytes, pos: int = 0) -> GcsNodeInfoT: ...
+  @classmethod
+  def InitFromObj(cls, gcsNodeInfo: GcsNodeInfo) -> GcsNodeInfoT: ...
+  def _UnPack(self, gcsNodeInfo: GcsNodeInfo) -> None: ...
+  def Pack(self, builder: flatbuffers.Builder) -> None: ...
 def GcsNodeInfoStart(builder: flatbuffers.Builder) -> None: ...
 def Start(builder: flatbuffers.Builder) -> None: ...
 def GcsNodeInfoAddNodeId(builder: flatbuffers.Builder, nodeId: uoffset) -> None: ...

@@ -113,3 +113,83 @@ def GcsObjectLocationsEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsObjectLocationsEnd(builder)
+
+import rayfield.store.protocol.fb.GcsBlob
+try:
+    from typing import List
+except:
+    pass
+
+class GcsObjectLocationsT(object):
+
+    # GcsObjectLocationsT
+    def __init__(
+        self,
+        objectId = None,
+        nodeIds = None,
+    ):
+        self.objectId = objectId  # type: Optional[List[int]]
+        self.nodeIds = nodeIds  # type: Optional[List[rayfield.store.protocol.fb.GcsBlob.GcsBlobT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsObjectLocations = GcsObjectLocations()
+        gcsObjectLocations.Init(buf, pos)
+        return cls.InitFromObj(gcsObjectLocations)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsObjectLocations):
+        x = GcsObjectLocationsT()
+        x._UnPack(gcsObjectLocations)
+        return x
+
+    # GcsObjectLocationsT
+    def _UnPack(self, gcsObjectLocations):
+        if gcsObjectLocations is None:
+            return
+        if not gcsObjectLocations.ObjectIdIsNone():
+            if np is None:
+                self.objectId = []
+                for i in range(gcsObjectLocations.ObjectIdLength()):
+                    self.objectId.append(gcsObjectLocations.ObjectId(i))
+            else:
+                self.objectId = gcsObjectLocations.ObjectIdAsNumpy()
+        if not gcsObjectLocations.NodeIdsIsNone():
+            self.nodeIds = []
+            for i in range(gcsObjectLocations.NodeIdsLength()):
+                if gcsObjectLocations.NodeIds(i) is None:
+                    self.nodeIds.append(None)
+                else:
+                    gcsBlob_ = rayfield.store.protocol.fb.GcsBlob.GcsBlobT.InitFromObj(gcsObjectLocations.NodeIds(i))
+                    self.nodeIds.append(gcsBlob_)
+
+    # GcsObjectLocationsT
+    def Pack(self, builder):
+        if self.objectId is not None:
+            if np is not None and type(self.objectId) is np.ndarray:
+                objectId = builder.CreateNumpyVector(self.objectId)
+            else:
+                GcsObjectLocationsStartObjectIdVector(builder, len(self.objectId))
+                for i in reversed(range(len(self.objectId))):
+                    builder.PrependUint8(self.objectId[i])
+                objectId = builder.EndVector()
+        if self.nodeIds is not None:
+            nodeIdslist = []
+            for i in range(len(self.nodeIds)):
+                nodeIdslist.append(self.nodeIds[i].Pack(builder))
+            GcsObjectLocationsStartNodeIdsVector(builder, len(self.nodeIds))
+            for i in reversed(range(len(self.nodeIds))):
+                builder.PrependUOffsetTRelative(nodeIdslist[i])
+            nodeIds = builder.EndVector()
+        GcsObjectLocationsStart(builder)
+        if self.objectId is not None:
+            GcsObjectLocationsAddObjectId(builder, objectId)
+        if self.nodeIds is not None:
+            GcsObjectLocationsAddNodeIds(builder, nodeIds)
+        gcsObjectLocations = GcsObjectLocationsEnd(builder)
+        return gcsObjectLocations

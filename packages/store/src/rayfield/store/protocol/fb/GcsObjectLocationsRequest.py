@@ -113,3 +113,80 @@ def GcsObjectLocationsRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsObjectLocationsRequestEnd(builder)
+
+import rayfield.store.protocol.fb.UniqueID
+try:
+    from typing import List
+except:
+    pass
+
+class GcsObjectLocationsRequestT(object):
+
+    # GcsObjectLocationsRequestT
+    def __init__(
+        self,
+        nodeId = None,
+        objectIds = None,
+    ):
+        self.nodeId = nodeId  # type: Optional[List[int]]
+        self.objectIds = objectIds  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsObjectLocationsRequest = GcsObjectLocationsRequest()
+        gcsObjectLocationsRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsObjectLocationsRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsObjectLocationsRequest):
+        x = GcsObjectLocationsRequestT()
+        x._UnPack(gcsObjectLocationsRequest)
+        return x
+
+    # GcsObjectLocationsRequestT
+    def _UnPack(self, gcsObjectLocationsRequest):
+        if gcsObjectLocationsRequest is None:
+            return
+        if not gcsObjectLocationsRequest.NodeIdIsNone():
+            if np is None:
+                self.nodeId = []
+                for i in range(gcsObjectLocationsRequest.NodeIdLength()):
+                    self.nodeId.append(gcsObjectLocationsRequest.NodeId(i))
+            else:
+                self.nodeId = gcsObjectLocationsRequest.NodeIdAsNumpy()
+        if not gcsObjectLocationsRequest.ObjectIdsIsNone():
+            self.objectIds = []
+            for i in range(gcsObjectLocationsRequest.ObjectIdsLength()):
+                if gcsObjectLocationsRequest.ObjectIds(i) is None:
+                    self.objectIds.append(None)
+                else:
+                    uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(gcsObjectLocationsRequest.ObjectIds(i))
+                    self.objectIds.append(uniqueID_)
+
+    # GcsObjectLocationsRequestT
+    def Pack(self, builder):
+        if self.nodeId is not None:
+            if np is not None and type(self.nodeId) is np.ndarray:
+                nodeId = builder.CreateNumpyVector(self.nodeId)
+            else:
+                GcsObjectLocationsRequestStartNodeIdVector(builder, len(self.nodeId))
+                for i in reversed(range(len(self.nodeId))):
+                    builder.PrependUint8(self.nodeId[i])
+                nodeId = builder.EndVector()
+        if self.objectIds is not None:
+            GcsObjectLocationsRequestStartObjectIdsVector(builder, len(self.objectIds))
+            for i in reversed(range(len(self.objectIds))):
+                self.objectIds[i].Pack(builder)
+            objectIds = builder.EndVector()
+        GcsObjectLocationsRequestStart(builder)
+        if self.nodeId is not None:
+            GcsObjectLocationsRequestAddNodeId(builder, nodeId)
+        if self.objectIds is not None:
+            GcsObjectLocationsRequestAddObjectIds(builder, objectIds)
+        gcsObjectLocationsRequest = GcsObjectLocationsRequestEnd(builder)
+        return gcsObjectLocationsRequest

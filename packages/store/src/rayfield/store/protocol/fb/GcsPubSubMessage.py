@@ -132,3 +132,88 @@ def GcsPubSubMessageEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsPubSubMessageEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class GcsPubSubMessageT(object):
+
+    # GcsPubSubMessageT
+    def __init__(
+        self,
+        channel = None,
+        key = None,
+        payload = None,
+    ):
+        self.channel = channel  # type: Optional[str]
+        self.key = key  # type: Optional[List[int]]
+        self.payload = payload  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsPubSubMessage = GcsPubSubMessage()
+        gcsPubSubMessage.Init(buf, pos)
+        return cls.InitFromObj(gcsPubSubMessage)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsPubSubMessage):
+        x = GcsPubSubMessageT()
+        x._UnPack(gcsPubSubMessage)
+        return x
+
+    # GcsPubSubMessageT
+    def _UnPack(self, gcsPubSubMessage):
+        if gcsPubSubMessage is None:
+            return
+        self.channel = gcsPubSubMessage.Channel()
+        if not gcsPubSubMessage.KeyIsNone():
+            if np is None:
+                self.key = []
+                for i in range(gcsPubSubMessage.KeyLength()):
+                    self.key.append(gcsPubSubMessage.Key(i))
+            else:
+                self.key = gcsPubSubMessage.KeyAsNumpy()
+        if not gcsPubSubMessage.PayloadIsNone():
+            if np is None:
+                self.payload = []
+                for i in range(gcsPubSubMessage.PayloadLength()):
+                    self.payload.append(gcsPubSubMessage.Payload(i))
+            else:
+                self.payload = gcsPubSubMessage.PayloadAsNumpy()
+
+    # GcsPubSubMessageT
+    def Pack(self, builder):
+        if self.channel is not None:
+            channel = builder.CreateString(self.channel)
+        if self.key is not None:
+            if np is not None and type(self.key) is np.ndarray:
+                key = builder.CreateNumpyVector(self.key)
+            else:
+                GcsPubSubMessageStartKeyVector(builder, len(self.key))
+                for i in reversed(range(len(self.key))):
+                    builder.PrependUint8(self.key[i])
+                key = builder.EndVector()
+        if self.payload is not None:
+            if np is not None and type(self.payload) is np.ndarray:
+                payload = builder.CreateNumpyVector(self.payload)
+            else:
+                GcsPubSubMessageStartPayloadVector(builder, len(self.payload))
+                for i in reversed(range(len(self.payload))):
+                    builder.PrependUint8(self.payload[i])
+                payload = builder.EndVector()
+        GcsPubSubMessageStart(builder)
+        if self.channel is not None:
+            GcsPubSubMessageAddChannel(builder, channel)
+        if self.key is not None:
+            GcsPubSubMessageAddKey(builder, key)
+        if self.payload is not None:
+            GcsPubSubMessageAddPayload(builder, payload)
+        gcsPubSubMessage = GcsPubSubMessageEnd(builder)
+        return gcsPubSubMessage

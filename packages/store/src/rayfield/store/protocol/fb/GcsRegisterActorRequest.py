@@ -54,3 +54,52 @@ def GcsRegisterActorRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsRegisterActorRequestEnd(builder)
+
+import rayfield.store.protocol.fb.GcsActorInfo
+try:
+    from typing import Optional
+except:
+    pass
+
+class GcsRegisterActorRequestT(object):
+
+    # GcsRegisterActorRequestT
+    def __init__(
+        self,
+        actor = None,
+    ):
+        self.actor = actor  # type: Optional[rayfield.store.protocol.fb.GcsActorInfo.GcsActorInfoT]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsRegisterActorRequest = GcsRegisterActorRequest()
+        gcsRegisterActorRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsRegisterActorRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsRegisterActorRequest):
+        x = GcsRegisterActorRequestT()
+        x._UnPack(gcsRegisterActorRequest)
+        return x
+
+    # GcsRegisterActorRequestT
+    def _UnPack(self, gcsRegisterActorRequest):
+        if gcsRegisterActorRequest is None:
+            return
+        if gcsRegisterActorRequest.Actor() is not None:
+            self.actor = rayfield.store.protocol.fb.GcsActorInfo.GcsActorInfoT.InitFromObj(gcsRegisterActorRequest.Actor())
+
+    # GcsRegisterActorRequestT
+    def Pack(self, builder):
+        if self.actor is not None:
+            actor = self.actor.Pack(builder)
+        GcsRegisterActorRequestStart(builder)
+        if self.actor is not None:
+            GcsRegisterActorRequestAddActor(builder, actor)
+        gcsRegisterActorRequest = GcsRegisterActorRequestEnd(builder)
+        return gcsRegisterActorRequest

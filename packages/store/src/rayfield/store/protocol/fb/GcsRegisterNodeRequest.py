@@ -54,3 +54,52 @@ def GcsRegisterNodeRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsRegisterNodeRequestEnd(builder)
+
+import rayfield.store.protocol.fb.GcsNodeInfo
+try:
+    from typing import Optional
+except:
+    pass
+
+class GcsRegisterNodeRequestT(object):
+
+    # GcsRegisterNodeRequestT
+    def __init__(
+        self,
+        node = None,
+    ):
+        self.node = node  # type: Optional[rayfield.store.protocol.fb.GcsNodeInfo.GcsNodeInfoT]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsRegisterNodeRequest = GcsRegisterNodeRequest()
+        gcsRegisterNodeRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsRegisterNodeRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsRegisterNodeRequest):
+        x = GcsRegisterNodeRequestT()
+        x._UnPack(gcsRegisterNodeRequest)
+        return x
+
+    # GcsRegisterNodeRequestT
+    def _UnPack(self, gcsRegisterNodeRequest):
+        if gcsRegisterNodeRequest is None:
+            return
+        if gcsRegisterNodeRequest.Node() is not None:
+            self.node = rayfield.store.protocol.fb.GcsNodeInfo.GcsNodeInfoT.InitFromObj(gcsRegisterNodeRequest.Node())
+
+    # GcsRegisterNodeRequestT
+    def Pack(self, builder):
+        if self.node is not None:
+            node = self.node.Pack(builder)
+        GcsRegisterNodeRequestStart(builder)
+        if self.node is not None:
+            GcsRegisterNodeRequestAddNode(builder, node)
+        gcsRegisterNodeRequest = GcsRegisterNodeRequestEnd(builder)
+        return gcsRegisterNodeRequest

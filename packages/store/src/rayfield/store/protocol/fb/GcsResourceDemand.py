@@ -101,3 +101,72 @@ def GcsResourceDemandEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsResourceDemandEnd(builder)
+
+import rayfield.store.protocol.fb.ResourceAmount
+try:
+    from typing import List
+except:
+    pass
+
+class GcsResourceDemandT(object):
+
+    # GcsResourceDemandT
+    def __init__(
+        self,
+        shape = None,
+        count = 0,
+        infeasible = False,
+    ):
+        self.shape = shape  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
+        self.count = count  # type: int
+        self.infeasible = infeasible  # type: bool
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsResourceDemand = GcsResourceDemand()
+        gcsResourceDemand.Init(buf, pos)
+        return cls.InitFromObj(gcsResourceDemand)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsResourceDemand):
+        x = GcsResourceDemandT()
+        x._UnPack(gcsResourceDemand)
+        return x
+
+    # GcsResourceDemandT
+    def _UnPack(self, gcsResourceDemand):
+        if gcsResourceDemand is None:
+            return
+        if not gcsResourceDemand.ShapeIsNone():
+            self.shape = []
+            for i in range(gcsResourceDemand.ShapeLength()):
+                if gcsResourceDemand.Shape(i) is None:
+                    self.shape.append(None)
+                else:
+                    resourceAmount_ = rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT.InitFromObj(gcsResourceDemand.Shape(i))
+                    self.shape.append(resourceAmount_)
+        self.count = gcsResourceDemand.Count()
+        self.infeasible = gcsResourceDemand.Infeasible()
+
+    # GcsResourceDemandT
+    def Pack(self, builder):
+        if self.shape is not None:
+            shapelist = []
+            for i in range(len(self.shape)):
+                shapelist.append(self.shape[i].Pack(builder))
+            GcsResourceDemandStartShapeVector(builder, len(self.shape))
+            for i in reversed(range(len(self.shape))):
+                builder.PrependUOffsetTRelative(shapelist[i])
+            shape = builder.EndVector()
+        GcsResourceDemandStart(builder)
+        if self.shape is not None:
+            GcsResourceDemandAddShape(builder, shape)
+        GcsResourceDemandAddCount(builder, self.count)
+        GcsResourceDemandAddInfeasible(builder, self.infeasible)
+        gcsResourceDemand = GcsResourceDemandEnd(builder)
+        return gcsResourceDemand

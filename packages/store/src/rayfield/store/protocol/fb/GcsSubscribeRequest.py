@@ -68,3 +68,59 @@ def GcsSubscribeRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsSubscribeRequestEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class GcsSubscribeRequestT(object):
+
+    # GcsSubscribeRequestT
+    def __init__(
+        self,
+        channels = None,
+    ):
+        self.channels = channels  # type: Optional[List[Optional[str]]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsSubscribeRequest = GcsSubscribeRequest()
+        gcsSubscribeRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsSubscribeRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsSubscribeRequest):
+        x = GcsSubscribeRequestT()
+        x._UnPack(gcsSubscribeRequest)
+        return x
+
+    # GcsSubscribeRequestT
+    def _UnPack(self, gcsSubscribeRequest):
+        if gcsSubscribeRequest is None:
+            return
+        if not gcsSubscribeRequest.ChannelsIsNone():
+            self.channels = []
+            for i in range(gcsSubscribeRequest.ChannelsLength()):
+                self.channels.append(gcsSubscribeRequest.Channels(i))
+
+    # GcsSubscribeRequestT
+    def Pack(self, builder):
+        if self.channels is not None:
+            channelslist = []
+            for i in range(len(self.channels)):
+                channelslist.append(builder.CreateString(self.channels[i]))
+            GcsSubscribeRequestStartChannelsVector(builder, len(self.channels))
+            for i in reversed(range(len(self.channels))):
+                builder.PrependUOffsetTRelative(channelslist[i])
+            channels = builder.EndVector()
+        GcsSubscribeRequestStart(builder)
+        if self.channels is not None:
+            GcsSubscribeRequestAddChannels(builder, channels)
+        gcsSubscribeRequest = GcsSubscribeRequestEnd(builder)
+        return gcsSubscribeRequest

@@ -75,3 +75,62 @@ def GcsUnregisterNodeRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsUnregisterNodeRequestEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class GcsUnregisterNodeRequestT(object):
+
+    # GcsUnregisterNodeRequestT
+    def __init__(
+        self,
+        nodeId = None,
+    ):
+        self.nodeId = nodeId  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsUnregisterNodeRequest = GcsUnregisterNodeRequest()
+        gcsUnregisterNodeRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsUnregisterNodeRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsUnregisterNodeRequest):
+        x = GcsUnregisterNodeRequestT()
+        x._UnPack(gcsUnregisterNodeRequest)
+        return x
+
+    # GcsUnregisterNodeRequestT
+    def _UnPack(self, gcsUnregisterNodeRequest):
+        if gcsUnregisterNodeRequest is None:
+            return
+        if not gcsUnregisterNodeRequest.NodeIdIsNone():
+            if np is None:
+                self.nodeId = []
+                for i in range(gcsUnregisterNodeRequest.NodeIdLength()):
+                    self.nodeId.append(gcsUnregisterNodeRequest.NodeId(i))
+            else:
+                self.nodeId = gcsUnregisterNodeRequest.NodeIdAsNumpy()
+
+    # GcsUnregisterNodeRequestT
+    def Pack(self, builder):
+        if self.nodeId is not None:
+            if np is not None and type(self.nodeId) is np.ndarray:
+                nodeId = builder.CreateNumpyVector(self.nodeId)
+            else:
+                GcsUnregisterNodeRequestStartNodeIdVector(builder, len(self.nodeId))
+                for i in reversed(range(len(self.nodeId))):
+                    builder.PrependUint8(self.nodeId[i])
+                nodeId = builder.EndVector()
+        GcsUnregisterNodeRequestStart(builder)
+        if self.nodeId is not None:
+            GcsUnregisterNodeRequestAddNodeId(builder, nodeId)
+        gcsUnregisterNodeRequest = GcsUnregisterNodeRequestEnd(builder)
+        return gcsUnregisterNodeRequest

@@ -127,3 +127,85 @@ def GcsUpdateActorRequestEnd(builder: flatbuffers.Builder) -> int:
 
 def End(builder: flatbuffers.Builder) -> int:
     return GcsUpdateActorRequestEnd(builder)
+
+try:
+    from typing import List
+except:
+    pass
+
+class GcsUpdateActorRequestT(object):
+
+    # GcsUpdateActorRequestT
+    def __init__(
+        self,
+        actorId = None,
+        state = 0,
+        nodeId = None,
+    ):
+        self.actorId = actorId  # type: Optional[List[int]]
+        self.state = state  # type: int
+        self.nodeId = nodeId  # type: Optional[List[int]]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        gcsUpdateActorRequest = GcsUpdateActorRequest()
+        gcsUpdateActorRequest.Init(buf, pos)
+        return cls.InitFromObj(gcsUpdateActorRequest)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, gcsUpdateActorRequest):
+        x = GcsUpdateActorRequestT()
+        x._UnPack(gcsUpdateActorRequest)
+        return x
+
+    # GcsUpdateActorRequestT
+    def _UnPack(self, gcsUpdateActorRequest):
+        if gcsUpdateActorRequest is None:
+            return
+        if not gcsUpdateActorRequest.ActorIdIsNone():
+            if np is None:
+                self.actorId = []
+                for i in range(gcsUpdateActorRequest.ActorIdLength()):
+                    self.actorId.append(gcsUpdateActorRequest.ActorId(i))
+            else:
+                self.actorId = gcsUpdateActorRequest.ActorIdAsNumpy()
+        self.state = gcsUpdateActorRequest.State()
+        if not gcsUpdateActorRequest.NodeIdIsNone():
+            if np is None:
+                self.nodeId = []
+                for i in range(gcsUpdateActorRequest.NodeIdLength()):
+                    self.nodeId.append(gcsUpdateActorRequest.NodeId(i))
+            else:
+                self.nodeId = gcsUpdateActorRequest.NodeIdAsNumpy()
+
+    # GcsUpdateActorRequestT
+    def Pack(self, builder):
+        if self.actorId is not None:
+            if np is not None and type(self.actorId) is np.ndarray:
+                actorId = builder.CreateNumpyVector(self.actorId)
+            else:
+                GcsUpdateActorRequestStartActorIdVector(builder, len(self.actorId))
+                for i in reversed(range(len(self.actorId))):
+                    builder.PrependUint8(self.actorId[i])
+                actorId = builder.EndVector()
+        if self.nodeId is not None:
+            if np is not None and type(self.nodeId) is np.ndarray:
+                nodeId = builder.CreateNumpyVector(self.nodeId)
+            else:
+                GcsUpdateActorRequestStartNodeIdVector(builder, len(self.nodeId))
+                for i in reversed(range(len(self.nodeId))):
+                    builder.PrependUint8(self.nodeId[i])
+                nodeId = builder.EndVector()
+        GcsUpdateActorRequestStart(builder)
+        if self.actorId is not None:
+            GcsUpdateActorRequestAddActorId(builder, actorId)
+        GcsUpdateActorRequestAddState(builder, self.state)
+        if self.nodeId is not None:
+            GcsUpdateActorRequestAddNodeId(builder, nodeId)
+        gcsUpdateActorRequest = GcsUpdateActorRequestEnd(builder)
+        return gcsUpdateActorRequest
