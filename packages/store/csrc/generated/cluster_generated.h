@@ -94,6 +94,8 @@ inline ::flatbuffers::Offset<PullObjectRequest> CreatePullObjectRequest(
   return builder_.Finish();
 }
 
+/// One message of PullObject's stream: a little-endian uint32 length, this table,
+/// then the chunk's bytes (raw, so they are copied once on each side, not encoded).
 /// The first chunk carries the sizes and metadata; the data follows in order.
 struct ObjectChunk FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef ObjectChunkBuilder Builder;
@@ -101,8 +103,7 @@ struct ObjectChunk FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_FOUND = 4,
     VT_DATA_SIZE = 6,
     VT_METADATA = 8,
-    VT_OFFSET = 10,
-    VT_DATA = 12
+    VT_OFFSET = 10
   };
   bool found() const {
     return GetField<uint8_t>(VT_FOUND, 0) != 0;
@@ -116,9 +117,6 @@ struct ObjectChunk FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   uint64_t offset() const {
     return GetField<uint64_t>(VT_OFFSET, 0);
   }
-  const ::flatbuffers::Vector<uint8_t> *data() const {
-    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_DATA);
-  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -127,8 +125,6 @@ struct ObjectChunk FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyOffset(verifier, VT_METADATA) &&
            verifier.VerifyVector(metadata()) &&
            VerifyField<uint64_t>(verifier, VT_OFFSET, 8) &&
-           VerifyOffset(verifier, VT_DATA) &&
-           verifier.VerifyVector(data()) &&
            verifier.EndTable();
   }
 };
@@ -149,9 +145,6 @@ struct ObjectChunkBuilder {
   void add_offset(uint64_t offset) {
     fbb_.AddElement<uint64_t>(ObjectChunk::VT_OFFSET, offset, 0);
   }
-  void add_data(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> data) {
-    fbb_.AddOffset(ObjectChunk::VT_DATA, data);
-  }
   explicit ObjectChunkBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -168,12 +161,10 @@ inline ::flatbuffers::Offset<ObjectChunk> CreateObjectChunk(
     bool found = false,
     uint64_t data_size = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> metadata = 0,
-    uint64_t offset = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> data = 0) {
+    uint64_t offset = 0) {
   ObjectChunkBuilder builder_(_fbb);
   builder_.add_offset(offset);
   builder_.add_data_size(data_size);
-  builder_.add_data(data);
   builder_.add_metadata(metadata);
   builder_.add_found(found);
   return builder_.Finish();
@@ -184,17 +175,14 @@ inline ::flatbuffers::Offset<ObjectChunk> CreateObjectChunkDirect(
     bool found = false,
     uint64_t data_size = 0,
     const std::vector<uint8_t> *metadata = nullptr,
-    uint64_t offset = 0,
-    const std::vector<uint8_t> *data = nullptr) {
+    uint64_t offset = 0) {
   auto metadata__ = metadata ? _fbb.CreateVector<uint8_t>(*metadata) : 0;
-  auto data__ = data ? _fbb.CreateVector<uint8_t>(*data) : 0;
   return rayfield::store::protocol::fb::CreateObjectChunk(
       _fbb,
       found,
       data_size,
       metadata__,
-      offset,
-      data__);
+      offset);
 }
 
 /// ForwardTask: run this task here; the arguments are pulled from `origin`

@@ -81,52 +81,111 @@ def _resources(ctx: click.Context, param: click.Parameter, value: str | None) ->
     help="Address this node listens on and is reached at. Anything but loopback exposes the "
     "node to the network: use with --tls-* or on a trusted network.",
 )
-@click.option("--node-manager-port", type=int, default=0, help="TCP port of the node's service "
-              "(object transfer and forwarded tasks); 0 picks a free one.")
-@click.option("--object-manager-port", type=int, default=None, help="Accepted for "
-              "compatibility: objects travel over the node manager port.")
+@click.option(
+    "--node-manager-port",
+    type=int,
+    default=0,
+    help="TCP port of the node's service "
+    "(object transfer and forwarded tasks); 0 picks a free one.",
+)
+@click.option(
+    "--object-manager-port",
+    type=int,
+    default=None,
+    help="Accepted for compatibility: objects travel over the node manager port.",
+)
 @click.option("--num-cpus", type=float, default=None, help="CPUs of this node (default: all).")
 @click.option("--num-gpus", type=float, default=None, help="GPUs of this node (default: 0).")
-@click.option("--resources", callback=_resources, default=None, metavar="JSON",
-              help='Custom resources, e.g. \'{"tpu": 2}\'.')
-@click.option("--object-store-memory", type=int, default=None, metavar="BYTES",
-              help="Size of this node's object store (default 30% of memory, at most 20 GB).")
-@click.option("--plasma-directory", type=click.Path(file_okay=False), default=None,
-              help="Back the store with a file in this directory instead of anonymous memory.")
-@click.option("--huge-pages", is_flag=True, help="Back the store with huge pages (with "
-              "--plasma-directory on a hugetlbfs mount).")
-@click.option("--temp-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Root of the session directories (default <tmp>/rayfield).")
-@click.option("--token", envvar="RAYFIELD_TOKEN", default=None, help="The cluster token, to "
-              "join from another machine (the head keeps it in <session>/token). Env: "
-              "RAYFIELD_TOKEN.")
+@click.option(
+    "--resources",
+    callback=_resources,
+    default=None,
+    metavar="JSON",
+    help="Custom resources, e.g. '{\"tpu\": 2}'.",
+)
+@click.option(
+    "--object-store-memory",
+    type=int,
+    default=None,
+    metavar="BYTES",
+    help="Size of this node's object store (default 30% of memory, at most 20 GB).",
+)
+@click.option(
+    "--plasma-directory",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Back the store with a file in this directory instead of anonymous memory.",
+)
+@click.option(
+    "--huge-pages",
+    is_flag=True,
+    help="Back the store with huge pages (with --plasma-directory on a hugetlbfs mount).",
+)
+@click.option(
+    "--temp-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Root of the session directories (default <tmp>/rayfield).",
+)
+@click.option(
+    "--token",
+    envvar="RAYFIELD_TOKEN",
+    default=None,
+    help="The cluster token, to "
+    "join from another machine (the head keeps it in <session>/token). Env: "
+    "RAYFIELD_TOKEN.",
+)
 @click.option("--redis-password", default=None, help="Classic name of --token when joining.")
-@click.option("--tls-cert", envvar="RAYFIELD_TLS_CERT", default=None, help="PEM certificate of "
-              "this node for mutual TLS on every gRPC channel. Env: RAYFIELD_TLS_CERT.")
-@click.option("--tls-key", envvar="RAYFIELD_TLS_KEY", default=None, help="Its private key. "
-              "Env: RAYFIELD_TLS_KEY.")
-@click.option("--tls-ca", envvar="RAYFIELD_TLS_CA", default=None, help="The cluster's CA "
-              "certificate. Env: RAYFIELD_TLS_CA.")
-@click.option("--include-dashboard", "--include-webui", "include_dashboard", is_flag=True,
-              help="Head only: serve the dashboard (not available in this version).")
-@click.option("--block", is_flag=True, help="Stay in the foreground until the node stops "
-              "(Ctrl-C stops what this command started).")
+@click.option(
+    "--tls-cert",
+    envvar="RAYFIELD_TLS_CERT",
+    default=None,
+    help="PEM certificate of "
+    "this node for mutual TLS on every gRPC channel. Env: RAYFIELD_TLS_CERT.",
+)
+@click.option(
+    "--tls-key",
+    envvar="RAYFIELD_TLS_KEY",
+    default=None,
+    help="Its private key. Env: RAYFIELD_TLS_KEY.",
+)
+@click.option(
+    "--tls-ca",
+    envvar="RAYFIELD_TLS_CA",
+    default=None,
+    help="The cluster's CA certificate. Env: RAYFIELD_TLS_CA.",
+)
+@click.option(
+    "--include-dashboard",
+    "--include-webui",
+    "include_dashboard",
+    is_flag=True,
+    help="Head only: serve the dashboard (not available in this version).",
+)
+@click.option(
+    "--block",
+    is_flag=True,
+    help="Stay in the foreground until the node stops (Ctrl-C stops what this command started).",
+)
 @click.option("--num-redis-shards", type=int, hidden=True, callback=_refuse, expose_value=False)
 @click.option("--redis-shard-ports", hidden=True, callback=_refuse, expose_value=False)
 @click.option("--redis-max-clients", type=int, hidden=True, callback=_refuse, expose_value=False)
 @click.option("--redis-max-memory", type=int, hidden=True, callback=_refuse, expose_value=False)
 @click.option("--autoscaling-config", hidden=True, callback=_refuse, expose_value=False)
-@click.option("--no-redirect-worker-output", is_flag=True, hidden=True, callback=_refuse,
-              expose_value=False)
-@click.option("--no-redirect-output", is_flag=True, hidden=True, callback=_refuse,
-              expose_value=False)
+@click.option(
+    "--no-redirect-worker-output", is_flag=True, hidden=True, callback=_refuse, expose_value=False
+)
+@click.option(
+    "--no-redirect-output", is_flag=True, hidden=True, callback=_refuse, expose_value=False
+)
 @click.option("--plasma-store-socket-name", hidden=True, callback=_refuse, expose_value=False)
 @click.option("--raylet-socket-name", hidden=True, callback=_refuse, expose_value=False)
 @click.option("--include-java", is_flag=True, hidden=True, callback=_refuse, expose_value=False)
 @click.option("--java-worker-options", hidden=True, callback=_refuse, expose_value=False)
 @click.option("--internal-config", hidden=True, callback=_refuse, expose_value=False)
-@click.option("--load-code-from-local", is_flag=True, hidden=True, callback=_refuse,
-              expose_value=False)
+@click.option(
+    "--load-code-from-local", is_flag=True, hidden=True, callback=_refuse, expose_value=False
+)
 def start(**kw: Any) -> None:
     """Start a rayfield node on this machine.
 
@@ -139,9 +198,7 @@ def start(**kw: Any) -> None:
     if head and address:
         raise click.UsageError("--address joins an existing cluster: leave it out with --head")
     if not head and not address:
-        raise click.UsageError(
-            "give --head to start a cluster, or --address HOST:PORT to join one"
-        )
+        raise click.UsageError("give --head to start a cluster, or --address HOST:PORT to join one")
     if not head:
         for flag in ("port", "include_dashboard"):
             if kw[flag]:
@@ -160,7 +217,7 @@ def start(**kw: Any) -> None:
         temp_dir=temp_dir,
         node_ip_address=kw["node_ip_address"],
         node_manager_port=kw["node_manager_port"],
-        tls=tuple(tls_parts) if all(tls_parts) else None,  # type: ignore[arg-type]
+        tls=(tls_parts[0], tls_parts[1], tls_parts[2]) if all(tls_parts) else None,
     )
     session = launch.new_session_dir(temp_dir)
     try:
@@ -204,8 +261,8 @@ def _print_next_steps(address: str, session: Path) -> None:
         f"Add a node on another machine (the token is in {session / 'token'}):\n"
         f"    RAYFIELD_TOKEN=<token> rayfield start --address {address} "
         f"--node-ip-address <its IP>\n"
-        f"Connect a driver:\n    import rayfield\n    rayfield.init(address=\"{address}\")"
-        f"  # or address=\"auto\" on this machine\n"
+        f'Connect a driver:\n    import rayfield\n    rayfield.init(address="{address}")'
+        f'  # or address="auto" on this machine\n'
         f"Stop everything here:\n    rayfield stop"
     )
 

@@ -185,8 +185,10 @@ class LocalNode:
                     self.pool.registered()
                 elif kind == "object_missing" and self.agent is not None:
                     self.agent.on_object_missing(event[1], event[2])
-                elif kind == "task_infeasible" and self.agent is not None and self.agent.spill(
-                    event[1], event[2]
+                elif (
+                    kind == "task_infeasible"
+                    and self.agent is not None
+                    and self.agent.spill(event[1], event[2])
                 ):
                     continue  # forwarded to a node that fits it
                 elif kind == "task_infeasible" and event[1] not in self.warned:

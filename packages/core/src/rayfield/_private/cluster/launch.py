@@ -62,7 +62,9 @@ class NodeOptions:
     tls: tuple[str, str, str] | None = None  # cert, key, ca
 
 
-def _spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def _spawn(
+    args: list[str], log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", *args],
@@ -107,7 +109,13 @@ def start_gcs(session: Path, host: str, port: int, opts: NodeOptions, timeout_s:
     args += ["--db", str(session / "gcs.sqlite"), "--token-file", str(token_file)]
     args += ["--port-file", str(port_file), *_tls_args(opts)]
     proc = _spawn(args, log)
-    _wait_for("the GCS", lambda: port_file.exists() and port_file.read_text().strip() != "", proc, log, timeout_s)
+    _wait_for(
+        "the GCS",
+        lambda: port_file.exists() and port_file.read_text().strip() != "",
+        proc,
+        log,
+        timeout_s,
+    )
     address = f"{host}:{port_file.read_text().strip()}"
     (session / "cluster.json").write_text(json.dumps({"gcs_address": address, "gcs_pid": proc.pid}))
     return address
@@ -187,7 +195,7 @@ def find_token(gcs_address: str | None = None, temp_dir: Path | None = None) -> 
     from rayfield._private.gcs.auth import read_token
 
     root = temp_dir or default_temp_dir()
-    candidates = [root / "session_latest"] + sorted(root.glob("session_*"), reverse=True)
+    candidates = [root / "session_latest", *sorted(root.glob("session_*"), reverse=True)]
     for session in candidates:
         cluster = session / "cluster.json"
         if not cluster.exists() or not (session / "token").exists():
@@ -205,26 +213,34 @@ def find_token(gcs_address: str | None = None, temp_dir: Path | None = None) -> 
 # ---- stopping ------------------------------------------------------------------------
 
 
-def rayfield_processes() -> list[psutil.Process]:
-    """Node and GCS processes of this user on this machine (workers are their children)."""
+def rayfield_processes(temp_dir: Path | None = None) -> list[psutil.Process]:
+    """Node and GCS processes of this user on this machine (workers are their children);
+    with ``temp_dir``, only those whose sessions are under it."""
     me = os.getuid()
+    prefix = str(temp_dir.resolve()) if temp_dir is not None else None
     found = []
     for proc in psutil.process_iter(["cmdline", "uids"]):
         try:
             cmd = proc.info["cmdline"] or []
             if proc.info["uids"] and proc.info["uids"].real != me:
                 continue
-            if any(m in cmd for m in PROCESS_MODULES) and proc.pid != os.getpid():
+            if not any(m in cmd for m in PROCESS_MODULES) or proc.pid == os.getpid():
+                continue
+            if prefix is None or any(a.startswith(prefix) for a in cmd):
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
 
 
-def stop_all(grace_s: float = 10.0, on_progress: Callable[[str], None] | None = None) -> int:
-    """SIGTERM every node (then GCS) process of this user, SIGKILL what outlives
-    ``grace_s``, and remove what they leave behind. Returns how many were stopped."""
-    procs = rayfield_processes()
+def stop_all(
+    grace_s: float = 10.0,
+    on_progress: Callable[[str], None] | None = None,
+    temp_dir: Path | None = None,
+) -> int:
+    """SIGTERM every node (then GCS) process of this user (under ``temp_dir`` if given),
+    SIGKILL what outlives ``grace_s``. Returns how many were stopped."""
+    procs = rayfield_processes(temp_dir)
     # Nodes first (they stop their workers and leave the cluster), then the GCS.
     nodes = [p for p in procs if "rayfield._private.node_main" in p.cmdline()]
     gcs = [p for p in procs if p not in nodes]

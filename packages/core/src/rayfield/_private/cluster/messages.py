@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import flatbuffers
-import numpy as np
 
 from rayfield.store.protocol.fb import (
     ForwardTaskReply,
@@ -29,6 +28,10 @@ RESOURCE_UNIT = 10000  # fixed point of ResourceAmount.amount (as the native sch
 ID_SIZE = 20
 
 
+# flatc 25.12.19 names this CreateUniqueId in the module and CreateUniqueID in its stub.
+_create_id: Callable[[flatbuffers.Builder, bytes], int] = UniqueID.CreateUniqueId  # type: ignore[attr-defined]
+
+
 class MalformedMessage(ValueError):
     """A payload that does not decode as the expected message."""
 
@@ -41,7 +44,7 @@ def _decoder(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(buf)
         except MalformedMessage:
             raise
-        except Exception as exc:  # noqa: BLE001 - any decoding failure is a malformed payload
+        except Exception as exc:
             raise MalformedMessage(f"{fn.__name__}: {type(exc).__name__}: {exc}") from None
 
     wrapper.__name__ = fn.__name__
@@ -52,7 +55,7 @@ def _decoder(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _id_vector(b: flatbuffers.Builder, start: Callable[..., Any], ids: Sequence[bytes]) -> int:
     start(b, len(ids))
     for oid in reversed(ids):
-        UniqueID.CreateUniqueId(b, oid)
+        _create_id(b, oid)
     return int(b.EndVector())
 
 
@@ -70,6 +73,10 @@ def _read_ids(n: int, get: Callable[[int], Any]) -> list[bytes]:
     return [_check_id(bytes(get(j).BytesAsNumpy().tobytes())) for j in range(n)]
 
 
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _finish(b: flatbuffers.Builder, root: int) -> bytes:
     b.Finish(root)
     return bytes(b.Output())
@@ -80,10 +87,10 @@ def _finish(b: flatbuffers.Builder, root: int) -> bytes:
 
 def encode_pull(object_id: bytes, timeout_ms: int) -> bytes:
     b = flatbuffers.Builder(64)
-    PullObjectRequest.Start(b)
-    PullObjectRequest.AddObjectId(b, UniqueID.CreateUniqueId(b, object_id))
-    PullObjectRequest.AddTimeoutMs(b, timeout_ms)
-    return _finish(b, PullObjectRequest.End(b))
+    PullObjectRequest.PullObjectRequestStart(b)
+    PullObjectRequest.PullObjectRequestAddObjectId(b, _create_id(b, object_id))
+    PullObjectRequest.PullObjectRequestAddTimeoutMs(b, timeout_ms)
+    return _finish(b, PullObjectRequest.PullObjectRequestEnd(b))
 
 
 @_decoder
@@ -99,27 +106,29 @@ def decode_pull(buf: bytes) -> tuple[bytes, int]:
 def encode_chunk(
     found: bool, data_size: int = 0, metadata: bytes = b"", offset: int = 0, data: Any = b""
 ) -> bytes:
-    b = flatbuffers.Builder(len(data) + len(metadata) + 128)
-    data_vec = b.CreateNumpyVector(np.frombuffer(data, dtype=np.uint8)) if len(data) else None
+    """A chunk message: length-prefixed ObjectChunk table, then ``data`` raw."""
+    b = flatbuffers.Builder(128 + len(metadata))
     meta_vec = b.CreateByteVector(metadata) if metadata else None
-    ObjectChunk.Start(b)
-    ObjectChunk.AddFound(b, found)
-    ObjectChunk.AddDataSize(b, data_size)
-    ObjectChunk.AddOffset(b, offset)
+    ObjectChunk.ObjectChunkStart(b)
+    ObjectChunk.ObjectChunkAddFound(b, found)
+    ObjectChunk.ObjectChunkAddDataSize(b, data_size)
+    ObjectChunk.ObjectChunkAddOffset(b, offset)
     if meta_vec is not None:
-        ObjectChunk.AddMetadata(b, meta_vec)
-    if data_vec is not None:
-        ObjectChunk.AddData(b, data_vec)
-    return _finish(b, ObjectChunk.End(b))
+        ObjectChunk.ObjectChunkAddMetadata(b, meta_vec)
+    b.Finish(ObjectChunk.ObjectChunkEnd(b))
+    table = b.Output()
+    return b"".join((len(table).to_bytes(4, "little"), table, data))
 
 
 @_decoder
-def decode_chunk(buf: bytes) -> tuple[bool, int, bytes, int, np.ndarray]:
+def decode_chunk(buf: bytes) -> tuple[bool, int, bytes, int, memoryview]:
     """``(found, data_size, metadata, offset, data)``; ``data`` is a view into ``buf``."""
-    c = ObjectChunk.ObjectChunk.GetRootAs(buf, 0)
+    n = int.from_bytes(buf[:4], "little")
+    if n > len(buf) - 4:
+        raise MalformedMessage(f"chunk table of {n} bytes in a message of {len(buf)}")
+    c = ObjectChunk.ObjectChunk.GetRootAs(buf[4 : 4 + n], 0)
     meta = b"" if c.MetadataIsNone() else c.MetadataAsNumpy().tobytes()
-    data = np.zeros(0, np.uint8) if c.DataIsNone() else c.DataAsNumpy()
-    return bool(c.Found()), int(c.DataSize()), meta, int(c.Offset()), data
+    return bool(c.Found()), int(c.DataSize()), meta, int(c.Offset()), memoryview(buf)[4 + n :]
 
 
 # ---- ForwardTask ---------------------------------------------------------------------
@@ -134,35 +143,35 @@ def encode_forward(origin: str, spec: dict[str, Any]) -> bytes:
     res_offs = []
     for name, amount in spec.get("resources", {}).items():
         name_off = b.CreateString(name)
-        ResourceAmount.Start(b)
-        ResourceAmount.AddName(b, name_off)
-        ResourceAmount.AddAmount(b, round(float(amount) * RESOURCE_UNIT))
-        res_offs.append(ResourceAmount.End(b))
-    SubmitTaskRequest.StartResourcesVector(b, len(res_offs))
+        ResourceAmount.ResourceAmountStart(b)
+        ResourceAmount.ResourceAmountAddName(b, name_off)
+        ResourceAmount.ResourceAmountAddAmount(b, round(float(amount) * RESOURCE_UNIT))
+        res_offs.append(ResourceAmount.ResourceAmountEnd(b))
+    SubmitTaskRequest.SubmitTaskRequestStartResourcesVector(b, len(res_offs))
     for off in reversed(res_offs):
         b.PrependUOffsetTRelative(off)
     resources = b.EndVector()
     deps = _id_vector(b, SubmitTaskRequest.StartDependenciesVector, spec.get("dependencies", []))
     rets = _id_vector(b, SubmitTaskRequest.StartReturnIdsVector, spec.get("return_ids", []))
-    SubmitTaskRequest.Start(b)
-    SubmitTaskRequest.AddTaskId(b, UniqueID.CreateUniqueId(b, spec["task_id"]))
-    SubmitTaskRequest.AddResources(b, resources)
-    SubmitTaskRequest.AddDependencies(b, deps)
+    SubmitTaskRequest.SubmitTaskRequestStart(b)
+    SubmitTaskRequest.SubmitTaskRequestAddTaskId(b, _create_id(b, spec["task_id"]))
+    SubmitTaskRequest.SubmitTaskRequestAddResources(b, resources)
+    SubmitTaskRequest.SubmitTaskRequestAddDependencies(b, deps)
     if spec.get("actor_id"):
-        SubmitTaskRequest.AddActorId(b, UniqueID.CreateUniqueId(b, spec["actor_id"]))
-    SubmitTaskRequest.AddActorCreation(b, bool(spec.get("actor_creation")))
-    SubmitTaskRequest.AddMaxConcurrency(b, int(spec.get("max_concurrency", 1)))
+        SubmitTaskRequest.SubmitTaskRequestAddActorId(b, _create_id(b, spec["actor_id"]))
+    SubmitTaskRequest.SubmitTaskRequestAddActorCreation(b, bool(spec.get("actor_creation")))
+    SubmitTaskRequest.SubmitTaskRequestAddMaxConcurrency(b, int(spec.get("max_concurrency", 1)))
     if spec.get("caller_id"):
-        SubmitTaskRequest.AddCallerId(b, UniqueID.CreateUniqueId(b, spec["caller_id"]))
-    SubmitTaskRequest.AddSequenceNo(b, int(spec.get("sequence_no", 0)))
-    SubmitTaskRequest.AddPayload(b, payload_off)
-    SubmitTaskRequest.AddReturnIds(b, rets)
-    SubmitTaskRequest.AddMaxRetries(b, int(spec.get("max_retries", 0)))
-    task = SubmitTaskRequest.End(b)
-    ForwardTaskRequest.Start(b)
-    ForwardTaskRequest.AddOrigin(b, origin_off)
-    ForwardTaskRequest.AddTask(b, task)
-    return _finish(b, ForwardTaskRequest.End(b))
+        SubmitTaskRequest.SubmitTaskRequestAddCallerId(b, _create_id(b, spec["caller_id"]))
+    SubmitTaskRequest.SubmitTaskRequestAddSequenceNo(b, int(spec.get("sequence_no", 0)))
+    SubmitTaskRequest.SubmitTaskRequestAddPayload(b, payload_off)
+    SubmitTaskRequest.SubmitTaskRequestAddReturnIds(b, rets)
+    SubmitTaskRequest.SubmitTaskRequestAddMaxRetries(b, int(spec.get("max_retries", 0)))
+    task = SubmitTaskRequest.SubmitTaskRequestEnd(b)
+    ForwardTaskRequest.ForwardTaskRequestStart(b)
+    ForwardTaskRequest.ForwardTaskRequestAddOrigin(b, origin_off)
+    ForwardTaskRequest.ForwardTaskRequestAddTask(b, task)
+    return _finish(b, ForwardTaskRequest.ForwardTaskRequestEnd(b))
 
 
 @_decoder
@@ -176,7 +185,9 @@ def decode_forward(buf: bytes) -> tuple[str, dict[str, Any]]:
     resources = {}
     for j in range(t.ResourcesLength()):
         ra = t.Resources(j)
-        resources[ra.Name().decode()] = ra.Amount() / RESOURCE_UNIT
+        if ra is None or ra.Name() is None:
+            raise MalformedMessage("a resource amount without a name")
+        resources[_text(ra.Name())] = ra.Amount() / RESOURCE_UNIT
     spec = {
         "task_id": _check_id(task_id),
         "payload": b"" if t.PayloadIsNone() else t.PayloadAsNumpy().tobytes(),
@@ -190,22 +201,22 @@ def decode_forward(buf: bytes) -> tuple[str, dict[str, Any]]:
         "return_ids": _read_ids(t.ReturnIdsLength(), t.ReturnIds),
         "max_retries": int(t.MaxRetries()),
     }
-    return r.Origin().decode(), spec
+    return _text(r.Origin()), spec
 
 
 def encode_forward_reply(accepted: bool, message: str = "") -> bytes:
     b = flatbuffers.Builder(64 + len(message))
     msg = b.CreateString(message)
-    ForwardTaskReply.Start(b)
-    ForwardTaskReply.AddAccepted(b, accepted)
-    ForwardTaskReply.AddMessage(b, msg)
-    return _finish(b, ForwardTaskReply.End(b))
+    ForwardTaskReply.ForwardTaskReplyStart(b)
+    ForwardTaskReply.ForwardTaskReplyAddAccepted(b, accepted)
+    ForwardTaskReply.ForwardTaskReplyAddMessage(b, msg)
+    return _finish(b, ForwardTaskReply.ForwardTaskReplyEnd(b))
 
 
 @_decoder
 def decode_forward_reply(buf: bytes) -> tuple[bool, str]:
     r = ForwardTaskReply.ForwardTaskReply.GetRootAs(buf, 0)
-    return bool(r.Accepted()), (r.Message() or b"").decode()
+    return bool(r.Accepted()), _text(r.Message() or b"")
 
 
 # ---- HasObjects / ReleaseObjects -----------------------------------------------------
@@ -214,9 +225,9 @@ def decode_forward_reply(buf: bytes) -> tuple[bool, str]:
 def encode_ids(ids: Sequence[bytes]) -> bytes:
     b = flatbuffers.Builder(32 + 24 * len(ids))
     vec = _id_vector(b, ObjectIdsRequest.StartObjectIdsVector, ids)
-    ObjectIdsRequest.Start(b)
-    ObjectIdsRequest.AddObjectIds(b, vec)
-    return _finish(b, ObjectIdsRequest.End(b))
+    ObjectIdsRequest.ObjectIdsRequestStart(b)
+    ObjectIdsRequest.ObjectIdsRequestAddObjectIds(b, vec)
+    return _finish(b, ObjectIdsRequest.ObjectIdsRequestEnd(b))
 
 
 @_decoder
@@ -227,13 +238,13 @@ def decode_ids(buf: bytes) -> list[bytes]:
 
 def encode_present(present: Sequence[bool]) -> bytes:
     b = flatbuffers.Builder(32 + len(present))
-    HasObjectsReply.StartPresentVector(b, len(present))
+    HasObjectsReply.HasObjectsReplyStartPresentVector(b, len(present))
     for p in reversed(present):
         b.PrependBool(p)
     vec = b.EndVector()
-    HasObjectsReply.Start(b)
-    HasObjectsReply.AddPresent(b, vec)
-    return _finish(b, HasObjectsReply.End(b))
+    HasObjectsReply.HasObjectsReplyStart(b)
+    HasObjectsReply.HasObjectsReplyAddPresent(b, vec)
+    return _finish(b, HasObjectsReply.HasObjectsReplyEnd(b))
 
 
 @_decoder

@@ -7,6 +7,8 @@ from flatbuffers.compat import import_numpy
 from typing import Any
 np = import_numpy()
 
+# One message of PullObject's stream: a little-endian uint32 length, this table,
+# then the chunk's bytes (raw, so they are copied once on each side, not encoded).
 # The first chunk carries the sizes and metadata; the data follows in order.
 class ObjectChunk(object):
     __slots__ = ['_tab']
@@ -74,35 +76,8 @@ class ObjectChunk(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
-    # ObjectChunk
-    def Data(self, j: int):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
-        return 0
-
-    # ObjectChunk
-    def DataAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
-        return 0
-
-    # ObjectChunk
-    def DataLength(self) -> int:
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # ObjectChunk
-    def DataIsNone(self) -> bool:
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
-        return o == 0
-
 def ObjectChunkStart(builder: flatbuffers.Builder):
-    builder.StartObject(5)
+    builder.StartObject(4)
 
 def Start(builder: flatbuffers.Builder):
     ObjectChunkStart(builder)
@@ -137,18 +112,6 @@ def ObjectChunkAddOffset(builder: flatbuffers.Builder, offset: int):
 def AddOffset(builder: flatbuffers.Builder, offset: int):
     ObjectChunkAddOffset(builder, offset)
 
-def ObjectChunkAddData(builder: flatbuffers.Builder, data: int):
-    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(data), 0)
-
-def AddData(builder: flatbuffers.Builder, data: int):
-    ObjectChunkAddData(builder, data)
-
-def ObjectChunkStartDataVector(builder, numElems: int) -> int:
-    return builder.StartVector(1, numElems, 1)
-
-def StartDataVector(builder, numElems: int) -> int:
-    return ObjectChunkStartDataVector(builder, numElems)
-
 def ObjectChunkEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
 
@@ -169,13 +132,11 @@ class ObjectChunkT(object):
         dataSize = 0,
         metadata = None,
         offset = 0,
-        data = None,
     ):
         self.found = found  # type: bool
         self.dataSize = dataSize  # type: int
         self.metadata = metadata  # type: Optional[List[int]]
         self.offset = offset  # type: int
-        self.data = data  # type: Optional[List[int]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -208,13 +169,6 @@ class ObjectChunkT(object):
             else:
                 self.metadata = objectChunk.MetadataAsNumpy()
         self.offset = objectChunk.Offset()
-        if not objectChunk.DataIsNone():
-            if np is None:
-                self.data = []
-                for i in range(objectChunk.DataLength()):
-                    self.data.append(objectChunk.Data(i))
-            else:
-                self.data = objectChunk.DataAsNumpy()
 
     # ObjectChunkT
     def Pack(self, builder):
@@ -226,21 +180,11 @@ class ObjectChunkT(object):
                 for i in reversed(range(len(self.metadata))):
                     builder.PrependUint8(self.metadata[i])
                 metadata = builder.EndVector()
-        if self.data is not None:
-            if np is not None and type(self.data) is np.ndarray:
-                data = builder.CreateNumpyVector(self.data)
-            else:
-                ObjectChunkStartDataVector(builder, len(self.data))
-                for i in reversed(range(len(self.data))):
-                    builder.PrependUint8(self.data[i])
-                data = builder.EndVector()
         ObjectChunkStart(builder)
         ObjectChunkAddFound(builder, self.found)
         ObjectChunkAddDataSize(builder, self.dataSize)
         if self.metadata is not None:
             ObjectChunkAddMetadata(builder, metadata)
         ObjectChunkAddOffset(builder, self.offset)
-        if self.data is not None:
-            ObjectChunkAddData(builder, data)
         objectChunk = ObjectChunkEnd(builder)
         return objectChunk

@@ -1,0 +1,66 @@
+"""``rayfield stop``: stop every rayfield process of this user on this machine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import click
+import psutil
+
+from rayfield._private.cluster import launch
+
+
+@click.command()
+@click.option(
+    "--temp-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Stop only the nodes whose sessions are under this directory, and clean "
+    "it (default: stop all of this user's, clean <tmp>/rayfield).",
+)
+@click.option(
+    "--grace-period",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds a process has to exit after SIGTERM before it is killed.",
+)
+def stop(temp_dir: Path | None, grace_period: float) -> None:
+    """Stop every rayfield node and GCS this user started on this machine.
+
+    Nodes stop their workers and leave their cluster first, then the GCS stops. Sockets
+    left by processes that had to be killed are removed; the object stores' shared
+    memory goes with their processes. Logs stay in the session directories.
+    """
+    n = launch.stop_all(
+        grace_period, on_progress=lambda m: click.echo(m, err=True), temp_dir=temp_dir
+    )
+    cleaned = _clean_sessions(temp_dir or launch.default_temp_dir())
+    if n == 0:
+        click.echo("no rayfield processes were running")
+    else:
+        click.echo(f"stopped {n} rayfield process{'es' if n > 1 else ''}")
+    if cleaned:
+        click.echo(f"removed what {cleaned} stopped node{'s' if cleaned > 1 else ''} left behind")
+
+
+def _clean_sessions(root: Path) -> int:
+    cleaned = 0
+    for node_json in root.glob("session_*/node.json"):
+        try:
+            info = json.loads(node_json.read_text())
+        except (OSError, ValueError):
+            continue
+        if psutil.pid_exists(int(info.get("pid", 0))):
+            continue
+        sockets = Path(info.get("socket", "")).parent
+        if sockets.name == "sockets" or sockets.name.startswith("rayfield-"):
+            shutil.rmtree(sockets, ignore_errors=True)
+        node_json.unlink(missing_ok=True)
+        cleaned += 1
+    latest = root / "session_latest"
+    if latest.is_symlink() and not (latest / "node.json").exists():
+        latest.unlink()
+    return cleaned

@@ -1,0 +1,240 @@
+"""A three-node cluster on one machine, started and stopped with the `rayfield` command.
+
+Every node is a separate process with its own store, socket and ports; the driver is
+this test process, connected with ``init(address="HOST:PORT")``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+
+import rayfield as rf
+
+CLI = [sys.executable, "-m", "rayfield.cli.main"]
+
+
+def rayfield_cmd(*args: str, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"rayfield {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+class Cluster:
+    def __init__(self, temp_dir: Path) -> None:
+        self.temp_dir = temp_dir
+        out = rayfield_cmd(
+            "start", "--head", "--port", "0", "--num-cpus", "1", "--temp-dir", str(temp_dir)
+        ).stdout
+        self.head_output = out
+        self.address = json.loads((temp_dir / "session_latest" / "cluster.json").read_text())[
+            "gcs_address"
+        ]
+        self.nodes: dict[str, str] = {"head": self._latest_node_id()}
+        for name, resources in (("b", {"b_res": 2}), ("c", {"c_res": 1})):
+            out = rayfield_cmd(
+                "start",
+                "--address",
+                self.address,
+                "--num-cpus",
+                "1",
+                "--resources",
+                json.dumps(resources),
+                "--temp-dir",
+                str(temp_dir),
+            ).stdout
+            self.nodes[name] = out.split("rayfield node started in ")[1].split(": ")[1][:12]
+
+    def _latest_node_id(self) -> str:
+        info = json.loads((self.temp_dir / "session_latest" / "node.json").read_text())
+        return str(info["node_id"])[:12]
+
+    def processes(self) -> list[psutil.Process]:
+        from rayfield._private.cluster.launch import rayfield_processes
+
+        return rayfield_processes(self.temp_dir)
+
+    def stop(self) -> str:
+        return rayfield_cmd("stop", "--temp-dir", str(self.temp_dir)).stdout
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    temp_dir = tmp_path_factory.mktemp("rf")
+    c = Cluster(temp_dir)
+    rf.init(address=c.address, temp_dir=str(temp_dir))
+    try:
+        yield c
+    finally:
+        rf.shutdown()
+        c.stop()
+
+
+@rf.remote
+def node_of() -> str:
+    return str(rf.get_runtime_context().get_node_id())[:12]
+
+
+@rf.remote
+def checksum(a: np.ndarray) -> tuple[str, float, int]:
+    return str(rf.get_runtime_context().get_node_id())[:12], float(a.sum()), a.nbytes
+
+
+def test_head_prints_address_and_next_commands(cluster: Cluster) -> None:
+    out = cluster.head_output
+    assert f"The cluster's address is {cluster.address}" in out
+    assert f"rayfield start --address {cluster.address}" in out
+    assert f'rayfield.init(address="{cluster.address}")' in out
+
+
+def test_tasks_land_where_their_resources_are(cluster: Cluster) -> None:
+    on_b = rf.get([node_of.options(resources={"b_res": 1}).remote() for _ in range(6)])
+    on_c = rf.get([node_of.options(resources={"c_res": 1}).remote() for _ in range(3)])
+    assert set(on_b) == {cluster.nodes["b"]}
+    assert set(on_c) == {cluster.nodes["c"]}
+    assert rf.get(node_of.remote()) == cluster.nodes["head"]  # the driver's node fits it
+
+
+def test_200mb_array_put_on_one_node_is_read_intact_on_the_others(cluster: Cluster) -> None:
+    a = np.random.default_rng(0).standard_normal(25_000_000)  # 200 MB
+    ref = rf.put(a)
+    want = float(a.sum())
+    for res in ("b_res", "c_res"):
+        node, total, nbytes = rf.get(checksum.options(resources={res: 1}).remote(ref))
+        assert node == cluster.nodes[res[0]]
+        assert nbytes == a.nbytes and total == pytest.approx(want, rel=0, abs=1e-6)
+
+
+@rf.remote(resources={"b_res": 1})
+def make_array(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(25_000_000)
+
+
+def test_array_made_on_another_node_reaches_the_driver_and_a_third_node(cluster: Cluster) -> None:
+    ref = make_array.remote(7)
+    a = rf.get(ref)
+    expected = np.random.default_rng(7).standard_normal(25_000_000)
+    assert np.array_equal(a, expected)
+    node, total, _ = rf.get(checksum.options(resources={"c_res": 1}).remote(ref))
+    assert node == cluster.nodes["c"] and total == pytest.approx(float(expected.sum()))
+
+
+@rf.remote(resources={"b_res": 1})
+def put_inside() -> list[rf.ObjectRef]:
+    return [rf.put(np.full(1000, 3.0))]
+
+
+def test_ref_to_an_object_put_on_another_node_is_found(cluster: Cluster) -> None:
+    [inner] = rf.get(put_inside.remote())
+    assert float(rf.get(inner).sum()) == 3000.0
+
+
+def test_work_no_node_fits_waits_and_status_shows_it(cluster: Cluster) -> None:
+    ref = node_of.options(resources={"nowhere": 1}).remote()
+    ready, _ = rf.wait([ref], timeout=1.0)
+    assert ready == []
+    deadline = time.monotonic() + 10
+    while True:
+        out = rayfield_cmd("status", "--temp-dir", str(cluster.temp_dir)).stdout
+        if "nowhere" in out or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert "3 node(s) alive" in out
+    assert "1 x 1 CPU, 1 nowhere: infeasible" in out
+    assert "/3 CPU used" in out and "/2 b_res used" in out and "/1 c_res used" in out
+    rf.cancel(ref)
+
+
+def test_status_json_lists_every_node(cluster: Cluster) -> None:
+    nodes = json.loads(
+        rayfield_cmd("status", "--format", "json", "--temp-dir", str(cluster.temp_dir)).stdout
+    )
+    assert {n["node_id"][:12] for n in nodes} == set(cluster.nodes.values())
+    assert all(n["alive"] for n in nodes)
+
+
+def test_nodes_listen_on_loopback_only(cluster: Cluster) -> None:
+    ports = []
+    for proc in cluster.processes():
+        for conn in proc.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN:
+                ports.append(conn.laddr)
+    assert ports, "the cluster has TCP listeners"
+
+    def loopback(ip: str) -> bool:
+        addr = ipaddress.ip_address(ip)
+        mapped = getattr(addr, "ipv4_mapped", None)
+        return bool(addr.is_loopback or (mapped is not None and mapped.is_loopback))
+
+    assert all(loopback(addr.ip) for addr in ports), ports
+
+
+def test_a_call_without_the_token_is_refused_and_the_node_keeps_serving(cluster: Cluster) -> None:
+    import grpc
+
+    from rayfield._private.cluster.launch import find_token
+    from rayfield._private.gcs.client import GcsClient
+
+    token = find_token(cluster.address, cluster.temp_dir)
+    gcs = GcsClient(cluster.address, token)
+    node = next(n for n in gcs.get_nodes() if n.node_id.hex()[:12] == cluster.nodes["b"])
+    gcs.close()
+    channel = grpc.insecure_channel(node.address)
+    has = channel.unary_unary("/rayfield.Node/HasObjects")
+    for metadata in ((), (("authorization", "Bearer " + "0" * 64),)):
+        with pytest.raises(grpc.RpcError) as err:
+            has(b"\x00" * 64, metadata=metadata, timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.RpcError) as err:  # right token, garbage payload
+        has(os.urandom(200), metadata=(("authorization", f"Bearer {token}"),), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    host, port = node.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as s:  # not even HTTP/2
+        s.sendall(os.urandom(4096))
+    channel.close()
+    assert rf.get(node_of.options(resources={"b_res": 1}).remote()) == cluster.nodes["b"]
+
+
+def test_start_refuses_flags_that_mean_nothing_here(tmp_path: Path) -> None:
+    bad = rayfield_cmd("start", "--head", "--redis-shard-ports", "6380", check=False)
+    assert bad.returncode == 2 and "no Redis shards" in bad.stderr
+    both = rayfield_cmd("start", "--head", "--address", "127.0.0.1:1", check=False)
+    assert both.returncode == 2 and "leave it out with --head" in both.stderr
+    neither = rayfield_cmd("start", check=False)
+    assert neither.returncode == 2 and "--head" in neither.stderr
+    res = rayfield_cmd("start", "--head", "--resources", "[1]", check=False)
+    assert res.returncode == 2 and "JSON object" in res.stderr
+    env = {k: v for k, v in os.environ.items() if k != "RAYFIELD_TOKEN"}
+    no_token = rayfield_cmd(
+        "start", "--address", "127.0.0.1:1", "--temp-dir", str(tmp_path), check=False, env=env
+    )
+    assert no_token.returncode == 1 and "RAYFIELD_TOKEN" in no_token.stderr
+
+
+def test_stop_leaves_no_process_or_socket(tmp_path: Path) -> None:
+    c = Cluster.__new__(Cluster)
+    c.temp_dir = tmp_path
+    rayfield_cmd("start", "--head", "--port", "0", "--num-cpus", "1", "--temp-dir", str(tmp_path))
+    info = json.loads((tmp_path / "session_latest" / "node.json").read_text())
+    procs = c.processes()
+    workers = [w for p in procs for w in p.children(recursive=True)]
+    assert len(procs) == 2 and workers
+    assert os.path.exists(info["socket"])
+    out = c.stop()
+    assert "stopped 2 rayfield processes" in out
+    assert not any(p.is_running() for p in procs + workers)
+    assert not os.path.exists(info["socket"])
+    assert "no rayfield processes were running" in c.stop()
