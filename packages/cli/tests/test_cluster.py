@@ -238,3 +238,31 @@ def test_stop_leaves_no_process_or_socket(tmp_path: Path) -> None:
     assert not any(p.is_running() for p in procs + workers)
     assert not os.path.exists(info["socket"])
     assert "no rayfield processes were running" in c.stop()
+
+
+@rf.remote(resources={"b_res": 1})
+class Counter:
+    def __init__(self, start: int) -> None:
+        self.n = start
+
+    def add(self, k: int) -> tuple[str, int]:
+        self.n += k
+        return str(rf.get_runtime_context().get_node_id())[:12], self.n
+
+
+@rf.remote(resources={"c_res": 1})
+def call_from_c(counter: Any) -> tuple[str, list[int]]:
+    here = str(rf.get_runtime_context().get_node_id())[:12]
+    return here, [n for _, n in rf.get([counter.add.remote(1) for _ in range(5)])]
+
+
+def test_actor_lives_where_its_resources_are_and_is_callable_from_every_node(
+    cluster: Cluster,
+) -> None:
+    counter = Counter.remote(100)
+    results = rf.get([counter.add.remote(1) for _ in range(20)])
+    assert {node for node, _ in results} == {cluster.nodes["b"]}
+    assert [n for _, n in results] == list(range(101, 121))  # calls from one handle in order
+    here, seen = rf.get(call_from_c.remote(counter))
+    assert here == cluster.nodes["c"] and seen == list(range(121, 126))
+    assert rf.get(counter.add.remote(0))[1] == 125

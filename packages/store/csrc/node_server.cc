@@ -653,6 +653,11 @@ void NodeServer::HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest
   } else if (rec.actor_task) {
     auto dead = dead_actors_.find(spec.actor_id);
     if (dead != dead_actors_.end()) return FailTask(task_id, "ACTOR_DIED", dead->second);
+    if (remote_actors_.count(spec.actor_id) || !actors_.count(spec.actor_id)) {
+      HoldForElsewhere(std::move(spec));
+      ReplyStatus(c, seq, Status::OK());
+      return;
+    }
   }
   scheduler_->SubmitTask(std::move(spec), missing);
   ReplyStatus(c, seq, Status::OK());
@@ -831,19 +836,49 @@ SchedulerSnapshot NodeServer::SchedulerState() {
   return scheduler_ ? scheduler_->Snapshot() : SchedulerSnapshot{};
 }
 
+void NodeServer::HoldForElsewhere(TaskSpec spec) {
+  UniqueID task_id = spec.task_id, actor_id = spec.actor_id;
+  elsewhere_.emplace(task_id, std::move(spec));
+  PushEvent(ActorTaskElsewhere{task_id, actor_id});
+}
+
 std::optional<TaskSpec> NodeServer::TakeTask(const UniqueID& task_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!scheduler_) return std::nullopt;
   auto rec = tasks_.find(task_id);
-  // Actors stay where they were submitted: their calls and restarts are recorded here.
-  if (rec != tasks_.end() && rec->second.actor_task) return std::nullopt;
-  std::optional<TaskSpec> spec = scheduler_->TakeTask(task_id);
+  std::optional<TaskSpec> spec;
+  UniqueID moved_actor;
+  if (auto held = elsewhere_.find(task_id); held != elsewhere_.end()) {
+    spec = std::move(held->second);
+    elsewhere_.erase(held);
+  } else if (rec != tasks_.end() && rec->second.actor_task) {
+    auto a = actors_.find(rec->second.actor_id);
+    bool unplaced_creation = a != actors_.end() && a->second.worker == 0 && a->second.creation &&
+                             a->second.creation->task_id == task_id;
+    if (!unplaced_creation) return std::nullopt;
+    spec = scheduler_->TakeTask(task_id);
+    if (spec) moved_actor = rec->second.actor_id;
+  } else {
+    spec = scheduler_->TakeTask(task_id);
+  }
   if (!spec) return spec;
   if (rec != tasks_.end()) {  // what the node kept: the task may run elsewhere with it
     spec->return_ids = rec->second.return_ids;
     spec->max_retries = rec->second.retries_left;
   }
   FinishTask(task_id);
+  if (!moved_actor.IsNil()) {  // the actor lives elsewhere now; its queued calls follow it
+    actors_.erase(moved_actor);
+    remote_actors_.insert(moved_actor);
+    std::vector<UniqueID> calls;
+    for (const auto& [id, r] : tasks_) {
+      if (r.actor_id == moved_actor && !elsewhere_.count(id)) calls.push_back(id);
+    }
+    for (const UniqueID& id : calls) {
+      std::optional<TaskSpec> call = scheduler_->TakeTask(id);
+      if (call) HoldForElsewhere(std::move(*call));
+    }
+  }
   return spec;
 }
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -59,8 +60,13 @@ struct WorkerRegistered {
 struct StoreFullEvent {
   uint64_t requested_bytes, capacity_bytes, used_bytes;
 };
+// An actor call for an actor that lives on another node (or that this node has never
+// seen): the host takes it with TakeTask and forwards it.
+struct ActorTaskElsewhere {
+  UniqueID task_id, actor_id;
+};
 using NodeEvent = std::variant<ObjectMissing, ClientDisconnected, WorkerRegistered, StoreFullEvent, NeedWorker,
-                               TaskInfeasible, MissingDependencies, WorkerLost>;
+                               TaskInfeasible, MissingDependencies, WorkerLost, ActorTaskElsewhere>;
 
 struct ObjectInfoCopy {
   UniqueID id;
@@ -88,8 +94,10 @@ class NodeServer {
   StoreStats Stats(uint64_t* num_clients);
   std::vector<ObjectInfoCopy> ListObjects();
   SchedulerSnapshot SchedulerState();
-  // Removes a queued plain task (not an actor task) so it can run elsewhere; its spec
-  // includes the return ids and retries the node recorded.
+  // Removes a task so it can run on another node: a queued plain task, an actor
+  // creation not placed yet (the actor then lives elsewhere: its calls queued here and
+  // submitted later are held as ActorTaskElsewhere), or a held actor call. The spec
+  // includes the return ids and retries the node recorded. Nothing for other tasks.
   std::optional<TaskSpec> TakeTask(const UniqueID& task_id);
   void SetTotalResources(ResourceSet total);
 
@@ -168,6 +176,9 @@ class NodeServer {
   };
   std::unordered_map<UniqueID, ActorRecord, UniqueIDHash> actors_;
   std::unordered_map<UniqueID, std::string, UniqueIDHash> dead_actors_;  // id -> why
+  std::unordered_set<UniqueID, UniqueIDHash> remote_actors_;  // created on other nodes
+  std::unordered_map<UniqueID, TaskSpec, UniqueIDHash> elsewhere_;  // calls to forward
+  void HoldForElsewhere(TaskSpec spec);
   std::unordered_map<ClientID, int> worker_pids_;  // for error messages after a worker is gone
   static constexpr ClientID kNodeClient = 0;  // holder of the node's own pins
 

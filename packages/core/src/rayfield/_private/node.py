@@ -183,6 +183,8 @@ class LocalNode:
                         self.pool.start(event[2] - starting)
                 elif kind == "worker_registered":
                     self.pool.registered()
+                elif kind == "actor_task_elsewhere" and self.agent is not None:
+                    self.agent.on_actor_task_elsewhere(event[1], event[2])
                 elif kind == "object_missing" and self.agent is not None:
                     self.agent.on_object_missing(event[1], event[2])
                 elif (

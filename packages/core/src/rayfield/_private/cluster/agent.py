@@ -31,7 +31,7 @@ from rayfield._private.cluster import messages
 from rayfield._private.cluster.node_service import STREAMING_METHODS, NodeService, NodeStub
 from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, auth_metadata
 from rayfield._private.gcs.client import GcsClient
-from rayfield._private.gcs.types import NodeInfo, ResourceDemand
+from rayfield._private.gcs.types import ActorInfo, ActorState, NodeInfo, ResourceDemand
 from rayfield.store import StoreClient
 from rayfield.store.errors import ObjectExistsError
 
@@ -87,8 +87,11 @@ class NodeAgent:
         self._channels: dict[str, tuple[grpc.Channel, NodeStub]] = {}
         self.peers: dict[bytes, NodeInfo] = {}
         self.infeasible: dict[bytes, dict[str, float]] = {}  # task id -> demand
+        self.not_before: dict[bytes, float] = {}  # task id -> when to try forwarding again
         self.forwarded: dict[bytes, str] = {}  # return id -> address of the node making it
         self.held: set[bytes] = set()  # returns made here for other nodes' tasks
+        self.actor_locations: dict[bytes, str] = {}  # actor id -> address of its node
+        self.pending_calls: dict[bytes, list[dict[str, Any]]] = {}  # actor id -> call specs
         self.wanted: dict[bytes, tuple[float, float]] = {}  # id -> (next try, backoff)
         self.inflight: set[bytes] = set()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rayfield-transfer")
@@ -171,6 +174,10 @@ class NodeAgent:
                 retry = list(self.infeasible.items())
             for task_id, shape in retry:
                 self.spill(task_id, shape)
+            with self._lock:
+                waiting_actors = [a for a, calls in self.pending_calls.items() if calls]
+            for actor_id in waiting_actors:
+                self.route_calls(actor_id)
 
     # ---- spillback -----------------------------------------------------------------
 
@@ -182,10 +189,12 @@ class NodeAgent:
             again after each heartbeat (a fitting node may join).
         """
         candidates = [n for n in self.alive_peers() if fits(demand, n.resources_total)]
-        if not candidates:
+        with self._lock:
+            retry_later = self.not_before.get(task_id, 0.0) > time.monotonic()
+        if not candidates or retry_later:
             with self._lock:
                 self.infeasible[task_id] = demand
-            return False
+            return retry_later
         spec = self.node.server.take_task(task_id)
         with self._lock:
             self.infeasible.pop(task_id, None)
@@ -199,16 +208,88 @@ class NodeAgent:
                 why = f"{exc.code().name}: {exc.details()}"
             if why is None:
                 with self._lock:
+                    self.not_before.pop(task_id, None)
                     for rid in spec["return_ids"]:
                         self.forwarded[rid] = peer.address
+                if spec.get("actor_creation"):
+                    self._actor_moved(spec["actor_id"], peer)
                 try:
                     self.gcs.add_object_locations(peer.node_id, list(spec["return_ids"]))
                 except Exception as exc:
                     logger.debug("object directory update failed: %s", exc)
                 return True
             logger.warning("node %s refused a task: %s", peer.address, why)
-        self._resubmit(spec)  # it stays queued (infeasible) here and is tried again later
+        with self._lock:  # it stays queued (infeasible) here; tried again in a second
+            self.not_before[task_id] = time.monotonic() + 1.0
+        self._resubmit(spec)
         return True
+
+    # ---- actors on other nodes ------------------------------------------------------
+
+    def _actor_moved(self, actor_id: bytes, peer: NodeInfo) -> None:
+        with self._lock:
+            self.actor_locations[actor_id] = peer.address
+        try:
+            info = ActorInfo(
+                actor_id=actor_id,
+                owner_node_id=self.node_id,
+                node_id=peer.node_id,
+                state=ActorState.ALIVE,
+            )
+            self.gcs.register_actor(info)
+        except Exception as exc:  # noqa: BLE001 - this node still routes its own calls
+            logger.warning("could not record actor %s in the GCS: %s", actor_id.hex()[:16], exc)
+        self.route_calls(actor_id)
+
+    def on_actor_task_elsewhere(self, task_id: bytes, actor_id: bytes) -> None:
+        spec = self.node.server.take_task(task_id)
+        if spec is not None:
+            with self._lock:
+                self.pending_calls.setdefault(actor_id, []).append(spec)
+            self.route_calls(actor_id)
+
+    def _actor_address(self, actor_id: bytes) -> str | None:
+        with self._lock:
+            address = self.actor_locations.get(actor_id)
+        if address is not None:
+            return address
+        try:
+            info = self.gcs.get_actor(actor_id)
+        except Exception as exc:  # noqa: BLE001 - tried again after the next heartbeat
+            logger.debug("actor lookup failed: %s", exc)
+            return None
+        if info is None or not info.node_id or info.node_id == self.node_id:
+            return None
+        with self._lock:
+            peer = self.peers.get(info.node_id)
+        if peer is None or not peer.alive:
+            return None
+        with self._lock:
+            self.actor_locations[actor_id] = peer.address
+        return peer.address
+
+    def route_calls(self, actor_id: bytes) -> None:
+        """Forward the held calls of an actor that lives on another node, in order; what
+        cannot be sent now is kept and tried again after the next heartbeat."""
+        address = self._actor_address(actor_id)
+        if address is None:
+            return  # not known yet
+        with self._lock:
+            calls = self.pending_calls.pop(actor_id, [])
+        for i, spec in enumerate(calls):
+            try:
+                why = self._stub(address).forward(self.address, spec)
+            except grpc.RpcError as exc:
+                why = f"{exc.code().name}: {exc.details()}"
+            if why is not None:
+                logger.warning("could not forward an actor call to %s: %s", address, why)
+                with self._lock:
+                    rest = self.pending_calls.get(actor_id, [])
+                    self.pending_calls[actor_id] = calls[i:] + rest
+                return
+            with self._lock:
+                for rid in spec["return_ids"]:
+                    self.forwarded[rid] = address
 
     def _resubmit(self, spec: dict[str, Any]) -> None:
         keys = [
