@@ -67,8 +67,29 @@ class StatsReply(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
+    # StatsReply
+    def NumSpilled(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # StatsReply
+    def SpilledBytes(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # StatsReply
+    def NumRestored(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
 def StatsReplyStart(builder: flatbuffers.Builder):
-    builder.StartObject(6)
+    builder.StartObject(9)
 
 def Start(builder: flatbuffers.Builder):
     StatsReplyStart(builder)
@@ -108,6 +129,24 @@ def StatsReplyAddNumClients(builder: flatbuffers.Builder, numClients: int):
 
 def AddNumClients(builder: flatbuffers.Builder, numClients: int):
     StatsReplyAddNumClients(builder, numClients)
+
+def StatsReplyAddNumSpilled(builder: flatbuffers.Builder, numSpilled: int):
+    builder.PrependUint64Slot(6, numSpilled, 0)
+
+def AddNumSpilled(builder: flatbuffers.Builder, numSpilled: int):
+    StatsReplyAddNumSpilled(builder, numSpilled)
+
+def StatsReplyAddSpilledBytes(builder: flatbuffers.Builder, spilledBytes: int):
+    builder.PrependUint64Slot(7, spilledBytes, 0)
+
+def AddSpilledBytes(builder: flatbuffers.Builder, spilledBytes: int):
+    StatsReplyAddSpilledBytes(builder, spilledBytes)
+
+def StatsReplyAddNumRestored(builder: flatbuffers.Builder, numRestored: int):
+    builder.PrependUint64Slot(8, numRestored, 0)
+
+def AddNumRestored(builder: flatbuffers.Builder, numRestored: int):
+    StatsReplyAddNumRestored(builder, numRestored)
 
 def StatsReplyEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
