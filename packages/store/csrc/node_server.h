@@ -162,7 +162,7 @@ class NodeServer {
   std::multimap<Clock::time_point, uint64_t> deadlines_;
   // Spilled objects a parked get waits for, restored once space is freed.
   std::unordered_set<UniqueID, UniqueIDHash> restore_wanted_;
-  uint64_t restore_generation_ = 0;  // the store's free_generation() at the last try
+  uint64_t restore_generation_ = 0;  // the store's room_generation() at the last try
   std::string last_spill_error_;     // logged once until it changes
   // Submitted tasks that have not finished: pins to drop, objects to fail.
   struct TaskRecord {

@@ -82,8 +82,8 @@ bool NodeServer::Restore(const UniqueID& id) {
 }
 
 void NodeServer::RetryRestores() {
-  if (restore_wanted_.empty() || store_->free_generation() == restore_generation_) return;
-  restore_generation_ = store_->free_generation();
+  if (restore_wanted_.empty() || store_->room_generation() == restore_generation_) return;
+  restore_generation_ = store_->room_generation();
   std::vector<UniqueID> ids(restore_wanted_.begin(), restore_wanted_.end());
   for (const UniqueID& id : ids) {
     if (waiting_on_.count(id) == 0) {

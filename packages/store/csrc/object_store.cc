@@ -19,6 +19,7 @@ void ObjectStore::LruAdd(ObjectEntry& e) {
   if (e.in_lru) return;
   e.lru_pos = lru_.insert(lru_.end(), e.id);
   e.in_lru = true;
+  room_generation_++;
 }
 
 void ObjectStore::LruDrop(ObjectEntry& e) {
@@ -44,6 +45,7 @@ void ObjectStore::Classify(ObjectEntry& e) {
     if (!e.spillable) {
       spillable_.emplace(e.seal_seq, e.id);
       e.spillable = true;
+      room_generation_++;
     }
   } else {
     SpillableDrop(e);
@@ -52,7 +54,7 @@ void ObjectStore::Classify(ObjectEntry& e) {
 
 void ObjectStore::FreeSpace(uint64_t offset) {
   allocator_.Free(offset);
-  free_generation_++;
+  room_generation_++;
 }
 
 std::optional<uint64_t> ObjectStore::AllocateEvicting(uint64_t size) {

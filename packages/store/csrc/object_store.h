@@ -106,8 +106,9 @@ class ObjectStore {
   void FinishRestore(const UniqueID& id, uint64_t offset, bool ok);
   // Drops a spilled object that cannot be restored; a later get answers "lost".
   void DropSpilled(const UniqueID& id);
-  // Grows whenever arena space is freed: a reason to retry a restore.
-  uint64_t free_generation() const { return free_generation_; }
+  // Grows whenever arena space is freed or an object becomes evictable or
+  // spillable: a reason to retry a restore.
+  uint64_t room_generation() const { return room_generation_; }
   // True if deleted now; otherwise deleted when its last reference goes.
   bool Delete(const UniqueID& id);
   // Drops every reference of a client and aborts what it left unsealed.
@@ -139,7 +140,7 @@ class ObjectStore {
   std::unordered_map<UniqueID, std::unordered_map<ClientID, uint32_t>, UniqueIDHash> pending_pins_;
   std::list<UniqueID> lru_;  // sealed, unreferenced; front = least recently used
   std::map<uint64_t, UniqueID> spillable_;  // by seal_seq: in the arena, pins only
-  uint64_t next_seal_seq_ = 1, free_generation_ = 0;
+  uint64_t next_seal_seq_ = 1, room_generation_ = 0;
   uint64_t num_spilled_ = 0, spilled_bytes_ = 0, num_restored_ = 0;
   std::vector<StoreEvent> events_;
   std::unordered_set<UniqueID, UniqueIDHash> evicted_;
