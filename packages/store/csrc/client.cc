@@ -464,11 +464,11 @@ Status Client::Get(const std::vector<UniqueID>& ids, int64_t timeout_ms, std::ve
   return Status::OK();
 }
 
-Status Client::Release(const std::vector<UniqueID>& ids, bool free) {
+Status Client::Release(const std::vector<UniqueID>& ids, bool free, bool unpin) {
   FrameWriter w;
   auto& b = w.builder();
   auto fids = ToFbIds(ids);
-  w.Add(0, fb::CreateReleaseRequest(b, b.CreateVectorOfStructs(fids), free));
+  w.Add(0, fb::CreateReleaseRequest(b, b.CreateVectorOfStructs(fids), free, unpin));
   return Send(w);
 }
 
@@ -560,7 +560,8 @@ Status Client::Stats(std::vector<uint64_t>* out) {
   if (!s.ok()) return s;
   const fb::StatsReply* st = r.message->body_as_StatsReply();
   *out = {st->capacity_bytes(), st->used_bytes(), st->num_objects(), st->num_evictions(),
-          st->evicted_bytes(), st->num_clients()};
+          st->evicted_bytes(), st->num_clients(),    st->num_spilled(),
+          st->spilled_bytes(), st->num_restored()};
   return Status::OK();
 }
 

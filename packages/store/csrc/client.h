@@ -75,14 +75,16 @@ class Client {
   Status Put(const UniqueID& id, const uint8_t* data, uint64_t size, const uint8_t* meta,
              uint64_t meta_size, bool wait_reply = true);
   Status Get(const std::vector<UniqueID>& ids, int64_t timeout_ms, std::vector<ObjectLoc>* out);
-  Status Release(const std::vector<UniqueID>& ids, bool free = false);  // no reply
+  // Drops buffer references (unpin: pins). No reply.
+  Status Release(const std::vector<UniqueID>& ids, bool free = false, bool unpin = false);
   Status Pin(const std::vector<UniqueID>& ids);      // no reply
   Status Wait(const std::vector<UniqueID>& ids, uint32_t num_ready, int64_t timeout_ms,
               std::vector<bool>* ready);
   Status Contains(const std::vector<UniqueID>& ids, std::vector<bool>* out);
   Status Delete(const std::vector<UniqueID>& ids, std::vector<bool>* out);
   Status List(std::vector<ObjectInfoData>* out);
-  Status Stats(std::vector<uint64_t>* out);  // capacity, used, objects, evictions, evicted, clients
+  // capacity, used, objects, evictions, evicted, clients, spilled, spilled bytes, restored
+  Status Stats(std::vector<uint64_t>* out);
   Status Subscribe();
   Status NodeState(ResourceSet* total, ResourceSet* available);
   Status NextNotification(int64_t timeout_ms, std::optional<Notification>* out);

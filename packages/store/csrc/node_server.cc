@@ -43,6 +43,7 @@ Status NodeServer::Start() {
   Status s = arena_.Open(options_.arena);
   if (!s.ok()) return s;
   store_ = std::make_unique<ObjectStore>(arena_.size());
+  spill_ = std::make_unique<SpillFiles>(options_.spill_directory, options_.node_id);
   scheduler_ = std::make_unique<Scheduler>(options_.resources);
 
   listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -94,6 +95,9 @@ void NodeServer::Stop() {
     unlink(options_.socket_path.c_str());
     scheduler_.reset();
     store_.reset();
+    restore_wanted_.clear();
+    if (spill_) spill_->Close();  // the spill files go with the node
+    spill_.reset();
     arena_.Close();
   }
   events_cv_.notify_all();
@@ -134,6 +138,7 @@ void NodeServer::Loop() {
       auto again = conns_.find(key);  // OnReadable may have closed it
       if (again != conns_.end() && (ready[i].events & EPOLLOUT)) Flush(*again->second);
     }
+    RetryRestores();
     ExpireGets();
     do {
       DrainStoreEvents();
@@ -395,11 +400,8 @@ void NodeServer::HandleCreate(Conn& c, uint64_t seq, const fb::CreateRequest* r)
     return ReplyStatus(c, seq, Status::Error(Code::InvalidRequest, "CreateRequest without object_id"));
   }
   uint64_t offset = 0;
-  Status s = store_->Create(c.id, FromFb(r->object_id()), r->data_size(), r->metadata_size(), &offset);
-  if (!s.ok()) {
-    if (s.code == Code::StoreFull) PushEvent(StoreFullEvent{s.requested_bytes, s.capacity_bytes, s.used_bytes});
-    return ReplyStatus(c, seq, s);
-  }
+  Status s = CreateObject(c.id, FromFb(r->object_id()), r->data_size(), r->metadata_size(), &offset);
+  if (!s.ok()) return ReplyStatus(c, seq, s);
   Writer(c).Add(seq, fb::CreateCreateReply(Writer(c).builder(), offset));
 }
 
@@ -410,13 +412,11 @@ void NodeServer::HandlePut(Conn& c, uint64_t seq, const fb::PutRequest* r) {
   UniqueID id = FromFb(r->object_id());
   uint64_t dsize = r->data() ? r->data()->size() : 0, msize = r->metadata() ? r->metadata()->size() : 0;
   uint64_t offset = 0;
-  Status s = store_->Create(c.id, id, dsize, msize, &offset);
+  Status s = CreateObject(c.id, id, dsize, msize, &offset);
   if (s.ok()) {
     if (dsize) std::memcpy(arena_.base() + offset, r->data()->Data(), dsize);
     if (msize) std::memcpy(arena_.base() + offset + dsize, r->metadata()->Data(), msize);
     s = store_->Seal(c.id, id);
-  } else if (s.code == Code::StoreFull) {
-    PushEvent(StoreFullEvent{s.requested_bytes, s.capacity_bytes, s.used_bytes});
   }
   ReplyStatus(c, seq, s);
 }
@@ -432,6 +432,7 @@ void NodeServer::HandleGet(Conn& c, uint64_t seq, const fb::GetRequest* r) {
   for (size_t i = 0; i < n; ++i) {
     UniqueID id = FromFb(r->object_ids()->Get(i));
     g->ids.push_back(id);
+    if (store_->IsSpilled(id)) Restore(id);
     if (const ObjectEntry* e = store_->Acquire(c.id, id)) {
       g->locs[i] = Location(e);
     } else {
@@ -443,8 +444,8 @@ void NodeServer::HandleGet(Conn& c, uint64_t seq, const fb::GetRequest* r) {
 }
 
 // Registers a get or wait that cannot be answered yet: it completes when its objects are
-// sealed or at its deadline. Evicted objects nobody can rebuild are answered with an error
-// object at once, never left to hang.
+// sealed (or restored from spill files, once space is freed) or at its deadline. Evicted
+// objects nobody can rebuild are answered with an error object at once, never left to hang.
 void NodeServer::Park(std::unique_ptr<PendingGet> g, int64_t timeout_ms) {
   uint64_t key = next_get_key_++;
   std::vector<UniqueID> lost;
@@ -453,6 +454,8 @@ void NodeServer::Park(std::unique_ptr<PendingGet> g, int64_t timeout_ms) {
     waiting_on_[g->ids[i]].push_back(key);
     if (store_->WasEvicted(g->ids[i])) {
       lost.push_back(g->ids[i]);
+    } else if (store_->IsSpilled(g->ids[i])) {
+      restore_wanted_.insert(g->ids[i]);
     } else if (store_->Find(g->ids[i]) == nullptr) {
       PushEvent(ObjectMissing{g->ids[i], g->client});
     }
@@ -491,6 +494,7 @@ void NodeServer::HandleWait(Conn& c, uint64_t seq, const fb::WaitRequest* r) {
   g->locs.assign(n, fb::ObjectLocation());
   for (size_t i = 0; i < n; ++i) {
     g->ids.push_back(FromFb(r->object_ids()->Get(i)));
+    if (store_->IsSpilled(g->ids.back())) Restore(g->ids.back());  // best effort
     if (store_->IsSealed(g->ids.back())) {
       g->locs[i] = fb::ObjectLocation(0, 0, 0, true);
       ready++;
@@ -528,8 +532,9 @@ void NodeServer::HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m) 
       return ReplyStatus(c, seq, store_->Abort(c.id, FromFb(m->body_as_AbortRequest()->object_id())));
     case fb::Body::ReleaseRequest: {
       bool free = m->body_as_ReleaseRequest()->free();
+      bool unpin = m->body_as_ReleaseRequest()->unpin();
       for (const auto& id : ids(m->body_as_ReleaseRequest()->object_ids())) {
-        Status s = store_->Release(c.id, id);
+        Status s = unpin ? store_->Unpin(c.id, id) : store_->Release(c.id, id);
         if (!s.ok()) ReplyStatus(c, seq, s);
         if (free) store_->Delete(id);  // now if unreferenced, else with the last reference
       }
@@ -549,8 +554,10 @@ void NodeServer::HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m) 
       return ReplyStatus(c, seq, Status::OK());
     case fb::Body::ContainsRequest: {
       std::vector<uint8_t> present;
-      for (const auto& id : ids(m->body_as_ContainsRequest()->object_ids()))
+      for (const auto& id : ids(m->body_as_ContainsRequest()->object_ids())) {
+        if (store_->IsSpilled(id)) Restore(id);  // best effort: it is present either way
         present.push_back(store_->IsSealed(id));
+      }
       return Writer(c).Add(seq, fb::CreateContainsReply(b, b.CreateVector(present)));
     }
     case fb::Body::DeleteRequest: {
@@ -588,7 +595,9 @@ void NodeServer::HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m) 
       StoreStats st = store_->Stats();
       return Writer(c).Add(seq, fb::CreateStatsReply(b, st.capacity_bytes, st.used_bytes,
                                                       st.num_objects, st.num_evictions,
-                                                      st.evicted_bytes, conns_.size()));
+                                                      st.evicted_bytes, conns_.size(),
+                                                      st.num_spilled, st.spilled_bytes,
+                                                      st.num_restored));
     }
     default:
       return ReplyStatus(c, seq, Status::Error(Code::InvalidRequest,
@@ -699,6 +708,7 @@ bool NodeServer::HandleWorkerMessage(Conn& c, uint64_t seq, const fb::Message* m
 void NodeServer::DrainStoreEvents() {
   while (store_->HasEvents()) {
     for (const StoreEvent& ev : store_->TakeEvents()) {
+      if (ev.spill_key != 0) spill_->Remove(ev.spill_key);  // deleted: its file goes too
       if (ev.kind == StoreEvent::Sealed) {
         scheduler_->ObjectAvailable(ev.id);
         CompleteWaiters(ev.id);

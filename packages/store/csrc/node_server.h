@@ -29,6 +29,7 @@
 #include "object_store.h"
 #include "protocol.h"
 #include "scheduler.h"
+#include "spill.h"
 
 namespace rayfield {
 
@@ -42,6 +43,9 @@ struct NodeOptions {
   uint64_t max_pending_output_bytes = 256ull << 20;
   // How long the loop polls without sleeping after serving a request.
   std::chrono::microseconds spin{200};
+  // Where objects held only by pins are spilled when the store is full;
+  // empty: no spilling (a full store answers StoreFull).
+  std::string spill_directory;
 };
 
 // ---- events for the host process ----
@@ -128,6 +132,12 @@ class NodeServer {
   Status KillActor(const UniqueID& actor_id, bool no_restart);
   std::string CancelTask(const UniqueID& task_id, bool force);
   void SealError(const UniqueID& id, const std::string& tag, const std::string& message);
+  // Spilling (node_spill.cc).
+  Status CreateObject(ClientID client, const UniqueID& id, uint64_t data_size,
+                      uint64_t metadata_size, uint64_t* offset);
+  Status SpillOldest(bool* spilled);
+  bool Restore(const UniqueID& id);
+  void RetryRestores();
   void HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m);
   void HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest* r);
   bool HandleWorkerMessage(Conn& c, uint64_t seq, const fb::Message* m);
@@ -145,6 +155,7 @@ class NodeServer {
   Arena arena_;
   std::unique_ptr<ObjectStore> store_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<SpillFiles> spill_;
 
   std::mutex mu_;  // guards everything below except the event queue
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
@@ -158,6 +169,10 @@ class NodeServer {
   std::unordered_map<uint64_t, std::unique_ptr<PendingGet>> gets_;
   std::unordered_map<UniqueID, std::vector<uint64_t>, UniqueIDHash> waiting_on_;
   std::multimap<Clock::time_point, uint64_t> deadlines_;
+  // Spilled objects a parked get waits for, restored once space is freed.
+  std::unordered_set<UniqueID, UniqueIDHash> restore_wanted_;
+  uint64_t restore_generation_ = 0;  // the store's room_generation() at the last try
+  std::string last_spill_error_;     // logged once until it changes
   // Submitted tasks that have not finished: pins to drop, objects to fail.
   struct TaskRecord {
     std::vector<UniqueID> return_ids, pins;

@@ -122,7 +122,7 @@ std::string NodeServer::CancelTask(const UniqueID& task_id, bool force) {
 void NodeServer::SealError(const UniqueID& id, const std::string& tag, const std::string& message) {
   if (store_->Find(id) != nullptr) return;  // the worker sealed a result before it died
   uint64_t offset = 0;
-  Status s = store_->Create(kNodeClient, id, message.size(), tag.size(), &offset);
+  Status s = CreateObject(kNodeClient, id, message.size(), tag.size(), &offset);
   if (!s.ok()) {
     Log(3, "cannot store the error for object " + id.Hex() + ": " + s.message);
     return;

@@ -19,6 +19,7 @@ void ObjectStore::LruAdd(ObjectEntry& e) {
   if (e.in_lru) return;
   e.lru_pos = lru_.insert(lru_.end(), e.id);
   e.in_lru = true;
+  room_generation_++;
 }
 
 void ObjectStore::LruDrop(ObjectEntry& e) {
@@ -27,12 +28,41 @@ void ObjectStore::LruDrop(ObjectEntry& e) {
   e.in_lru = false;
 }
 
+void ObjectStore::SpillableDrop(ObjectEntry& e) {
+  if (!e.spillable) return;
+  spillable_.erase(e.seal_seq);
+  e.spillable = false;
+}
+
+void ObjectStore::Classify(ObjectEntry& e) {
+  bool sealed = e.state == ObjectState::Sealed;
+  if (sealed && e.ref_count == 0 && !e.delete_pending) {
+    LruAdd(e);  // at the back if new: most recently used, evicted last
+  } else {
+    LruDrop(e);
+  }
+  if (sealed && !e.spilled && e.ref_count > 0 && e.buffer_count == 0) {
+    if (!e.spillable) {
+      spillable_.emplace(e.seal_seq, e.id);
+      e.spillable = true;
+      room_generation_++;
+    }
+  } else {
+    SpillableDrop(e);
+  }
+}
+
+void ObjectStore::FreeSpace(uint64_t offset) {
+  allocator_.Free(offset);
+  room_generation_++;
+}
+
 std::optional<uint64_t> ObjectStore::AllocateEvicting(uint64_t size) {
   while (true) {
     if (auto off = allocator_.Allocate(size)) return off;
     if (lru_.empty()) return std::nullopt;
     auto it = objects_.find(lru_.front());
-    Remove(it, /*evicted=*/true);
+    Remove(it, /*evicted=*/true);  // a spilled one frees no arena space, only its file
   }
 }
 
@@ -75,12 +105,13 @@ Status ObjectStore::Create(ClientID client, const UniqueID& id, uint64_t data_si
   e.data_size = data_size;
   e.metadata_size = metadata_size;
   e.creator = client;
-  e.ref_count = 1;  // the creator's, until seal or abort
-  e.refs[client] = 1;
+  e.ref_count = 1;  // the creator's buffer, until seal or abort
+  e.buffer_count = 1;
+  e.refs[client].buffers = 1;
   auto pending = pending_pins_.find(id);
   if (pending != pending_pins_.end()) {
     for (const auto& [holder, n] : pending->second) {
-      e.refs[holder] += n;
+      e.refs[holder].pins += n;
       e.ref_count += n;
     }
     pending_pins_.erase(pending);
@@ -103,18 +134,21 @@ Status ObjectStore::Seal(ClientID client, const UniqueID& id) {
     return Status::Error(Code::NotOwner, "only the creator may seal object " + Short(id));
   }
   e.state = ObjectState::Sealed;
+  e.seal_seq = next_seal_seq_++;
   auto creator_ref = e.refs.find(client);
-  if (creator_ref != e.refs.end()) {  // sealing ends the creator's reference
-    if (--creator_ref->second == 0) e.refs.erase(creator_ref);
+  if (creator_ref != e.refs.end() && creator_ref->second.buffers > 0) {
+    // sealing ends the creator's reference
+    if (--creator_ref->second.buffers == 0 && creator_ref->second.pins == 0) {
+      e.refs.erase(creator_ref);
+    }
     e.ref_count--;
+    e.buffer_count--;
   }
   events_.push_back({StoreEvent::Sealed, id, e.data_size, e.metadata_size});
-  if (e.ref_count == 0) {
-    if (e.delete_pending) {
-      Remove(it, false);
-    } else {
-      LruAdd(e);
-    }
+  if (e.ref_count == 0 && e.delete_pending) {
+    Remove(it, false);
+  } else {
+    Classify(e);
   }
   return Status::OK();
 }
@@ -131,18 +165,21 @@ Status ObjectStore::Abort(ClientID client, const UniqueID& id) {
   if (it->second.creator != client) {
     return Status::Error(Code::NotOwner, "only the creator may abort object " + Short(id));
   }
-  allocator_.Free(it->second.offset);
+  FreeSpace(it->second.offset);
   objects_.erase(it);
   return Status::OK();
 }
 
 const ObjectEntry* ObjectStore::Acquire(ClientID client, const UniqueID& id) {
   auto it = objects_.find(id);
-  if (it == objects_.end() || it->second.state != ObjectState::Sealed) return nullptr;
+  if (it == objects_.end() || it->second.state != ObjectState::Sealed || it->second.spilled) {
+    return nullptr;
+  }
   ObjectEntry& e = it->second;
-  LruDrop(e);
   e.ref_count++;
-  e.refs[client]++;
+  e.buffer_count++;
+  e.refs[client].buffers++;
+  Classify(e);
   return &e;
 }
 
@@ -153,12 +190,16 @@ void ObjectStore::Pin(ClientID client, const UniqueID& id) {
     return;
   }
   ObjectEntry& e = it->second;
-  LruDrop(e);
   e.ref_count++;
-  e.refs[client]++;
+  e.refs[client].pins++;
+  Classify(e);
 }
 
-Status ObjectStore::Release(ClientID client, const UniqueID& id) {
+Status ObjectStore::Release(ClientID client, const UniqueID& id) { return Drop(client, id, false); }
+
+Status ObjectStore::Unpin(ClientID client, const UniqueID& id) { return Drop(client, id, true); }
+
+Status ObjectStore::Drop(ClientID client, const UniqueID& id, bool pin) {
   auto it = objects_.find(id);
   if (it == objects_.end()) {
     auto pending = pending_pins_.find(id);
@@ -178,13 +219,20 @@ Status ObjectStore::Release(ClientID client, const UniqueID& id) {
     return Status::Error(Code::InvalidRequest,
                          "release of object " + Short(id) + " that this client does not hold");
   }
-  if (--r->second == 0) e.refs.erase(r);
-  if (--e.ref_count == 0 && e.state == ObjectState::Sealed) {
-    if (e.delete_pending) {
-      Remove(it, false);
-    } else {
-      LruAdd(e);  // most recently used: evicted last
-    }
+  // The kind asked for, else the other: a client that does not say (an older one)
+  // still balances its counts.
+  bool take_pin = pin ? r->second.pins > 0 : r->second.buffers == 0;
+  if (take_pin) {
+    r->second.pins--;
+  } else {
+    r->second.buffers--;
+    e.buffer_count--;
+  }
+  if (r->second.pins == 0 && r->second.buffers == 0) e.refs.erase(r);
+  if (--e.ref_count == 0 && e.state == ObjectState::Sealed && e.delete_pending) {
+    Remove(it, false);
+  } else {
+    Classify(e);
   }
   return Status::OK();
 }
@@ -199,6 +247,60 @@ bool ObjectStore::IsSealed(const UniqueID& id) const {
   return it != objects_.end() && it->second.state == ObjectState::Sealed;
 }
 
+bool ObjectStore::IsSpilled(const UniqueID& id) const {
+  auto it = objects_.find(id);
+  return it != objects_.end() && it->second.spilled;
+}
+
+const ObjectEntry* ObjectStore::SpillCandidate() const {
+  if (spillable_.empty()) return nullptr;
+  return &objects_.at(spillable_.begin()->second);
+}
+
+void ObjectStore::MarkSpilled(const UniqueID& id, uint64_t key) {
+  auto it = objects_.find(id);
+  if (it == objects_.end() || !it->second.spillable) return;
+  ObjectEntry& e = it->second;
+  SpillableDrop(e);
+  FreeSpace(e.offset);
+  e.spilled = true;
+  e.spill_key = key;
+  num_spilled_++;
+  spilled_bytes_ += e.data_size + e.metadata_size;
+  Classify(e);
+}
+
+std::optional<uint64_t> ObjectStore::ReserveRestore(const UniqueID& id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end() || !it->second.spilled) return std::nullopt;
+  ObjectEntry& e = it->second;
+  LruDrop(e);  // an unreferenced spilled object must not evict itself
+  auto off = AllocateEvicting(e.data_size + e.metadata_size);
+  if (!off) Classify(e);
+  return off;
+}
+
+void ObjectStore::FinishRestore(const UniqueID& id, uint64_t offset, bool ok) {
+  auto it = objects_.find(id);
+  if (it == objects_.end() || !it->second.spilled) return;
+  ObjectEntry& e = it->second;
+  if (ok) {
+    e.offset = offset;
+    e.spilled = false;
+    num_spilled_--;
+    spilled_bytes_ -= e.data_size + e.metadata_size;
+    num_restored_++;
+  } else {
+    FreeSpace(offset);
+  }
+  Classify(e);
+}
+
+void ObjectStore::DropSpilled(const UniqueID& id) {
+  auto it = objects_.find(id);
+  if (it != objects_.end() && it->second.spilled) Remove(it, /*evicted=*/true);
+}
+
 bool ObjectStore::Delete(const UniqueID& id) {
   auto it = objects_.find(id);
   if (it == objects_.end()) return false;
@@ -210,11 +312,16 @@ bool ObjectStore::Delete(const UniqueID& id) {
   return false;
 }
 
-void ObjectStore::Remove(std::unordered_map<UniqueID, ObjectEntry, UniqueIDHash>::iterator it,
-                         bool evicted) {
+void ObjectStore::Remove(Table::iterator it, bool evicted) {
   ObjectEntry& e = it->second;
   LruDrop(e);
-  allocator_.Free(e.offset);
+  SpillableDrop(e);
+  if (e.spilled) {
+    num_spilled_--;
+    spilled_bytes_ -= e.data_size + e.metadata_size;
+  } else {
+    FreeSpace(e.offset);
+  }
   if (evicted) {
     num_evictions_++;
     evicted_bytes_ += e.data_size + e.metadata_size;
@@ -224,24 +331,26 @@ void ObjectStore::Remove(std::unordered_map<UniqueID, ObjectEntry, UniqueIDHash>
       evicted_order_.pop_front();
     }
   }
-  events_.push_back({StoreEvent::Deleted, e.id, e.data_size, e.metadata_size});
+  events_.push_back({StoreEvent::Deleted, e.id, e.data_size, e.metadata_size, e.spill_key});
   objects_.erase(it);
 }
 
 void ObjectStore::ClientGone(ClientID client) {
-  std::vector<UniqueID> released, aborted;
+  std::vector<std::pair<UniqueID, Holds>> released;
+  std::vector<UniqueID> aborted;
   for (auto& [id, e] : objects_) {
     auto r = e.refs.find(client);
-    if (r != e.refs.end()) {
-      for (uint32_t i = 0; i < r->second; ++i) released.push_back(id);
-    }
+    if (r != e.refs.end()) released.emplace_back(id, r->second);
     if (e.state == ObjectState::Created && e.creator == client) aborted.push_back(id);
   }
   for (auto p = pending_pins_.begin(); p != pending_pins_.end();) {
     p->second.erase(client);
     p = p->second.empty() ? pending_pins_.erase(p) : std::next(p);
   }
-  for (const auto& id : released) Release(client, id);
+  for (const auto& [id, holds] : released) {
+    for (uint32_t i = 0; i < holds.pins; ++i) Drop(client, id, true);
+    for (uint32_t i = 0; i < holds.buffers; ++i) Drop(client, id, false);
+  }
   for (const auto& id : aborted) Abort(client, id);
 }
 
@@ -254,7 +363,7 @@ std::vector<const ObjectEntry*> ObjectStore::List() const {
 
 StoreStats ObjectStore::Stats() const {
   return {allocator_.capacity(), allocator_.used(), objects_.size(), num_evictions_,
-          evicted_bytes_};
+          evicted_bytes_,         num_spilled_,      spilled_bytes_,  num_restored_};
 }
 
 std::vector<StoreEvent> ObjectStore::TakeEvents() {

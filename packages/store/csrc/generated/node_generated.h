@@ -1243,11 +1243,15 @@ inline ::flatbuffers::Offset<GetReply> CreateGetReplyDirect(
 
 /// Drop one reference per listed id. No reply. With `free`, each object is also
 /// deleted once no client holds it any more (the owner dropped its last ref).
+/// With `unpin` the references dropped are pins (PinRequest); otherwise they
+/// are those of mapped buffers (GetRequest). Only objects without mapped
+/// buffers may be spilled to disk, so the node keeps the two apart.
 struct ReleaseRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef ReleaseRequestBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
     VT_OBJECT_IDS = 4,
-    VT_FREE = 6
+    VT_FREE = 6,
+    VT_UNPIN = 8
   };
   const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *object_ids() const {
     return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_OBJECT_IDS);
@@ -1255,12 +1259,16 @@ struct ReleaseRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   bool free() const {
     return GetField<uint8_t>(VT_FREE, 0) != 0;
   }
+  bool unpin() const {
+    return GetField<uint8_t>(VT_UNPIN, 0) != 0;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
            VerifyOffset(verifier, VT_OBJECT_IDS) &&
            verifier.VerifyVector(object_ids()) &&
            VerifyField<uint8_t>(verifier, VT_FREE, 1) &&
+           VerifyField<uint8_t>(verifier, VT_UNPIN, 1) &&
            verifier.EndTable();
   }
 };
@@ -1274,6 +1282,9 @@ struct ReleaseRequestBuilder {
   }
   void add_free(bool free) {
     fbb_.AddElement<uint8_t>(ReleaseRequest::VT_FREE, static_cast<uint8_t>(free), 0);
+  }
+  void add_unpin(bool unpin) {
+    fbb_.AddElement<uint8_t>(ReleaseRequest::VT_UNPIN, static_cast<uint8_t>(unpin), 0);
   }
   explicit ReleaseRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
@@ -1289,9 +1300,11 @@ struct ReleaseRequestBuilder {
 inline ::flatbuffers::Offset<ReleaseRequest> CreateReleaseRequest(
     ::flatbuffers::FlatBufferBuilder &_fbb,
     ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> object_ids = 0,
-    bool free = false) {
+    bool free = false,
+    bool unpin = false) {
   ReleaseRequestBuilder builder_(_fbb);
   builder_.add_object_ids(object_ids);
+  builder_.add_unpin(unpin);
   builder_.add_free(free);
   return builder_.Finish();
 }
@@ -1299,12 +1312,14 @@ inline ::flatbuffers::Offset<ReleaseRequest> CreateReleaseRequest(
 inline ::flatbuffers::Offset<ReleaseRequest> CreateReleaseRequestDirect(
     ::flatbuffers::FlatBufferBuilder &_fbb,
     const std::vector<rayfield::store::protocol::fb::UniqueID> *object_ids = nullptr,
-    bool free = false) {
+    bool free = false,
+    bool unpin = false) {
   auto object_ids__ = object_ids ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*object_ids) : 0;
   return rayfield::store::protocol::fb::CreateReleaseRequest(
       _fbb,
       object_ids__,
-      free);
+      free,
+      unpin);
 }
 
 /// Wait until `num_ready` of the listed objects are sealed (or timeout_ms
@@ -1439,7 +1454,9 @@ inline ::flatbuffers::Offset<WaitReply> CreateWaitReplyDirect(
 
 /// Hold one reference per listed id for this client, also for objects that
 /// do not exist yet (they are pinned from their creation). Dropped by
-/// ReleaseRequest or when the client disconnects. No reply.
+/// ReleaseRequest (with `unpin`) or when the client disconnects. No reply.
+/// A pinned object without mapped buffers may be spilled to disk under memory
+/// pressure; it is restored when it is read again.
 struct PinRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef PinRequestBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
@@ -2117,7 +2134,10 @@ struct StatsReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_NUM_OBJECTS = 8,
     VT_NUM_EVICTIONS = 10,
     VT_EVICTED_BYTES = 12,
-    VT_NUM_CLIENTS = 14
+    VT_NUM_CLIENTS = 14,
+    VT_NUM_SPILLED = 16,
+    VT_SPILLED_BYTES = 18,
+    VT_NUM_RESTORED = 20
   };
   uint64_t capacity_bytes() const {
     return GetField<uint64_t>(VT_CAPACITY_BYTES, 0);
@@ -2137,6 +2157,15 @@ struct StatsReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   uint64_t num_clients() const {
     return GetField<uint64_t>(VT_NUM_CLIENTS, 0);
   }
+  uint64_t num_spilled() const {
+    return GetField<uint64_t>(VT_NUM_SPILLED, 0);
+  }
+  uint64_t spilled_bytes() const {
+    return GetField<uint64_t>(VT_SPILLED_BYTES, 0);
+  }
+  uint64_t num_restored() const {
+    return GetField<uint64_t>(VT_NUM_RESTORED, 0);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2146,6 +2175,9 @@ struct StatsReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<uint64_t>(verifier, VT_NUM_EVICTIONS, 8) &&
            VerifyField<uint64_t>(verifier, VT_EVICTED_BYTES, 8) &&
            VerifyField<uint64_t>(verifier, VT_NUM_CLIENTS, 8) &&
+           VerifyField<uint64_t>(verifier, VT_NUM_SPILLED, 8) &&
+           VerifyField<uint64_t>(verifier, VT_SPILLED_BYTES, 8) &&
+           VerifyField<uint64_t>(verifier, VT_NUM_RESTORED, 8) &&
            verifier.EndTable();
   }
 };
@@ -2172,6 +2204,15 @@ struct StatsReplyBuilder {
   void add_num_clients(uint64_t num_clients) {
     fbb_.AddElement<uint64_t>(StatsReply::VT_NUM_CLIENTS, num_clients, 0);
   }
+  void add_num_spilled(uint64_t num_spilled) {
+    fbb_.AddElement<uint64_t>(StatsReply::VT_NUM_SPILLED, num_spilled, 0);
+  }
+  void add_spilled_bytes(uint64_t spilled_bytes) {
+    fbb_.AddElement<uint64_t>(StatsReply::VT_SPILLED_BYTES, spilled_bytes, 0);
+  }
+  void add_num_restored(uint64_t num_restored) {
+    fbb_.AddElement<uint64_t>(StatsReply::VT_NUM_RESTORED, num_restored, 0);
+  }
   explicit StatsReplyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -2190,8 +2231,14 @@ inline ::flatbuffers::Offset<StatsReply> CreateStatsReply(
     uint64_t num_objects = 0,
     uint64_t num_evictions = 0,
     uint64_t evicted_bytes = 0,
-    uint64_t num_clients = 0) {
+    uint64_t num_clients = 0,
+    uint64_t num_spilled = 0,
+    uint64_t spilled_bytes = 0,
+    uint64_t num_restored = 0) {
   StatsReplyBuilder builder_(_fbb);
+  builder_.add_num_restored(num_restored);
+  builder_.add_spilled_bytes(spilled_bytes);
+  builder_.add_num_spilled(num_spilled);
   builder_.add_num_clients(num_clients);
   builder_.add_evicted_bytes(evicted_bytes);
   builder_.add_num_evictions(num_evictions);

@@ -22,7 +22,7 @@ def test_pin_keeps_a_future_object_from_eviction(node: Any) -> None:
         for _ in range(8):  # 160 MB through a 64 MB store: everything else is evicted
             writer.put(oid(), b"y" * (20 << 20))
         assert owner.contains(pinned)
-        owner.release_many([pinned])
+        owner.unpin([pinned])
         for _ in range(4):
             writer.put(oid(), b"z" * (20 << 20))
         assert not owner.contains(pinned)

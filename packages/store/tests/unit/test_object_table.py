@@ -125,3 +125,42 @@ def test_delete_pending_until_sealed_and_released() -> None:
     assert t.delete(oid(1)) is False
     t.seal(A, oid(1))
     assert oid(1) not in {o["object_id"] for o in t.list_objects()}
+
+
+def test_pins_and_buffers_decide_what_may_be_spilled() -> None:
+    t = ObjectTableState(1 << 20)
+    t.pin(B, oid(1))  # before the object exists
+    sealed(t, 1)
+    sealed(t, 2)
+    t.pin(B, oid(2))
+    assert t.spill_candidate() == oid(1)  # the oldest held by pins only
+    t.acquire(B, oid(1))  # a mapped buffer: never spilled
+    assert t.spill_candidate() == oid(2)
+    t.release(B, oid(1))  # drops the buffer, the pin stays
+    assert t.spill_candidate() == oid(1)
+    t.unpin(B, oid(1))  # unreferenced: evictable, not spillable
+    assert t.spill_candidate() == oid(2)
+
+
+def test_spilled_objects_free_space_and_come_back() -> None:
+    t = ObjectTableState(4096)
+    t.pin(B, oid(1))
+    sealed(t, 1, 3000)
+    with pytest.raises(StoreFullError):
+        t.create(A, oid(2), 3000)  # pinned: not evictable
+    t.mark_spilled(oid(1), 7)
+    assert t.stats()["used_bytes"] == 0
+    assert (t.stats()["num_spilled"], t.stats()["spilled_bytes"]) == (1, 3000)
+    assert t.acquire(B, oid(1)) is None  # not in the arena until restored
+    t.create(A, oid(2), 3000)
+    assert t.restore(oid(1)) is None  # the unsealed object holds the space
+    t.seal(A, oid(2))
+    assert t.restore(oid(1)) is not None  # evicts the unreferenced oid(2)
+    assert t.stats()["num_restored"] == 1 and t.stats()["num_spilled"] == 0
+    assert t.acquire(B, oid(1)) is not None
+    t.events()
+    t.release(B, oid(1))
+    t.unpin(B, oid(1))
+    t.mark_spilled(oid(1), 7)  # not spillable any more: ignored
+    assert t.delete(oid(1))
+    assert ("deleted", oid(1)) in t.events()

@@ -154,6 +154,7 @@ class LocalNode:
             huge_pages=huge_pages,
             prefault=False,  # pages are mapped as objects are created
             resources=resources,
+            spill_directory=session_dir / "spill",  # referenced objects past the store's size
         )
         self.server.start()
         num_cpus = max(1, int(resources.get("CPU", 1)))
@@ -202,7 +203,8 @@ class LocalNode:
                     )
                 elif kind == "store_full":
                     logger.warning(
-                        "object store full: %d bytes requested, %d of %d in use",
+                        "object store full, spilling did not make room: %d bytes requested, "
+                        "%d of %d in use",
                         event[1],
                         event[3],
                         event[2],

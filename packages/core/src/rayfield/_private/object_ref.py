@@ -6,6 +6,10 @@ are pinned from birth); when the last one is garbage collected, the pin is relea
 batches). An object this process owns (it put it, or submitted the task that returns it)
 is then freed as soon as nobody else holds it, unless its ref escaped into another object
 or message (then it is only unpinned, and evicted when space is needed).
+
+Pins are not mappings: an object held only by pins (no ``get`` buffer alive) may be spilled
+to disk by a full store and is restored when it is read, so the tracker releases its pins
+with ``unpin``, never as buffer releases.
 """
 
 from __future__ import annotations
@@ -85,9 +89,9 @@ class RefTracker:
         if self._client.closed:
             return
         if batch:
-            self._client.release_many(batch)
+            self._client.unpin(batch)
         if free:
-            self._client.release_many(free, True)
+            self._client.unpin(free, True)
 
 
 _tracker: RefTracker | None = None

@@ -128,6 +128,11 @@ class NodeServer:
         node_id: 20 bytes; random when ``None``.
         max_frame_bytes: frames longer than this are refused and the
             connection is closed.
+        spill_directory: where a full store spills objects held only by pins
+            (refs alive somewhere, no buffer mapped) to files, oldest first, so
+            a create can proceed; a get, wait or contains of a spilled object
+            restores it. Created at the first spill; its files are removed at
+            stop. ``None``: no spilling.
 
     Raises:
         StoreError: the arena cannot be created (too little shared memory,
@@ -143,7 +148,7 @@ class NodeServer:
     ``("client_disconnected", client_id, pid)``,
     ``("worker_registered", client_id, pid)`` and
     ``("store_full", requested_bytes, capacity_bytes, used_bytes)``, the last
-    one being the hook through which the runtime spills objects to disk.
+    one when a create failed even after eviction and spilling.
     """
 
     def __init__(
@@ -157,6 +162,7 @@ class NodeServer:
         resources: Mapping[str, float] | None = None,
         node_id: bytes | None = None,
         max_frame_bytes: int = 64 << 20,
+        spill_directory: str | os.PathLike[str] | None = None,
     ) -> None:
         if capacity_bytes <= 0:
             raise InvalidRequestError(f"capacity_bytes must be positive, got {capacity_bytes}")
@@ -174,6 +180,7 @@ class NodeServer:
             dict(resources) if resources is not None else {"CPU": float(os.cpu_count() or 1)},
             node_id,
             int(max_frame_bytes),
+            "" if spill_directory is None else os.fspath(spill_directory),
         )
 
     @property
@@ -192,6 +199,11 @@ class NodeServer:
     def running(self) -> bool:
         return self._native.running
 
+    @property
+    def spill_directory(self) -> str | None:
+        """Where objects are spilled when the store is full; ``None``: no spilling."""
+        return self._native.spill_directory
+
     def start(self) -> NodeServer:
         """Bind the socket and start the native threads. Returns self."""
         self._native.start()
@@ -206,7 +218,11 @@ class NodeServer:
         return self._native.poll_events(timeout_s)
 
     def stats(self) -> dict[str, int]:
-        """Capacity, bytes used, object count, evictions and client count."""
+        """Capacity, bytes used, object count, evictions, client count and spilling.
+
+        ``num_spilled`` and ``spilled_bytes`` count the objects whose data is now only in
+        a spill file, ``num_restored`` the restores since the start.
+        """
         return self._native.stats()
 
     def list_objects(self) -> list[dict[str, Any]]:

@@ -237,7 +237,7 @@ class NodeAgent:
                 state=ActorState.ALIVE,
             )
             self.gcs.register_actor(info)
-        except Exception as exc:  # noqa: BLE001 - this node still routes its own calls
+        except Exception as exc:
             logger.warning("could not record actor %s in the GCS: %s", actor_id.hex()[:16], exc)
         self.route_calls(actor_id)
 
@@ -255,7 +255,7 @@ class NodeAgent:
             return address
         try:
             info = self.gcs.get_actor(actor_id)
-        except Exception as exc:  # noqa: BLE001 - tried again after the next heartbeat
+        except Exception as exc:
             logger.debug("actor lookup failed: %s", exc)
             return None
         if info is None or not info.node_id or info.node_id == self.node_id:
@@ -322,7 +322,7 @@ class NodeAgent:
             mine = [oid for oid in ids if oid in self.held]
             self.held.difference_update(mine)
         if mine:
-            self.client.release_many(mine)
+            self.client.unpin(mine)
 
     # ---- object transfer -----------------------------------------------------------
 

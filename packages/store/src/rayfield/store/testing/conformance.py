@@ -293,6 +293,7 @@ class ObjectStoreConformance:
         client = connect()
         before = client.stats()
         keys = {"capacity_bytes", "used_bytes", "num_objects", "num_evictions", "evicted_bytes"}
+        keys |= {"num_spilled", "spilled_bytes", "num_restored"}
         assert keys | {"num_clients"} == set(before)
         assert before["capacity_bytes"] >= self.capacity_bytes and before["num_objects"] == 0
         oid = os.urandom(ID_SIZE)

@@ -136,6 +136,9 @@ class FakeObjectStore:
                 "num_evictions": self._evictions,
                 "evicted_bytes": self._evicted_bytes,
                 "num_clients": len(self._clients),
+                "num_spilled": 0,  # the fake never spills
+                "spilled_bytes": 0,
+                "num_restored": 0,
             }
 
     def list_objects(self) -> list[dict[str, Any]]:

@@ -11,7 +11,9 @@ np = import_numpy()
 
 # Hold one reference per listed id for this client, also for objects that
 # do not exist yet (they are pinned from their creation). Dropped by
-# ReleaseRequest or when the client disconnects. No reply.
+# ReleaseRequest (with `unpin`) or when the client disconnects. No reply.
+# A pinned object without mapped buffers may be spilled to disk under memory
+# pressure; it is restored when it is read again.
 class PinRequest(object):
     __slots__ = ['_tab']
 

@@ -11,6 +11,9 @@ np = import_numpy()
 
 # Drop one reference per listed id. No reply. With `free`, each object is also
 # deleted once no client holds it any more (the owner dropped its last ref).
+# With `unpin` the references dropped are pins (PinRequest); otherwise they
+# are those of mapped buffers (GetRequest). Only objects without mapped
+# buffers may be spilled to disk, so the node keeps the two apart.
 class ReleaseRequest(object):
     __slots__ = ['_tab']
 
@@ -59,8 +62,15 @@ class ReleaseRequest(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # ReleaseRequest
+    def Unpin(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def ReleaseRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(2)
+    builder.StartObject(3)
 
 def Start(builder: flatbuffers.Builder):
     ReleaseRequestStart(builder)
@@ -83,6 +93,12 @@ def ReleaseRequestAddFree(builder: flatbuffers.Builder, free: bool):
 def AddFree(builder: flatbuffers.Builder, free: bool):
     ReleaseRequestAddFree(builder, free)
 
+def ReleaseRequestAddUnpin(builder: flatbuffers.Builder, unpin: bool):
+    builder.PrependBoolSlot(2, unpin, 0)
+
+def AddUnpin(builder: flatbuffers.Builder, unpin: bool):
+    ReleaseRequestAddUnpin(builder, unpin)
+
 def ReleaseRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
 
@@ -102,9 +118,11 @@ class ReleaseRequestT(object):
         self,
         objectIds = None,
         free = False,
+        unpin = False,
     ):
         self.objectIds = objectIds  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
         self.free = free  # type: bool
+        self.unpin = unpin  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -136,6 +154,7 @@ class ReleaseRequestT(object):
                     uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(releaseRequest.ObjectIds(i))
                     self.objectIds.append(uniqueID_)
         self.free = releaseRequest.Free()
+        self.unpin = releaseRequest.Unpin()
 
     # ReleaseRequestT
     def Pack(self, builder):
@@ -148,5 +167,6 @@ class ReleaseRequestT(object):
         if self.objectIds is not None:
             ReleaseRequestAddObjectIds(builder, objectIds)
         ReleaseRequestAddFree(builder, self.free)
+        ReleaseRequestAddUnpin(builder, self.unpin)
         releaseRequest = ReleaseRequestEnd(builder)
         return releaseRequest

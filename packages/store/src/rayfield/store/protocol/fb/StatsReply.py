@@ -67,8 +67,29 @@ class StatsReply(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
+    # StatsReply
+    def NumSpilled(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # StatsReply
+    def SpilledBytes(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # StatsReply
+    def NumRestored(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
 def StatsReplyStart(builder: flatbuffers.Builder):
-    builder.StartObject(6)
+    builder.StartObject(9)
 
 def Start(builder: flatbuffers.Builder):
     StatsReplyStart(builder)
@@ -109,6 +130,24 @@ def StatsReplyAddNumClients(builder: flatbuffers.Builder, numClients: int):
 def AddNumClients(builder: flatbuffers.Builder, numClients: int):
     StatsReplyAddNumClients(builder, numClients)
 
+def StatsReplyAddNumSpilled(builder: flatbuffers.Builder, numSpilled: int):
+    builder.PrependUint64Slot(6, numSpilled, 0)
+
+def AddNumSpilled(builder: flatbuffers.Builder, numSpilled: int):
+    StatsReplyAddNumSpilled(builder, numSpilled)
+
+def StatsReplyAddSpilledBytes(builder: flatbuffers.Builder, spilledBytes: int):
+    builder.PrependUint64Slot(7, spilledBytes, 0)
+
+def AddSpilledBytes(builder: flatbuffers.Builder, spilledBytes: int):
+    StatsReplyAddSpilledBytes(builder, spilledBytes)
+
+def StatsReplyAddNumRestored(builder: flatbuffers.Builder, numRestored: int):
+    builder.PrependUint64Slot(8, numRestored, 0)
+
+def AddNumRestored(builder: flatbuffers.Builder, numRestored: int):
+    StatsReplyAddNumRestored(builder, numRestored)
+
 def StatsReplyEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
 
@@ -127,6 +166,9 @@ class StatsReplyT(object):
         numEvictions = 0,
         evictedBytes = 0,
         numClients = 0,
+        numSpilled = 0,
+        spilledBytes = 0,
+        numRestored = 0,
     ):
         self.capacityBytes = capacityBytes  # type: int
         self.usedBytes = usedBytes  # type: int
@@ -134,6 +176,9 @@ class StatsReplyT(object):
         self.numEvictions = numEvictions  # type: int
         self.evictedBytes = evictedBytes  # type: int
         self.numClients = numClients  # type: int
+        self.numSpilled = numSpilled  # type: int
+        self.spilledBytes = spilledBytes  # type: int
+        self.numRestored = numRestored  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -162,6 +207,9 @@ class StatsReplyT(object):
         self.numEvictions = statsReply.NumEvictions()
         self.evictedBytes = statsReply.EvictedBytes()
         self.numClients = statsReply.NumClients()
+        self.numSpilled = statsReply.NumSpilled()
+        self.spilledBytes = statsReply.SpilledBytes()
+        self.numRestored = statsReply.NumRestored()
 
     # StatsReplyT
     def Pack(self, builder):
@@ -172,5 +220,8 @@ class StatsReplyT(object):
         StatsReplyAddNumEvictions(builder, self.numEvictions)
         StatsReplyAddEvictedBytes(builder, self.evictedBytes)
         StatsReplyAddNumClients(builder, self.numClients)
+        StatsReplyAddNumSpilled(builder, self.numSpilled)
+        StatsReplyAddSpilledBytes(builder, self.spilledBytes)
+        StatsReplyAddNumRestored(builder, self.numRestored)
         statsReply = StatsReplyEnd(builder)
         return statsReply
