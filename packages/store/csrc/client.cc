@@ -590,7 +590,8 @@ Status Client::SubmitTask(const TaskSpec& spec) {
   w.Add(0, fb::CreateSubmitTaskRequest(b, &tid, resources, dependencies,
                                        spec.actor_id.IsNil() ? nullptr : &aid, spec.actor_creation,
                                        spec.max_concurrency, &cid, spec.sequence_no, payload,
-                                       return_ids, spec.max_retries, pins, spec.pin_returns));
+                                       return_ids, spec.max_retries, pins, spec.pin_returns,
+                                       spec.resume_sequence));
   return Send(w);
 }
 

@@ -633,6 +633,7 @@ void NodeServer::HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest
   spec.max_concurrency = std::max<uint32_t>(1, r->max_concurrency());
   spec.caller_id = FromFb(r->caller_id());
   spec.sequence_no = r->sequence_no();
+  spec.resume_sequence = r->resume_sequence();
   if (r->payload()) spec.payload.assign(reinterpret_cast<const char*>(r->payload()->Data()), r->payload()->size());
   TaskRecord rec;
   if (r->return_ids()) {
@@ -659,6 +660,7 @@ void NodeServer::HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest
     actor.creation->return_ids.clear();  // a restart's result is not awaited
     actor.restarts_left = r->max_retries();
     dead_actors_.erase(spec.actor_id);
+    remote_actors_.erase(spec.actor_id);  // (re)created here, e.g. after its node died
   } else if (rec.actor_task) {
     auto dead = dead_actors_.find(spec.actor_id);
     if (dead != dead_actors_.end()) return FailTask(task_id, "ACTOR_DIED", dead->second);

@@ -162,7 +162,11 @@ void Scheduler::Impl::MakeReady(PendingTask& t) {
 void Scheduler::Impl::EnqueueActorTask(PendingTask& t) {
   t.state = TaskState::ActorQueued;
   Actor& a = actors[t.spec->actor_id];
-  a.callers[t.spec->caller_id].queued.emplace(t.spec->sequence_no, t.spec->task_id);
+  auto [caller, fresh] = a.callers.try_emplace(t.spec->caller_id);
+  // Calls forwarded from another node reach this one in order; a caller first seen here
+  // then starts past 0 (its earlier calls ran where the actor lived before).
+  if (fresh && t.spec->resume_sequence) caller->second.next_seq = t.spec->sequence_no;
+  caller->second.queued.emplace(t.spec->sequence_no, t.spec->task_id);
   ++a.queued;
   actors_with_work.insert(t.spec->actor_id);
 }

@@ -63,6 +63,7 @@ struct TaskSpec {
   int32_t max_retries = 0;           // after a worker death; -1: unlimited
   std::vector<UniqueID> pins;        // kept alive until the task finishes
   bool pin_returns = false;          // the submitter holds its returns from the start
+  bool resume_sequence = false;      // a caller first seen here starts at this sequence_no
 };
 
 struct ResourceGrant {

@@ -2265,7 +2265,8 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
     VT_RETURN_IDS = 22,
     VT_MAX_RETRIES = 24,
     VT_PINS = 26,
-    VT_PIN_RETURNS = 28
+    VT_PIN_RETURNS = 28,
+    VT_RESUME_SEQUENCE = 30
   };
   const rayfield::store::protocol::fb::UniqueID *task_id() const {
     return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_TASK_ID);
@@ -2312,6 +2313,11 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
   bool pin_returns() const {
     return GetField<uint8_t>(VT_PIN_RETURNS, 0) != 0;
   }
+  /// An actor call forwarded from another node: its caller's calls start here at this
+  /// sequence_no (earlier ones ran where the actor lived before), not at 0.
+  bool resume_sequence() const {
+    return GetField<uint8_t>(VT_RESUME_SEQUENCE, 0) != 0;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2334,6 +2340,7 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
            VerifyOffset(verifier, VT_PINS) &&
            verifier.VerifyVector(pins()) &&
            VerifyField<uint8_t>(verifier, VT_PIN_RETURNS, 1) &&
+           VerifyField<uint8_t>(verifier, VT_RESUME_SEQUENCE, 1) &&
            verifier.EndTable();
   }
 };
@@ -2381,6 +2388,9 @@ struct SubmitTaskRequestBuilder {
   void add_pin_returns(bool pin_returns) {
     fbb_.AddElement<uint8_t>(SubmitTaskRequest::VT_PIN_RETURNS, static_cast<uint8_t>(pin_returns), 0);
   }
+  void add_resume_sequence(bool resume_sequence) {
+    fbb_.AddElement<uint8_t>(SubmitTaskRequest::VT_RESUME_SEQUENCE, static_cast<uint8_t>(resume_sequence), 0);
+  }
   explicit SubmitTaskRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -2406,7 +2416,8 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequest(
     ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> return_ids = 0,
     int32_t max_retries = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> pins = 0,
-    bool pin_returns = false) {
+    bool pin_returns = false,
+    bool resume_sequence = false) {
   SubmitTaskRequestBuilder builder_(_fbb);
   builder_.add_sequence_no(sequence_no);
   builder_.add_pins(pins);
@@ -2419,6 +2430,7 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequest(
   builder_.add_dependencies(dependencies);
   builder_.add_resources(resources);
   builder_.add_task_id(task_id);
+  builder_.add_resume_sequence(resume_sequence);
   builder_.add_pin_returns(pin_returns);
   builder_.add_actor_creation(actor_creation);
   return builder_.Finish();
@@ -2438,7 +2450,8 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
     const std::vector<rayfield::store::protocol::fb::UniqueID> *return_ids = nullptr,
     int32_t max_retries = 0,
     const std::vector<rayfield::store::protocol::fb::UniqueID> *pins = nullptr,
-    bool pin_returns = false) {
+    bool pin_returns = false,
+    bool resume_sequence = false) {
   auto resources__ = resources ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>(*resources) : 0;
   auto dependencies__ = dependencies ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*dependencies) : 0;
   auto payload__ = payload ? _fbb.CreateVector<uint8_t>(*payload) : 0;
@@ -2458,7 +2471,8 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
       return_ids__,
       max_retries,
       pins__,
-      pin_returns);
+      pin_returns,
+      resume_sequence);
 }
 
 /// Make this connection a worker that can receive tasks.

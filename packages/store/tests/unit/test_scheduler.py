@@ -708,3 +708,18 @@ def test_bad_arguments_are_rejected() -> None:
     with pytest.raises(TypeError):
         s.add_worker("1")
     assert s.decisions() == [] and s.snapshot()["workers"] == {}
+
+
+def test_calls_forwarded_after_an_actor_moved_resume_their_callers_sequence() -> None:
+    s = with_workers({"CPU": 1}, 1)
+    create_actor(s, aid(1), 1)
+    # The actor ran calls 0-4 of this caller on another node: here they start at 5.
+    actor_call(s, 5, aid(1), cid(1), 5, resume_sequence=True)
+    order = dispatched_ids(s.decisions())
+    actor_call(s, 6, aid(1), cid(1), 6, resume_sequence=True)
+    s.task_finished(1, order[-1])
+    order += dispatched_ids(s.decisions())
+    assert order == [tid(5), tid(6)]
+    actor_call(s, 8, aid(1), cid(2), 8)  # another caller, not forwarded: waits for its 0
+    s.task_finished(1, order[-1])
+    assert dispatched_ids(s.decisions()) == []

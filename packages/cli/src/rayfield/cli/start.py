@@ -163,6 +163,14 @@ def _resources(ctx: click.Context, param: click.Parameter, value: str | None) ->
     help="Head only: serve the dashboard (not available in this version).",
 )
 @click.option(
+    "--heartbeat-timeout-s",
+    type=float,
+    default=3.0,
+    show_default=True,
+    help="Head only: a node silent this long (heartbeats every 0.5 s) is declared dead; its "
+    "work is retried elsewhere.",
+)
+@click.option(
     "--block",
     is_flag=True,
     help="Stay in the foreground until the node stops (Ctrl-C stops what this command started).",
@@ -217,6 +225,7 @@ def start(**kw: Any) -> None:
         temp_dir=temp_dir,
         node_ip_address=kw["node_ip_address"],
         node_manager_port=kw["node_manager_port"],
+        heartbeat_timeout_s=kw["heartbeat_timeout_s"],
         tls=(tls_parts[0], tls_parts[1], tls_parts[2]) if all(tls_parts) else None,
     )
     session = launch.new_session_dir(temp_dir)

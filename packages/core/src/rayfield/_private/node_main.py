@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -67,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("--tls-cert", "--tls-key", "--tls-ca"):
         parser.add_argument(flag, default=None)
     args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=os.environ.get("RAYFIELD_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     resources = {"CPU": args.num_cpus if args.num_cpus is not None else float(os.cpu_count() or 1)}
     if args.num_gpus:
         resources["GPU"] = args.num_gpus

@@ -29,6 +29,7 @@ import grpc
 
 from rayfield._private.cluster import messages
 from rayfield._private.cluster.node_service import STREAMING_METHODS, NodeService, NodeStub
+from rayfield._private.cluster.recovery import Recovery
 from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, auth_metadata
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.gcs.types import ActorInfo, ActorState, NodeInfo, ResourceDemand
@@ -94,6 +95,7 @@ class NodeAgent:
         self.pending_calls: dict[bytes, list[dict[str, Any]]] = {}  # actor id -> call specs
         self.wanted: dict[bytes, tuple[float, float]] = {}  # id -> (next try, backoff)
         self.inflight: set[bytes] = set()
+        self.recovery = Recovery(self.client, self._resubmit)
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rayfield-transfer")
         self.server = grpc.server(
             ThreadPoolExecutor(max_workers=16, thread_name_prefix="rayfield-node-rpc"),
@@ -170,8 +172,12 @@ class NodeAgent:
                 logger.debug("heartbeat failed: %s", exc)
                 continue
             with self._lock:
+                was_alive = {i for i, n in self.peers.items() if n.alive}
                 self.peers = {n.node_id: n for n in nodes}
+                died = [n for n in nodes if n.node_id in was_alive and not n.alive]
                 retry = list(self.infeasible.items())
+            for node in died:
+                self._node_died(node)
             for task_id, shape in retry:
                 self.spill(task_id, shape)
             with self._lock:
@@ -211,6 +217,7 @@ class NodeAgent:
                     self.not_before.pop(task_id, None)
                     for rid in spec["return_ids"]:
                         self.forwarded[rid] = peer.address
+                self.recovery.record(spec, peer.address)
                 if spec.get("actor_creation"):
                     self._actor_moved(spec["actor_id"], peer)
                 try:
@@ -271,11 +278,17 @@ class NodeAgent:
     def route_calls(self, actor_id: bytes) -> None:
         """Forward the held calls of an actor that lives on another node, in order; what
         cannot be sent now is kept and tried again after the next heartbeat."""
-        address = self._actor_address(actor_id)
-        if address is None:
+        dead = self.recovery.actor_dead(actor_id)
+        address = None if dead else self._actor_address(actor_id)
+        if address is None and not dead:
             return  # not known yet
         with self._lock:
             calls = self.pending_calls.pop(actor_id, [])
+        if dead:
+            for spec in calls:
+                self.recovery.fail(spec["return_ids"], "ACTOR_DIED", dead)
+            return
+        assert address is not None
         for i, spec in enumerate(calls):
             try:
                 why = self._stub(address).forward(self.address, spec)
@@ -287,9 +300,30 @@ class NodeAgent:
                     rest = self.pending_calls.get(actor_id, [])
                     self.pending_calls[actor_id] = calls[i:] + rest
                 return
+            self.recovery.record(spec, address)
+            logger.debug(
+                "call %s of actor %s sent to %s", spec["task_id"].hex(), actor_id.hex(), address
+            )
             with self._lock:
                 for rid in spec["return_ids"]:
                     self.forwarded[rid] = address
+
+    def _node_died(self, node: NodeInfo) -> None:
+        logger.warning(
+            "node %s (%s) died: %s",
+            node.node_id.hex()[:12],
+            node.address,
+            node.death_reason or "no heartbeat",
+        )
+        with self._lock:
+            for rid in [r for r, a in self.forwarded.items() if a == node.address]:
+                del self.forwarded[rid]
+            for aid in [a for a, addr in self.actor_locations.items() if addr == node.address]:
+                del self.actor_locations[aid]
+            entry = self._channels.pop(node.address, None)
+        if entry is not None:
+            entry[0].close()
+        self.recovery.node_died(node.address)
 
     def _resubmit(self, spec: dict[str, Any]) -> None:
         keys = [
@@ -304,6 +338,8 @@ class NodeAgent:
             "sequence_no",
             "return_ids",
             "max_retries",
+            "pin_returns",
+            "resume_sequence",
         ]
         self.client.submit_task(**{k: spec[k] for k in keys if k in spec})
 
@@ -314,8 +350,8 @@ class NodeAgent:
         for dep in spec["dependencies"]:
             if not self.client.contains(dep):
                 self.want(dep, origin)
-        spec = dict(spec, pin_returns=True)
-        self._resubmit(spec)
+        resume = bool(spec.get("actor_id")) and not spec.get("actor_creation")
+        self._resubmit(dict(spec, pin_returns=True, resume_sequence=resume))
 
     def release_held(self, ids: list[bytes]) -> None:
         with self._lock:
@@ -442,6 +478,7 @@ class NodeAgent:
         finally:
             if view is not None:
                 self.client.abort(object_id)
+        self.recovery.result_here(object_id)
         with self._lock:
             made_there = self.forwarded.pop(object_id, None) == address
         try:

@@ -60,6 +60,7 @@ class NodeOptions:
     node_ip_address: str = "127.0.0.1"
     node_manager_port: int = 0
     tls: tuple[str, str, str] | None = None  # cert, key, ca
+    heartbeat_timeout_s: float = 3.0  # head only: silence after which a node is dead
 
 
 def _spawn(
@@ -108,6 +109,7 @@ def start_gcs(session: Path, host: str, port: int, opts: NodeOptions, timeout_s:
     args = ["rayfield._private.gcs.server", "--host", host, "--port", str(port)]
     args += ["--db", str(session / "gcs.sqlite"), "--token-file", str(token_file)]
     args += ["--port-file", str(port_file), *_tls_args(opts)]
+    args += ["--heartbeat-timeout-s", str(opts.heartbeat_timeout_s)]
     proc = _spawn(args, log)
     _wait_for(
         "the GCS",

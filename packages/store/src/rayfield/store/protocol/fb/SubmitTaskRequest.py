@@ -221,8 +221,17 @@ class SubmitTaskRequest(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # An actor call forwarded from another node: its caller's calls start here at this
+    # sequence_no (earlier ones ran where the actor lived before), not at 0.
+    # SubmitTaskRequest
+    def ResumeSequence(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def SubmitTaskRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(13)
+    builder.StartObject(14)
 
 def Start(builder: flatbuffers.Builder):
     SubmitTaskRequestStart(builder)
@@ -335,6 +344,12 @@ def SubmitTaskRequestAddPinReturns(builder: flatbuffers.Builder, pinReturns: boo
 def AddPinReturns(builder: flatbuffers.Builder, pinReturns: bool):
     SubmitTaskRequestAddPinReturns(builder, pinReturns)
 
+def SubmitTaskRequestAddResumeSequence(builder: flatbuffers.Builder, resumeSequence: bool):
+    builder.PrependBoolSlot(13, resumeSequence, 0)
+
+def AddResumeSequence(builder: flatbuffers.Builder, resumeSequence: bool):
+    SubmitTaskRequestAddResumeSequence(builder, resumeSequence)
+
 def SubmitTaskRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
 
@@ -366,6 +381,7 @@ class SubmitTaskRequestT(object):
         maxRetries = 0,
         pins = None,
         pinReturns = False,
+        resumeSequence = False,
     ):
         self.taskId = taskId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
         self.resources = resources  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
@@ -380,6 +396,7 @@ class SubmitTaskRequestT(object):
         self.maxRetries = maxRetries  # type: int
         self.pins = pins  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
         self.pinReturns = pinReturns  # type: bool
+        self.resumeSequence = resumeSequence  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -452,6 +469,7 @@ class SubmitTaskRequestT(object):
                     uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(submitTaskRequest.Pins(i))
                     self.pins.append(uniqueID_)
         self.pinReturns = submitTaskRequest.PinReturns()
+        self.resumeSequence = submitTaskRequest.ResumeSequence()
 
     # SubmitTaskRequestT
     def Pack(self, builder):
@@ -511,5 +529,6 @@ class SubmitTaskRequestT(object):
         if self.pins is not None:
             SubmitTaskRequestAddPins(builder, pins)
         SubmitTaskRequestAddPinReturns(builder, self.pinReturns)
+        SubmitTaskRequestAddResumeSequence(builder, self.resumeSequence)
         submitTaskRequest = SubmitTaskRequestEnd(builder)
         return submitTaskRequest

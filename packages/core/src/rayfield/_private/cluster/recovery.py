@@ -1,0 +1,126 @@
+"""What a node does when a node it sent work to dies.
+
+The node that forwards work keeps its spec until a result comes back, so the work is
+not lost with the node that ran it:
+
+* a forwarded task is submitted again (and placed anew: here or on another node) while
+  its ``max_retries`` allow, else its results become ``WORKER_DIED`` errors;
+* an actor created on the dead node is created again (``max_restarts``; its calls that
+  were in flight there fail with ``ACTOR_DIED``, as for a local restart), else it is dead
+  and every call to it fails with ``ACTOR_DIED``;
+* results of finished tasks that lived only on the dead node are rebuilt the same way
+  (lineage: the task is run again) when their task is still known here.
+
+Every failure is an error object under the result's id, so a ``get`` raises a typed
+error (``WorkerCrashedError``, ``ActorDiedError``) instead of hanging.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rayfield.store import StoreClient
+
+logger = logging.getLogger("rayfield")
+
+
+@dataclass
+class Sent:
+    spec: dict[str, Any]
+    address: str
+
+
+class Recovery:
+    """Records of work sent to other nodes, and the reaction to their death.
+
+    Args:
+        client: the agent's store client (error objects are put with it).
+        resubmit: submits a spec to the local node again (it is then placed anew).
+    """
+
+    def __init__(self, client: StoreClient, resubmit: Callable[[dict[str, Any]], None]) -> None:
+        self.client = client
+        self.resubmit = resubmit
+        self._lock = threading.Lock()
+        self.sent: dict[bytes, Sent] = {}  # task id -> spec and where it went
+        self.by_return: dict[bytes, bytes] = {}  # return id -> task id
+        self.creations: dict[bytes, dict[str, Any]] = {}  # actor id -> creation spec
+        self.dead_actors: dict[bytes, str] = {}  # actor id -> why
+
+    def record(self, spec: dict[str, Any], address: str) -> None:
+        """``spec`` was accepted by the node at ``address``."""
+        with self._lock:
+            self.sent[spec["task_id"]] = Sent(spec, address)
+            for rid in spec["return_ids"]:
+                self.by_return[rid] = spec["task_id"]
+            if spec.get("actor_creation"):
+                self.creations[spec["actor_id"]] = spec
+
+    def result_here(self, object_id: bytes) -> None:
+        """A result of sent work reached this node: its task need not run again."""
+        with self._lock:
+            task_id = self.by_return.pop(object_id, None)
+            sent = self.sent.get(task_id) if task_id is not None else None
+            if sent is None or sent.spec.get("actor_creation"):
+                return  # a creation stays: the actor may have to be recreated
+            if not any(r in self.by_return for r in sent.spec["return_ids"]):
+                del self.sent[task_id]  # type: ignore[arg-type]
+
+    def node_died(self, address: str) -> list[bytes]:
+        """React to the death of the node at ``address``; returns the ids of the actors
+        that are being created again (their location is unknown until placed)."""
+        with self._lock:
+            lost = [s for s in self.sent.values() if s.address == address]
+            for s in lost:
+                del self.sent[s.spec["task_id"]]
+                for rid in s.spec["return_ids"]:
+                    self.by_return.pop(rid, None)
+        restarted = []
+        why = f"the node {address} that ran it died"
+        for s in lost:
+            spec = s.spec
+            if spec.get("actor_creation"):
+                if self._restart_actor(spec, address):
+                    restarted.append(spec["actor_id"])
+            elif spec.get("actor_id"):
+                self.fail(spec["return_ids"], "ACTOR_DIED", f"the actor's node {address} died")
+            elif spec.get("max_retries", 0) != 0:
+                if spec["max_retries"] > 0:
+                    spec["max_retries"] -= 1
+                logger.warning("task %s is run again: %s", spec["task_id"].hex()[:16], why)
+                self.resubmit(spec)
+            else:
+                self.fail(spec["return_ids"], "WORKER_DIED", f"{why}; no retries left")
+        return restarted
+
+    def _restart_actor(self, spec: dict[str, Any], address: str) -> bool:
+        actor_id = spec["actor_id"]
+        if spec.get("max_retries", 0) == 0:
+            why = f"the actor is dead: its node {address} died and no restart is left"
+            with self._lock:
+                self.dead_actors[actor_id] = why
+                self.creations.pop(actor_id, None)
+            return False
+        if spec["max_retries"] > 0:
+            spec["max_retries"] -= 1
+        logger.warning("actor %s is created again: its node %s died", actor_id.hex()[:16], address)
+        # Its first result was awaited once; a restart's result is not.
+        self.resubmit(dict(spec, return_ids=[]))
+        return True
+
+    def actor_dead(self, actor_id: bytes) -> str | None:
+        with self._lock:
+            return self.dead_actors.get(actor_id)
+
+    def fail(self, object_ids: list[bytes], tag: str, message: str) -> None:
+        """Store an error object (``tag`` as metadata) under each id not stored yet."""
+        for oid in object_ids:
+            logger.debug("%s error for %s: %s", tag, oid.hex(), message)
+            try:
+                self.client.put(oid, message.encode(), tag.encode())
+            except Exception as exc:
+                logger.debug("error object for %s: %s", oid.hex()[:16], exc)
