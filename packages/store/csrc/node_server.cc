@@ -771,7 +771,10 @@ void NodeServer::DrainDecisions(std::vector<Decision>& batch) {
       auto& b = Writer(c).builder();
       const TaskSpec& spec = *dispatch->spec;
       auto rec = tasks_.find(spec.task_id);
-      if (rec != tasks_.end()) rec->second.worker = c.id;
+      if (rec != tasks_.end()) {
+        rec->second.worker = c.id;
+        rec->second.dispatch_seq = ++dispatch_count_;
+      }
       if (spec.actor_creation) actors_[spec.actor_id].worker = c.id;
       std::vector<flatbuffers::Offset<fb::ResourceInstance>> inst;
       for (const auto& g : dispatch->instances) {

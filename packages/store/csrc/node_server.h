@@ -72,6 +72,15 @@ struct ActorTaskElsewhere {
 using NodeEvent = std::variant<ObjectMissing, ClientDisconnected, WorkerRegistered, StoreFullEvent, NeedWorker,
                                TaskInfeasible, MissingDependencies, WorkerLost, ActorTaskElsewhere>;
 
+// A task running on one of the node's workers (for the host's memory monitor).
+struct RunningTaskInfo {
+  int pid;
+  UniqueID task_id;
+  bool retriable;       // a worker death resubmits it (retries left)
+  bool actor_task;      // an actor creation or call
+  uint64_t dispatch_seq;  // larger: dispatched more recently
+};
+
 struct ObjectInfoCopy {
   UniqueID id;
   uint64_t data_size, metadata_size;
@@ -104,6 +113,12 @@ class NodeServer {
   // includes the return ids and retries the node recorded. Nothing for other tasks.
   std::optional<TaskSpec> TakeTask(const UniqueID& task_id);
   void SetTotalResources(ResourceSet total);
+  // The tasks running on workers now, with their worker's pid.
+  std::vector<RunningTaskInfo> RunningTasks();
+  // SIGKILLs the worker process `pid`. Its tasks that are not retried then fail with
+  // error objects tagged `tag` (actor calls: ACTOR_DIED) whose text starts with
+  // `message`. False when no connected worker has that pid.
+  bool KillWorker(int pid, const std::string& tag, const std::string& message);
 
  private:
   struct Conn;
@@ -180,6 +195,7 @@ class NodeServer {
     bool actor_task = false;
     UniqueID actor_id;
     ClientID worker = 0;  // set while running
+    uint64_t dispatch_seq = 0;  // order of the last dispatch
     bool cancelled = false;
     std::unique_ptr<TaskSpec> retry_spec;  // kept only when a retry is possible
   };
@@ -195,6 +211,9 @@ class NodeServer {
   std::unordered_map<UniqueID, TaskSpec, UniqueIDHash> elsewhere_;  // calls to forward
   void HoldForElsewhere(TaskSpec spec);
   std::unordered_map<ClientID, int> worker_pids_;  // for error messages after a worker is gone
+  uint64_t dispatch_count_ = 0;
+  // Workers the host killed (KillWorker): the error tag and message for their tasks.
+  std::unordered_map<ClientID, std::pair<std::string, std::string>> kill_reasons_;
   static constexpr ClientID kNodeClient = 0;  // holder of the node's own pins
 
   std::mutex events_mu_;

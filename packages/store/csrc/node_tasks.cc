@@ -20,6 +20,7 @@ void NodeServer::FinishTask(const UniqueID& task_id) {
 }
 
 void NodeServer::HandleWorkerLost(const WorkerLost& lost) {
+  auto killed = kill_reasons_.find(lost.worker);  // killed by the host, with a reason
   for (const UniqueID& task_id : lost.running_tasks) {
     auto it = tasks_.find(task_id);
     if (it == tasks_.end()) continue;
@@ -30,6 +31,7 @@ void NodeServer::HandleWorkerLost(const WorkerLost& lost) {
       for (const auto& d : rec.retry_spec->dependencies) {
         if (!store_->IsSealed(d)) missing.push_back(d);
       }
+      rec.worker = 0;
       Log(2, "retrying task " + task_id.Hex().substr(0, 16) + " after its worker died");
       scheduler_->SubmitTask(*rec.retry_spec, missing);
       continue;
@@ -39,6 +41,10 @@ void NodeServer::HandleWorkerLost(const WorkerLost& lost) {
                         options_.socket_path;
     if (rec.cancelled) {
       FailTask(task_id, "CANCELLED", "the task was cancelled (" + where + ")");
+    } else if (killed != kill_reasons_.end()) {
+      bool actor = rec.actor_task;
+      FailTask(task_id, actor ? "ACTOR_DIED" : killed->second.first,
+               killed->second.second + " (" + where + ")");
     } else if (rec.actor_task) {
       FailTask(task_id, "ACTOR_DIED",
                "the actor's worker process died while running this call (" + where + ")");
@@ -48,7 +54,33 @@ void NodeServer::HandleWorkerLost(const WorkerLost& lost) {
     }
   }
   worker_pids_.erase(lost.worker);
+  if (killed != kill_reasons_.end()) kill_reasons_.erase(killed);
   if (!lost.actor_id.IsNil()) ActorGone(lost.actor_id);
+}
+
+std::vector<RunningTaskInfo> NodeServer::RunningTasks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<RunningTaskInfo> out;
+  for (const auto& [task_id, rec] : tasks_) {
+    if (rec.worker == 0) continue;
+    auto w = conns_.find(rec.worker);
+    if (w == conns_.end() || !w->second->worker || w->second->pid <= 0) continue;
+    out.push_back({w->second->pid, task_id, rec.retry_spec && rec.retries_left != 0,
+                   rec.actor_task, rec.dispatch_seq});
+  }
+  return out;
+}
+
+bool NodeServer::KillWorker(int pid, const std::string& tag, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pid <= 0) return false;
+  for (const auto& [id, conn] : conns_) {
+    if (!conn->worker || conn->pid != pid) continue;
+    kill_reasons_[id] = {tag, message};
+    kill(pid, SIGKILL);
+    return true;
+  }
+  return false;
 }
 
 void NodeServer::FailTask(const UniqueID& task_id, const std::string& tag, const std::string& message) {

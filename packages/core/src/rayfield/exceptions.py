@@ -13,6 +13,7 @@ __all__ = [
     "ActorDiedError",
     "GetTimeoutError",
     "ObjectLostError",
+    "OutOfMemoryError",
     "RayActorError",
     "RayError",
     "RayTaskError",
@@ -102,6 +103,16 @@ def _rebuild_task_error(cause: BaseException, name: str, tb: str, pid: int, node
 
 class WorkerCrashedError(RayfieldError):
     """The worker process died while running the task (and no retry was left)."""
+
+
+class OutOfMemoryError(WorkerCrashedError):
+    """The node's memory monitor killed the worker running the task (and no retry was left).
+
+    The node's memory usage passed the monitor's threshold
+    (``RAYFIELD_MEMORY_USAGE_THRESHOLD``, default 0.95) while the task ran; the message
+    says how much memory was in use and how to change the threshold or turn the monitor
+    off.
+    """
 
 
 class ActorDiedError(RayfieldError):

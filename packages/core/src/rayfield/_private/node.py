@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rayfield._private.memory_monitor import MemoryMonitor
 from rayfield.store import NodeServer
 
 logger = logging.getLogger("rayfield")
@@ -165,6 +166,8 @@ class LocalNode:
             log_to_driver=log_to_driver,
         )
         self.pool.start(num_cpus)  # warm pool
+        self.memory_monitor = MemoryMonitor.from_env(self.server)  # kills workers near OOM
+        self.memory_monitor.start()
         self.warned: set[bytes] = set()
         self.agent: Any = None  # a cluster.agent.NodeAgent when the node is part of a cluster
         self._stop = threading.Event()
@@ -215,6 +218,7 @@ class LocalNode:
             self.agent.shutdown()
         self._stop.set()
         self._events.join(timeout=2)
+        self.memory_monitor.stop()
         self.pool.stop()
         self.server.stop()
         shutil.rmtree(self.session_dir / "sockets", ignore_errors=True)

@@ -33,7 +33,7 @@ from rayfield.store import ObjectExistsError, StoreClient
 __all__ = ["ArgRef", "Runtime", "get_runtime", "set_runtime"]
 
 INLINE_ARGS_BYTES = 100 << 10  # larger arguments travel through the store
-ERROR_TAGS = (b"ERROR", b"WORKER_DIED", b"ACTOR_DIED", b"CANCELLED", b"LOST")
+ERROR_TAGS = (b"ERROR", b"WORKER_DIED", b"ACTOR_DIED", b"CANCELLED", b"LOST", b"OUT_OF_MEMORY")
 
 
 class ArgRef:
@@ -166,6 +166,8 @@ class Runtime:
                 raise exceptions.TaskCancelledError(f"{message} (object {ref.hex()})")
             if meta == b"LOST":
                 raise exceptions.ObjectLostError(message)
+            if meta == b"OUT_OF_MEMORY":
+                raise exceptions.OutOfMemoryError(f"{message} (object {ref.hex()})")
             raise exceptions.WorkerCrashedError(f"{message} (object {ref.hex()})")
         if meta == b"RAW" and buf.size < 4096:
             data = bytes(buf)

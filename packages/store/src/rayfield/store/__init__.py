@@ -241,6 +241,25 @@ class NodeServer:
         """Change the node's resource totals; infeasible tasks are re-examined."""
         self._native.set_total_resources(dict(resources))
 
+    def running_tasks(self) -> list[dict[str, Any]]:
+        """The tasks running on workers now, one dict each.
+
+        Keys: ``pid`` (the worker process), ``task_id``, ``retriable`` (a worker death
+        resubmits the task: retries are left), ``actor_task`` (an actor creation or call)
+        and ``dispatch_seq`` (larger: dispatched more recently).
+        """
+        return self._native.running_tasks()
+
+    def kill_worker(self, pid: int, tag: str, message: str) -> bool:
+        """SIGKILL the worker process ``pid`` and say why its tasks failed.
+
+        Its tasks with retries left are resubmitted as after any worker death; the others
+        fail with an error object whose metadata is ``tag`` (actor calls: ``ACTOR_DIED``)
+        and whose text starts with ``message``. Returns False when no connected worker
+        has that pid.
+        """
+        return self._native.kill_worker(int(pid), tag, message)
+
     def __enter__(self) -> NodeServer:
         if not self.running:
             self.start()

@@ -1,0 +1,98 @@
+"""The memory monitor's logic without processes: victim policy, readings, settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rayfield._private import memory_monitor as mm
+
+
+def task(pid: int, seq: int, retriable: bool, actor: bool = False) -> dict[str, Any]:
+    return {
+        "pid": pid,
+        "task_id": seq.to_bytes(20, "little"),
+        "retriable": retriable,
+        "actor_task": actor,
+        "dispatch_seq": seq,
+    }
+
+
+def test_retriable_first_then_newest() -> None:
+    tasks = [task(1, 5, False), task(2, 1, True), task(3, 3, True), task(4, 9, False)]
+    assert mm.pick_victim(tasks)["pid"] == 3
+    assert mm.pick_victim([task(1, 5, False), task(4, 9, False)])["pid"] == 4
+    assert mm.pick_victim([]) is None
+
+
+def test_never_the_excluded_pid_and_workers_count_once() -> None:
+    assert mm.pick_victim([task(7, 9, True), task(8, 1, False)], exclude=7)["pid"] == 8
+    # A threaded actor runs two calls: retriable only if both are.
+    tasks = [task(1, 8, True, True), task(1, 9, False, True), task(2, 2, True)]
+    victim = mm.pick_victim(tasks)
+    assert victim["pid"] == 2
+    only = mm.pick_victim(tasks[:2])
+    assert only["pid"] == 1 and only["dispatch_seq"] == 9 and not only["retriable"]
+
+
+def test_cgroup_reading(tmp_path: Path) -> None:
+    assert mm.cgroup_memory(tmp_path) is None  # no cgroup files
+    (tmp_path / "memory.max").write_text("max\n")
+    (tmp_path / "memory.current").write_text("500\n")
+    assert mm.cgroup_memory(tmp_path) is None  # no limit
+    (tmp_path / "memory.max").write_text("1000\n")
+    (tmp_path / "memory.stat").write_text("anon 300\ninactive_file 100\nactive_file 50\n")
+    usage = mm.cgroup_memory(tmp_path)
+    assert usage == mm.MemoryUsage(400, 1000, "cgroup")
+    assert usage.fraction == 0.4
+    # The tighter of the two: a cgroup nearly full wins over a roomy machine.
+    (tmp_path / "memory.current").write_text("1099\n")
+    assert mm.memory_usage(tmp_path).source == "cgroup"
+
+
+class FakeServer:
+    def __init__(self, tasks: list[dict[str, Any]]) -> None:
+        self.tasks = tasks
+        self.killed: list[tuple[int, str, str]] = []
+
+    def running_tasks(self) -> list[dict[str, Any]]:
+        return [t for t in self.tasks if t["pid"] not in {k[0] for k in self.killed}]
+
+    def kill_worker(self, pid: int, tag: str, message: str) -> bool:
+        self.killed.append((pid, tag, message))
+        return True
+
+
+def test_check_kills_one_worker_then_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    usage = [mm.MemoryUsage(99, 100, "system")]
+    monkeypatch.setattr(mm, "memory_usage", lambda root: usage[0])
+    server = FakeServer([task(1, 1, False), task(2, 2, True), task(os.getpid(), 3, True)])
+    monitor = mm.MemoryMonitor(server, usage_threshold=0.9, interval_s=0.0)
+    assert monitor.check() == 2
+    pid, tag, message = server.killed[0]
+    assert pid == 2
+    assert tag == "OUT_OF_MEMORY" and "killed by the memory monitor" in message
+    assert mm.ENV_THRESHOLD in message
+    assert monitor.check() == 1  # the victim is gone, memory still high: the next one
+    usage[0] = mm.MemoryUsage(50, 100, "system")
+    server.tasks.append(task(5, 5, True))
+    assert monitor.check() is None  # below the threshold
+    assert monitor.kills == [2, 1]
+
+
+def test_settings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(mm.ENV_THRESHOLD, "0.5")
+    monkeypatch.setenv(mm.ENV_REFRESH_MS, "0")
+    monitor = mm.MemoryMonitor.from_env(None)
+    assert monitor.usage_threshold == 0.5 and not monitor.enabled
+    monitor.start()  # disabled: no thread
+    monitor.stop()
+    monkeypatch.setenv(mm.ENV_THRESHOLD, "1.5")
+    monkeypatch.delenv(mm.ENV_REFRESH_MS)
+    monitor = mm.MemoryMonitor.from_env(None)
+    assert monitor.usage_threshold == mm.DEFAULT_THRESHOLD and monitor.interval_s == 0.25
+    with pytest.raises(ValueError, match="usage_threshold"):
+        mm.MemoryMonitor(None, usage_threshold=0)

@@ -1,0 +1,69 @@
+"""The host kills a worker process with a reason: running_tasks() and kill_worker()."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+from rayfield.store import StoreClient
+
+WORKER = textwrap.dedent(
+    """
+    import os, sys, time
+    from rayfield.store import StoreClient
+    w = StoreClient(sys.argv[1], kind="worker")
+    w.register_worker(os.urandom(20))
+    while True:
+        if w.next_task(timeout_s=1) is not None:
+            print("running", flush=True)
+            time.sleep(60)
+    """
+)
+
+
+def test_kill_worker_fails_unretried_tasks_with_the_given_reason(node: Any) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, node.socket_path], stdout=subprocess.PIPE, env=env
+        )
+        for _ in range(2)
+    ]
+    try:
+        with StoreClient(node.socket_path) as driver:
+            plain, retried = os.urandom(20), os.urandom(20)
+            driver.submit_task(os.urandom(20), b"p", resources={"CPU": 1}, return_ids=[plain])
+            driver.submit_task(
+                os.urandom(20), b"r", resources={"CPU": 1}, return_ids=[retried], max_retries=1
+            )
+            deadline = time.monotonic() + 20
+            while len(node.running_tasks()) < 2:
+                assert time.monotonic() < deadline, node.running_tasks()
+                time.sleep(0.05)
+            tasks = sorted(node.running_tasks(), key=lambda t: t["dispatch_seq"])
+            assert [t["retriable"] for t in tasks] == [False, True]
+            assert {t["pid"] for t in tasks} == {p.pid for p in procs}
+            assert not node.kill_worker(os.getpid(), "OUT_OF_MEMORY", "no")  # not a worker
+            assert node.kill_worker(tasks[0]["pid"], "OUT_OF_MEMORY", "killed for a test")
+            [buf] = driver.get([plain], timeout_s=10)
+            assert buf is not None and buf.metadata == b"OUT_OF_MEMORY"
+            assert bytes(buf).startswith(b"killed for a test (task ")
+            buf.release()
+            # The retriable task loses its worker too: resubmitted, it waits for another.
+            assert node.kill_worker(tasks[1]["pid"], "OUT_OF_MEMORY", "killed for a test")
+            deadline = time.monotonic() + 10
+            while node.running_tasks():
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert [n for n in node.poll_events() if n[0] == "need_worker"]
+            assert driver.get([retried], timeout_s=0) == [None]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            assert p.stdout is not None
+            p.stdout.close()
