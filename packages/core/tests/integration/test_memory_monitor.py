@@ -20,13 +20,13 @@ import rayfield as rf
 from rayfield._private.memory_monitor import ENV_REFRESH_MS, ENV_THRESHOLD, memory_usage
 from rayfield.exceptions import OutOfMemoryError, WorkerCrashedError
 
-MARGIN_BYTES = 700 << 20  # the threshold's distance above the usage at the start
+MARGIN_BYTES = 1200 << 20  # the threshold's distance above the usage at the start
 STEP_BYTES = 50 << 20
-LIMIT_BYTES = 2000 << 20
+LIMIT_BYTES = 3000 << 20
 
 
 def grow_memory() -> str:
-    """Allocate 50 MB every 0.1 s up to 2 GB, then hold it; the monitor should kill us."""
+    """Allocate 50 MB every 0.1 s up to 3 GB, then hold it; the monitor should kill us."""
     chunks = []
     while len(chunks) * STEP_BYTES < LIMIT_BYTES:
         chunks.append(b"\x01" * STEP_BYTES)  # written, so resident (not lazily zeroed)
@@ -64,7 +64,7 @@ def square(x: int) -> int:
 
 @pytest.fixture
 def low_threshold_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A node whose memory monitor fires 700 MB above the current usage."""
+    """A node whose memory monitor fires 1.2 GB above the current usage."""
     usage = memory_usage()
     threshold = (usage.used_bytes + MARGIN_BYTES) / usage.total_bytes
     monkeypatch.setenv(ENV_THRESHOLD, f"{threshold:.4f}")
