@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import select
 import signal
@@ -21,6 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
+from rayfield._private.cluster.certs import make_test_certificates
 from rayfield._private.gcs import (
     CHANNEL_ACTOR,
     CHANNEL_NODE_DEAD,
@@ -411,62 +410,10 @@ def test_token_file_is_private(tmp_path: Path) -> None:
         read_token(path)
 
 
-def _make_certs(tmp: Path) -> dict[str, Path]:
-    """A CA, a server certificate for 127.0.0.1/localhost, a client one, and a rogue CA's."""
-    x509 = pytest.importorskip("cryptography.x509")
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-
-    def name(cn: str) -> Any:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-    def cert(cn: str, key: Any, issuer: Any, issuer_key: Any, ca: bool) -> Any:
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(name(cn))
-            .issuer_name(issuer)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if not ca:
-            san = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
-        return builder.sign(issuer_key, hashes.SHA256())
-
-    out: dict[str, Path] = {}
-
-    def write(stem: str, crt: Any, key: Any) -> None:
-        out[f"{stem}.crt"] = tmp / f"{stem}.crt"
-        out[f"{stem}.crt"].write_bytes(crt.public_bytes(serialization.Encoding.PEM))
-        out[f"{stem}.key"] = tmp / f"{stem}.key"
-        out[f"{stem}.key"].write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-
-    for prefix in ("", "rogue-"):
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca = cert(f"{prefix}ca", ca_key, name(f"{prefix}ca"), ca_key, ca=True)
-        write(f"{prefix}ca", ca, ca_key)
-        for role in ("server", "client"):
-            key = ec.generate_private_key(ec.SECP256R1())
-            write(f"{prefix}{role}", cert(f"{prefix}{role}", key, ca.subject, ca_key, False), key)
-    return out
-
-
 def test_tls_refuses_plaintext_and_accepts_the_right_certs(
     start_gcs: Callable[..., Gcs], tmp_path: Path
 ) -> None:
-    f = _make_certs(tmp_path)
+    f = make_test_certificates(tmp_path)
     gcs = start_gcs(
         None,
         0,

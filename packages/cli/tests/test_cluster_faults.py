@@ -1,0 +1,135 @@
+"""A GCS restarted mid-workload, and a cluster that runs with mutual TLS."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import grpc
+import psutil
+import pytest
+from test_cluster import rayfield_cmd
+
+import rayfield as rf
+from rayfield._private.cluster.certs import make_test_certificates
+from rayfield._private.cluster.launch import find_token, rayfield_processes
+from rayfield._private.gcs.client import GcsClient
+from rayfield._private.gcs.errors import GcsUnavailableError
+
+
+@rf.remote(resources={"x": 1})
+def square(i: int) -> int:
+    time.sleep(0.001)
+    return i * i
+
+
+@rf.remote(resources={"x": 1}, num_cpus=0)
+class Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def add(self, k: int) -> int:
+        self.n += k
+        return self.n
+
+
+def start_two_nodes(temp_dir: Path, *extra: str) -> str:
+    rayfield_cmd(
+        "start", "--head", "--port", "0", "--num-cpus", "1", "--temp-dir", str(temp_dir), *extra
+    )
+    address = json.loads((temp_dir / "session_latest" / "cluster.json").read_text())["gcs_address"]
+    rayfield_cmd(
+        "start",
+        "--address",
+        address,
+        "--num-cpus",
+        "1",
+        "--resources",
+        '{"x": 100}',
+        "--temp-dir",
+        str(temp_dir),
+        *extra,
+    )
+    return str(address)
+
+
+def gcs_process(temp_dir: Path) -> psutil.Process:
+    [proc] = [
+        p for p in rayfield_processes(temp_dir) if "rayfield._private.gcs.server" in p.cmdline()
+    ]
+    return proc
+
+
+def test_gcs_restart_mid_workload_loses_nothing(tmp_path: Path) -> None:
+    address = start_two_nodes(tmp_path)
+    rf.init(address=address, temp_dir=str(tmp_path))
+    try:
+        counter = Counter.remote()
+        assert rf.get(counter.add.remote(1)) == 1  # placed on the other node, in the GCS
+        token = find_token(address, tmp_path)
+        with GcsClient(address, token) as gcs:
+            assert gcs.kv_put("test", "acknowledged", b"before the crash")
+        first = [square.remote(i) for i in range(300)]
+        gcs_proc = gcs_process(tmp_path)
+        cmd, log = gcs_proc.cmdline(), tmp_path / "gcs-restarted.out"
+        gcs_proc.send_signal(signal.SIGKILL)
+        gcs_proc.wait(5)
+        during = [square.remote(i) for i in range(300, 600)]  # work goes on without a GCS
+        assert rf.get(counter.add.remote(1)) == 2
+        time.sleep(1.0)
+        with open(log, "ab") as out:
+            subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        after = [square.remote(i) for i in range(600, 900)]
+        assert rf.get(first + during + after, timeout=120) == [i * i for i in range(900)]
+        with GcsClient(address, token) as gcs:
+            assert gcs.kv_get("test", "acknowledged") == b"before the crash"
+            deadline = time.monotonic() + 15
+            while len([n for n in gcs.get_nodes() if n.alive]) != 2:
+                assert time.monotonic() < deadline, gcs.get_nodes()
+                time.sleep(0.2)
+            actors = gcs.list_actors()
+        assert len(actors) == 1 and actors[0].node_id  # the actor's record came back
+        assert rf.get(counter.add.remote(1)) == 3  # and it kept its state
+        out = rayfield_cmd("status", "--temp-dir", str(tmp_path)).stdout
+        assert "2 node(s) alive, 0 dead" in out
+    finally:
+        rf.shutdown()
+        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+
+
+def test_tls_cluster_works_and_refuses_plaintext_peers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    certs = make_test_certificates(tmp_path)
+    tls = {
+        "RAYFIELD_TLS_CERT": str(certs["server.crt"]),
+        "RAYFIELD_TLS_KEY": str(certs["server.key"]),
+        "RAYFIELD_TLS_CA": str(certs["ca.crt"]),
+    }
+    for k, v in tls.items():  # the CLI, the nodes and this driver read the same variables
+        monkeypatch.setenv(k, v)
+    address = start_two_nodes(tmp_path / "rf")
+    rf.init(address=address, temp_dir=str(tmp_path / "rf"))
+    try:
+        assert rf.get([square.remote(i) for i in range(20)]) == [i * i for i in range(20)]
+        token = find_token(address, tmp_path / "rf")
+        with GcsClient(address, token) as gcs:
+            nodes = gcs.get_nodes()
+        plain = GcsClient(address, token, tls=False, retry_deadline_s=1.0)
+        with plain, pytest.raises(GcsUnavailableError):
+            plain.get_nodes()
+        for node in nodes:  # node services refuse a plaintext peer too
+            channel = grpc.insecure_channel(node.address)
+            call = channel.unary_unary("/rayfield.Node/HasObjects")
+            with pytest.raises(grpc.RpcError) as err:
+                call(b"", metadata=(("authorization", f"Bearer {token}"),), timeout=3)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            channel.close()
+        out = rayfield_cmd("status", "--temp-dir", str(tmp_path / "rf")).stdout
+        assert "2 node(s) alive" in out
+    finally:
+        rf.shutdown()
+        rayfield_cmd("stop", "--temp-dir", str(tmp_path / "rf"))
