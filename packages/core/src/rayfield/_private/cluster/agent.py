@@ -94,6 +94,9 @@ class NodeAgent:
         self.pending_calls: dict[bytes, list[dict[str, Any]]] = {}  # actor id -> call specs
         self.wanted: dict[bytes, tuple[float, float]] = {}  # id -> (next try, backoff)
         self.inflight: set[bytes] = set()
+        # Sent in batches by the fetch thread, off the event and transfer threads:
+        self._new_locations: dict[bytes, list[bytes]] = {}  # node id -> ids to record
+        self._to_release: dict[str, list[bytes]] = {}  # address -> ids it may drop
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rayfield-transfer")
         self.server = grpc.server(
             ThreadPoolExecutor(max_workers=16, thread_name_prefix="rayfield-node-rpc"),
@@ -211,12 +214,9 @@ class NodeAgent:
                     self.not_before.pop(task_id, None)
                     for rid in spec["return_ids"]:
                         self.forwarded[rid] = peer.address
+                    self._new_locations.setdefault(peer.node_id, []).extend(spec["return_ids"])
                 if spec.get("actor_creation"):
                     self._actor_moved(spec["actor_id"], peer)
-                try:
-                    self.gcs.add_object_locations(peer.node_id, list(spec["return_ids"]))
-                except Exception as exc:
-                    logger.debug("object directory update failed: %s", exc)
                 return True
             logger.warning("node %s refused a task: %s", peer.address, why)
         with self._lock:  # it stays queued (infeasible) here; tried again in a second
@@ -348,8 +348,25 @@ class NodeAgent:
                 return
         self._pool.submit(self._fetch, object_id, [hint])
 
+    def _send_batches(self) -> None:
+        """Record new object locations in the GCS and release pulled objects, in batches."""
+        with self._lock:
+            locations, self._new_locations = self._new_locations, {}
+            releases, self._to_release = self._to_release, {}
+        for node_id, ids in locations.items():
+            try:
+                self.gcs.add_object_locations(node_id, ids)
+            except Exception as exc:
+                logger.debug("object directory update failed: %s", exc)
+        for address, ids in releases.items():
+            try:
+                self._stub(address).release(ids)
+            except Exception as exc:
+                logger.debug("releasing %d objects on %s failed: %s", len(ids), address, exc)
+
     def _want_loop(self) -> None:
         while not self._stop.wait(0.05):
+            self._send_batches()
             now = time.monotonic()
             with self._lock:
                 due = [oid for oid, (t, _) in self.wanted.items() if t <= now]
@@ -443,13 +460,9 @@ class NodeAgent:
             if view is not None:
                 self.client.abort(object_id)
         with self._lock:
-            made_there = self.forwarded.pop(object_id, None) == address
-        try:
-            self.gcs.add_object_locations(self.node_id, [object_id])
-            if made_there:
-                self._stub(address).release([object_id])
-        except Exception as exc:
-            logger.debug("after pulling %s: %s", object_id.hex()[:16], exc)
+            self._new_locations.setdefault(self.node_id, []).append(object_id)
+            if self.forwarded.pop(object_id, None) == address:
+                self._to_release.setdefault(address, []).append(object_id)
         return True
 
     # ---- stop ----------------------------------------------------------------------
@@ -458,6 +471,7 @@ class NodeAgent:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=2)
+        self._send_batches()
         try:
             self.gcs.unregister_node(self.node_id)
         except Exception as exc:
