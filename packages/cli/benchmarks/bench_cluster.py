@@ -65,13 +65,15 @@ def build_rows(rf: Side, ray: Side) -> list[dict[str, Any]]:
     return rows
 
 
-def cpu_cell(side: Side, key: str) -> str:
+def cpu_cell(side: Side, key: str, unit: str) -> str:
     v = (side.results.get(key) or {}).get("cpu_us_per_op")
-    return "-" if not isinstance(v, (int, float)) else f"{v:,.0f}"
+    if not isinstance(v, (int, float)):
+        return "-"
+    return f"{v / 1e6:.2f} s/GB" if unit == "GB/s" else f"{v / 1e3:.2f} ms/task"
 
 
 def print_table(rows: list[dict[str, Any]], rf: Side, ray: Side) -> None:
-    header = ("benchmark", "rayfield", "ray", "rf/ray", "CPU/op rf", "CPU/op ray")
+    header = ("benchmark", "rayfield", "ray", "rf/ray", "CPU rf", "CPU ray")
     lines = [header]
     for r in rows:
         lines.append(
@@ -80,8 +82,8 @@ def print_table(rows: list[dict[str, Any]], rf: Side, ray: Side) -> None:
                 fmt(r["rayfield"], r["unit"]),
                 fmt(r["ray"], r["unit"]),
                 ratio(r["rf_over_ray"]),
-                cpu_cell(rf, r["key"]),
-                cpu_cell(ray, r["key"]),
+                cpu_cell(rf, r["key"], r["unit"]),
+                cpu_cell(ray, r["key"], r["unit"]),
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
@@ -92,8 +94,8 @@ def print_table(rows: list[dict[str, Any]], rf: Side, ray: Side) -> None:
         if n == 0:
             print("  ".join("-" * w for w in widths))
     print(
-        "CPU/op: CPU time of the driver and every cluster process (nodes, GCS, workers) "
-        "during the timed calls, in microseconds per GB (transfer rows) or per task."
+        "CPU: CPU time of the driver and every cluster process (nodes, GCS, workers) "
+        "during the timed calls, per GB moved or per task."
     )
 
 
