@@ -96,6 +96,9 @@ class NodeAgent:
         self.wanted: dict[bytes, tuple[float, float]] = {}  # id -> (next try, backoff)
         self.inflight: set[bytes] = set()
         self.recovery = Recovery(self.client, self._resubmit)
+        # Sent in batches by the fetch thread, off the event and transfer threads:
+        self._new_locations: dict[bytes, list[bytes]] = {}  # node id -> ids to record
+        self._to_release: dict[str, list[bytes]] = {}  # address -> ids it may drop
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rayfield-transfer")
         self.server = grpc.server(
             ThreadPoolExecutor(max_workers=16, thread_name_prefix="rayfield-node-rpc"),
@@ -217,13 +220,10 @@ class NodeAgent:
                     self.not_before.pop(task_id, None)
                     for rid in spec["return_ids"]:
                         self.forwarded[rid] = peer.address
+                    self._new_locations.setdefault(peer.node_id, []).extend(spec["return_ids"])
                 self.recovery.record(spec, peer.address)
                 if spec.get("actor_creation"):
                     self._actor_moved(spec["actor_id"], peer)
-                try:
-                    self.gcs.add_object_locations(peer.node_id, list(spec["return_ids"]))
-                except Exception as exc:
-                    logger.debug("object directory update failed: %s", exc)
                 return True
             logger.warning("node %s refused a task: %s", peer.address, why)
         with self._lock:  # it stays queued (infeasible) here; tried again in a second
@@ -384,8 +384,25 @@ class NodeAgent:
                 return
         self._pool.submit(self._fetch, object_id, [hint])
 
+    def _send_batches(self) -> None:
+        """Record new object locations in the GCS and release pulled objects, in batches."""
+        with self._lock:
+            locations, self._new_locations = self._new_locations, {}
+            releases, self._to_release = self._to_release, {}
+        for node_id, ids in locations.items():
+            try:
+                self.gcs.add_object_locations(node_id, ids)
+            except Exception as exc:
+                logger.debug("object directory update failed: %s", exc)
+        for address, ids in releases.items():
+            try:
+                self._stub(address).release(ids)
+            except Exception as exc:
+                logger.debug("releasing %d objects on %s failed: %s", len(ids), address, exc)
+
     def _want_loop(self) -> None:
         while not self._stop.wait(0.05):
+            self._send_batches()
             now = time.monotonic()
             with self._lock:
                 due = [oid for oid, (t, _) in self.wanted.items() if t <= now]
@@ -480,13 +497,9 @@ class NodeAgent:
                 self.client.abort(object_id)
         self.recovery.result_here(object_id)
         with self._lock:
-            made_there = self.forwarded.pop(object_id, None) == address
-        try:
-            self.gcs.add_object_locations(self.node_id, [object_id])
-            if made_there:
-                self._stub(address).release([object_id])
-        except Exception as exc:
-            logger.debug("after pulling %s: %s", object_id.hex()[:16], exc)
+            self._new_locations.setdefault(self.node_id, []).append(object_id)
+            if self.forwarded.pop(object_id, None) == address:
+                self._to_release.setdefault(address, []).append(object_id)
         return True
 
     # ---- stop ----------------------------------------------------------------------
@@ -495,6 +508,7 @@ class NodeAgent:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=2)
+        self._send_batches()
         try:
             self.gcs.unregister_node(self.node_id)
         except Exception as exc:

@@ -1,0 +1,298 @@
+"""One system on a two-node cluster: ``_cluster_side.py rayfield|ray --temp-dir D --marker M``.
+
+Run by ``bench_cluster.py`` in a fresh process per system, with that system's
+interpreter. It starts a head (1 CPU) and a second node (1 CPU and
+``{"node2": 1000}``) on this machine with the system's own command line, connects
+this process as the driver (on the head), runs the rows and stops the cluster.
+
+Every process the cluster commands start carries ``XBENCH_CLUSTER=M`` in its
+environment, and only processes of this user with that mark are ever stopped
+(:func:`sweep`), so other users' and other benchmarks' clusters are left alone;
+``ray stop`` is never called (it stops every Ray process of the user).
+
+Options: ``--quick``; ``--rows a,b`` runs only those rows; ``--stop`` only stops
+what a previous run with the same ``--temp-dir`` and ``--marker`` left running.
+Every figure goes to stdout as one ``BENCH_RESULT {json}`` line (see ``_common``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "core" / "benchmarks"))
+from _common import (
+    DONE_MARKER,
+    GB,
+    emit,
+    flag,
+    run_row,
+    selected,
+    tree_cpu_s,
+)
+
+MARK = "XBENCH_CLUSTER"
+NODE2 = "node2"
+ARRAY_BYTES = 200_000_000  # 25,000,000 float64
+STORE_BYTES = 2_000_000_000  # object store of each node
+ROWS: list[tuple[str, str, str]] = [
+    ("cluster_start_s", "two-node cluster start + driver connect", "s"),
+    ("pull_to_driver_gbps", "200 MB made on node 2, get on the driver", "GB/s"),
+    ("push_to_node2_gbps", "200 MB put on the driver, read on node 2", "GB/s"),
+    ("spillback_tasks", "1,000 no-op tasks spilled to node 2", "/s"),
+]
+_QUICK = {"repeats": 3, "tasks": 1000}  # timed calls per row, after one untimed
+_FULL = {"repeats": 5, "tasks": 1000}
+
+
+# ---- starting and stopping a cluster ---------------------------------------------------
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout_s: float = 120) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"{' '.join(cmd[:4])}... exited {proc.returncode}: {' | '.join(tail)}")
+    return proc.stdout
+
+
+def _ray_cli() -> list[str]:
+    script = Path(sys.executable).parent / "ray"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def start_cluster(system: str, temp_dir: Path, marker: str) -> str:
+    """Start the head and node 2 under ``temp_dir``; the head's GCS address."""
+    env = {**os.environ, MARK: marker}
+    common = ["--num-cpus", "1", "--object-store-memory", str(STORE_BYTES)]
+    node2 = ["--resources", json.dumps({NODE2: 1000}), "--temp-dir", str(temp_dir)]
+    if system == "rayfield":
+        cli = [sys.executable, "-m", "rayfield.cli.main", "start"]
+        _run([*cli, "--head", "--port", "0", *common, "--temp-dir", str(temp_dir)], env)
+        cluster = json.loads((temp_dir / "session_latest" / "cluster.json").read_text())
+        address = str(cluster["gcs_address"])
+        _run([*cli, "--address", address, *common, *node2], env)
+        return address
+    cli = [*_ray_cli(), "start", "--disable-usage-stats", "--node-ip-address", "127.0.0.1"]
+    head = ["--head", "--port", "0", "--include-dashboard", "false"]
+    _run([*cli, *head, *common, "--temp-dir", str(temp_dir)], env)
+    address = (temp_dir / "ray_current_cluster").read_text().strip()
+    _run([*cli, "--address", address, *common, *node2], env)
+    return address
+
+
+def _marked(marker: str) -> list[int]:
+    """Pids of this user's processes whose environment holds ``XBENCH_CLUSTER=marker``."""
+    needle = f"{MARK}={marker}".encode()
+    me, found = os.getuid(), []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if entry.stat().st_uid != me:
+                continue
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(entry.name))
+        except OSError:  # gone, or not readable
+            continue
+    return found
+
+
+def sweep(marker: str, grace_s: float = 8.0) -> int:
+    """SIGTERM every process marked ``marker``, SIGKILL what outlives ``grace_s``; how many."""
+    pids = _marked(marker)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        end = time.monotonic() + (grace_s if sig == signal.SIGTERM else 2.0)
+        while pids and time.monotonic() < end:
+            time.sleep(0.2)
+            pids = [p for p in pids if p in set(_marked(marker))]
+        if not pids:
+            break
+    return len(pids)
+
+
+def stop_cluster(system: str, temp_dir: Path, marker: str) -> None:
+    """Stop the cluster started under ``temp_dir``: gracefully, then by its mark."""
+    if system == "rayfield":
+        cmd = [sys.executable, "-m", "rayfield.cli.main", "stop", "--temp-dir", str(temp_dir)]
+        try:
+            subprocess.run(cmd, capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    sweep(marker)
+
+
+# ---- the rows --------------------------------------------------------------------------
+
+
+def _cpu_s(marker: str) -> float:
+    """CPU seconds (user + system) used so far by the driver's tree and the cluster's
+    processes (those marked ``marker``: nodes, GCS, workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = sum(tree_cpu_s().values())
+    for pid in _marked(marker):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def _median_rate(once: Any, repeats: int, unit: float, marker: str) -> dict[str, Any]:
+    """Call ``once`` (returns (work, seconds)) once untimed, then ``repeats`` times.
+
+    Returns:
+        ``rate``: the median of work / seconds / ``unit`` over the timed calls; ``best``,
+        ``worst``, ``seconds``; ``cpu_us_per_op``: CPU time of the driver and of every
+        cluster process during the timed calls (their whole wall time, not only the
+        measured part) over the work done, in microseconds per ``unit``.
+    """
+    once()
+    cpu0 = _cpu_s(marker)
+    samples = [once() for _ in range(repeats)]
+    cpu = _cpu_s(marker) - cpu0
+    rates = [w / s / unit for w, s in samples]
+    return {
+        "rate": statistics.median(rates),
+        "best": max(rates),
+        "worst": min(rates),
+        "seconds": [s for _, s in samples],
+        "cpu_us_per_op": 1e6 * cpu / (sum(w for w, _ in samples) / unit),
+    }
+
+
+def build(rf: Any, p: dict[str, Any], marker: str) -> dict[str, Any]:
+    """The rows' bodies for the module ``rf`` (``rayfield`` or ``ray``, connected)."""
+    import numpy as np
+
+    n = ARRAY_BYTES // 8
+    on_node2: dict[str, Any] = {"resources": {NODE2: 1}}
+
+    def node_id() -> str:
+        return str(rf.get_runtime_context().get_node_id())
+
+    # Two returns: the array and a small flag, so the driver learns that the task is
+    # done by getting the flag, without pulling the array (a ``wait`` might).
+    @rf.remote(num_returns=2, **on_node2)
+    def make(seed: int) -> tuple[Any, str]:
+        return np.full(n, float(seed)), node_id()
+
+    @rf.remote(**on_node2)
+    def total(a: Any) -> tuple[float, str]:
+        return float(a.sum()), node_id()
+
+    @rf.remote(**on_node2)
+    def noop() -> None:
+        return None
+
+    driver_node = node_id()
+
+    def check_node(where: str) -> None:
+        if where == driver_node:
+            raise RuntimeError("the node-2 task ran on the driver's node: nothing crossed")
+
+    def pull_once(seed: list[int] = [0]) -> tuple[int, float]:  # noqa: B006
+        seed[0] += 1
+        big, where = make.remote(seed[0])
+        check_node(rf.get(where))
+        t0 = time.perf_counter()
+        a = rf.get(big)
+        dt = time.perf_counter() - t0
+        if a.nbytes != ARRAY_BYTES or a[-1] != seed[0]:
+            raise RuntimeError(f"got {a.nbytes} bytes ending in {a[-1]}")
+        del a, big
+        return ARRAY_BYTES, dt
+
+    def push_once(seed: list[int] = [0]) -> tuple[int, float]:  # noqa: B006
+        seed[0] += 1
+        ref = rf.put(np.full(n, float(seed[0])))
+        t0 = time.perf_counter()
+        s, where = rf.get(total.remote(ref))
+        dt = time.perf_counter() - t0
+        check_node(where)
+        if s != seed[0] * n:
+            raise RuntimeError(f"node 2 summed {s}, not {seed[0] * n}")
+        del ref
+        return ARRAY_BYTES, dt
+
+    def spill_once() -> tuple[int, float]:
+        t0 = time.perf_counter()
+        rf.get([noop.remote() for _ in range(p["tasks"])])
+        return p["tasks"], time.perf_counter() - t0
+
+    return {
+        "pull_to_driver_gbps": lambda: _median_rate(pull_once, p["repeats"], GB, marker),
+        "push_to_node2_gbps": lambda: _median_rate(push_once, p["repeats"], GB, marker),
+        "spillback_tasks": lambda: _median_rate(spill_once, p["repeats"], 1, marker),
+    }
+
+
+def main() -> int:
+    system = sys.argv[1]
+    temp_dir = Path(sys.argv[sys.argv.index("--temp-dir") + 1])
+    marker = sys.argv[sys.argv.index("--marker") + 1]
+    if flag("--stop"):
+        stop_cluster(system, temp_dir, marker)
+        return 0
+    if system == "ray":
+        # A token in ~/.ray makes a head require it while joining nodes do not send it
+        # (Ray 2.5x); on loopback the benchmark runs without authentication.
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    p = _QUICK if flag("--quick") else _FULL
+    try:
+        rf = importlib.import_module(system)
+        importlib.import_module("numpy")
+    except ImportError as exc:
+        emit("import", error=f"{system} not installed ({exc})")
+        return 0
+    emit("version", value=getattr(rf, "__version__", "?"))
+    sweep(marker)  # what a hung earlier attempt left
+    connected: list[bool] = []
+
+    def start() -> dict[str, Any]:
+        t0 = time.perf_counter()
+        address = start_cluster(system, temp_dir, marker)
+        if system == "ray":
+            rf.init(address=address, _node_ip_address="127.0.0.1", log_to_driver=False)
+        else:
+            rf.init(address=address, temp_dir=str(temp_dir))
+        connected.append(True)
+        return {"value": time.perf_counter() - t0}
+
+    try:
+        run_row("cluster_start_s", start)
+        keys = selected([k for k, _, _ in ROWS[1:]])
+        if connected:
+            bodies = build(rf, p, marker)
+            for key in keys:
+                run_row(key, bodies[key])
+            rf.shutdown()
+        else:
+            for key in keys:
+                emit(key, error="not run: the cluster did not start")
+    finally:
+        stop_cluster(system, temp_dir, marker)
+    sys.stdout.write(DONE_MARKER + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
