@@ -75,6 +75,7 @@ def test_gcs_restart_mid_workload_loses_nothing(tmp_path: Path) -> None:
         first = [square.remote(i) for i in range(300)]
         gcs_proc = gcs_process(tmp_path)
         cmd, log = gcs_proc.cmdline(), tmp_path / "gcs-restarted.out"
+        cmd[cmd.index("--port") + 1] = address.rsplit(":", 1)[1]  # it was started with 0
         gcs_proc.send_signal(signal.SIGKILL)
         gcs_proc.wait(5)
         during = [square.remote(i) for i in range(300, 600)]  # work goes on without a GCS
