@@ -5,6 +5,7 @@ Usage::
     python packages/core/examples/run_all.py                    # every example
     python packages/core/examples/run_all.py lbfgs tree_reduce  # a subset, by module name
     python packages/core/examples/run_all.py --num-workers 2 --num-cpus 2
+    python packages/core/examples/run_all.py --address 127.0.0.1:6379  # on a running cluster
 
 Each example module exposes ``main(num_workers: int = 2, ...) -> dict`` returning its metrics and
 an ``ok`` flag for its own sanity check (accuracy reached, reward improved, counts exact). The
@@ -70,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("examples", nargs="*", help=f"any of: {', '.join(EXAMPLES)}")
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--num-cpus", type=int, default=2)
+    parser.add_argument(
+        "--address",
+        default=None,
+        help="run on the cluster at HOST:PORT (started with `rayfield start`) instead of a "
+        "local one",
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.examples) - set(EXAMPLES))
     if unknown:
@@ -79,8 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     names = args.examples or EXAMPLES
 
     prepare_worker_environment()
-    # Worker actors hold one CPU each for their lifetime: give every worker one.
-    rf.init(num_cpus=max(args.num_cpus, args.num_workers))
+    if args.address:
+        rf.init(address=args.address)
+    else:
+        # Worker actors hold one CPU each for their lifetime: give every worker one.
+        rf.init(num_cpus=max(args.num_cpus, args.num_workers))
     try:
         rows = run(names, args.num_workers)
     finally:

@@ -320,16 +320,23 @@ inline ::flatbuffers::Offset<ForwardTaskReply> CreateForwardTaskReplyDirect(
 struct ObjectIdsRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef ObjectIdsRequestBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
-    VT_OBJECT_IDS = 4
+    VT_OBJECT_IDS = 4,
+    VT_WAIT_MS = 6
   };
   const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *object_ids() const {
     return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_OBJECT_IDS);
+  }
+  /// HasObjects: wait up to this long for at least one of them to be sealed here
+  /// (a long poll, so a node waiting for results asks once, not in a loop).
+  int64_t wait_ms() const {
+    return GetField<int64_t>(VT_WAIT_MS, 0);
   }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
            VerifyOffset(verifier, VT_OBJECT_IDS) &&
            verifier.VerifyVector(object_ids()) &&
+           VerifyField<int64_t>(verifier, VT_WAIT_MS, 8) &&
            verifier.EndTable();
   }
 };
@@ -340,6 +347,9 @@ struct ObjectIdsRequestBuilder {
   ::flatbuffers::uoffset_t start_;
   void add_object_ids(::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> object_ids) {
     fbb_.AddOffset(ObjectIdsRequest::VT_OBJECT_IDS, object_ids);
+  }
+  void add_wait_ms(int64_t wait_ms) {
+    fbb_.AddElement<int64_t>(ObjectIdsRequest::VT_WAIT_MS, wait_ms, 0);
   }
   explicit ObjectIdsRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
@@ -354,19 +364,23 @@ struct ObjectIdsRequestBuilder {
 
 inline ::flatbuffers::Offset<ObjectIdsRequest> CreateObjectIdsRequest(
     ::flatbuffers::FlatBufferBuilder &_fbb,
-    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> object_ids = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> object_ids = 0,
+    int64_t wait_ms = 0) {
   ObjectIdsRequestBuilder builder_(_fbb);
+  builder_.add_wait_ms(wait_ms);
   builder_.add_object_ids(object_ids);
   return builder_.Finish();
 }
 
 inline ::flatbuffers::Offset<ObjectIdsRequest> CreateObjectIdsRequestDirect(
     ::flatbuffers::FlatBufferBuilder &_fbb,
-    const std::vector<rayfield::store::protocol::fb::UniqueID> *object_ids = nullptr) {
+    const std::vector<rayfield::store::protocol::fb::UniqueID> *object_ids = nullptr,
+    int64_t wait_ms = 0) {
   auto object_ids__ = object_ids ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*object_ids) : 0;
   return rayfield::store::protocol::fb::CreateObjectIdsRequest(
       _fbb,
-      object_ids__);
+      object_ids__,
+      wait_ms);
 }
 
 struct HasObjectsReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

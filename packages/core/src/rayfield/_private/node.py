@@ -191,6 +191,9 @@ class LocalNode:
                     self.agent.on_actor_task_elsewhere(event[1], event[2])
                 elif kind == "object_missing" and self.agent is not None:
                     self.agent.on_object_missing(event[1], event[2])
+                elif kind == "missing_dependencies" and self.agent is not None:
+                    for object_id in event[2]:  # arguments that may live on another node
+                        self.agent.on_object_missing(object_id, -1)
                 elif (
                     kind == "task_infeasible"
                     and self.agent is not None

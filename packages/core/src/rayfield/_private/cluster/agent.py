@@ -44,7 +44,11 @@ logger = logging.getLogger("rayfield")
 MAX_MESSAGE_BYTES = 64 << 20
 FIRST_LOOKUP_S = 0.1  # most objects a client waits for are being made here
 MAX_BACKOFF_S = 2.0
-PULL_WAIT_MS = 60_000  # how long a holder waits for an object still being made
+# How long a holder waits for an object still being made before answering "not here":
+# short, so waiting pulls never tie up the transfer threads of either node; the puller
+# asks again with a growing delay (FIRST_LOOKUP_S doubling to MAX_BACKOFF_S).
+PULL_WAIT_MS = 200
+POLL_WAIT_MS = 1000  # how long one HasObjects long poll waits for a result being made
 
 
 def fits(demand: dict[str, float], total: dict[str, float]) -> bool:
@@ -95,11 +99,13 @@ class NodeAgent:
         self.pending_calls: dict[bytes, list[dict[str, Any]]] = {}  # actor id -> call specs
         self.wanted: dict[bytes, tuple[float, float]] = {}  # id -> (next try, backoff)
         self.inflight: set[bytes] = set()
+        self._backoff: dict[bytes, float] = {}  # id -> last delay, while a fetch runs
+        self._polling: set[str] = set()  # addresses with a long poll running
         self.recovery = Recovery(self.client, self._resubmit)
         # Sent in batches by the fetch thread, off the event and transfer threads:
         self._new_locations: dict[bytes, list[bytes]] = {}  # node id -> ids to record
         self._to_release: dict[str, list[bytes]] = {}  # address -> ids it may drop
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rayfield-transfer")
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rayfield-transfer")
         self.server = grpc.server(
             ThreadPoolExecutor(max_workers=16, thread_name_prefix="rayfield-node-rpc"),
             interceptors=[TokenInterceptor(token, STREAMING_METHODS)],
@@ -219,7 +225,7 @@ class NodeAgent:
                 with self._lock:
                     self.not_before.pop(task_id, None)
                     for rid in spec["return_ids"]:
-                        self.forwarded[rid] = peer.address
+                        self._made_at(rid, peer.address)
                     self._new_locations.setdefault(peer.node_id, []).extend(spec["return_ids"])
                 self.recovery.record(spec, peer.address)
                 if spec.get("actor_creation"):
@@ -306,7 +312,13 @@ class NodeAgent:
             )
             with self._lock:
                 for rid in spec["return_ids"]:
-                    self.forwarded[rid] = address
+                    self._made_at(rid, address)
+
+    def _made_at(self, object_id: bytes, address: str) -> None:
+        """(Lock held.) ``object_id`` will be made at ``address``: ask there, now, if wanted."""
+        self.forwarded[object_id] = address
+        if object_id in self.wanted:
+            self.wanted[object_id] = (time.monotonic(), FIRST_LOOKUP_S)
 
     def _node_died(self, node: NodeInfo) -> None:
         logger.warning(
@@ -376,13 +388,11 @@ class NodeAgent:
         with self._lock:
             if object_id in self.inflight or object_id in self.wanted:
                 return
-            if hint is not None:
+            if hint is not None:  # asked at once, by the long poll of that node
                 self.forwarded.setdefault(object_id, hint)
-                self.inflight.add(object_id)
+                self.wanted[object_id] = (time.monotonic(), FIRST_LOOKUP_S)
             else:
                 self.wanted[object_id] = (time.monotonic() + FIRST_LOOKUP_S, FIRST_LOOKUP_S)
-                return
-        self._pool.submit(self._fetch, object_id, [hint])
 
     def _send_batches(self) -> None:
         """Record new object locations in the GCS and release pulled objects, in batches."""
@@ -407,6 +417,20 @@ class NodeAgent:
             with self._lock:
                 due = [oid for oid, (t, _) in self.wanted.items() if t <= now]
             due = [oid for oid in due if not self._have(oid)]
+            by_hint: dict[str, list[bytes]] = {}
+            with self._lock:  # where it is being made, or where the task that needs it came from
+                for oid in due:
+                    hint = self.forwarded.get(oid)
+                    if hint is not None:
+                        by_hint.setdefault(hint, []).append(oid)
+                for address, ids in list(by_hint.items()):
+                    if address in self._polling:
+                        continue  # its long poll is running; these wait for the next one
+                    self._polling.add(address)
+                    for oid in ids:
+                        self.wanted.pop(oid, None)
+                    self._pool.submit(self._poll, address, ids)
+            due = [oid for oid in due if oid not in self.forwarded]
             if not due:
                 continue
             try:
@@ -438,6 +462,27 @@ class NodeAgent:
                         backoff = min(MAX_BACKOFF_S, self.wanted[oid][1] * 2)
                         self.wanted[oid] = (time.monotonic() + backoff, backoff)
 
+    def _poll(self, address: str, ids: list[bytes]) -> None:
+        """Long-poll the node at ``address`` until one of ``ids`` is there; fetch those that
+        are, and want the others again at once (the poll itself did the waiting)."""
+        try:
+            try:
+                present = self._stub(address).has_objects(ids, wait_ms=POLL_WAIT_MS)
+            except grpc.RpcError:
+                present = [False] * len(ids)
+            soon = time.monotonic() + 0.01
+            for oid, here in zip(ids, present, strict=False):
+                if here:
+                    self._start_fetch(oid, [address])
+                elif not self._have(oid):
+                    with self._lock:
+                        self.wanted.setdefault(oid, (soon, FIRST_LOOKUP_S))
+        except Exception:
+            logger.exception("polling %s failed", address)
+        finally:
+            with self._lock:
+                self._polling.discard(address)
+
     def _have(self, object_id: bytes) -> bool:
         if self.client.contains(object_id):
             with self._lock:
@@ -449,7 +494,9 @@ class NodeAgent:
         with self._lock:
             if object_id in self.inflight:
                 return
-            self.wanted.pop(object_id, None)
+            entry = self.wanted.pop(object_id, None)
+            if entry is not None:
+                self._backoff[object_id] = entry[1]
             self.inflight.add(object_id)
         self._pool.submit(self._fetch, object_id, addresses)
 
@@ -458,8 +505,9 @@ class NodeAgent:
             for address in addresses:
                 if address is not None and self.pull(object_id, address):
                     return
-            with self._lock:  # not there (any more): look it up again later
-                self.wanted[object_id] = (time.monotonic() + FIRST_LOOKUP_S, FIRST_LOOKUP_S)
+            with self._lock:  # not there (yet, or any more): ask again later
+                delay = min(MAX_BACKOFF_S, 2 * self._backoff.pop(object_id, FIRST_LOOKUP_S / 2))
+                self.wanted[object_id] = (time.monotonic() + delay, delay)
         except Exception:
             logger.exception("fetching object %s failed", object_id.hex())
         finally:

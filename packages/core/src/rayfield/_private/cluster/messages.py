@@ -222,18 +222,20 @@ def decode_forward_reply(buf: bytes) -> tuple[bool, str]:
 # ---- HasObjects / ReleaseObjects -----------------------------------------------------
 
 
-def encode_ids(ids: Sequence[bytes]) -> bytes:
+def encode_ids(ids: Sequence[bytes], wait_ms: int = 0) -> bytes:
     b = flatbuffers.Builder(32 + 24 * len(ids))
     vec = _id_vector(b, ObjectIdsRequest.StartObjectIdsVector, ids)
     ObjectIdsRequest.ObjectIdsRequestStart(b)
     ObjectIdsRequest.ObjectIdsRequestAddObjectIds(b, vec)
+    ObjectIdsRequest.ObjectIdsRequestAddWaitMs(b, wait_ms)
     return _finish(b, ObjectIdsRequest.ObjectIdsRequestEnd(b))
 
 
 @_decoder
-def decode_ids(buf: bytes) -> list[bytes]:
+def decode_ids(buf: bytes) -> tuple[list[bytes], int]:
+    """``(object_ids, wait_ms)``."""
     r = ObjectIdsRequest.ObjectIdsRequest.GetRootAs(buf, 0)
-    return _read_ids(r.ObjectIdsLength(), r.ObjectIds)
+    return _read_ids(r.ObjectIdsLength(), r.ObjectIds), int(r.WaitMs())
 
 
 def encode_present(present: Sequence[bool]) -> bytes:

@@ -32,6 +32,7 @@ logger = logging.getLogger("rayfield")
 SERVICE = "rayfield.Node"
 STREAMING_METHODS = frozenset({f"/{SERVICE}/PullObject"})
 CHUNK_BYTES = 4 << 20
+MAX_WAIT_MS = 5000  # longest HasObjects long poll
 
 
 def _raw(b: bytes) -> bytes:
@@ -102,11 +103,15 @@ class NodeService:
         return messages.encode_forward_reply(True)
 
     def has_objects(self, raw: bytes) -> bytes:
-        ids = messages.decode_ids(raw)
-        return messages.encode_present([self.agent.client.contains(oid) for oid in ids])
+        ids, wait_ms = messages.decode_ids(raw)
+        client = self.agent.client
+        if wait_ms > 0 and ids:
+            ready = client.wait(ids, 1, timeout_s=min(wait_ms, MAX_WAIT_MS) / 1000)
+            return messages.encode_present(ready)
+        return messages.encode_present([client.contains(oid) for oid in ids])
 
     def release_objects(self, raw: bytes) -> bytes:
-        self.agent.release_held(messages.decode_ids(raw))
+        self.agent.release_held(messages.decode_ids(raw)[0])
         return messages.encode_present([])
 
 
@@ -129,8 +134,11 @@ class NodeStub:
         accepted, why = messages.decode_forward_reply(raw)
         return None if accepted else why
 
-    def has_objects(self, ids: list[bytes], timeout_s: float = 5.0) -> list[bool]:
-        raw = self._has(messages.encode_ids(ids), metadata=self.metadata, timeout=timeout_s)
+    def has_objects(self, ids: list[bytes], wait_ms: int = 0) -> list[bool]:
+        """Which of ``ids`` the node holds; with ``wait_ms``, once one is there (or then)."""
+        raw = self._has(
+            messages.encode_ids(ids, wait_ms), metadata=self.metadata, timeout=wait_ms / 1000 + 5
+        )
         return list(messages.decode_present(raw))
 
     def release(self, ids: list[bytes], timeout_s: float = 5.0) -> None:

@@ -51,8 +51,17 @@ class ObjectIdsRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
         return o == 0
 
+    # HasObjects: wait up to this long for at least one of them to be sealed here
+    # (a long poll, so a node waiting for results asks once, not in a loop).
+    # ObjectIdsRequest
+    def WaitMs(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return 0
+
 def ObjectIdsRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(1)
+    builder.StartObject(2)
 
 def Start(builder: flatbuffers.Builder):
     ObjectIdsRequestStart(builder)
@@ -68,6 +77,12 @@ def ObjectIdsRequestStartObjectIdsVector(builder, numElems: int) -> int:
 
 def StartObjectIdsVector(builder, numElems: int) -> int:
     return ObjectIdsRequestStartObjectIdsVector(builder, numElems)
+
+def ObjectIdsRequestAddWaitMs(builder: flatbuffers.Builder, waitMs: int):
+    builder.PrependInt64Slot(1, waitMs, 0)
+
+def AddWaitMs(builder: flatbuffers.Builder, waitMs: int):
+    ObjectIdsRequestAddWaitMs(builder, waitMs)
 
 def ObjectIdsRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
@@ -87,8 +102,10 @@ class ObjectIdsRequestT(object):
     def __init__(
         self,
         objectIds = None,
+        waitMs = 0,
     ):
         self.objectIds = objectIds  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
+        self.waitMs = waitMs  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -119,6 +136,7 @@ class ObjectIdsRequestT(object):
                 else:
                     uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(objectIdsRequest.ObjectIds(i))
                     self.objectIds.append(uniqueID_)
+        self.waitMs = objectIdsRequest.WaitMs()
 
     # ObjectIdsRequestT
     def Pack(self, builder):
@@ -130,5 +148,6 @@ class ObjectIdsRequestT(object):
         ObjectIdsRequestStart(builder)
         if self.objectIds is not None:
             ObjectIdsRequestAddObjectIds(builder, objectIds)
+        ObjectIdsRequestAddWaitMs(builder, self.waitMs)
         objectIdsRequest = ObjectIdsRequestEnd(builder)
         return objectIdsRequest
