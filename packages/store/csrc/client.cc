@@ -229,7 +229,7 @@ Status Client::Send(FrameWriter& w) {
 
 // Reads one frame from the socket (only one thread at a time does this) and
 // files its messages: replies by seq, pushes into their queues.
-Status Client::ReadOneFrame(int64_t timeout_ms) {
+Status Client::ReadOneFrame(int64_t timeout_ms, const Waiters* reader) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     size_t avail = rbuf_.size() - rpos_;
@@ -275,6 +275,7 @@ Status Client::ReadOneFrame(int64_t timeout_ms) {
           }
         }
         if (new_other) reply_waiters_.cv.notify_all();
+        if (reader == &task_waiters_ && new_tasks > 0) --new_tasks;  // the reader takes one
         for (size_t i = 0; i < new_tasks; ++i) task_waiters_.cv.notify_one();
         return Status::OK();
       }
@@ -335,7 +336,7 @@ Status Client::WaitUntil(Pred ready, int64_t timeout_ms, Waiters& group) {
     }
     reading_ = true;
     lock.unlock();
-    Status s = ReadOneFrame(left);
+    Status s = ReadOneFrame(left, &group);
     lock.lock();
     reading_ = false;
     if (closed_ && fd_ >= 0) {  // Close() ran while we were reading

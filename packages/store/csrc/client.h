@@ -118,7 +118,9 @@ class Client {
   // With mu_ held and nobody reading: wake one waiter to take over the socket.
   void HandOff();
   void WakeAll();
-  Status ReadOneFrame(int64_t timeout_ms);
+  // `reader` is the group of the calling thread (nullptr: none): a task waiter that reads
+  // takes one of the tasks it finds itself, so one fewer waiter is woken.
+  Status ReadOneFrame(int64_t timeout_ms, const Waiters* reader = nullptr);
   template <typename T>
   Status PopWhenReady(std::deque<T>& queue, int64_t timeout_ms, std::optional<T>* out,
                       Waiters& group);
