@@ -30,7 +30,7 @@ import grpc
 from rayfield._private.cluster import messages
 from rayfield._private.cluster.node_service import STREAMING_METHODS, NodeService, NodeStub
 from rayfield._private.cluster.recovery import Recovery
-from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, auth_metadata
+from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, auth_metadata, open_channel
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.gcs.types import ActorInfo, ActorState, NodeInfo, ResourceDemand
 from rayfield.store import StoreClient
@@ -147,18 +147,17 @@ class NodeAgent:
         with self._lock:
             entry = self._channels.get(address)
             if entry is None:
-                options = [
-                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ]
-                if self.tls is not None:
-                    creds = self.tls.channel_credentials()
-                    channel = grpc.secure_channel(address, creds, options=options)
-                else:
-                    channel = grpc.insecure_channel(address, options=options)
+                channel = open_channel(address, self.tls, MAX_MESSAGE_BYTES)
                 entry = (channel, NodeStub(channel, self.metadata))
                 self._channels[address] = entry
         return entry[1]
+
+    def _forward(self, address: str, spec: dict[str, Any]) -> str | None:
+        """Forward a task to the node at ``address``; None when it took it, else why not."""
+        try:
+            return self._stub(address).forward(self.address, spec)
+        except grpc.RpcError as exc:
+            return f"{exc.code().name}: {exc.details()}"
 
     def alive_peers(self) -> list[NodeInfo]:
         with self._lock:
@@ -217,10 +216,7 @@ class NodeAgent:
             return False
         candidates.sort(key=lambda n: -sum(n.resources_available.get(k, 0.0) for k in demand))
         for peer in candidates:
-            try:
-                why = self._stub(peer.address).forward(self.address, spec)
-            except grpc.RpcError as exc:
-                why = f"{exc.code().name}: {exc.details()}"
+            why = self._forward(peer.address, spec)
             if why is None:
                 with self._lock:
                     self.not_before.pop(task_id, None)
@@ -296,10 +292,7 @@ class NodeAgent:
             return
         assert address is not None
         for i, spec in enumerate(calls):
-            try:
-                why = self._stub(address).forward(self.address, spec)
-            except grpc.RpcError as exc:
-                why = f"{exc.code().name}: {exc.details()}"
+            why = self._forward(address, spec)
             if why is not None:
                 logger.warning("could not forward an actor call to %s: %s", address, why)
                 with self._lock:

@@ -48,7 +48,6 @@ class Recovery:
         self._lock = threading.Lock()
         self.sent: dict[bytes, Sent] = {}  # task id -> spec and where it went
         self.by_return: dict[bytes, bytes] = {}  # return id -> task id
-        self.creations: dict[bytes, dict[str, Any]] = {}  # actor id -> creation spec
         self.dead_actors: dict[bytes, str] = {}  # actor id -> why
 
     def record(self, spec: dict[str, Any], address: str) -> None:
@@ -57,8 +56,6 @@ class Recovery:
             self.sent[spec["task_id"]] = Sent(spec, address)
             for rid in spec["return_ids"]:
                 self.by_return[rid] = spec["task_id"]
-            if spec.get("actor_creation"):
-                self.creations[spec["actor_id"]] = spec
 
     def result_here(self, object_id: bytes) -> None:
         """A result of sent work reached this node: its task need not run again."""
@@ -103,7 +100,6 @@ class Recovery:
             why = f"the actor is dead: its node {address} died and no restart is left"
             with self._lock:
                 self.dead_actors[actor_id] = why
-                self.creations.pop(actor_id, None)
             return False
         if spec["max_retries"] > 0:
             spec["max_retries"] -= 1

@@ -14,7 +14,7 @@ import hmac
 import os
 import secrets
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -191,3 +191,25 @@ class TlsConfig:
         return grpc.ssl_channel_credentials(
             root_certificates=ca, private_key=key, certificate_chain=cert
         )
+
+
+def open_channel(
+    address: str,
+    tls: TlsConfig | None,
+    max_message_bytes: int,
+    options: Sequence[tuple[str, Any]] = (),
+) -> grpc.Channel:
+    """A gRPC channel to ``address``: mutual TLS with ``tls``, else plaintext; messages
+    capped at ``max_message_bytes`` both ways; extra channel ``options`` appended.
+
+    Raises:
+        GcsAuthError: when a TLS file cannot be read.
+    """
+    opts = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        *options,
+    ]
+    if tls is not None:
+        return grpc.secure_channel(address, tls.channel_credentials(), options=opts)
+    return grpc.insecure_channel(address, options=opts)

@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 
 from rayfield._private.gcs import codec
-from rayfield._private.gcs.auth import TlsConfig, auth_metadata
+from rayfield._private.gcs.auth import TlsConfig, auth_metadata, open_channel
 from rayfield._private.gcs.errors import GcsError, GcsUnavailableError, error_for_status
 from rayfield._private.gcs.subscription import GcsSubscription
 from rayfield._private.gcs.types import (
@@ -73,19 +73,18 @@ class GcsClient:
         self.retry_deadline_s = retry_deadline_s
         self.metadata = auth_metadata(token)
         tls_config = TlsConfig.from_env() if tls is None else tls
-        options = [
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", max_message_bytes),
-            # Reconnect quickly once a restarted GCS listens again.
+        # Reconnect quickly once a restarted GCS listens again.
+        reconnect = [
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.min_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 1000),
         ]
-        if isinstance(tls_config, TlsConfig):
-            creds = tls_config.channel_credentials()
-            self._channel = grpc.secure_channel(address, creds, options=options)
-        else:
-            self._channel = grpc.insecure_channel(address, options=options)
+        self._channel = open_channel(
+            address,
+            tls_config if isinstance(tls_config, TlsConfig) else None,
+            max_message_bytes,
+            reconnect,
+        )
         self._stubs: dict[str, Any] = {}
         for name in codec.METHODS:
             path = f"/{codec.SERVICE}/{name}"
