@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_cluster import rayfield_cmd
+from clusterutil import rayfield_cmd
 
 import rayfield as rf
 from rayfield.exceptions import ActorDiedError

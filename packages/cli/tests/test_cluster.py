@@ -10,8 +10,6 @@ import ipaddress
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,17 +18,9 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
+from clusterutil import rayfield_cmd
 
 import rayfield as rf
-
-CLI = [sys.executable, "-m", "rayfield.cli.main"]
-
-
-def rayfield_cmd(*args: str, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, **kw)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"rayfield {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 class Cluster:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 import grpc
 import psutil
 import pytest
-from test_cluster import rayfield_cmd
+from clusterutil import rayfield_cmd, start_two_nodes
 
 import rayfield as rf
 from rayfield._private.cluster.certs import make_test_certificates
@@ -34,26 +33,6 @@ class Counter:
     def add(self, k: int) -> int:
         self.n += k
         return self.n
-
-
-def start_two_nodes(temp_dir: Path, *extra: str) -> str:
-    rayfield_cmd(
-        "start", "--head", "--port", "0", "--num-cpus", "1", "--temp-dir", str(temp_dir), *extra
-    )
-    address = json.loads((temp_dir / "session_latest" / "cluster.json").read_text())["gcs_address"]
-    rayfield_cmd(
-        "start",
-        "--address",
-        address,
-        "--num-cpus",
-        "1",
-        "--resources",
-        '{"x": 100}',
-        "--temp-dir",
-        str(temp_dir),
-        *extra,
-    )
-    return str(address)
 
 
 def gcs_process(temp_dir: Path) -> psutil.Process:

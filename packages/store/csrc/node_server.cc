@@ -841,7 +841,17 @@ std::vector<ObjectInfoCopy> NodeServer::ListObjects() {
   std::vector<ObjectInfoCopy> out;
   if (!store_) return out;
   for (const ObjectEntry* e : store_->List()) {
-    out.push_back({e->id, e->data_size, e->metadata_size, e->state, e->ref_count, e->create_time_ms});
+    uint32_t pins = 0;
+    for (const auto& kv : e->refs) pins += kv.second.pins;
+    int owner = 0;
+    auto conn = conns_.find(e->creator);
+    if (conn != conns_.end()) {
+      owner = conn->second->pid;
+    } else if (auto w = worker_pids_.find(e->creator); w != worker_pids_.end()) {
+      owner = w->second;
+    }
+    out.push_back({e->id, e->data_size, e->metadata_size, e->state, e->ref_count, e->create_time_ms,
+                   owner, pins, e->buffer_count, e->spilled});
   }
   return out;
 }

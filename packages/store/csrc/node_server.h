@@ -87,6 +87,10 @@ struct ObjectInfoCopy {
   ObjectState state;
   uint32_t ref_count;
   uint64_t create_time_ms;
+  int owner_pid;         // the process that created it (0: gone or unknown)
+  uint32_t pin_count;    // pins (the node's own holds, e.g. task returns kept for owners)
+  uint32_t buffer_count; // mapped buffers of clients
+  bool spilled;          // its data is only in a spill file
 };
 
 class NodeServer {

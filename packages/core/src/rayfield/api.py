@@ -174,8 +174,10 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
     global _info
     root = Path(temp_dir or os.path.join(tempfile.gettempdir(), "rayfield"))
     target = root / "session_latest" if address == "auto" else Path(address)
+    cluster: dict[str, str] = {}
     if re.fullmatch(r"[^/\s]+:\d+", address):
         socket_path, session = _local_node_of_cluster(address, root)
+        cluster = {"gcs_address": address, "temp_dir": str(root)}
     elif target.is_socket():
         socket_path, session = str(target), target.parent.parent
     else:
@@ -197,6 +199,7 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
         "object_store_address": socket_path,
         "webui_url": None,
         "connected": True,
+        **cluster,
     }
     return _info
 

@@ -39,6 +39,33 @@ struct ObjectIdsRequestBuilder;
 struct HasObjectsReply;
 struct HasObjectsReplyBuilder;
 
+struct NodeIntrospectRequest;
+struct NodeIntrospectRequestBuilder;
+
+struct WorkerState;
+struct WorkerStateBuilder;
+
+struct RunningTask;
+struct RunningTaskBuilder;
+
+struct StoredObject;
+struct StoredObjectBuilder;
+
+struct NodeIntrospectReply;
+struct NodeIntrospectReplyBuilder;
+
+struct LogFile;
+struct LogFileBuilder;
+
+struct ListLogsReply;
+struct ListLogsReplyBuilder;
+
+struct ReadLogRequest;
+struct ReadLogRequestBuilder;
+
+struct ReadLogReply;
+struct ReadLogReplyBuilder;
+
 /// PullObject: the holder streams the object back as ObjectChunk messages.
 struct PullObjectRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef PullObjectRequestBuilder Builder;
@@ -433,6 +460,1009 @@ inline ::flatbuffers::Offset<HasObjectsReply> CreateHasObjectsReplyDirect(
   return rayfield::store::protocol::fb::CreateHasObjectsReply(
       _fbb,
       present__);
+}
+
+/// Introspect: the node's load, workers, running work and (optionally) its objects.
+struct NodeIntrospectRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef NodeIntrospectRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_OBJECTS = 4,
+    VT_MAX_OBJECTS = 6
+  };
+  bool objects() const {
+    return GetField<uint8_t>(VT_OBJECTS, 0) != 0;
+  }
+  /// At most this many objects, largest first (0: all).
+  uint32_t max_objects() const {
+    return GetField<uint32_t>(VT_MAX_OBJECTS, 0);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<uint8_t>(verifier, VT_OBJECTS, 1) &&
+           VerifyField<uint32_t>(verifier, VT_MAX_OBJECTS, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct NodeIntrospectRequestBuilder {
+  typedef NodeIntrospectRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_objects(bool objects) {
+    fbb_.AddElement<uint8_t>(NodeIntrospectRequest::VT_OBJECTS, static_cast<uint8_t>(objects), 0);
+  }
+  void add_max_objects(uint32_t max_objects) {
+    fbb_.AddElement<uint32_t>(NodeIntrospectRequest::VT_MAX_OBJECTS, max_objects, 0);
+  }
+  explicit NodeIntrospectRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<NodeIntrospectRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<NodeIntrospectRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<NodeIntrospectRequest> CreateNodeIntrospectRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    bool objects = false,
+    uint32_t max_objects = 0) {
+  NodeIntrospectRequestBuilder builder_(_fbb);
+  builder_.add_max_objects(max_objects);
+  builder_.add_objects(objects);
+  return builder_.Finish();
+}
+
+struct WorkerState FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef WorkerStateBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_PID = 4,
+    VT_STATE = 6,
+    VT_CPU_PERCENT = 8,
+    VT_RSS_BYTES = 10,
+    VT_STARTED_S = 12
+  };
+  int32_t pid() const {
+    return GetField<int32_t>(VT_PID, 0);
+  }
+  /// "idle", "busy", "actor" or "blocked" (in a get); "starting" before it registers.
+  const ::flatbuffers::String *state() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_STATE);
+  }
+  float cpu_percent() const {
+    return GetField<float>(VT_CPU_PERCENT, 0.0f);
+  }
+  uint64_t rss_bytes() const {
+    return GetField<uint64_t>(VT_RSS_BYTES, 0);
+  }
+  double started_s() const {
+    return GetField<double>(VT_STARTED_S, 0.0);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<int32_t>(verifier, VT_PID, 4) &&
+           VerifyOffset(verifier, VT_STATE) &&
+           verifier.VerifyString(state()) &&
+           VerifyField<float>(verifier, VT_CPU_PERCENT, 4) &&
+           VerifyField<uint64_t>(verifier, VT_RSS_BYTES, 8) &&
+           VerifyField<double>(verifier, VT_STARTED_S, 8) &&
+           verifier.EndTable();
+  }
+};
+
+struct WorkerStateBuilder {
+  typedef WorkerState Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_pid(int32_t pid) {
+    fbb_.AddElement<int32_t>(WorkerState::VT_PID, pid, 0);
+  }
+  void add_state(::flatbuffers::Offset<::flatbuffers::String> state) {
+    fbb_.AddOffset(WorkerState::VT_STATE, state);
+  }
+  void add_cpu_percent(float cpu_percent) {
+    fbb_.AddElement<float>(WorkerState::VT_CPU_PERCENT, cpu_percent, 0.0f);
+  }
+  void add_rss_bytes(uint64_t rss_bytes) {
+    fbb_.AddElement<uint64_t>(WorkerState::VT_RSS_BYTES, rss_bytes, 0);
+  }
+  void add_started_s(double started_s) {
+    fbb_.AddElement<double>(WorkerState::VT_STARTED_S, started_s, 0.0);
+  }
+  explicit WorkerStateBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<WorkerState> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<WorkerState>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<WorkerState> CreateWorkerState(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    int32_t pid = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> state = 0,
+    float cpu_percent = 0.0f,
+    uint64_t rss_bytes = 0,
+    double started_s = 0.0) {
+  WorkerStateBuilder builder_(_fbb);
+  builder_.add_started_s(started_s);
+  builder_.add_rss_bytes(rss_bytes);
+  builder_.add_cpu_percent(cpu_percent);
+  builder_.add_state(state);
+  builder_.add_pid(pid);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<WorkerState> CreateWorkerStateDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    int32_t pid = 0,
+    const char *state = nullptr,
+    float cpu_percent = 0.0f,
+    uint64_t rss_bytes = 0,
+    double started_s = 0.0) {
+  auto state__ = state ? _fbb.CreateString(state) : 0;
+  return rayfield::store::protocol::fb::CreateWorkerState(
+      _fbb,
+      pid,
+      state__,
+      cpu_percent,
+      rss_bytes,
+      started_s);
+}
+
+struct RunningTask FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef RunningTaskBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_TASK_ID = 4,
+    VT_PID = 6,
+    VT_ACTOR_TASK = 8
+  };
+  const ::flatbuffers::Vector<uint8_t> *task_id() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_TASK_ID);
+  }
+  int32_t pid() const {
+    return GetField<int32_t>(VT_PID, 0);
+  }
+  bool actor_task() const {
+    return GetField<uint8_t>(VT_ACTOR_TASK, 0) != 0;
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_TASK_ID) &&
+           verifier.VerifyVector(task_id()) &&
+           VerifyField<int32_t>(verifier, VT_PID, 4) &&
+           VerifyField<uint8_t>(verifier, VT_ACTOR_TASK, 1) &&
+           verifier.EndTable();
+  }
+};
+
+struct RunningTaskBuilder {
+  typedef RunningTask Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_task_id(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> task_id) {
+    fbb_.AddOffset(RunningTask::VT_TASK_ID, task_id);
+  }
+  void add_pid(int32_t pid) {
+    fbb_.AddElement<int32_t>(RunningTask::VT_PID, pid, 0);
+  }
+  void add_actor_task(bool actor_task) {
+    fbb_.AddElement<uint8_t>(RunningTask::VT_ACTOR_TASK, static_cast<uint8_t>(actor_task), 0);
+  }
+  explicit RunningTaskBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<RunningTask> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<RunningTask>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<RunningTask> CreateRunningTask(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> task_id = 0,
+    int32_t pid = 0,
+    bool actor_task = false) {
+  RunningTaskBuilder builder_(_fbb);
+  builder_.add_pid(pid);
+  builder_.add_task_id(task_id);
+  builder_.add_actor_task(actor_task);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<RunningTask> CreateRunningTaskDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<uint8_t> *task_id = nullptr,
+    int32_t pid = 0,
+    bool actor_task = false) {
+  auto task_id__ = task_id ? _fbb.CreateVector<uint8_t>(*task_id) : 0;
+  return rayfield::store::protocol::fb::CreateRunningTask(
+      _fbb,
+      task_id__,
+      pid,
+      actor_task);
+}
+
+struct StoredObject FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef StoredObjectBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_OBJECT_ID = 4,
+    VT_DATA_SIZE = 6,
+    VT_METADATA_SIZE = 8,
+    VT_SEALED = 10,
+    VT_REF_COUNT = 12,
+    VT_PIN_COUNT = 14,
+    VT_BUFFER_COUNT = 16,
+    VT_OWNER_PID = 18,
+    VT_SPILLED = 20,
+    VT_CREATE_TIME_MS = 22
+  };
+  const ::flatbuffers::Vector<uint8_t> *object_id() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_OBJECT_ID);
+  }
+  uint64_t data_size() const {
+    return GetField<uint64_t>(VT_DATA_SIZE, 0);
+  }
+  uint64_t metadata_size() const {
+    return GetField<uint64_t>(VT_METADATA_SIZE, 0);
+  }
+  bool sealed() const {
+    return GetField<uint8_t>(VT_SEALED, 0) != 0;
+  }
+  uint32_t ref_count() const {
+    return GetField<uint32_t>(VT_REF_COUNT, 0);
+  }
+  uint32_t pin_count() const {
+    return GetField<uint32_t>(VT_PIN_COUNT, 0);
+  }
+  uint32_t buffer_count() const {
+    return GetField<uint32_t>(VT_BUFFER_COUNT, 0);
+  }
+  int32_t owner_pid() const {
+    return GetField<int32_t>(VT_OWNER_PID, 0);
+  }
+  bool spilled() const {
+    return GetField<uint8_t>(VT_SPILLED, 0) != 0;
+  }
+  uint64_t create_time_ms() const {
+    return GetField<uint64_t>(VT_CREATE_TIME_MS, 0);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_OBJECT_ID) &&
+           verifier.VerifyVector(object_id()) &&
+           VerifyField<uint64_t>(verifier, VT_DATA_SIZE, 8) &&
+           VerifyField<uint64_t>(verifier, VT_METADATA_SIZE, 8) &&
+           VerifyField<uint8_t>(verifier, VT_SEALED, 1) &&
+           VerifyField<uint32_t>(verifier, VT_REF_COUNT, 4) &&
+           VerifyField<uint32_t>(verifier, VT_PIN_COUNT, 4) &&
+           VerifyField<uint32_t>(verifier, VT_BUFFER_COUNT, 4) &&
+           VerifyField<int32_t>(verifier, VT_OWNER_PID, 4) &&
+           VerifyField<uint8_t>(verifier, VT_SPILLED, 1) &&
+           VerifyField<uint64_t>(verifier, VT_CREATE_TIME_MS, 8) &&
+           verifier.EndTable();
+  }
+};
+
+struct StoredObjectBuilder {
+  typedef StoredObject Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_object_id(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> object_id) {
+    fbb_.AddOffset(StoredObject::VT_OBJECT_ID, object_id);
+  }
+  void add_data_size(uint64_t data_size) {
+    fbb_.AddElement<uint64_t>(StoredObject::VT_DATA_SIZE, data_size, 0);
+  }
+  void add_metadata_size(uint64_t metadata_size) {
+    fbb_.AddElement<uint64_t>(StoredObject::VT_METADATA_SIZE, metadata_size, 0);
+  }
+  void add_sealed(bool sealed) {
+    fbb_.AddElement<uint8_t>(StoredObject::VT_SEALED, static_cast<uint8_t>(sealed), 0);
+  }
+  void add_ref_count(uint32_t ref_count) {
+    fbb_.AddElement<uint32_t>(StoredObject::VT_REF_COUNT, ref_count, 0);
+  }
+  void add_pin_count(uint32_t pin_count) {
+    fbb_.AddElement<uint32_t>(StoredObject::VT_PIN_COUNT, pin_count, 0);
+  }
+  void add_buffer_count(uint32_t buffer_count) {
+    fbb_.AddElement<uint32_t>(StoredObject::VT_BUFFER_COUNT, buffer_count, 0);
+  }
+  void add_owner_pid(int32_t owner_pid) {
+    fbb_.AddElement<int32_t>(StoredObject::VT_OWNER_PID, owner_pid, 0);
+  }
+  void add_spilled(bool spilled) {
+    fbb_.AddElement<uint8_t>(StoredObject::VT_SPILLED, static_cast<uint8_t>(spilled), 0);
+  }
+  void add_create_time_ms(uint64_t create_time_ms) {
+    fbb_.AddElement<uint64_t>(StoredObject::VT_CREATE_TIME_MS, create_time_ms, 0);
+  }
+  explicit StoredObjectBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<StoredObject> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<StoredObject>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<StoredObject> CreateStoredObject(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> object_id = 0,
+    uint64_t data_size = 0,
+    uint64_t metadata_size = 0,
+    bool sealed = false,
+    uint32_t ref_count = 0,
+    uint32_t pin_count = 0,
+    uint32_t buffer_count = 0,
+    int32_t owner_pid = 0,
+    bool spilled = false,
+    uint64_t create_time_ms = 0) {
+  StoredObjectBuilder builder_(_fbb);
+  builder_.add_create_time_ms(create_time_ms);
+  builder_.add_metadata_size(metadata_size);
+  builder_.add_data_size(data_size);
+  builder_.add_owner_pid(owner_pid);
+  builder_.add_buffer_count(buffer_count);
+  builder_.add_pin_count(pin_count);
+  builder_.add_ref_count(ref_count);
+  builder_.add_object_id(object_id);
+  builder_.add_spilled(spilled);
+  builder_.add_sealed(sealed);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<StoredObject> CreateStoredObjectDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<uint8_t> *object_id = nullptr,
+    uint64_t data_size = 0,
+    uint64_t metadata_size = 0,
+    bool sealed = false,
+    uint32_t ref_count = 0,
+    uint32_t pin_count = 0,
+    uint32_t buffer_count = 0,
+    int32_t owner_pid = 0,
+    bool spilled = false,
+    uint64_t create_time_ms = 0) {
+  auto object_id__ = object_id ? _fbb.CreateVector<uint8_t>(*object_id) : 0;
+  return rayfield::store::protocol::fb::CreateStoredObject(
+      _fbb,
+      object_id__,
+      data_size,
+      metadata_size,
+      sealed,
+      ref_count,
+      pin_count,
+      buffer_count,
+      owner_pid,
+      spilled,
+      create_time_ms);
+}
+
+struct NodeIntrospectReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef NodeIntrospectReplyBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_NODE_ID = 4,
+    VT_ADDRESS = 6,
+    VT_HOSTNAME = 8,
+    VT_SESSION_DIR = 10,
+    VT_CPU_PERCENT = 12,
+    VT_MEMORY_USED = 14,
+    VT_MEMORY_TOTAL = 16,
+    VT_STORE_CAPACITY = 18,
+    VT_STORE_USED = 20,
+    VT_NUM_OBJECTS = 22,
+    VT_NUM_SPILLED = 24,
+    VT_SPILLED_BYTES = 26,
+    VT_RESOURCES_TOTAL = 28,
+    VT_RESOURCES_AVAILABLE = 30,
+    VT_TASKS_QUEUED = 32,
+    VT_TASKS_WAITING = 34,
+    VT_TASKS_INFEASIBLE = 36,
+    VT_ACTOR_TASKS_QUEUED = 38,
+    VT_WORKERS = 40,
+    VT_RUNNING = 42,
+    VT_OBJECTS = 44
+  };
+  const ::flatbuffers::Vector<uint8_t> *node_id() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_NODE_ID);
+  }
+  const ::flatbuffers::String *address() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_ADDRESS);
+  }
+  const ::flatbuffers::String *hostname() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_HOSTNAME);
+  }
+  const ::flatbuffers::String *session_dir() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_SESSION_DIR);
+  }
+  float cpu_percent() const {
+    return GetField<float>(VT_CPU_PERCENT, 0.0f);
+  }
+  uint64_t memory_used() const {
+    return GetField<uint64_t>(VT_MEMORY_USED, 0);
+  }
+  uint64_t memory_total() const {
+    return GetField<uint64_t>(VT_MEMORY_TOTAL, 0);
+  }
+  uint64_t store_capacity() const {
+    return GetField<uint64_t>(VT_STORE_CAPACITY, 0);
+  }
+  uint64_t store_used() const {
+    return GetField<uint64_t>(VT_STORE_USED, 0);
+  }
+  uint64_t num_objects() const {
+    return GetField<uint64_t>(VT_NUM_OBJECTS, 0);
+  }
+  uint64_t num_spilled() const {
+    return GetField<uint64_t>(VT_NUM_SPILLED, 0);
+  }
+  uint64_t spilled_bytes() const {
+    return GetField<uint64_t>(VT_SPILLED_BYTES, 0);
+  }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *resources_total() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *>(VT_RESOURCES_TOTAL);
+  }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *resources_available() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *>(VT_RESOURCES_AVAILABLE);
+  }
+  uint32_t tasks_queued() const {
+    return GetField<uint32_t>(VT_TASKS_QUEUED, 0);
+  }
+  uint32_t tasks_waiting() const {
+    return GetField<uint32_t>(VT_TASKS_WAITING, 0);
+  }
+  uint32_t tasks_infeasible() const {
+    return GetField<uint32_t>(VT_TASKS_INFEASIBLE, 0);
+  }
+  uint32_t actor_tasks_queued() const {
+    return GetField<uint32_t>(VT_ACTOR_TASKS_QUEUED, 0);
+  }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::WorkerState>> *workers() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::WorkerState>> *>(VT_WORKERS);
+  }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::RunningTask>> *running() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::RunningTask>> *>(VT_RUNNING);
+  }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::StoredObject>> *objects() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::StoredObject>> *>(VT_OBJECTS);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_NODE_ID) &&
+           verifier.VerifyVector(node_id()) &&
+           VerifyOffset(verifier, VT_ADDRESS) &&
+           verifier.VerifyString(address()) &&
+           VerifyOffset(verifier, VT_HOSTNAME) &&
+           verifier.VerifyString(hostname()) &&
+           VerifyOffset(verifier, VT_SESSION_DIR) &&
+           verifier.VerifyString(session_dir()) &&
+           VerifyField<float>(verifier, VT_CPU_PERCENT, 4) &&
+           VerifyField<uint64_t>(verifier, VT_MEMORY_USED, 8) &&
+           VerifyField<uint64_t>(verifier, VT_MEMORY_TOTAL, 8) &&
+           VerifyField<uint64_t>(verifier, VT_STORE_CAPACITY, 8) &&
+           VerifyField<uint64_t>(verifier, VT_STORE_USED, 8) &&
+           VerifyField<uint64_t>(verifier, VT_NUM_OBJECTS, 8) &&
+           VerifyField<uint64_t>(verifier, VT_NUM_SPILLED, 8) &&
+           VerifyField<uint64_t>(verifier, VT_SPILLED_BYTES, 8) &&
+           VerifyOffset(verifier, VT_RESOURCES_TOTAL) &&
+           verifier.VerifyVector(resources_total()) &&
+           verifier.VerifyVectorOfTables(resources_total()) &&
+           VerifyOffset(verifier, VT_RESOURCES_AVAILABLE) &&
+           verifier.VerifyVector(resources_available()) &&
+           verifier.VerifyVectorOfTables(resources_available()) &&
+           VerifyField<uint32_t>(verifier, VT_TASKS_QUEUED, 4) &&
+           VerifyField<uint32_t>(verifier, VT_TASKS_WAITING, 4) &&
+           VerifyField<uint32_t>(verifier, VT_TASKS_INFEASIBLE, 4) &&
+           VerifyField<uint32_t>(verifier, VT_ACTOR_TASKS_QUEUED, 4) &&
+           VerifyOffset(verifier, VT_WORKERS) &&
+           verifier.VerifyVector(workers()) &&
+           verifier.VerifyVectorOfTables(workers()) &&
+           VerifyOffset(verifier, VT_RUNNING) &&
+           verifier.VerifyVector(running()) &&
+           verifier.VerifyVectorOfTables(running()) &&
+           VerifyOffset(verifier, VT_OBJECTS) &&
+           verifier.VerifyVector(objects()) &&
+           verifier.VerifyVectorOfTables(objects()) &&
+           verifier.EndTable();
+  }
+};
+
+struct NodeIntrospectReplyBuilder {
+  typedef NodeIntrospectReply Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_node_id(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> node_id) {
+    fbb_.AddOffset(NodeIntrospectReply::VT_NODE_ID, node_id);
+  }
+  void add_address(::flatbuffers::Offset<::flatbuffers::String> address) {
+    fbb_.AddOffset(NodeIntrospectReply::VT_ADDRESS, address);
+  }
+  void add_hostname(::flatbuffers::Offset<::flatbuffers::String> hostname) {
+    fbb_.AddOffset(NodeIntrospectReply::VT_HOSTNAME, hostname);
+  }
+  void add_session_dir(::flatbuffers::Offset<::flatbuffers::String> session_dir) {
+    fbb_.AddOffset(NodeIntrospectReply::VT_SESSION_DIR, session_dir);
+  }
+  void add_cpu_percent(float cpu_percent) {
+    fbb_.AddElement<float>(NodeIntrospectReply::VT_CPU_PERCENT, cpu_percent, 0.0f);
+  }
+  void add_memory_used(uint64_t memory_used) {
+    fbb_.AddElement<uint64_t>(NodeIntrospectReply::VT_MEMORY_USED, memory_used, 0);
+  }
+  void add_memory_total(uint64_t memory_total) {
+    fbb_.AddElement<uint64_t>(NodeIntrospectReply::VT_MEMORY_TOTAL, memory_total, 0);
+  }
+  void add_store_capacity(uint64_t store_capacity) {
+    fbb_.AddElement<uint64_t>(NodeIntrospectReply::VT_STORE_CAPACITY, store_capacity, 0);
+  }
+  void add_store_used(uint64_t store_used) {
+    fbb_.AddElement<uint64_t>(NodeIntrospectReply::VT_STORE_USED, store_used, 0);
+  }
+  void add_num_objects(uint64_t num_objects) {
+    fbb_.AddElement<uint64_t>(NodeIntrospectReply::VT_NUM_OBJECTS, num_objects, 0);
+  }
+  void add_num_spilled(uint64_t num_spilled) {
+    fbb_.AddElement<uint64_t>(NodeIntrospectReply::VT_NUM_SPILLED, num_spilled, 0);
+  }
+  void add_spilled_bytes(uint64_t spilled_bytes) {
+    fbb_.AddElement<uint64_t>(NodeIntrospectReply::VT_SPILLED_BYTES, spilled_bytes, 0);
+  }
+  void add_resources_total(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>> resources_total) {
+    fbb_.AddOffset(NodeIntrospectReply::VT_RESOURCES_TOTAL, resources_total);
+  }
+  void add_resources_available(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>> resources_available) {
+    fbb_.AddOffset(NodeIntrospectReply::VT_RESOURCES_AVAILABLE, resources_available);
+  }
+  void add_tasks_queued(uint32_t tasks_queued) {
+    fbb_.AddElement<uint32_t>(NodeIntrospectReply::VT_TASKS_QUEUED, tasks_queued, 0);
+  }
+  void add_tasks_waiting(uint32_t tasks_waiting) {
+    fbb_.AddElement<uint32_t>(NodeIntrospectReply::VT_TASKS_WAITING, tasks_waiting, 0);
+  }
+  void add_tasks_infeasible(uint32_t tasks_infeasible) {
+    fbb_.AddElement<uint32_t>(NodeIntrospectReply::VT_TASKS_INFEASIBLE, tasks_infeasible, 0);
+  }
+  void add_actor_tasks_queued(uint32_t actor_tasks_queued) {
+    fbb_.AddElement<uint32_t>(NodeIntrospectReply::VT_ACTOR_TASKS_QUEUED, actor_tasks_queued, 0);
+  }
+  void add_workers(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::WorkerState>>> workers) {
+    fbb_.AddOffset(NodeIntrospectReply::VT_WORKERS, workers);
+  }
+  void add_running(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::RunningTask>>> running) {
+    fbb_.AddOffset(NodeIntrospectReply::VT_RUNNING, running);
+  }
+  void add_objects(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::StoredObject>>> objects) {
+    fbb_.AddOffset(NodeIntrospectReply::VT_OBJECTS, objects);
+  }
+  explicit NodeIntrospectReplyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<NodeIntrospectReply> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<NodeIntrospectReply>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<NodeIntrospectReply> CreateNodeIntrospectReply(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> node_id = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> address = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> hostname = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> session_dir = 0,
+    float cpu_percent = 0.0f,
+    uint64_t memory_used = 0,
+    uint64_t memory_total = 0,
+    uint64_t store_capacity = 0,
+    uint64_t store_used = 0,
+    uint64_t num_objects = 0,
+    uint64_t num_spilled = 0,
+    uint64_t spilled_bytes = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>> resources_total = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>> resources_available = 0,
+    uint32_t tasks_queued = 0,
+    uint32_t tasks_waiting = 0,
+    uint32_t tasks_infeasible = 0,
+    uint32_t actor_tasks_queued = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::WorkerState>>> workers = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::RunningTask>>> running = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::StoredObject>>> objects = 0) {
+  NodeIntrospectReplyBuilder builder_(_fbb);
+  builder_.add_spilled_bytes(spilled_bytes);
+  builder_.add_num_spilled(num_spilled);
+  builder_.add_num_objects(num_objects);
+  builder_.add_store_used(store_used);
+  builder_.add_store_capacity(store_capacity);
+  builder_.add_memory_total(memory_total);
+  builder_.add_memory_used(memory_used);
+  builder_.add_objects(objects);
+  builder_.add_running(running);
+  builder_.add_workers(workers);
+  builder_.add_actor_tasks_queued(actor_tasks_queued);
+  builder_.add_tasks_infeasible(tasks_infeasible);
+  builder_.add_tasks_waiting(tasks_waiting);
+  builder_.add_tasks_queued(tasks_queued);
+  builder_.add_resources_available(resources_available);
+  builder_.add_resources_total(resources_total);
+  builder_.add_cpu_percent(cpu_percent);
+  builder_.add_session_dir(session_dir);
+  builder_.add_hostname(hostname);
+  builder_.add_address(address);
+  builder_.add_node_id(node_id);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<NodeIntrospectReply> CreateNodeIntrospectReplyDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<uint8_t> *node_id = nullptr,
+    const char *address = nullptr,
+    const char *hostname = nullptr,
+    const char *session_dir = nullptr,
+    float cpu_percent = 0.0f,
+    uint64_t memory_used = 0,
+    uint64_t memory_total = 0,
+    uint64_t store_capacity = 0,
+    uint64_t store_used = 0,
+    uint64_t num_objects = 0,
+    uint64_t num_spilled = 0,
+    uint64_t spilled_bytes = 0,
+    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *resources_total = nullptr,
+    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *resources_available = nullptr,
+    uint32_t tasks_queued = 0,
+    uint32_t tasks_waiting = 0,
+    uint32_t tasks_infeasible = 0,
+    uint32_t actor_tasks_queued = 0,
+    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::WorkerState>> *workers = nullptr,
+    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::RunningTask>> *running = nullptr,
+    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::StoredObject>> *objects = nullptr) {
+  auto node_id__ = node_id ? _fbb.CreateVector<uint8_t>(*node_id) : 0;
+  auto address__ = address ? _fbb.CreateString(address) : 0;
+  auto hostname__ = hostname ? _fbb.CreateString(hostname) : 0;
+  auto session_dir__ = session_dir ? _fbb.CreateString(session_dir) : 0;
+  auto resources_total__ = resources_total ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>(*resources_total) : 0;
+  auto resources_available__ = resources_available ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>(*resources_available) : 0;
+  auto workers__ = workers ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::WorkerState>>(*workers) : 0;
+  auto running__ = running ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::RunningTask>>(*running) : 0;
+  auto objects__ = objects ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::StoredObject>>(*objects) : 0;
+  return rayfield::store::protocol::fb::CreateNodeIntrospectReply(
+      _fbb,
+      node_id__,
+      address__,
+      hostname__,
+      session_dir__,
+      cpu_percent,
+      memory_used,
+      memory_total,
+      store_capacity,
+      store_used,
+      num_objects,
+      num_spilled,
+      spilled_bytes,
+      resources_total__,
+      resources_available__,
+      tasks_queued,
+      tasks_waiting,
+      tasks_infeasible,
+      actor_tasks_queued,
+      workers__,
+      running__,
+      objects__);
+}
+
+struct LogFile FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef LogFileBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_NAME = 4,
+    VT_SIZE = 6,
+    VT_MTIME_S = 8
+  };
+  const ::flatbuffers::String *name() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_NAME);
+  }
+  uint64_t size() const {
+    return GetField<uint64_t>(VT_SIZE, 0);
+  }
+  double mtime_s() const {
+    return GetField<double>(VT_MTIME_S, 0.0);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_NAME) &&
+           verifier.VerifyString(name()) &&
+           VerifyField<uint64_t>(verifier, VT_SIZE, 8) &&
+           VerifyField<double>(verifier, VT_MTIME_S, 8) &&
+           verifier.EndTable();
+  }
+};
+
+struct LogFileBuilder {
+  typedef LogFile Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_name(::flatbuffers::Offset<::flatbuffers::String> name) {
+    fbb_.AddOffset(LogFile::VT_NAME, name);
+  }
+  void add_size(uint64_t size) {
+    fbb_.AddElement<uint64_t>(LogFile::VT_SIZE, size, 0);
+  }
+  void add_mtime_s(double mtime_s) {
+    fbb_.AddElement<double>(LogFile::VT_MTIME_S, mtime_s, 0.0);
+  }
+  explicit LogFileBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<LogFile> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<LogFile>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<LogFile> CreateLogFile(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::String> name = 0,
+    uint64_t size = 0,
+    double mtime_s = 0.0) {
+  LogFileBuilder builder_(_fbb);
+  builder_.add_mtime_s(mtime_s);
+  builder_.add_size(size);
+  builder_.add_name(name);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<LogFile> CreateLogFileDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const char *name = nullptr,
+    uint64_t size = 0,
+    double mtime_s = 0.0) {
+  auto name__ = name ? _fbb.CreateString(name) : 0;
+  return rayfield::store::protocol::fb::CreateLogFile(
+      _fbb,
+      name__,
+      size,
+      mtime_s);
+}
+
+/// ListLogs takes a NodeIntrospectRequest (ignored) and answers the files of the node's logs
+/// directory.
+struct ListLogsReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef ListLogsReplyBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_FILES = 4
+  };
+  const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::LogFile>> *files() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::LogFile>> *>(VT_FILES);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_FILES) &&
+           verifier.VerifyVector(files()) &&
+           verifier.VerifyVectorOfTables(files()) &&
+           verifier.EndTable();
+  }
+};
+
+struct ListLogsReplyBuilder {
+  typedef ListLogsReply Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_files(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::LogFile>>> files) {
+    fbb_.AddOffset(ListLogsReply::VT_FILES, files);
+  }
+  explicit ListLogsReplyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<ListLogsReply> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<ListLogsReply>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<ListLogsReply> CreateListLogsReply(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::LogFile>>> files = 0) {
+  ListLogsReplyBuilder builder_(_fbb);
+  builder_.add_files(files);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<ListLogsReply> CreateListLogsReplyDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::LogFile>> *files = nullptr) {
+  auto files__ = files ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::LogFile>>(*files) : 0;
+  return rayfield::store::protocol::fb::CreateListLogsReply(
+      _fbb,
+      files__);
+}
+
+/// ReadLog: bytes of one file of the node's logs directory (a bare file name).
+struct ReadLogRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef ReadLogRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_NAME = 4,
+    VT_OFFSET = 6,
+    VT_MAX_BYTES = 8
+  };
+  const ::flatbuffers::String *name() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_NAME);
+  }
+  /// Where to start; negative: that many bytes before the end (a tail).
+  int64_t offset() const {
+    return GetField<int64_t>(VT_OFFSET, 0);
+  }
+  /// At most this many bytes (capped by the node at 4 MiB).
+  uint64_t max_bytes() const {
+    return GetField<uint64_t>(VT_MAX_BYTES, 0);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_NAME) &&
+           verifier.VerifyString(name()) &&
+           VerifyField<int64_t>(verifier, VT_OFFSET, 8) &&
+           VerifyField<uint64_t>(verifier, VT_MAX_BYTES, 8) &&
+           verifier.EndTable();
+  }
+};
+
+struct ReadLogRequestBuilder {
+  typedef ReadLogRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_name(::flatbuffers::Offset<::flatbuffers::String> name) {
+    fbb_.AddOffset(ReadLogRequest::VT_NAME, name);
+  }
+  void add_offset(int64_t offset) {
+    fbb_.AddElement<int64_t>(ReadLogRequest::VT_OFFSET, offset, 0);
+  }
+  void add_max_bytes(uint64_t max_bytes) {
+    fbb_.AddElement<uint64_t>(ReadLogRequest::VT_MAX_BYTES, max_bytes, 0);
+  }
+  explicit ReadLogRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<ReadLogRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<ReadLogRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<ReadLogRequest> CreateReadLogRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::String> name = 0,
+    int64_t offset = 0,
+    uint64_t max_bytes = 0) {
+  ReadLogRequestBuilder builder_(_fbb);
+  builder_.add_max_bytes(max_bytes);
+  builder_.add_offset(offset);
+  builder_.add_name(name);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<ReadLogRequest> CreateReadLogRequestDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const char *name = nullptr,
+    int64_t offset = 0,
+    uint64_t max_bytes = 0) {
+  auto name__ = name ? _fbb.CreateString(name) : 0;
+  return rayfield::store::protocol::fb::CreateReadLogRequest(
+      _fbb,
+      name__,
+      offset,
+      max_bytes);
+}
+
+struct ReadLogReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef ReadLogReplyBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_FOUND = 4,
+    VT_SIZE = 6,
+    VT_OFFSET = 8,
+    VT_DATA = 10
+  };
+  bool found() const {
+    return GetField<uint8_t>(VT_FOUND, 0) != 0;
+  }
+  /// The file's size now, and where `data` starts in it.
+  uint64_t size() const {
+    return GetField<uint64_t>(VT_SIZE, 0);
+  }
+  uint64_t offset() const {
+    return GetField<uint64_t>(VT_OFFSET, 0);
+  }
+  const ::flatbuffers::Vector<uint8_t> *data() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_DATA);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<uint8_t>(verifier, VT_FOUND, 1) &&
+           VerifyField<uint64_t>(verifier, VT_SIZE, 8) &&
+           VerifyField<uint64_t>(verifier, VT_OFFSET, 8) &&
+           VerifyOffset(verifier, VT_DATA) &&
+           verifier.VerifyVector(data()) &&
+           verifier.EndTable();
+  }
+};
+
+struct ReadLogReplyBuilder {
+  typedef ReadLogReply Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_found(bool found) {
+    fbb_.AddElement<uint8_t>(ReadLogReply::VT_FOUND, static_cast<uint8_t>(found), 0);
+  }
+  void add_size(uint64_t size) {
+    fbb_.AddElement<uint64_t>(ReadLogReply::VT_SIZE, size, 0);
+  }
+  void add_offset(uint64_t offset) {
+    fbb_.AddElement<uint64_t>(ReadLogReply::VT_OFFSET, offset, 0);
+  }
+  void add_data(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> data) {
+    fbb_.AddOffset(ReadLogReply::VT_DATA, data);
+  }
+  explicit ReadLogReplyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<ReadLogReply> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<ReadLogReply>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<ReadLogReply> CreateReadLogReply(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    bool found = false,
+    uint64_t size = 0,
+    uint64_t offset = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> data = 0) {
+  ReadLogReplyBuilder builder_(_fbb);
+  builder_.add_offset(offset);
+  builder_.add_size(size);
+  builder_.add_data(data);
+  builder_.add_found(found);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<ReadLogReply> CreateReadLogReplyDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    bool found = false,
+    uint64_t size = 0,
+    uint64_t offset = 0,
+    const std::vector<uint8_t> *data = nullptr) {
+  auto data__ = data ? _fbb.CreateVector<uint8_t>(*data) : 0;
+  return rayfield::store::protocol::fb::CreateReadLogReply(
+      _fbb,
+      found,
+      size,
+      offset,
+      data__);
 }
 
 }  // namespace fb

@@ -23,7 +23,12 @@ def test_node_and_client_views_agree(node) -> None:
         client.put(oid, b"abc", metadata=b"m")
         assert client.node_id == node.node_id and client.arena_size >= node.capacity_bytes
         assert node.stats()["num_objects"] == client.stats()["num_objects"] == 1
-        assert node.list_objects() == client.list_objects()
+        [seen_by_node], [seen_by_client] = node.list_objects(), client.list_objects()
+        assert {k: seen_by_node[k] for k in seen_by_client} == seen_by_client
+        # The node also knows who made it and why it is held.
+        assert seen_by_node["owner_pid"] == os.getpid()
+        assert seen_by_node["pin_count"] + seen_by_node["buffer_count"] == seen_by_node["ref_count"]
+        assert seen_by_node["spilled"] is False
 
 
 def test_buffer_outlives_its_client(node) -> None:

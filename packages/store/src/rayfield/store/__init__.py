@@ -226,7 +226,14 @@ class NodeServer:
         return self._native.stats()
 
     def list_objects(self) -> list[dict[str, Any]]:
-        """Every object with its id, sizes, state and reference count."""
+        """Every object in the store, one dict each.
+
+        Keys: ``object_id``, ``data_size`` and ``metadata_size`` (bytes), ``state``
+        ("created" or "sealed"), ``ref_count`` (pins plus mapped buffers),
+        ``create_time_ms``, ``owner_pid`` (the process that created it; 0 when it is
+        gone), ``pin_count`` (the node's holds), ``buffer_count`` (clients' mapped
+        buffers) and ``spilled`` (the data is only in a spill file).
+        """
         return self._native.list_objects()
 
     def scheduler_snapshot(self) -> dict[str, Any]:

@@ -13,7 +13,9 @@ this ``NodeAgent``, which
   events): from the node a task was forwarded to, else from the GCS object directory,
   else by asking every alive node; the object is pulled in chunks over gRPC and written
   straight into the local store;
-* serves ``/rayfield.Node`` (``node_service.py``) to the other nodes.
+* serves ``/rayfield.Node`` (``node_service.py``) to the other nodes, and to the CLI
+  and dashboard for introspection (``introspect.py``);
+* sends the node's task events to the GCS (``event_shipper.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from rayfield._private.cluster import messages
+from rayfield._private.cluster.event_shipper import EventShipper
+from rayfield._private.cluster.introspect import Introspector
 from rayfield._private.cluster.node_service import STREAMING_METHODS, NodeService, NodeStub
 from rayfield._private.cluster.recovery import Recovery
 from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, auth_metadata, open_channel
@@ -123,6 +127,7 @@ class NodeAgent:
         if bound == 0:
             raise RuntimeError(f"cannot listen on {bind}: is the port in use?")
         self.address = f"{host}:{bound}"
+        self.introspector = Introspector(node, self.address)
         self.server.start()
         self.info = NodeInfo(
             node_id=self.node_id,
@@ -140,6 +145,8 @@ class NodeAgent:
         ]
         for t in self._threads:
             t.start()
+        self.events = EventShipper(node.session_dir / "logs", gcs, self.address, self.node_id)
+        self.events.start()
 
     # ---- peers ---------------------------------------------------------------------
 
@@ -550,6 +557,7 @@ class NodeAgent:
         for t in self._threads:
             t.join(timeout=2)
         self._send_batches()
+        self.events.stop()
         try:
             self.gcs.unregister_node(self.node_id)
         except Exception as exc:

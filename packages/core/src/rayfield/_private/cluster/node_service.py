@@ -12,6 +12,8 @@ Methods:
     HasObjects: which of the given objects this node holds.
     ReleaseObjects: drop this node's hold on the returns of forwarded tasks (their owner
         has its own copy now).
+    Introspect, ListLogs, ReadLog: what the node is doing and its log files
+        (``introspect.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from rayfield._private.cluster import messages
+from rayfield._private.cluster.introspect import LogAccessError
+from rayfield._private.gcs import codec
+from rayfield._private.gcs.errors import GcsInvalidRequestError
 
 if TYPE_CHECKING:
     from rayfield._private.cluster.agent import NodeAgent
@@ -50,6 +55,9 @@ class NodeService:
             "ForwardTask": self.forward_task,
             "HasObjects": self.has_objects,
             "ReleaseObjects": self.release_objects,
+            "Introspect": self.introspect,
+            "ListLogs": self.list_logs,
+            "ReadLog": self.read_log,
         }
         handlers: dict[str, grpc.RpcMethodHandler] = {
             name: grpc.unary_unary_rpc_method_handler(
@@ -67,7 +75,7 @@ class NodeService:
         def call(raw: bytes, context: grpc.ServicerContext) -> bytes:
             try:
                 return fn(raw)
-            except messages.MalformedMessage as exc:
+            except (messages.MalformedMessage, GcsInvalidRequestError, LogAccessError) as exc:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise AssertionError("unreachable")
 
@@ -114,6 +122,20 @@ class NodeService:
         self.agent.release_held(messages.decode_ids(raw)[0])
         return messages.encode_present([])
 
+    def introspect(self, raw: bytes) -> bytes:
+        req = codec.decode("NodeIntrospectRequest", raw)
+        reply = self.agent.introspector.introspect(req["objects"], req["max_objects"])
+        return codec.encode("NodeIntrospectReply", reply)
+
+    def list_logs(self, raw: bytes) -> bytes:
+        codec.decode("NodeIntrospectRequest", raw)
+        return codec.encode("ListLogsReply", {"files": self.agent.introspector.list_logs()})
+
+    def read_log(self, raw: bytes) -> bytes:
+        req = codec.decode("ReadLogRequest", raw)
+        reply = self.agent.introspector.read_log(req["name"], req["offset"], req["max_bytes"])
+        return codec.encode("ReadLogReply", reply)
+
 
 class NodeStub:
     """Client of another node's ``/rayfield.Node`` service."""
@@ -124,6 +146,9 @@ class NodeStub:
         self._forward = call(f"/{SERVICE}/ForwardTask")
         self._has = call(f"/{SERVICE}/HasObjects")
         self._release = call(f"/{SERVICE}/ReleaseObjects")
+        self._introspect = call(f"/{SERVICE}/Introspect")
+        self._list_logs = call(f"/{SERVICE}/ListLogs")
+        self._read_log = call(f"/{SERVICE}/ReadLog")
         self._pull = channel.unary_stream(f"/{SERVICE}/PullObject")
 
     def forward(self, origin: str, spec: dict[str, Any], timeout_s: float = 10.0) -> str | None:
@@ -151,3 +176,34 @@ class NodeStub:
             metadata=self.metadata,
             timeout=wait_ms / 1000 + 600,
         )
+
+    def introspect(
+        self, objects: bool = False, max_objects: int = 0, timeout_s: float = 10.0
+    ) -> dict[str, Any]:
+        """The node's load, workers, running tasks and (``objects``) stored objects."""
+        raw = self._introspect(
+            codec.encode("NodeIntrospectRequest", {"objects": objects, "max_objects": max_objects}),
+            metadata=self.metadata,
+            timeout=timeout_s,
+        )
+        return codec.decode("NodeIntrospectReply", raw)
+
+    def list_logs(self, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        """The node's log files: name, size, mtime_s."""
+        raw = self._list_logs(
+            codec.encode("NodeIntrospectRequest"), metadata=self.metadata, timeout=timeout_s
+        )
+        return list(codec.decode("ListLogsReply", raw)["files"])
+
+    def read_log(
+        self, name: str, offset: int = 0, max_bytes: int = 1 << 20, timeout_s: float = 10.0
+    ) -> dict[str, Any]:
+        """Bytes of one log file: found, size, offset, data (see ``introspect.read_log``)."""
+        raw = self._read_log(
+            codec.encode(
+                "ReadLogRequest", {"name": name, "offset": offset, "max_bytes": max_bytes}
+            ),
+            metadata=self.metadata,
+            timeout=timeout_s,
+        )
+        return codec.decode("ReadLogReply", raw)

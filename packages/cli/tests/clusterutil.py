@@ -1,0 +1,46 @@
+"""Start and stop clusters on this machine with the `rayfield` command, for the tests.
+
+Every node is a separate process with its own store, socket and ports, listening on
+loopback; ``--temp-dir`` keeps each test's sessions apart from every other's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+CLI = [sys.executable, "-m", "rayfield.cli.main"]
+
+
+def rayfield_cmd(*args: str, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``rayfield ARGS``; with ``check``, fail the test (showing its output) on a
+    non-zero exit."""
+    kw.setdefault("timeout", 120)
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"rayfield {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def start_two_nodes(temp_dir: Path, *extra: str, resources: str = '{"x": 100}') -> str:
+    """A head (1 CPU) and a second node (1 CPU and ``resources``); returns the address."""
+    rayfield_cmd(
+        "start", "--head", "--port", "0", "--num-cpus", "1", "--temp-dir", str(temp_dir), *extra
+    )
+    address = json.loads((temp_dir / "session_latest" / "cluster.json").read_text())["gcs_address"]
+    rayfield_cmd(
+        "start",
+        "--address",
+        address,
+        "--num-cpus",
+        "1",
+        "--resources",
+        resources,
+        "--temp-dir",
+        str(temp_dir),
+        *extra,
+    )
+    return str(address)

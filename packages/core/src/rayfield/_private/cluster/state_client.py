@@ -1,0 +1,402 @@
+"""Cluster-wide state for the CLI, the dashboard and ``rayfield.util.state``.
+
+``StateClient`` joins what the GCS knows (nodes, actors, the task events every node
+sends) with what each alive node reports about itself over its ``/rayfield.Node``
+service (load, workers, running tasks, stored objects, log files). Nodes are asked in
+parallel; a node that does not answer within ``node_timeout_s`` is listed with
+``"reachable": False`` instead of failing the whole query.
+
+Every record is a plain dict of JSON-friendly values (ids as hex strings, sizes in
+bytes, times in Unix seconds), so callers can print it as a table or JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+
+from rayfield._private import events as _events
+from rayfield._private.cluster import launch
+from rayfield._private.cluster.node_service import NodeStub
+from rayfield._private.gcs.auth import TlsConfig, auth_metadata, open_channel
+from rayfield._private.gcs.client import GcsClient
+from rayfield._private.gcs.types import NodeInfo
+
+__all__ = ["StateClient", "StateError", "pin_reason"]
+
+T = TypeVar("T")
+MAX_MESSAGE_BYTES = 64 << 20
+_WORKER_LOG = re.compile(r"^worker-(\d+)\.out$")
+
+
+class StateError(RuntimeError):
+    """The cluster cannot answer: no cluster found, or a named node, actor, task or
+    process that does not exist. The message says what to do."""
+
+
+def pin_reason(obj: dict[str, Any]) -> str:
+    """Why a stored object is kept, in words (for ``rayfield memory``)."""
+    if not obj["sealed"]:
+        return "being written"
+    if obj["spilled"]:
+        return "spilled to disk"
+    reasons = []
+    if obj["pin_count"]:
+        reasons.append("pinned (primary copy: a put or a task's return)")
+    if obj["buffer_count"]:
+        reasons.append(f"in use by {obj['buffer_count']} buffer(s)")
+    return "; ".join(reasons) or "cached (evictable)"
+
+
+class StateClient:
+    """Queries a cluster's state.
+
+    Args:
+        address: the GCS as HOST:PORT; None: the head running on this machine.
+        token: the cluster token; None: ``$RAYFIELD_TOKEN`` or the head's session here.
+        temp_dir: root of the session directories used to find the head and the token.
+        tls: mutual TLS settings; None: from ``RAYFIELD_TLS_*`` if set.
+        node_timeout_s: how long to wait for one node's answer.
+
+    Raises:
+        StateError: when no address is given and no head runs on this machine, or the
+            token cannot be found.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        token: str | None = None,
+        temp_dir: Path | None = None,
+        tls: TlsConfig | None = None,
+        node_timeout_s: float = 5.0,
+    ) -> None:
+        try:
+            self.address = address or launch.find_gcs_address(temp_dir)
+            token = token or launch.find_token(self.address, temp_dir)
+        except launch.ClusterError as exc:
+            raise StateError(str(exc)) from None
+        self.tls = tls if tls is not None else TlsConfig.from_env()
+        self.gcs = GcsClient(self.address, token, tls=self.tls or False, retry_deadline_s=5)
+        self.metadata = auth_metadata(token)
+        self.node_timeout_s = node_timeout_s
+        self._channels: dict[str, grpc.Channel] = {}
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rayfield-state")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for channel in self._channels.values():
+            channel.close()
+        self.gcs.close()
+
+    def __enter__(self) -> StateClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- plumbing ---------------------------------------------------------------------
+
+    def node(self, address: str) -> NodeStub:
+        """A client of the node service at ``address``."""
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = open_channel(address, self.tls, MAX_MESSAGE_BYTES)
+        return NodeStub(channel, self.metadata)
+
+    def _each_node(
+        self, fn: Callable[[NodeStub], T], nodes: list[NodeInfo] | None = None
+    ) -> list[tuple[NodeInfo, T | None, str]]:
+        """``fn`` on every alive node in parallel: (node, result or None, error text)."""
+        alive = [n for n in (nodes if nodes is not None else self.gcs.get_nodes()) if n.alive]
+
+        def one(n: NodeInfo) -> tuple[NodeInfo, T | None, str]:
+            try:
+                return n, fn(self.node(n.address)), ""
+            except grpc.RpcError as exc:
+                return n, None, f"{exc.code().name}: {exc.details()}"
+
+        return list(self._pool.map(one, alive))
+
+    def resolve_node(self, node: str) -> NodeInfo:
+        """The alive node whose id (or a prefix of it), address or host matches ``node``.
+
+        Raises:
+            StateError: when no alive node, or more than one, matches.
+        """
+        alive = [n for n in self.gcs.get_nodes() if n.alive]
+        found = [
+            n
+            for n in alive
+            if n.node_id.hex().startswith(node.lower()) or node in (n.address, n.hostname)
+        ]
+        if len(found) != 1:
+            known = ", ".join(f"{n.node_id.hex()[:12]} ({n.address})" for n in alive)
+            what = "no alive node" if not found else f"{len(found)} nodes"
+            raise StateError(f"{what} match {node!r}; alive nodes: {known or 'none'}")
+        return found[0]
+
+    # ---- listings ---------------------------------------------------------------------
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Every node the GCS knows, alive or dead, with live load for alive ones."""
+        infos = self.gcs.get_nodes()
+        live = {
+            n.node_id: (stats, err)
+            for n, stats, err in self._each_node(
+                lambda s: s.introspect(timeout_s=self.node_timeout_s), infos
+            )
+        }
+        out = []
+        for n in infos:
+            stats, err = live.get(n.node_id, (None, ""))
+            row: dict[str, Any] = {
+                "node_id": n.node_id.hex(),
+                "address": n.address,
+                "hostname": n.hostname,
+                "alive": n.alive,
+                "death_reason": n.death_reason,
+                "resources_total": n.resources_total,
+                "resources_available": n.resources_available,
+                "last_heartbeat_s": n.last_heartbeat_s,
+                "reachable": stats is not None,
+                "error": err,
+            }
+            if stats is not None:
+                row.update(
+                    {
+                        "cpu_percent": stats["cpu_percent"],
+                        "memory_used": stats["memory_used"],
+                        "memory_total": stats["memory_total"],
+                        "store_used": stats["store_used"],
+                        "store_capacity": stats["store_capacity"],
+                        "num_objects": stats["num_objects"],
+                        "num_spilled": stats["num_spilled"],
+                        "num_workers": len(stats["workers"]),
+                        "tasks_running": len(stats["running"]),
+                        "tasks_queued": stats["tasks_queued"],
+                        "tasks_waiting": stats["tasks_waiting"],
+                        "tasks_infeasible": stats["tasks_infeasible"],
+                    }
+                )
+            out.append(row)
+        return out
+
+    def task_events(self, limit: int = 0) -> list[dict[str, Any]]:
+        """The task events the GCS keeps (most recent ``limit``; 0: all), oldest first."""
+        out = []
+        for blob in self.gcs.get_task_events(limit):
+            try:
+                event = json.loads(blob)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                out.append(event)
+        return out
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Every worker process of every alive node: node, pid, state ("idle", "busy" or
+        "actor"), ``actor_id`` for actor hosts, ``cpu_percent``, ``rss_bytes``."""
+        hosts = {
+            (e.get("node", ""), e.get("pid")): e["actor"]
+            for e in self.task_events()
+            if e.get("kind") == "task"
+            and e.get("actor")
+            and e.get("name", "").endswith(".__init__")
+        }
+        out = []
+        for n, stats, _ in self._each_node(lambda s: s.introspect(timeout_s=self.node_timeout_s)):
+            for w in stats["workers"] if stats else []:
+                actor = hosts.get((n.address, w["pid"]))
+                row = {"node_id": n.node_id.hex(), "node": n.address, **w, "actor_id": actor}
+                if actor is not None:
+                    row["state"] = "actor"
+                out.append(row)
+        return out
+
+    def actors(self) -> list[dict[str, Any]]:
+        """Every actor: those the GCS records (named, detached, moved between nodes) and
+        those the task events show created. Class and worker pid come from the events;
+        an actor only the events know is ALIVE while its worker process runs."""
+        created: dict[str, dict[str, Any]] = {}
+        for e in self.task_events():
+            if (
+                e.get("kind") == "task"
+                and e.get("actor")
+                and e.get("name", "").endswith(".__init__")
+            ):
+                created[e["actor"]] = e
+        infos = self.gcs.get_nodes()
+        nodes = {n.node_id.hex(): n.address for n in infos}
+        live = {
+            (n.address, w["pid"])
+            for n, stats, _ in self._each_node(
+                lambda s: s.introspect(timeout_s=self.node_timeout_s), infos
+            )
+            for w in (stats["workers"] if stats else [])
+        }
+        out: dict[str, dict[str, Any]] = {}
+        for actor_id, e in created.items():
+            ok = e.get("ok", True) and (e.get("node", ""), e.get("pid")) in live
+            out[actor_id] = {
+                "actor_id": actor_id,
+                "class_name": e["name"][: -len(".__init__")],
+                "name": "",
+                "namespace": "",
+                "detached": False,
+                "state": "ALIVE" if ok else "DEAD",
+                "node_id": e.get("node_id", ""),
+                "node": e.get("node", ""),
+                "pid": e.get("pid"),
+            }
+        for a in self.gcs.list_actors():
+            hex_id = a.actor_id.hex()
+            row = out.setdefault(
+                hex_id, {"actor_id": hex_id, "class_name": "?", "pid": None, "node": ""}
+            )
+            row.update(
+                {
+                    "name": a.name,
+                    "namespace": a.namespace,
+                    "detached": a.detached,
+                    "state": a.state.name,
+                    "node_id": a.node_id.hex(),
+                    "node": nodes.get(a.node_id.hex(), row["node"]),
+                }
+            )
+        return list(out.values())
+
+    def tasks(self, limit: int = 0) -> list[dict[str, Any]]:
+        """Tasks and actor calls: RUNNING ones from the nodes, then FINISHED and FAILED
+        ones from the task events (``limit``: the most recent events only)."""
+        out = []
+        for n, stats, _ in self._each_node(lambda s: s.introspect(timeout_s=self.node_timeout_s)):
+            for t in stats["running"] if stats else []:
+                out.append(
+                    {
+                        "task_id": t["task_id"].hex(),
+                        "name": "",
+                        "state": "RUNNING",
+                        "actor_task": t["actor_task"],
+                        "pid": t["pid"],
+                        "node": n.address,
+                        "node_id": n.node_id.hex(),
+                    }
+                )
+        for e in self.task_events(limit):
+            if e.get("kind") != "task":
+                continue
+            out.append(
+                {
+                    "task_id": e.get("task", ""),
+                    "name": e.get("name", ""),
+                    "state": "FINISHED" if e.get("ok", True) else "FAILED",
+                    "actor_task": bool(e.get("actor")),
+                    "actor_id": e.get("actor"),
+                    "pid": e.get("pid"),
+                    "node": e.get("node", ""),
+                    "node_id": e.get("node_id", ""),
+                    "submit_s": e.get("submit"),
+                    "end_s": e.get("end"),
+                    "duration_s": (e.get("run") or 0) - (e.get("args") or 0),
+                }
+            )
+        return out
+
+    def objects(self, max_per_node: int = 0) -> list[dict[str, Any]]:
+        """Objects in every alive node's store, largest first, with owner and pin reason."""
+        out = []
+        for n, stats, _ in self._each_node(
+            lambda s: s.introspect(objects=True, max_objects=max_per_node, timeout_s=10)
+        ):
+            for o in stats["objects"] if stats else []:
+                out.append(
+                    {
+                        "object_id": o["object_id"].hex(),
+                        "size_bytes": o["data_size"] + o["metadata_size"],
+                        "node": n.address,
+                        "node_id": n.node_id.hex(),
+                        "owner_pid": o["owner_pid"] or None,
+                        "ref_count": o["ref_count"],
+                        "pin_count": o["pin_count"],
+                        "buffer_count": o["buffer_count"],
+                        "spilled": o["spilled"],
+                        "sealed": o["sealed"],
+                        "reason": pin_reason(o),
+                        "create_time_s": o["create_time_ms"] / 1000,
+                    }
+                )
+        return sorted(out, key=lambda o: -o["size_bytes"])
+
+    def timeline(self, limit: int = 0) -> list[dict[str, Any]]:
+        """The task events as Chrome trace events (chrome://tracing, Perfetto)."""
+        return _events.to_chrome_trace(self.task_events(limit))
+
+    # ---- logs ---------------------------------------------------------------------------
+
+    def logs(self, node: str | None = None) -> list[dict[str, Any]]:
+        """Log files of every alive node (or of ``node``): node, name, size, mtime_s."""
+        nodes = [self.resolve_node(node)] if node else None
+        out = []
+        for n, files, _ in self._each_node(lambda s: s.list_logs(self.node_timeout_s), nodes):
+            for f in files or []:
+                out.append({"node": n.address, "node_id": n.node_id.hex(), **f})
+        return out
+
+    def find_log(
+        self, pid: int | None = None, actor_id: str | None = None, task_id: str | None = None
+    ) -> tuple[str, str]:
+        """(node address, file name) of the log of a worker process, given its pid or an
+        actor or task it ran (a hex id or a unique prefix).
+
+        Raises:
+            StateError: when nothing matches, or the id prefix is ambiguous.
+        """
+        node = ""
+        if pid is None:
+            key, want = ("actor", actor_id) if actor_id else ("task", task_id)
+            if not want:
+                raise StateError("give a pid, an actor id or a task id")
+            want = want.lower()
+            matches = {
+                (e.get("pid"), e.get("node", ""))
+                for e in self.task_events()
+                if e.get("kind") == "task" and str(e.get(key) or "").startswith(want)
+            }
+            if not matches:
+                raise StateError(
+                    f"no finished {'actor call' if key == 'actor' else 'task'} with id {want!r} "
+                    "in the task events: check the id with `rayfield list "
+                    f"{'actors' if key == 'actor' else 'tasks'}`"
+                )
+            if len(matches) > 1:
+                raise StateError(f"{want!r} matches {len(matches)} processes: give more of the id")
+            pid, node = matches.pop()
+        name = f"worker-{pid}.out"
+        if node:
+            return node, name
+        for f in self.logs():
+            if f["name"] == name:
+                return str(f["node"]), name
+        raise StateError(f"no node has a log for pid {pid}: see `rayfield logs --list`")
+
+    def read_log(
+        self, node: str, name: str, offset: int = 0, max_bytes: int = 1 << 20
+    ) -> dict[str, Any]:
+        """Bytes of log ``name`` on the node at ``node`` (an address, id prefix or host)."""
+        address = node if node.count(":") == 1 and node.split(":")[1].isdigit() else None
+        if address is None:
+            address = self.resolve_node(node).address
+        return self.node(address).read_log(name, offset, max_bytes, self.node_timeout_s)
+
+    @staticmethod
+    def worker_pid(log_name: str) -> int | None:
+        """The pid in a worker log's name (``worker-<pid>.out``), else None."""
+        m = _WORKER_LOG.match(log_name)
+        return int(m.group(1)) if m else None

@@ -1,0 +1,128 @@
+"""The state of a cluster: nodes, actors, tasks, objects, workers and logs.
+
+Each function asks the cluster's GCS and, in parallel, every alive node. Records are
+dicts of JSON-friendly values (ids as hex strings, sizes in bytes, times in Unix
+seconds). The cluster is ``address`` (the GCS as HOST:PORT) when given, else the one
+this driver joined with ``rayfield.init(address=...)``, else the head running on this
+machine (started with ``rayfield start --head``).
+
+Example:
+    >>> from rayfield.util import state
+    >>> [n["address"] for n in state.list_nodes() if n["alive"]]
+    ['127.0.0.1:40123', '127.0.0.1:40157']
+
+Every function raises ``StateError`` when no cluster is found (the message says how to
+start or name one) and ``rayfield._private.gcs.errors.GcsError`` subclasses when the GCS
+cannot be reached or refuses the token.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rayfield._private.cluster.state_client import StateClient, StateError
+
+__all__ = [
+    "StateClient",
+    "StateError",
+    "get_log",
+    "list_actors",
+    "list_logs",
+    "list_nodes",
+    "list_objects",
+    "list_tasks",
+    "list_workers",
+    "timeline",
+]
+
+T = TypeVar("T")
+
+
+def _with_client(address: str | None, fn: Callable[[StateClient], T]) -> T:
+    from rayfield import api
+
+    temp_dir = None
+    if address is None and api._info.get("gcs_address"):
+        address = api._info["gcs_address"]
+        temp_dir = Path(api._info["temp_dir"])
+    with StateClient(address, temp_dir=temp_dir) as client:
+        return fn(client)
+
+
+def list_nodes(address: str | None = None) -> list[dict[str, Any]]:
+    """Every node, alive or dead: ``node_id``, ``address``, ``alive``, resources, and for
+    alive nodes ``cpu_percent``, ``memory_used``/``memory_total``, ``store_used``/
+    ``store_capacity`` (bytes), ``num_workers`` and task counts."""
+    return _with_client(address, lambda c: c.nodes())
+
+
+def list_actors(address: str | None = None) -> list[dict[str, Any]]:
+    """Every actor: ``actor_id``, ``class_name``, ``name``, ``state`` (ALIVE, DEAD,
+    RESTARTING, PENDING_CREATION), ``node``, ``pid``."""
+    return _with_client(address, lambda c: c.actors())
+
+
+def list_tasks(address: str | None = None, limit: int = 0) -> list[dict[str, Any]]:
+    """Running tasks (state RUNNING) and finished ones (FINISHED, FAILED) with ``name``,
+    ``node``, ``pid`` and ``duration_s``; ``limit`` keeps the most recent finished ones."""
+    return _with_client(address, lambda c: c.tasks(limit))
+
+
+def list_objects(address: str | None = None) -> list[dict[str, Any]]:
+    """Objects in every node's store, largest first: ``object_id``, ``size_bytes``,
+    ``node``, ``owner_pid``, ``reason`` (why it is held), ``spilled``."""
+    return _with_client(address, lambda c: c.objects())
+
+
+def list_workers(address: str | None = None) -> list[dict[str, Any]]:
+    """Worker processes: ``node``, ``pid``, ``state``, ``cpu_percent``, ``rss_bytes``."""
+    return _with_client(address, lambda c: c.workers())
+
+
+def list_logs(address: str | None = None, node: str | None = None) -> list[dict[str, Any]]:
+    """Log files of every node (or of ``node``: an id prefix or address)."""
+    return _with_client(address, lambda c: c.logs(node))
+
+
+def get_log(
+    address: str | None = None,
+    *,
+    pid: int | None = None,
+    actor_id: str | None = None,
+    task_id: str | None = None,
+    node: str | None = None,
+    filename: str | None = None,
+    tail: int = 64 << 10,
+) -> str:
+    """The last ``tail`` bytes of a log: a worker's (by ``pid``, ``actor_id`` or
+    ``task_id``) or a named file on ``node``.
+
+    Raises:
+        StateError: when no log matches.
+    """
+
+    def read(c: StateClient) -> str:
+        if filename is not None:
+            if node is None:
+                raise StateError("get_log(filename=...) needs node=")
+            where, name = node, filename
+        else:
+            where, name = c.find_log(pid, actor_id, task_id)
+        reply = c.read_log(where, name, offset=-tail, max_bytes=tail)
+        if not reply["found"]:
+            raise StateError(f"{name} does not exist on {where} (yet): see list_logs()")
+        return bytes(reply["data"]).decode(errors="replace")
+
+    return _with_client(address, read)
+
+
+def timeline(address: str | None = None, filename: str | None = None) -> list[dict[str, Any]]:
+    """Every task and actor call of the cluster, by phase and node, in Chrome tracing
+    format (also written to ``filename`` when given)."""
+    trace = _with_client(address, lambda c: c.timeline())
+    if filename is not None:
+        Path(filename).write_text(json.dumps(trace))
+    return trace
