@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import grpc
+import numpy as np
 import psutil
 import pytest
 from clusterutil import rayfield_cmd, start_two_nodes
@@ -17,6 +19,7 @@ from rayfield._private.cluster.certs import make_test_certificates
 from rayfield._private.cluster.launch import find_token, rayfield_processes
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.gcs.errors import GcsUnavailableError
+from rayfield.exceptions import ObjectLostError
 
 
 @rf.remote(resources={"x": 1})
@@ -113,3 +116,39 @@ def test_tls_cluster_works_and_refuses_plaintext_peers(
     finally:
         rf.shutdown()
         rayfield_cmd("stop", "--temp-dir", str(tmp_path / "rf"))
+
+
+@rf.remote(resources={"x": 1})
+def put_on_this_node(n: int) -> list[rf.ObjectRef]:
+    return [rf.put(np.arange(n))]
+
+
+@rf.remote(resources={"x": 1}, max_retries=3)
+def make_on_this_node(n: int) -> np.ndarray:
+    return np.arange(n)
+
+
+def test_object_of_a_dead_node_raises_object_lost_not_a_hang(tmp_path: Path) -> None:
+    address = start_two_nodes(tmp_path, "--heartbeat-timeout-s", "1.5")
+    rf.init(address=address, temp_dir=str(tmp_path))
+    try:
+        [put_ref] = rf.get(put_on_this_node.remote(100_000))  # the object stays on node 2
+        kept = make_on_this_node.remote(50_000)  # a task's return, pulled here below
+        assert rf.get(kept)[-1] == 49_999
+        head = json.loads((tmp_path / "session_latest" / "node.json").read_text())["pid"]
+        [victim] = [
+            p
+            for p in rayfield_processes(tmp_path)
+            if "rayfield._private.node_main" in p.cmdline() and p.pid != head
+        ]
+        for p in [victim, *victim.children(recursive=True)]:
+            p.send_signal(signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(ObjectLostError) as err:
+            rf.get(put_ref, timeout=60)
+        assert time.monotonic() - start < 30  # typed error after the node is declared dead
+        assert put_ref.hex() in str(err.value) and "died" in str(err.value)
+        assert rf.get(kept)[-1] == 49_999  # a copy lives on the driver's node
+    finally:
+        rf.shutdown()
+        rayfield_cmd("stop", "--temp-dir", str(tmp_path))

@@ -48,11 +48,23 @@ class ArgRef:
         return (ArgRef, (self.object_id,))
 
 
-class IdGenerator:
-    """Unique 20-byte ids: 12 random bytes per process, a counter, and an index."""
+ORIGIN_BYTES = 6
+"""Ids start with this many bytes of the id of the node where they were made."""
 
-    def __init__(self) -> None:
-        self._prefix = os.urandom(12)
+
+def origin_of(object_id: bytes) -> bytes:
+    """The node-id prefix of the node whose process made ``object_id`` (a put, or the
+    task whose return it is): the node that owns it."""
+    return object_id[:ORIGIN_BYTES]
+
+
+class IdGenerator:
+    """Unique 20-byte ids: the first 6 bytes of the node's id (so any node can tell which
+    node made an object), 6 random bytes per process, a counter, and an index."""
+
+    def __init__(self, node_id: bytes = b"") -> None:
+        origin = node_id[:ORIGIN_BYTES] if len(node_id) >= ORIGIN_BYTES else os.urandom(6)
+        self._prefix = origin + os.urandom(12 - ORIGIN_BYTES)
         self._counter = 0
         self._lock = threading.Lock()
 
@@ -82,7 +94,7 @@ class Runtime:
         self.is_worker = is_worker
         self.node_address = node_address
         self.refs = RefTracker(self.client)
-        self.ids = IdGenerator()
+        self.ids = IdGenerator(self.client.node_id)
         self.exported: set[bytes] = set()
         self.functions: dict[bytes, Any] = {}
         self.local = threading.local()  # current task (worker side)

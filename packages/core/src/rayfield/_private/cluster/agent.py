@@ -37,6 +37,7 @@ from rayfield._private.cluster.recovery import Recovery
 from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, auth_metadata, open_channel
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.gcs.types import ActorInfo, ActorState, NodeInfo, ResourceDemand
+from rayfield._private.runtime import ORIGIN_BYTES, origin_of
 from rayfield.store import StoreClient
 from rayfield.store.errors import ObjectExistsError
 
@@ -105,6 +106,7 @@ class NodeAgent:
         self.inflight: set[bytes] = set()
         self._backoff: dict[bytes, float] = {}  # id -> last delay, while a fetch runs
         self._polling: set[str] = set()  # addresses with a long poll running
+        self._lost_strikes: dict[bytes, int] = {}  # id -> rounds found nowhere, owner dead
         self.recovery = Recovery(self.client, self._resubmit)
         # Sent in batches by the fetch thread, off the event and transfer threads:
         self._new_locations: dict[bytes, list[bytes]] = {}  # node id -> ids to record
@@ -456,11 +458,45 @@ class NodeAgent:
                 for oid, here in zip(unknown, present, strict=False):
                     if here:
                         self._start_fetch(oid, [address])
+            self._check_lost(unknown)
             with self._lock:
                 for oid in unknown:
                     if oid in self.wanted:
                         backoff = min(MAX_BACKOFF_S, self.wanted[oid][1] * 2)
                         self.wanted[oid] = (time.monotonic() + backoff, backoff)
+
+    def _check_lost(self, ids: list[bytes]) -> None:
+        """Fail, with a LOST error object, wanted objects that no alive node holds and
+        whose owner node (the node of the process that made them) is dead: nothing can
+        make them again. Two rounds of asking every node must agree first, so a copy
+        being recorded or pulled elsewhere is not mistaken for a lost one."""
+        with self._lock:
+            owners = {n.node_id[:ORIGIN_BYTES]: n for n in self.peers.values()}
+        lost = []
+        for oid in ids:
+            owner = owners.get(origin_of(oid))
+            with self._lock:
+                if oid not in self.wanted or self.client.contains(oid):
+                    continue
+                if owner is None or owner.alive or oid in self.forwarded:
+                    self._lost_strikes.pop(oid, None)
+                    continue
+                strikes = self._lost_strikes[oid] = self._lost_strikes.get(oid, 0) + 1
+                if strikes < 2:
+                    continue
+                del self._lost_strikes[oid]
+                self.wanted.pop(oid, None)
+            lost.append((oid, owner))
+        for oid, owner in lost:
+            logger.warning("object %s is lost: its owner node %s died", oid.hex(), owner.address)
+            self.recovery.fail(
+                [oid],
+                "LOST",
+                f"object {oid.hex()} is lost: it was made on node {owner.node_id.hex()[:12]} "
+                f"({owner.address}), which died ({owner.death_reason or 'no heartbeat'}), and "
+                "no alive node holds a copy. Objects made by rf.put() cannot be rebuilt; "
+                "return them from a task with max_retries to have them recomputed.",
+            )
 
     def _poll(self, address: str, ids: list[bytes]) -> None:
         """Long-poll the node at ``address`` until one of ``ids`` is there; fetch those that
