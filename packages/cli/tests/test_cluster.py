@@ -246,6 +246,26 @@ def call_from_c(counter: Any) -> tuple[str, list[int]]:
     return here, [n for _, n in rf.get([counter.add.remote(1) for _ in range(5)])]
 
 
+@rf.remote(resources={"c_res": 1})
+def call_by_name(name: str) -> tuple[str, int]:
+    try:
+        counter = rf.get_actor(name)
+    except ValueError as exc:
+        return "missing", len(str(exc))
+    return rf.get(counter.add.remote(10))
+
+
+def test_named_actor_is_found_from_another_node(cluster: Cluster) -> None:
+    counter = Counter.options(name="shared-counter").remote(0)
+    assert rf.get(counter.add.remote(1))[1] == 1
+    node, n = rf.get(call_by_name.remote("shared-counter"))  # the name lives on the head
+    assert node == cluster.nodes["b"] and n == 11
+    assert rf.get(call_by_name.remote("no-such-actor"))[0] == "missing"
+    rf.kill(counter)  # it lives on node b: its node kills it
+    with pytest.raises(rf.exceptions.ActorDiedError):
+        rf.get(counter.add.remote(1), timeout=30)
+
+
 def test_actor_lives_where_its_resources_are_and_is_callable_from_every_node(
     cluster: Cluster,
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import threading
 from typing import Any
 
@@ -130,13 +131,33 @@ class _BoundActorOptions:
         return self._cls._create(args, kwargs, self._options)
 
 
+CLUSTER_LOOKUP_S = 3.0
+"""How long ``get_actor`` looks for a name on the other nodes of a cluster."""
+
+
+def _in_cluster() -> bool:
+    """Whether this process's node belongs to a cluster (its workers inherit the GCS
+    address from the node; a driver records it at ``init(address=...)``)."""
+    from rayfield import api
+
+    return bool(os.environ.get("RAYFIELD_GCS_ADDRESS") or api._info.get("gcs_address"))
+
+
 def _lookup(name: str, namespace: str) -> ActorHandle | None:
     rt = get_runtime()
     from rayfield._private.object_ref import ObjectRef
+    from rayfield.exceptions import GetTimeoutError
 
     ref = ObjectRef(name_id(name, namespace))
     if not rt.client.contains(ref.binary()):
-        return None
+        if not _in_cluster():
+            return None
+        # Named on another node: the node's agent finds and pulls the handle.
+        try:
+            [handle] = rt.get([ref], CLUSTER_LOOKUP_S)
+        except GetTimeoutError:
+            return None
+        return handle  # type: ignore[no-any-return,unused-ignore]
     [handle] = rt.get([ref], 10)
     return handle  # type: ignore[no-any-return,unused-ignore]
 

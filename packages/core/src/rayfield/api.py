@@ -323,7 +323,19 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     """
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() takes an actor handle, got {type(actor).__name__}")
-    _rt.get_runtime().client.kill_actor(actor._actor_id, no_restart)
+    from rayfield.store.errors import ObjectNotFoundError
+
+    try:
+        _rt.get_runtime().client.kill_actor(actor._actor_id, no_restart)
+    except ObjectNotFoundError:
+        from rayfield.actor import _in_cluster
+
+        if not _in_cluster():
+            raise
+        from rayfield._private.cluster.state_client import kill_actor_elsewhere
+
+        if not kill_actor_elsewhere(actor._actor_id, no_restart):  # it lives on another node
+            raise
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False) -> None:

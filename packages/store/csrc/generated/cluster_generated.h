@@ -66,6 +66,12 @@ struct ReadLogRequestBuilder;
 struct ReadLogReply;
 struct ReadLogReplyBuilder;
 
+struct RemoteKillActorRequest;
+struct RemoteKillActorRequestBuilder;
+
+struct RemoteKillActorReply;
+struct RemoteKillActorReplyBuilder;
+
 /// PullObject: the holder streams the object back as ObjectChunk messages.
 struct PullObjectRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef PullObjectRequestBuilder Builder;
@@ -1463,6 +1469,137 @@ inline ::flatbuffers::Offset<ReadLogReply> CreateReadLogReplyDirect(
       size,
       offset,
       data__);
+}
+
+/// KillActor: kill an actor hosted on this node (`rayfield.kill` of a handle whose actor
+/// lives here; the caller's node does not host it).
+struct RemoteKillActorRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef RemoteKillActorRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_ACTOR_ID = 4,
+    VT_NO_RESTART = 6
+  };
+  const ::flatbuffers::Vector<uint8_t> *actor_id() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_ACTOR_ID);
+  }
+  bool no_restart() const {
+    return GetField<uint8_t>(VT_NO_RESTART, 0) != 0;
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_ACTOR_ID) &&
+           verifier.VerifyVector(actor_id()) &&
+           VerifyField<uint8_t>(verifier, VT_NO_RESTART, 1) &&
+           verifier.EndTable();
+  }
+};
+
+struct RemoteKillActorRequestBuilder {
+  typedef RemoteKillActorRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_actor_id(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> actor_id) {
+    fbb_.AddOffset(RemoteKillActorRequest::VT_ACTOR_ID, actor_id);
+  }
+  void add_no_restart(bool no_restart) {
+    fbb_.AddElement<uint8_t>(RemoteKillActorRequest::VT_NO_RESTART, static_cast<uint8_t>(no_restart), 0);
+  }
+  explicit RemoteKillActorRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<RemoteKillActorRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<RemoteKillActorRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<RemoteKillActorRequest> CreateRemoteKillActorRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> actor_id = 0,
+    bool no_restart = false) {
+  RemoteKillActorRequestBuilder builder_(_fbb);
+  builder_.add_actor_id(actor_id);
+  builder_.add_no_restart(no_restart);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<RemoteKillActorRequest> CreateRemoteKillActorRequestDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<uint8_t> *actor_id = nullptr,
+    bool no_restart = false) {
+  auto actor_id__ = actor_id ? _fbb.CreateVector<uint8_t>(*actor_id) : 0;
+  return rayfield::store::protocol::fb::CreateRemoteKillActorRequest(
+      _fbb,
+      actor_id__,
+      no_restart);
+}
+
+struct RemoteKillActorReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef RemoteKillActorReplyBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_KILLED = 4,
+    VT_MESSAGE = 6
+  };
+  /// False: no actor with that id is hosted here.
+  bool killed() const {
+    return GetField<uint8_t>(VT_KILLED, 0) != 0;
+  }
+  const ::flatbuffers::String *message() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_MESSAGE);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<uint8_t>(verifier, VT_KILLED, 1) &&
+           VerifyOffset(verifier, VT_MESSAGE) &&
+           verifier.VerifyString(message()) &&
+           verifier.EndTable();
+  }
+};
+
+struct RemoteKillActorReplyBuilder {
+  typedef RemoteKillActorReply Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_killed(bool killed) {
+    fbb_.AddElement<uint8_t>(RemoteKillActorReply::VT_KILLED, static_cast<uint8_t>(killed), 0);
+  }
+  void add_message(::flatbuffers::Offset<::flatbuffers::String> message) {
+    fbb_.AddOffset(RemoteKillActorReply::VT_MESSAGE, message);
+  }
+  explicit RemoteKillActorReplyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<RemoteKillActorReply> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<RemoteKillActorReply>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<RemoteKillActorReply> CreateRemoteKillActorReply(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    bool killed = false,
+    ::flatbuffers::Offset<::flatbuffers::String> message = 0) {
+  RemoteKillActorReplyBuilder builder_(_fbb);
+  builder_.add_message(message);
+  builder_.add_killed(killed);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<RemoteKillActorReply> CreateRemoteKillActorReplyDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    bool killed = false,
+    const char *message = nullptr) {
+  auto message__ = message ? _fbb.CreateString(message) : 0;
+  return rayfield::store::protocol::fb::CreateRemoteKillActorReply(
+      _fbb,
+      killed,
+      message__);
 }
 
 }  // namespace fb

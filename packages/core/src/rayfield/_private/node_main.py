@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     session = args.session_dir or (
         args.temp_dir / f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}"
     )
+    if args.gcs_address:  # its workers know they are in a cluster (named actors elsewhere)
+        os.environ["RAYFIELD_GCS_ADDRESS"] = args.gcs_address
     node = LocalNode(
         session, resources, memory, args.plasma_directory, args.huge_pages, log_to_driver=False
     )

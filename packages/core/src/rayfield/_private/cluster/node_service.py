@@ -14,6 +14,7 @@ Methods:
         has its own copy now).
     Introspect, ListLogs, ReadLog: what the node is doing and its log files
         (``introspect.py``).
+    KillActor: kill an actor hosted here (``rayfield.kill`` from another node).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rayfield._private.cluster import messages
 from rayfield._private.cluster.introspect import LogAccessError
 from rayfield._private.gcs import codec
 from rayfield._private.gcs.errors import GcsInvalidRequestError
+from rayfield.store.errors import ObjectNotFoundError
 
 if TYPE_CHECKING:
     from rayfield._private.cluster.agent import NodeAgent
@@ -58,6 +60,7 @@ class NodeService:
             "Introspect": self.introspect,
             "ListLogs": self.list_logs,
             "ReadLog": self.read_log,
+            "KillActor": self.kill_actor,
         }
         handlers: dict[str, grpc.RpcMethodHandler] = {
             name: grpc.unary_unary_rpc_method_handler(
@@ -122,6 +125,14 @@ class NodeService:
         self.agent.release_held(messages.decode_ids(raw)[0])
         return messages.encode_present([])
 
+    def kill_actor(self, raw: bytes) -> bytes:
+        req = codec.decode("RemoteKillActorRequest", raw)
+        try:
+            self.agent.client.kill_actor(req["actor_id"], req["no_restart"])
+        except ObjectNotFoundError as exc:
+            return codec.encode("RemoteKillActorReply", {"killed": False, "message": str(exc)})
+        return codec.encode("RemoteKillActorReply", {"killed": True})
+
     def introspect(self, raw: bytes) -> bytes:
         req = codec.decode("NodeIntrospectRequest", raw)
         reply = self.agent.introspector.introspect(req["objects"], req["max_objects"])
@@ -149,6 +160,7 @@ class NodeStub:
         self._introspect = call(f"/{SERVICE}/Introspect")
         self._list_logs = call(f"/{SERVICE}/ListLogs")
         self._read_log = call(f"/{SERVICE}/ReadLog")
+        self._kill_actor = call(f"/{SERVICE}/KillActor")
         self._pull = channel.unary_stream(f"/{SERVICE}/PullObject")
 
     def forward(self, origin: str, spec: dict[str, Any], timeout_s: float = 10.0) -> str | None:
@@ -207,3 +219,14 @@ class NodeStub:
             timeout=timeout_s,
         )
         return codec.decode("ReadLogReply", raw)
+
+    def kill_actor(self, actor_id: bytes, no_restart: bool, timeout_s: float = 10.0) -> bool:
+        """Kill the actor if that node hosts it; False when it does not."""
+        raw = self._kill_actor(
+            codec.encode(
+                "RemoteKillActorRequest", {"actor_id": actor_id, "no_restart": no_restart}
+            ),
+            metadata=self.metadata,
+            timeout=timeout_s,
+        )
+        return bool(codec.decode("RemoteKillActorReply", raw)["killed"])

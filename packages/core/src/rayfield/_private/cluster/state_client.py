@@ -28,7 +28,7 @@ from rayfield._private.gcs.auth import TlsConfig, auth_metadata, open_channel
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.gcs.types import NodeInfo
 
-__all__ = ["StateClient", "StateError", "pin_reason"]
+__all__ = ["StateClient", "StateError", "kill_actor_elsewhere", "pin_reason"]
 
 T = TypeVar("T")
 MAX_MESSAGE_BYTES = 64 << 20
@@ -338,6 +338,23 @@ class StateClient:
         """The task events as Chrome trace events (chrome://tracing, Perfetto)."""
         return _events.to_chrome_trace(self.task_events(limit))
 
+    # ---- control --------------------------------------------------------------------------
+
+    def kill_actor(self, actor_id: bytes, no_restart: bool = True) -> bool:
+        """Kill an actor wherever it lives: its node in the GCS actor table first, then
+        every other alive node. False when no node hosts it."""
+        alive = [n for n in self.gcs.get_nodes() if n.alive]
+        record = self.gcs.get_actor(actor_id)
+        if record is not None:
+            alive.sort(key=lambda n: n.node_id != record.node_id)
+        for n in alive:
+            try:
+                if self.node(n.address).kill_actor(actor_id, no_restart, self.node_timeout_s):
+                    return True
+            except grpc.RpcError:
+                continue
+        return False
+
     # ---- logs ---------------------------------------------------------------------------
 
     def logs(self, node: str | None = None) -> list[dict[str, Any]]:
@@ -400,3 +417,22 @@ class StateClient:
         """The pid in a worker log's name (``worker-<pid>.out``), else None."""
         m = _WORKER_LOG.match(log_name)
         return int(m.group(1)) if m else None
+
+
+def kill_actor_elsewhere(actor_id: bytes, no_restart: bool) -> bool:
+    """``rayfield.kill`` of an actor this process's node does not host: ask the cluster.
+
+    The cluster is the one this driver joined (``init(address=...)``) or, in a worker, its
+    node's (``RAYFIELD_GCS_ADDRESS``, with the token in ``RAYFIELD_TOKEN``). False when
+    this process is not in a cluster or no node hosts the actor.
+    """
+    import os
+
+    from rayfield import api
+
+    address = os.environ.get("RAYFIELD_GCS_ADDRESS") or api._info.get("gcs_address")
+    if not address:
+        return False
+    temp_dir = api._info.get("temp_dir")
+    with StateClient(address, temp_dir=Path(temp_dir) if temp_dir else None) as client:
+        return client.kill_actor(actor_id, no_restart)

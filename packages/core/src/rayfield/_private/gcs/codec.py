@@ -170,6 +170,8 @@ SPECS: dict[str, dict[str, Any]] = {
     "ListLogsReply": {"files": Table("LogFile", many=True)},
     "ReadLogRequest": {"name": STR, "offset": INT, "max_bytes": INT},
     "ReadLogReply": {"found": BOOL, "size": INT, "offset": INT, "data": BYTES},
+    "RemoteKillActorRequest": {"actor_id": BYTES, "no_restart": BOOL},
+    "RemoteKillActorReply": {"killed": BOOL, "message": STR},
 }
 
 RECORDS: dict[str, Callable[..., Any]] = {
