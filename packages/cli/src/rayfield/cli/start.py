@@ -160,7 +160,22 @@ def _resources(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "--include-webui",
     "include_dashboard",
     is_flag=True,
-    help="Head only: serve the dashboard (not available in this version).",
+    help="Head only: serve the dashboard, a web page over the cluster's state (needs "
+    "rayfield-core[dashboard]); log in with the cluster token.",
+)
+@click.option(
+    "--dashboard-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Head only: address the dashboard listens on. Anything but loopback exposes it to "
+    "the network (it still asks for the token).",
+)
+@click.option(
+    "--dashboard-port",
+    type=int,
+    default=8265,
+    show_default=True,
+    help="Head only: TCP port of the dashboard; 0 picks a free one.",
 )
 @click.option(
     "--heartbeat-timeout-s",
@@ -229,6 +244,7 @@ def start(**kw: Any) -> None:
         tls=(tls_parts[0], tls_parts[1], tls_parts[2]) if all(tls_parts) else None,
     )
     session = launch.new_session_dir(temp_dir)
+    dashboard_url = ""
     try:
         if head:
             if kw["redis_password"]:
@@ -245,6 +261,11 @@ def start(**kw: Any) -> None:
         click.echo("starting the node...", err=True)
         t0 = time.monotonic()
         info = launch.start_node(session, address, token, opts, head=head)
+        if kw["include_dashboard"]:
+            click.echo("starting the dashboard...", err=True)
+            dashboard_url = launch.start_dashboard(
+                session, address, kw["dashboard_host"], kw["dashboard_port"], opts
+            )
     except launch.ClusterError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(
@@ -254,7 +275,10 @@ def start(**kw: Any) -> None:
     if head:
         _print_next_steps(address, session)
     if kw["include_dashboard"]:
-        click.echo("note: the dashboard is not available in this version", err=True)
+        click.echo(
+            f"\nThe dashboard is at {dashboard_url} (log in with the token in "
+            f"{session / 'token'}; `rayfield dashboard --open` opens it)."
+        )
     if kw["block"]:
         _block(int(info["pid"]))
 
