@@ -25,10 +25,22 @@ def rayfield_cmd(*args: str, check: bool = True, **kw: Any) -> subprocess.Comple
     return proc
 
 
-def start_two_nodes(temp_dir: Path, *extra: str, resources: str = '{"x": 100}') -> str:
-    """A head (1 CPU) and a second node (1 CPU and ``resources``); returns the address."""
+def start_two_nodes(
+    temp_dir: Path, *extra: str, resources: str = '{"x": 100}', head_args: tuple[str, ...] = ()
+) -> str:
+    """A head (1 CPU, plus ``head_args``) and a second node (1 CPU and ``resources``);
+    returns the address."""
     rayfield_cmd(
-        "start", "--head", "--port", "0", "--num-cpus", "1", "--temp-dir", str(temp_dir), *extra
+        "start",
+        "--head",
+        "--port",
+        "0",
+        "--num-cpus",
+        "1",
+        "--temp-dir",
+        str(temp_dir),
+        *extra,
+        *head_args,
     )
     address = json.loads((temp_dir / "session_latest" / "cluster.json").read_text())["gcs_address"]
     rayfield_cmd(

@@ -31,7 +31,7 @@ SECURITY_HEADERS = {
     "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 LOGIN_FAILED = '<p class="error" id="login-error">That is not the cluster token.</p>'
