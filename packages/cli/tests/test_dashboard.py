@@ -239,7 +239,7 @@ def test_logs_page_shows_and_follows_a_worker_log(
 def test_timeline_draws_spans_per_node(page: Page, cluster: dict[str, Any]) -> None:
     show(page, "timeline")
     page.locator("#timeline svg rect.span").first.wait_for()
-    labels = " ".join(page.locator("#timeline svg text.row-label").all_inner_texts())
+    labels = " ".join(page.locator("#timeline svg text.row-label").all_text_contents())
     for n in cluster["state"].nodes():
         assert n["address"].split(":")[0] in labels
     assert {"on_head", "on_b"} <= set(
