@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +58,15 @@ def start_two_nodes(
         *extra,
     )
     return str(address)
+
+
+def wait_for(fn: Callable[[], Any], what: str, timeout_s: float = 20) -> Any:
+    """Poll ``fn`` until it returns something true, and return that; fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")

@@ -13,8 +13,7 @@ import importlib.util
 import json
 import os
 import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,7 +21,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import psutil
 import pytest
-from clusterutil import rayfield_cmd, start_two_nodes
+from clusterutil import rayfield_cmd, start_two_nodes, wait_for
 from playwright.sync_api import Browser, Page, sync_playwright
 
 import rayfield as rf
@@ -39,18 +38,6 @@ def fmt_bytes(n: float) -> str:
         n /= 1024
         i += 1
     return f"{int(n)} B" if i == 0 else f"{n:.1f} {units[i]}"
-
-
-def eventually(check: Callable[[], Any], what: str, timeout_s: float = 20) -> Any:
-    """Poll ``check`` until it returns something true; fail naming ``what``."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 @rf.remote
@@ -112,7 +99,7 @@ def workload(cluster: dict[str, Any]) -> dict[str, Any]:
     assert rf.get([on_head.remote(i) for i in range(3)]) == [1, 2, 3]
     assert rf.get([on_b.remote(i) for i in range(2)]) == [0, 2]
     state: StateClient = cluster["state"]
-    eventually(
+    wait_for(
         lambda: (
             {"on_head", "on_b", "Counter.__init__"}
             <= {t["name"] for t in state.tasks() if t["state"] == "FINISHED"}
@@ -197,7 +184,7 @@ def test_nodes_page_matches_the_cluster(page: Page, cluster: dict[str, Any]) -> 
                 assert f"{name} " in cells["resources"] and f"/{total:g}" in cells["resources"]
         return True
 
-    eventually(shown_and_expected, "the nodes table to show what StateClient.nodes() says")
+    wait_for(shown_and_expected, "the nodes table to show what StateClient.nodes() says")
     assert page.locator("#nodes-table tbody tr").count() == 2
     assert page.inner_text("#summary").startswith("2 nodes alive")
 
@@ -258,7 +245,7 @@ def test_page_updates_without_reload(page: Page, cluster: dict[str, Any]) -> Non
     before = int(finished.inner_text())
     page.evaluate("window.__loaded_once = true")
     assert rf.get([on_head.remote(i) for i in range(5)]) == [1, 2, 3, 4, 5]
-    eventually(lambda: int(finished.inner_text()) >= before + 5, "the finished count to grow")
+    wait_for(lambda: int(finished.inner_text()) >= before + 5, "the finished count to grow")
     assert page.evaluate("window.__loaded_once") is True  # the same page, never reloaded
 
 
