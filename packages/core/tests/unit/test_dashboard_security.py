@@ -56,6 +56,7 @@ def test_sessions_expire_and_end() -> None:
     assert not sessions.valid(a)
     c, d = sessions.create(), sessions.create()  # past max_sessions: the oldest goes
     assert not sessions.valid(b) and sessions.valid(c) and sessions.valid(d)
+    assert sessions.cookie != security.Sessions().cookie  # one name per dashboard
     expired = security.Sessions(ttl_s=-1)
     assert not expired.valid(expired.create())
 

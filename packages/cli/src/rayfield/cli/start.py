@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import time
@@ -226,6 +227,10 @@ def start(**kw: Any) -> None:
         for flag in ("port", "include_dashboard"):
             if kw[flag]:
                 raise click.UsageError(f"--{flag.replace('_', '-')} is for the head only")
+    if kw["include_dashboard"] and importlib.util.find_spec("aiohttp") is None:
+        raise click.UsageError(
+            "--include-dashboard needs aiohttp: pip install 'rayfield-core[dashboard]'"
+        )
     tls_parts = [kw["tls_cert"], kw["tls_key"], kw["tls_ca"]]
     if any(tls_parts) and not all(tls_parts):
         raise click.UsageError("TLS needs all of --tls-cert, --tls-key and --tls-ca")

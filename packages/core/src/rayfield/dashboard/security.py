@@ -11,8 +11,9 @@ Three checks guard every request (``server.py`` applies them as middleware):
   equal to ``http://<its Host>``; a form on another site posting to the dashboard is refused.
 - **Token**: the cluster token, pasted once at ``/login`` (compared with
   ``hmac.compare_digest``), gives a random session id kept here and sent back as an
-  HttpOnly, SameSite=Strict cookie; API calls may instead send ``Authorization: Bearer
-  <token>``.
+  HttpOnly, SameSite=Strict cookie (named per dashboard: browsers share cookies between
+  the ports of one host, so two dashboards on one machine must not overwrite each
+  other's). API calls may instead send ``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ import socket
 import time
 from collections import OrderedDict
 
-__all__ = ["COOKIE", "Sessions", "allowed_hosts", "origin_ok", "token_ok"]
+__all__ = ["Sessions", "allowed_hosts", "origin_ok", "token_ok"]
 
-COOKIE = "rayfield_session"
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _WILDCARDS = {"0.0.0.0", "::", ""}
 
@@ -105,6 +105,7 @@ class Sessions:
     def __init__(self, ttl_s: float = 12 * 3600, max_sessions: int = 1000) -> None:
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
+        self.cookie = f"rayfield_session_{secrets.token_hex(4)}"
         self._expiry: OrderedDict[str, float] = OrderedDict()
 
     def create(self) -> str:

@@ -78,7 +78,7 @@ async def _add_security_headers(request: web.Request, response: web.StreamRespon
 
 def _logged_in(request: web.Request) -> bool:
     app = request.app
-    if app[SESSIONS].valid(request.cookies.get(security.COOKIE)):
+    if app[SESSIONS].valid(request.cookies.get(app[SESSIONS].cookie)):
         return True
     given = security.bearer(request.headers.get("Authorization"))
     return request.path.startswith("/api/") and security.token_ok(given, app[TOKEN])
@@ -120,14 +120,18 @@ def make_app(api: StateApi, token: str, allowed_hosts: Iterable[str]) -> web.App
             return _reply(body, "login.html", status=401)
         response = _redirect("/")
         response.set_cookie(
-            security.COOKIE, app[SESSIONS].create(), httponly=True, samesite="Strict", path="/"
+            app[SESSIONS].cookie,
+            app[SESSIONS].create(),
+            httponly=True,
+            samesite="Strict",
+            path="/",
         )
         return response
 
     async def logout(request: web.Request) -> web.Response:
-        app[SESSIONS].end(request.cookies.get(security.COOKIE))
+        app[SESSIONS].end(request.cookies.get(app[SESSIONS].cookie))
         response = _redirect("/login")
-        response.del_cookie(security.COOKIE, path="/")
+        response.del_cookie(app[SESSIONS].cookie, path="/")
         return response
 
     app.add_routes(
