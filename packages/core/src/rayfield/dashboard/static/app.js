@@ -206,11 +206,16 @@ function drawTimeline(trace) {
     add("text", { x: 4, y: i * rowH + 14, class: "row-label", "font-size": 12 }, `${node} pid ${worker}`);
     add("line", { x1: labelW, x2: width, y1: (i + 1) * rowH, y2: (i + 1) * rowH, stroke: "#eee" });
   });
+  // Waiting in the queue is drawn thin and first, so the work on a worker stays visible.
+  const phaseOf = (e) => (e.args && e.args.phase) || e.cat;
+  spans.sort((a, b) => (phaseOf(b) === "queued") - (phaseOf(a) === "queued"));
   for (const e of spans) {
-    const phase = (e.args && e.args.phase) || e.cat;
+    const phase = phaseOf(e);
+    const thin = phase === "queued";
     const rect = add("rect", {
-      class: "span", x: labelW + (e.ts - start) * scale, y: rowOf.get(`${e.pid}\u0000${e.tid}`) * rowH + 3,
-      width: Math.max(1, e.dur * scale), height: rowH - 6, fill: PHASE_COLORS[phase] || "#999",
+      class: "span", x: labelW + (e.ts - start) * scale,
+      y: rowOf.get(`${e.pid}\u0000${e.tid}`) * rowH + (thin ? rowH / 2 - 2 : 3),
+      width: Math.max(1, e.dur * scale), height: thin ? 4 : rowH - 6, fill: PHASE_COLORS[phase] || "#999",
       "data-name": e.name,
     });
     const title = document.createElementNS(svgNs, "title");
