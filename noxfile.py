@@ -62,6 +62,8 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     install_packages(session)
+    if "cli" in PACKAGES:  # the dashboard's browser tests drive a system Chromium
+        session.run("python", str(ROOT / "tools" / "install_browser.py"))
     for name in PACKAGES:
         # Only the installed packages are importable (no src/ on the path),
         # as for a user.

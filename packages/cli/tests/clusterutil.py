@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +27,22 @@ def rayfield_cmd(*args: str, check: bool = True, **kw: Any) -> subprocess.Comple
     return proc
 
 
-def start_two_nodes(temp_dir: Path, *extra: str, resources: str = '{"x": 100}') -> str:
-    """A head (1 CPU) and a second node (1 CPU and ``resources``); returns the address."""
+def start_two_nodes(
+    temp_dir: Path, *extra: str, resources: str = '{"x": 100}', head_args: tuple[str, ...] = ()
+) -> str:
+    """A head (1 CPU, plus ``head_args``) and a second node (1 CPU and ``resources``);
+    returns the address."""
     rayfield_cmd(
-        "start", "--head", "--port", "0", "--num-cpus", "1", "--temp-dir", str(temp_dir), *extra
+        "start",
+        "--head",
+        "--port",
+        "0",
+        "--num-cpus",
+        "1",
+        "--temp-dir",
+        str(temp_dir),
+        *extra,
+        *head_args,
     )
     address = json.loads((temp_dir / "session_latest" / "cluster.json").read_text())["gcs_address"]
     rayfield_cmd(
@@ -44,3 +58,15 @@ def start_two_nodes(temp_dir: Path, *extra: str, resources: str = '{"x": 100}') 
         *extra,
     )
     return str(address)
+
+
+def wait_for(fn: Callable[[], Any], what: str, timeout_s: float = 20) -> Any:
+    """Poll ``fn`` until it returns something true, and return that; fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")

@@ -7,15 +7,14 @@ stored objects and log files over its token-guarded gRPC service.
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
 import pytest
-from clusterutil import rayfield_cmd, start_two_nodes
+from clusterutil import rayfield_cmd, start_two_nodes, wait_for
 
 import rayfield as rf
 from rayfield._private.cluster.launch import find_token
@@ -54,16 +53,6 @@ class Greeter:
 
     def hello(self) -> str:
         return f"hello from {os.getpid()}"
-
-
-def wait_for(fn: Callable[[], Any], what: str, timeout_s: float = 20) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")

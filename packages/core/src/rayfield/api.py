@@ -83,6 +83,9 @@ def init(
         temp_dir: root of the session directory (default the system temp dir + /rayfield).
         plasma_directory, huge_pages: where the store's memory comes from.
         log_to_driver: print worker output here, prefixed with ``(pid=..., ip=...)``.
+        include_dashboard: (classic ``include_webui``) the dashboard is served by a
+            cluster's head, not by ``init``: a true value only logs a warning saying how to
+            start one (``rayfield start --head --include-dashboard``).
 
     Returns:
         Address information: ``node_ip_address``, ``session_dir``, ``object_store_address``.
@@ -103,6 +106,8 @@ def init(
             "rayfield.init() was called twice. Pass ignore_reinit_error=True or call "
             "rayfield.shutdown() first."
         )
+    if include_dashboard or include_webui:
+        _warn_no_dashboard(address is not None)
     if address is not None:
         if any(v is not None for v in (num_cpus, num_gpus, resources, object_store_memory)):
             raise ValueError(
@@ -165,6 +170,20 @@ def _local_node_of_cluster(address: str, root: Path) -> tuple[str, Path]:
             f"node; start one with 'rayfield start --address {address}'"
         )
     return nodes[0].socket_path, Path(nodes[0].session_dir)
+
+
+def _warn_no_dashboard(connecting: bool) -> None:
+    where = (
+        "init(address=...) connects to a cluster and starts nothing"
+        if connecting
+        else "the embedded local runtime has no GCS and serves no dashboard"
+    )
+    logger.warning(
+        "include_dashboard: %s. Start a cluster with a dashboard with `rayfield start --head "
+        "--include-dashboard`, connect with rayfield.init(address=...), and get its URL "
+        "with `rayfield dashboard`.",
+        where,
+    )
 
 
 def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:

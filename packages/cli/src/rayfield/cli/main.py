@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from rayfield.cli.dashboard import dashboard
 from rayfield.cli.start import start
 from rayfield.cli.status import status
 from rayfield.cli.stop import stop
@@ -18,6 +19,7 @@ def cli() -> None:
 cli.add_command(start)
 cli.add_command(stop)
 cli.add_command(status)
+cli.add_command(dashboard)
 
 if __name__ == "__main__":
     cli()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import time
@@ -160,7 +161,22 @@ def _resources(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "--include-webui",
     "include_dashboard",
     is_flag=True,
-    help="Head only: serve the dashboard (not available in this version).",
+    help="Head only: serve the dashboard, a web page over the cluster's state (needs "
+    "rayfield-core[dashboard]); log in with the cluster token.",
+)
+@click.option(
+    "--dashboard-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Head only: address the dashboard listens on. Anything but loopback exposes it to "
+    "the network (it still asks for the token).",
+)
+@click.option(
+    "--dashboard-port",
+    type=int,
+    default=8265,
+    show_default=True,
+    help="Head only: TCP port of the dashboard; 0 picks a free one.",
 )
 @click.option(
     "--heartbeat-timeout-s",
@@ -211,6 +227,10 @@ def start(**kw: Any) -> None:
         for flag in ("port", "include_dashboard"):
             if kw[flag]:
                 raise click.UsageError(f"--{flag.replace('_', '-')} is for the head only")
+    if kw["include_dashboard"] and importlib.util.find_spec("aiohttp") is None:
+        raise click.UsageError(
+            "--include-dashboard needs aiohttp: pip install 'rayfield-core[dashboard]'"
+        )
     tls_parts = [kw["tls_cert"], kw["tls_key"], kw["tls_ca"]]
     if any(tls_parts) and not all(tls_parts):
         raise click.UsageError("TLS needs all of --tls-cert, --tls-key and --tls-ca")
@@ -229,6 +249,7 @@ def start(**kw: Any) -> None:
         tls=(tls_parts[0], tls_parts[1], tls_parts[2]) if all(tls_parts) else None,
     )
     session = launch.new_session_dir(temp_dir)
+    dashboard_url = ""
     try:
         if head:
             if kw["redis_password"]:
@@ -245,6 +266,11 @@ def start(**kw: Any) -> None:
         click.echo("starting the node...", err=True)
         t0 = time.monotonic()
         info = launch.start_node(session, address, token, opts, head=head)
+        if kw["include_dashboard"]:
+            click.echo("starting the dashboard...", err=True)
+            dashboard_url = launch.start_dashboard(
+                session, address, kw["dashboard_host"], kw["dashboard_port"], opts
+            )
     except launch.ClusterError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(
@@ -254,7 +280,10 @@ def start(**kw: Any) -> None:
     if head:
         _print_next_steps(address, session)
     if kw["include_dashboard"]:
-        click.echo("note: the dashboard is not available in this version", err=True)
+        click.echo(
+            f"\nThe dashboard is at {dashboard_url} (log in with the token in "
+            f"{session / 'token'}; `rayfield dashboard --open` opens it)."
+        )
     if kw["block"]:
         _block(int(info["pid"]))
 

@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException:
             node.shutdown()
             raise
-    (session / "node.json").write_text(json.dumps(info))
+    tmp_info = session / "node.json.tmp"  # renamed: readers never see it half written
+    tmp_info.write_text(json.dumps(info))
+    tmp_info.replace(session / "node.json")
     if args.head or not args.gcs_address:
         latest = args.temp_dir / "session_latest"
         tmp_link = args.temp_dir / f".session_latest.{os.getpid()}"

@@ -24,7 +24,11 @@ from typing import Any
 import psutil
 
 ENV_TOKEN = "RAYFIELD_TOKEN"
-PROCESS_MODULES = ("rayfield._private.node_main", "rayfield._private.gcs.server")
+PROCESS_MODULES = (
+    "rayfield._private.node_main",
+    "rayfield._private.gcs.server",
+    "rayfield.dashboard",
+)
 
 
 class ClusterError(RuntimeError):
@@ -121,6 +125,27 @@ def start_gcs(session: Path, host: str, port: int, opts: NodeOptions, timeout_s:
     address = f"{host}:{port_file.read_text().strip()}"
     (session / "cluster.json").write_text(json.dumps({"gcs_address": address, "gcs_pid": proc.pid}))
     return address
+
+
+def start_dashboard(
+    session: Path, gcs_address: str, host: str, port: int, opts: NodeOptions, timeout_s: float = 30
+) -> str:
+    """Start the dashboard of the head whose session is ``session``; returns its URL.
+
+    It runs as its own process (``python -m rayfield.dashboard``), listens on
+    ``host:port`` (0 picks a free port) and writes ``<session>/dashboard.json``.
+
+    Raises:
+        ClusterError: when it does not start (aiohttp missing, port taken, ...).
+    """
+    info = session / "dashboard.json"
+    log = session / "logs" / "dashboard.out"
+    args = ["rayfield.dashboard", "--gcs-address", gcs_address, "--host", host]
+    args += ["--port", str(port), "--token-file", str(session / "token")]
+    args += ["--session-dir", str(session), *_tls_args(opts)]
+    proc = _spawn(args, log)
+    _wait_for("the dashboard", info.exists, proc, log, timeout_s)
+    return str(json.loads(info.read_text())["url"])
 
 
 def start_node(
@@ -243,11 +268,13 @@ def stop_all(
     """SIGTERM every node (then GCS) process of this user (under ``temp_dir`` if given),
     SIGKILL what outlives ``grace_s``. Returns how many were stopped."""
     procs = rayfield_processes(temp_dir)
-    # Nodes first (they stop their workers and leave the cluster), then the GCS.
+    # Nodes first (they stop their workers and leave the cluster), then the dashboard
+    # (it reads the GCS), then the GCS.
     nodes = [p for p in procs if "rayfield._private.node_main" in p.cmdline()]
-    gcs = [p for p in procs if p not in nodes]
+    dashboards = [p for p in procs if "rayfield.dashboard" in p.cmdline()]
+    gcs = [p for p in procs if p not in nodes and p not in dashboards]
     stopped = 0
-    for group in (nodes, gcs):
+    for group in (nodes, dashboards, gcs):
         for p in group:
             try:
                 p.send_signal(signal.SIGTERM)
@@ -263,6 +290,6 @@ def stop_all(
                 pass
         stopped += len(group)
         if on_progress and group:
-            kind = "node" if group is nodes else "GCS"
+            kind = "node" if group is nodes else "dashboard" if group is dashboards else "GCS"
             on_progress(f"stopped {len(group)} {kind} process{'es' if len(group) > 1 else ''}")
     return stopped

@@ -1,0 +1,93 @@
+"""``rayfield dashboard``: print the URL of a cluster's dashboard, or open it."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+import webbrowser
+from pathlib import Path
+
+import click
+import psutil
+
+from rayfield._private.cluster import launch
+
+START_HINT = "start the head with `rayfield start --head --include-dashboard`"
+
+
+def _local_url(temp_dir: Path | None) -> str:
+    session = launch.head_session(temp_dir)
+    if session is None:
+        raise click.ClickException(f"no rayfield cluster runs on this machine: {START_HINT}")
+    info_file = session / "dashboard.json"
+    try:
+        info = json.loads(info_file.read_text())
+    except (OSError, ValueError):
+        raise click.ClickException(
+            f"the cluster of {session} runs without a dashboard: stop it (`rayfield stop`) "
+            f"and {START_HINT}"
+        ) from None
+    if not psutil.pid_exists(int(info.get("pid", 0))):
+        raise click.ClickException(
+            f"the dashboard of {session} has stopped (see {session / 'logs' / 'dashboard.out'})"
+            f": `rayfield stop`, then {START_HINT}"
+        )
+    return str(info["url"])
+
+
+def _remote_url(address: str, temp_dir: Path | None) -> str:
+    from rayfield._private.cluster.state_client import StateClient, StateError
+    from rayfield._private.gcs.errors import GcsError
+    from rayfield.dashboard import KV_KEY, KV_NAMESPACE
+
+    try:
+        with StateClient(address, temp_dir=temp_dir) as client:
+            value = client.gcs.kv_get(KV_NAMESPACE, KV_KEY)
+    except (StateError, GcsError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if value is None:
+        raise click.ClickException(
+            f"the cluster at {address} runs without a dashboard: {START_HINT}"
+        )
+    return value.decode()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "login", timeout=3) as reply:
+            return int(reply.status) == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@click.command()
+@click.option(
+    "--address",
+    metavar="HOST:PORT",
+    default=None,
+    help="The cluster's GCS address (default: the head running on this machine).",
+)
+@click.option(
+    "--temp-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Root of the session directories (default <tmp>/rayfield).",
+)
+@click.option("--open", "open_browser", is_flag=True, help="Open the dashboard in a web browser.")
+def dashboard(address: str | None, temp_dir: Path | None, open_browser: bool) -> None:
+    """Print the URL of the cluster's dashboard (or open it with --open).
+
+    The dashboard runs on the head when it was started with --include-dashboard; log in
+    with the cluster token (``<head session>/token``).
+    """
+    url = _remote_url(address, temp_dir) if address else _local_url(temp_dir)
+    if not _answers(url):
+        raise click.ClickException(
+            f"the dashboard at {url} does not answer: if it listens on another machine's "
+            "loopback, forward its port (ssh -L PORT:127.0.0.1:PORT HEAD); else `rayfield "
+            f"stop` and {START_HINT}"
+        )
+    click.echo(url)
+    if open_browser and not webbrowser.open(url):
+        raise click.ClickException(f"no web browser could be started here: open {url} yourself")

@@ -1,0 +1,159 @@
+"""The dashboard's JSON API: ``/api/...`` handlers over ``StateClient``.
+
+Every handler runs the (blocking, gRPC) ``StateClient`` call on a thread pool, so the
+event loop keeps serving while nodes answer. Replies are JSON; a cluster that cannot
+answer gives 502 and a bad request 400, each with ``{"error": message}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import grpc
+from aiohttp import web
+
+from rayfield._private.cluster.state_client import StateClient, StateError
+from rayfield._private.gcs.errors import GcsError
+
+__all__ = ["StateApi"]
+
+T = TypeVar("T")
+RECENT_TASKS = 200
+TIMELINE_EVENTS = 20_000  # task events drawn by the timeline page (the newest)
+LOG_TAIL_BYTES = 64 << 10
+LOG_MAX_BYTES = 1 << 20
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(value: Any, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(value, headers=headers, dumps=lambda v: json.dumps(v, default=str))
+
+
+def _int(request: web.Request, name: str, default: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"{name} must be an integer, not {raw!r}"}),
+            content_type="application/json",
+        ) from None
+
+
+def tasks_summary(tasks: list[dict[str, Any]], recent: int = RECENT_TASKS) -> dict[str, Any]:
+    """Counts of ``tasks`` by state, and the running ones plus the newest finished ones."""
+    counts = Counter(t["state"] for t in tasks)
+    running = [t for t in tasks if t["state"] == "RUNNING"]
+    done = sorted(
+        (t for t in tasks if t["state"] != "RUNNING"),
+        key=lambda t: t.get("end_s") or 0,
+        reverse=True,
+    )
+    return {"counts": dict(counts), "total": len(tasks), "recent": running + done[:recent]}
+
+
+class StateApi:
+    """The ``/api`` routes of one dashboard.
+
+    Args:
+        client: queries the cluster (owned by the caller, closed by it).
+        workers: threads running blocking ``StateClient`` calls.
+    """
+
+    def __init__(self, client: StateClient, workers: int = 4) -> None:
+        self.client = client
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rf-dashboard")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def routes(self) -> list[web.RouteDef]:
+        """GET routes: nodes, actors, tasks, objects, workers, logs, log, timeline."""
+        return [
+            web.get("/api/nodes", self._plain(self.client.nodes)),
+            web.get("/api/actors", self._plain(self.client.actors)),
+            web.get("/api/workers", self._plain(self.client.workers)),
+            web.get("/api/objects", self._plain(self.client.objects)),
+            web.get("/api/logs", self._plain(self.client.logs)),
+            web.get("/api/tasks", self.tasks),
+            web.get("/api/log", self.log),
+            web.get("/api/timeline", self.timeline),
+        ]
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the pool; cluster errors become 400 or 502 replies."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, fn, *args)
+        except StateError as exc:
+            raise _error(web.HTTPBadRequest, str(exc)) from None
+        except grpc.RpcError as exc:
+            code, details = exc.code(), exc.details()
+            if code == grpc.StatusCode.INVALID_ARGUMENT:
+                raise _error(web.HTTPBadRequest, details) from None
+            raise _error(web.HTTPBadGateway, f"{code.name}: {details}") from None
+        except GcsError as exc:
+            raise _error(web.HTTPBadGateway, f"the GCS did not answer: {exc}") from None
+
+    def _plain(self, fn: Callable[[], list[dict[str, Any]]]) -> Handler:
+        async def handler(request: web.Request) -> web.Response:
+            return _json(await self.run(fn))
+
+        return handler
+
+    async def tasks(self, request: web.Request) -> web.Response:
+        """Counts by state and the recent tasks (``?recent=N``, default 200)."""
+        recent = _int(request, "recent", RECENT_TASKS)
+        return _json(tasks_summary(await self.run(self.client.tasks), recent))
+
+    async def log(self, request: web.Request) -> web.Response:
+        """Part of one log file: ``?node=ADDRESS&name=FILE&offset=N&max_bytes=N``.
+
+        A negative offset counts from the end (the default shows the last 64 KiB); the
+        reply's ``offset + len(data)`` is where to continue to follow the file. The node
+        must be an alive node of the cluster; it serves bare file names of its logs only.
+        """
+        node, name = request.query.get("node", ""), request.query.get("name", "")
+        if not node or not name or "/" in name or name.startswith("."):
+            raise _error(web.HTTPBadRequest, "give node=ADDRESS and name=FILE (a bare name)")
+        offset = _int(request, "offset", -LOG_TAIL_BYTES)
+        max_bytes = min(max(_int(request, "max_bytes", LOG_MAX_BYTES), 1), LOG_MAX_BYTES)
+
+        def read() -> dict[str, Any]:
+            address = self.client.resolve_node(node).address  # only nodes of this cluster
+            return self.client.read_log(address, name, offset, max_bytes)
+
+        reply = await self.run(read)
+        data = bytes(reply["data"])
+        return _json(
+            {
+                "node": node,
+                "name": name,
+                "found": reply["found"],
+                "size": reply["size"],
+                "offset": reply["offset"],
+                "next_offset": reply["offset"] + len(data),
+                "data": data.decode("utf-8", errors="replace"),
+            }
+        )
+
+    async def timeline(self, request: web.Request) -> web.Response:
+        """The task events as a Chrome trace (``?limit=N`` newest events; ``?download=1``
+        serves it as ``timeline.json``)."""
+        limit = _int(request, "limit", TIMELINE_EVENTS)
+        trace = await self.run(self.client.timeline, max(limit, 0))
+        headers = {}
+        if request.query.get("download"):
+            headers["Content-Disposition"] = 'attachment; filename="timeline.json"'
+        return _json(trace, headers)
+
+
+def _error(cls: type[web.HTTPException], message: str) -> web.HTTPException:
+    return cls(text=json.dumps({"error": message}), content_type="application/json")
