@@ -3,16 +3,20 @@
 Every side (``_system_side`` for rayfield and Ray, ``_pool_side`` for the process
 pool) is a script run in its own subprocess by ``bench_core.py``. This module
 imports only the standard library at load time (psutil lazily) so that any
-interpreter, the Ray venv included, can load it.
+interpreter, the Ray venv included, can load it. The rows, their parameters and the
+timed loop live in ``rayfield._private.perf`` (shared with ``rayfield microbenchmark``),
+loaded here from its file as ``perf``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 RESULT_MARKER = "BENCH_RESULT "  # one line per finished row or figure: {"key": ..., ...}
@@ -21,95 +25,50 @@ DONE_MARKER = "BENCH_DONE"  # the side finished every row it was given
 MB = 1_000_000
 GB = 1_000_000_000
 
-_FULL = {
-    "budget_s": 2.0,  # timed seconds per row
-    "warmup_s": 0.5,  # untimed seconds of the same operation before
-    "idle_s": 2.0,  # idle after init() before the memory is read
-    "batch": 1000,  # refs per "async" batch (Ray's microbenchmark uses 1,000)
-    "per_client": 1000,  # calls per client per repeat in the multi/1:n/n:n rows
-    "put_large_bytes": 100 * 1024 * 1024 * 8,  # Ray's: np.zeros(100 Mi, int64), 839 MB
-}
-# --quick: shorter rows, and 84 MB puts (the size of Ray's "multi client put gigabytes").
-_QUICK = {**_FULL, "budget_s": 0.5, "warmup_s": 0.2, "put_large_bytes": 10 * 1024 * 1024 * 8}
+PERF_ENV = "RAYFIELD_PERF_MODULE"  # path of rayfield/_private/perf.py, for every side
+
+
+def _perf_path() -> str:
+    """Where ``rayfield/_private/perf.py`` is: ``$RAYFIELD_PERF_MODULE`` (set by the first
+    script that found it, so sides in another interpreter, e.g. Ray's venv, find it too),
+    else next to the ``rayfield`` package this interpreter would import."""
+    if os.environ.get(PERF_ENV):
+        return os.environ[PERF_ENV]
+    spec = importlib.util.find_spec("rayfield")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(
+            "rayfield is not importable: install packages/core, or put packages/core/src on "
+            "PYTHONPATH (see README.md)"
+        )
+    for root in spec.submodule_search_locations:
+        candidate = os.path.join(root, "_private", "perf.py")
+        if os.path.exists(candidate):
+            os.environ[PERF_ENV] = candidate
+            return candidate
+    raise ImportError(f"no _private/perf.py under {list(spec.submodule_search_locations)}")
+
+
+def _load_perf() -> ModuleType:
+    """``rayfield._private.perf`` loaded from its file, without importing ``rayfield``: a
+    side's import time and memory figures must not include rayfield (nor, for Ray, it)."""
+    spec = importlib.util.spec_from_file_location("rayfield_perf", _perf_path())
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+perf = _load_perf()
+timed_rate = perf.timed_rate
+tree_cpu_s = perf.tree_cpu_s
+machine_busy_s = perf.machine_busy_s
 
 
 def params(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The run's parameters; ``--quick`` in ``argv`` (default ``sys.argv``) picks the short set."""
-    return dict(_QUICK if "--quick" in (sys.argv if argv is None else argv) else _FULL)
-
-
-def machine_busy_s() -> float:
-    """CPU seconds the whole machine has spent busy (not idle or iowait) so far, all CPUs."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return float("nan")
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu_s() -> dict[int, float]:
-    """CPU seconds (user + system) used so far by this process and each descendant, by pid."""
-    try:
-        import psutil
-    except ImportError:
-        return {}
-    me = psutil.Process()
-    out: dict[int, float] = {}
-    for p in [me, *me.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-            out[p.pid] = t.user + t.system
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            continue
-    return out
-
-
-def timed_rate(
-    fn: Callable[[], Any], work_per_call: float, budget_s: float, warmup_s: float
-) -> dict[str, Any]:
-    """Call ``fn`` for ``warmup_s`` untimed, then for ``budget_s`` timed (at least once each).
-
-    Returns:
-        ``rate``: ``work_per_call`` times the timed calls over the timed seconds;
-        ``calls``, ``seconds``, ``best_call_s`` and ``worst_call_s``; ``cpu_us_per_op``:
-        CPU time of the whole process tree (driver and every descendant) during the
-        timed calls over the work done, in microseconds, which background load on the
-        machine changes much less than the rate; ``cpu_cores_busy``: that CPU time over
-        the timed seconds; ``others_cores_busy``: the same for everything else on the
-        machine (background load while the row ran).
-    """
-    t0 = time.perf_counter()
-    while True:
-        fn()
-        if time.perf_counter() - t0 >= warmup_s:
-            break
-    calls = 0
-    best, worst = float("inf"), 0.0
-    cpu0, machine0 = tree_cpu_s(), machine_busy_s()
-    start = last = time.perf_counter()
-    while True:
-        fn()
-        now = time.perf_counter()
-        calls += 1
-        best, worst = min(best, now - last), max(worst, now - last)
-        last = now
-        if now - start >= budget_s:
-            break
-    seconds = last - start
-    cpu1, machine1 = tree_cpu_s(), machine_busy_s()
-    cpu_s = sum(t - cpu0.get(pid, 0.0) for pid, t in cpu1.items())
-    others = max(0.0, machine1 - machine0 - cpu_s) / seconds if cpu1 else None
-    return {
-        "rate": work_per_call * calls / seconds,
-        "cpu_us_per_op": 1e6 * cpu_s / (work_per_call * calls) if cpu1 else None,
-        "cpu_cores_busy": cpu_s / seconds if cpu1 else None,
-        "others_cores_busy": others,
-        "calls": calls,
-        "seconds": seconds,
-        "best_call_s": best,
-        "worst_call_s": worst,
-    }
+    quick = "--quick" in (sys.argv if argv is None else argv)
+    return dict(perf.QUICK_PARAMS if quick else perf.FULL_PARAMS)
 
 
 def process_tree(idle_s: float = 0.0) -> dict[str, Any]:

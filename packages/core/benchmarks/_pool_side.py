@@ -22,7 +22,7 @@ import time
 from _common import DONE_MARKER, emit, flag, params, process_tree, run_row, selected, timed_rate
 
 POOL_ROWS = ["tasks_sync", "tasks_async", "multi_tasks_async", "wait_1k"]
-N_CLIENTS = 2  # as _workloads.N_CLIENTS
+N_CLIENTS = 2  # as rayfield._private.perf.N_CLIENTS
 
 
 def small_value() -> bytes:

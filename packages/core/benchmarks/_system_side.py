@@ -9,8 +9,8 @@ standard library is imported before the start-up figures are taken, so that
 2. one task round trip ("init() to first task result", from before ``init()``);
 3. an idle pause (``idle_s``), then the process tree: children of the driver,
    and the USS of the driver plus every descendant;
-4. every row of :mod:`_workloads`, each announced before it starts (the parent
-   times it out) and reported when it ends.
+4. every row of ``rayfield._private.perf`` (loaded by ``_common``), each
+   announced before it starts (the parent times it out) and reported when it ends.
 
 Options: ``--quick``; ``--rows a,b`` runs only those rows; ``--no-startup``
 skips steps 2-3 (used when the parent restarts a side after a hung row).
@@ -23,7 +23,17 @@ import importlib
 import sys
 import time
 
-from _common import DONE_MARKER, emit, flag, params, process_tree, run_row, selected, timed_rate
+from _common import (
+    DONE_MARKER,
+    emit,
+    flag,
+    params,
+    perf,
+    process_tree,
+    run_row,
+    selected,
+    timed_rate,
+)
 
 INIT_KWARGS = {
     "rayfield": {"num_cpus": 2},
@@ -44,23 +54,21 @@ def main() -> int:
     t1 = time.perf_counter()
     rf.init(**INIT_KWARGS[system])
     t2 = time.perf_counter()
-    from _workloads import ROWS, build, first_task
-
     emit("version", value=getattr(rf, "__version__", "?"))
     if not flag("--no-startup"):
         emit("init_s", value=t2 - t1)
         emit("init_with_import_s", value=t2 - t0)
 
         def first() -> dict[str, float]:
-            first_task(rf)
+            perf.first_task(rf)
             return {"value": time.perf_counter() - t1}
 
         run_row("first_task_s", first)
         tree = process_tree(idle_s=p["idle_s"])
         emit("processes", value=tree.get("children"), **tree)
         emit("idle_memory_mb", value=tree.get("memory_mb"), kind=tree.get("memory_kind"))
-    setups = build(rf, p)
-    for key in selected([k for k, _ in ROWS]):
+    setups = perf.build(rf, p)
+    for key in selected([k for k, _ in perf.ROWS]):
 
         def body(key: str = key) -> dict[str, object]:
             call, work = setups[key]()

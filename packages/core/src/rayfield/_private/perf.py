@@ -1,20 +1,34 @@
-"""The microbenchmark workloads of ``ray microbenchmark``, written once for rayfield and Ray.
+"""The microbenchmark rows of ``ray microbenchmark``, written once for rayfield and Ray.
+
+Used by ``rayfield microbenchmark`` (rayfield-cli) and by the benchmark scripts of
+``packages/core/benchmarks`` (which also run it against Ray). This module imports only
+the standard library at load time (psutil and numpy lazily), so the benchmark sides can
+load it by file path into any interpreter, Ray's included, without importing rayfield.
 
 :func:`build` takes the system's module (``rayfield`` or ``ray``: the two APIs
 match) and returns, per row, a *setup* function. Setup does the untimed work
 (defining remote functions, creating and warming actors, creating objects) and
-returns ``(call, work_per_call)``: the timed loop calls ``call()`` repeatedly and
+returns ``(call, work_per_call)``; :func:`timed_rate` calls ``call()`` repeatedly and
 counts ``work_per_call`` units (calls, refs or bytes) per call.
 
 The remote functions and actor classes are defined inside :func:`build`, so both
-systems ship them to their workers by value (cloudpickle); no worker needs this
-folder on its path. They follow ``ray/_private/ray_perf.py`` (Ray 2.x): an
-``Actor`` with ``num_cpus=0``, an ``AsyncActor``, a ``Client`` actor that calls
-servers, ``small_value`` returning ``b"ok"``.
+systems ship them to their workers by value (cloudpickle); no worker needs to import
+this module. They follow ``ray/_private/ray_perf.py`` (Ray 2.x): an ``Actor`` with
+``num_cpus=0``, an ``AsyncActor``, a ``Client`` actor that calls servers,
+``small_value`` returning ``b"ok"``.
+
+Example:
+    >>> import rayfield, rayfield._private.perf as perf
+    >>> rayfield.init(num_cpus=2)
+    >>> setups = perf.build(rayfield, perf.QUICK_PARAMS)
+    >>> call, work = setups["tasks_sync"]()
+    >>> perf.timed_rate(call, work, budget_s=0.5, warmup_s=0.1)["rate"]  # tasks per second
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +50,36 @@ ROWS: list[tuple[str, str]] = [
     ("wait_1k", "single client wait 1k refs"),
     ("get_10k_refs", "single client get object containing 10k refs"),
 ]
+
+# The short run of ``rayfield microbenchmark``: single-client puts and gets, tasks and
+# actor calls (sync, async, concurrent).
+QUICK_ROWS: list[str] = [
+    "get_calls",
+    "put_calls",
+    "put_gigabytes",
+    "tasks_sync",
+    "tasks_async",
+    "actor_sync",
+    "actor_async",
+    "actor_concurrent",
+]
+UNITS = {"put_gigabytes": "GB/s"}  # every other row counts operations per second
+
+FULL_PARAMS: dict[str, Any] = {
+    "budget_s": 2.0,  # timed seconds per row
+    "warmup_s": 0.5,  # untimed seconds of the same operation before
+    "idle_s": 2.0,  # idle after init() before the memory is read (benchmark scripts)
+    "batch": 1000,  # refs per "async" batch (Ray's microbenchmark uses 1,000)
+    "per_client": 1000,  # calls per client per repeat in the multi/1:n/n:n rows
+    "put_large_bytes": 100 * 1024 * 1024 * 8,  # Ray's: np.zeros(100 Mi, int64), 839 MB
+}
+# Shorter rows, and 84 MB puts (the size of Ray's "multi client put gigabytes").
+QUICK_PARAMS: dict[str, Any] = {
+    **FULL_PARAMS,
+    "budget_s": 0.5,
+    "warmup_s": 0.2,
+    "put_large_bytes": 10 * 1024 * 1024 * 8,
+}
 
 N_CLIENTS = 2  # submitters in the multi-client rows, clients in n:n
 N_SERVERS = 2  # actors called in the 1:n and n:n rows (Ray: cpu_count // 2, 1 here)
@@ -219,3 +263,77 @@ def first_task(rf: Any) -> None:
         return 1
 
     rf.get(one.remote())
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (not idle or iowait) so far, all CPUs."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return float("nan")
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s() -> dict[int, float]:
+    """CPU seconds (user + system) used so far by this process and each descendant, by pid."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    me = psutil.Process()
+    out: dict[int, float] = {}
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            out[p.pid] = t.user + t.system
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+def timed_rate(
+    fn: Callable[[], Any], work_per_call: float, budget_s: float, warmup_s: float
+) -> dict[str, Any]:
+    """Call ``fn`` for ``warmup_s`` untimed, then for ``budget_s`` timed (at least once each).
+
+    Returns:
+        ``rate``: ``work_per_call`` times the timed calls over the timed seconds;
+        ``calls``, ``seconds``, ``best_call_s`` and ``worst_call_s``; ``cpu_us_per_op``:
+        CPU time of the whole process tree (driver and every descendant) during the
+        timed calls over the work done, in microseconds, which background load on the
+        machine changes much less than the rate; ``cpu_cores_busy``: that CPU time over
+        the timed seconds; ``others_cores_busy``: the same for everything else on the
+        machine (background load while the row ran).
+    """
+    t0 = time.perf_counter()
+    while True:
+        fn()
+        if time.perf_counter() - t0 >= warmup_s:
+            break
+    calls = 0
+    best, worst = float("inf"), 0.0
+    cpu0, machine0 = tree_cpu_s(), machine_busy_s()
+    start = last = time.perf_counter()
+    while True:
+        fn()
+        now = time.perf_counter()
+        calls += 1
+        best, worst = min(best, now - last), max(worst, now - last)
+        last = now
+        if now - start >= budget_s:
+            break
+    seconds = last - start
+    cpu1, machine1 = tree_cpu_s(), machine_busy_s()
+    cpu_s = sum(t - cpu0.get(pid, 0.0) for pid, t in cpu1.items())
+    others = max(0.0, machine1 - machine0 - cpu_s) / seconds if cpu1 else None
+    return {
+        "rate": work_per_call * calls / seconds,
+        "cpu_us_per_op": 1e6 * cpu_s / (work_per_call * calls) if cpu1 else None,
+        "cpu_cores_busy": cpu_s / seconds if cpu1 else None,
+        "others_cores_busy": others,
+        "calls": calls,
+        "seconds": seconds,
+        "best_call_s": best,
+        "worst_call_s": worst,
+    }
