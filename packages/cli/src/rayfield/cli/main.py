@@ -5,9 +5,15 @@ from __future__ import annotations
 import click
 
 from rayfield.cli.dashboard import dashboard
+from rayfield.cli.listing import list_
+from rayfield.cli.logs import logs
+from rayfield.cli.memory import memory
+from rayfield.cli.microbenchmark import microbenchmark
+from rayfield.cli.stack import stack
 from rayfield.cli.start import start
 from rayfield.cli.status import status
 from rayfield.cli.stop import stop
+from rayfield.cli.timeline import timeline
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -16,10 +22,9 @@ def cli() -> None:
     """Start, stop and inspect rayfield clusters."""
 
 
-cli.add_command(start)
-cli.add_command(stop)
-cli.add_command(status)
-cli.add_command(dashboard)
+COMMANDS = (start, stop, status, list_, memory, logs, timeline, stack, microbenchmark, dashboard)
+for command in COMMANDS:
+    cli.add_command(command)
 
 if __name__ == "__main__":
     cli()

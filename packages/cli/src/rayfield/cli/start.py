@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from rayfield._private.cluster import launch
+from rayfield.cli._common import waiting
 
 # Flags of `ray start` (Ray 0.7) that mean nothing here: the message says what to do.
 REFUSED = {
@@ -257,20 +258,20 @@ def start(**kw: Any) -> None:
                     "--redis-password: the head creates a 256-bit token itself "
                     "(<session>/token); drop the flag"
                 )
-            click.echo("starting the GCS...", err=True)
             port = 6379 if kw["port"] is None else kw["port"]
-            address = launch.start_gcs(session, kw["node_ip_address"], port, opts)
+            with waiting("starting the GCS"):
+                address = launch.start_gcs(session, kw["node_ip_address"], port, opts)
             token = (session / "token").read_text().strip()
         else:
             token = kw["token"] or kw["redis_password"] or launch.find_token(address, temp_dir)
-        click.echo("starting the node...", err=True)
         t0 = time.monotonic()
-        info = launch.start_node(session, address, token, opts, head=head)
+        with waiting("starting the node"):
+            info = launch.start_node(session, address, token, opts, head=head)
         if kw["include_dashboard"]:
-            click.echo("starting the dashboard...", err=True)
-            dashboard_url = launch.start_dashboard(
-                session, address, kw["dashboard_host"], kw["dashboard_port"], opts
-            )
+            with waiting("starting the dashboard"):
+                dashboard_url = launch.start_dashboard(
+                    session, address, kw["dashboard_host"], kw["dashboard_port"], opts
+                )
     except launch.ClusterError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(

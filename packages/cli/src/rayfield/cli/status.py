@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import click
 
-from rayfield._private.cluster import launch
+from rayfield.cli._common import Cluster, cluster_options, format_option, translate_errors
 
 
 def _fmt(resources: dict[str, float]) -> str:
@@ -17,49 +16,18 @@ def _fmt(resources: dict[str, float]) -> str:
 
 
 @click.command()
-@click.option(
-    "--address",
-    metavar="HOST:PORT",
-    default=None,
-    help="The cluster's GCS (default: the head running on this machine).",
-)
-@click.option(
-    "--token",
-    envvar="RAYFIELD_TOKEN",
-    default=None,
-    help="The cluster token (default: from the head's session on this machine). "
-    "Env: RAYFIELD_TOKEN.",
-)
-@click.option(
-    "--temp-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Root of the session directories (default <tmp>/rayfield).",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
-def status(address: str | None, token: str | None, temp_dir: Path | None, fmt: str) -> None:
+@cluster_options
+@format_option(["text", "json"], "text")
+def status(cluster: Cluster, fmt: str) -> None:
     """Show the cluster's nodes (alive or dead), total and used resources, and the
     pending demand: queued and infeasible work by resource shape."""
     from rayfield._private.gcs.client import GcsClient
-    from rayfield._private.gcs.errors import GcsError
 
-    try:
-        address = address or launch.find_gcs_address(temp_dir)
-        token = token or launch.find_token(address, temp_dir)
-    except launch.ClusterError as exc:
-        raise click.ClickException(str(exc)) from None
+    address, token = cluster.resolve()
     gcs = GcsClient(address, token, retry_deadline_s=5)
     try:
-        nodes = gcs.get_nodes()
-    except GcsError as exc:
-        raise click.ClickException(f"cannot reach the cluster at {address}: {exc}") from None
+        with translate_errors(address):
+            nodes = gcs.get_nodes()
     finally:
         gcs.close()
     if fmt == "json":

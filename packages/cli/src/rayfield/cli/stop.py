@@ -10,6 +10,7 @@ import click
 import psutil
 
 from rayfield._private.cluster import launch
+from rayfield.cli._common import console
 
 
 @click.command()
@@ -34,9 +35,7 @@ def stop(temp_dir: Path | None, grace_period: float) -> None:
     left by processes that had to be killed are removed; the object stores' shared
     memory goes with their processes. Logs stay in the session directories.
     """
-    n = launch.stop_all(
-        grace_period, on_progress=lambda m: click.echo(m, err=True), temp_dir=temp_dir
-    )
+    n = _stop_with_progress(grace_period, temp_dir)
     cleaned = _clean_sessions(temp_dir or launch.default_temp_dir())
     if n == 0:
         click.echo("no rayfield processes were running")
@@ -44,6 +43,28 @@ def stop(temp_dir: Path | None, grace_period: float) -> None:
         click.echo(f"stopped {n} rayfield process{'es' if n > 1 else ''}")
     if cleaned:
         click.echo(f"removed what {cleaned} stopped node{'s' if cleaned > 1 else ''} left behind")
+
+
+def _stop_with_progress(grace_s: float, temp_dir: Path | None) -> int:
+    """``launch.stop_all`` with a progress bar of the processes stopped on stderr (its
+    per-group lines only when stderr is not a terminal)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    out = console(stderr=True)
+    if not out.is_terminal:
+        return launch.stop_all(
+            grace_s, on_progress=lambda m: click.echo(m, err=True), temp_dir=temp_dir
+        )
+    total = len(launch.rayfield_processes(temp_dir))
+    columns = (TextColumn("stopping rayfield processes"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=out, transient=True) as progress:
+        bar = progress.add_task("stop", total=total)
+        return launch.stop_all(
+            grace_s,
+            on_progress=progress.console.print,
+            temp_dir=temp_dir,
+            on_exit=lambda _proc: progress.advance(bar),
+        )
 
 
 def _clean_sessions(root: Path) -> int:

@@ -145,7 +145,7 @@ def build(rf: Any, p: dict[str, Any]) -> dict[str, Setup]:
     def actors(n: int) -> list[Any]:
         """``n`` started ``Actor``s, created on first use and reused by later rows."""
         while len(pool) < n:
-            pool.append(Actor.remote())
+            pool.append(Actor.remote())  # type: ignore[attr-defined]
         ready(*pool[:n])
         return pool[:n]
 
@@ -185,13 +185,13 @@ def build(rf: Any, p: dict[str, Any]) -> dict[str, Setup]:
         return (lambda: rf.get([a.small_value.remote() for _ in range(batch)])), batch
 
     def actor_concurrent() -> tuple[Callable[[], Any], float]:
-        a = Actor.options(max_concurrency=16).remote()
+        a = Actor.options(max_concurrency=16).remote()  # type: ignore[attr-defined]
         ready(a)
         return (lambda: rf.get([a.small_value.remote() for _ in range(batch)])), batch
 
     def actor_1n_async() -> tuple[Callable[[], Any], float]:
         servers = actors(N_SERVERS)
-        client = Client.remote(servers)
+        client = Client.remote(servers)  # type: ignore[attr-defined]
         rf.get(client.small_value_batch.remote(1))
 
         # `servers` stay referenced (by `pool`), as in Ray's script: rayfield (working tree
@@ -211,7 +211,7 @@ def build(rf: Any, p: dict[str, Any]) -> dict[str, Setup]:
 
     def async_actor() -> Any:
         if not async_pool:
-            async_pool.append(AsyncActor.remote())
+            async_pool.append(AsyncActor.remote())  # type: ignore[attr-defined]
         ready(async_pool[0])
         return async_pool[0]
 

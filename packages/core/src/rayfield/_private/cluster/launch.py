@@ -264,9 +264,13 @@ def stop_all(
     grace_s: float = 10.0,
     on_progress: Callable[[str], None] | None = None,
     temp_dir: Path | None = None,
+    on_exit: Callable[[psutil.Process], None] | None = None,
 ) -> int:
     """SIGTERM every node (then GCS) process of this user (under ``temp_dir`` if given),
-    SIGKILL what outlives ``grace_s``. Returns how many were stopped."""
+    SIGKILL what outlives ``grace_s``. Returns how many were stopped.
+
+    ``on_progress`` is told after each group (nodes, GCS) in words; ``on_exit`` is called
+    with each process as it exits or is killed (e.g. to advance a progress bar)."""
     procs = rayfield_processes(temp_dir)
     # Nodes first (they stop their workers and leave the cluster), then the dashboard
     # (it reads the GCS), then the GCS.
@@ -280,7 +284,7 @@ def stop_all(
                 p.send_signal(signal.SIGTERM)
             except psutil.NoSuchProcess:
                 continue
-        _, alive = psutil.wait_procs(group, timeout=grace_s)
+        _, alive = psutil.wait_procs(group, timeout=grace_s, callback=on_exit)
         for p in alive:
             try:
                 for child in p.children(recursive=True):
@@ -288,6 +292,8 @@ def stop_all(
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
+            if on_exit:
+                on_exit(p)
         stopped += len(group)
         if on_progress and group:
             kind = "node" if group is nodes else "dashboard" if group is dashboards else "GCS"
