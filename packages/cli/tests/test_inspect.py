@@ -8,34 +8,21 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from clusterutil import CLI, rayfield_cmd, start_two_nodes
+from clusterutil import CLI, rayfield_cmd
 
 import rayfield as rf
 from rayfield.util import state
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    temp_dir = tmp_path_factory.mktemp("rf")
-    address = start_two_nodes(temp_dir, resources='{"b": 4}')
-    rf.init(address=address, temp_dir=str(temp_dir))
-    try:
-        yield address, temp_dir
-    finally:
-        rf.shutdown()
-        rayfield_cmd("stop", "--temp-dir", str(temp_dir))
-
-
 @rf.remote
 def on_head(x: int) -> int:
-    print(f"on_head says {x}")
-    return x + 1
+    print(f"on_head squares {x}")
+    return x * x
 
 
 @rf.remote(resources={"b": 1})
@@ -64,14 +51,14 @@ class Napper:
 
 
 @pytest.fixture(scope="module")
-def workload(cluster: tuple[str, Path]) -> dict[str, Any]:
+def workload(driver_cluster: tuple[str, Path]) -> dict[str, Any]:
     greeter = Greeter.remote()  # type: ignore[attr-defined]
     greeter_pid = rf.get(greeter.hello.remote("hi"))
     napper = Napper.remote()  # type: ignore[attr-defined]
     napper_pid = rf.get(napper.pid.remote())
     napper.napping_in_a_known_place.remote(120)  # still sleeping when `stack` looks
     kept = rf.put(np.zeros(2_000_000))  # 16 MB, held by this driver
-    assert rf.get([on_head.remote(i) for i in range(3)]) == [1, 2, 3]
+    assert rf.get([on_head.remote(i) for i in range(3)]) == [0, 1, 4]
     assert rf.get(on_b.remote(21)) == 42
     deadline = time.monotonic() + 20
     while not {"on_head", "on_b", "Greeter.hello", "Napper.pid"} <= {
@@ -88,86 +75,97 @@ def workload(cluster: tuple[str, Path]) -> dict[str, Any]:
     }
 
 
-def run(cluster: tuple[str, Path], *args: str, check: bool = True) -> Any:
+def run(driver_cluster: tuple[str, Path], *args: str, check: bool = True) -> Any:
     """``rayfield ARGS --address A --temp-dir T``."""
-    address, temp_dir = cluster
+    address, temp_dir = driver_cluster
     return rayfield_cmd(*args, "--address", address, "--temp-dir", str(temp_dir), check=check)
 
 
-def run_json(cluster: tuple[str, Path], *args: str) -> Any:
-    return json.loads(run(cluster, *args, "--format", "json").stdout)
+def run_json(driver_cluster: tuple[str, Path], *args: str) -> Any:
+    return json.loads(run(driver_cluster, *args, "--format", "json").stdout)
 
 
-def test_list_nodes_and_workers(cluster: tuple[str, Path], workload: dict[str, Any]) -> None:
-    nodes = run_json(cluster, "list", "nodes")
+def test_list_nodes_and_workers(driver_cluster: tuple[str, Path], workload: dict[str, Any]) -> None:
+    nodes = run_json(driver_cluster, "list", "nodes")
     assert len(nodes) == 2 and all(n["alive"] and n["reachable"] for n in nodes)
-    table = run(cluster, "list", "nodes").stdout
+    table = run(driver_cluster, "list", "nodes").stdout
     for n in nodes:
         assert n["address"] in table and n["node_id"][:12] in table
     assert "2 nodes" in table and "ALIVE" in table and "b" in table
-    workers = run(cluster, "list", "workers", "--filter", "state=actor").stdout
+    workers = run(driver_cluster, "list", "workers", "--filter", "state=actor").stdout
     assert str(workload["greeter_pid"]) in workers and "actor" in workers
 
 
-def test_list_actors_table_and_filter(cluster: tuple[str, Path], workload: dict[str, Any]) -> None:
-    [greeter] = run_json(cluster, "list", "actors", "--filter", "class_name=Greeter")
+def test_list_actors_table_and_filter(
+    driver_cluster: tuple[str, Path], workload: dict[str, Any]
+) -> None:
+    [greeter] = run_json(driver_cluster, "list", "actors", "--filter", "class_name=Greeter")
     assert greeter["state"] == "ALIVE" and greeter["pid"] == workload["greeter_pid"]
-    table = run(cluster, "list", "actors").stdout
+    table = run(driver_cluster, "list", "actors").stdout
     line = next(line for line in table.splitlines() if "Greeter" in line)
     assert greeter["actor_id"] in line and str(workload["greeter_pid"]) in line
     assert "ALIVE" in line and greeter["node"] in line
     assert "Napper" in table
 
 
-def test_list_tasks_from_both_nodes(cluster: tuple[str, Path], workload: dict[str, Any]) -> None:
-    tasks = run_json(cluster, "list", "tasks", "--limit", "0")
+def test_list_tasks_from_both_nodes(
+    driver_cluster: tuple[str, Path], workload: dict[str, Any]
+) -> None:
+    tasks = run_json(driver_cluster, "list", "tasks", "--limit", "0")
     nodes = {name: {t["node"] for t in tasks if t["name"] == name} for name in ("on_head", "on_b")}
     assert len(nodes["on_head"]) == 1 and len(nodes["on_b"]) == 1
     assert nodes["on_head"] != nodes["on_b"]
     assert any(t["state"] == "RUNNING" and t["actor_task"] for t in tasks)  # the nap
-    only_b = run_json(cluster, "list", "tasks", "--filter", "name=on_b")
+    only_b = run_json(driver_cluster, "list", "tasks", "--filter", "name=on_b")
     assert [t["name"] for t in only_b] == ["on_b"]
-    two = run(cluster, "list", "tasks", "--limit", "2").stdout
+    two = run(driver_cluster, "list", "tasks", "--limit", "2").stdout
     assert "2 of " in two and "(--limit 0 shows all)" in two
 
 
 def test_list_objects_and_memory_show_the_put(
-    cluster: tuple[str, Path], workload: dict[str, Any]
+    driver_cluster: tuple[str, Path], workload: dict[str, Any]
 ) -> None:
     kept = workload["kept"].hex()
-    [obj] = [o for o in run_json(cluster, "list", "objects") if o["object_id"] == kept]
+    [obj] = [o for o in run_json(driver_cluster, "list", "objects") if o["object_id"] == kept]
     assert obj["size_bytes"] >= 16_000_000 and obj["owner_pid"] == os.getpid()
-    text = run(cluster, "memory").stdout
+    text = run(driver_cluster, "memory").stdout
     [line] = [line for line in text.splitlines() if kept in line]
     assert "16.0 MB" in line and str(os.getpid()) in line and "pinned" in line
     lines = text.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("OBJECT ID"))
     assert lines[header + 2].startswith(kept)  # largest first: ours (after the rule)
     assert "Object stores" in text
-    report = run_json(cluster, "memory", "--limit", "1")
+    report = run_json(driver_cluster, "memory", "--limit", "1")
     assert [o["object_id"] for o in report["objects"]] == [kept]
     assert report["objects"][0]["reason"].startswith("pinned (primary copy")
     assert len(report["nodes"]) == 2
     assert max(n["store_used"] for n in report["nodes"]) >= 16_000_000
 
 
-def test_logs_by_task_actor_and_pid(cluster: tuple[str, Path], workload: dict[str, Any]) -> None:
+def test_logs_by_task_actor_and_pid(
+    driver_cluster: tuple[str, Path], workload: dict[str, Any]
+) -> None:
     [task] = [t for t in state.list_tasks() if t["name"] == "on_b"]
-    assert "on_b says 21" in run(cluster, "logs", "--task", task["task_id"][:30]).stdout
+    assert "on_b says 21" in run(driver_cluster, "logs", "--task", task["task_id"][:30]).stdout
     [actor] = [a for a in state.list_actors() if a["class_name"] == "Greeter"]
-    by_actor = run(cluster, "logs", "--actor", actor["actor_id"])
+    by_actor = run(driver_cluster, "logs", "--actor", actor["actor_id"])
     assert "Greeter is up" in by_actor.stdout and "Greeter hears hi" in by_actor.stdout
     assert f"worker-{workload['greeter_pid']}.out" in by_actor.stderr  # the header
-    last = run(cluster, "logs", str(workload["greeter_pid"]), "--lines", "1").stdout
+    last = run(driver_cluster, "logs", str(workload["greeter_pid"]), "--lines", "1").stdout
     assert last == "Greeter hears hi\n"
-    listing = run(cluster, "logs", "--list").stdout
+    listing = run(driver_cluster, "logs", "--list").stdout
     assert f"worker-{workload['greeter_pid']}.out" in listing and "gcs.out" in listing
     head = next(n for n in state.list_nodes() if "b" not in n["resources_total"])
-    assert "GCS listening on" in run(cluster, "logs", "--node", head["address"], "gcs.out").stdout
+    assert (
+        "GCS listening on"
+        in run(driver_cluster, "logs", "--node", head["address"], "gcs.out").stdout
+    )
 
 
-def test_logs_follow_prints_new_output(cluster: tuple[str, Path], workload: dict[str, Any]) -> None:
-    address, temp_dir = cluster
+def test_logs_follow_prints_new_output(
+    driver_cluster: tuple[str, Path], workload: dict[str, Any]
+) -> None:
+    address, temp_dir = driver_cluster
     cmd = [*CLI, "logs", str(workload["greeter_pid"]), "--follow", "--interval-s", "0.1"]
     cmd += ["--address", address, "--temp-dir", str(temp_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -184,10 +182,10 @@ def test_logs_follow_prints_new_output(cluster: tuple[str, Path], workload: dict
 
 
 def test_timeline_writes_a_trace_of_both_nodes(
-    cluster: tuple[str, Path], workload: dict[str, Any], tmp_path: Path
+    driver_cluster: tuple[str, Path], workload: dict[str, Any], tmp_path: Path
 ) -> None:
     out = tmp_path / "trace.json"
-    printed = run(cluster, "timeline", "--output", str(out)).stdout
+    printed = run(driver_cluster, "timeline", "--output", str(out)).stdout
     assert str(out) in printed and "chrome://tracing" in printed and "perfetto" in printed
     assert f"({out.stat().st_size / 1000:.1f} kB)" in printed
     trace = json.loads(out.read_text())
@@ -196,14 +194,14 @@ def test_timeline_writes_a_trace_of_both_nodes(
     assert len({e["pid"] for e in trace}) == 2 and all(e["ph"] == "X" for e in trace)
     assert {"on_head", "on_b"} <= {e["name"] for e in trace}
     fewer = tmp_path / "few.json"
-    run(cluster, "timeline", "--output", str(fewer), "--limit", "1")
+    run(driver_cluster, "timeline", "--output", str(fewer), "--limit", "1")
     assert 1 <= len(json.loads(fewer.read_text())) <= 4  # one task: a span per phase
 
 
 def test_stack_shows_the_sleeping_actor_frame(
-    cluster: tuple[str, Path], workload: dict[str, Any]
+    driver_cluster: tuple[str, Path], workload: dict[str, Any]
 ) -> None:
-    out = run(cluster, "stack").stdout
+    out = run(driver_cluster, "stack").stdout
     dumps = {int(part.split()[0]): part for part in out.split("=== worker ")[1:]}
     assert {workload["greeter_pid"], workload["napper_pid"]} <= set(dumps)
     napper = dumps[workload["napper_pid"]]
@@ -236,7 +234,7 @@ def test_microbenchmark_prints_every_row(tmp_path: Path) -> None:
 
 
 def test_errors_go_to_stderr_with_a_fix(
-    cluster: tuple[str, Path], workload: dict[str, Any], tmp_path: Path
+    driver_cluster: tuple[str, Path], workload: dict[str, Any], tmp_path: Path
 ) -> None:
     for args in (["list", "nodes"], ["logs", "--list"]):
         nobody = rayfield_cmd(*args, "--address", "127.0.0.1:1", check=False)
@@ -244,16 +242,18 @@ def test_errors_go_to_stderr_with_a_fix(
         assert "no rayfield cluster answers at 127.0.0.1:1" in nobody.stderr
     none_here = rayfield_cmd("list", "actors", "--temp-dir", str(tmp_path), check=False)
     assert none_here.returncode == 1 and "rayfield start --head" in none_here.stderr
-    unknown = run(cluster, "logs", "--actor", "ffffeeee", check=False)
+    unknown = run(driver_cluster, "logs", "--actor", "ffffeeee", check=False)
     assert unknown.returncode == 1 and "rayfield list actors" in unknown.stderr
-    bad = run(cluster, "list", "actors", "--filter", "colour=red", check=False)
+    bad = run(driver_cluster, "list", "actors", "--filter", "colour=red", check=False)
     assert bad.returncode == 2 and "no field 'colour'" in bad.stderr and "class_name" in bad.stderr
-    bad = run(cluster, "list", "tasks", "--filter", "name", check=False)
+    bad = run(driver_cluster, "list", "tasks", "--filter", "name", check=False)
     assert bad.returncode == 2 and "not key=value" in bad.stderr
-    both = run(cluster, "logs", "123", "--list", check=False)
+    both = run(driver_cluster, "logs", "123", "--list", check=False)
     assert both.returncode == 2 and "give one of" in both.stderr
-    gcs = run(cluster, "logs", "--node", cluster[0], "gcs.out", check=False)  # not a node
+    gcs = run(
+        driver_cluster, "logs", "--node", driver_cluster[0], "gcs.out", check=False
+    )  # not a node
     assert gcs.returncode == 1 and "no alive node match" in gcs.stderr
     node = state.list_nodes()[0]["address"]
-    missing = run(cluster, "logs", "--node", node, "nope.out", check=False)
+    missing = run(driver_cluster, "logs", "--node", node, "nope.out", check=False)
     assert missing.returncode == 1 and "rayfield logs --list" in missing.stderr
