@@ -7,31 +7,18 @@ stored objects and log files over its token-guarded gRPC service.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
 import pytest
-from clusterutil import rayfield_cmd, start_two_nodes, wait_for
+from clusterutil import wait_for
 
 import rayfield as rf
 from rayfield._private.cluster.launch import find_token
 from rayfield._private.gcs.auth import auth_metadata, open_channel
 from rayfield.util import state
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    temp_dir = tmp_path_factory.mktemp("rf")
-    address = start_two_nodes(temp_dir, resources='{"b": 4}')
-    rf.init(address=address, temp_dir=str(temp_dir))
-    try:
-        yield address, temp_dir
-    finally:
-        rf.shutdown()
-        rayfield_cmd("stop", "--temp-dir", str(temp_dir))
 
 
 @rf.remote
@@ -56,7 +43,7 @@ class Greeter:
 
 
 @pytest.fixture(scope="module")
-def workload(cluster: tuple[str, Path]) -> dict[str, Any]:
+def workload(driver_cluster: tuple[str, Path]) -> dict[str, Any]:
     greeter = Greeter.remote()  # type: ignore[attr-defined]
     actor_pid = int(rf.get(greeter.hello.remote()).split()[-1])
     kept = rf.put(np.zeros(2_000_000))  # 16 MB, held by this driver
@@ -73,7 +60,7 @@ def workload(cluster: tuple[str, Path]) -> dict[str, Any]:
     return {"greeter": greeter, "actor_pid": actor_pid, "kept": kept}
 
 
-def test_nodes_show_live_load(cluster: tuple[str, Path], workload: dict[str, Any]) -> None:
+def test_nodes_show_live_load(driver_cluster: tuple[str, Path], workload: dict[str, Any]) -> None:
     nodes = state.list_nodes()
     assert len(nodes) == 2 and all(n["alive"] and n["reachable"] for n in nodes)
     for n in nodes:
@@ -132,11 +119,11 @@ def test_timeline_has_phases_on_both_nodes(workload: dict[str, Any], tmp_path: P
 
 
 def test_introspection_needs_the_token_and_serves_only_log_files(
-    cluster: tuple[str, Path], workload: dict[str, Any]
+    driver_cluster: tuple[str, Path], workload: dict[str, Any]
 ) -> None:
     from rayfield._private.cluster.node_service import NodeStub
 
-    address, temp_dir = cluster
+    address, temp_dir = driver_cluster
     node = state.list_nodes()[0]["address"]
     channel = open_channel(node, None, 1 << 20)
     wrong = NodeStub(channel, auth_metadata("0" * 64))

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from clusterutil import CLI, rayfield_cmd
+from clusterutil import CLI, rayfield_cmd, wait_for
 
 import rayfield as rf
 from rayfield.util import state
@@ -60,12 +60,11 @@ def workload(driver_cluster: tuple[str, Path]) -> dict[str, Any]:
     kept = rf.put(np.zeros(2_000_000))  # 16 MB, held by this driver
     assert rf.get([on_head.remote(i) for i in range(3)]) == [0, 1, 4]
     assert rf.get(on_b.remote(21)) == 42
-    deadline = time.monotonic() + 20
-    while not {"on_head", "on_b", "Greeter.hello", "Napper.pid"} <= {
-        t["name"] for t in state.list_tasks()
-    }:
-        assert time.monotonic() < deadline, "task events of both nodes never reached the GCS"
-        time.sleep(0.2)
+    names = {"on_head", "on_b", "Greeter.hello", "Napper.pid"}
+    wait_for(
+        lambda: names <= {t["name"] for t in state.list_tasks()},
+        "the task events of both nodes in the GCS",
+    )
     return {
         "greeter": greeter,
         "greeter_pid": greeter_pid,
