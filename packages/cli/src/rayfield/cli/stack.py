@@ -8,11 +8,14 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rayfield.cli._common import Cluster, cluster_options
+
+if TYPE_CHECKING:
+    from rayfield._private.cluster.state_client import StateClient
 
 PERMISSION_HINT = (
     "py-spy cannot attach to pid {pid} (permission denied): run it as root "
@@ -48,7 +51,7 @@ def attach_error(pid: int, output: str) -> str:
     return f"py-spy could not dump pid {pid}: {lines[0] if lines else 'no output'}"
 
 
-def local_workers(client: Any) -> list[dict[str, Any]]:
+def local_workers(client: StateClient) -> list[dict[str, Any]]:
     """The workers of the cluster's alive nodes on this machine (same host name, process
     alive here), in node then pid order."""
     here = socket.gethostname()
