@@ -202,8 +202,10 @@ class Worker:
             self.loop = asyncio.new_event_loop()
             threading.Thread(target=self.loop.run_forever, daemon=True, name="actor-loop").start()
         if max_concurrency > 1 and not is_async:
-            # Threaded actor: more threads run the same loop. The client lets several
-            # threads wait at once, so each takes a call and runs it itself: no hand-off.
+            # Threaded actor: more threads run the same loop. A thread that finishes a call
+            # takes the next queued one without a switch; the client sends one idle thread
+            # at a time to the calls left queued, and it gets to run one only when the
+            # running calls let go of the GIL (block), so cheap calls stay on one thread.
             for i in range(max_concurrency - 1):
                 threading.Thread(target=self.run, daemon=True, name=f"actor-{i}").start()
 
