@@ -680,10 +680,17 @@ Status Client::PopWhenReady(std::deque<T>& queue, int64_t timeout_ms, std::optio
   return s.code == Code::Timeout ? Status::OK() : s;
 }
 
-Status Client::TaskDone(const UniqueID& task_id, bool exiting) {
+Status Client::TaskDone(const UniqueID& task_id, bool exiting,
+                        const std::vector<InlineResult>& results) {
   FrameWriter w;
+  auto& b = w.builder();
+  for (const InlineResult& r : results) {
+    fb::UniqueID oid = ToFb(r.id);
+    w.Add(0, fb::CreatePutRequest(b, &oid, b.CreateVector(r.data, r.size),
+                                  b.CreateVector(r.metadata, r.metadata_size)));
+  }
   fb::UniqueID tid = ToFb(task_id);
-  w.Add(0, fb::CreateTaskDoneRequest(w.builder(), &tid, exiting));
+  w.Add(0, fb::CreateTaskDoneRequest(b, &tid, exiting));
   return Send(w);
 }
 

@@ -103,7 +103,17 @@ class Client {
   // calls from another thread, while cheap calls run one after the other on one thread.
   bool TryNextTask(std::optional<TaskAssignment>* out, bool after_wait);
   Status WaitForTask(int64_t timeout_ms);
-  Status TaskDone(const UniqueID& task_id, bool exiting = false);  // no reply
+  // A small result stored with TaskDone: PutRequests in the same frame, before it.
+  struct InlineResult {
+    UniqueID id;
+    const uint8_t* data;
+    uint64_t size;
+    const uint8_t* metadata;
+    uint64_t metadata_size;
+  };
+  // Reports a finished task, storing `results` first in the same frame (one send). No reply.
+  Status TaskDone(const UniqueID& task_id, bool exiting = false,
+                  const std::vector<InlineResult>& results = {});
   Status SetBlocked(bool blocked);           // no reply
   Status KillActor(const UniqueID& actor_id, bool no_restart);
   Status CancelTask(const UniqueID& task_id, bool force, std::string* state);
