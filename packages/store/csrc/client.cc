@@ -87,6 +87,12 @@ bool Client::TryReceive(int* passed_fd, std::string* buf, const std::atomic<bool
   // A client in a busy exchange (a message in the last 2 ms) spins longer: its next
   // message is likely a few hundred microseconds away, and a wake-up costs as much.
   auto now = std::chrono::steady_clock::now();
+  if (interrupted != nullptr && running_tasks_.load(std::memory_order_relaxed) > 0 &&
+      queued_tasks_.load(std::memory_order_relaxed) > 0) {
+    ssize_t n = Receive(fd_, MSG_DONTWAIT, passed_fd, buf);
+    if (n > 0) last_receive_ = now;
+    return n > 0;
+  }
   bool hot = now - last_receive_ < std::chrono::milliseconds(2);
   auto until = now + std::chrono::microseconds(hot ? kHotSpinMicros : kSpinMicros);
   do {
@@ -281,6 +287,7 @@ Status Client::ReadOneFrame(int64_t timeout_ms, const Waiters* reader) {
             Log(2, "node reported: " + (e->message() ? e->message()->str() : std::string()));
           }
         }
+        queued_tasks_.store(tasks_.size(), std::memory_order_relaxed);
         if (new_other) reply_waiters_.cv.notify_all();
         // A task waiter that reads goes to the queue itself (its WaitUntil takes the token).
         if (new_tasks > 0) SendTaskWaiter(reader != &task_waiters_);
@@ -646,6 +653,8 @@ bool Client::TryNextTask(std::optional<TaskAssignment>* out, bool after_wait) {
   if (tasks_.empty()) return false;
   *out = std::move(tasks_.front());
   tasks_.pop_front();
+  queued_tasks_.store(tasks_.size(), std::memory_order_relaxed);
+  running_tasks_.fetch_add(1, std::memory_order_relaxed);
   // Calls are left: another thread comes for them, in case this one's call blocks.
   SendTaskWaiter(true);
   return true;
@@ -691,6 +700,9 @@ Status Client::TaskDone(const UniqueID& task_id, bool exiting,
   }
   fb::UniqueID tid = ToFb(task_id);
   w.Add(0, fb::CreateTaskDoneRequest(b, &tid, exiting));
+  int running = running_tasks_.load(std::memory_order_relaxed);  // never below zero
+  while (running > 0 && !running_tasks_.compare_exchange_weak(running, running - 1)) {
+  }
   return Send(w);
 }
 

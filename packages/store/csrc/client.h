@@ -172,6 +172,11 @@ class Client {
   void InterruptReader();
   void DrainWakeFd();
   int wake_fd_ = -1;
+  // Tasks taken and not yet done, and tasks queued. While a task runs and others wait in
+  // the queue, a task waiter reading the socket does not spin for the next message: the
+  // running thread has work after its call, and the spin would take a core from it.
+  std::atomic<int> running_tasks_{0};
+  std::atomic<size_t> queued_tasks_{0};
   std::atomic<bool> reader_interrupted_{false};
   bool closed_ = false;
   std::string close_reason_;
