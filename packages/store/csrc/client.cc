@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -82,10 +83,16 @@ void Client::Populate(uint64_t offset, uint64_t size) {
 
 // Polls the socket without sleeping for a few microseconds: the node
 // usually answers within that time, and sleeping costs a wake-up.
-bool Client::TryReceive(int* passed_fd, std::string* buf) {
+bool Client::TryReceive(int* passed_fd, std::string* buf, const std::atomic<bool>* interrupted) {
   // A client in a busy exchange (a message in the last 2 ms) spins longer: its next
   // message is likely a few hundred microseconds away, and a wake-up costs as much.
   auto now = std::chrono::steady_clock::now();
+  if (interrupted != nullptr && running_tasks_.load(std::memory_order_relaxed) > 0 &&
+      queued_tasks_.load(std::memory_order_relaxed) > 0) {
+    ssize_t n = Receive(fd_, MSG_DONTWAIT, passed_fd, buf);
+    if (n > 0) last_receive_ = now;
+    return n > 0;
+  }
   bool hot = now - last_receive_ < std::chrono::milliseconds(2);
   auto until = now + std::chrono::microseconds(hot ? kHotSpinMicros : kSpinMicros);
   do {
@@ -96,13 +103,15 @@ bool Client::TryReceive(int* passed_fd, std::string* buf) {
     }
     if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
     sched_yield();  // let a runnable thread (the node, a worker) have this core
-  } while (std::chrono::steady_clock::now() < until);
+  } while (std::chrono::steady_clock::now() < until &&
+           (interrupted == nullptr || !interrupted->load(std::memory_order_relaxed)));
   return false;
 }
 
 Client::~Client() {
   Close();
   UnmapArena(base_, arena_size_);
+  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 bool Client::closed() {
@@ -131,6 +140,8 @@ Status Client::Connect(const std::string& path, uint8_t kind, const std::string&
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  if (wake_fd_ < 0) wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) return ConnError(std::string("eventfd: ") + std::strerror(errno));
   while (true) {
     fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) break;
@@ -231,6 +242,8 @@ Status Client::Send(FrameWriter& w) {
 // files its messages: replies by seq, pushes into their queues.
 Status Client::ReadOneFrame(int64_t timeout_ms, const Waiters* reader) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  // A task waiter stops reading when it is sent to the task queue (InterruptReader).
+  const std::atomic<bool>* interrupted = reader == &task_waiters_ ? &reader_interrupted_ : nullptr;
   while (true) {
     size_t avail = rbuf_.size() - rpos_;
     if (avail >= kFrameHeader) {
@@ -274,18 +287,29 @@ Status Client::ReadOneFrame(int64_t timeout_ms, const Waiters* reader) {
             Log(2, "node reported: " + (e->message() ? e->message()->str() : std::string()));
           }
         }
+        queued_tasks_.store(tasks_.size(), std::memory_order_relaxed);
         if (new_other) reply_waiters_.cv.notify_all();
-        if (reader == &task_waiters_ && new_tasks > 0) --new_tasks;  // the reader takes one
-        for (size_t i = 0; i < new_tasks; ++i) task_waiters_.cv.notify_one();
+        // A task waiter that reads goes to the queue itself (its WaitUntil takes the token).
+        if (new_tasks > 0) SendTaskWaiter(reader != &task_waiters_);
         return Status::OK();
       }
     }
+    if (interrupted != nullptr && reader_interrupted_.exchange(false)) {
+      DrainWakeFd();
+      return Status::OK();  // nothing read; the caller looks at the queue
+    }
     int64_t left = timeout_ms < 0 ? -1 : RemainingMs(deadline);
     if (timeout_ms >= 0 && left == 0) return Status::Error(Code::Timeout, "timed out");
-    if (TryReceive(&received_fd_, &rbuf_)) continue;  // a reply that arrived while we spun
-    pollfd p{fd_, POLLIN, 0};
-    int pr = poll(&p, 1, static_cast<int>(std::min<int64_t>(left < 0 ? 1000 : left, 1000)));
+    if (TryReceive(&received_fd_, &rbuf_, interrupted)) continue;  // arrived while we spun
+    if (interrupted != nullptr && interrupted->load()) continue;
+    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    int pr = poll(p, interrupted != nullptr ? 2 : 1,
+                  static_cast<int>(std::min<int64_t>(left < 0 ? 1000 : left, 1000)));
     if (pr < 0 && errno != EINTR) return ConnError(std::string("poll: ") + std::strerror(errno));
+    if (pr > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) {
+      DrainWakeFd();  // InterruptReader: the check at the top returns
+      continue;
+    }
     if (pr <= 0) {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return ConnError(close_reason_);
@@ -335,10 +359,12 @@ Status Client::WaitUntil(Pred ready, int64_t timeout_ms, Waiters& group) {
       continue;
     }
     reading_ = true;
+    reader_group_ = &group;
     lock.unlock();
     Status s = ReadOneFrame(left, &group);
     lock.lock();
     reading_ = false;
+    reader_group_ = nullptr;
     if (closed_ && fd_ >= 0) {  // Close() ran while we were reading
       close(fd_);
       fd_ = -1;
@@ -596,8 +622,53 @@ Status Client::SubmitTask(const TaskSpec& spec) {
   return Send(w);
 }
 
-Status Client::NextTask(int64_t timeout_ms, std::optional<TaskAssignment>* out) {
-  return PopWhenReady(tasks_, timeout_ms, out, task_waiters_);
+void Client::SendTaskWaiter(bool notify) {
+  if (tasks_.empty() || task_tokens_ + task_coming_ > 0) return;
+  ++task_tokens_;
+  if (!notify) return;
+  if (task_waiters_.count > 0) {
+    task_waiters_.cv.notify_one();
+  } else if (reading_ && reader_group_ == &task_waiters_) {
+    InterruptReader();  // the only idle thread is reading the socket
+  }
+}
+
+void Client::DrainWakeFd() {
+  uint64_t count;
+  ssize_t n = read(wake_fd_, &count, sizeof(count));
+  (void)n;  // EAGAIN: nothing to drain
+}
+
+void Client::InterruptReader() {
+  reader_interrupted_.store(true);
+  uint64_t one = 1;
+  ssize_t n = write(wake_fd_, &one, sizeof(one));
+  (void)n;  // a full counter already wakes the reader
+}
+
+bool Client::TryNextTask(std::optional<TaskAssignment>* out, bool after_wait) {
+  out->reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (after_wait && task_coming_ > 0) --task_coming_;
+  if (tasks_.empty()) return false;
+  *out = std::move(tasks_.front());
+  tasks_.pop_front();
+  queued_tasks_.store(tasks_.size(), std::memory_order_relaxed);
+  running_tasks_.fetch_add(1, std::memory_order_relaxed);
+  // Calls are left: another thread comes for them, in case this one's call blocks.
+  SendTaskWaiter(true);
+  return true;
+}
+
+Status Client::WaitForTask(int64_t timeout_ms) {
+  return WaitUntil(
+      [&] {
+        if (task_tokens_ == 0) return false;
+        --task_tokens_;
+        ++task_coming_;
+        return true;
+      },
+      timeout_ms, task_waiters_);
 }
 
 // Takes the oldest pushed item of `queue`, waiting up to timeout_ms (-1: forever); on
@@ -618,10 +689,20 @@ Status Client::PopWhenReady(std::deque<T>& queue, int64_t timeout_ms, std::optio
   return s.code == Code::Timeout ? Status::OK() : s;
 }
 
-Status Client::TaskDone(const UniqueID& task_id, bool exiting) {
+Status Client::TaskDone(const UniqueID& task_id, bool exiting,
+                        const std::vector<InlineResult>& results) {
   FrameWriter w;
+  auto& b = w.builder();
+  for (const InlineResult& r : results) {
+    fb::UniqueID oid = ToFb(r.id);
+    w.Add(0, fb::CreatePutRequest(b, &oid, b.CreateVector(r.data, r.size),
+                                  b.CreateVector(r.metadata, r.metadata_size)));
+  }
   fb::UniqueID tid = ToFb(task_id);
-  w.Add(0, fb::CreateTaskDoneRequest(w.builder(), &tid, exiting));
+  w.Add(0, fb::CreateTaskDoneRequest(b, &tid, exiting));
+  int running = running_tasks_.load(std::memory_order_relaxed);  // never below zero
+  while (running > 0 && !running_tasks_.compare_exchange_weak(running, running - 1)) {
+  }
   return Send(w);
 }
 

@@ -8,6 +8,7 @@
 // NextNotification.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -91,8 +92,28 @@ class Client {
 
   Status SubmitTask(const TaskSpec& spec);  // no reply
   Status RegisterWorker(const UniqueID& worker_id);
-  Status NextTask(int64_t timeout_ms, std::optional<TaskAssignment>* out);
-  Status TaskDone(const UniqueID& task_id, bool exiting = false);  // no reply
+  // Tasks are taken in two steps so that a threaded actor's worker wakes as few threads as
+  // it can. TryNextTask pops the oldest dispatched task without waiting (the Python layer
+  // calls it with the GIL held, so a thread that finishes a call takes the next one with no
+  // thread switch). WaitForTask sleeps until this thread is sent to take queued tasks
+  // (reading the socket meanwhile if nobody else does) or timeout_ms (-1: forever) passes
+  // (Code::Timeout); the thread must then call TryNextTask(after_wait=true) once.
+  // At most one thread is on its way to the queue at a time: it is sent when tasks arrive
+  // or when a pop leaves tasks behind, so a thread blocked in a call never keeps queued
+  // calls from another thread, while cheap calls run one after the other on one thread.
+  bool TryNextTask(std::optional<TaskAssignment>* out, bool after_wait);
+  Status WaitForTask(int64_t timeout_ms);
+  // A small result stored with TaskDone: PutRequests in the same frame, before it.
+  struct InlineResult {
+    UniqueID id;
+    const uint8_t* data;
+    uint64_t size;
+    const uint8_t* metadata;
+    uint64_t metadata_size;
+  };
+  // Reports a finished task, storing `results` first in the same frame (one send). No reply.
+  Status TaskDone(const UniqueID& task_id, bool exiting = false,
+                  const std::vector<InlineResult>& results = {});
   Status SetBlocked(bool blocked);           // no reply
   Status KillActor(const UniqueID& actor_id, bool no_restart);
   Status CancelTask(const UniqueID& task_id, bool force, std::string* state);
@@ -107,8 +128,7 @@ class Client {
   Status Call(FrameWriter& w, uint64_t seq, Reply* reply);
   // Waits until `ready()` holds (checked under mu_) or the deadline passes.
   // Threads waiting on the connection, by what they wait for: task waiters are woken one
-  // per dispatched task (a threaded actor's N threads must not all wake for each call),
-  // the others (replies, notifications) all at once.
+  // at a time (see WaitForTask), the others (replies, notifications) all at once.
   struct Waiters {
     std::condition_variable cv;
     int count = 0;
@@ -119,12 +139,13 @@ class Client {
   void HandOff();
   void WakeAll();
   // `reader` is the group of the calling thread (nullptr: none): a task waiter that reads
-  // takes one of the tasks it finds itself, so one fewer waiter is woken.
+  // goes to the tasks it finds itself, so no other waiter is woken.
   Status ReadOneFrame(int64_t timeout_ms, const Waiters* reader = nullptr);
   template <typename T>
   Status PopWhenReady(std::deque<T>& queue, int64_t timeout_ms, std::optional<T>* out,
                       Waiters& group);
-  bool TryReceive(int* passed_fd, std::string* buf);
+  // Spins briefly for data; gives up early when `interrupted` (may be null) turns true.
+  bool TryReceive(int* passed_fd, std::string* buf, const std::atomic<bool>* interrupted);
   static constexpr int kSpinMicros = 50;
   static constexpr int kHotSpinMicros = 300;
   std::chrono::steady_clock::time_point last_receive_{};
@@ -146,12 +167,29 @@ class Client {
   Waiters reply_waiters_;
   Waiters task_waiters_;
   bool reading_ = false;
+  const Waiters* reader_group_ = nullptr;  // the group of the thread reading, if any
+  // Sends the reading thread to the task queue (it polls wake_fd_ too when a task waiter).
+  void InterruptReader();
+  void DrainWakeFd();
+  int wake_fd_ = -1;
+  // Tasks taken and not yet done, and tasks queued. While a task runs and others wait in
+  // the queue, a task waiter reading the socket does not spin for the next message: the
+  // running thread has work after its call, and the spin would take a core from it.
+  std::atomic<int> running_tasks_{0};
+  std::atomic<size_t> queued_tasks_{0};
+  std::atomic<bool> reader_interrupted_{false};
   bool closed_ = false;
   std::string close_reason_;
   uint64_t next_seq_ = 1;
   std::unordered_map<uint64_t, Reply> replies_;
   std::deque<Notification> notifications_;
   std::deque<TaskAssignment> tasks_;
+  // Task waiters sent to the queue (a WaitForTask returns for each) and threads that have
+  // returned but not yet called TryNextTask: together, the threads on their way.
+  int task_tokens_ = 0;
+  int task_coming_ = 0;
+  // With mu_ held: send one more task waiter if tasks are queued and none is on its way.
+  void SendTaskWaiter(bool notify);
   std::string rbuf_;  // owned by the reading thread
   size_t rpos_ = 0;
   int received_fd_ = -1;

@@ -170,6 +170,37 @@ def test_threaded_and_async_actors_run_calls_concurrently(cluster: Any) -> None:
         assert time.monotonic() - t0 < 1.5, cls
 
 
+def test_threaded_actor_runs_max_concurrency_calls_that_wait_on_each_other(cluster: Any) -> None:
+    @rf.remote(max_concurrency=6)
+    class Rendezvous:
+        def __init__(self) -> None:
+            import threading
+
+            self.barrier = threading.Barrier(6, timeout=20)
+            self.gate = threading.Event()
+
+        def meet(self) -> int:
+            return self.barrier.wait()  # raises BrokenBarrierError unless all 6 overlap
+
+        def hold(self) -> bool:
+            return self.gate.wait(timeout=20)
+
+        def open(self) -> int:
+            self.gate.set()
+            return 1
+
+    actor = Rendezvous.remote()
+    # Many quick calls first, so that one thread would run them all if it could.
+    assert rf.get([actor.open.remote() for _ in range(200)]) == [1] * 200
+    assert sorted(rf.get([actor.meet.remote() for _ in range(6)])) == list(range(6))
+    assert sorted(rf.get([actor.meet.remote() for _ in range(12)])) == sorted(list(range(6)) * 2)
+    actor = Rendezvous.remote()
+    held = [actor.hold.remote() for _ in range(5)]
+    # Five calls block; the sixth slot still runs the call that releases them.
+    assert rf.get(actor.open.remote(), timeout=20) == 1
+    assert rf.get(held, timeout=20) == [True] * 5
+
+
 def test_nested_tasks_do_not_deadlock_on_two_cpus(cluster: Any) -> None:
     @rf.remote
     def fib(n: int) -> int:

@@ -132,3 +132,57 @@ def test_get_of_an_evicted_object_answers_lost_instead_of_hanging(node: Any) -> 
         [buf] = client.get([victim], timeout_s=5)
         assert buf is not None and buf.metadata == b"LOST"
         assert b"evicted" in bytes(buf)
+
+
+def test_task_done_stores_its_results_before_the_task_ends(node: Any) -> None:
+    with StoreClient(node.socket_path) as driver:
+        task, first, second = oid(), oid(), oid()
+        driver.submit_task(task, b"p", resources={"CPU": 1}, return_ids=[first, second])
+        w = _worker(node.socket_path)
+        assert w.next_task(timeout_s=5)["task_id"] == task
+        w.task_done(task, results=[(first, b"one", b"RAW"), (second, bytearray(b"two"), b"")])
+        bufs = driver.get([first, second], timeout_s=5)
+        assert [bytes(b) for b in bufs] == [b"one", b"two"]  # type: ignore[arg-type]
+        assert [b.metadata for b in bufs] == [b"RAW", b""]  # type: ignore[union-attr]
+        for b in bufs:
+            b.release()  # type: ignore[union-attr]
+        assert node.scheduler_snapshot()["available"] == {"CPU": 2.0}
+        w.close()
+
+
+def test_idle_worker_thread_takes_a_call_left_while_the_other_blocks(node: Any) -> None:
+    """Two threads of one worker: one holds its call, the other still gets the next one."""
+    with StoreClient(node.socket_path) as driver:
+        actor = oid()
+        driver.submit_task(oid(), b"create", actor_id=actor, actor_creation=True, max_concurrency=2)
+        w = _worker(node.socket_path)
+        creation = w.next_task(timeout_s=5)
+        assert creation is not None and creation["actor_creation"]
+        w.task_done(creation["task_id"])
+        caller = oid()
+        for i in range(2):  # both dispatched before any thread waits (often in one frame)
+            driver.submit_task(oid(), b"%d" % i, actor_id=actor, caller_id=caller, sequence_no=i)
+        time.sleep(0.2)
+        got: list[bytes] = []
+        release = threading.Event()
+
+        def take() -> None:
+            task = w.next_task(timeout_s=10)
+            if task is not None:
+                got.append(task["payload"])
+                if task["payload"] == b"0":
+                    release.wait(10)  # a call that blocks
+                w.task_done(task["task_id"])
+
+        threads = [threading.Thread(target=take) for _ in range(2)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while b"1" not in got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        taken_while_blocked = list(got)
+        release.set()
+        for t in threads:
+            t.join()
+        assert sorted(taken_while_blocked) == [b"0", b"1"]
+        w.close()

@@ -33,6 +33,8 @@ from rayfield.store import ObjectExistsError, StoreClient
 __all__ = ["ArgRef", "Runtime", "get_runtime", "set_runtime"]
 
 INLINE_ARGS_BYTES = 100 << 10  # larger arguments travel through the store
+STAGED_RESULT_BYTES = 64 << 10  # a worker's results up to this size travel with task_done
+STAGED_TOTAL_BYTES = 1 << 20  # and up to this much in all per task
 ERROR_TAGS = (b"ERROR", b"WORKER_DIED", b"ACTOR_DIED", b"CANCELLED", b"LOST", b"OUT_OF_MEMORY")
 
 
@@ -115,6 +117,24 @@ class Runtime:
         task or a restarted actor producing the same result again).
         """
         self.store_serialized(object_id, serialization.serialize(value), exist_ok=exist_ok)
+
+    def stage_result(
+        self, object_id: bytes, value: Any, staged: list[tuple[bytes, bytes, bytes]]
+    ) -> None:
+        """Serialize a task's result; a small one joins ``staged``, a larger one is stored now.
+
+        ``staged`` holds ``(object_id, data, metadata)`` for ``StoreClient.task_done``, which
+        stores them in the same message as the task's end (one send instead of two). As with
+        :meth:`store_value` in a worker, an object already stored under the id stays.
+        """
+        obj = serialization.serialize(value)
+        size = obj.total_bytes
+        if size <= STAGED_RESULT_BYTES and size + sum(len(d) for _, d, _ in staged) <= (
+            STAGED_TOTAL_BYTES
+        ):
+            staged.append((object_id, obj.to_bytes(), obj.metadata))
+        else:
+            self.store_serialized(object_id, obj)
 
     def store_serialized(
         self, object_id: bytes, obj: serialization.SerializedObject, *, exist_ok: bool = True

@@ -136,6 +136,7 @@ class Worker:
             "start": start,
             "ok": True,
         }
+        staged: list[tuple[bytes, bytes, bytes]] = []  # small results, sent with task_done
         try:
             self.apply_serializers(options.get("serializers", ()))
             args, kwargs = self.rt.resolve_args(args_part)
@@ -146,7 +147,7 @@ class Worker:
                 if not ok:
                     raise result
             event["run"] = time.time()
-            self.store_results(return_ids, result)
+            self.store_results(return_ids, result, staged)
         except BaseException as exc:  # the task's own error: stored, never fatal
             event["ok"] = False
             event.setdefault("args", time.time())
@@ -158,6 +159,7 @@ class Worker:
                 self.actor = _FailedActor(err)
             self.send_error_signal(err)
             obj = serialization.serialize_error(err)
+            staged.clear()
             for rid in return_ids:
                 self.rt.store_serialized(rid, obj)
         self.rt.refs.flush()
@@ -168,7 +170,7 @@ class Worker:
         if kind == "task" and max_calls:
             self.calls[fid] = self.calls.get(fid, 0) + 1
             self.exit_after = self.calls[fid] >= max_calls
-        self.rt.client.task_done(task["task_id"], self.exit_after)
+        self.rt.client.task_done(task["task_id"], self.exit_after, staged)
 
     def call(
         self,
@@ -202,14 +204,19 @@ class Worker:
             self.loop = asyncio.new_event_loop()
             threading.Thread(target=self.loop.run_forever, daemon=True, name="actor-loop").start()
         if max_concurrency > 1 and not is_async:
-            # Threaded actor: more threads run the same loop. The client lets several
-            # threads wait at once, so each takes a call and runs it itself: no hand-off.
+            # Threaded actor: more threads run the same loop. A thread that finishes a call
+            # takes the next queued one without a switch; the client sends one idle thread
+            # at a time to the calls left queued, and it gets to run one only when the
+            # running calls let go of the GIL (block), so cheap calls stay on one thread.
             for i in range(max_concurrency - 1):
                 threading.Thread(target=self.run, daemon=True, name=f"actor-{i}").start()
 
-    def store_results(self, return_ids: list[bytes], result: Any) -> None:
+    def store_results(
+        self, return_ids: list[bytes], result: Any, staged: list[tuple[bytes, bytes, bytes]]
+    ) -> None:
+        """Store a task's results: small ones are appended to ``staged`` for task_done."""
         if len(return_ids) == 1:
-            self.rt.store_value(return_ids[0], result)
+            self.rt.stage_result(return_ids[0], result, staged)
             return
         values = list(result) if isinstance(result, (tuple, list)) else None
         if values is None or len(values) != len(return_ids):
@@ -218,7 +225,7 @@ class Worker:
                 f"{type(result).__name__} {'of length ' + str(len(values)) if values else ''}"
             )
         for rid, value in zip(return_ids, values):
-            self.rt.store_value(rid, value)
+            self.rt.stage_result(rid, value, staged)
 
 
 class _FailedActor:
