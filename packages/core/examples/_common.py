@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -123,11 +124,30 @@ def run_episode(env: Any, act: Callable[[np.ndarray], int], seed: int) -> tuple[
 # ---- running an example as a script ----------------------------------------------------------
 
 
-def prepare_worker_environment() -> None:
-    """Lets worker processes import the examples and keeps each one on a single BLAS thread.
+def ship_by_value(module: ModuleType) -> None:
+    """Sends ``module``'s functions and classes to workers by value instead of by name.
 
-    Must run before the runtime starts: workers inherit the driver's environment.
+    The examples are plain modules next to the driver script, not an installed package. A
+    worker of an embedded runtime inherits the driver's ``sys.path`` and could import them,
+    but the workers of a cluster's nodes were started by ``rayfield start``, possibly on
+    another machine, and cannot (in Ray the fix is ``runtime_env={"working_dir": ...}`` or
+    installing the package). Pickled by value, the remote functions and actor classes of
+    ``module``, and the helpers of this module they call, travel with the task.
     """
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
+
+
+def prepare_worker_environment() -> None:
+    """Lets worker processes run the examples' code and keeps each one on a single BLAS thread.
+
+    Ships this module by value (:func:`ship_by_value`; call it on each example module
+    imported by name too) and, for workers started by an embedded runtime, puts this folder
+    on ``PYTHONPATH``. Must run before the runtime starts: workers inherit the driver's
+    environment.
+    """
+    ship_by_value(sys.modules[__name__])
     path = os.environ.get("PYTHONPATH", "")
     if str(EXAMPLES_DIR) not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(EXAMPLES_DIR), path) if p)

@@ -6,11 +6,15 @@ Usage::
     python packages/core/examples/run_all.py lbfgs tree_reduce  # a subset, by module name
     python packages/core/examples/run_all.py --num-workers 2 --num-cpus 2
     python packages/core/examples/run_all.py --address 127.0.0.1:6379  # on a running cluster
+    python packages/core/examples/run_all.py --address 127.0.0.1:6379 --temp-dir /tmp/rf
 
 Each example module exposes ``main(num_workers: int = 2, ...) -> dict`` returning its metrics and
 an ``ok`` flag for its own sanity check (accuracy reached, reward improved, counts exact). The
-runtime is started once, with ``num_cpus`` CPUs, and shut down at the end. Each example takes well
-under a minute on 2 cores.
+runtime is started once, with ``num_cpus`` CPUs, and shut down at the end; with ``--address`` the
+driver connects to a cluster started by ``rayfield start`` instead (``--temp-dir``: the one given
+to ``rayfield start``, where the driver finds the cluster's token; or set ``RAYFIELD_TOKEN``). The
+examples' code travels to the cluster's workers by value (``_common.ship_by_value``). Each example
+takes well under a minute on 2 cores, locally or on two nodes of one CPU each.
 
 Prints each example's own output, then one summary line per example (status, scalar metrics, wall
 time). Exits 1 if any example raised or failed its check, 2 on an unknown example name.
@@ -25,7 +29,7 @@ import time
 import traceback
 from typing import Any
 
-from _common import prepare_worker_environment
+from _common import prepare_worker_environment, ship_by_value
 
 import rayfield as rf
 
@@ -57,7 +61,9 @@ def run(names: list[str], num_workers: int) -> list[tuple[str, bool, str, float]
         print(f"==== {name}", flush=True)
         start = time.perf_counter()
         try:
-            metrics = importlib.import_module(name).main(num_workers=num_workers)
+            module = importlib.import_module(name)
+            ship_by_value(module)
+            metrics = module.main(num_workers=num_workers)
             ok, detail = bool(metrics["ok"]), summarize(metrics)
         except Exception:
             traceback.print_exc()
@@ -77,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         help="run on the cluster at HOST:PORT (started with `rayfield start`) instead of a "
         "local one",
     )
+    parser.add_argument(
+        "--temp-dir",
+        default=None,
+        help="with --address: the --temp-dir the cluster was started with (its token is there)",
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.examples) - set(EXAMPLES))
     if unknown:
@@ -87,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     prepare_worker_environment()
     if args.address:
-        rf.init(address=args.address)
+        rf.init(address=args.address, temp_dir=args.temp_dir)
     else:
         # Worker actors hold one CPU each for their lifetime: give every worker one.
         rf.init(num_cpus=max(args.num_cpus, args.num_workers))

@@ -867,7 +867,8 @@ void NodeServer::HoldForElsewhere(TaskSpec spec) {
   PushEvent(ActorTaskElsewhere{task_id, actor_id});
 }
 
-std::optional<TaskSpec> NodeServer::TakeTask(const UniqueID& task_id) {
+std::optional<TaskSpec> NodeServer::TakeTask(const UniqueID& task_id, ClientID pin_for,
+                                             std::vector<UniqueID>* kept_pins) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!scheduler_) return std::nullopt;
   auto rec = tasks_.find(task_id);
@@ -890,6 +891,12 @@ std::optional<TaskSpec> NodeServer::TakeTask(const UniqueID& task_id) {
   if (rec != tasks_.end()) {  // what the node kept: the task may run elsewhere with it
     spec->return_ids = rec->second.return_ids;
     spec->max_retries = rec->second.retries_left;
+    if (pin_for != 0 && conns_.count(pin_for)) {  // before FinishTask drops the node's pins
+      for (const auto& id : rec->second.pins) {
+        store_->Pin(pin_for, id);
+        if (kept_pins != nullptr) kept_pins->push_back(id);
+      }
+    }
   }
   FinishTask(task_id);
   if (!moved_actor.IsNil()) {  // the actor lives elsewhere now; its queued calls follow it

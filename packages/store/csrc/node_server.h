@@ -115,7 +115,11 @@ class NodeServer {
   // creation not placed yet (the actor then lives elsewhere: its calls queued here and
   // submitted later are held as ActorTaskElsewhere), or a held actor call. The spec
   // includes the return ids and retries the node recorded. Nothing for other tasks.
-  std::optional<TaskSpec> TakeTask(const UniqueID& task_id);
+  // With `pin_for` (a connected client), the objects the node pinned for the task (its
+  // arguments) stay pinned, by that client, and are listed in `kept_pins`: the task
+  // will still read them, from another node.
+  std::optional<TaskSpec> TakeTask(const UniqueID& task_id, ClientID pin_for = 0,
+                                   std::vector<UniqueID>* kept_pins = nullptr);
   void SetTotalResources(ResourceSet total);
   // The tasks running on workers now, with their worker's pid.
   std::vector<RunningTaskInfo> RunningTasks();

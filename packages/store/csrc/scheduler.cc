@@ -522,7 +522,13 @@ SchedulerSnapshot Scheduler::Snapshot() const {
   SchedulerSnapshot s;
   s.total = impl_->pool.total();
   s.available = impl_->pool.available();
-  for (const auto& [shape, queue] : impl_->ready) s.ready_by_shape.emplace_back(shape, queue.size());
+  for (const auto& [shape, queue] : impl_->ready) {
+    s.ready_by_shape.emplace_back(shape, queue.size());
+    for (size_t i = 0; i < queue.size() && i < kSnapshotReadyPerShape; ++i) {
+      const PendingTask& t = impl_->pending.at(queue[i].task_id);
+      s.ready_tasks.push_back({queue[i].task_id, shape, t.spec->actor_creation});
+    }
+  }
   for (const auto& [id, t] : impl_->pending) {
     if (t.state != TaskState::Infeasible && !t.missing.empty()) ++s.waiting_for_dependencies;
     if (t.state == TaskState::ActorQueued) ++s.actor_tasks_queued;

@@ -100,15 +100,27 @@ using Decision = std::variant<DispatchTask, NeedWorker, TaskInfeasible, MissingD
 
 enum class WorkerState { Idle, Busy, Blocked, Actor };
 
+// A task whose dependencies are local and that waits for resources (or a worker).
+struct ReadyTask {
+  UniqueID task_id;
+  ResourceSet demand;
+  bool actor_creation = false;
+};
+
 struct SchedulerSnapshot {
   ResourceSet total, available;
   std::vector<std::pair<ResourceSet, size_t>> ready_by_shape;  // queued ready tasks
+  // The oldest few ready tasks of each shape (kSnapshotReadyPerShape), oldest first per
+  // shape: what a cluster agent may move to a node with free resources.
+  std::vector<ReadyTask> ready_tasks;
   size_t waiting_for_dependencies = 0;  // plain and actor tasks, not infeasible
   size_t actor_tasks_queued = 0;        // actor tasks waiting for their actor
   std::vector<TaskInfeasible> infeasible;
   std::map<WorkerID, WorkerState> workers;
   size_t running = 0;
 };
+
+inline constexpr size_t kSnapshotReadyPerShape = 16;
 
 class Scheduler {
  public:

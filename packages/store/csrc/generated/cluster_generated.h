@@ -30,6 +30,9 @@ struct ObjectChunkBuilder;
 struct ForwardTaskRequest;
 struct ForwardTaskRequestBuilder;
 
+struct PushObjectRequest;
+struct PushObjectRequestBuilder;
+
 struct ForwardTaskReply;
 struct ForwardTaskReplyBuilder;
 
@@ -224,13 +227,19 @@ struct ForwardTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table
   typedef ForwardTaskRequestBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
     VT_ORIGIN = 4,
-    VT_TASK = 6
+    VT_TASK = 6,
+    VT_PUSHED = 8
   };
   const ::flatbuffers::String *origin() const {
     return GetPointer<const ::flatbuffers::String *>(VT_ORIGIN);
   }
   const rayfield::store::protocol::fb::SubmitTaskRequest *task() const {
     return GetPointer<const rayfield::store::protocol::fb::SubmitTaskRequest *>(VT_TASK);
+  }
+  /// Arguments `origin` pushes here (PushObject) once it holds them: the receiver
+  /// does not ask for these at once, only if no push comes.
+  const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *pushed() const {
+    return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_PUSHED);
   }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
@@ -239,6 +248,8 @@ struct ForwardTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table
            verifier.VerifyString(origin()) &&
            VerifyOffset(verifier, VT_TASK) &&
            verifier.VerifyTable(task()) &&
+           VerifyOffset(verifier, VT_PUSHED) &&
+           verifier.VerifyVector(pushed()) &&
            verifier.EndTable();
   }
 };
@@ -252,6 +263,9 @@ struct ForwardTaskRequestBuilder {
   }
   void add_task(::flatbuffers::Offset<rayfield::store::protocol::fb::SubmitTaskRequest> task) {
     fbb_.AddOffset(ForwardTaskRequest::VT_TASK, task);
+  }
+  void add_pushed(::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> pushed) {
+    fbb_.AddOffset(ForwardTaskRequest::VT_PUSHED, pushed);
   }
   explicit ForwardTaskRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
@@ -267,8 +281,10 @@ struct ForwardTaskRequestBuilder {
 inline ::flatbuffers::Offset<ForwardTaskRequest> CreateForwardTaskRequest(
     ::flatbuffers::FlatBufferBuilder &_fbb,
     ::flatbuffers::Offset<::flatbuffers::String> origin = 0,
-    ::flatbuffers::Offset<rayfield::store::protocol::fb::SubmitTaskRequest> task = 0) {
+    ::flatbuffers::Offset<rayfield::store::protocol::fb::SubmitTaskRequest> task = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> pushed = 0) {
   ForwardTaskRequestBuilder builder_(_fbb);
+  builder_.add_pushed(pushed);
   builder_.add_task(task);
   builder_.add_origin(origin);
   return builder_.Finish();
@@ -277,12 +293,123 @@ inline ::flatbuffers::Offset<ForwardTaskRequest> CreateForwardTaskRequest(
 inline ::flatbuffers::Offset<ForwardTaskRequest> CreateForwardTaskRequestDirect(
     ::flatbuffers::FlatBufferBuilder &_fbb,
     const char *origin = nullptr,
-    ::flatbuffers::Offset<rayfield::store::protocol::fb::SubmitTaskRequest> task = 0) {
+    ::flatbuffers::Offset<rayfield::store::protocol::fb::SubmitTaskRequest> task = 0,
+    const std::vector<rayfield::store::protocol::fb::UniqueID> *pushed = nullptr) {
   auto origin__ = origin ? _fbb.CreateString(origin) : 0;
+  auto pushed__ = pushed ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*pushed) : 0;
   return rayfield::store::protocol::fb::CreateForwardTaskRequest(
       _fbb,
       origin__,
-      task);
+      task,
+      pushed__);
+}
+
+/// PushObject: the sender holds this object, sealed, and the receiver wants it (the
+/// result of a task the receiver forwarded to the sender, or an argument of a task
+/// the sender forwarded to the receiver). Sent as a little-endian uint32 length, this
+/// table, then the object's data raw when `data_inline` (small objects); otherwise the
+/// receiver pulls it (PullObject) now. Answered with HasObjectsReply: [held here now].
+struct PushObjectRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef PushObjectRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_OBJECT_ID = 4,
+    VT_SENDER = 6,
+    VT_DATA_SIZE = 8,
+    VT_METADATA = 10,
+    VT_DATA_INLINE = 12
+  };
+  const rayfield::store::protocol::fb::UniqueID *object_id() const {
+    return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_OBJECT_ID);
+  }
+  /// host:port of the sender, where the receiver pulls an object not sent inline.
+  const ::flatbuffers::String *sender() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_SENDER);
+  }
+  uint64_t data_size() const {
+    return GetField<uint64_t>(VT_DATA_SIZE, 0);
+  }
+  const ::flatbuffers::Vector<uint8_t> *metadata() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_METADATA);
+  }
+  bool data_inline() const {
+    return GetField<uint8_t>(VT_DATA_INLINE, 0) != 0;
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<rayfield::store::protocol::fb::UniqueID>(verifier, VT_OBJECT_ID, 1) &&
+           VerifyOffset(verifier, VT_SENDER) &&
+           verifier.VerifyString(sender()) &&
+           VerifyField<uint64_t>(verifier, VT_DATA_SIZE, 8) &&
+           VerifyOffset(verifier, VT_METADATA) &&
+           verifier.VerifyVector(metadata()) &&
+           VerifyField<uint8_t>(verifier, VT_DATA_INLINE, 1) &&
+           verifier.EndTable();
+  }
+};
+
+struct PushObjectRequestBuilder {
+  typedef PushObjectRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_object_id(const rayfield::store::protocol::fb::UniqueID *object_id) {
+    fbb_.AddStruct(PushObjectRequest::VT_OBJECT_ID, object_id);
+  }
+  void add_sender(::flatbuffers::Offset<::flatbuffers::String> sender) {
+    fbb_.AddOffset(PushObjectRequest::VT_SENDER, sender);
+  }
+  void add_data_size(uint64_t data_size) {
+    fbb_.AddElement<uint64_t>(PushObjectRequest::VT_DATA_SIZE, data_size, 0);
+  }
+  void add_metadata(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> metadata) {
+    fbb_.AddOffset(PushObjectRequest::VT_METADATA, metadata);
+  }
+  void add_data_inline(bool data_inline) {
+    fbb_.AddElement<uint8_t>(PushObjectRequest::VT_DATA_INLINE, static_cast<uint8_t>(data_inline), 0);
+  }
+  explicit PushObjectRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<PushObjectRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<PushObjectRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<PushObjectRequest> CreatePushObjectRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const rayfield::store::protocol::fb::UniqueID *object_id = nullptr,
+    ::flatbuffers::Offset<::flatbuffers::String> sender = 0,
+    uint64_t data_size = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> metadata = 0,
+    bool data_inline = false) {
+  PushObjectRequestBuilder builder_(_fbb);
+  builder_.add_data_size(data_size);
+  builder_.add_metadata(metadata);
+  builder_.add_sender(sender);
+  builder_.add_object_id(object_id);
+  builder_.add_data_inline(data_inline);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<PushObjectRequest> CreatePushObjectRequestDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const rayfield::store::protocol::fb::UniqueID *object_id = nullptr,
+    const char *sender = nullptr,
+    uint64_t data_size = 0,
+    const std::vector<uint8_t> *metadata = nullptr,
+    bool data_inline = false) {
+  auto sender__ = sender ? _fbb.CreateString(sender) : 0;
+  auto metadata__ = metadata ? _fbb.CreateVector<uint8_t>(*metadata) : 0;
+  return rayfield::store::protocol::fb::CreatePushObjectRequest(
+      _fbb,
+      object_id,
+      sender__,
+      data_size,
+      metadata__,
+      data_inline);
 }
 
 struct ForwardTaskReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

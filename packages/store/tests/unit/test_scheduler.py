@@ -109,11 +109,25 @@ def test_big_shape_does_not_block_small_one() -> None:
     assert dispatched_ids(s.decisions()) == [tid(1), tid(3)]
     snap = s.snapshot()
     assert snap["ready_by_shape"] == [({"CPU": 2.0}, 1)]
+    assert snap["ready_tasks"] == [(tid(2), {"CPU": 2.0}, False)]
     assert snap["running"] == 2
     s.task_finished(1, tid(1))
     assert dispatched_ids(s.decisions()) == []
     s.task_finished(2, tid(3))
     assert dispatched_ids(s.decisions()) == [tid(2)]
+
+
+def test_snapshot_lists_the_oldest_ready_tasks_of_each_shape() -> None:
+    s = SchedulerState({"CPU": 1})  # no worker: everything stays ready
+    for i in range(20):
+        s.submit(tid(i), {"CPU": 1})
+    s.submit(tid(99), {"CPU": 1}, actor_id=tid(98), actor_creation=True)
+    ready = s.snapshot()["ready_tasks"]
+    assert [t for t, _, _ in ready] == [tid(i) for i in range(16)]  # 16 per shape at most
+    assert all(shape == {"CPU": 1.0} and not creation for _, shape, creation in ready)
+    s2 = SchedulerState({"CPU": 1})
+    s2.submit(tid(99), {"CPU": 1}, actor_id=tid(98), actor_creation=True)
+    assert s2.snapshot()["ready_tasks"] == [(tid(99), {"CPU": 1.0}, True)]
 
 
 def test_oldest_head_wins_among_shapes_that_fit() -> None:

@@ -237,12 +237,22 @@ class NodeServer:
         return self._native.list_objects()
 
     def scheduler_snapshot(self) -> dict[str, Any]:
-        """Resources (total, available), queued tasks by shape, infeasible tasks, workers."""
+        """Resources (total, available), queued tasks by shape (``ready_by_shape``; the
+        oldest 16 of each shape as ``ready_tasks``: ``(task_id, demand, actor_creation)``),
+        infeasible tasks, workers."""
         return self._native.scheduler_snapshot()
 
-    def take_task(self, task_id: bytes) -> dict[str, Any] | None:
-        """Remove a queued or infeasible task (to forward it elsewhere); None if absent."""
-        return self._native.take_task(task_id)
+    def take_task(self, task_id: bytes, pin_for: int = 0) -> dict[str, Any] | None:
+        """Remove a queued or infeasible task (to forward it elsewhere); None if absent.
+
+        Args:
+            task_id: the task.
+            pin_for: a connected client's ``client_id``: the objects the node pinned for
+                the task (its arguments) stay pinned by that client (listed in the spec's
+                ``kept_pins``), so they outlive their owner's references until the task
+                has read them on another node. 0: they are released.
+        """
+        return self._native.take_task(task_id, pin_for)
 
     def set_total_resources(self, resources: Mapping[str, float]) -> None:
         """Change the node's resource totals; infeasible tasks are re-examined."""

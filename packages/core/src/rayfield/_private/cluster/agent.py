@@ -8,11 +8,14 @@ this ``NodeAgent``, which
   and keeps the cluster view the GCS answers;
 * forwards (spills back) work the local node cannot place to an alive node whose totals
   fit it (``task_infeasible`` events); work nobody can place waits, and is placed when a
-  fitting node joins;
+  fitting node joins; work that waits here for busy resources moves to a node where they
+  are free (``placement.py``), actor creations first;
 * fetches objects a local client waits for but the node lacks (``object_missing``
   events): from the node a task was forwarded to, else from the GCS object directory,
   else by asking every alive node; the object is pulled in chunks over gRPC and written
-  straight into the local store;
+  straight into the local store. Results of forwarded tasks and arguments of tasks this
+  node forwards are pushed to the node that needs them as soon as they are sealed
+  (``object_push.py``), so a chain of calls between nodes does not wait on polls;
 * serves ``/rayfield.Node`` (``node_service.py``) to the other nodes, and to the CLI
   and dashboard for introspection (``introspect.py``);
 * sends the node's task events to the GCS (``event_shipper.py``).
@@ -33,6 +36,8 @@ from rayfield._private.cluster import messages
 from rayfield._private.cluster.event_shipper import EventShipper
 from rayfield._private.cluster.introspect import Introspector
 from rayfield._private.cluster.node_service import STREAMING_METHODS, NodeService, NodeStub
+from rayfield._private.cluster.object_push import ObjectPusher
+from rayfield._private.cluster.placement import PeerLoad, fits, plan_moves
 from rayfield._private.cluster.recovery import Recovery
 from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, auth_metadata, open_channel
 from rayfield._private.gcs.client import GcsClient
@@ -54,10 +59,12 @@ MAX_BACKOFF_S = 2.0
 # asks again with a growing delay (FIRST_LOOKUP_S doubling to MAX_BACKOFF_S).
 PULL_WAIT_MS = 200
 POLL_WAIT_MS = 1000  # how long one HasObjects long poll waits for a result being made
-
-
-def fits(demand: dict[str, float], total: dict[str, float]) -> bool:
-    return all(total.get(k, 0.0) + 1e-9 >= v for k, v in demand.items() if v > 0)
+# An object another node pushes here (a forwarded task's result, an argument it named) is
+# asked for only if no push came within this long.
+PUSH_FALLBACK_S = 1.0
+PLACEMENT_S = 0.1  # how often queued work is checked for a node with free resources
+SENT_MEMORY_S = 1.5  # what was sent to a peer counts against its free resources this long
+MAX_ACCEPTED = 100_000  # ids of forwarded tasks remembered (they do not move again)
 
 
 class NodeAgent:
@@ -107,6 +114,13 @@ class NodeAgent:
         self._backoff: dict[bytes, float] = {}  # id -> last delay, while a fetch runs
         self._polling: set[str] = set()  # addresses with a long poll running
         self._lost_strikes: dict[bytes, int] = {}  # id -> rounds found nowhere, owner dead
+        self._wake = threading.Event()  # something is wanted now: the fetch loop runs at once
+        self.accepted: dict[bytes, None] = {}  # tasks forwarded here (oldest first)
+        # Arguments of tasks sent elsewhere, pinned here until their results are back:
+        self._arg_pins: dict[bytes, tuple[str, list[bytes], set[bytes]]] = {}  # task id ->
+        self._pins_by_return: dict[bytes, bytes] = {}  # (address, pins, returns to come)
+        self._sent_load: list[tuple[float, str, dict[str, float]]] = []  # (when, to, demand)
+        self.pusher = ObjectPusher(node.socket_path, self._send_push, self._pushed)
         self.recovery = Recovery(self.client, self._resubmit)
         # Sent in batches by the fetch thread, off the event and transfer threads:
         self._new_locations: dict[bytes, list[bytes]] = {}  # node id -> ids to record
@@ -144,6 +158,7 @@ class NodeAgent:
         self._threads = [
             threading.Thread(target=self._heartbeat_loop, daemon=True, name="rayfield-heartbeat"),
             threading.Thread(target=self._want_loop, daemon=True, name="rayfield-fetch"),
+            threading.Thread(target=self._placement_loop, daemon=True, name="rayfield-place"),
         ]
         for t in self._threads:
             t.start()
@@ -162,9 +177,22 @@ class NodeAgent:
         return entry[1]
 
     def _forward(self, address: str, spec: dict[str, Any]) -> str | None:
-        """Forward a task to the node at ``address``; None when it took it, else why not."""
+        """Forward a task to the node at ``address``; None when it took it, else why not.
+
+        Its arguments held here, or made by this node's processes (they will be sealed
+        here), are pushed there once sealed; the request names them so the receiver
+        does not ask for them.
+        """
+        mine = self.node_id[:ORIGIN_BYTES]
+        pushed = [
+            dep
+            for dep in spec.get("dependencies", [])
+            if origin_of(dep) == mine or self.client.contains(dep)
+        ]
+        for dep in pushed:
+            self.pusher.push_when_sealed(dep, address)
         try:
-            return self._stub(address).forward(self.address, spec)
+            return self._stub(address).forward(self.address, spec, pushed)
         except grpc.RpcError as exc:
             return f"{exc.code().name}: {exc.details()}"
 
@@ -218,7 +246,7 @@ class NodeAgent:
             with self._lock:
                 self.infeasible[task_id] = demand
             return retry_later
-        spec = self.node.server.take_task(task_id)
+        spec = self.node.server.take_task(task_id, self.client.client_id)
         with self._lock:
             self.infeasible.pop(task_id, None)
         if spec is None:  # an actor (they stay where submitted), or no longer queued
@@ -229,18 +257,113 @@ class NodeAgent:
             if why is None:
                 with self._lock:
                     self.not_before.pop(task_id, None)
-                    for rid in spec["return_ids"]:
-                        self._made_at(rid, peer.address)
-                    self._new_locations.setdefault(peer.node_id, []).extend(spec["return_ids"])
-                self.recovery.record(spec, peer.address)
-                if spec.get("actor_creation"):
-                    self._actor_moved(spec["actor_id"], peer)
+                self._sent(spec, peer)
                 return True
             logger.warning("node %s refused a task: %s", peer.address, why)
         with self._lock:  # it stays queued (infeasible) here; tried again in a second
             self.not_before[task_id] = time.monotonic() + 1.0
-        self._resubmit(spec)
+        self._resubmit(spec)  # pins its arguments again
+        if spec.get("kept_pins"):
+            self.client.unpin(spec["kept_pins"])
         return True
+
+    def _sent(self, spec: dict[str, Any], peer: NodeInfo) -> None:
+        """Bookkeeping of a task ``peer`` accepted: where its results are made, its spec
+        for recovery, the new home of an actor."""
+        with self._lock:
+            for rid in spec["return_ids"]:
+                self._made_at(rid, peer.address)
+            self._new_locations.setdefault(peer.node_id, []).extend(spec["return_ids"])
+        self.recovery.record(spec, peer.address)
+        self._hold_args(spec, peer.address)
+        if spec.get("actor_creation"):
+            self._actor_moved(spec["actor_id"], peer)
+
+    def _hold_args(self, spec: dict[str, Any], address: str) -> None:
+        """Keep the arguments of a task sent to ``address`` pinned (``take_task`` moved the
+        node's pins to this agent) until its results are back; an actor's creation
+        arguments for its lifetime (a restart reads them again)."""
+        pins = spec.get("kept_pins") or []
+        if not pins or spec.get("actor_creation"):
+            return
+        if not spec["return_ids"]:  # nothing tells when it ran: its node pinned them on arrival
+            self.client.unpin(pins)
+            return
+        with self._lock:
+            self._arg_pins[spec["task_id"]] = (address, pins, set(spec["return_ids"]))
+            for rid in spec["return_ids"]:
+                self._pins_by_return[rid] = spec["task_id"]
+
+    def _result_back(self, object_id: bytes) -> None:
+        """A result of a task sent elsewhere is here (or failed): once all are, unpin its
+        arguments."""
+        with self._lock:
+            task_id = self._pins_by_return.pop(object_id, None)
+            entry = self._arg_pins.get(task_id) if task_id is not None else None
+            if entry is None:
+                return
+            entry[2].discard(object_id)
+            if entry[2]:
+                return
+            del self._arg_pins[task_id]  # type: ignore[arg-type]
+        self.client.unpin(entry[1])
+
+    def _drop_args_sent_to(self, address: str) -> None:
+        """Unpin the arguments of every task sent to ``address`` (it died; the tasks were
+        submitted again here, which pins them anew, or failed)."""
+        with self._lock:
+            lost = [t for t, e in self._arg_pins.items() if e[0] == address]
+            entries = [self._arg_pins.pop(t) for t in lost]
+            for e in entries:
+                for rid in e[2]:
+                    self._pins_by_return.pop(rid, None)
+        for e in entries:
+            self.client.unpin(e[1])
+
+    def _placement_loop(self) -> None:
+        while not self._stop.wait(PLACEMENT_S):
+            try:
+                self.place_by_load()
+            except Exception:
+                logger.exception("load-based placement failed")
+
+    def place_by_load(self) -> int:
+        """Move work queued here for busy resources to peers where they are free (see
+        ``placement.py``); returns how many tasks moved."""
+        snap = self.node.server.scheduler_snapshot()
+        ready = snap.get("ready_tasks") or []
+        if not ready:
+            return 0
+        now = time.monotonic()
+        with self._lock:
+            self._sent_load = [e for e in self._sent_load if now - e[0] < SENT_MEMORY_S]
+            alive = {n.address: n for n in self.peers.values() if n.alive}
+            alive.pop(self.address, None)
+            loads = {a: PeerLoad(a, dict(n.resources_available)) for a, n in alive.items()}
+            for _, address, demand in self._sent_load:
+                if address in loads:
+                    for k, v in demand.items():
+                        loads[address].available[k] = loads[address].available.get(k, 0.0) - v
+            stay = set(self.accepted)
+        peers = sorted(loads.values(), key=lambda p: -p.available.get("CPU", 0.0))
+        moved = 0
+        for task_id, address in plan_moves(ready, dict(snap["available"]), peers, stay):
+            spec = self.node.server.take_task(task_id, self.client.client_id)
+            if spec is None:  # started here meanwhile
+                continue
+            why = self._forward(address, spec)
+            if why is not None:
+                logger.info("node %s refused a task: %s", address, why)
+                self._resubmit(spec)  # pins its arguments again
+                if spec.get("kept_pins"):
+                    self.client.unpin(spec["kept_pins"])
+                continue
+            logger.debug("task %s moved to %s (resources busy here)", task_id.hex(), address)
+            with self._lock:
+                self._sent_load.append((time.monotonic(), address, dict(spec["resources"])))
+            self._sent(spec, alive[address])
+            moved += 1
+        return moved
 
     # ---- actors on other nodes ------------------------------------------------------
 
@@ -260,7 +383,7 @@ class NodeAgent:
         self.route_calls(actor_id)
 
     def on_actor_task_elsewhere(self, task_id: bytes, actor_id: bytes) -> None:
-        spec = self.node.server.take_task(task_id)
+        spec = self.node.server.take_task(task_id, self.client.client_id)
         if spec is not None:
             with self._lock:
                 self.pending_calls.setdefault(actor_id, []).append(spec)
@@ -276,11 +399,17 @@ class NodeAgent:
         except Exception as exc:
             logger.debug("actor lookup failed: %s", exc)
             return None
-        if info is None or not info.node_id or info.node_id == self.node_id:
+        if info is not None and (not info.node_id or info.node_id == self.node_id):
             return None
         with self._lock:
-            peer = self.peers.get(info.node_id)
-        if peer is None or not peer.alive:
+            if info is not None:
+                peer = self.peers.get(info.node_id)
+            else:  # never moved: it lives on the node whose process created it
+                origin = origin_of(actor_id)
+                peer = next(
+                    (n for n in self.peers.values() if n.node_id[:ORIGIN_BYTES] == origin), None
+                )
+        if peer is None or not peer.alive or peer.node_id == self.node_id:
             return None
         with self._lock:
             self.actor_locations[actor_id] = peer.address
@@ -298,6 +427,8 @@ class NodeAgent:
         if dead:
             for spec in calls:
                 self.recovery.fail(spec["return_ids"], "ACTOR_DIED", dead)
+                if spec.get("kept_pins"):
+                    self.client.unpin(spec["kept_pins"])
             return
         assert address is not None
         for i, spec in enumerate(calls):
@@ -309,6 +440,7 @@ class NodeAgent:
                     self.pending_calls[actor_id] = calls[i:] + rest
                 return
             self.recovery.record(spec, address)
+            self._hold_args(spec, address)
             logger.debug(
                 "call %s of actor %s sent to %s", spec["task_id"].hex(), actor_id.hex(), address
             )
@@ -317,10 +449,11 @@ class NodeAgent:
                     self._made_at(rid, address)
 
     def _made_at(self, object_id: bytes, address: str) -> None:
-        """(Lock held.) ``object_id`` will be made at ``address``: ask there, now, if wanted."""
+        """(Lock held.) ``object_id`` will be made at ``address``, which pushes it here
+        when sealed; if wanted, ask there only if the push does not come."""
         self.forwarded[object_id] = address
         if object_id in self.wanted:
-            self.wanted[object_id] = (time.monotonic(), FIRST_LOOKUP_S)
+            self.wanted[object_id] = (time.monotonic() + PUSH_FALLBACK_S, FIRST_LOOKUP_S)
 
     def _node_died(self, node: NodeInfo) -> None:
         logger.warning(
@@ -337,7 +470,9 @@ class NodeAgent:
             entry = self._channels.pop(node.address, None)
         if entry is not None:
             entry[0].close()
+        self.pusher.forget(node.address)
         self.recovery.node_died(node.address)
+        self._drop_args_sent_to(node.address)
 
     def _resubmit(self, spec: dict[str, Any]) -> None:
         keys = [
@@ -357,15 +492,57 @@ class NodeAgent:
         ]
         self.client.submit_task(**{k: spec[k] for k in keys if k in spec})
 
-    def accept_forwarded(self, origin: str, spec: dict[str, Any]) -> None:
-        """Queue a task forwarded by the node at ``origin``; fetch its missing arguments."""
+    def accept_forwarded(self, origin: str, spec: dict[str, Any], pushed: list[bytes]) -> None:
+        """Queue a task forwarded by the node at ``origin``; fetch its missing arguments
+        (those in ``pushed`` only if ``origin`` does not push them); push its results
+        to ``origin`` once they are made."""
         with self._lock:
             self.held.update(spec["return_ids"])
+            self.accepted[spec["task_id"]] = None
+            while len(self.accepted) > MAX_ACCEPTED:
+                del self.accepted[next(iter(self.accepted))]
+        coming = set(pushed)
         for dep in spec["dependencies"]:
             if not self.client.contains(dep):
-                self.want(dep, origin)
+                self.want(dep, origin, PUSH_FALLBACK_S if dep in coming else 0.0)
+        for rid in spec["return_ids"]:
+            self.pusher.push_when_sealed(rid, origin)
         resume = bool(spec.get("actor_id")) and not spec.get("actor_creation")
         self._resubmit(dict(spec, pin_returns=True, resume_sequence=resume))
+
+    def _send_push(self, address: str, object_id: bytes, size: int, meta: bytes, data: Any) -> bool:
+        return self._stub(address).push(object_id, self.address, size, meta, data)
+
+    def _pushed(self, object_id: bytes, address: str, ok: bool) -> None:
+        """After a push: a result made here for ``address`` need not be held any more."""
+        if ok:
+            self.release_held([object_id])
+
+    def receive_push(
+        self, object_id: bytes, sender: str, size: int, meta: bytes, data: Any
+    ) -> bool:
+        """Store an object another node pushed (``data`` None: pull it from ``sender``
+        now). Returns whether it is here now."""
+        if data is None:
+            with self._lock:
+                self.forwarded.setdefault(object_id, sender)
+            self._start_fetch(object_id, [sender])
+            return False
+        try:
+            view = self.client.create(object_id, size, meta)
+        except ObjectExistsError:
+            return True  # pulled meanwhile, or made here
+        except Exception as exc:  # e.g. the store is full: the sender keeps it; asked later
+            logger.info("could not store pushed object %s: %s", object_id.hex()[:16], exc)
+            return False
+        try:
+            view[:size] = data
+            self.client.seal(object_id)
+        except BaseException:
+            self.client.abort(object_id)
+            raise
+        self._arrived(object_id, sender, release=False)
+        return True
 
     def release_held(self, ids: list[bytes]) -> None:
         with self._lock:
@@ -383,18 +560,24 @@ class NodeAgent:
             if object_id in self.held:
                 return  # made here, by a forwarded task
             hint = self.forwarded.get(object_id)
-        self.want(object_id, hint)
+        # The node making a forwarded task's result pushes it here when it is sealed.
+        self.want(object_id, hint, PUSH_FALLBACK_S if hint is not None else 0.0)
 
-    def want(self, object_id: bytes, hint: str | None = None) -> None:
-        """Fetch ``object_id`` into the local store (from ``hint`` first, if given)."""
+    def want(self, object_id: bytes, hint: str | None = None, delay_s: float = 0.0) -> None:
+        """Fetch ``object_id`` into the local store (from ``hint`` first, if given), after
+        ``delay_s`` (an object on its way here by a push is asked for only if it does not
+        come)."""
         with self._lock:
             if object_id in self.inflight or object_id in self.wanted:
                 return
-            if hint is not None:  # asked at once, by the long poll of that node
+            if hint is not None:  # asked by the long poll of that node
                 self.forwarded.setdefault(object_id, hint)
-                self.wanted[object_id] = (time.monotonic(), FIRST_LOOKUP_S)
+                self.wanted[object_id] = (time.monotonic() + delay_s, FIRST_LOOKUP_S)
             else:
-                self.wanted[object_id] = (time.monotonic() + FIRST_LOOKUP_S, FIRST_LOOKUP_S)
+                delay_s = max(delay_s, FIRST_LOOKUP_S)
+                self.wanted[object_id] = (time.monotonic() + delay_s, FIRST_LOOKUP_S)
+        if delay_s <= 0:
+            self._wake.set()
 
     def _send_batches(self) -> None:
         """Record new object locations in the GCS and release pulled objects, in batches."""
@@ -413,7 +596,9 @@ class NodeAgent:
                 logger.debug("releasing %d objects on %s failed: %s", len(ids), address, exc)
 
     def _want_loop(self) -> None:
-        while not self._stop.wait(0.05):
+        while not self._stop.is_set():
+            self._wake.wait(0.05)
+            self._wake.clear()
             self._send_batches()
             now = time.monotonic()
             with self._lock:
@@ -579,12 +764,19 @@ class NodeAgent:
         finally:
             if view is not None:
                 self.client.abort(object_id)
-        self.recovery.result_here(object_id)
-        with self._lock:
-            self._new_locations.setdefault(self.node_id, []).append(object_id)
-            if self.forwarded.pop(object_id, None) == address:
-                self._to_release.setdefault(address, []).append(object_id)
+        self._arrived(object_id, address, release=True)
         return True
+
+    def _arrived(self, object_id: bytes, address: str, release: bool) -> None:
+        """``object_id`` came from the node at ``address``: record the copy and, for a
+        pulled result of a task forwarded there (``release``), let that node drop it."""
+        self.recovery.result_here(object_id)
+        self._result_back(object_id)
+        with self._lock:
+            self.wanted.pop(object_id, None)
+            self._new_locations.setdefault(self.node_id, []).append(object_id)
+            if self.forwarded.pop(object_id, None) == address and release:
+                self._to_release.setdefault(address, []).append(object_id)
 
     # ---- stop ----------------------------------------------------------------------
 
@@ -593,6 +785,7 @@ class NodeAgent:
         for t in self._threads:
             t.join(timeout=2)
         self._send_batches()
+        self.pusher.close()
         self.events.stop()
         try:
             self.gcs.unregister_node(self.node_id)

@@ -19,6 +19,7 @@ from rayfield.store.protocol.fb import (
     ObjectChunk,
     ObjectIdsRequest,
     PullObjectRequest,
+    PushObjectRequest,
     ResourceAmount,
     SubmitTaskRequest,
     UniqueID,
@@ -134,11 +135,13 @@ def decode_chunk(buf: bytes) -> tuple[bool, int, bytes, int, memoryview]:
 # ---- ForwardTask ---------------------------------------------------------------------
 
 
-def encode_forward(origin: str, spec: dict[str, Any]) -> bytes:
-    """Encode a task spec (the dict of ``NodeServer.take_task``) with the origin's address."""
+def encode_forward(origin: str, spec: dict[str, Any], pushed: Sequence[bytes] = ()) -> bytes:
+    """Encode a task spec (the dict of ``NodeServer.take_task``) with the origin's address
+    and the arguments the origin will push (``pushed``)."""
     payload: bytes = spec["payload"]
-    b = flatbuffers.Builder(len(payload) + 512)
+    b = flatbuffers.Builder(len(payload) + 512 + 24 * len(pushed))
     origin_off = b.CreateString(origin)
+    pushed_off = _id_vector(b, ForwardTaskRequest.StartPushedVector, pushed)
     payload_off = b.CreateByteVector(payload)
     res_offs = []
     for name, amount in spec.get("resources", {}).items():
@@ -171,12 +174,14 @@ def encode_forward(origin: str, spec: dict[str, Any]) -> bytes:
     ForwardTaskRequest.ForwardTaskRequestStart(b)
     ForwardTaskRequest.ForwardTaskRequestAddOrigin(b, origin_off)
     ForwardTaskRequest.ForwardTaskRequestAddTask(b, task)
+    ForwardTaskRequest.ForwardTaskRequestAddPushed(b, pushed_off)
     return _finish(b, ForwardTaskRequest.ForwardTaskRequestEnd(b))
 
 
 @_decoder
-def decode_forward(buf: bytes) -> tuple[str, dict[str, Any]]:
-    """``(origin, spec)`` with the keys of ``StoreClient.submit_task``."""
+def decode_forward(buf: bytes) -> tuple[str, dict[str, Any], list[bytes]]:
+    """``(origin, spec, pushed)``: ``spec`` with the keys of ``StoreClient.submit_task``,
+    ``pushed`` the arguments the origin will push."""
     r = ForwardTaskRequest.ForwardTaskRequest.GetRootAs(buf, 0)
     t = r.Task()
     task_id = _read_id(t.TaskId()) if t is not None else None
@@ -201,7 +206,7 @@ def decode_forward(buf: bytes) -> tuple[str, dict[str, Any]]:
         "return_ids": _read_ids(t.ReturnIdsLength(), t.ReturnIds),
         "max_retries": int(t.MaxRetries()),
     }
-    return _text(r.Origin()), spec
+    return _text(r.Origin()), spec, _read_ids(r.PushedLength(), r.Pushed)
 
 
 def encode_forward_reply(accepted: bool, message: str = "") -> bytes:
@@ -217,6 +222,55 @@ def encode_forward_reply(accepted: bool, message: str = "") -> bytes:
 def decode_forward_reply(buf: bytes) -> tuple[bool, str]:
     r = ForwardTaskReply.ForwardTaskReply.GetRootAs(buf, 0)
     return bool(r.Accepted()), _text(r.Message() or b"")
+
+
+# ---- PushObject ----------------------------------------------------------------------
+
+
+def encode_push(
+    object_id: bytes, sender: str, data_size: int, metadata: bytes = b"", data: Any = None
+) -> bytes:
+    """A push from the node at ``sender``: length-prefixed PushObjectRequest, then ``data``
+    raw when given (the whole object inline); without ``data`` it only says the sender
+    holds the object (to be pulled)."""
+    b = flatbuffers.Builder(128 + len(metadata))
+    meta_vec = b.CreateByteVector(metadata) if metadata else None
+    sender_off = b.CreateString(sender)
+    PushObjectRequest.PushObjectRequestStart(b)
+    PushObjectRequest.PushObjectRequestAddObjectId(b, _create_id(b, object_id))
+    PushObjectRequest.PushObjectRequestAddSender(b, sender_off)
+    PushObjectRequest.PushObjectRequestAddDataSize(b, data_size)
+    if meta_vec is not None:
+        PushObjectRequest.PushObjectRequestAddMetadata(b, meta_vec)
+    PushObjectRequest.PushObjectRequestAddDataInline(b, data is not None)
+    b.Finish(PushObjectRequest.PushObjectRequestEnd(b))
+    table = b.Output()
+    return b"".join((len(table).to_bytes(4, "little"), table, b"" if data is None else data))
+
+
+@_decoder
+def decode_push(buf: bytes) -> tuple[bytes, str, int, bytes, memoryview | None]:
+    """``(object_id, sender, data_size, metadata, data)``; ``data`` (a view into ``buf``)
+    is None when the object did not come inline.
+
+    Raises:
+        MalformedMessage: also when inline data is not exactly ``data_size`` bytes.
+    """
+    n = int.from_bytes(buf[:4], "little")
+    if n > len(buf) - 4:
+        raise MalformedMessage(f"push table of {n} bytes in a message of {len(buf)}")
+    r = PushObjectRequest.PushObjectRequest.GetRootAs(buf[4 : 4 + n], 0)
+    oid = _read_id(r.ObjectId())
+    if oid is None or r.Sender() is None:
+        raise MalformedMessage("PushObjectRequest needs object_id and sender")
+    meta = b"" if r.MetadataIsNone() else r.MetadataAsNumpy().tobytes()
+    size = int(r.DataSize())
+    if not r.DataInline():
+        return _check_id(oid), _text(r.Sender()), size, meta, None
+    data = memoryview(buf)[4 + n :]
+    if len(data) != size:
+        raise MalformedMessage(f"push of {size} bytes carries {len(data)}")
+    return _check_id(oid), _text(r.Sender()), size, meta, data
 
 
 # ---- HasObjects / ReleaseObjects -----------------------------------------------------

@@ -8,7 +8,9 @@ Methods:
     PullObject (response stream): the object's chunks, waiting for it to be sealed here
         up to the request's timeout.
     ForwardTask: queue a task that another node could not place; its missing arguments
-        are pulled from the forwarding node.
+        are pushed by the forwarding node (those it names) or pulled from it.
+    PushObject: an object this node wants (a forwarded task's result, an argument of a
+        task forwarded here), inline when small, else a note to pull it now.
     HasObjects: which of the given objects this node holds.
     ReleaseObjects: drop this node's hold on the returns of forwarded tasks (their owner
         has its own copy now).
@@ -57,6 +59,7 @@ class NodeService:
             "ForwardTask": self.forward_task,
             "HasObjects": self.has_objects,
             "ReleaseObjects": self.release_objects,
+            "PushObject": self.push_object,
             "Introspect": self.introspect,
             "ListLogs": self.list_logs,
             "ReadLog": self.read_log,
@@ -105,9 +108,9 @@ class NodeService:
             buf.release()
 
     def forward_task(self, raw: bytes) -> bytes:
-        origin, spec = messages.decode_forward(raw)
+        origin, spec, pushed = messages.decode_forward(raw)
         try:
-            self.agent.accept_forwarded(origin, spec)
+            self.agent.accept_forwarded(origin, spec, pushed)
         except Exception as exc:
             logger.warning("refused a forwarded task: %s", exc)
             return messages.encode_forward_reply(False, f"{type(exc).__name__}: {exc}")
@@ -133,6 +136,11 @@ class NodeService:
             return codec.encode("RemoteKillActorReply", {"killed": False, "message": str(exc)})
         return codec.encode("RemoteKillActorReply", {"killed": True})
 
+    def push_object(self, raw: bytes) -> bytes:
+        object_id, sender, size, meta, data = messages.decode_push(raw)
+        held = self.agent.receive_push(object_id, sender, size, meta, data)
+        return messages.encode_present([held])
+
     def introspect(self, raw: bytes) -> bytes:
         req = codec.decode("NodeIntrospectRequest", raw)
         reply = self.agent.introspector.introspect(req["objects"], req["max_objects"])
@@ -157,16 +165,26 @@ class NodeStub:
         self._forward = call(f"/{SERVICE}/ForwardTask")
         self._has = call(f"/{SERVICE}/HasObjects")
         self._release = call(f"/{SERVICE}/ReleaseObjects")
+        self._push = call(f"/{SERVICE}/PushObject")
         self._introspect = call(f"/{SERVICE}/Introspect")
         self._list_logs = call(f"/{SERVICE}/ListLogs")
         self._read_log = call(f"/{SERVICE}/ReadLog")
         self._kill_actor = call(f"/{SERVICE}/KillActor")
         self._pull = channel.unary_stream(f"/{SERVICE}/PullObject")
 
-    def forward(self, origin: str, spec: dict[str, Any], timeout_s: float = 10.0) -> str | None:
-        """Forward a task; None when accepted, else the refusal's reason."""
+    def forward(
+        self,
+        origin: str,
+        spec: dict[str, Any],
+        pushed: list[bytes] | tuple[()] = (),
+        timeout_s: float = 10.0,
+    ) -> str | None:
+        """Forward a task (``pushed``: the arguments ``origin`` will push); None when
+        accepted, else the refusal's reason."""
         raw = self._forward(
-            messages.encode_forward(origin, spec), metadata=self.metadata, timeout=timeout_s
+            messages.encode_forward(origin, spec, pushed),
+            metadata=self.metadata,
+            timeout=timeout_s,
         )
         accepted, why = messages.decode_forward_reply(raw)
         return None if accepted else why
@@ -180,6 +198,27 @@ class NodeStub:
 
     def release(self, ids: list[bytes], timeout_s: float = 5.0) -> None:
         self._release(messages.encode_ids(ids), metadata=self.metadata, timeout=timeout_s)
+
+    def push(
+        self,
+        object_id: bytes,
+        sender: str,
+        data_size: int,
+        metadata: bytes = b"",
+        data: Any = None,
+        timeout_s: float = 30.0,
+    ) -> bool:
+        """Push an object (``data``: all of it, inline; None: only say it is here to pull).
+
+        Returns:
+            Whether the receiver holds the object now.
+        """
+        raw = self._push(
+            messages.encode_push(object_id, sender, data_size, metadata, data),
+            metadata=self.metadata,
+            timeout=timeout_s,
+        )
+        return bool(messages.decode_present(raw)[:1] == [True])
 
     def pull(self, object_id: bytes, wait_ms: int) -> Iterator[bytes]:
         """The raw chunks of an object (see ``messages.decode_chunk``)."""

@@ -6,6 +6,7 @@ import flatbuffers
 from flatbuffers.compat import import_numpy
 from typing import Any
 from rayfield.store.protocol.fb.SubmitTaskRequest import SubmitTaskRequest
+from rayfield.store.protocol.fb.UniqueID import UniqueID
 from typing import Optional
 np = import_numpy()
 
@@ -46,8 +47,33 @@ class ForwardTaskRequest(object):
             return obj
         return None
 
+    # Arguments `origin` pushes here (PushObject) once it holds them: the receiver
+    # does not ask for these at once, only if no push comes.
+    # ForwardTaskRequest
+    def Pushed(self, j: int) -> Optional[UniqueID]:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 20
+            obj = UniqueID()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # ForwardTaskRequest
+    def PushedLength(self) -> int:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # ForwardTaskRequest
+    def PushedIsNone(self) -> bool:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        return o == 0
+
 def ForwardTaskRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(2)
+    builder.StartObject(3)
 
 def Start(builder: flatbuffers.Builder):
     ForwardTaskRequestStart(builder)
@@ -64,6 +90,18 @@ def ForwardTaskRequestAddTask(builder: flatbuffers.Builder, task: int):
 def AddTask(builder: flatbuffers.Builder, task: int):
     ForwardTaskRequestAddTask(builder, task)
 
+def ForwardTaskRequestAddPushed(builder: flatbuffers.Builder, pushed: int):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(pushed), 0)
+
+def AddPushed(builder: flatbuffers.Builder, pushed: int):
+    ForwardTaskRequestAddPushed(builder, pushed)
+
+def ForwardTaskRequestStartPushedVector(builder, numElems: int) -> int:
+    return builder.StartVector(20, numElems, 1)
+
+def StartPushedVector(builder, numElems: int) -> int:
+    return ForwardTaskRequestStartPushedVector(builder, numElems)
+
 def ForwardTaskRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
 
@@ -71,8 +109,9 @@ def End(builder: flatbuffers.Builder) -> int:
     return ForwardTaskRequestEnd(builder)
 
 import rayfield.store.protocol.fb.SubmitTaskRequest
+import rayfield.store.protocol.fb.UniqueID
 try:
-    from typing import Optional
+    from typing import List, Optional
 except:
     pass
 
@@ -83,9 +122,11 @@ class ForwardTaskRequestT(object):
         self,
         origin = None,
         task = None,
+        pushed = None,
     ):
         self.origin = origin  # type: Optional[str]
         self.task = task  # type: Optional[rayfield.store.protocol.fb.SubmitTaskRequest.SubmitTaskRequestT]
+        self.pushed = pushed  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -111,6 +152,14 @@ class ForwardTaskRequestT(object):
         self.origin = forwardTaskRequest.Origin()
         if forwardTaskRequest.Task() is not None:
             self.task = rayfield.store.protocol.fb.SubmitTaskRequest.SubmitTaskRequestT.InitFromObj(forwardTaskRequest.Task())
+        if not forwardTaskRequest.PushedIsNone():
+            self.pushed = []
+            for i in range(forwardTaskRequest.PushedLength()):
+                if forwardTaskRequest.Pushed(i) is None:
+                    self.pushed.append(None)
+                else:
+                    uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(forwardTaskRequest.Pushed(i))
+                    self.pushed.append(uniqueID_)
 
     # ForwardTaskRequestT
     def Pack(self, builder):
@@ -118,10 +167,17 @@ class ForwardTaskRequestT(object):
             origin = builder.CreateString(self.origin)
         if self.task is not None:
             task = self.task.Pack(builder)
+        if self.pushed is not None:
+            ForwardTaskRequestStartPushedVector(builder, len(self.pushed))
+            for i in reversed(range(len(self.pushed))):
+                self.pushed[i].Pack(builder)
+            pushed = builder.EndVector()
         ForwardTaskRequestStart(builder)
         if self.origin is not None:
             ForwardTaskRequestAddOrigin(builder, origin)
         if self.task is not None:
             ForwardTaskRequestAddTask(builder, task)
+        if self.pushed is not None:
+            ForwardTaskRequestAddPushed(builder, pushed)
         forwardTaskRequest = ForwardTaskRequestEnd(builder)
         return forwardTaskRequest
