@@ -9,15 +9,19 @@ order; a package folder that does not exist yet is skipped.
     protocol    regenerate the flatbuffers code, fail if the committed copy differs
     build       a wheel per package, installed into a fresh venv and imported
     bench       benchmarks next to Ray (installed here only) and the machine's memcpy
-    demo        the main job end to end
+    demo        the main job end to end: the store's demo, then the examples on a
+                two-node cluster started with `rayfield start`
     sanitize    the store built with ASan + UBSan, its tests run against it
     fuzz        the frame fuzzers with many more examples
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import nox
@@ -118,10 +122,36 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
-    install_packages(session, extras="")
+    """The store's demo, then the examples on a two-node cluster started by the CLI.
+
+    Both nodes run on this machine (loopback, one CPU each, their own stores and ports)
+    under a private ``--temp-dir``, so the demo never meets another cluster; the cluster
+    is stopped whatever happens. ``run_all.py`` with no ``--address`` still runs the
+    examples on an embedded local runtime.
+    """
+    install_packages(session, extras="")  # store, core and cli (the `rayfield` command)
     session.install(f"{pkg('core')}[examples]")
     session.run("python", str(ROOT / "packages" / "store" / "examples" / "store_demo.py"))
-    session.run("python", str(ROOT / "packages" / "core" / "examples" / "run_all.py"))
+    temp_dir = Path(tempfile.mkdtemp(prefix="rayfield-demo-"))
+    try:
+        common = ["--num-cpus", "1", "--temp-dir", str(temp_dir)]
+        session.run("rayfield", "start", "--head", "--port", "0", *common)
+        cluster = json.loads((temp_dir / "session_latest" / "cluster.json").read_text())
+        address = cluster["gcs_address"]
+        session.run("rayfield", "start", "--address", address, *common)
+        session.run("rayfield", "status", "--address", address, "--temp-dir", str(temp_dir))
+        session.run(
+            "python",
+            str(ROOT / "packages" / "core" / "examples" / "run_all.py"),
+            "--address",
+            address,
+            "--temp-dir",
+            str(temp_dir),
+            *session.posargs,
+        )
+    finally:
+        session.run("rayfield", "stop", "--temp-dir", str(temp_dir))
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @nox.session(python=PYTHON)

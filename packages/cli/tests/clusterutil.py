@@ -28,10 +28,14 @@ def rayfield_cmd(*args: str, check: bool = True, **kw: Any) -> subprocess.Comple
 
 
 def start_two_nodes(
-    temp_dir: Path, *extra: str, resources: str = '{"x": 100}', head_args: tuple[str, ...] = ()
+    temp_dir: Path,
+    *extra: str,
+    resources: str = '{"x": 100}',
+    head_args: tuple[str, ...] = (),
+    **kw: Any,
 ) -> str:
     """A head (1 CPU, plus ``head_args``) and a second node (1 CPU and ``resources``);
-    returns the address."""
+    returns the address. ``kw`` goes to ``subprocess.run`` (e.g. ``cwd``)."""
     rayfield_cmd(
         "start",
         "--head",
@@ -43,6 +47,7 @@ def start_two_nodes(
         str(temp_dir),
         *extra,
         *head_args,
+        **kw,
     )
     address = json.loads((temp_dir / "session_latest" / "cluster.json").read_text())["gcs_address"]
     rayfield_cmd(
@@ -56,6 +61,7 @@ def start_two_nodes(
         "--temp-dir",
         str(temp_dir),
         *extra,
+        **kw,
     )
     return str(address)
 
