@@ -120,6 +120,7 @@ class NodeAgent:
         self._arg_pins: dict[bytes, tuple[str, list[bytes], set[bytes]]] = {}  # task id ->
         self._pins_by_return: dict[bytes, bytes] = {}  # (address, pins, returns to come)
         self._sent_load: list[tuple[float, str, dict[str, float]]] = []  # (when, to, demand)
+        self._announced: set[bytes] = set()  # large objects a peer said it holds for us
         self.pusher = ObjectPusher(node.socket_path, self._send_push, self._pushed)
         self.recovery = Recovery(self.client, self._resubmit)
         # Sent in batches by the fetch thread, off the event and transfer threads:
@@ -521,12 +522,17 @@ class NodeAgent:
     def receive_push(
         self, object_id: bytes, sender: str, size: int, meta: bytes, data: Any
     ) -> bool:
-        """Store an object another node pushed (``data`` None: pull it from ``sender``
-        now). Returns whether it is here now."""
+        """Store an object another node pushed. ``data`` None (a large object): pull it from
+        ``sender`` now if a client here waits for it, else when one does (no delay then).
+        Returns whether it is here now."""
         if data is None:
             with self._lock:
                 self.forwarded.setdefault(object_id, sender)
-            self._start_fetch(object_id, [sender])
+                waited = object_id in self.wanted
+                if not waited:
+                    self._announced.add(object_id)
+            if waited:
+                self._start_fetch(object_id, [sender])
             return False
         try:
             view = self.client.create(object_id, size, meta)
@@ -560,8 +566,11 @@ class NodeAgent:
             if object_id in self.held:
                 return  # made here, by a forwarded task
             hint = self.forwarded.get(object_id)
-        # The node making a forwarded task's result pushes it here when it is sealed.
-        self.want(object_id, hint, PUSH_FALLBACK_S if hint is not None else 0.0)
+            announced = object_id in self._announced
+        # The node making a forwarded task's result pushes it here when it is sealed (or
+        # announces it, when large: then it is pulled at once).
+        pushed = hint is not None and not announced
+        self.want(object_id, hint, PUSH_FALLBACK_S if pushed else 0.0)
 
     def want(self, object_id: bytes, hint: str | None = None, delay_s: float = 0.0) -> None:
         """Fetch ``object_id`` into the local store (from ``hint`` first, if given), after
@@ -774,6 +783,7 @@ class NodeAgent:
         self._result_back(object_id)
         with self._lock:
             self.wanted.pop(object_id, None)
+            self._announced.discard(object_id)
             self._new_locations.setdefault(self.node_id, []).append(object_id)
             if self.forwarded.pop(object_id, None) == address and release:
                 self._to_release.setdefault(address, []).append(object_id)

@@ -11,10 +11,10 @@ of a call's cost. A node therefore pushes what it knows another node needs:
   ids travel in the ``ForwardTask`` request, so the receiver does not poll for them).
 
 An object up to ``inline_max_bytes`` travels inside the ``PushObject`` call; a larger one
-is announced only, and the receiver pulls it at once in chunks. The pusher watches seals
-on its own store connection (notifications), so an object is pushed the moment it exists,
-with no polling. A receiver that gets no push (the sender died, its store was full) falls
-back to asking, later, as before.
+is announced only, and the receiver pulls it in chunks when a client there needs it. The
+pusher watches seals on its own store connection (notifications), so an object is pushed
+the moment it exists, with no polling. A receiver that gets no push (the sender died, its
+store was full) falls back to asking, later, as before.
 """
 
 from __future__ import annotations
