@@ -21,6 +21,7 @@ import pytest
 from clusterutil import rayfield_cmd
 
 import rayfield as rf
+from rayfield.util import state
 
 
 class Cluster:
@@ -255,15 +256,29 @@ def call_by_name(name: str) -> tuple[str, int]:
     return rf.get(counter.add.remote(10))
 
 
-def test_named_actor_is_found_from_another_node(cluster: Cluster) -> None:
+@rf.remote(resources={"c_res": 1})
+def create_named(name: str) -> str:
+    try:
+        Counter.options(name=name).remote(0)
+    except ValueError as exc:
+        return str(exc)
+    return "created"
+
+
+def test_named_actor_is_found_from_another_node_and_its_name_is_unique(cluster: Cluster) -> None:
     counter = Counter.options(name="shared-counter").remote(0)
     assert rf.get(counter.add.remote(1))[1] == 1
-    node, n = rf.get(call_by_name.remote("shared-counter"))  # the name lives on the head
+    node, n = rf.get(call_by_name.remote("shared-counter"))  # named by the head's driver
     assert node == cluster.nodes["b"] and n == 11
     assert rf.get(call_by_name.remote("no-such-actor"))[0] == "missing"
-    rf.kill(counter)  # it lives on node b: its node kills it
+    taken = rf.get(create_named.remote("shared-counter"))  # from node c: one name per cluster
+    assert "shared-counter" in taken and "taken" in taken
+    [listed] = [a for a in state.list_actors() if a["name"] == "shared-counter"]
+    assert listed["state"] == "ALIVE" and listed["class_name"] == "Counter"
+    rf.kill(counter)  # it lives on node b: its node kills it, and the name is free again
     with pytest.raises(rf.exceptions.ActorDiedError):
         rf.get(counter.add.remote(1), timeout=30)
+    assert rf.get(create_named.remote("shared-counter")) == "created"
 
 
 def test_actor_lives_where_its_resources_are_and_is_callable_from_every_node(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 import threading
 from typing import Any
 
 from rayfield._private import options as opt
+from rayfield._private.cluster import names
 from rayfield._private.runtime import get_runtime
 
 __all__ = ["ActorClass", "ActorHandle", "method"]
@@ -88,6 +88,17 @@ class ActorClass:
         if self._exported is None or self._exported[0] is not rt:
             self._exported = (rt, rt.export(self._cls))
         actor_id = rt.ids.task_id()
+        cluster = names.gcs_address() if o.get("name") else None
+        if cluster is not None:  # the name is taken in the GCS first: one per cluster
+            names.register(
+                cluster,
+                actor_id,
+                o["name"],
+                o.get("namespace", ""),
+                o.get("lifetime") == "detached",
+                self._methods,
+                self.__name__,
+            )
         is_async = any(inspect.iscoroutinefunction(f) for _, f in inspect.getmembers(self._cls))
         concurrency = o.get("max_concurrency") or (1000 if is_async else 1)
         handle = ActorHandle(actor_id, self._methods, self.__name__)
@@ -131,35 +142,24 @@ class _BoundActorOptions:
         return self._cls._create(args, kwargs, self._options)
 
 
-CLUSTER_LOOKUP_S = 3.0
-"""How long ``get_actor`` looks for a name on the other nodes of a cluster."""
-
-
 def _in_cluster() -> bool:
-    """Whether this process's node belongs to a cluster (its workers inherit the GCS
-    address from the node; a driver records it at ``init(address=...)``)."""
-    from rayfield import api
-
-    return bool(os.environ.get("RAYFIELD_GCS_ADDRESS") or api._info.get("gcs_address"))
+    """Whether this process's node belongs to a cluster."""
+    return names.gcs_address() is not None
 
 
 def _lookup(name: str, namespace: str) -> ActorHandle | None:
     rt = get_runtime()
     from rayfield._private.object_ref import ObjectRef
-    from rayfield.exceptions import GetTimeoutError
 
     ref = ObjectRef(name_id(name, namespace))
-    if not rt.client.contains(ref.binary()):
-        if not _in_cluster():
-            return None
-        # Named on another node: the node's agent finds and pulls the handle.
-        try:
-            [handle] = rt.get([ref], CLUSTER_LOOKUP_S)
-        except GetTimeoutError:
-            return None
+    if rt.client.contains(ref.binary()):
+        [handle] = rt.get([ref], 10)
         return handle  # type: ignore[no-any-return,unused-ignore]
-    [handle] = rt.get([ref], 10)
-    return handle  # type: ignore[no-any-return,unused-ignore]
+    cluster = names.gcs_address()
+    if cluster is None:
+        return None
+    found = names.lookup(cluster, name, namespace)  # named on another node
+    return None if found is None else ActorHandle(*found)
 
 
 class ActorHandle:

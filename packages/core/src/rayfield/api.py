@@ -342,19 +342,21 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     """
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() takes an actor handle, got {type(actor).__name__}")
+    from rayfield._private.cluster import names
     from rayfield.store.errors import ObjectNotFoundError
 
+    cluster = names.gcs_address()
     try:
         _rt.get_runtime().client.kill_actor(actor._actor_id, no_restart)
     except ObjectNotFoundError:
-        from rayfield.actor import _in_cluster
-
-        if not _in_cluster():
+        if cluster is None:
             raise
         from rayfield._private.cluster.state_client import kill_actor_elsewhere
 
         if not kill_actor_elsewhere(actor._actor_id, no_restart):  # it lives on another node
             raise
+    if cluster is not None and no_restart:
+        names.mark_dead(cluster, actor._actor_id)  # its name, if any, is free again
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False) -> None:

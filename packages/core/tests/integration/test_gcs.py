@@ -214,6 +214,16 @@ def test_actors_round_trip(shared_gcs: Gcs) -> None:
             c.update_actor(b"no-such-actor", ActorState.ALIVE)
 
 
+def test_actor_re_record_keeps_what_it_does_not_say(shared_gcs: Gcs) -> None:
+    with shared_gcs.client() as c:
+        c.register_actor(ActorInfo(b"moved-1", name="ps", namespace="m", payload=b"{}"))
+        # The node that placed it elsewhere records where it runs, without the name:
+        c.register_actor(ActorInfo(b"moved-1", node_id=b"n-far", state=ActorState.ALIVE))
+        got = c.get_actor(name="ps", namespace="m")
+        assert got is not None and got.actor_id == b"moved-1"
+        assert got.node_id == b"n-far" and got.payload == b"{}" and got.state == ActorState.ALIVE
+
+
 def test_object_directory_round_trip(shared_gcs: Gcs) -> None:
     with shared_gcs.client() as c:
         c.register_node(_node(b"obj-a"))

@@ -26,7 +26,7 @@ from rayfield._private.cluster import launch
 from rayfield._private.cluster.node_service import NodeStub
 from rayfield._private.gcs.auth import TlsConfig, auth_metadata, open_channel
 from rayfield._private.gcs.client import GcsClient
-from rayfield._private.gcs.types import NodeInfo
+from rayfield._private.gcs.types import ActorState, NodeInfo
 
 __all__ = ["StateClient", "StateError", "kill_actor_elsewhere", "pin_reason"]
 
@@ -260,12 +260,14 @@ class StateClient:
             row = out.setdefault(
                 hex_id, {"actor_id": hex_id, "class_name": "?", "pid": None, "node": ""}
             )
+            created_here = a.state == ActorState.PENDING_CREATION and "state" in row
             row.update(
                 {
                     "name": a.name,
                     "namespace": a.namespace,
                     "detached": a.detached,
-                    "state": a.state.name,
+                    # a name is recorded before its creation; the events show it done
+                    "state": row["state"] if created_here else a.state.name,
                     "node_id": a.node_id.hex(),
                     "node": nodes.get(a.node_id.hex(), row["node"]),
                 }
@@ -426,11 +428,10 @@ def kill_actor_elsewhere(actor_id: bytes, no_restart: bool) -> bool:
     node's (``RAYFIELD_GCS_ADDRESS``, with the token in ``RAYFIELD_TOKEN``). False when
     this process is not in a cluster or no node hosts the actor.
     """
-    import os
-
     from rayfield import api
+    from rayfield._private.cluster.names import gcs_address
 
-    address = os.environ.get("RAYFIELD_GCS_ADDRESS") or api._info.get("gcs_address")
+    address = gcs_address()
     if not address:
         return False
     temp_dir = api._info.get("temp_dir")

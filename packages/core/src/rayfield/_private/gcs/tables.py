@@ -276,7 +276,8 @@ class GcsTables:
     # ---- actors -------------------------------------------------------------------
 
     def register_actor(self, actor: ActorInfo) -> None:
-        """Record (or re-record) an actor and publish it on ACTOR.
+        """Record (or re-record) an actor and publish it on ACTOR. A re-record keeps the
+        name, node, owner and payload of the earlier record where it leaves them empty.
 
         Raises:
             GcsInvalidRequestError: when an id is empty or too long.
@@ -286,6 +287,14 @@ class GcsTables:
         _check_id("actor_id", actor.actor_id)
         _check_id("node_id", actor.node_id, allow_empty=True)
         with self._lock:
+            old = self.actors.get(actor.actor_id)
+            if old is not None:  # a re-record keeps what it does not say (name, node, ...)
+                if not actor.name:
+                    actor.name, actor.namespace = old.name, old.namespace
+                actor.detached = actor.detached or old.detached
+                actor.node_id = actor.node_id or old.node_id
+                actor.owner_node_id = actor.owner_node_id or old.owner_node_id
+                actor.payload = actor.payload or old.payload
             if actor.name:
                 holder = self._live_named(actor.namespace, actor.name)
                 if holder is not None and holder.actor_id != actor.actor_id:

@@ -1,0 +1,92 @@
+"""Named actors in a cluster: the GCS actor table holds each name, once per namespace.
+
+In a cluster, creating an actor with ``name=`` first registers the name in the GCS
+(``RegisterActor``, which refuses a name held by a live actor), so two nodes cannot both
+take it; ``get_actor(name)`` asks the GCS when the name is not in the local store, and
+answers at once either way. The record's payload is the handle's data as JSON (actor id,
+methods with their ``num_returns``, class name): nothing is unpickled. ``kill`` marks the
+actor DEAD, which frees its name.
+
+The cluster is the one the driver joined (``init(address=...)``) or, in a worker, its
+node's (``RAYFIELD_GCS_ADDRESS``; the token in ``RAYFIELD_TOKEN``, set by the node).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["gcs_address", "lookup", "mark_dead", "register"]
+
+
+def gcs_address() -> str | None:
+    """The GCS of this process's cluster, or None outside a cluster."""
+    from rayfield import api
+
+    return os.environ.get("RAYFIELD_GCS_ADDRESS") or api._info.get("gcs_address") or None
+
+
+@functools.cache
+def _client(address: str) -> Any:
+    from rayfield import api
+    from rayfield._private.cluster.launch import find_token
+    from rayfield._private.gcs.client import GcsClient
+
+    temp_dir = api._info.get("temp_dir")
+    token = find_token(address, Path(temp_dir) if temp_dir else None)
+    return GcsClient(address, token, retry_deadline_s=10)
+
+
+def register(
+    address: str,
+    actor_id: bytes,
+    name: str,
+    namespace: str,
+    detached: bool,
+    methods: dict[str, int],
+    class_name: str,
+) -> None:
+    """Take ``name`` for ``actor_id`` in the cluster.
+
+    Raises:
+        ValueError: when a live actor holds the name already.
+    """
+    from rayfield._private.gcs.errors import GcsAlreadyExistsError
+    from rayfield._private.gcs.types import ActorInfo, ActorState
+
+    payload = json.dumps({"methods": methods, "class_name": class_name}).encode()
+    info = ActorInfo(
+        actor_id=actor_id,
+        name=name,
+        namespace=namespace,
+        detached=detached,
+        state=ActorState.PENDING_CREATION,
+        payload=payload,
+    )
+    try:
+        _client(address).register_actor(info)
+    except GcsAlreadyExistsError as exc:
+        raise ValueError(f"{exc} (or pass get_if_exists=True)") from None
+
+
+def lookup(address: str, name: str, namespace: str) -> tuple[bytes, dict[str, int], str] | None:
+    """(actor id, methods, class name) of the live actor called ``name``, else None."""
+    record = _client(address).get_actor(name=name, namespace=namespace)
+    if record is None or not record.payload:
+        return None
+    data = json.loads(record.payload)
+    return record.actor_id, dict(data["methods"]), str(data["class_name"])
+
+
+def mark_dead(address: str, actor_id: bytes) -> None:
+    """Record that the actor is dead (its name is free again); no-op if unregistered."""
+    from rayfield._private.gcs.errors import GcsNotFoundError
+    from rayfield._private.gcs.types import ActorState
+
+    try:
+        _client(address).update_actor(actor_id, ActorState.DEAD)
+    except GcsNotFoundError:
+        pass
