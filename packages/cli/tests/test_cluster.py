@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-from clusterutil import rayfield_cmd
+from clusterutil import rayfield_cmd, wait_for
 
 import rayfield as rf
 from rayfield.util import state
@@ -273,8 +273,15 @@ def test_named_actor_is_found_from_another_node_and_its_name_is_unique(cluster: 
     assert rf.get(call_by_name.remote("no-such-actor"))[0] == "missing"
     taken = rf.get(create_named.remote("shared-counter"))  # from node c: one name per cluster
     assert "shared-counter" in taken and "taken" in taken
-    [listed] = [a for a in state.list_actors() if a["name"] == "shared-counter"]
-    assert listed["state"] == "ALIVE" and listed["class_name"] == "Counter"
+    [listed] = wait_for(  # the creation's event reaches the GCS within a second
+        lambda: [
+            a
+            for a in state.list_actors()
+            if a["name"] == "shared-counter" and a["state"] == "ALIVE"
+        ],
+        "the named actor listed ALIVE",
+    )
+    assert listed["class_name"] == "Counter"
     rf.kill(counter)  # it lives on node b: its node kills it, and the name is free again
     with pytest.raises(rf.exceptions.ActorDiedError):
         rf.get(counter.add.remote(1), timeout=30)

@@ -54,6 +54,14 @@ def pin_reason(obj: dict[str, Any]) -> str:
     return "; ".join(reasons) or "cached (evictable)"
 
 
+def _payload_class(payload: bytes) -> str:
+    """The class name a named actor's GCS record carries (``names.py``), else "?"."""
+    try:
+        return str(json.loads(payload)["class_name"])
+    except (ValueError, KeyError, TypeError):
+        return "?"
+
+
 class StateClient:
     """Queries a cluster's state.
 
@@ -258,7 +266,13 @@ class StateClient:
         for a in self.gcs.list_actors():
             hex_id = a.actor_id.hex()
             row = out.setdefault(
-                hex_id, {"actor_id": hex_id, "class_name": "?", "pid": None, "node": ""}
+                hex_id,
+                {
+                    "actor_id": hex_id,
+                    "class_name": _payload_class(a.payload),
+                    "pid": None,
+                    "node": "",
+                },
             )
             created_here = a.state == ActorState.PENDING_CREATION and "state" in row
             row.update(
