@@ -17,9 +17,7 @@ not asserted. See README.md for the methodology.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -33,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parents[1] / "core" / "benchmarks"))
 from _cluster_side import ROWS, sweep  # noqa: E402
-from bench_core import Side, busy_cpus, fmt, ratio, value  # noqa: E402
+from bench_core import Side, busy_cpus, finish, fmt, ratio, value  # noqa: E402
 
 
 def run_side(name: str, python: str, quick: bool, row_timeout_s: float) -> Side:
@@ -142,34 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'quick' if args.quick else 'full'} run, {os.cpu_count()} CPUs, load average before "
         "each side: " + ", ".join(f"{n} {v:.1f}" for n, v in loads.items())
     )
-    for s in sides.values():
-        for note in s.notes:
-            print(f"note ({s.name}): {note}")
-        for key, entry in s.results.items():
-            if isinstance(entry, dict) and "error" in entry and key != "import":
-                print(f"error ({s.name}, {key}): {entry['error']}")
-    print(f"total {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    if args.json:
-        report = {
-            "machine": {
-                "platform": platform.platform(),
-                "cpus": os.cpu_count(),
-                "python": sys.version.split()[0],
-                "busy_cpus_before": busy,
-                "load_average": loads,
-            },
-            "quick": args.quick,
-            "rows": rows,
-            "sides": {
-                s.name: {"error": s.error, "notes": s.notes, "results": s.results}
-                for s in sides.values()
-            },
-        }
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    rf_failed = rf.error is not None or any(
-        "error" in e for e in rf.results.values() if isinstance(e, dict)
-    )
-    return 1 if rf_failed else 0
+    return finish(list(sides.values()), rows, args, loads, busy, started)
 
 
 if __name__ == "__main__":

@@ -27,15 +27,17 @@ def rayfield_cmd(*args: str, check: bool = True, **kw: Any) -> subprocess.Comple
     return proc
 
 
-def start_two_nodes(
+def start_nodes(
     temp_dir: Path,
     *extra: str,
+    count: int = 2,
     resources: str = '{"x": 100}',
     head_args: tuple[str, ...] = (),
     **kw: Any,
 ) -> str:
-    """A head (1 CPU, plus ``head_args``) and a second node (1 CPU and ``resources``);
-    returns the address. ``kw`` goes to ``subprocess.run`` (e.g. ``cwd``)."""
+    """A head (1 CPU, plus ``head_args``) and ``count - 1`` more nodes (1 CPU and
+    ``resources`` each); ``extra`` goes to every node. Returns the address. ``kw`` goes to
+    ``subprocess.run`` (e.g. ``cwd``)."""
     rayfield_cmd(
         "start",
         "--head",
@@ -50,19 +52,20 @@ def start_two_nodes(
         **kw,
     )
     address = json.loads((temp_dir / "session_latest" / "cluster.json").read_text())["gcs_address"]
-    rayfield_cmd(
-        "start",
-        "--address",
-        address,
-        "--num-cpus",
-        "1",
-        "--resources",
-        resources,
-        "--temp-dir",
-        str(temp_dir),
-        *extra,
-        **kw,
-    )
+    for _ in range(count - 1):
+        rayfield_cmd(
+            "start",
+            "--address",
+            address,
+            "--num-cpus",
+            "1",
+            "--resources",
+            resources,
+            "--temp-dir",
+            str(temp_dir),
+            *extra,
+            **kw,
+        )
     return str(address)
 
 

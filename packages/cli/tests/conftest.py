@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusterutil import rayfield_cmd, start_two_nodes
+from clusterutil import rayfield_cmd, start_nodes
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def driver_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[s
     import rayfield as rf
 
     temp_dir = tmp_path_factory.mktemp("rf")
-    address = start_two_nodes(temp_dir, resources='{"b": 4}')
+    address = start_nodes(temp_dir, resources='{"b": 4}')
     rf.init(address=address, temp_dir=str(temp_dir))
     try:
         yield address, temp_dir

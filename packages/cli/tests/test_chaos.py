@@ -10,7 +10,6 @@ available resources equal their totals.
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from clusterutil import rayfield_cmd
+from clusterutil import rayfield_cmd, start_nodes
 
 import rayfield as rf
 from rayfield.exceptions import ActorDiedError
@@ -52,32 +51,8 @@ def node_processes(temp_dir: Path) -> dict[str, psutil.Process]:
 
 
 def test_tasks_and_actors_survive_killed_workers_and_a_dead_node(tmp_path: Path) -> None:
-    rayfield_cmd(
-        "start",
-        "--head",
-        "--port",
-        "0",
-        "--num-cpus",
-        "1",
-        "--heartbeat-timeout-s",
-        "1.5",
-        "--temp-dir",
-        str(tmp_path),
-    )
-    address = json.loads((tmp_path / "session_latest" / "cluster.json").read_text())["gcs_address"]
+    address = start_nodes(tmp_path, count=3, head_args=("--heartbeat-timeout-s", "1.5"))
     head_session = str((tmp_path / "session_latest").resolve())
-    for _ in range(2):
-        rayfield_cmd(
-            "start",
-            "--address",
-            address,
-            "--num-cpus",
-            "1",
-            "--resources",
-            '{"x": 100}',
-            "--temp-dir",
-            str(tmp_path),
-        )
     rf.init(address=address, temp_dir=str(tmp_path))
     try:
         actors = [Accumulator.remote() for _ in range(4)]

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusterutil import rayfield_cmd, start_two_nodes
+from clusterutil import rayfield_cmd, start_nodes
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "core" / "examples"
 
@@ -28,7 +28,7 @@ def two_nodes(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     temp_dir = tmp_path / "rf"
     temp_dir.mkdir()
     # Started away from the examples: the nodes' workers cannot import them by name.
-    address = start_two_nodes(temp_dir, resources="{}", cwd=str(tmp_path))
+    address = start_nodes(temp_dir, resources="{}", cwd=str(tmp_path))
     try:
         yield address, temp_dir
     finally:

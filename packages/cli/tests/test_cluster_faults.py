@@ -12,7 +12,7 @@ import grpc
 import numpy as np
 import psutil
 import pytest
-from clusterutil import rayfield_cmd, start_two_nodes
+from clusterutil import rayfield_cmd, start_nodes
 
 import rayfield as rf
 from rayfield._private.cluster.certs import make_test_certificates
@@ -46,7 +46,7 @@ def gcs_process(temp_dir: Path) -> psutil.Process:
 
 
 def test_gcs_restart_mid_workload_loses_nothing(tmp_path: Path) -> None:
-    address = start_two_nodes(tmp_path)
+    address = start_nodes(tmp_path)
     rf.init(address=address, temp_dir=str(tmp_path))
     try:
         counter = Counter.remote()
@@ -94,7 +94,7 @@ def test_tls_cluster_works_and_refuses_plaintext_peers(
     }
     for k, v in tls.items():  # the CLI, the nodes and this driver read the same variables
         monkeypatch.setenv(k, v)
-    address = start_two_nodes(tmp_path / "rf")
+    address = start_nodes(tmp_path / "rf")
     rf.init(address=address, temp_dir=str(tmp_path / "rf"))
     try:
         assert rf.get([square.remote(i) for i in range(20)]) == [i * i for i in range(20)]
@@ -129,7 +129,7 @@ def make_on_this_node(n: int) -> np.ndarray:
 
 
 def test_object_of_a_dead_node_raises_object_lost_not_a_hang(tmp_path: Path) -> None:
-    address = start_two_nodes(tmp_path, "--heartbeat-timeout-s", "1.5")
+    address = start_nodes(tmp_path, "--heartbeat-timeout-s", "1.5")
     rf.init(address=address, temp_dir=str(tmp_path))
     try:
         [put_ref] = rf.get(put_on_this_node.remote(100_000))  # the object stays on node 2

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import psutil
 import pytest
-from clusterutil import rayfield_cmd, start_two_nodes, wait_for
+from clusterutil import rayfield_cmd, start_nodes, wait_for
 from playwright.sync_api import Browser, Page, sync_playwright
 
 import rayfield as rf
@@ -66,7 +66,7 @@ class Counter:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     temp_dir = tmp_path_factory.mktemp("rf")
-    address = start_two_nodes(
+    address = start_nodes(
         temp_dir,
         resources='{"b": 4}',
         head_args=("--include-dashboard", "--dashboard-port", "0"),

@@ -467,14 +467,26 @@ def main(argv: list[str] | None = None) -> int:
         f"load average before each side: "
         + ", ".join(f"{n} {v['before'][0]:.1f}" for n, v in loads.items())
     )
-    for s in (rf, ray, pool):
+    return finish([rf, ray, pool], rows, args, loads, busy, started)
+
+
+def finish(
+    sides: list[Side],
+    rows: Any,
+    args: argparse.Namespace,
+    loads: dict[str, Any],
+    busy: Any,
+    started: float,
+) -> int:
+    """Print the sides' notes and errors and the total time, write the ``--json`` report;
+    the exit status: 1 if rayfield's side (the first) failed. Shared with bench_cluster."""
+    for s in sides:
         for note in s.notes:
             print(f"note ({s.name}): {note}")
         for key, entry in s.results.items():
             if isinstance(entry, dict) and "error" in entry and key != "import":
                 print(f"error ({s.name}, {key}): {entry['error']}")
     print(f"total {time.perf_counter() - started:.0f} s", file=sys.stderr)
-
     if args.json:
         report = {
             "machine": {
@@ -487,13 +499,13 @@ def main(argv: list[str] | None = None) -> int:
             "quick": args.quick,
             "rows": rows,
             "sides": {
-                s.name: {"error": s.error, "notes": s.notes, "results": s.results}
-                for s in (rf, ray, pool)
+                s.name: {"error": s.error, "notes": s.notes, "results": s.results} for s in sides
             },
         }
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    rf = sides[0]
     rf_failed = rf.error is not None or any(
-        "error" in e for k, e in rf.results.items() if isinstance(e, dict)
+        "error" in e for e in rf.results.values() if isinstance(e, dict)
     )
     return 1 if rf_failed else 0
 

@@ -131,7 +131,7 @@ def list_actors() -> list[dict[str, Any]]:
     _flush_own_events()
     out = []
     for e in _events.read_events(_logs_dir()):
-        if e.get("kind") == "task" and e.get("actor") and e["name"].endswith(".__init__"):
+        if _events.is_actor_creation(e):
             alive = psutil.pid_exists(e["pid"]) and e.get("ok", True)
             out.append(
                 {

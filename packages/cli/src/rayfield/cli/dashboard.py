@@ -12,6 +12,7 @@ import click
 import psutil
 
 from rayfield._private.cluster import launch
+from rayfield.cli._common import Cluster, cluster_options
 
 START_HINT = "start the head with `rayfield start --head --include-dashboard`"
 
@@ -36,19 +37,14 @@ def _local_url(temp_dir: Path | None) -> str:
     return str(info["url"])
 
 
-def _remote_url(address: str, temp_dir: Path | None) -> str:
-    from rayfield._private.cluster.state_client import StateClient, StateError
-    from rayfield._private.gcs.errors import GcsError
+def _remote_url(cluster: Cluster) -> str:
     from rayfield.dashboard import KV_KEY, KV_NAMESPACE
 
-    try:
-        with StateClient(address, temp_dir=temp_dir) as client:
-            value = client.gcs.kv_get(KV_NAMESPACE, KV_KEY)
-    except (StateError, GcsError) as exc:
-        raise click.ClickException(str(exc)) from None
+    with cluster.state() as client:
+        value = client.gcs.kv_get(KV_NAMESPACE, KV_KEY)
     if value is None:
         raise click.ClickException(
-            f"the cluster at {address} runs without a dashboard: {START_HINT}"
+            f"the cluster at {client.address} runs without a dashboard: {START_HINT}"
         )
     return value.decode()
 
@@ -62,26 +58,15 @@ def _answers(url: str) -> bool:
 
 
 @click.command()
-@click.option(
-    "--address",
-    metavar="HOST:PORT",
-    default=None,
-    help="The cluster's GCS address (default: the head running on this machine).",
-)
-@click.option(
-    "--temp-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Root of the session directories (default <tmp>/rayfield).",
-)
 @click.option("--open", "open_browser", is_flag=True, help="Open the dashboard in a web browser.")
-def dashboard(address: str | None, temp_dir: Path | None, open_browser: bool) -> None:
+@cluster_options
+def dashboard(cluster: Cluster, open_browser: bool) -> None:
     """Print the URL of the cluster's dashboard (or open it with --open).
 
     The dashboard runs on the head when it was started with --include-dashboard; log in
     with the cluster token (``<head session>/token``).
     """
-    url = _remote_url(address, temp_dir) if address else _local_url(temp_dir)
+    url = _remote_url(cluster) if cluster.address else _local_url(cluster.temp_dir)
     if not _answers(url):
         raise click.ClickException(
             f"the dashboard at {url} does not answer: if it listens on another machine's "

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EventLog", "read_events", "to_chrome_trace"]
+__all__ = ["EventLog", "is_actor_creation", "read_events", "to_chrome_trace"]
 
 
 class EventLog:
@@ -69,6 +69,15 @@ def read_events(logs_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
                     except json.JSONDecodeError:  # a line being written right now
                         continue
     return events
+
+
+def is_actor_creation(event: dict[str, Any]) -> bool:
+    """Whether ``event`` is the finished creation (``<Class>.__init__``) of an actor."""
+    return (
+        event.get("kind") == "task"
+        and bool(event.get("actor"))
+        and str(event.get("name", "")).endswith(".__init__")
+    )
 
 
 _PHASES = (

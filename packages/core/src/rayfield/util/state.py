@@ -3,8 +3,8 @@
 Each function asks the cluster's GCS and, in parallel, every alive node. Records are
 dicts of JSON-friendly values (ids as hex strings, sizes in bytes, times in Unix
 seconds). The cluster is ``address`` (the GCS as HOST:PORT) when given, else the one
-this driver joined with ``rayfield.init(address=...)``, else the head running on this
-machine (started with ``rayfield start --head``).
+this driver joined with ``rayfield.init(address=...)`` (in a task: its node's), else the
+head running on this machine (started with ``rayfield start --head``).
 
 Example:
     >>> from rayfield.util import state
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rayfield._private.cluster.names import gcs_address, sessions_root
 from rayfield._private.cluster.state_client import StateClient, StateError
 
 __all__ = [
@@ -42,13 +43,7 @@ T = TypeVar("T")
 
 
 def _with_client(address: str | None, fn: Callable[[StateClient], T]) -> T:
-    from rayfield import api
-
-    temp_dir = None
-    if address is None and api._info.get("gcs_address"):
-        address = api._info["gcs_address"]
-        temp_dir = Path(api._info["temp_dir"])
-    with StateClient(address, temp_dir=temp_dir) as client:
+    with StateClient(address or gcs_address(), temp_dir=sessions_root()) as client:
         return fn(client)
 
 

@@ -669,10 +669,11 @@ class NodeAgent:
         lost = []
         for oid in ids:
             owner = owners.get(origin_of(oid))
+            if owner is None or owner.alive or self.client.contains(oid):
+                self._lost_strikes.pop(oid, None)  # (the common case: no lock, one dict op)
+                continue
             with self._lock:
-                if oid not in self.wanted or self.client.contains(oid):
-                    continue
-                if owner is None or owner.alive or oid in self.forwarded:
+                if oid not in self.wanted or oid in self.forwarded:
                     self._lost_strikes.pop(oid, None)
                     continue
                 strikes = self._lost_strikes[oid] = self._lost_strikes.get(oid, 0) + 1

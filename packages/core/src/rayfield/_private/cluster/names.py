@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["gcs_address", "lookup", "mark_dead", "register"]
+__all__ = ["gcs_address", "lookup", "mark_dead", "register", "sessions_root"]
 
 
 def gcs_address() -> str | None:
@@ -29,15 +29,20 @@ def gcs_address() -> str | None:
     return os.environ.get("RAYFIELD_GCS_ADDRESS") or api._info.get("gcs_address") or None
 
 
+def sessions_root() -> Path | None:
+    """Where the driver looked for the cluster's sessions (its token), if it said."""
+    from rayfield import api
+
+    temp_dir = api._info.get("temp_dir")
+    return Path(temp_dir) if temp_dir else None
+
+
 @functools.cache
 def _client(address: str) -> Any:
-    from rayfield import api
     from rayfield._private.cluster.launch import find_token
     from rayfield._private.gcs.client import GcsClient
 
-    temp_dir = api._info.get("temp_dir")
-    token = find_token(address, Path(temp_dir) if temp_dir else None)
-    return GcsClient(address, token, retry_deadline_s=10)
+    return GcsClient(address, find_token(address, sessions_root()), retry_deadline_s=10)
 
 
 def register(

@@ -132,6 +132,12 @@ class StateClient:
 
         return list(self._pool.map(one, alive))
 
+    def _introspect_all(
+        self, nodes: list[NodeInfo] | None = None
+    ) -> list[tuple[NodeInfo, dict[str, Any] | None, str]]:
+        """Every alive node's ``Introspect`` answer (without objects), in parallel."""
+        return self._each_node(lambda s: s.introspect(timeout_s=self.node_timeout_s), nodes)
+
     def resolve_node(self, node: str) -> NodeInfo:
         """The alive node whose id (or a prefix of it), address or host matches ``node``.
 
@@ -155,12 +161,7 @@ class StateClient:
     def nodes(self) -> list[dict[str, Any]]:
         """Every node the GCS knows, alive or dead, with live load for alive ones."""
         infos = self.gcs.get_nodes()
-        live = {
-            n.node_id: (stats, err)
-            for n, stats, err in self._each_node(
-                lambda s: s.introspect(timeout_s=self.node_timeout_s), infos
-            )
-        }
+        live = {n.node_id: (stats, err) for n, stats, err in self._introspect_all(infos)}
         out = []
         for n in infos:
             stats, err = live.get(n.node_id, (None, ""))
@@ -214,12 +215,10 @@ class StateClient:
         hosts = {
             (e.get("node", ""), e.get("pid")): e["actor"]
             for e in self.task_events()
-            if e.get("kind") == "task"
-            and e.get("actor")
-            and e.get("name", "").endswith(".__init__")
+            if _events.is_actor_creation(e)
         }
         out = []
-        for n, stats, _ in self._each_node(lambda s: s.introspect(timeout_s=self.node_timeout_s)):
+        for n, stats, _ in self._introspect_all():
             for w in stats["workers"] if stats else []:
                 actor = hosts.get((n.address, w["pid"]))
                 row = {"node_id": n.node_id.hex(), "node": n.address, **w, "actor_id": actor}
@@ -232,21 +231,12 @@ class StateClient:
         """Every actor: those the GCS records (named, detached, moved between nodes) and
         those the task events show created. Class and worker pid come from the events;
         an actor only the events know is ALIVE while its worker process runs."""
-        created: dict[str, dict[str, Any]] = {}
-        for e in self.task_events():
-            if (
-                e.get("kind") == "task"
-                and e.get("actor")
-                and e.get("name", "").endswith(".__init__")
-            ):
-                created[e["actor"]] = e
+        created = {e["actor"]: e for e in self.task_events() if _events.is_actor_creation(e)}
         infos = self.gcs.get_nodes()
         nodes = {n.node_id.hex(): n.address for n in infos}
         live = {
             (n.address, w["pid"])
-            for n, stats, _ in self._each_node(
-                lambda s: s.introspect(timeout_s=self.node_timeout_s), infos
-            )
+            for n, stats, _ in self._introspect_all(infos)
             for w in (stats["workers"] if stats else [])
         }
         out: dict[str, dict[str, Any]] = {}
@@ -292,7 +282,7 @@ class StateClient:
         """Tasks and actor calls: RUNNING ones from the nodes, then FINISHED and FAILED
         ones from the task events (``limit``: the most recent events only)."""
         out = []
-        for n, stats, _ in self._each_node(lambda s: s.introspect(timeout_s=self.node_timeout_s)):
+        for n, stats, _ in self._introspect_all():
             for t in stats["running"] if stats else []:
                 out.append(
                     {
@@ -442,12 +432,10 @@ def kill_actor_elsewhere(actor_id: bytes, no_restart: bool) -> bool:
     node's (``RAYFIELD_GCS_ADDRESS``, with the token in ``RAYFIELD_TOKEN``). False when
     this process is not in a cluster or no node hosts the actor.
     """
-    from rayfield import api
-    from rayfield._private.cluster.names import gcs_address
+    from rayfield._private.cluster.names import gcs_address, sessions_root
 
     address = gcs_address()
     if not address:
         return False
-    temp_dir = api._info.get("temp_dir")
-    with StateClient(address, temp_dir=Path(temp_dir) if temp_dir else None) as client:
+    with StateClient(address, temp_dir=sessions_root()) as client:
         return client.kill_actor(actor_id, no_restart)
