@@ -450,11 +450,11 @@ class NodeAgent:
                     self._made_at(rid, address)
 
     def _made_at(self, object_id: bytes, address: str) -> None:
-        """(Lock held.) ``object_id`` will be made at ``address``, which pushes it here
-        when sealed; if wanted, ask there only if the push does not come."""
+        """(Lock held.) ``object_id`` will be made at ``address``: ask there, now, if wanted."""
         self.forwarded[object_id] = address
         if object_id in self.wanted:
-            self.wanted[object_id] = (time.monotonic() + PUSH_FALLBACK_S, FIRST_LOOKUP_S)
+            self.wanted[object_id] = (time.monotonic(), FIRST_LOOKUP_S)
+            self._wake.set()
 
     def _node_died(self, node: NodeInfo) -> None:
         logger.warning(
@@ -506,8 +506,9 @@ class NodeAgent:
         for dep in spec["dependencies"]:
             if not self.client.contains(dep):
                 self.want(dep, origin, PUSH_FALLBACK_S if dep in coming else 0.0)
-        for rid in spec["return_ids"]:
-            self.pusher.push_when_sealed(rid, origin)
+        # Results go back by the origin's pull (a long poll of this node), not by a push:
+        # pushing them and dropping this node's hold at once leaked the resources of
+        # actors restarted here (the chaos test); see docs/architecture.md.
         resume = bool(spec.get("actor_id")) and not spec.get("actor_creation")
         self._resubmit(dict(spec, pin_returns=True, resume_sequence=resume))
 
@@ -566,11 +567,9 @@ class NodeAgent:
             if object_id in self.held:
                 return  # made here, by a forwarded task
             hint = self.forwarded.get(object_id)
-            announced = object_id in self._announced
-        # The node making a forwarded task's result pushes it here when it is sealed (or
-        # announces it, when large: then it is pulled at once).
-        pushed = hint is not None and not announced
-        self.want(object_id, hint, PUSH_FALLBACK_S if pushed else 0.0)
+        # A forwarded task's result is asked for at once, by a long poll of the node
+        # making it (results are pulled, not pushed).
+        self.want(object_id, hint)
 
     def want(self, object_id: bytes, hint: str | None = None, delay_s: float = 0.0) -> None:
         """Fetch ``object_id`` into the local store (from ``hint`` first, if given), after

@@ -1,0 +1,120 @@
+"""Chaos: workers and a whole node die while a cluster runs tasks and actors.
+
+Three nodes on this machine (head; b and c with resource ``x``). While 2,000 tasks and 4
+restartable actors run on b and c, every worker process is killed once and node b is
+killed outright. Every task result must arrive, correct, with no hung ``get``; actor calls
+either return or raise ``ActorDiedError`` (calls in flight when an actor dies fail, as in
+Ray without ``max_task_retries``), the actors come back, and afterwards the alive nodes'
+available resources equal their totals.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from clusterutil import rayfield_cmd, start_nodes
+
+import rayfield as rf
+from rayfield.exceptions import ActorDiedError
+
+
+@rf.remote(resources={"x": 1}, max_retries=10)
+def square(i: int) -> int:
+    time.sleep(0.002)
+    return i * i
+
+
+@rf.remote(resources={"x": 1}, num_cpus=0, max_restarts=10)
+class Accumulator:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def add(self, v: int) -> int:
+        self.calls += 1
+        return v + 1
+
+
+def node_processes(temp_dir: Path) -> dict[str, psutil.Process]:
+    from rayfield._private.cluster.launch import rayfield_processes
+
+    out = {}
+    for p in rayfield_processes(temp_dir):
+        cmd = p.cmdline()
+        if "rayfield._private.node_main" in cmd:
+            out[cmd[cmd.index("--session-dir") + 1]] = p
+    return out
+
+
+def test_tasks_and_actors_survive_killed_workers_and_a_dead_node(tmp_path: Path) -> None:
+    address = start_nodes(tmp_path, count=3, head_args=("--heartbeat-timeout-s", "1.5"))
+    head_session = str((tmp_path / "session_latest").resolve())
+    rf.init(address=address, temp_dir=str(tmp_path))
+    try:
+        actors = [Accumulator.remote() for _ in range(4)]
+        assert rf.get([a.add.remote(0) for a in actors]) == [1] * 4
+        refs = [square.remote(i) for i in range(2000)]
+        nodes = node_processes(tmp_path)
+        victim_session = next(s for s in nodes if s != head_session)
+        victim = nodes[victim_session]
+
+        def chaos() -> None:
+            time.sleep(0.5)
+            for node in nodes.values():  # every worker, once
+                for w in node.children(recursive=True):
+                    w.send_signal(signal.SIGKILL)
+            time.sleep(0.5)
+            victim.send_signal(signal.SIGKILL)  # and one whole non-head node
+
+        killer = threading.Thread(target=chaos)
+        killer.start()
+        outcomes = {"ok": 0, "died": 0}
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:  # actor calls throughout the chaos
+            for ref in [a.add.remote(1) for a in actors]:
+                try:
+                    assert rf.get(ref, timeout=20) == 2, ref
+                    outcomes["ok"] += 1
+                except ActorDiedError:
+                    outcomes["died"] += 1
+            time.sleep(0.05)
+        killer.join()
+        assert rf.get(refs, timeout=120) == [i * i for i in range(2000)]
+        assert outcomes["ok"] > 0
+        # Every actor is back (restarted on its node or on the surviving one).
+        assert rf.get([a.add.remote(5) for a in actors], timeout=60) == [6] * 4
+
+        from rayfield._private.cluster.launch import find_token
+        from rayfield._private.gcs.client import GcsClient
+
+        gcs = GcsClient(address, find_token(address, tmp_path))
+        deadline = time.monotonic() + 15
+        while True:
+            alive = [n for n in gcs.get_nodes() if n.alive]
+            settled = len(alive) == 2 and all(
+                n.resources_available.get(k) == pytest.approx(v)
+                for n in alive
+                for k, v in n.resources_total.items()
+                if k != "x"  # the 4 actors hold x
+            )
+            if settled or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        gcs.close()
+        assert len(alive) == 2, "the killed node is declared dead"
+        assert settled, [(n.resources_total, n.resources_available) for n in alive]
+        x_used = sum(
+            n.resources_total.get("x", 0) - n.resources_available.get("x", 0) for n in alive
+        )
+        from rayfield.util import state as S
+        print("ALIVE", [(n.address, n.resources_available) for n in alive])
+        print("ACTORS", [(a["node"], a["state"], a["pid"]) for a in S.list_actors()])
+        print("WORKERS", [(w["node"], w["pid"], w["state"]) for w in S.list_workers()])
+        assert x_used == pytest.approx(4)  # exactly the actors' resources, nothing leaked
+    finally:
+        rf.shutdown()
+        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
