@@ -53,20 +53,25 @@ def start_nodes(
     )
     address = json.loads((temp_dir / "session_latest" / "cluster.json").read_text())["gcs_address"]
     for _ in range(count - 1):
-        rayfield_cmd(
-            "start",
-            "--address",
-            address,
-            "--num-cpus",
-            "1",
-            "--resources",
-            resources,
-            "--temp-dir",
-            str(temp_dir),
-            *extra,
-            **kw,
-        )
+        add_node(address, temp_dir, resources, *extra, **kw)
     return str(address)
+
+
+def add_node(address: str, temp_dir: Path, resources: str, *extra: str, **kw: Any) -> None:
+    """Start one more node (1 CPU and ``resources``) in the cluster at ``address``."""
+    rayfield_cmd(
+        "start",
+        "--address",
+        address,
+        "--num-cpus",
+        "1",
+        "--resources",
+        resources,
+        "--temp-dir",
+        str(temp_dir),
+        *extra,
+        **kw,
+    )
 
 
 def wait_for(fn: Callable[[], Any], what: str, timeout_s: float = 20) -> Any:

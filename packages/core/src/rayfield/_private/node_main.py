@@ -80,8 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     session = args.session_dir or (
         args.temp_dir / f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}"
     )
-    if args.gcs_address:  # its workers know they are in a cluster (named actors elsewhere)
+    if args.gcs_address:  # its workers know they are in a cluster (GCS, named actors)
         os.environ["RAYFIELD_GCS_ADDRESS"] = args.gcs_address
+        if args.tls_cert:  # and reach its GCS with the node's certificate
+            from rayfield._private.gcs.auth import ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY
+
+            os.environ[ENV_TLS_CERT], os.environ[ENV_TLS_KEY] = args.tls_cert, args.tls_key
+            os.environ[ENV_TLS_CA] = args.tls_ca
     node = LocalNode(
         session, resources, memory, args.plasma_directory, args.huge_pages, log_to_driver=False
     )

@@ -13,7 +13,6 @@ dependencies (the node runs the task once they are local).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import struct
@@ -26,6 +25,7 @@ import cloudpickle
 
 from rayfield import exceptions
 from rayfield._private import serialization
+from rayfield._private.cluster import code_exports
 from rayfield._private.object_ref import ObjectRef, RefTracker, set_tracker
 from rayfield.store import GetTimeoutError as StoreGetTimeout
 from rayfield.store import ObjectExistsError, StoreClient
@@ -222,15 +222,17 @@ class Runtime:
     # ---- code ----------------------------------------------------------------------
 
     def export(self, obj: Any) -> bytes:
-        """Put a function or class into the store once; its id is its content hash."""
+        """Put a function or class into the store once, and in a cluster into the GCS
+        (``cluster/code_exports.py``); its id is its content hash."""
         blob = cloudpickle.dumps(obj, protocol=5)
-        fid = hashlib.sha1(blob).digest()
+        fid = code_exports.code_id(blob)
         if fid not in self.exported:
             self.client.pin([fid])  # kept for the whole session
             try:
-                self.client.put(fid, blob, b"CODE")
+                self.client.put(fid, blob, code_exports.CODE_META)
             except ObjectExistsError:
                 pass  # exported before (same content, same id)
+            code_exports.publish(fid, blob)
             self.exported.add(fid)
         return fid
 

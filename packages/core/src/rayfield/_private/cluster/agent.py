@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from rayfield._private.cluster import messages
+from rayfield._private.cluster.code_exports import fetch_into, is_code
 from rayfield._private.cluster.event_shipper import EventShipper
 from rayfield._private.cluster.introspect import Introspector
 from rayfield._private.cluster.node_service import STREAMING_METHODS, NodeService, NodeStub
@@ -121,6 +122,7 @@ class NodeAgent:
         self._pins_by_return: dict[bytes, bytes] = {}  # (address, pins, returns to come)
         self._sent_load: list[tuple[float, str, dict[str, float]]] = []  # (when, to, demand)
         self._announced: set[bytes] = set()  # large objects a peer said it holds for us
+        self._code_from_peers: set[bytes] = set()  # code ids the GCS did not have
         self.pusher = ObjectPusher(node.socket_path, self._send_push, self._pushed)
         self.recovery = Recovery(self.client, self._resubmit)
         # Sent in batches by the fetch thread, off the event and transfer threads:
@@ -581,8 +583,8 @@ class NodeAgent:
             if hint is not None:  # asked by the long poll of that node
                 self.forwarded.setdefault(object_id, hint)
                 self.wanted[object_id] = (time.monotonic() + delay_s, FIRST_LOOKUP_S)
-            else:
-                delay_s = max(delay_s, FIRST_LOOKUP_S)
+            else:  # maybe being made here; code is not: it is asked of the GCS at once
+                delay_s = delay_s if is_code(object_id) else max(delay_s, FIRST_LOOKUP_S)
                 self.wanted[object_id] = (time.monotonic() + delay_s, FIRST_LOOKUP_S)
         if delay_s <= 0:
             self._wake.set()
@@ -612,6 +614,13 @@ class NodeAgent:
             with self._lock:
                 due = [oid for oid, (t, _) in self.wanted.items() if t <= now]
             due = [oid for oid in due if not self._have(oid)]
+            with self._lock:
+                code = [o for o in due if is_code(o) and o not in self._code_from_peers]
+            for oid in code:  # from the GCS (_fetch), then from peers
+                self._start_fetch(oid, [])
+            if code:
+                skip = set(code)
+                due = [oid for oid in due if oid not in skip]
             by_hint: dict[str, list[bytes]] = {}
             with self._lock:  # where it is being made, or where the task that needs it came from
                 for oid in due:
@@ -732,6 +741,11 @@ class NodeAgent:
 
     def _fetch(self, object_id: bytes, addresses: list[str | None]) -> None:
         try:
+            if is_code(object_id):
+                if fetch_into(self.gcs, self.client, object_id):
+                    return
+                with self._lock:  # not exported to the GCS (too big): from a peer
+                    self._code_from_peers.add(object_id)
             for address in addresses:
                 if address is not None and self.pull(object_id, address):
                     return

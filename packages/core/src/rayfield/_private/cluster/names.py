@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["gcs_address", "lookup", "mark_dead", "register", "sessions_root"]
+__all__ = ["client", "gcs_address", "lookup", "mark_dead", "register", "sessions_root"]
 
 
 def gcs_address() -> str | None:
@@ -38,7 +38,9 @@ def sessions_root() -> Path | None:
 
 
 @functools.cache
-def _client(address: str) -> Any:
+def client(address: str) -> Any:
+    """A GCS client of the cluster at ``address``, one per process (TLS from
+    ``RAYFIELD_TLS_*`` when set)."""
     from rayfield._private.cluster.launch import find_token
     from rayfield._private.gcs.client import GcsClient
 
@@ -72,14 +74,14 @@ def register(
         payload=payload,
     )
     try:
-        _client(address).register_actor(info)
+        client(address).register_actor(info)
     except GcsAlreadyExistsError as exc:
         raise ValueError(f"{exc} (or pass get_if_exists=True)") from None
 
 
 def lookup(address: str, name: str, namespace: str) -> tuple[bytes, dict[str, int], str] | None:
     """(actor id, methods, class name) of the live actor called ``name``, else None."""
-    record = _client(address).get_actor(name=name, namespace=namespace)
+    record = client(address).get_actor(name=name, namespace=namespace)
     if record is None or not record.payload:
         return None
     data = json.loads(record.payload)
@@ -92,6 +94,6 @@ def mark_dead(address: str, actor_id: bytes) -> None:
     from rayfield._private.gcs.types import ActorState
 
     try:
-        _client(address).update_actor(actor_id, ActorState.DEAD)
+        client(address).update_actor(actor_id, ActorState.DEAD)
     except GcsNotFoundError:
         pass

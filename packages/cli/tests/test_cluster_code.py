@@ -1,0 +1,64 @@
+"""Exported code lives in the GCS: a task still runs after the node that exported its
+function died."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import psutil
+from clusterutil import add_node, rayfield_cmd, start_nodes, wait_for
+
+import rayfield as rf
+from rayfield._private.cluster.code_exports import NAMESPACE, is_code
+from rayfield._private.cluster.launch import find_token
+from rayfield._private.gcs.client import GcsClient
+
+
+@rf.remote(resources={"c": 1}, num_cpus=0)
+def hold_c(go: str) -> None:
+    """Keeps node C's only "c" busy until the file ``go`` exists."""
+    while not Path(go).exists():
+        time.sleep(0.05)
+
+
+@rf.remote(resources={"b": 1}, num_cpus=0)
+def export_on_b(out: str) -> str:
+    """Runs on node B: defines a new function there and sends a call of it to node C."""
+
+    @rf.remote(resources={"c": 1}, num_cpus=0)
+    def write_on_c(path: str, text: str) -> None:
+        Path(path).write_text(text)
+
+    write_on_c.remote(out, "made with code exported on node B")
+    return "submitted"
+
+
+def test_code_exported_on_a_dead_node_comes_from_the_gcs(tmp_path: Path) -> None:
+    address = start_nodes(tmp_path, "--heartbeat-timeout-s", "1.5", resources='{"b": 1}')
+    add_node(address, tmp_path, '{"c": 1}', "--heartbeat-timeout-s", "1.5")
+    go, out = tmp_path / "go", tmp_path / "out.txt"
+    rf.init(address=address, temp_dir=str(tmp_path))
+    try:
+        with GcsClient(address, find_token(address, tmp_path)) as gcs:
+            nodes = wait_for(lambda: len(gcs.get_nodes()) == 3 and gcs.get_nodes(), "3 nodes")
+            [b_session] = [n.session_dir for n in nodes if "b" in n.resources_total]
+            blocker = hold_c.remote(str(go))
+            before = set(gcs.kv_keys(NAMESPACE))
+            assert rf.get(export_on_b.remote(str(out))) == "submitted"
+            new = set(gcs.kv_keys(NAMESPACE)) - before
+            assert new and all(is_code(k) for k in new)  # export_on_b, write_on_c
+        time.sleep(1.0)  # write_on_c reaches node C, where it waits for "c"
+        node_b = psutil.Process(json.loads((Path(b_session) / "node.json").read_text())["pid"])
+        for p in [node_b, *node_b.children(recursive=True)]:
+            p.send_signal(signal.SIGKILL)
+        time.sleep(2.0)  # node B is declared dead; its store (and the code in it) is gone
+        go.touch()
+        rf.get(blocker, timeout=30)
+        text = wait_for(lambda: out.exists() and out.read_text(), "write_on_c on node C", 30)
+        assert text == "made with code exported on node B"
+    finally:
+        rf.shutdown()
+        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
