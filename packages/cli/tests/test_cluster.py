@@ -298,3 +298,21 @@ def test_actor_lives_where_its_resources_are_and_is_callable_from_every_node(
     here, seen = rf.get(call_from_c.remote(counter))
     assert here == cluster.nodes["c"] and seen == list(range(121, 126))
     assert rf.get(counter.add.remote(0))[1] == 125
+
+
+def test_classic_state_api_covers_every_node(cluster: Cluster) -> None:
+    nodes = rf.nodes()
+    assert {n["NodeID"][:12] for n in nodes if n["Alive"]} == set(cluster.nodes.values())
+    totals = rf.cluster_resources()
+    assert totals["CPU"] == 3 and totals["b_res"] == 2 and totals["c_res"] == 1
+    marker = rf.get(node_of.options(resources={"c_res": 1}, name="on_c_marker").remote())
+    assert marker == cluster.nodes["c"]
+    wait_for(
+        lambda: rf.available_resources().get("c_res") == 1, "c_res free again in the GCS view"
+    )
+    done = wait_for(
+        lambda: [t for t in rf.tasks() if t["name"] == "on_c_marker"], "node c's task event"
+    )
+    assert done[0]["state"] == "FINISHED" and done[0]["node"] != "127.0.0.1"
+    trace = rf.timeline()
+    assert any(e.get("name") == "on_c_marker" for e in trace)

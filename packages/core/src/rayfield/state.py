@@ -2,6 +2,12 @@
 
 Tasks and actor calls are listed once they finish (from the task events every process
 writes to the session's logs); work still waiting is summarised per resource shape.
+
+In a driver connected to a cluster (``init(address=...)``), ``nodes``, the resource
+totals, ``list_tasks``, ``list_actors`` and ``timeline`` cover every node: they ask the
+GCS (whose resource figures are at most a heartbeat, 0.5 s, old) and, for actors, every
+node. ``list_objects`` and ``pending_tasks`` stay about this driver's node; see
+``rayfield.util.state`` for the cluster-wide views with more detail.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -60,40 +67,111 @@ def _flush_own_events() -> None:
         ev.flush()
 
 
+def _cluster() -> str | None:
+    """The GCS address of this process's cluster; None for a local ``init()``."""
+    from rayfield._private.cluster.names import gcs_address
+
+    return gcs_address()
+
+
+def _gcs_nodes(address: str) -> list[Any]:
+    from rayfield._private.cluster.names import client
+
+    return list(client(address).get_nodes())
+
+
 def list_nodes() -> list[dict[str, Any]]:
-    """One dict per node: ``NodeID``, ``Alive``, ``NodeManagerAddress``,
-    ``ObjectStoreSocketName``, ``Resources`` (totals), ``Available``, ``ObjectStore``."""
+    """One dict per node, alive or dead: ``NodeID``, ``Alive`` (also ``alive``),
+    ``NodeManagerAddress``, ``NodeManagerPort``, ``NodeManagerHostname``,
+    ``ObjectStoreSocketName``, ``Resources`` (totals), ``Available``, ``ObjectStore``
+    (store statistics; this driver's node only, else None).
+
+    Raises:
+        rayfield._private.gcs.errors.GcsError: in a cluster whose GCS cannot be reached.
+    """
     rt = _rt.get_runtime()
-    state = rt.client.node_state()
-    return [
-        {
-            "NodeID": rt.client.node_id.hex(),
-            "Alive": not rt.client.closed,
-            "NodeManagerAddress": "127.0.0.1",
-            "ObjectStoreSocketName": rt.socket_path,
-            "Resources": state["total"],
-            "Available": state["available"],
-            "ObjectStore": rt.client.stats(),
-        }
-    ]
+    address = _cluster()
+    if address is None:
+        state = rt.client.node_state()
+        return [
+            {
+                "NodeID": rt.client.node_id.hex(),
+                "Alive": not rt.client.closed,
+                "alive": not rt.client.closed,
+                "NodeManagerAddress": "127.0.0.1",
+                "NodeManagerPort": 0,
+                "NodeManagerHostname": socket.gethostname(),
+                "ObjectStoreSocketName": rt.socket_path,
+                "Resources": state["total"],
+                "Available": state["available"],
+                "ObjectStore": rt.client.stats(),
+            }
+        ]
+    out = []
+    for n in _gcs_nodes(address):
+        host, _, port = n.address.rpartition(":")
+        mine = n.node_id == rt.client.node_id
+        out.append(
+            {
+                "NodeID": n.node_id.hex(),
+                "Alive": n.alive,
+                "alive": n.alive,
+                "NodeManagerAddress": host,
+                "NodeManagerPort": int(port or 0),
+                "NodeManagerHostname": n.hostname,
+                "ObjectStoreSocketName": n.socket_path,
+                "Resources": dict(n.resources_total),
+                "Available": dict(n.resources_available) if n.alive else {},
+                "ObjectStore": rt.client.stats() if mine else None,
+            }
+        )
+    return out
+
+
+def _summed(field: str) -> dict[str, float]:
+    address = _cluster()
+    if address is None:
+        return dict(_rt.get_runtime().client.node_state()[field])
+    out: dict[str, float] = {}
+    for n in _gcs_nodes(address):
+        if n.alive:
+            values = n.resources_total if field == "total" else n.resources_available
+            for k, v in values.items():
+                out[k] = out.get(k, 0.0) + v
+    return out
 
 
 def cluster_resources() -> dict[str, float]:
-    """Total resources of the cluster, by name."""
-    return dict(_rt.get_runtime().client.node_state()["total"])
+    """Total resources of the cluster's alive nodes, by name."""
+    return _summed("total")
 
 
 def available_resources() -> dict[str, float]:
-    """Resources not in use right now, by name."""
-    return dict(_rt.get_runtime().client.node_state()["available"])
+    """Resources not in use right now on the cluster's alive nodes, by name."""
+    return _summed("available")
+
+
+def _task_events() -> list[dict[str, Any]]:
+    """Task events of this node (from its logs, up to now) and, in a cluster, of every
+    other node (as the GCS has them: up to about a second old)."""
+    _flush_own_events()
+    local = list(_events.read_events(_logs_dir()))
+    address = _cluster()
+    if address is None:
+        return local
+    from rayfield._private.cluster.names import client
+    from rayfield._private.cluster.state_client import decode_events
+
+    mine = _rt.get_runtime().client.node_id.hex()
+    remote = decode_events(client(address).get_task_events())
+    return [e for e in remote if e.get("node_id") != mine] + local
 
 
 def list_tasks() -> list[dict[str, Any]]:
     """Finished tasks and actor calls: ``task_id``, ``name``, ``state`` (FINISHED or
     FAILED), ``actor_id``, ``pid``, ``node``, ``duration_s`` (running time)."""
-    _flush_own_events()
     out = []
-    for e in _events.read_events(_logs_dir()):
+    for e in _task_events():
         if e.get("kind") != "task":
             continue
         out.append(
@@ -127,7 +205,14 @@ def pending_tasks() -> dict[str, Any]:
 
 def list_actors() -> list[dict[str, Any]]:
     """Actors created so far: ``actor_id``, ``class_name``, ``pid``, ``state`` (ALIVE or
-    DEAD)."""
+    DEAD; in a cluster also RESTARTING or PENDING_CREATION, and ``name`` and ``node``)."""
+    address = _cluster()
+    if address is not None:
+        from rayfield._private.cluster.names import sessions_root
+        from rayfield._private.cluster.state_client import StateClient
+
+        with StateClient(address, temp_dir=sessions_root()) as client:
+            return client.actors()
     _flush_own_events()
     out = []
     for e in _events.read_events(_logs_dir()):
@@ -165,8 +250,7 @@ def timeline(filename: str | None = None) -> list[dict[str, Any]]:
         filename: also write the events there as JSON (open in chrome://tracing or
             https://ui.perfetto.dev).
     """
-    _flush_own_events()
-    trace = _events.to_chrome_trace(_events.read_events(_logs_dir()))
+    trace = _events.to_chrome_trace(_task_events())
     if filename is not None:
         with open(filename, "w") as f:
             json.dump(trace, f)

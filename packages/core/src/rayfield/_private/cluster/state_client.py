@@ -28,7 +28,7 @@ from rayfield._private.gcs.auth import TlsConfig, auth_metadata, open_channel
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.gcs.types import ActorState, NodeInfo
 
-__all__ = ["StateClient", "StateError", "kill_actor_elsewhere", "pin_reason"]
+__all__ = ["StateClient", "StateError", "decode_events", "kill_actor_elsewhere", "pin_reason"]
 
 T = TypeVar("T")
 MAX_MESSAGE_BYTES = 64 << 20
@@ -38,6 +38,19 @@ _WORKER_LOG = re.compile(r"^worker-(\d+)\.out$")
 class StateError(RuntimeError):
     """The cluster cannot answer: no cluster found, or a named node, actor, task or
     process that does not exist. The message says what to do."""
+
+
+def decode_events(blobs: list[bytes]) -> list[dict[str, Any]]:
+    """Task events as the GCS keeps them (JSON objects), decoded; bad ones skipped."""
+    out = []
+    for blob in blobs:
+        try:
+            event = json.loads(blob)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            out.append(event)
+    return out
 
 
 def pin_reason(obj: dict[str, Any]) -> str:
@@ -199,15 +212,7 @@ class StateClient:
 
     def task_events(self, limit: int = 0) -> list[dict[str, Any]]:
         """The task events the GCS keeps (most recent ``limit``; 0: all), oldest first."""
-        out = []
-        for blob in self.gcs.get_task_events(limit):
-            try:
-                event = json.loads(blob)
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                out.append(event)
-        return out
+        return decode_events(self.gcs.get_task_events(limit))
 
     def workers(self) -> list[dict[str, Any]]:
         """Every worker process of every alive node: node, pid, state ("idle", "busy" or
