@@ -307,9 +307,7 @@ def test_classic_state_api_covers_every_node(cluster: Cluster) -> None:
     assert totals["CPU"] == 3 and totals["b_res"] == 2 and totals["c_res"] == 1
     marker = rf.get(node_of.options(resources={"c_res": 1}, name="on_c_marker").remote())
     assert marker == cluster.nodes["c"]
-    wait_for(
-        lambda: rf.available_resources().get("c_res") == 1, "c_res free again in the GCS view"
-    )
+    wait_for(lambda: rf.available_resources().get("c_res") == 1, "c_res free again in the GCS view")
     done = wait_for(
         lambda: [t for t in rf.tasks() if t["name"] == "on_c_marker"], "node c's task event"
     )

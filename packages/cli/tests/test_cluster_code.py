@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -62,3 +64,42 @@ def test_code_exported_on_a_dead_node_comes_from_the_gcs(tmp_path: Path) -> None
     finally:
         rf.shutdown()
         rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+
+
+DRIVER = """
+import sys
+import rayfield as rf
+import shapes  # next to this script, not installed
+
+@rf.remote(resources={"x": 1})
+def area_on_another_node(square):
+    import shapes  # the worker finds it through the driver's search path
+    return shapes.area(square), type(square).__module__
+
+rf.init(address=sys.argv[1], temp_dir=sys.argv[2])
+print(rf.get(area_on_another_node.remote(shapes.Square(3))))
+rf.shutdown()
+"""
+
+
+def test_modules_next_to_the_driver_script_import_on_other_nodes(tmp_path: Path) -> None:
+    address = start_nodes(tmp_path / "cluster")  # started from another folder
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "shapes.py").write_text(
+        "class Square:\n    def __init__(self, side):\n        self.side = side\n\n"
+        "def area(s):\n    return s.side ** 2\n"
+    )
+    (project / "main.py").write_text(DRIVER)
+    try:
+        out = subprocess.run(
+            [sys.executable, "main.py", address, str(tmp_path / "cluster")],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "(9, 'shapes')"
+    finally:
+        rayfield_cmd("stop", "--temp-dir", str(tmp_path / "cluster"))

@@ -21,8 +21,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import cloudpickle
-
 from rayfield import exceptions
 from rayfield._private import serialization
 from rayfield._private.cluster import code_exports
@@ -224,7 +222,7 @@ class Runtime:
     def export(self, obj: Any) -> bytes:
         """Put a function or class into the store once, and in a cluster into the GCS
         (``cluster/code_exports.py``); its id is its content hash."""
-        blob = cloudpickle.dumps(obj, protocol=5)
+        blob = code_exports.pack(obj)
         fid = code_exports.code_id(blob)
         if fid not in self.exported:
             self.client.pin([fid])  # kept for the whole session
@@ -242,7 +240,7 @@ class Runtime:
             [buf] = self.client.get([function_id], timeout_s=60)
             if buf is None:
                 raise RuntimeError(f"function {function_id.hex()} was not exported")
-            fn = cloudpickle.loads(bytes(buf))
+            fn = code_exports.unpack(bytes(buf))
             buf.release()
             self.functions[function_id] = fn
         return fn

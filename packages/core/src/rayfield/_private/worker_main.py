@@ -139,6 +139,8 @@ class Worker:
         staged: list[tuple[bytes, bytes, bytes]] = []  # small results, sent with task_done
         try:
             self.apply_serializers(options.get("serializers", ()))
+            if kind in ("task", "actor_create"):
+                self.rt.load(fid)  # first: it extends sys.path for the arguments' classes
             args, kwargs = self.rt.resolve_args(args_part)
             event["args"] = time.time()
             result = self.call(kind, fid, name, args, kwargs, options)

@@ -15,15 +15,34 @@ The GCS keeps code up to ``MAX_GCS_CODE_BYTES``; larger code (a function that cl
 over a big array) travels between nodes like any object and is lost with its node: put
 big data with ``rayfield.put`` and pass the ref instead. The GCS table is persistent
 and keyed by content, so re-exports of unchanged code add nothing.
+
+Exported code carries the exporting process's module search path (``pack``), which a
+worker appends to its own before it unpickles the code (``unpack``): code that imports
+modules next to the driver's script (``import mymodel``) runs on nodes started from
+another directory, as it does in Ray.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import pickle
+import sys
 from typing import Any
 
-__all__ = ["CODE_ORIGIN", "NAMESPACE", "code_id", "fetch_into", "is_code", "publish"]
+import cloudpickle
+
+__all__ = [
+    "CODE_ORIGIN",
+    "NAMESPACE",
+    "code_id",
+    "fetch_into",
+    "is_code",
+    "pack",
+    "publish",
+    "unpack",
+]
 
 logger = logging.getLogger("rayfield")
 
@@ -32,6 +51,24 @@ CODE_ORIGIN = b"\x00CODE\x00"
 NAMESPACE = "functions"
 MAX_GCS_CODE_BYTES = 16 << 20
 CODE_META = b"CODE"
+
+
+def pack(obj: Any) -> bytes:
+    """``obj`` (a function, class or tuple of them) cloudpickled, with this process's
+    module search path (its existing folders, absolute)."""
+    search_path = [os.path.abspath(p or os.getcwd()) for p in sys.path]
+    search_path = list(dict.fromkeys(p for p in search_path if os.path.isdir(p)))
+    return pickle.dumps((search_path, cloudpickle.dumps(obj, protocol=5)), protocol=5)
+
+
+def unpack(blob: bytes) -> Any:
+    """The code ``pack`` made; folders of its search path this process lacks are added
+    to the end of ``sys.path`` first (so they never shadow the worker's own modules)."""
+    search_path, code = pickle.loads(blob)
+    for folder in search_path:
+        if folder not in sys.path:
+            sys.path.append(folder)
+    return cloudpickle.loads(code)
 
 
 def code_id(blob: bytes) -> bytes:
