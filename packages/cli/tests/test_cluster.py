@@ -10,6 +10,8 @@ import ipaddress
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -314,3 +316,33 @@ def test_classic_state_api_covers_every_node(cluster: Cluster) -> None:
     assert done[0]["state"] == "FINISHED" and done[0]["node"] != "127.0.0.1"
     trace = rf.timeline()
     assert any(e.get("name") == "on_c_marker" for e in trace)
+
+
+AUTO_DRIVER = """
+import sys
+import rayfield as rf
+rf.init(address="auto", temp_dir=sys.argv[1])
+print(rf.cluster_resources()["b_res"], flush=True)
+rf.shutdown()
+"""
+
+
+def test_jobs_are_recorded_and_auto_joins_the_cluster(cluster: Cluster, tmp_path: Path) -> None:
+    script = tmp_path / "auto_driver.py"
+    script.write_text(AUTO_DRIVER)
+    done = subprocess.run(
+        [sys.executable, str(script), str(cluster.temp_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2.0"  # address="auto" sees the whole cluster
+    out = rayfield_cmd("list", "jobs", "--format", "json", "--temp-dir", str(cluster.temp_dir))
+    jobs = {j["job_id"]: j for j in json.loads(out.stdout)}
+    mine = jobs[rf.get_runtime_context().job_id]
+    assert mine["state"] == "RUNNING" and mine["driver_pid"] == os.getpid()
+    [other] = [j for j in jobs.values() if "auto_driver.py" in j["entrypoint"]]
+    assert other["state"] == "FINISHED" and other["end_s"] >= other["start_s"]
+    table = rayfield_cmd("list", "jobs", "--temp-dir", str(cluster.temp_dir)).stdout
+    assert mine["job_id"] in table and "RUNNING" in table and "FINISHED" in table

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import inspect
+import json
 import logging
 import os
 import re
@@ -206,9 +207,10 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
                 f"no running rayfield node at {address!r} (looked for {node_json}); start one "
                 "with 'python -m rayfield._private.node_main' or pass its session directory"
             )
-        import json
-
-        socket_path, session = json.loads(node_json.read_text())["socket"], target.resolve()
+        node = json.loads(node_json.read_text())
+        socket_path, session = node["socket"], target.resolve()
+        if node.get("gcs_address"):  # a node of a cluster (e.g. address="auto")
+            cluster = {"gcs_address": node["gcs_address"], "temp_dir": str(root)}
     runtime = _rt.Runtime(socket_path, is_worker=False)
     runtime.events = EventLog(session / "logs")
     _rt.set_runtime(runtime)
@@ -220,6 +222,10 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
         "connected": True,
         **cluster,
     }
+    if cluster:
+        from rayfield._private.cluster import jobs
+
+        jobs.start(cluster["gcs_address"], runtime.ids.job_id, runtime.client.node_id)
     return _info
 
 
@@ -230,6 +236,10 @@ def shutdown(exiting_interpreter: bool = False) -> None:
     if runtime is not None:
         _rt.set_runtime(None)
         runtime.close()
+        if _info.get("gcs_address") and not runtime.is_worker:
+            from rayfield._private.cluster import jobs
+
+            jobs.finish(_info["gcs_address"], runtime.ids.job_id)
     if _node is not None:
         _node.shutdown()
         _node = None

@@ -17,7 +17,7 @@ class RuntimeContext:
     def __init__(self) -> None:
         rt = _rt.get_runtime()
         local = rt.local
-        self.job_id = rt.ids._prefix.hex() if not rt.is_worker else None
+        self.job_id = rt.ids.job_id.hex() if not rt.is_worker else None
         self.node_id = rt.client.node_id.hex() if hasattr(rt, "client") else None
         self.worker_pid = os.getpid()
         self.is_worker = rt.is_worker

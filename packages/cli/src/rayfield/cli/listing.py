@@ -1,4 +1,4 @@
-"""``rayfield list KIND``: the cluster's nodes, actors, tasks, objects or workers."""
+"""``rayfield list KIND``: the cluster's nodes, actors, jobs, tasks, objects or workers."""
 
 from __future__ import annotations
 
@@ -39,6 +39,15 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("state", "STATE"),
         ("node", "NODE"),
         ("pid", "PID"),
+    ],
+    "jobs": [
+        ("job_id", "JOB ID"),
+        ("state", "STATE"),
+        ("driver_pid", "DRIVER PID"),
+        ("node", "NODE"),
+        ("started", "STARTED"),
+        ("duration", "DURATION"),
+        ("entrypoint", "ENTRYPOINT"),
     ],
     "tasks": [
         ("task_id", "TASK ID"),
@@ -84,6 +93,9 @@ def _display(kind: str, r: dict[str, Any]) -> dict[str, Any]:
             f"{r['resources_available'].get(k, 0):g}/{v:g} {k}"
             for k, v in sorted(r["resources_total"].items())
         )
+    elif kind == "jobs":
+        d["started"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["start_s"]))
+        d["duration"] = f"{(r['end_s'] or time.time()) - r['start_s']:.0f} s"
     elif kind == "tasks":
         d["duration"] = None if r.get("end_s") is None else f"{r['duration_s'] * 1000:.1f} ms"
     elif kind == "objects":
@@ -141,6 +153,7 @@ def apply_filters(
 FETCH: dict[str, Callable[[Any, int], list[dict[str, Any]]]] = {
     "nodes": lambda c, _limit: c.nodes(),
     "actors": lambda c, _limit: c.actors(),
+    "jobs": lambda c, _limit: c.jobs(),
     "tasks": lambda c, limit: c.tasks(limit),
     "objects": lambda c, _limit: c.objects(),
     "workers": lambda c, _limit: c.workers(),
@@ -162,11 +175,12 @@ FETCH: dict[str, Callable[[Any, int], list[dict[str, Any]]]] = {
     "name=f, class_name=Counter.",
 )
 def list_(cluster: Cluster, kind: str, fmt: str, limit: int, filters: tuple[str, ...]) -> None:
-    """List the cluster's nodes, actors, tasks, objects or workers.
+    """List the cluster's nodes, actors, jobs, tasks, objects or workers.
 
     \b
     nodes    every node, alive or dead, with its load, store use and resources
     actors   every actor: class, name, state, node and worker pid
+    jobs     every driver that connected: state, pid, node, start, command line
     tasks    running tasks (from the nodes), then finished and failed ones (task events),
              the most recent first
     objects  objects in every node's store, largest first, with owner pid and why held

@@ -68,6 +68,11 @@ class IdGenerator:
         self._counter = 0
         self._lock = threading.Lock()
 
+    @property
+    def job_id(self) -> bytes:
+        """The 12-byte prefix of this process's ids (a driver's job id)."""
+        return self._prefix
+
     def task_id(self) -> bytes:
         with self._lock:
             self._counter += 1

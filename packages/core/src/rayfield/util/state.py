@@ -31,6 +31,7 @@ __all__ = [
     "StateError",
     "get_log",
     "list_actors",
+    "list_jobs",
     "list_logs",
     "list_nodes",
     "list_objects",
@@ -58,6 +59,13 @@ def list_actors(address: str | None = None) -> list[dict[str, Any]]:
     """Every actor: ``actor_id``, ``class_name``, ``name``, ``state`` (ALIVE, DEAD,
     RESTARTING, PENDING_CREATION), ``node``, ``pid``."""
     return _with_client(address, lambda c: c.actors())
+
+
+def list_jobs(address: str | None = None) -> list[dict[str, Any]]:
+    """Every job (a driver connected with ``init(address=...)``), newest first:
+    ``job_id``, ``state`` (RUNNING, FINISHED, FAILED), ``driver_pid``, ``node``,
+    ``entrypoint`` (the driver's command line), ``start_s``, ``end_s``."""
+    return _with_client(address, lambda c: c.jobs())
 
 
 def list_tasks(address: str | None = None, limit: int = 0) -> list[dict[str, Any]]:

@@ -210,6 +210,30 @@ class StateClient:
             out.append(row)
         return out
 
+    def jobs(self) -> list[dict[str, Any]]:
+        """Every job (connected driver) the GCS recorded, newest first: RUNNING, FINISHED,
+        or FAILED when its node died before it finished."""
+        nodes = {n.node_id: n for n in self.gcs.get_nodes()}
+        out = []
+        for j in self.gcs.list_jobs():
+            node = nodes.get(j.node_id)
+            state = "FINISHED" if j.finished else "RUNNING"
+            if not j.finished and node is not None and not node.alive:
+                state = "FAILED"
+            out.append(
+                {
+                    "job_id": j.job_id.hex(),
+                    "state": state,
+                    "driver_pid": j.driver_pid,
+                    "node": node.address if node is not None else "",
+                    "node_id": j.node_id.hex(),
+                    "entrypoint": j.entrypoint,
+                    "start_s": j.start_time_s,
+                    "end_s": j.end_time_s or None,
+                }
+            )
+        return sorted(out, key=lambda r: -r["start_s"])
+
     def task_events(self, limit: int = 0) -> list[dict[str, Any]]:
         """The task events the GCS keeps (most recent ``limit``; 0: all), oldest first."""
         return decode_events(self.gcs.get_task_events(limit))

@@ -1,0 +1,58 @@
+"""Jobs in the GCS: every driver connected to a cluster is one.
+
+``init(address=...)`` records a job (``start``): its id is the driver's id prefix (the
+first 12 bytes of every task and object id the driver makes, and
+``get_runtime_context().get_job_id()``), with the driver's pid, node and command line.
+``shutdown()`` marks it finished (``finish``); so does the driver's node when the
+driver's connection drops without one (the process was killed: ``finish_on_node``).
+``rayfield list jobs`` and ``rayfield.util.state.list_jobs`` show them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["finish", "finish_on_node", "start"]
+
+logger = logging.getLogger("rayfield")
+
+
+def start(address: str, job_id: bytes, node_id: bytes) -> None:
+    """Record the calling driver as a running job of the cluster at ``address``; a GCS
+    that does not answer is logged, not raised (the job runs without its record)."""
+    from rayfield._private.cluster.names import client
+
+    entrypoint = " ".join([Path(sys.argv[0]).name if sys.argv else "python", *sys.argv[1:]])
+    try:
+        client(address).add_job(job_id, os.getpid(), node_id, entrypoint[:1000])
+    except Exception as exc:
+        logger.warning("could not record this job in the GCS at %s: %s", address, exc)
+
+
+def finish(address: str, job_id: bytes) -> None:
+    """Mark the job finished; waits at most about 2 s for the GCS (this runs at exit)."""
+    from rayfield._private.cluster.launch import find_token
+    from rayfield._private.cluster.names import sessions_root
+    from rayfield._private.gcs.client import GcsClient
+
+    try:
+        token = find_token(address, sessions_root())
+        with GcsClient(address, token, timeout_s=2, retry_deadline_s=1) as gcs:
+            gcs.mark_job_finished(job_id)
+    except Exception as exc:
+        logger.debug("could not mark job %s finished: %s", job_id.hex(), exc)
+
+
+def finish_on_node(gcs: Any, node_id: bytes, driver_pid: int) -> None:
+    """(On a node.) The driver ``driver_pid`` of this node disconnected: mark its
+    running jobs finished."""
+    try:
+        for job in gcs.list_jobs():
+            if job.node_id == node_id and job.driver_pid == driver_pid and not job.finished:
+                gcs.mark_job_finished(job.job_id)
+    except Exception as exc:
+        logger.debug("could not mark the jobs of driver %d finished: %s", driver_pid, exc)
