@@ -197,6 +197,11 @@ def test_actors_tasks_and_objects_pages(
     row.locator(".c-state", has_text="ALIVE").wait_for()
     assert row.locator(".c-pid").inner_text() == str(workload["actor_pid"])
 
+    show(page, "jobs")
+    job = page.locator(f'#jobs-table tr[data-job="{rf.get_runtime_context().job_id}"]')
+    job.locator(".c-state", has_text="RUNNING").wait_for()
+    assert job.locator(".c-pid").inner_text() == str(os.getpid())
+
     show(page, "tasks")
     page.locator("#tasks-table .c-name", has_text="on_b").first.wait_for()
     names = set(page.locator("#tasks-table .c-name").all_inner_texts())

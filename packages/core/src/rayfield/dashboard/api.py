@@ -75,10 +75,11 @@ class StateApi:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def routes(self) -> list[web.RouteDef]:
-        """GET routes: nodes, actors, tasks, objects, workers, logs, log, timeline."""
+        """GET routes: nodes, actors, jobs, tasks, objects, workers, logs, log, timeline."""
         return [
             web.get("/api/nodes", self._plain(self.client.nodes)),
             web.get("/api/actors", self._plain(self.client.actors)),
+            web.get("/api/jobs", self._plain(self.client.jobs)),
             web.get("/api/workers", self._plain(self.client.workers)),
             web.get("/api/objects", self._plain(self.client.objects)),
             web.get("/api/logs", self._plain(self.client.logs)),

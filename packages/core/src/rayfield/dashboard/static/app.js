@@ -104,6 +104,18 @@ function renderActors(actors) {
     el("td", { class: "c-pid" }, a.pid ?? ""))));
 }
 
+function renderJobs(jobs) {
+  const now = Date.now() / 1000;
+  fill("jobs-table", jobs.map((j) => el("tr", { "data-job": j.job_id },
+    el("td", { class: "id" }, j.job_id),
+    el("td", { class: `c-state state-${j.state}` }, j.state),
+    el("td", { class: "c-pid" }, j.driver_pid),
+    el("td", {}, j.node),
+    el("td", {}, new Date(j.start_s * 1000).toLocaleString()),
+    el("td", {}, `${Math.round((j.end_s || now) - j.start_s)} s`),
+    el("td", { class: "c-entrypoint" }, j.entrypoint))));
+}
+
 function renderTasks(summary) {
   const states = Object.keys(summary.counts).sort();
   document.getElementById("task-counts").replaceChildren(
@@ -240,6 +252,7 @@ function drawLegend() {
 const VIEWS = {
   nodes: async () => {},
   actors: async () => renderActors(await api("/api/actors")),
+  jobs: async () => renderJobs(await api("/api/jobs")),
   tasks: async () => renderTasks(await api("/api/tasks")),
   objects: async () => renderObjects(await api("/api/objects")),
   logs: async () => { renderLogFiles(await api("/api/logs")); await followLog(); },
