@@ -118,6 +118,7 @@ class ActorClass:
             actor_id=actor_id,
             caller_id=handle._caller_id,
             max_concurrency=concurrency,
+            detached=o.get("lifetime") == "detached",
         )
         if o.get("name"):
             from rayfield.store import ObjectExistsError
