@@ -618,7 +618,7 @@ Status Client::SubmitTask(const TaskSpec& spec) {
                                        spec.actor_id.IsNil() ? nullptr : &aid, spec.actor_creation,
                                        spec.max_concurrency, &cid, spec.sequence_no, payload,
                                        return_ids, spec.max_retries, pins, spec.pin_returns,
-                                       spec.resume_sequence));
+                                       spec.resume_sequence, spec.detached));
   return Send(w);
 }
 

@@ -18,6 +18,7 @@ struct NodeServer::Conn {
   bool send_fd = false;  // the arena fd rides on the next write
   bool subscribed = false;
   bool worker = false;
+  bool driver = false;  // said ClientKind::Driver in its Hello: its actors fate-share with it
   bool want_write = false;
   std::string in;
   size_t in_pos = 0;

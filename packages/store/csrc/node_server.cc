@@ -300,7 +300,7 @@ void NodeServer::Close(ClientID id, const std::string& reason) {
   }
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
   close(c.fd);
-  bool worker = c.worker, hello = c.hello;
+  bool worker = c.worker, hello = c.hello, driver = c.driver && !c.worker;
   int pid = c.pid;
   conns_.erase(it);
   for (auto g = gets_.begin(); g != gets_.end();) {
@@ -308,6 +308,7 @@ void NodeServer::Close(ClientID id, const std::string& reason) {
   }
   store_->ClientGone(id);
   if (worker) scheduler_->RemoveWorker(id);
+  if (driver) OwnerGone(id, pid);
   if (hello) PushEvent(ClientDisconnected{id, pid});
 }
 
@@ -387,6 +388,7 @@ bool NodeServer::HandleHello(Conn& c, uint64_t seq, const fb::Hello* h) {
   }
   c.hello = true;
   c.pid = h->pid();
+  c.driver = h->kind() == fb::ClientKind::Driver;
   c.name = h->name() ? h->name()->str() : "";
   c.send_fd = true;
   auto& b = Writer(c).builder();
@@ -659,6 +661,7 @@ void NodeServer::HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest
     actor.creation = std::make_unique<TaskSpec>(spec);
     actor.creation->return_ids.clear();  // a restart's result is not awaited
     actor.restarts_left = r->max_retries();
+    actor.owner = c.driver && !c.worker && !r->detached() ? c.id : 0;
     dead_actors_.erase(spec.actor_id);
     remote_actors_.erase(spec.actor_id);  // (re)created here, e.g. after its node died
   } else if (rec.actor_task) {
@@ -900,6 +903,9 @@ std::optional<TaskSpec> NodeServer::TakeTask(const UniqueID& task_id, ClientID p
   }
   FinishTask(task_id);
   if (!moved_actor.IsNil()) {  // the actor lives elsewhere now; its queued calls follow it
+    if (auto a = actors_.find(moved_actor); a != actors_.end() && a->second.owner != 0) {
+      remote_owned_[moved_actor] = a->second.owner;
+    }
     actors_.erase(moved_actor);
     remote_actors_.insert(moved_actor);
     std::vector<UniqueID> calls;

@@ -69,8 +69,22 @@ struct StoreFullEvent {
 struct ActorTaskElsewhere {
   UniqueID task_id, actor_id;
 };
+// An actor hosted here is dead for good (no restart left, killed, or it exited): the host
+// records it (a cluster frees its name).
+struct ActorDied {
+  UniqueID actor_id;
+  std::string reason;
+};
+// A driver that created actors disconnected: its non-detached actors hosted here are being
+// killed; `elsewhere` lists those that were moved to other nodes, for the host to kill.
+struct OwnerDied {
+  ClientID client;
+  int pid;
+  std::vector<UniqueID> elsewhere;
+};
 using NodeEvent = std::variant<ObjectMissing, ClientDisconnected, WorkerRegistered, StoreFullEvent, NeedWorker,
-                               TaskInfeasible, MissingDependencies, WorkerLost, ActorTaskElsewhere>;
+                               TaskInfeasible, MissingDependencies, WorkerLost, ActorTaskElsewhere,
+                               ActorDied, OwnerDied>;
 
 // A task running on one of the node's workers (for the host's memory monitor).
 struct RunningTaskInfo {
@@ -151,6 +165,7 @@ class NodeServer {
   void FinishTask(const UniqueID& task_id);
   void HandleWorkerLost(const WorkerLost& lost);
   void ActorGone(const UniqueID& actor_id);
+  void OwnerGone(ClientID client, int pid);
   void FailTask(const UniqueID& task_id, const std::string& tag, const std::string& message);
   Status KillActor(const UniqueID& actor_id, bool no_restart);
   std::string CancelTask(const UniqueID& task_id, bool force);
@@ -212,10 +227,14 @@ class NodeServer {
     std::unique_ptr<TaskSpec> creation;  // resubmitted on restart
     int32_t restarts_left = 0;
     ClientID worker = 0;
+    ClientID owner = 0;  // the driver it fate-shares with (0: none, e.g. detached)
+    std::string end_reason;  // why it is being ended for good, when the node ends it
   };
   std::unordered_map<UniqueID, ActorRecord, UniqueIDHash> actors_;
   std::unordered_map<UniqueID, std::string, UniqueIDHash> dead_actors_;  // id -> why
   std::unordered_set<UniqueID, UniqueIDHash> remote_actors_;  // created on other nodes
+  // Actors a driver of this node created that moved to other nodes: id -> that driver.
+  std::unordered_map<UniqueID, ClientID, UniqueIDHash> remote_owned_;
   std::unordered_map<UniqueID, TaskSpec, UniqueIDHash> elsewhere_;  // calls to forward
   void HoldForElsewhere(TaskSpec spec);
   std::unordered_map<ClientID, int> worker_pids_;  // for error messages after a worker is gone

@@ -106,8 +106,10 @@ void NodeServer::ActorGone(const UniqueID& actor_id) {
     return;
   }
   std::string why = "the actor is dead: its worker process exited and no restart is left";
+  if (a != actors_.end() && !a->second.end_reason.empty()) why = a->second.end_reason;
   dead_actors_.emplace(actor_id, why);
   actors_.erase(actor_id);
+  PushEvent(ActorDied{actor_id, why});
   std::vector<UniqueID> pending;
   for (const auto& [task_id, rec] : tasks_) {
     if (rec.actor_id == actor_id) pending.push_back(task_id);
@@ -116,6 +118,35 @@ void NodeServer::ActorGone(const UniqueID& actor_id) {
     scheduler_->TakeTask(task_id);
     FailTask(task_id, "ACTOR_DIED", why);
   }
+}
+
+// A driver disconnected: kill the non-detached actors it created (Ray's fate-sharing of
+// actors with their owner); those it moved to other nodes are the host's to kill.
+void NodeServer::OwnerGone(ClientID client, int pid) {
+  std::vector<UniqueID> here, elsewhere;
+  for (const auto& [actor_id, rec] : actors_) {
+    if (rec.owner == client) here.push_back(actor_id);
+  }
+  for (auto it = remote_owned_.begin(); it != remote_owned_.end();) {
+    if (it->second != client) {
+      ++it;
+      continue;
+    }
+    elsewhere.push_back(it->first);
+    it = remote_owned_.erase(it);
+  }
+  if (here.empty() && elsewhere.empty()) return;
+  Log(2, "driver pid " + std::to_string(pid) + " disconnected: killing its " +
+             std::to_string(here.size() + elsewhere.size()) + " non-detached actor(s)");
+  std::string why = "the actor is dead: the driver (pid " + std::to_string(pid) +
+                    ") that created it exited, and a non-detached actor ends with its driver";
+  for (const UniqueID& actor_id : here) {
+    auto a = actors_.find(actor_id);
+    if (a == actors_.end()) continue;
+    a->second.end_reason = why;
+    KillActor(actor_id, true);
+  }
+  if (!elsewhere.empty()) PushEvent(OwnerDied{client, pid, std::move(elsewhere)});
 }
 
 Status NodeServer::KillActor(const UniqueID& actor_id, bool no_restart) {

@@ -64,6 +64,7 @@ struct TaskSpec {
   std::vector<UniqueID> pins;        // kept alive until the task finishes
   bool pin_returns = false;          // the submitter holds its returns from the start
   bool resume_sequence = false;      // a caller first seen here starts at this sequence_no
+  bool detached = false;             // actor creation: does not fate-share with its driver
 };
 
 struct ResourceGrant {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import threading
 from typing import Any
 
@@ -11,7 +12,7 @@ from rayfield._private import options as opt
 from rayfield._private.cluster import names
 from rayfield._private.runtime import get_runtime
 
-__all__ = ["ActorClass", "ActorHandle", "method"]
+__all__ = ["ActorClass", "ActorHandle", "exit_actor", "method"]
 
 _NO_FUNCTION = bytes(20)
 TERMINATE = "__rayfield_terminate__"
@@ -26,6 +27,27 @@ def method(*, num_returns: int = 1, num_return_vals: int | None = None) -> Any:
         return fn
 
     return decorate
+
+
+def exit_actor() -> None:
+    """End the current actor for good, from inside one of its methods (as Ray's).
+
+    The actor's process exits at once and the actor is not restarted, whatever its
+    ``max_restarts``: the call that exits and every call queued for the actor raise
+    ActorDiedError, and later calls too. In a cluster its name is free again
+    (``get_actor(name)`` raises ValueError).
+
+    Raises:
+        TypeError: when not called from inside an actor's method.
+    """
+    rt = get_runtime()
+    actor_id = getattr(rt.local, "actor_id", None)
+    if not actor_id:
+        raise TypeError("exit_actor() must be called from inside an actor's method")
+    if rt.events is not None:
+        rt.events.flush()
+    rt.client.kill_actor(actor_id, True)  # the node ends this process and records the death
+    os._exit(0)
 
 
 def _methods(cls: type) -> dict[str, int]:
@@ -118,8 +140,9 @@ class ActorClass:
             actor_id=actor_id,
             caller_id=handle._caller_id,
             max_concurrency=concurrency,
+            detached=o.get("lifetime") == "detached",
         )
-        if o.get("name"):
+        if o.get("name") and cluster is None:  # in a cluster the name lives in the GCS
             from rayfield.store import ObjectExistsError
 
             nid = name_id(o["name"], o.get("namespace", ""))
@@ -148,6 +171,10 @@ def _in_cluster() -> bool:
 
 
 def _lookup(name: str, namespace: str) -> ActorHandle | None:
+    cluster = names.gcs_address()
+    if cluster is not None:  # the GCS knows every live named actor, and only live ones
+        found = names.lookup(cluster, name, namespace)
+        return None if found is None else ActorHandle(*found)
     rt = get_runtime()
     from rayfield._private.object_ref import ObjectRef
 
@@ -155,11 +182,7 @@ def _lookup(name: str, namespace: str) -> ActorHandle | None:
     if rt.client.contains(ref.binary()):
         [handle] = rt.get([ref], 10)
         return handle  # type: ignore[no-any-return,unused-ignore]
-    cluster = names.gcs_address()
-    if cluster is None:
-        return None
-    found = names.lookup(cluster, name, namespace)  # named on another node
-    return None if found is None else ActorHandle(*found)
+    return None
 
 
 class ActorHandle:

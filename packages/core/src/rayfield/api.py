@@ -374,7 +374,8 @@ def cancel(object_ref: ObjectRef, *, force: bool = False) -> None:
 
     A queued task never runs; a running one is stopped only with ``force=True`` (its worker
     process is killed). ``get`` on its results then raises TaskCancelledError. Cancelling a
-    finished task does nothing.
+    finished task does nothing. In a cluster this also reaches a task that was forwarded
+    to another node (the node it was submitted to knows where).
 
     Raises:
         TypeError: not an ObjectRef.
@@ -382,7 +383,15 @@ def cancel(object_ref: ObjectRef, *, force: bool = False) -> None:
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() takes an ObjectRef, got {type(object_ref).__name__}")
     task_id = object_ref.binary()[:16] + bytes(4)
-    _rt.get_runtime().client.cancel_task(task_id, force)
+    client = _rt.get_runtime().client
+    if client.cancel_task(task_id, force) != "done" or client.contains(object_ref.binary()):
+        return
+    from rayfield._private.cluster import names
+
+    if names.gcs_address() is not None:  # not on this node: maybe forwarded to another
+        from rayfield._private.cluster.lifecycle import cancel_elsewhere
+
+        cancel_elsewhere(client.node_id, task_id, force)
 
 
 def register_custom_serializer(

@@ -75,6 +75,12 @@ struct RemoteKillActorRequestBuilder;
 struct RemoteKillActorReply;
 struct RemoteKillActorReplyBuilder;
 
+struct RemoteCancelTaskRequest;
+struct RemoteCancelTaskRequestBuilder;
+
+struct RemoteCancelTaskReply;
+struct RemoteCancelTaskReplyBuilder;
+
 /// PullObject: the holder streams the object back as ObjectChunk messages.
 struct PullObjectRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef PullObjectRequestBuilder Builder;
@@ -1727,6 +1733,140 @@ inline ::flatbuffers::Offset<RemoteKillActorReply> CreateRemoteKillActorReplyDir
       _fbb,
       killed,
       message__);
+}
+
+/// CancelTask: cancel a task on this node, or where this node forwarded it
+/// (`rayfield.cancel` of a task its submitter's node no longer holds).
+struct RemoteCancelTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef RemoteCancelTaskRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_TASK_ID = 4,
+    VT_FORCE = 6,
+    VT_HOPS = 8
+  };
+  const ::flatbuffers::Vector<uint8_t> *task_id() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_TASK_ID);
+  }
+  /// Also stop it when running (its worker process is killed).
+  bool force() const {
+    return GetField<uint8_t>(VT_FORCE, 0) != 0;
+  }
+  /// How many more forwards to follow from here (0: this node only).
+  uint32_t hops() const {
+    return GetField<uint32_t>(VT_HOPS, 0);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_TASK_ID) &&
+           verifier.VerifyVector(task_id()) &&
+           VerifyField<uint8_t>(verifier, VT_FORCE, 1) &&
+           VerifyField<uint32_t>(verifier, VT_HOPS, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct RemoteCancelTaskRequestBuilder {
+  typedef RemoteCancelTaskRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_task_id(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> task_id) {
+    fbb_.AddOffset(RemoteCancelTaskRequest::VT_TASK_ID, task_id);
+  }
+  void add_force(bool force) {
+    fbb_.AddElement<uint8_t>(RemoteCancelTaskRequest::VT_FORCE, static_cast<uint8_t>(force), 0);
+  }
+  void add_hops(uint32_t hops) {
+    fbb_.AddElement<uint32_t>(RemoteCancelTaskRequest::VT_HOPS, hops, 0);
+  }
+  explicit RemoteCancelTaskRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<RemoteCancelTaskRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<RemoteCancelTaskRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<RemoteCancelTaskRequest> CreateRemoteCancelTaskRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> task_id = 0,
+    bool force = false,
+    uint32_t hops = 0) {
+  RemoteCancelTaskRequestBuilder builder_(_fbb);
+  builder_.add_hops(hops);
+  builder_.add_task_id(task_id);
+  builder_.add_force(force);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<RemoteCancelTaskRequest> CreateRemoteCancelTaskRequestDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<uint8_t> *task_id = nullptr,
+    bool force = false,
+    uint32_t hops = 0) {
+  auto task_id__ = task_id ? _fbb.CreateVector<uint8_t>(*task_id) : 0;
+  return rayfield::store::protocol::fb::CreateRemoteCancelTaskRequest(
+      _fbb,
+      task_id__,
+      force,
+      hops);
+}
+
+struct RemoteCancelTaskReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef RemoteCancelTaskReplyBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_STATE = 4
+  };
+  /// "queued" (it will not run), "running" (stopped only with force) or "done"
+  /// (finished, or unknown).
+  const ::flatbuffers::String *state() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_STATE);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_STATE) &&
+           verifier.VerifyString(state()) &&
+           verifier.EndTable();
+  }
+};
+
+struct RemoteCancelTaskReplyBuilder {
+  typedef RemoteCancelTaskReply Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_state(::flatbuffers::Offset<::flatbuffers::String> state) {
+    fbb_.AddOffset(RemoteCancelTaskReply::VT_STATE, state);
+  }
+  explicit RemoteCancelTaskReplyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<RemoteCancelTaskReply> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<RemoteCancelTaskReply>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<RemoteCancelTaskReply> CreateRemoteCancelTaskReply(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::String> state = 0) {
+  RemoteCancelTaskReplyBuilder builder_(_fbb);
+  builder_.add_state(state);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<RemoteCancelTaskReply> CreateRemoteCancelTaskReplyDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const char *state = nullptr) {
+  auto state__ = state ? _fbb.CreateString(state) : 0;
+  return rayfield::store::protocol::fb::CreateRemoteCancelTaskReply(
+      _fbb,
+      state__);
 }
 
 }  // namespace fb

@@ -2266,7 +2266,8 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
     VT_MAX_RETRIES = 24,
     VT_PINS = 26,
     VT_PIN_RETURNS = 28,
-    VT_RESUME_SEQUENCE = 30
+    VT_RESUME_SEQUENCE = 30,
+    VT_DETACHED = 32
   };
   const rayfield::store::protocol::fb::UniqueID *task_id() const {
     return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_TASK_ID);
@@ -2318,6 +2319,11 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
   bool resume_sequence() const {
     return GetField<uint8_t>(VT_RESUME_SEQUENCE, 0) != 0;
   }
+  /// Actor creation: the actor outlives its creator (`lifetime="detached"`). Otherwise an
+  /// actor created by a driver is killed when that driver disconnects (fate-sharing).
+  bool detached() const {
+    return GetField<uint8_t>(VT_DETACHED, 0) != 0;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2341,6 +2347,7 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
            verifier.VerifyVector(pins()) &&
            VerifyField<uint8_t>(verifier, VT_PIN_RETURNS, 1) &&
            VerifyField<uint8_t>(verifier, VT_RESUME_SEQUENCE, 1) &&
+           VerifyField<uint8_t>(verifier, VT_DETACHED, 1) &&
            verifier.EndTable();
   }
 };
@@ -2391,6 +2398,9 @@ struct SubmitTaskRequestBuilder {
   void add_resume_sequence(bool resume_sequence) {
     fbb_.AddElement<uint8_t>(SubmitTaskRequest::VT_RESUME_SEQUENCE, static_cast<uint8_t>(resume_sequence), 0);
   }
+  void add_detached(bool detached) {
+    fbb_.AddElement<uint8_t>(SubmitTaskRequest::VT_DETACHED, static_cast<uint8_t>(detached), 0);
+  }
   explicit SubmitTaskRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -2417,7 +2427,8 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequest(
     int32_t max_retries = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> pins = 0,
     bool pin_returns = false,
-    bool resume_sequence = false) {
+    bool resume_sequence = false,
+    bool detached = false) {
   SubmitTaskRequestBuilder builder_(_fbb);
   builder_.add_sequence_no(sequence_no);
   builder_.add_pins(pins);
@@ -2430,6 +2441,7 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequest(
   builder_.add_dependencies(dependencies);
   builder_.add_resources(resources);
   builder_.add_task_id(task_id);
+  builder_.add_detached(detached);
   builder_.add_resume_sequence(resume_sequence);
   builder_.add_pin_returns(pin_returns);
   builder_.add_actor_creation(actor_creation);
@@ -2451,7 +2463,8 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
     int32_t max_retries = 0,
     const std::vector<rayfield::store::protocol::fb::UniqueID> *pins = nullptr,
     bool pin_returns = false,
-    bool resume_sequence = false) {
+    bool resume_sequence = false,
+    bool detached = false) {
   auto resources__ = resources ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>(*resources) : 0;
   auto dependencies__ = dependencies ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*dependencies) : 0;
   auto payload__ = payload ? _fbb.CreateVector<uint8_t>(*payload) : 0;
@@ -2472,7 +2485,8 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
       max_retries,
       pins__,
       pin_returns,
-      resume_sequence);
+      resume_sequence,
+      detached);
 }
 
 /// Make this connection a worker that can receive tasks.

@@ -187,6 +187,10 @@ class LocalNode:
                         self.pool.start(event[2] - starting)
                 elif kind == "worker_registered":
                     self.pool.registered()
+                elif kind == "actor_died" and self.agent is not None:
+                    self.agent.lifecycle.actor_died(event[1], event[2])
+                elif kind == "owner_died" and self.agent is not None:
+                    self.agent.lifecycle.owner_died(event[2], event[3])
                 elif kind == "actor_task_elsewhere" and self.agent is not None:
                     self.agent.on_actor_task_elsewhere(event[1], event[2])
                 elif kind == "object_missing" and self.agent is not None:

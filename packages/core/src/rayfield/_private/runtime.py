@@ -268,6 +268,7 @@ class Runtime:
         caller_id: bytes | None = None,
         sequence_no: int = 0,
         max_concurrency: int = 1,
+        detached: bool = False,
     ) -> list[ObjectRef]:
         deps: list[bytes] = []
         marked = [ArgRef(a.binary()) if isinstance(a, ObjectRef) else a for a in args]
@@ -307,6 +308,7 @@ class Runtime:
             max_retries=max_retries,
             pins=pins,
             pin_returns=True,  # the node pins them for us, before anything can evict them
+            detached=detached,  # an actor creation: it does not end with this driver
         )
         for r in return_ids:
             self.refs.own(r)

@@ -146,7 +146,13 @@ class NodeServer:
     ``("missing_dependencies", task_id, object_ids)``,
     ``("worker_lost", client_id, running_task_ids, actor_id_or_None)``,
     ``("client_disconnected", client_id, pid)``,
-    ``("worker_registered", client_id, pid)`` and
+    ``("worker_registered", client_id, pid)``,
+    ``("actor_task_elsewhere", task_id, actor_id)``,
+    ``("actor_died", actor_id, reason)`` (an actor hosted here is dead for good: no
+    restart left, killed, or it exited),
+    ``("owner_died", client_id, pid, actor_ids)`` (a driver that created
+    non-detached actors disconnected: those hosted here are being killed,
+    ``actor_ids`` are those it moved to other nodes) and
     ``("store_full", requested_bytes, capacity_bytes, used_bytes)``, the last
     one when a create failed even after eviction and spilling.
     """

@@ -36,6 +36,7 @@ from rayfield._private.cluster import messages
 from rayfield._private.cluster.code_exports import fetch_into, is_code
 from rayfield._private.cluster.event_shipper import EventShipper
 from rayfield._private.cluster.introspect import Introspector
+from rayfield._private.cluster.lifecycle import Lifecycle
 from rayfield._private.cluster.node_service import STREAMING_METHODS, NodeService, NodeStub
 from rayfield._private.cluster.object_push import ObjectPusher
 from rayfield._private.cluster.placement import PeerLoad, fits, plan_moves
@@ -124,7 +125,8 @@ class NodeAgent:
         self._announced: set[bytes] = set()  # large objects a peer said it holds for us
         self._code_from_peers: set[bytes] = set()  # code ids the GCS did not have
         self.pusher = ObjectPusher(node.socket_path, self._send_push, self._pushed)
-        self.recovery = Recovery(self.client, self._resubmit)
+        self.lifecycle = Lifecycle(self)  # final actor deaths, fate-sharing, remote cancel
+        self.recovery = Recovery(self.client, self._resubmit, self.lifecycle.actor_died)
         # Sent in batches by the fetch thread, off the event and transfer threads:
         self._new_locations: dict[bytes, list[bytes]] = {}  # node id -> ids to record
         self._to_release: dict[str, list[bytes]] = {}  # address -> ids it may drop
@@ -474,7 +476,7 @@ class NodeAgent:
         if entry is not None:
             entry[0].close()
         self.pusher.forget(node.address)
-        self.recovery.node_died(node.address)
+        self.lifecycle.actors_restarted(self.recovery.node_died(node.address))
         self._drop_args_sent_to(node.address)
 
     def _resubmit(self, spec: dict[str, Any]) -> None:

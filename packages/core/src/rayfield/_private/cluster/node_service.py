@@ -17,6 +17,8 @@ Methods:
     Introspect, ListLogs, ReadLog: what the node is doing and its log files
         (``introspect.py``).
     KillActor: kill an actor hosted here (``rayfield.kill`` from another node).
+    CancelTask: cancel a task queued or running here, or where this node forwarded it
+        (``rayfield.cancel``; ``lifecycle.py``).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class NodeService:
             "ListLogs": self.list_logs,
             "ReadLog": self.read_log,
             "KillActor": self.kill_actor,
+            "CancelTask": self.cancel_task,
         }
         handlers: dict[str, grpc.RpcMethodHandler] = {
             name: grpc.unary_unary_rpc_method_handler(
@@ -136,6 +139,13 @@ class NodeService:
             return codec.encode("RemoteKillActorReply", {"killed": False, "message": str(exc)})
         return codec.encode("RemoteKillActorReply", {"killed": True})
 
+    def cancel_task(self, raw: bytes) -> bytes:
+        req = codec.decode("RemoteCancelTaskRequest", raw)
+        if len(req["task_id"]) != messages.ID_SIZE:
+            raise messages.MalformedMessage(f"a task id must be {messages.ID_SIZE} bytes")
+        state = self.agent.lifecycle.cancel(req["task_id"], req["force"], int(req["hops"]))
+        return codec.encode("RemoteCancelTaskReply", {"state": state})
+
     def push_object(self, raw: bytes) -> bytes:
         object_id, sender, size, meta, data = messages.decode_push(raw)
         held = self.agent.receive_push(object_id, sender, size, meta, data)
@@ -170,6 +180,7 @@ class NodeStub:
         self._list_logs = call(f"/{SERVICE}/ListLogs")
         self._read_log = call(f"/{SERVICE}/ReadLog")
         self._kill_actor = call(f"/{SERVICE}/KillActor")
+        self._cancel_task = call(f"/{SERVICE}/CancelTask")
         self._pull = channel.unary_stream(f"/{SERVICE}/PullObject")
 
     def forward(
@@ -269,3 +280,17 @@ class NodeStub:
             timeout=timeout_s,
         )
         return bool(codec.decode("RemoteKillActorReply", raw)["killed"])
+
+    def cancel_task(
+        self, task_id: bytes, force: bool, hops: int = 4, timeout_s: float = 10.0
+    ) -> str:
+        """Cancel a task on that node or where it forwarded it (at most ``hops`` further
+        nodes): "queued", "running" or "done" (see ``lifecycle.Lifecycle.cancel``)."""
+        raw = self._cancel_task(
+            codec.encode(
+                "RemoteCancelTaskRequest", {"task_id": task_id, "force": force, "hops": hops}
+            ),
+            metadata=self.metadata,
+            timeout=timeout_s,
+        )
+        return str(codec.decode("RemoteCancelTaskReply", raw)["state"])

@@ -40,11 +40,19 @@ class Recovery:
     Args:
         client: the agent's store client (error objects are put with it).
         resubmit: submits a spec to the local node again (it is then placed anew).
+        on_actor_dead: told ``(actor_id, why)`` when an actor of a dead node cannot be
+            created again (its death is final).
     """
 
-    def __init__(self, client: StoreClient, resubmit: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(
+        self,
+        client: StoreClient,
+        resubmit: Callable[[dict[str, Any]], None],
+        on_actor_dead: Callable[[bytes, str], None] | None = None,
+    ) -> None:
         self.client = client
         self.resubmit = resubmit
+        self.on_actor_dead = on_actor_dead
         self._lock = threading.Lock()
         self.sent: dict[bytes, Sent] = {}  # task id -> spec and where it went
         self.by_return: dict[bytes, bytes] = {}  # return id -> task id
@@ -100,6 +108,8 @@ class Recovery:
             why = f"the actor is dead: its node {address} died and no restart is left"
             with self._lock:
                 self.dead_actors[actor_id] = why
+            if self.on_actor_dead is not None:
+                self.on_actor_dead(actor_id, why)
             return False
         if spec["max_retries"] > 0:
             spec["max_retries"] -= 1
@@ -107,6 +117,19 @@ class Recovery:
         # Its first result was awaited once; a restart's result is not.
         self.resubmit(dict(spec, return_ids=[]))
         return True
+
+    def forget_actor(self, actor_id: bytes, why: str) -> None:
+        """The actor sent elsewhere was ended on purpose: never create it again, and fail
+        its calls with ``why``."""
+        with self._lock:
+            self.dead_actors[actor_id] = why
+            for task_id in [
+                t
+                for t, s in self.sent.items()
+                if s.spec.get("actor_creation") and s.spec.get("actor_id") == actor_id
+            ]:
+                for rid in self.sent.pop(task_id).spec["return_ids"]:
+                    self.by_return.pop(rid, None)
 
     def actor_dead(self, actor_id: bytes) -> str | None:
         with self._lock:

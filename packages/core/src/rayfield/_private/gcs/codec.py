@@ -172,6 +172,8 @@ SPECS: dict[str, dict[str, Any]] = {
     "ReadLogReply": {"found": BOOL, "size": INT, "offset": INT, "data": BYTES},
     "RemoteKillActorRequest": {"actor_id": BYTES, "no_restart": BOOL},
     "RemoteKillActorReply": {"killed": BOOL, "message": STR},
+    "RemoteCancelTaskRequest": {"task_id": BYTES, "force": BOOL, "hops": INT},
+    "RemoteCancelTaskReply": {"state": STR},
 }
 
 RECORDS: dict[str, Callable[..., Any]] = {

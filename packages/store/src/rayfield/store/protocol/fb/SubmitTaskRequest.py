@@ -230,8 +230,17 @@ class SubmitTaskRequest(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # Actor creation: the actor outlives its creator (`lifetime="detached"`). Otherwise an
+    # actor created by a driver is killed when that driver disconnects (fate-sharing).
+    # SubmitTaskRequest
+    def Detached(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def SubmitTaskRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(14)
+    builder.StartObject(15)
 
 def Start(builder: flatbuffers.Builder):
     SubmitTaskRequestStart(builder)
@@ -350,6 +359,12 @@ def SubmitTaskRequestAddResumeSequence(builder: flatbuffers.Builder, resumeSeque
 def AddResumeSequence(builder: flatbuffers.Builder, resumeSequence: bool):
     SubmitTaskRequestAddResumeSequence(builder, resumeSequence)
 
+def SubmitTaskRequestAddDetached(builder: flatbuffers.Builder, detached: bool):
+    builder.PrependBoolSlot(14, detached, 0)
+
+def AddDetached(builder: flatbuffers.Builder, detached: bool):
+    SubmitTaskRequestAddDetached(builder, detached)
+
 def SubmitTaskRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
 
@@ -382,6 +397,7 @@ class SubmitTaskRequestT(object):
         pins = None,
         pinReturns = False,
         resumeSequence = False,
+        detached = False,
     ):
         self.taskId = taskId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
         self.resources = resources  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
@@ -397,6 +413,7 @@ class SubmitTaskRequestT(object):
         self.pins = pins  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
         self.pinReturns = pinReturns  # type: bool
         self.resumeSequence = resumeSequence  # type: bool
+        self.detached = detached  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -470,6 +487,7 @@ class SubmitTaskRequestT(object):
                     self.pins.append(uniqueID_)
         self.pinReturns = submitTaskRequest.PinReturns()
         self.resumeSequence = submitTaskRequest.ResumeSequence()
+        self.detached = submitTaskRequest.Detached()
 
     # SubmitTaskRequestT
     def Pack(self, builder):
@@ -530,5 +548,6 @@ class SubmitTaskRequestT(object):
             SubmitTaskRequestAddPins(builder, pins)
         SubmitTaskRequestAddPinReturns(builder, self.pinReturns)
         SubmitTaskRequestAddResumeSequence(builder, self.resumeSequence)
+        SubmitTaskRequestAddDetached(builder, self.detached)
         submitTaskRequest = SubmitTaskRequestEnd(builder)
         return submitTaskRequest

@@ -1,0 +1,218 @@
+"""How actors and tasks end on a two-node cluster: names of dead actors are freed, actors
+end with the driver that created them (detached ones stay), and a task forwarded to
+another node can be cancelled."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from clusterutil import rayfield_cmd, start_nodes, wait_for
+
+import rayfield as rf
+from rayfield._private.cluster.launch import find_token, rayfield_processes
+from rayfield._private.gcs.client import GcsClient
+from rayfield.actor import exit_actor
+from rayfield.exceptions import ActorDiedError, TaskCancelledError
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[str]:
+    """A head (1 CPU) and node b (1 CPU, b_res: 2); this process is a driver on the head."""
+    address = start_nodes(tmp_path, resources='{"b_res": 2}')
+    rf.init(address=address, temp_dir=str(tmp_path))
+    try:
+        yield address
+    finally:
+        rf.shutdown()
+        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+
+
+def node_id() -> str:
+    return str(rf.get_runtime_context().get_node_id())
+
+
+@rf.remote(num_cpus=0)
+class Named:
+    def where(self) -> str:
+        return node_id()
+
+    def leave(self) -> None:
+        exit_actor()
+
+    def crash(self) -> None:
+        os._exit(1)
+
+
+def name_is_free(name: str) -> bool:
+    try:
+        rf.get_actor(name)
+    except ValueError:
+        return True
+    return False
+
+
+def test_a_named_actor_that_dies_on_its_own_frees_its_name(cluster: str) -> None:
+    here = node_id()
+    # On the other node, ended from inside by exit_actor().
+    remote = Named.options(name="on-b", resources={"b_res": 1}).remote()
+    assert rf.get(remote.where.remote(), timeout=30) != here
+    with pytest.raises(ActorDiedError):
+        rf.get(remote.leave.remote(), timeout=30)
+    wait_for(lambda: name_is_free("on-b"), "the name of an actor that exited to be free")
+    again = Named.options(name="on-b", resources={"b_res": 1}).remote()
+    assert rf.get(again.where.remote(), timeout=30) != here
+
+    # On this node, its process dying: the name stays while a restart is left.
+    local = Named.options(name="local", max_restarts=1).remote()
+    assert rf.get(local.where.remote(), timeout=30) == here
+    with pytest.raises(ActorDiedError):
+        rf.get(local.crash.remote(), timeout=30)
+    assert rf.get(rf.get_actor("local").where.remote(), timeout=30) == here  # restarted
+    with pytest.raises(ActorDiedError):
+        rf.get(local.crash.remote(), timeout=30)
+    wait_for(lambda: name_is_free("local"), "the name of an actor out of restarts to be free")
+    with pytest.raises(ValueError, match="no actor named 'local'"):
+        rf.get_actor("local")
+
+
+def test_a_named_actor_whose_node_dies_frees_its_name(tmp_path: Path) -> None:
+    address = start_nodes(
+        tmp_path, resources='{"b_res": 2}', head_args=("--heartbeat-timeout-s", "1.5")
+    )
+    rf.init(address=address, temp_dir=str(tmp_path))
+    try:
+        actor = Named.options(name="doomed", resources={"b_res": 1}).remote()
+        assert rf.get(actor.where.remote(), timeout=30) != node_id()
+        [node_b] = [
+            p
+            for p in rayfield_processes(tmp_path)
+            if "rayfield._private.node_main" in p.cmdline() and "--head" not in p.cmdline()
+        ]
+        for p in [*node_b.children(recursive=True), node_b]:
+            p.send_signal(signal.SIGKILL)
+        wait_for(lambda: name_is_free("doomed"), "the name of an actor whose node died")
+        with pytest.raises(ActorDiedError):
+            rf.get(actor.where.remote(), timeout=30)
+    finally:
+        rf.shutdown()
+        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+
+
+DRIVER = """
+import os, time
+import rayfield as rf
+
+rf.init(address={address!r}, temp_dir={temp_dir!r})
+
+@rf.remote(num_cpus=1)
+class Hog:
+    def pid(self):
+        return os.getpid()
+
+@rf.remote(num_cpus=0)
+class Keeper:
+    def ping(self):
+        return "pong"
+
+here = Hog.remote()  # the head's CPU
+there = Hog.options(resources={{"b_res": 1}}).remote()  # node b's CPU and one b_res
+keeper = Keeper.options(name="keeper", lifetime="detached").remote()
+print(rf.get([here.pid.remote(), there.pid.remote(), keeper.ping.remote()], timeout=60),
+      flush=True)
+time.sleep(600)
+"""
+
+
+def free_and_total(gcs: GcsClient) -> list[tuple[dict[str, float], dict[str, float]]]:
+    return [(n.resources_available, n.resources_total) for n in gcs.get_nodes() if n.alive]
+
+
+def gone(pid: int) -> bool:
+    """The process exited (a zombie its node has not reaped yet counts as exited)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_actors_end_with_their_killed_driver_on_every_node(tmp_path: Path) -> None:
+    address = start_nodes(tmp_path, resources='{"b_res": 2}')
+    script = DRIVER.format(address=address, temp_dir=str(tmp_path))
+    driver = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert driver.stdout is not None
+        line = driver.stdout.readline()
+        assert line, driver.stderr.read() if driver.stderr else ""
+        here_pid, there_pid, pong = json.loads(line.replace("'", '"'))
+        assert pong == "pong"
+        with GcsClient(address, find_token(address, tmp_path)) as gcs:
+            wait_for(
+                lambda: all(free.get("CPU", 0) == 0 for free, _ in free_and_total(gcs)),
+                "both nodes' CPUs held by the driver's actors",
+            )
+            driver.send_signal(signal.SIGKILL)
+            driver.wait(10)
+            wait_for(
+                lambda: all(free == total for free, total in free_and_total(gcs)),
+                "every node's resources free again",
+                timeout_s=10,
+            )
+        wait_for(lambda: gone(here_pid) and gone(there_pid), "the actors' processes to exit")
+        status = rayfield_cmd("status", "--temp-dir", str(tmp_path)).stdout
+        assert "2 node(s) alive" in status
+        rf.init(address=address, temp_dir=str(tmp_path))
+        try:  # the detached actor outlives its driver
+            assert rf.get(rf.get_actor("keeper").ping.remote(), timeout=30) == "pong"
+        finally:
+            rf.shutdown()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+
+
+@rf.remote(resources={"b_res": 1})
+def on_b(seconds: float, started: str = "") -> str:
+    if started:
+        Path(started).touch()
+    time.sleep(seconds)
+    return node_id()
+
+
+def test_cancel_reaches_a_task_on_the_other_node(cluster: str, tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    busy = on_b.remote(60, str(started))  # takes node b's only CPU
+    wait_for(started.exists, "the long task to start on node b")
+    queued = on_b.remote(0)  # forwarded to node b, waits for its CPU there
+    time.sleep(1.0)  # (forwarding is asynchronous)
+    rf.cancel(queued)
+    with pytest.raises(TaskCancelledError):
+        rf.get(queued, timeout=30)
+    rf.cancel(busy)  # running: only force stops it
+    assert rf.wait([busy], timeout=1.0)[0] == []
+    t0 = time.monotonic()
+    rf.cancel(busy, force=True)
+    with pytest.raises(TaskCancelledError):
+        rf.get(busy, timeout=30)
+    assert time.monotonic() - t0 < 20
+    done = on_b.remote(0)
+    where = rf.get(done, timeout=30)
+    assert where != node_id()
+    rf.cancel(done)  # finished: nothing happens
+    assert rf.get(done, timeout=30) == where

@@ -1,0 +1,162 @@
+"""How actors and tasks end across nodes: final actor deaths, fate-sharing, remote cancel.
+
+A node's agent (``agent.py``) hands this module three kinds of end:
+
+* **An actor dies for good** (the native node's ``actor_died`` event: no restart left, killed,
+  or it exited; or ``recovery.py`` cannot restart it after its node died): its GCS record
+  becomes DEAD, so its name is free and ``get_actor(name)`` raises ValueError.
+* **A driver disconnects** (exits or is killed): the native node kills the non-detached
+  actors that driver created here; those it moved to other nodes come in an ``owner_died``
+  event, and are killed on their node through the node service's ``KillActor``.
+  Actors with ``lifetime="detached"`` are not touched.
+* **A task is cancelled** that this node forwarded to another node: ``rayfield.cancel``
+  finds no such task in its node's scheduler and asks its node's agent
+  (``CancelTask`` of the node service, ``cancel_elsewhere``), which cancels it where it was
+  forwarded (following forwards up to ``MAX_HOPS`` nodes). The node running it seals
+  ``CANCELLED`` error objects under its returns; the origin fetches them as any result.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from rayfield._private.gcs.errors import GcsNotFoundError
+from rayfield._private.gcs.types import ActorState
+
+if TYPE_CHECKING:
+    from rayfield._private.cluster.agent import NodeAgent
+
+logger = logging.getLogger("rayfield")
+
+__all__ = ["MAX_HOPS", "Lifecycle", "cancel_elsewhere"]
+
+MAX_HOPS = 4  # a forwarded task is not moved again; this only bounds a pathological chain
+
+
+class Lifecycle:
+    """The ends of actors and tasks that involve other nodes, for one node's agent.
+
+    Args:
+        agent: the node's agent (its GCS client, store client, peers and records).
+    """
+
+    def __init__(self, agent: NodeAgent) -> None:
+        self.agent = agent
+
+    # ---- actors -----------------------------------------------------------------------
+
+    def actor_died(self, actor_id: bytes, reason: str) -> None:
+        """Record in the GCS that ``actor_id`` is dead for good (its name is free again).
+
+        Runs the GCS call on the agent's transfer pool, off the caller's thread. An actor
+        the GCS never recorded (unnamed, never moved) is skipped.
+        """
+        logger.info("actor %s is dead: %s", actor_id.hex()[:16], reason)
+        self._submit(self._mark_dead, actor_id)
+
+    def _mark_dead(self, actor_id: bytes) -> None:
+        try:
+            self.agent.gcs.update_actor(actor_id, ActorState.DEAD)
+        except GcsNotFoundError:
+            pass
+        except Exception as exc:
+            logger.warning("could not record actor %s dead: %s", actor_id.hex()[:16], exc)
+
+    def actors_restarted(self, actor_ids: list[bytes]) -> None:
+        """Actors of a dead node are being created again from here: record them alive on
+        this node (the GCS marked them dead with their node; a move elsewhere re-records
+        them)."""
+        for actor_id in actor_ids:
+            try:
+                self.agent.gcs.update_actor(actor_id, ActorState.ALIVE, self.agent.node_id)
+            except GcsNotFoundError:
+                pass
+            except Exception as exc:
+                logger.debug("could not record actor %s restarted: %s", actor_id.hex()[:16], exc)
+
+    def owner_died(self, pid: int, actor_ids: list[bytes]) -> None:
+        """The driver ``pid`` of this node disconnected; ``actor_ids`` are the non-detached
+        actors it created that were moved to other nodes: kill them there (on the
+        agent's transfer pool)."""
+        logger.info(
+            "driver pid %d exited: killing its %d actor(s) on other nodes", pid, len(actor_ids)
+        )
+        why = (
+            f"the actor is dead: the driver (pid {pid}) that created it exited, and a "
+            "non-detached actor ends with its driver"
+        )
+        for actor_id in actor_ids:
+            self._submit(self._kill_orphan, actor_id, why)
+
+    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            self.agent._pool.submit(fn, *args)
+        except RuntimeError:  # the agent is shutting down (its pool is closed)
+            logger.debug("not run, the node is stopping: %s", getattr(fn, "__name__", fn))
+
+    def _kill_orphan(self, actor_id: bytes, why: str) -> None:
+        agent = self.agent
+        agent.recovery.forget_actor(actor_id, why)  # not created again if its node dies
+        agent.route_calls(actor_id)  # calls held here fail now
+        address = agent._actor_address(actor_id)
+        try:
+            if address is None:  # created here again (its node died): kill it here
+                agent.client.kill_actor(actor_id, True)
+            elif not agent._stub(address).kill_actor(actor_id, True):
+                logger.info("actor %s was not on %s any more", actor_id.hex()[:16], address)
+        except Exception as exc:
+            logger.info("could not kill actor %s: %s", actor_id.hex()[:16], exc)
+        self._mark_dead(actor_id)
+
+    # ---- tasks ------------------------------------------------------------------------
+
+    def cancel(self, task_id: bytes, force: bool, hops: int = MAX_HOPS) -> str:
+        """Cancel ``task_id`` here or where this node forwarded it.
+
+        Returns:
+            ``"queued"`` (it will not run), ``"running"`` (running; stopped only with
+            ``force``), or ``"done"`` (finished, or unknown to every node asked).
+        """
+        state = self.agent.client.cancel_task(task_id, force)
+        if state != "done" or hops <= 0:
+            return state
+        sent = self.agent.recovery.sent.get(task_id)
+        if sent is None:
+            return state
+        try:
+            return self.agent._stub(sent.address).cancel_task(task_id, force, hops - 1)
+        except grpc.RpcError as exc:
+            logger.info("cancel of task %s on %s failed: %s", task_id.hex()[:16], sent.address, exc)
+            return state
+
+
+def cancel_elsewhere(node_id: bytes, task_id: bytes, force: bool) -> str:
+    """``rayfield.cancel`` of a task this process's node no longer holds: ask that node's
+    agent, which cancels it on the node it was forwarded to.
+
+    Args:
+        node_id: this process's node (where the task was submitted).
+
+    Returns:
+        What the node running it answered (see ``Lifecycle.cancel``); ``"done"`` outside a
+        cluster or when the node cannot be asked.
+    """
+    from rayfield._private.cluster.names import gcs_address, sessions_root
+    from rayfield._private.cluster.state_client import StateClient, StateError
+
+    address = gcs_address()
+    if not address:
+        return "done"
+    try:
+        with StateClient(address, temp_dir=sessions_root()) as client:
+            node = next((n for n in client.gcs.get_nodes() if n.node_id == node_id), None)
+            if node is None or not node.alive:
+                return "done"
+            return client.node(node.address).cancel_task(task_id, force)
+    except (StateError, grpc.RpcError) as exc:
+        logger.warning("could not cancel task %s in the cluster: %s", task_id.hex()[:16], exc)
+        return "done"
