@@ -346,3 +346,20 @@ def test_jobs_are_recorded_and_auto_joins_the_cluster(cluster: Cluster, tmp_path
     assert other["state"] == "FINISHED" and other["end_s"] >= other["start_s"]
     table = rayfield_cmd("list", "jobs", "--temp-dir", str(cluster.temp_dir)).stdout
     assert mine["job_id"] in table and "RUNNING" in table and "FINISHED" in table
+
+    # A driver killed without shutdown(): its node marks its job finished.
+    script.write_text(AUTO_DRIVER.replace("rf.shutdown()", "import time; time.sleep(600)"))
+    killed = subprocess.Popen([sys.executable, str(script), str(cluster.temp_dir)])
+    try:
+        wait_for(
+            lambda: any(j["driver_pid"] == killed.pid for j in state.list_jobs()),
+            "the second driver's job",
+        )
+    finally:
+        killed.kill()
+        killed.wait()
+    [job] = wait_for(
+        lambda: [j for j in state.list_jobs() if j["driver_pid"] == killed.pid and j["end_s"]],
+        "the killed driver's job to end",
+    )
+    assert job["state"] == "FINISHED"

@@ -309,7 +309,7 @@ void NodeServer::Close(ClientID id, const std::string& reason) {
   store_->ClientGone(id);
   if (worker) scheduler_->RemoveWorker(id);
   if (driver) OwnerGone(id, pid);
-  if (hello) PushEvent(ClientDisconnected{id, pid});
+  if (hello) PushEvent(ClientDisconnected{id, pid, driver});
 }
 
 // ---- messages ------------------------------------------------------------------

@@ -56,6 +56,7 @@ struct ObjectMissing {
 struct ClientDisconnected {
   ClientID client;
   int pid;
+  bool driver;  // a driver's connection (not a worker's)
 };
 struct WorkerRegistered {
   ClientID client;

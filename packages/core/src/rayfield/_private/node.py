@@ -189,6 +189,8 @@ class LocalNode:
                     self.pool.registered()
                 elif kind == "actor_died" and self.agent is not None:
                     self.agent.lifecycle.actor_died(event[1], event[2])
+                elif kind == "client_disconnected" and event[3] and self.agent is not None:
+                    self.agent.lifecycle.driver_gone(event[2])
                 elif kind == "owner_died" and self.agent is not None:
                     self.agent.lifecycle.owner_died(event[2], event[3])
                 elif kind == "actor_task_elsewhere" and self.agent is not None:

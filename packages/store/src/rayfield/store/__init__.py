@@ -145,7 +145,7 @@ class NodeServer:
     ``("task_infeasible", task_id, demand, reason)``,
     ``("missing_dependencies", task_id, object_ids)``,
     ``("worker_lost", client_id, running_task_ids, actor_id_or_None)``,
-    ``("client_disconnected", client_id, pid)``,
+    ``("client_disconnected", client_id, pid, is_driver)``,
     ``("worker_registered", client_id, pid)``,
     ``("actor_task_elsewhere", task_id, actor_id)``,
     ``("actor_died", actor_id, reason)`` (an actor hosted here is dead for good: no

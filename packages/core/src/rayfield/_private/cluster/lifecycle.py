@@ -8,7 +8,8 @@ A node's agent (``agent.py``) hands this module three kinds of end:
 * **A driver disconnects** (exits or is killed): the native node kills the non-detached
   actors that driver created here; those it moved to other nodes come in an ``owner_died``
   event, and are killed on their node through the node service's ``KillActor``.
-  Actors with ``lifetime="detached"`` are not touched.
+  Actors with ``lifetime="detached"`` are not touched. Its job is marked finished in the
+  GCS (``client_disconnected``; a clean ``shutdown()`` did that already).
 * **A task is cancelled** that this node forwarded to another node: ``rayfield.cancel``
   finds no such task in its node's scheduler and asks its node's agent
   (``CancelTask`` of the node service, ``cancel_elsewhere``), which cancels it where it was
@@ -91,6 +92,12 @@ class Lifecycle:
         )
         for actor_id in actor_ids:
             self._submit(self._kill_orphan, actor_id, why)
+
+    def driver_gone(self, pid: int) -> None:
+        """A driver connection of this node closed: its jobs are finished."""
+        from rayfield._private.cluster.jobs import finish_on_node
+
+        self._submit(finish_on_node, self.agent.gcs, self.agent.node_id, pid)
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         try:
