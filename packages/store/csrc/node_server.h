@@ -169,6 +169,7 @@ class NodeServer {
   void OwnerGone(ClientID client, int pid);
   void FailTask(const UniqueID& task_id, const std::string& tag, const std::string& message);
   Status KillActor(const UniqueID& actor_id, bool no_restart);
+  static void EndWorkerProcess(const Conn& c);
   std::string CancelTask(const UniqueID& task_id, bool force);
   void SealError(const UniqueID& id, const std::string& tag, const std::string& message);
   // Spilling (node_spill.cc).

@@ -2,6 +2,8 @@
 // running tasks, retries and error objects when a worker dies, actor restarts,
 // kill and cancel, and answers for evicted objects.
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -71,13 +73,24 @@ std::vector<RunningTaskInfo> NodeServer::RunningTasks() {
   return out;
 }
 
+// SIGKILL the worker process of `c`. A "worker" in this very process (a test's in-process
+// client) is not killed, which would take the node down with it: its connection is shut
+// down instead, which the event loop handles as the worker's death.
+void NodeServer::EndWorkerProcess(const Conn& c) {
+  if (c.pid == getpid()) {
+    ::shutdown(c.fd, SHUT_RDWR);
+  } else if (c.pid > 0) {
+    kill(c.pid, SIGKILL);
+  }
+}
+
 bool NodeServer::KillWorker(int pid, const std::string& tag, const std::string& message) {
   std::lock_guard<std::mutex> lock(mu_);
   if (pid <= 0) return false;
   for (const auto& [id, conn] : conns_) {
     if (!conn->worker || conn->pid != pid) continue;
     kill_reasons_[id] = {tag, message};
-    kill(pid, SIGKILL);
+    EndWorkerProcess(*conn);
     return true;
   }
   return false;
@@ -162,7 +175,7 @@ Status NodeServer::KillActor(const UniqueID& actor_id, bool no_restart) {
     ActorGone(actor_id);
     return Status::OK();
   }
-  if (w->second->pid > 0) kill(w->second->pid, SIGKILL);
+  EndWorkerProcess(*w->second);
   return Status::OK();
 }
 
@@ -177,7 +190,7 @@ std::string NodeServer::CancelTask(const UniqueID& task_id, bool force) {
     it->second.cancelled = true;
     it->second.retry_spec.reset();
     auto w = conns_.find(it->second.worker);
-    if (w != conns_.end() && w->second->pid > 0) kill(w->second->pid, SIGKILL);
+    if (w != conns_.end()) EndWorkerProcess(*w->second);
   }
   return "running";
 }
