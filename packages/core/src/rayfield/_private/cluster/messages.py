@@ -54,9 +54,14 @@ def _decoder(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _id_vector(b: flatbuffers.Builder, start: Callable[..., Any], ids: Sequence[bytes]) -> int:
+    """A vector of UniqueID structs, written as one block (ids are 20 bytes, alignment 1):
+    struct by struct, the builder takes about 20 us an id, a long poll's thousand ids 20 ms."""
+    block = b"".join(ids)
+    if len(block) != ID_SIZE * len(ids):
+        raise ValueError(f"ids must be {ID_SIZE} bytes each")
     start(b, len(ids))
-    for oid in reversed(ids):
-        _create_id(b, oid)
+    b.head = b.head - len(block)
+    b.Bytes[b.head : b.head + len(block)] = block
     return int(b.EndVector())
 
 
@@ -71,7 +76,14 @@ def _read_id(s: Any) -> bytes | None:
 
 
 def _read_ids(n: int, get: Callable[[int], Any]) -> list[bytes]:
-    return [_check_id(bytes(get(j).BytesAsNumpy().tobytes())) for j in range(n)]
+    """A vector of UniqueID structs (``n``, accessor ``get``), read as one block."""
+    if n <= 0:
+        return []
+    first = get(0)._tab
+    block = bytes(first.Bytes[first.Pos : first.Pos + ID_SIZE * n])
+    if len(block) != ID_SIZE * n:
+        raise MalformedMessage(f"a vector of {n} ids runs past the end of the message")
+    return [block[i : i + ID_SIZE] for i in range(0, len(block), ID_SIZE)]
 
 
 def _text(value: Any) -> str:
@@ -294,10 +306,7 @@ def decode_ids(buf: bytes) -> tuple[list[bytes], int]:
 
 def encode_present(present: Sequence[bool]) -> bytes:
     b = flatbuffers.Builder(32 + len(present))
-    HasObjectsReply.HasObjectsReplyStartPresentVector(b, len(present))
-    for p in reversed(present):
-        b.PrependBool(p)
-    vec = b.EndVector()
+    vec = b.CreateByteVector(bytes(bytearray(1 if p else 0 for p in present)))
     HasObjectsReply.HasObjectsReplyStart(b)
     HasObjectsReply.HasObjectsReplyAddPresent(b, vec)
     return _finish(b, HasObjectsReply.HasObjectsReplyEnd(b))
@@ -306,4 +315,5 @@ def encode_present(present: Sequence[bool]) -> bytes:
 @_decoder
 def decode_present(buf: bytes) -> list[bool]:
     r = HasObjectsReply.HasObjectsReply.GetRootAs(buf, 0)
-    return [bool(r.Present(j)) for j in range(r.PresentLength())]
+    n = r.PresentLength()
+    return [bool(v) for v in r.PresentAsNumpy().tobytes()] if n else []
