@@ -156,3 +156,19 @@ def test_forward_tasks_refuses_one_task_or_with_in_order_the_rest(in_order: bool
         assert all(r is not None and "store full" in r for r in replies[2:])
     else:
         assert agent.accepted == [tid(1), tid(3), tid(4)] and replies[2:] == [None, None]
+
+
+def test_an_argument_announced_before_its_task_came_is_fetched_at_once() -> None:
+    # A large argument's announce (PushObject without data) may beat the ForwardTask
+    # naming it; the task's arrival must not then wait PUSH_FALLBACK_S for a push.
+    from rayfield._private.cluster.agent import NodeAgent
+
+    agent = NodeAgent.__new__(NodeAgent)
+    agent._lock = threading.Lock()
+    agent._wake = threading.Event()
+    agent.inflight, agent.wanted, agent.forwarded = set(), {}, {}
+    agent._announced = {tid(1)}
+    agent.want(tid(1), "origin:1", delay_s=1.0)
+    agent.want(tid(2), "origin:1", delay_s=1.0)
+    assert agent.wanted[tid(1)][0] <= time.monotonic() < agent.wanted[tid(2)][0]
+    assert agent._wake.is_set()

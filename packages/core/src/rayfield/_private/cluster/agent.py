@@ -638,6 +638,8 @@ class NodeAgent:
         with self._lock:
             if object_id in self.inflight or object_id in self.wanted:
                 return
+            if object_id in self._announced:  # its holder said so already: no push to wait for
+                delay_s = 0.0
             if hint is not None:  # asked by the long poll of that node
                 self.forwarded.setdefault(object_id, hint)
                 self.wanted[object_id] = (time.monotonic() + delay_s, FIRST_LOOKUP_S)
