@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from rayfield._private.cluster import messages
 from rayfield._private.cluster.event_shipper import EventShipper
 from rayfield._private.cluster.forwarding import Forwarder, batches
 from rayfield._private.cluster.introspect import Introspector
@@ -42,12 +41,12 @@ from rayfield._private.cluster.node_service import STREAMING_METHODS, NodeServic
 from rayfield._private.cluster.object_push import INLINE_MAX_BYTES, ObjectPusher
 from rayfield._private.cluster.placement import PeerLoad, fits, plan_moves
 from rayfield._private.cluster.recovery import Recovery
+from rayfield._private.cluster.transfer import keep_freed_memory, store_whole, write_chunks
 from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, auth_metadata, open_channel
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.gcs.types import ActorInfo, ActorState, NodeInfo, ResourceDemand
 from rayfield._private.runtime import ORIGIN_BYTES, origin_of
 from rayfield.store import StoreClient
-from rayfield.store.errors import ObjectExistsError
 
 if TYPE_CHECKING:
     from rayfield._private.node import LocalNode
@@ -95,6 +94,7 @@ class NodeAgent:
         tls: TlsConfig | None = None,
         heartbeat_s: float = 0.5,
     ) -> None:
+        keep_freed_memory()
         self.node = node
         self.gcs = gcs
         self.tls = tls
@@ -595,21 +595,10 @@ class NodeAgent:
     ) -> bool:
         """Store an object that came whole from the node at ``sender`` (a push, a long
         poll's reply); whether it is here now (``release``: see ``_arrived``)."""
-        try:
-            view = self.client.create(object_id, size, meta)
-        except ObjectExistsError:
-            return True  # pulled meanwhile, or made here
-        except Exception as exc:  # e.g. the store is full: the sender keeps it; asked later
-            logger.info("could not store object %s: %s", object_id.hex()[:16], exc)
-            return False
-        try:
-            view[:size] = data
-            self.client.seal(object_id)
-        except BaseException:
-            self.client.abort(object_id)
-            raise
-        self._arrived(object_id, sender, release=release)
-        return True
+        stored = store_whole(self.client, object_id, size, meta, data)
+        if stored:
+            self._arrived(object_id, sender, release=release)
+        return stored is not False  # None: pulled meanwhile, or made here
 
     def release_held(self, ids: list[bytes]) -> None:
         with self._lock:
@@ -825,30 +814,16 @@ class NodeAgent:
             True when the object is here (pulled now, or made here meanwhile); False when
             that node does not have it (within ``wait_ms``) or cannot be reached.
         """
-        view = None
         try:
-            for raw in self._stub(address).pull(object_id, wait_ms):
-                found, size, meta, offset, data = messages.decode_chunk(raw)
-                if view is None:
-                    if not found:
-                        return False
-                    try:
-                        view = self.client.create(object_id, size, meta)
-                    except ObjectExistsError:
-                        return True
-                view[offset : offset + len(data)] = data
-            if view is None:
-                return False
-            self.client.seal(object_id)
-            view = None
+            stored = write_chunks(
+                self.client, object_id, self._stub(address).pull(object_id, wait_ms)
+            )
         except grpc.RpcError as exc:
             logger.info("pulling %s from %s failed: %s", object_id.hex()[:16], address, exc)
             return False
-        finally:
-            if view is not None:
-                self.client.abort(object_id)
-        self._arrived(object_id, address, release=True)
-        return True
+        if stored:
+            self._arrived(object_id, address, release=True)
+        return stored is not False
 
     def _arrived(self, object_id: bytes, address: str, release: bool) -> None:
         """``object_id`` came from the node at ``address``: record the copy and, for a
