@@ -660,9 +660,15 @@ class NodeAgent:
             self._wake.clear()
             self._send_batches()
             now = time.monotonic()
-            with self._lock:
-                due = [oid for oid, (t, _) in self.wanted.items() if t <= now]
-            due = [oid for oid in due if not self._have(oid)]
+            with self._lock:  # those whose maker's long poll runs wait for the next poll
+                due = [
+                    oid
+                    for oid, (t, _) in self.wanted.items()
+                    if t <= now and self.forwarded.get(oid) not in self._polling
+                ]
+                hinted = {oid for oid in due if oid in self.forwarded}
+            # (the poll tells whether a hinted one is there: no store round trip each)
+            due = [oid for oid in due if oid in hinted or not self._have(oid)]
             by_hint: dict[str, list[bytes]] = {}
             with self._lock:  # where it is being made, or where the task that needs it came from
                 for oid in due:
@@ -765,9 +771,12 @@ class NodeAgent:
                         if self._store_whole(oid, address, len(data), meta, data, release=True):
                             continue
                     self._start_fetch(oid, [address])
-                elif not self._have(oid):
+                else:  # (still forwarded there: not here; no store round trip each)
                     with self._lock:
-                        self.wanted.setdefault(oid, (soon, FIRST_LOOKUP_S))
+                        waiting = oid in self.forwarded
+                    if waiting or not self._have(oid):
+                        with self._lock:
+                            self.wanted.setdefault(oid, (soon, FIRST_LOOKUP_S))
         except Exception:
             logger.exception("polling %s failed", address)
         finally:
