@@ -9,13 +9,15 @@ this ``NodeAgent``, which
 * forwards (spills back) work the local node cannot place to an alive node whose totals
   fit it (``task_infeasible`` events); work nobody can place waits, and is placed when a
   fitting node joins; work that waits here for busy resources moves to a node where they
-  are free (``placement.py``), actor creations first;
+  are free (``placement.py``), actor creations first; tasks go to each peer in batches,
+  in the background (``forwarding.py``), each task's outcome handled on its own;
 * fetches objects a local client waits for but the node lacks (``object_missing``
-  events): from the node a task was forwarded to, else from the GCS object directory,
-  else by asking every alive node; the object is pulled in chunks over gRPC and written
-  straight into the local store. Results of forwarded tasks and arguments of tasks this
-  node forwards are pushed to the node that needs them as soon as they are sealed
-  (``object_push.py``), so a chain of calls between nodes does not wait on polls;
+  events): from the node a task was forwarded to, by a long poll whose reply carries
+  the small ones whole, else from the GCS object directory, else by asking every alive
+  node; larger objects are pulled in chunks over gRPC and written straight into the
+  local store (``transfer.py``). Arguments of tasks this node forwards are pushed to
+  the node they go to as soon as they are sealed (``object_push.py``); results of
+  forwarded tasks are not pushed (see ``accept_forwarded``);
 * serves ``/rayfield.Node`` (``node_service.py``) to the other nodes, and to the CLI
   and dashboard for introspection (``introspect.py``);
 * sends the node's task events to the GCS (``event_shipper.py``).
