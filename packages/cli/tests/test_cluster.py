@@ -126,6 +126,21 @@ def test_array_made_on_another_node_reaches_the_driver_and_a_third_node(cluster:
 
 
 @rf.remote(resources={"b_res": 1})
+def sized(i: int) -> bytes:
+    return bytes([i % 256]) * ((3 << 20) if i % 40 == 0 else i)
+
+
+def test_many_spilled_tasks_come_back_small_ones_in_the_poll_large_ones_pulled(
+    cluster: Cluster,
+) -> None:
+    # Forwarded in batches; results up to 1 MiB come back inside the origin's long poll,
+    # the 3 MiB ones by a pull, both kinds in the same poll.
+    out = rf.get([sized.remote(i) for i in range(400)])
+    assert [len(x) for x in out] == [(3 << 20) if i % 40 == 0 else i for i in range(400)]
+    assert all(x == bytes([i % 256]) * len(x) for i, x in enumerate(out))
+
+
+@rf.remote(resources={"b_res": 1})
 def put_inside() -> list[rf.ObjectRef]:
     return [rf.put(np.full(1000, 3.0))]
 

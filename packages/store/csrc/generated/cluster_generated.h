@@ -36,6 +36,21 @@ struct PushObjectRequestBuilder;
 struct ForwardTaskReply;
 struct ForwardTaskReplyBuilder;
 
+struct ForwardBatchRequest;
+struct ForwardBatchRequestBuilder;
+
+struct ForwardBatchReply;
+struct ForwardBatchReplyBuilder;
+
+struct FetchObjectsRequest;
+struct FetchObjectsRequestBuilder;
+
+struct FetchedObject;
+struct FetchedObjectBuilder;
+
+struct FetchObjectsReply;
+struct FetchObjectsReplyBuilder;
+
 struct ObjectIdsRequest;
 struct ObjectIdsRequestBuilder;
 
@@ -480,6 +495,354 @@ inline ::flatbuffers::Offset<ForwardTaskReply> CreateForwardTaskReplyDirect(
       _fbb,
       accepted,
       message__);
+}
+
+/// ForwardTasks: several tasks for one node in one call (a node batches what it
+/// forwards to each peer); answered with one ForwardTaskReply a task, in order.
+struct ForwardBatchRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef ForwardBatchRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_TASKS = 4,
+    VT_IN_ORDER = 6
+  };
+  const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ForwardTaskRequest>> *tasks() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ForwardTaskRequest>> *>(VT_TASKS);
+  }
+  /// The tasks are calls of one actor, in order: once one is refused, the rest are
+  /// refused too, so none runs before a call that came before it.
+  bool in_order() const {
+    return GetField<uint8_t>(VT_IN_ORDER, 0) != 0;
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_TASKS) &&
+           verifier.VerifyVector(tasks()) &&
+           verifier.VerifyVectorOfTables(tasks()) &&
+           VerifyField<uint8_t>(verifier, VT_IN_ORDER, 1) &&
+           verifier.EndTable();
+  }
+};
+
+struct ForwardBatchRequestBuilder {
+  typedef ForwardBatchRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_tasks(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ForwardTaskRequest>>> tasks) {
+    fbb_.AddOffset(ForwardBatchRequest::VT_TASKS, tasks);
+  }
+  void add_in_order(bool in_order) {
+    fbb_.AddElement<uint8_t>(ForwardBatchRequest::VT_IN_ORDER, static_cast<uint8_t>(in_order), 0);
+  }
+  explicit ForwardBatchRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<ForwardBatchRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<ForwardBatchRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<ForwardBatchRequest> CreateForwardBatchRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ForwardTaskRequest>>> tasks = 0,
+    bool in_order = false) {
+  ForwardBatchRequestBuilder builder_(_fbb);
+  builder_.add_tasks(tasks);
+  builder_.add_in_order(in_order);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<ForwardBatchRequest> CreateForwardBatchRequestDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ForwardTaskRequest>> *tasks = nullptr,
+    bool in_order = false) {
+  auto tasks__ = tasks ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ForwardTaskRequest>>(*tasks) : 0;
+  return rayfield::store::protocol::fb::CreateForwardBatchRequest(
+      _fbb,
+      tasks__,
+      in_order);
+}
+
+struct ForwardBatchReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef ForwardBatchReplyBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_REPLIES = 4
+  };
+  const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ForwardTaskReply>> *replies() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ForwardTaskReply>> *>(VT_REPLIES);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_REPLIES) &&
+           verifier.VerifyVector(replies()) &&
+           verifier.VerifyVectorOfTables(replies()) &&
+           verifier.EndTable();
+  }
+};
+
+struct ForwardBatchReplyBuilder {
+  typedef ForwardBatchReply Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_replies(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ForwardTaskReply>>> replies) {
+    fbb_.AddOffset(ForwardBatchReply::VT_REPLIES, replies);
+  }
+  explicit ForwardBatchReplyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<ForwardBatchReply> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<ForwardBatchReply>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<ForwardBatchReply> CreateForwardBatchReply(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ForwardTaskReply>>> replies = 0) {
+  ForwardBatchReplyBuilder builder_(_fbb);
+  builder_.add_replies(replies);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<ForwardBatchReply> CreateForwardBatchReplyDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ForwardTaskReply>> *replies = nullptr) {
+  auto replies__ = replies ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ForwardTaskReply>>(*replies) : 0;
+  return rayfield::store::protocol::fb::CreateForwardBatchReply(
+      _fbb,
+      replies__);
+}
+
+/// FetchObjects: HasObjects whose reply also carries the objects found here whole, up to
+/// `inline_max_bytes` each (and some megabytes in all), so the origin of forwarded tasks
+/// gets small results in its long poll, without a PullObject for each.
+struct FetchObjectsRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef FetchObjectsRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_OBJECT_IDS = 4,
+    VT_WAIT_MS = 6,
+    VT_INLINE_MAX_BYTES = 8
+  };
+  const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *object_ids() const {
+    return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_OBJECT_IDS);
+  }
+  /// Wait up to this long for at least one of them to be sealed here (a long poll).
+  int64_t wait_ms() const {
+    return GetField<int64_t>(VT_WAIT_MS, 0);
+  }
+  uint64_t inline_max_bytes() const {
+    return GetField<uint64_t>(VT_INLINE_MAX_BYTES, 0);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_OBJECT_IDS) &&
+           verifier.VerifyVector(object_ids()) &&
+           VerifyField<int64_t>(verifier, VT_WAIT_MS, 8) &&
+           VerifyField<uint64_t>(verifier, VT_INLINE_MAX_BYTES, 8) &&
+           verifier.EndTable();
+  }
+};
+
+struct FetchObjectsRequestBuilder {
+  typedef FetchObjectsRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_object_ids(::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> object_ids) {
+    fbb_.AddOffset(FetchObjectsRequest::VT_OBJECT_IDS, object_ids);
+  }
+  void add_wait_ms(int64_t wait_ms) {
+    fbb_.AddElement<int64_t>(FetchObjectsRequest::VT_WAIT_MS, wait_ms, 0);
+  }
+  void add_inline_max_bytes(uint64_t inline_max_bytes) {
+    fbb_.AddElement<uint64_t>(FetchObjectsRequest::VT_INLINE_MAX_BYTES, inline_max_bytes, 0);
+  }
+  explicit FetchObjectsRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<FetchObjectsRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<FetchObjectsRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<FetchObjectsRequest> CreateFetchObjectsRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> object_ids = 0,
+    int64_t wait_ms = 0,
+    uint64_t inline_max_bytes = 0) {
+  FetchObjectsRequestBuilder builder_(_fbb);
+  builder_.add_inline_max_bytes(inline_max_bytes);
+  builder_.add_wait_ms(wait_ms);
+  builder_.add_object_ids(object_ids);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<FetchObjectsRequest> CreateFetchObjectsRequestDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<rayfield::store::protocol::fb::UniqueID> *object_ids = nullptr,
+    int64_t wait_ms = 0,
+    uint64_t inline_max_bytes = 0) {
+  auto object_ids__ = object_ids ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*object_ids) : 0;
+  return rayfield::store::protocol::fb::CreateFetchObjectsRequest(
+      _fbb,
+      object_ids__,
+      wait_ms,
+      inline_max_bytes);
+}
+
+struct FetchedObject FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef FetchedObjectBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_OBJECT_ID = 4,
+    VT_METADATA = 6,
+    VT_DATA = 8
+  };
+  const rayfield::store::protocol::fb::UniqueID *object_id() const {
+    return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_OBJECT_ID);
+  }
+  const ::flatbuffers::Vector<uint8_t> *metadata() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_METADATA);
+  }
+  const ::flatbuffers::Vector<uint8_t> *data() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_DATA);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<rayfield::store::protocol::fb::UniqueID>(verifier, VT_OBJECT_ID, 1) &&
+           VerifyOffset(verifier, VT_METADATA) &&
+           verifier.VerifyVector(metadata()) &&
+           VerifyOffset(verifier, VT_DATA) &&
+           verifier.VerifyVector(data()) &&
+           verifier.EndTable();
+  }
+};
+
+struct FetchedObjectBuilder {
+  typedef FetchedObject Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_object_id(const rayfield::store::protocol::fb::UniqueID *object_id) {
+    fbb_.AddStruct(FetchedObject::VT_OBJECT_ID, object_id);
+  }
+  void add_metadata(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> metadata) {
+    fbb_.AddOffset(FetchedObject::VT_METADATA, metadata);
+  }
+  void add_data(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> data) {
+    fbb_.AddOffset(FetchedObject::VT_DATA, data);
+  }
+  explicit FetchedObjectBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<FetchedObject> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<FetchedObject>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<FetchedObject> CreateFetchedObject(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const rayfield::store::protocol::fb::UniqueID *object_id = nullptr,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> metadata = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> data = 0) {
+  FetchedObjectBuilder builder_(_fbb);
+  builder_.add_data(data);
+  builder_.add_metadata(metadata);
+  builder_.add_object_id(object_id);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<FetchedObject> CreateFetchedObjectDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const rayfield::store::protocol::fb::UniqueID *object_id = nullptr,
+    const std::vector<uint8_t> *metadata = nullptr,
+    const std::vector<uint8_t> *data = nullptr) {
+  auto metadata__ = metadata ? _fbb.CreateVector<uint8_t>(*metadata) : 0;
+  auto data__ = data ? _fbb.CreateVector<uint8_t>(*data) : 0;
+  return rayfield::store::protocol::fb::CreateFetchedObject(
+      _fbb,
+      object_id,
+      metadata__,
+      data__);
+}
+
+struct FetchObjectsReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef FetchObjectsReplyBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_PRESENT = 4,
+    VT_OBJECTS = 6
+  };
+  /// One flag a requested id: held here, sealed (whole in `objects` or to be pulled).
+  const ::flatbuffers::Vector<uint8_t> *present() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_PRESENT);
+  }
+  const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::FetchedObject>> *objects() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::FetchedObject>> *>(VT_OBJECTS);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_PRESENT) &&
+           verifier.VerifyVector(present()) &&
+           VerifyOffset(verifier, VT_OBJECTS) &&
+           verifier.VerifyVector(objects()) &&
+           verifier.VerifyVectorOfTables(objects()) &&
+           verifier.EndTable();
+  }
+};
+
+struct FetchObjectsReplyBuilder {
+  typedef FetchObjectsReply Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_present(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> present) {
+    fbb_.AddOffset(FetchObjectsReply::VT_PRESENT, present);
+  }
+  void add_objects(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::FetchedObject>>> objects) {
+    fbb_.AddOffset(FetchObjectsReply::VT_OBJECTS, objects);
+  }
+  explicit FetchObjectsReplyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<FetchObjectsReply> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<FetchObjectsReply>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<FetchObjectsReply> CreateFetchObjectsReply(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> present = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::FetchedObject>>> objects = 0) {
+  FetchObjectsReplyBuilder builder_(_fbb);
+  builder_.add_objects(objects);
+  builder_.add_present(present);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<FetchObjectsReply> CreateFetchObjectsReplyDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<uint8_t> *present = nullptr,
+    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::FetchedObject>> *objects = nullptr) {
+  auto present__ = present ? _fbb.CreateVector<uint8_t>(*present) : 0;
+  auto objects__ = objects ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::FetchedObject>>(*objects) : 0;
+  return rayfield::store::protocol::fb::CreateFetchObjectsReply(
+      _fbb,
+      present__,
+      objects__);
 }
 
 /// HasObjects: which of these objects this node holds, sealed.

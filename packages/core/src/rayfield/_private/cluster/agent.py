@@ -9,13 +9,15 @@ this ``NodeAgent``, which
 * forwards (spills back) work the local node cannot place to an alive node whose totals
   fit it (``task_infeasible`` events); work nobody can place waits, and is placed when a
   fitting node joins; work that waits here for busy resources moves to a node where they
-  are free (``placement.py``), actor creations first;
+  are free (``placement.py``), actor creations first; tasks go to each peer in batches,
+  in the background (``forwarding.py``), each task's outcome handled on its own;
 * fetches objects a local client waits for but the node lacks (``object_missing``
-  events): from the node a task was forwarded to, else from the GCS object directory,
-  else by asking every alive node; the object is pulled in chunks over gRPC and written
-  straight into the local store. Results of forwarded tasks and arguments of tasks this
-  node forwards are pushed to the node that needs them as soon as they are sealed
-  (``object_push.py``), so a chain of calls between nodes does not wait on polls;
+  events): from the node a task was forwarded to, by a long poll whose reply carries
+  the small ones whole, else from the GCS object directory, else by asking every alive
+  node; larger objects are pulled in chunks over gRPC and written straight into the
+  local store (``transfer.py``). Arguments of tasks this node forwards are pushed to
+  the node they go to as soon as they are sealed (``object_push.py``); results of
+  forwarded tasks are not pushed (see ``accept_forwarded``);
 * serves ``/rayfield.Node`` (``node_service.py``) to the other nodes, and to the CLI
   and dashboard for introspection (``introspect.py``);
 * sends the node's task events to the GCS (``event_shipper.py``).
@@ -23,30 +25,32 @@ this ``NodeAgent``, which
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from rayfield._private.cluster import messages
 from rayfield._private.cluster.code_exports import fetch_into, is_code
 from rayfield._private.cluster.event_shipper import EventShipper
+from rayfield._private.cluster.forwarding import Forwarder, batches
 from rayfield._private.cluster.introspect import Introspector
 from rayfield._private.cluster.lifecycle import Lifecycle
 from rayfield._private.cluster.node_service import STREAMING_METHODS, NodeService, NodeStub
-from rayfield._private.cluster.object_push import ObjectPusher
+from rayfield._private.cluster.object_push import INLINE_MAX_BYTES, ObjectPusher
 from rayfield._private.cluster.placement import PeerLoad, fits, plan_moves
 from rayfield._private.cluster.recovery import Recovery
+from rayfield._private.cluster.transfer import keep_freed_memory, store_whole, write_chunks
 from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, auth_metadata, open_channel
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.gcs.types import ActorInfo, ActorState, NodeInfo, ResourceDemand
 from rayfield._private.runtime import ORIGIN_BYTES, origin_of
 from rayfield.store import StoreClient
-from rayfield.store.errors import ObjectExistsError
 
 if TYPE_CHECKING:
     from rayfield._private.node import LocalNode
@@ -94,6 +98,7 @@ class NodeAgent:
         tls: TlsConfig | None = None,
         heartbeat_s: float = 0.5,
     ) -> None:
+        keep_freed_memory()
         self.node = node
         self.gcs = gcs
         self.tls = tls
@@ -126,6 +131,7 @@ class NodeAgent:
         self._code_from_peers: set[bytes] = set()  # code ids the GCS did not have
         self.pusher = ObjectPusher(node.socket_path, self._send_push, self._pushed)
         self.lifecycle = Lifecycle(self)  # final actor deaths, fate-sharing, remote cancel
+        self.forwarder = Forwarder(self._send_batch)
         self.recovery = Recovery(self.client, self._resubmit, self.lifecycle.actor_died)
         # Sent in batches by the fetch thread, off the event and transfer threads:
         self._new_locations: dict[bytes, list[bytes]] = {}  # node id -> ids to record
@@ -181,13 +187,10 @@ class NodeAgent:
                 self._channels[address] = entry
         return entry[1]
 
-    def _forward(self, address: str, spec: dict[str, Any]) -> str | None:
-        """Forward a task to the node at ``address``; None when it took it, else why not.
-
-        Its arguments held here, or made by this node's processes (they will be sealed
-        here), are pushed there once sealed; the request names them so the receiver
-        does not ask for them.
-        """
+    def _pushed_args(self, address: str, spec: dict[str, Any]) -> list[bytes]:
+        """The arguments of a task going to ``address`` that this node pushes there once
+        sealed: those held here or made by this node's processes (they will be sealed
+        here). The forward names them, so the receiver does not ask for them."""
         mine = self.node_id[:ORIGIN_BYTES]
         pushed = [
             dep
@@ -196,10 +199,20 @@ class NodeAgent:
         ]
         for dep in pushed:
             self.pusher.push_when_sealed(dep, address)
+        return pushed
+
+    def _send_batch(
+        self,
+        address: str,
+        tasks: Sequence[tuple[dict[str, Any], list[bytes]]],
+        in_order: bool = False,
+    ) -> list[str | None]:
+        """Forward ``tasks`` (``(spec, pushed)`` each) to the node at ``address`` in one
+        call; one outcome a task: None when it took it, else why not."""
         try:
-            return self._stub(address).forward(self.address, spec, pushed)
+            return self._stub(address).forward_batch(self.address, tasks, in_order)
         except grpc.RpcError as exc:
-            return f"{exc.code().name}: {exc.details()}"
+            return [f"{exc.code().name}: {exc.details()}"] * len(tasks)
 
     def alive_peers(self) -> list[NodeInfo]:
         with self._lock:
@@ -257,20 +270,37 @@ class NodeAgent:
         if spec is None:  # an actor (they stay where submitted), or no longer queued
             return False
         candidates.sort(key=lambda n: -sum(n.resources_available.get(k, 0.0) for k in demand))
-        for peer in candidates:
-            why = self._forward(peer.address, spec)
+        self._spill_to(spec, candidates)
+        return True
+
+    def _spill_to(self, spec: dict[str, Any], candidates: list[NodeInfo]) -> None:
+        """Forward a taken task to the first of ``candidates`` that takes it, in the
+        background (``forwarding.py``); if none does, it is queued here again and tried
+        again in a second."""
+        peer, rest = candidates[0], candidates[1:]
+
+        def done(why: str | None) -> None:
+            task_id = spec["task_id"]
             if why is None:
                 with self._lock:
                     self.not_before.pop(task_id, None)
                 self._sent(spec, peer)
-                return True
+                return
             logger.warning("node %s refused a task: %s", peer.address, why)
-        with self._lock:  # it stays queued (infeasible) here; tried again in a second
-            self.not_before[task_id] = time.monotonic() + 1.0
+            if rest:
+                self._spill_to(spec, rest)
+                return
+            with self._lock:  # it stays queued (infeasible) here; tried again in a second
+                self.not_before[task_id] = time.monotonic() + 1.0
+            self._give_back(spec)
+
+        self.forwarder.submit(peer.address, spec, self._pushed_args(peer.address, spec), done)
+
+    def _give_back(self, spec: dict[str, Any]) -> None:
+        """Queue a taken task here again (no peer took it)."""
         self._resubmit(spec)  # pins its arguments again
         if spec.get("kept_pins"):
             self.client.unpin(spec["kept_pins"])
-        return True
 
     def _sent(self, spec: dict[str, Any], peer: NodeInfo) -> None:
         """Bookkeeping of a task ``peer`` accepted: where its results are made, its spec
@@ -334,7 +364,8 @@ class NodeAgent:
 
     def place_by_load(self) -> int:
         """Move work queued here for busy resources to peers where they are free (see
-        ``placement.py``); returns how many tasks moved."""
+        ``placement.py``); returns how many tasks are on their way (a peer that refuses
+        one gives it back to this node's queue)."""
         snap = self.node.server.scheduler_snapshot()
         ready = snap.get("ready_tasks") or []
         if not ready:
@@ -356,19 +387,35 @@ class NodeAgent:
             spec = self.node.server.take_task(task_id, self.client.client_id)
             if spec is None:  # started here meanwhile
                 continue
-            why = self._forward(address, spec)
-            if why is not None:
-                logger.info("node %s refused a task: %s", address, why)
-                self._resubmit(spec)  # pins its arguments again
-                if spec.get("kept_pins"):
-                    self.client.unpin(spec["kept_pins"])
-                continue
-            logger.debug("task %s moved to %s (resources busy here)", task_id.hex(), address)
-            with self._lock:
-                self._sent_load.append((time.monotonic(), address, dict(spec["resources"])))
-            self._sent(spec, alive[address])
+            sent = (time.monotonic(), address, dict(spec["resources"]))
+            with self._lock:  # counts against the peer's free resources while on its way
+                self._sent_load.append(sent)
+            pushed = self._pushed_args(address, spec)
+            self.forwarder.submit(
+                address, spec, pushed, functools.partial(self._moved, spec, alive[address], sent)
+            )
             moved += 1
         return moved
+
+    def _moved(
+        self,
+        spec: dict[str, Any],
+        peer: NodeInfo,
+        sent: tuple[float, str, dict[str, float]],
+        why: str | None,
+    ) -> None:
+        """Outcome of a task ``place_by_load`` sent to ``peer``."""
+        if why is not None:
+            logger.info("node %s refused a task: %s", peer.address, why)
+            with self._lock:
+                if sent in self._sent_load:
+                    self._sent_load.remove(sent)
+            self._give_back(spec)
+            return
+        logger.debug(
+            "task %s moved to %s (resources busy here)", spec["task_id"].hex(), peer.address
+        )
+        self._sent(spec, peer)
 
     # ---- actors on other nodes ------------------------------------------------------
 
@@ -436,22 +483,30 @@ class NodeAgent:
                     self.client.unpin(spec["kept_pins"])
             return
         assert address is not None
-        for i, spec in enumerate(calls):
-            why = self._forward(address, spec)
-            if why is not None:
-                logger.warning("could not forward an actor call to %s: %s", address, why)
-                with self._lock:
-                    rest = self.pending_calls.get(actor_id, [])
-                    self.pending_calls[actor_id] = calls[i:] + rest
-                return
-            self.recovery.record(spec, address)
-            self._hold_args(spec, address)
-            logger.debug(
-                "call %s of actor %s sent to %s", spec["task_id"].hex(), actor_id.hex(), address
-            )
-            with self._lock:
-                for rid in spec["return_ids"]:
-                    self._made_at(rid, address)
+        sent = 0
+        for chunk in batches(calls):
+            pushed = [(spec, self._pushed_args(address, spec)) for spec in chunk]
+            outcomes = self._send_batch(address, pushed, in_order=True)
+            for spec, why in zip(chunk, outcomes, strict=True):
+                if why is not None:
+                    logger.warning("could not forward an actor call to %s: %s", address, why)
+                    with self._lock:
+                        rest = self.pending_calls.get(actor_id, [])
+                        self.pending_calls[actor_id] = calls[sent:] + rest
+                    return
+                sent += 1
+                self._call_sent(spec, actor_id, address)
+
+    def _call_sent(self, spec: dict[str, Any], actor_id: bytes, address: str) -> None:
+        """Bookkeeping of an actor call the actor's node at ``address`` took."""
+        self.recovery.record(spec, address)
+        self._hold_args(spec, address)
+        logger.debug(
+            "call %s of actor %s sent to %s", spec["task_id"].hex(), actor_id.hex(), address
+        )
+        with self._lock:
+            for rid in spec["return_ids"]:
+                self._made_at(rid, address)
 
     def _made_at(self, object_id: bytes, address: str) -> None:
         """(Lock held.) ``object_id`` will be made at ``address``: ask there, now, if wanted."""
@@ -539,21 +594,17 @@ class NodeAgent:
             if waited:
                 self._start_fetch(object_id, [sender])
             return False
-        try:
-            view = self.client.create(object_id, size, meta)
-        except ObjectExistsError:
-            return True  # pulled meanwhile, or made here
-        except Exception as exc:  # e.g. the store is full: the sender keeps it; asked later
-            logger.info("could not store pushed object %s: %s", object_id.hex()[:16], exc)
-            return False
-        try:
-            view[:size] = data
-            self.client.seal(object_id)
-        except BaseException:
-            self.client.abort(object_id)
-            raise
-        self._arrived(object_id, sender, release=False)
-        return True
+        return self._store_whole(object_id, sender, size, meta, data, release=False)
+
+    def _store_whole(
+        self, object_id: bytes, sender: str, size: int, meta: bytes, data: Any, release: bool
+    ) -> bool:
+        """Store an object that came whole from the node at ``sender`` (a push, a long
+        poll's reply); whether it is here now (``release``: see ``_arrived``)."""
+        stored = store_whole(self.client, object_id, size, meta, data)
+        if stored:
+            self._arrived(object_id, sender, release=release)
+        return stored is not False  # None: pulled meanwhile, or made here
 
     def release_held(self, ids: list[bytes]) -> None:
         with self._lock:
@@ -582,6 +633,8 @@ class NodeAgent:
         with self._lock:
             if object_id in self.inflight or object_id in self.wanted:
                 return
+            if object_id in self._announced:  # its holder said so already: no push to wait for
+                delay_s = 0.0
             if hint is not None:  # asked by the long poll of that node
                 self.forwarded.setdefault(object_id, hint)
                 self.wanted[object_id] = (time.monotonic() + delay_s, FIRST_LOOKUP_S)
@@ -613,9 +666,15 @@ class NodeAgent:
             self._wake.clear()
             self._send_batches()
             now = time.monotonic()
-            with self._lock:
-                due = [oid for oid, (t, _) in self.wanted.items() if t <= now]
-            due = [oid for oid in due if not self._have(oid)]
+            with self._lock:  # those whose maker's long poll runs wait for the next poll
+                due = [
+                    oid
+                    for oid, (t, _) in self.wanted.items()
+                    if t <= now and self.forwarded.get(oid) not in self._polling
+                ]
+                hinted = {oid for oid in due if oid in self.forwarded}
+            # (the poll tells whether a hinted one is there: no store round trip each)
+            due = [oid for oid in due if oid in hinted or not self._have(oid)]
             with self._lock:
                 code = [o for o in due if is_code(o) and o not in self._code_from_peers]
             for oid in code:  # from the GCS (_fetch), then from peers
@@ -704,25 +763,40 @@ class NodeAgent:
             )
 
     def _poll(self, address: str, ids: list[bytes]) -> None:
-        """Long-poll the node at ``address`` until one of ``ids`` is there; fetch those that
-        are, and want the others again at once (the poll itself did the waiting)."""
+        """Long-poll the node at ``address`` until one of ``ids`` is there; store those that
+        came whole in the reply (small ones), pull the other ones there, and want the
+        rest again: at once when something came (more are likely done), else shortly
+        (the poll itself did the waiting)."""
+        got = False
         try:
             try:
-                present = self._stub(address).has_objects(ids, wait_ms=POLL_WAIT_MS)
+                present, whole = self._stub(address).fetch_objects(
+                    ids, POLL_WAIT_MS, INLINE_MAX_BYTES
+                )
             except grpc.RpcError:
-                present = [False] * len(ids)
-            soon = time.monotonic() + 0.01
+                present, whole = [False] * len(ids), {}
+            got = any(present)
+            soon = time.monotonic() + (0.0 if got else 0.01)
             for oid, here in zip(ids, present, strict=False):
                 if here:
+                    if oid in whole:
+                        meta, data = whole[oid]
+                        if self._store_whole(oid, address, len(data), meta, data, release=True):
+                            continue
                     self._start_fetch(oid, [address])
-                elif not self._have(oid):
+                else:  # (still forwarded there: not here; no store round trip each)
                     with self._lock:
-                        self.wanted.setdefault(oid, (soon, FIRST_LOOKUP_S))
+                        waiting = oid in self.forwarded
+                    if waiting or not self._have(oid):
+                        with self._lock:
+                            self.wanted.setdefault(oid, (soon, FIRST_LOOKUP_S))
         except Exception:
             logger.exception("polling %s failed", address)
         finally:
             with self._lock:
                 self._polling.discard(address)
+            if got:
+                self._wake.set()
 
     def _have(self, object_id: bytes) -> bool:
         if self.client.contains(object_id):
@@ -767,30 +841,16 @@ class NodeAgent:
             True when the object is here (pulled now, or made here meanwhile); False when
             that node does not have it (within ``wait_ms``) or cannot be reached.
         """
-        view = None
         try:
-            for raw in self._stub(address).pull(object_id, wait_ms):
-                found, size, meta, offset, data = messages.decode_chunk(raw)
-                if view is None:
-                    if not found:
-                        return False
-                    try:
-                        view = self.client.create(object_id, size, meta)
-                    except ObjectExistsError:
-                        return True
-                view[offset : offset + len(data)] = data
-            if view is None:
-                return False
-            self.client.seal(object_id)
-            view = None
+            stored = write_chunks(
+                self.client, object_id, self._stub(address).pull(object_id, wait_ms)
+            )
         except grpc.RpcError as exc:
             logger.info("pulling %s from %s failed: %s", object_id.hex()[:16], address, exc)
             return False
-        finally:
-            if view is not None:
-                self.client.abort(object_id)
-        self._arrived(object_id, address, release=True)
-        return True
+        if stored:
+            self._arrived(object_id, address, release=True)
+        return stored is not False
 
     def _arrived(self, object_id: bytes, address: str, release: bool) -> None:
         """``object_id`` came from the node at ``address``: record the copy and, for a
@@ -811,6 +871,7 @@ class NodeAgent:
         for t in self._threads:
             t.join(timeout=2)
         self._send_batches()
+        self.forwarder.close()
         self.pusher.close()
         self.events.stop()
         try:

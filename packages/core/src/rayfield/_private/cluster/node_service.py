@@ -9,9 +9,14 @@ Methods:
         up to the request's timeout.
     ForwardTask: queue a task that another node could not place; its missing arguments
         are pushed by the forwarding node (those it names) or pulled from it.
+    ForwardTasks: several ForwardTask requests in one call (``forwarding.py``), one
+        reply each, in order; ``in_order`` batches (calls of one actor) refuse the rest
+        after a refusal.
     PushObject: an object this node wants (a forwarded task's result, an argument of a
         task forwarded here), inline when small, else a note to pull it now.
     HasObjects: which of the given objects this node holds.
+    FetchObjects: HasObjects, with the small objects found here in the reply (the long
+        poll of a node waiting for the results of tasks it forwarded here).
     ReleaseObjects: drop this node's hold on the returns of forwarded tasks (their owner
         has its own copy now).
     Introspect, ListLogs, ReadLog: what the node is doing and its log files
@@ -24,7 +29,7 @@ Methods:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -44,6 +49,7 @@ SERVICE = "rayfield.Node"
 STREAMING_METHODS = frozenset({f"/{SERVICE}/PullObject"})
 CHUNK_BYTES = 4 << 20
 MAX_WAIT_MS = 5000  # longest HasObjects long poll
+FETCH_INLINE_TOTAL_BYTES = 8 << 20  # objects carried whole in one FetchObjects reply
 
 
 def _raw(b: bytes) -> bytes:
@@ -59,7 +65,9 @@ class NodeService:
     def handler(self) -> grpc.GenericRpcHandler:
         unary = {
             "ForwardTask": self.forward_task,
+            "ForwardTasks": self.forward_tasks,
             "HasObjects": self.has_objects,
+            "FetchObjects": self.fetch_objects,
             "ReleaseObjects": self.release_objects,
             "PushObject": self.push_object,
             "Introspect": self.introspect,
@@ -119,6 +127,46 @@ class NodeService:
             return messages.encode_forward_reply(False, f"{type(exc).__name__}: {exc}")
         return messages.encode_forward_reply(True)
 
+    def forward_tasks(self, raw: bytes) -> bytes:
+        tasks, in_order = messages.decode_forward_batch(raw)
+        replies: list[str | None] = []
+        refused = None
+        for origin, spec, pushed in tasks:
+            if refused is not None and in_order:
+                replies.append(f"not run before an earlier call, refused: {refused}")
+                continue
+            try:
+                self.agent.accept_forwarded(origin, spec, pushed)
+                replies.append(None)
+            except Exception as exc:
+                logger.warning("refused a forwarded task: %s", exc)
+                refused = f"{type(exc).__name__}: {exc}"
+                replies.append(refused)
+        return messages.encode_forward_batch_reply(replies)
+
+    def fetch_objects(self, raw: bytes) -> bytes:
+        ids, wait_ms, inline_max = messages.decode_fetch(raw)
+        client = self.agent.client
+        if wait_ms > 0 and ids:
+            present = client.wait(ids, 1, timeout_s=min(wait_ms, MAX_WAIT_MS) / 1000)
+        else:
+            present = [client.contains(oid) for oid in ids]
+        here = [oid for oid, p in zip(ids, present, strict=True) if p]
+        objects = []
+        total = 0
+        for oid, buf in zip(here, client.get(here, timeout_s=0) if here else [], strict=True):
+            if buf is None:
+                continue  # freed meanwhile: still announced present; the pull finds out
+            try:
+                size = len(buf)
+                if size <= inline_max and total + size <= FETCH_INLINE_TOTAL_BYTES:
+                    with memoryview(buf) as view:
+                        objects.append((oid, bytes(buf.metadata), bytes(view)))
+                    total += size
+            finally:
+                buf.release()
+        return messages.encode_fetch_reply(present, objects)
+
     def has_objects(self, raw: bytes) -> bytes:
         ids, wait_ms = messages.decode_ids(raw)
         client = self.agent.client
@@ -173,7 +221,9 @@ class NodeStub:
         self.metadata = metadata
         call = channel.unary_unary
         self._forward = call(f"/{SERVICE}/ForwardTask")
+        self._forward_batch = call(f"/{SERVICE}/ForwardTasks")
         self._has = call(f"/{SERVICE}/HasObjects")
+        self._fetch = call(f"/{SERVICE}/FetchObjects")
         self._release = call(f"/{SERVICE}/ReleaseObjects")
         self._push = call(f"/{SERVICE}/PushObject")
         self._introspect = call(f"/{SERVICE}/Introspect")
@@ -199,6 +249,35 @@ class NodeStub:
         )
         accepted, why = messages.decode_forward_reply(raw)
         return None if accepted else why
+
+    def forward_batch(
+        self,
+        origin: str,
+        tasks: Sequence[tuple[dict[str, Any], Sequence[bytes]]],
+        in_order: bool = False,
+        timeout_s: float = 10.0,
+    ) -> list[str | None]:
+        """Forward several tasks (``(spec, pushed)`` each) in one call; one outcome a task,
+        in order: None when accepted, else the refusal's reason. ``in_order``: the
+        receiver refuses the rest once one is refused."""
+        raw = self._forward_batch(
+            messages.encode_forward_batch(origin, tasks, in_order),
+            metadata=self.metadata,
+            timeout=timeout_s,
+        )
+        return messages.decode_forward_batch_reply(raw)
+
+    def fetch_objects(
+        self, ids: list[bytes], wait_ms: int, inline_max_bytes: int
+    ) -> tuple[list[bool], dict[bytes, tuple[bytes, bytes]]]:
+        """Which of ``ids`` the node holds (with ``wait_ms``, once one is there, or then),
+        and ``{id: (metadata, data)}`` of those up to ``inline_max_bytes``, sent whole."""
+        raw = self._fetch(
+            messages.encode_fetch(ids, wait_ms, inline_max_bytes),
+            metadata=self.metadata,
+            timeout=wait_ms / 1000 + 5,
+        )
+        return messages.decode_fetch_reply(raw)
 
     def has_objects(self, ids: list[bytes], wait_ms: int = 0) -> list[bool]:
         """Which of ``ids`` the node holds; with ``wait_ms``, once one is there (or then)."""

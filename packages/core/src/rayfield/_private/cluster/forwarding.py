@@ -1,0 +1,144 @@
+"""Tasks a node forwards to other nodes, sent in batches: one queue and sender a peer.
+
+Forwarding a task one ``ForwardTask`` call at a time cost each side a gRPC call (a few
+hundred microseconds of Python on two shared cores) and held the caller, the node's
+event thread, for the round trip. A :class:`Forwarder` queues each task for its
+destination and returns at once; the destination's sender thread sends everything
+queued so far in one ``ForwardTasks`` call (so batches grow by themselves while a call
+is on the wire) and reports each task's outcome, in the order the tasks were queued,
+to the callback given with it. A call that fails as a whole (the peer is gone, a
+timeout) is a refusal of each of its tasks, with the gRPC error as the reason.
+
+The callbacks hold the per-task semantics (``agent.py``): an accepted task's
+bookkeeping, a refused one tried on the next candidate or submitted again here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger("rayfield")
+
+MAX_BATCH_TASKS = 256
+MAX_BATCH_BYTES = 16 << 20  # payloads in one call (the node service takes 64 MiB)
+
+# send(address, [(spec, pushed), ...]) -> one outcome a task: None (accepted) or why not
+SendBatchFn = Callable[[str, Sequence[tuple[dict[str, Any], list[bytes]]]], list[str | None]]
+# done(why): None when the peer took the task, else the reason it did not
+DoneFn = Callable[[str | None], None]
+
+
+def batches(specs: Sequence[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    """``specs`` in order, cut into batches of at most ``MAX_BATCH_TASKS`` tasks and
+    ``MAX_BATCH_BYTES`` of payloads (a larger task goes alone)."""
+    batch: list[dict[str, Any]] = []
+    size = 0
+    for spec in specs:
+        n = len(spec.get("payload", b""))
+        if batch and (len(batch) >= MAX_BATCH_TASKS or size + n > MAX_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(spec)
+        size += n
+    if batch:
+        yield batch
+
+
+@dataclass
+class _Item:
+    spec: dict[str, Any]
+    pushed: list[bytes]
+    done: DoneFn
+
+
+class Forwarder:
+    """Sends queued tasks to each peer in batches, on one thread per peer.
+
+    Args:
+        send: one ``ForwardTasks`` call (``NodeStub.forward_batch`` on the peer's
+            channel); an exception refuses every task of the batch.
+    """
+
+    def __init__(self, send: SendBatchFn) -> None:
+        self.send = send
+        self._cond = threading.Condition()
+        self._queues: dict[str, list[_Item]] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self._busy: set[str] = set()
+        self._closed = False
+
+    def submit(self, address: str, spec: dict[str, Any], pushed: list[bytes], done: DoneFn) -> None:
+        """Queue ``spec`` for the node at ``address``; ``done(why)`` is called on that
+        peer's sender thread once it is known whether the peer took it."""
+        with self._cond:
+            if self._closed:
+                closed = True
+            else:
+                closed = False
+                self._queues.setdefault(address, []).append(_Item(spec, pushed, done))
+                if address not in self._threads:
+                    t = threading.Thread(
+                        target=self._run, args=(address,), daemon=True, name="rayfield-forward"
+                    )
+                    self._threads[address] = t
+                    t.start()
+                self._cond.notify_all()
+        if closed:
+            done("the node is shutting down")
+
+    def pending(self) -> int:
+        """Tasks queued or on the wire, for every peer."""
+        with self._cond:
+            return sum(len(q) for q in self._queues.values()) + len(self._busy)
+
+    def _take(self, address: str) -> list[_Item] | None:
+        with self._cond:
+            while not self._queues.get(address) and not self._closed:
+                self._busy.discard(address)
+                self._cond.wait()
+            queue = self._queues.get(address) or []
+            if not queue:
+                self._busy.discard(address)
+                return None  # closed
+            n = len(next(iter(batches([i.spec for i in queue[:MAX_BATCH_TASKS]]))))
+            batch = queue[:n]
+            del queue[:n]
+            self._busy.add(address)
+            return batch
+
+    def _run(self, address: str) -> None:
+        while True:
+            batch = self._take(address)
+            if batch is None:
+                return
+            try:
+                outcomes = self.send(address, [(i.spec, i.pushed) for i in batch])
+                if len(outcomes) != len(batch):
+                    raise RuntimeError(f"{len(outcomes)} replies to {len(batch)} forwarded tasks")
+            except Exception as exc:
+                outcomes = [f"{type(exc).__name__}: {exc}"] * len(batch)
+            for item, outcome in zip(batch, outcomes, strict=True):
+                try:
+                    item.done(outcome)
+                except Exception:
+                    logger.exception("bookkeeping of a task forwarded to %s failed", address)
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Stop the senders; tasks still queued are refused (``done`` with a reason)."""
+        with self._cond:
+            self._closed = True
+            left = [i for q in self._queues.values() for i in q]
+            self._queues.clear()
+            self._cond.notify_all()
+            threads = list(self._threads.values())
+        for item in left:
+            try:
+                item.done("the node is shutting down")
+            except Exception:
+                logger.exception("bookkeeping of a task not forwarded failed")
+        for t in threads:
+            t.join(timeout=timeout_s)

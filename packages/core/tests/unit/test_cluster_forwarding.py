@@ -1,0 +1,174 @@
+"""Batched forwarding and the long poll's messages, without processes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from rayfield._private.cluster import forwarding, messages
+from rayfield._private.cluster.forwarding import Forwarder, batches
+from rayfield._private.cluster.node_service import NodeService
+
+
+def tid(i: int) -> bytes:
+    return i.to_bytes(20, "little")
+
+
+def spec(i: int, payload: bytes = b"p") -> dict[str, Any]:
+    return {
+        "task_id": tid(i),
+        "payload": payload,
+        "resources": {"CPU": 1.0},
+        "dependencies": [tid(1000 + i)],
+        "return_ids": [tid(2000 + i)],
+    }
+
+
+def test_id_vectors_round_trip_and_a_short_vector_is_malformed() -> None:
+    ids = [tid(i) for i in range(1000)]
+    assert messages.decode_ids(messages.encode_ids(ids, 7)) == (ids, 7)
+    assert messages.decode_ids(messages.encode_ids([], 0)) == ([], 0)
+    with pytest.raises(ValueError):
+        messages.encode_ids([b"short"])
+    raw = messages.encode_ids(ids)
+    with pytest.raises(messages.MalformedMessage):
+        messages.decode_ids(raw[: len(raw) // 2])
+    flags = [i % 3 == 0 for i in range(100)]
+    assert messages.decode_present(messages.encode_present(flags)) == flags
+
+
+def test_forward_batch_round_trip() -> None:
+    tasks = [(spec(1), [tid(1001)]), (spec(2, b"x" * 100), [])]
+    decoded, in_order = messages.decode_forward_batch(
+        messages.encode_forward_batch("a:1", tasks, in_order=True)
+    )
+    assert in_order is True
+    assert [(o, s["task_id"], s["payload"], p) for o, s, p in decoded] == [
+        ("a:1", tid(1), b"p", [tid(1001)]),
+        ("a:1", tid(2), b"x" * 100, []),
+    ]
+    replies = [None, "ValueError: no", None]
+    assert messages.decode_forward_batch_reply(messages.encode_forward_batch_reply(replies)) == (
+        replies
+    )
+
+
+def test_fetch_round_trip() -> None:
+    ids = [tid(1), tid(2), tid(3)]
+    assert messages.decode_fetch(messages.encode_fetch(ids, 1000, 1 << 20)) == (ids, 1000, 1 << 20)
+    raw = messages.encode_fetch_reply(
+        [True, False, True], [(tid(1), b"meta", b"data"), (tid(3), b"", b"")]
+    )
+    present, objects = messages.decode_fetch_reply(raw)
+    assert present == [True, False, True]
+    assert objects == {tid(1): (b"meta", b"data"), tid(3): (b"", b"")}
+    with pytest.raises(messages.MalformedMessage):
+        messages.decode_fetch_reply(raw[:10])
+
+
+def test_batches_cut_by_count_and_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(forwarding, "MAX_BATCH_TASKS", 3)
+    monkeypatch.setattr(forwarding, "MAX_BATCH_BYTES", 10)
+    specs = [spec(i, b"x" * n) for i, n in enumerate([1, 1, 1, 1, 20, 4, 4, 4])]
+    sizes = [[len(s["payload"]) for s in b] for b in batches(specs)]
+    assert sizes == [[1, 1, 1], [1], [20], [4, 4], [4]]
+
+
+class FakePeer:
+    """A peer's ForwardTasks: records batches, refuses the tasks in ``refuse``, and
+    holds the first call until ``release`` so that later tasks queue up."""
+
+    def __init__(self, refuse: Sequence[bytes] = (), fail: bool = False) -> None:
+        self.batches: list[list[bytes]] = []
+        self.refuse = set(refuse)
+        self.fail = fail
+        self.release = threading.Event()
+
+    def send(self, address: str, tasks: Sequence[tuple[dict[str, Any], list[bytes]]]) -> Any:
+        self.release.wait(5)
+        self.batches.append([s["task_id"] for s, _ in tasks])
+        if self.fail:
+            raise ConnectionError("peer gone")
+        return [("no" if s["task_id"] in self.refuse else None) for s, _ in tasks]
+
+
+def wait_until(cond: Any, timeout_s: float = 5.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+def test_forwarder_batches_what_queues_up_and_reports_each_task_in_order() -> None:
+    peer = FakePeer(refuse=[tid(3)])
+    fwd = Forwarder(peer.send)
+    outcomes: list[tuple[int, str | None]] = []
+    try:
+        for i in range(6):
+            fwd.submit("p:1", spec(i), [], lambda why, i=i: outcomes.append((i, why)))
+        peer.release.set()
+        wait_until(lambda: len(outcomes) == 6)
+    finally:
+        fwd.close()
+    assert outcomes == [(0, None), (1, None), (2, None), (3, "no"), (4, None), (5, None)]
+    # the first call took what was queued then; the rest queued up behind it: one more
+    assert sum(len(b) for b in peer.batches) == 6 and len(peer.batches) <= 2
+    assert fwd.pending() == 0
+
+
+def test_a_failed_call_refuses_every_task_of_its_batch_and_close_refuses_the_queue() -> None:
+    peer = FakePeer(fail=True)
+    peer.release.set()
+    fwd = Forwarder(peer.send)
+    got: list[str | None] = []
+    fwd.submit("p:1", spec(1), [], got.append)
+    wait_until(lambda: len(got) == 1)
+    assert got[0] is not None and "peer gone" in got[0]
+    fwd.close()
+    fwd.submit("p:1", spec(2), [], got.append)
+    assert got[1] == "the node is shutting down"
+
+
+class FakeAgent:
+    def __init__(self, refuse: bytes) -> None:
+        self.refuse = refuse
+        self.accepted: list[bytes] = []
+
+    def accept_forwarded(self, origin: str, spec: dict[str, Any], pushed: list[bytes]) -> None:
+        if spec["task_id"] == self.refuse:
+            raise RuntimeError("store full")
+        self.accepted.append(spec["task_id"])
+
+
+@pytest.mark.parametrize("in_order", [False, True])
+def test_forward_tasks_refuses_one_task_or_with_in_order_the_rest(in_order: bool) -> None:
+    agent = FakeAgent(refuse=tid(2))
+    service = NodeService(agent)  # type: ignore[arg-type]
+    raw = messages.encode_forward_batch("a:1", [(spec(i), []) for i in range(1, 5)], in_order)
+    replies = messages.decode_forward_batch_reply(service.forward_tasks(raw))
+    assert replies[0] is None and replies[1] == "RuntimeError: store full"
+    if in_order:  # calls of one actor: none runs before a call that came before it
+        assert agent.accepted == [tid(1)]
+        assert all(r is not None and "store full" in r for r in replies[2:])
+    else:
+        assert agent.accepted == [tid(1), tid(3), tid(4)] and replies[2:] == [None, None]
+
+
+def test_an_argument_announced_before_its_task_came_is_fetched_at_once() -> None:
+    # A large argument's announce (PushObject without data) may beat the ForwardTask
+    # naming it; the task's arrival must not then wait PUSH_FALLBACK_S for a push.
+    from rayfield._private.cluster.agent import NodeAgent
+
+    agent = NodeAgent.__new__(NodeAgent)
+    agent._lock = threading.Lock()
+    agent._wake = threading.Event()
+    agent.inflight, agent.wanted, agent.forwarded = set(), {}, {}
+    agent._announced = {tid(1)}
+    agent.want(tid(1), "origin:1", delay_s=1.0)
+    agent.want(tid(2), "origin:1", delay_s=1.0)
+    assert agent.wanted[tid(1)][0] <= time.monotonic() < agent.wanted[tid(2)][0]
+    assert agent._wake.is_set()
