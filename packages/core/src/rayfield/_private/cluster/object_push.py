@@ -1,14 +1,11 @@
 """Objects a node sends to another node before that node asks: the push side of transfer.
 
 Pulling an object that is still being made costs a node a long poll and a pull after it
-is sealed, plus the wake-up of its fetch loop; for the small objects that go back and
-forth between nodes in a chain of actor calls (weights, gradients) that latency is most
-of a call's cost. A node therefore pushes what it knows another node needs:
-
-* the result of a task forwarded here, to the node that forwarded it (its owner waits
-  for it, or will pass it to the next call);
-* an argument of a task this node forwards, to the node the task goes to (the pushed
-  ids travel in the ``ForwardTask`` request, so the receiver does not poll for them).
+is sealed, plus the wake-up of its fetch loop. A node therefore pushes the arguments of
+a task it forwards to the node the task goes to (the pushed ids travel in the forward
+request, so the receiver does not poll for them). Results of forwarded tasks are not
+pushed: the origin's long poll (``FetchObjects``) brings small ones back in its reply
+(see ``NodeAgent.accept_forwarded`` for why).
 
 An object up to ``inline_max_bytes`` travels inside the ``PushObject`` call; a larger one
 is announced only, and the receiver pulls it in chunks when a client there needs it. The
