@@ -95,6 +95,14 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _vector(b: flatbuffers.Builder, start: Callable[..., Any], offsets: list[int]) -> int:
+    """A vector of the tables at ``offsets`` (``start``: the generated StartXVector)."""
+    start(b, len(offsets))
+    for off in reversed(offsets):
+        b.PrependUOffsetTRelative(off)
+    return int(b.EndVector())
+
+
 def _finish(b: flatbuffers.Builder, root: int) -> bytes:
     b.Finish(root)
     return bytes(b.Output())
@@ -172,10 +180,7 @@ def _build_forward(
         ResourceAmount.ResourceAmountAddName(b, name_off)
         ResourceAmount.ResourceAmountAddAmount(b, round(float(amount) * RESOURCE_UNIT))
         res_offs.append(ResourceAmount.ResourceAmountEnd(b))
-    SubmitTaskRequest.SubmitTaskRequestStartResourcesVector(b, len(res_offs))
-    for off in reversed(res_offs):
-        b.PrependUOffsetTRelative(off)
-    resources = b.EndVector()
+    resources = _vector(b, SubmitTaskRequest.SubmitTaskRequestStartResourcesVector, res_offs)
     deps = _id_vector(b, SubmitTaskRequest.StartDependenciesVector, spec.get("dependencies", []))
     rets = _id_vector(b, SubmitTaskRequest.StartReturnIdsVector, spec.get("return_ids", []))
     SubmitTaskRequest.SubmitTaskRequestStart(b)
@@ -258,10 +263,7 @@ def encode_forward_batch(
     b = flatbuffers.Builder(size + 64)
     origin_off = b.CreateString(origin)
     offs = [_build_forward(b, origin_off, spec, pushed) for spec, pushed in tasks]
-    ForwardBatchRequest.StartTasksVector(b, len(offs))
-    for off in reversed(offs):
-        b.PrependUOffsetTRelative(off)
-    vec = b.EndVector()
+    vec = _vector(b, ForwardBatchRequest.StartTasksVector, offs)
     ForwardBatchRequest.ForwardBatchRequestStart(b)
     ForwardBatchRequest.ForwardBatchRequestAddTasks(b, vec)
     ForwardBatchRequest.ForwardBatchRequestAddInOrder(b, in_order)
@@ -291,10 +293,7 @@ def encode_forward_batch_reply(replies: Sequence[str | None]) -> bytes:
         ForwardTaskReply.ForwardTaskReplyAddAccepted(b, why is None)
         ForwardTaskReply.ForwardTaskReplyAddMessage(b, msg)
         offs.append(ForwardTaskReply.ForwardTaskReplyEnd(b))
-    ForwardBatchReply.StartRepliesVector(b, len(offs))
-    for off in reversed(offs):
-        b.PrependUOffsetTRelative(off)
-    vec = b.EndVector()
+    vec = _vector(b, ForwardBatchReply.StartRepliesVector, offs)
     ForwardBatchReply.ForwardBatchReplyStart(b)
     ForwardBatchReply.ForwardBatchReplyAddReplies(b, vec)
     return _finish(b, ForwardBatchReply.ForwardBatchReplyEnd(b))
@@ -432,10 +431,7 @@ def encode_fetch_reply(
         FetchedObject.FetchedObjectAddMetadata(b, meta_off)
         FetchedObject.FetchedObjectAddData(b, data_off)
         offs.append(FetchedObject.FetchedObjectEnd(b))
-    FetchObjectsReply.StartObjectsVector(b, len(offs))
-    for off in reversed(offs):
-        b.PrependUOffsetTRelative(off)
-    objects_vec = b.EndVector()
+    objects_vec = _vector(b, FetchObjectsReply.StartObjectsVector, offs)
     present_vec = b.CreateByteVector(bytes(bytearray(1 if p else 0 for p in present)))
     FetchObjectsReply.FetchObjectsReplyStart(b)
     FetchObjectsReply.FetchObjectsReplyAddPresent(b, present_vec)
