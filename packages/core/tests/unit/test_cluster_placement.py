@@ -71,8 +71,8 @@ def test_forward_carries_the_pushed_arguments() -> None:
         "dependencies": [tid(2), tid(3)],
         "return_ids": [tid(4)],
     }
-    origin, decoded, pushed = messages.decode_forward(
-        messages.encode_forward("a:1", spec, [tid(3)])
+    [(origin, decoded, pushed), (_, _, none)], _ = messages.decode_forward_batch(
+        messages.encode_forward_batch("a:1", [(spec, [tid(3)]), (spec, [])])
     )
     assert (origin, decoded["dependencies"], pushed) == ("a:1", [tid(2), tid(3)], [tid(3)])
-    assert messages.decode_forward(messages.encode_forward("a:1", spec))[2] == []
+    assert none == []

@@ -157,14 +157,7 @@ def decode_chunk(buf: bytes) -> tuple[bool, int, bytes, int, memoryview]:
     return bool(c.Found()), int(c.DataSize()), meta, int(c.Offset()), memoryview(buf)[4 + n :]
 
 
-# ---- ForwardTask ---------------------------------------------------------------------
-
-
-def encode_forward(origin: str, spec: dict[str, Any], pushed: Sequence[bytes] = ()) -> bytes:
-    """Encode a task spec (the dict of ``NodeServer.take_task``) with the origin's address
-    and the arguments the origin will push (``pushed``)."""
-    b = flatbuffers.Builder(len(spec["payload"]) + 512 + 24 * len(pushed))
-    return _finish(b, _build_forward(b, b.CreateString(origin), spec, pushed))
+# ---- ForwardTasks --------------------------------------------------------------------
 
 
 def _build_forward(
@@ -205,13 +198,6 @@ def _build_forward(
     return int(ForwardTaskRequest.ForwardTaskRequestEnd(b))
 
 
-@_decoder
-def decode_forward(buf: bytes) -> tuple[str, dict[str, Any], list[bytes]]:
-    """``(origin, spec, pushed)``: ``spec`` with the keys of ``StoreClient.submit_task``,
-    ``pushed`` the arguments the origin will push."""
-    return _read_forward(ForwardTaskRequest.ForwardTaskRequest.GetRootAs(buf, 0))
-
-
 def _read_forward(r: Any) -> tuple[str, dict[str, Any], list[bytes]]:
     t = r.Task()
     task_id = _read_id(t.TaskId()) if t is not None else None
@@ -239,26 +225,12 @@ def _read_forward(r: Any) -> tuple[str, dict[str, Any], list[bytes]]:
     return _text(r.Origin()), spec, _read_ids(r.PushedLength(), r.Pushed)
 
 
-def encode_forward_reply(accepted: bool, message: str = "") -> bytes:
-    b = flatbuffers.Builder(64 + len(message))
-    msg = b.CreateString(message)
-    ForwardTaskReply.ForwardTaskReplyStart(b)
-    ForwardTaskReply.ForwardTaskReplyAddAccepted(b, accepted)
-    ForwardTaskReply.ForwardTaskReplyAddMessage(b, msg)
-    return _finish(b, ForwardTaskReply.ForwardTaskReplyEnd(b))
-
-
-@_decoder
-def decode_forward_reply(buf: bytes) -> tuple[bool, str]:
-    r = ForwardTaskReply.ForwardTaskReply.GetRootAs(buf, 0)
-    return bool(r.Accepted()), _text(r.Message() or b"")
-
-
 def encode_forward_batch(
     origin: str, tasks: Sequence[tuple[dict[str, Any], Sequence[bytes]]], in_order: bool = False
 ) -> bytes:
-    """Several forwards from ``origin`` in one message: ``(spec, pushed)`` each (see
-    :func:`encode_forward`); ``in_order``: refuse the rest once one is refused."""
+    """Tasks forwarded by ``origin`` in one message: ``(spec, pushed)`` each, ``spec`` the
+    dict of ``NodeServer.take_task`` and ``pushed`` the arguments the origin will push;
+    ``in_order``: refuse the rest once one is refused."""
     size = sum(len(spec["payload"]) + 512 + 24 * len(pushed) for spec, pushed in tasks)
     b = flatbuffers.Builder(size + 64)
     origin_off = b.CreateString(origin)
@@ -272,7 +244,8 @@ def encode_forward_batch(
 
 @_decoder
 def decode_forward_batch(buf: bytes) -> tuple[list[tuple[str, dict[str, Any], list[bytes]]], bool]:
-    """``([(origin, spec, pushed), ...], in_order)``, as :func:`decode_forward` each."""
+    """``([(origin, spec, pushed), ...], in_order)``: ``spec`` with the keys of
+    ``StoreClient.submit_task``, ``pushed`` the arguments the origin will push."""
     r = ForwardBatchRequest.ForwardBatchRequest.GetRootAs(buf, 0)
     tasks = []
     for j in range(r.TasksLength()):

@@ -7,11 +7,10 @@ is decoded; a payload that does not decode is answered with ``INVALID_ARGUMENT``
 Methods:
     PullObject (response stream): the object's chunks, waiting for it to be sealed here
         up to the request's timeout.
-    ForwardTask: queue a task that another node could not place; its missing arguments
-        are pushed by the forwarding node (those it names) or pulled from it.
-    ForwardTasks: several ForwardTask requests in one call (``forwarding.py``), one
-        reply each, in order; ``in_order`` batches (calls of one actor) refuse the rest
-        after a refusal.
+    ForwardTasks: queue tasks that another node could not place or moved here
+        (``forwarding.py``), one reply each, in order; ``in_order`` batches (calls of one
+        actor) refuse the rest after a refusal. Missing arguments are pushed by the
+        forwarding node (those it names) or pulled from it.
     PushObject: an object this node wants (a forwarded task's result, an argument of a
         task forwarded here), inline when small, else a note to pull it now.
     HasObjects: which of the given objects this node holds.
@@ -64,7 +63,6 @@ class NodeService:
 
     def handler(self) -> grpc.GenericRpcHandler:
         unary = {
-            "ForwardTask": self.forward_task,
             "ForwardTasks": self.forward_tasks,
             "HasObjects": self.has_objects,
             "FetchObjects": self.fetch_objects,
@@ -117,15 +115,6 @@ class NodeService:
         finally:
             view.release()
             buf.release()
-
-    def forward_task(self, raw: bytes) -> bytes:
-        origin, spec, pushed = messages.decode_forward(raw)
-        try:
-            self.agent.accept_forwarded(origin, spec, pushed)
-        except Exception as exc:
-            logger.warning("refused a forwarded task: %s", exc)
-            return messages.encode_forward_reply(False, f"{type(exc).__name__}: {exc}")
-        return messages.encode_forward_reply(True)
 
     def forward_tasks(self, raw: bytes) -> bytes:
         tasks, in_order = messages.decode_forward_batch(raw)
@@ -220,7 +209,6 @@ class NodeStub:
     def __init__(self, channel: grpc.Channel, metadata: Any) -> None:
         self.metadata = metadata
         call = channel.unary_unary
-        self._forward = call(f"/{SERVICE}/ForwardTask")
         self._forward_batch = call(f"/{SERVICE}/ForwardTasks")
         self._has = call(f"/{SERVICE}/HasObjects")
         self._fetch = call(f"/{SERVICE}/FetchObjects")
@@ -232,23 +220,6 @@ class NodeStub:
         self._kill_actor = call(f"/{SERVICE}/KillActor")
         self._cancel_task = call(f"/{SERVICE}/CancelTask")
         self._pull = channel.unary_stream(f"/{SERVICE}/PullObject")
-
-    def forward(
-        self,
-        origin: str,
-        spec: dict[str, Any],
-        pushed: list[bytes] | tuple[()] = (),
-        timeout_s: float = 10.0,
-    ) -> str | None:
-        """Forward a task (``pushed``: the arguments ``origin`` will push); None when
-        accepted, else the refusal's reason."""
-        raw = self._forward(
-            messages.encode_forward(origin, spec, pushed),
-            metadata=self.metadata,
-            timeout=timeout_s,
-        )
-        accepted, why = messages.decode_forward_reply(raw)
-        return None if accepted else why
 
     def forward_batch(
         self,
