@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import atexit
 import inspect
-import json
 import logging
 import os
 import re
-import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -81,7 +78,8 @@ def init(
         object_store_memory: store size in bytes (default 30% of memory, at most 20 GB).
         local_mode: run every task serially in this process (for debugging).
         ignore_reinit_error: make a second ``init()`` a no-op instead of an error.
-        temp_dir: root of the session directory (default the system temp dir + /rayfield).
+        temp_dir: root of the session directories (default ``<tmp>/rayfield-<uid>``,
+            created mode 0700). It must be this user's and not writable by others.
         plasma_directory, huge_pages: where the store's memory comes from.
         log_to_driver: print worker output here, prefixed with ``(pid=..., ip=...)``.
         include_dashboard: (classic ``include_webui``) the dashboard is served by a
@@ -93,8 +91,11 @@ def init(
 
     Raises:
         RuntimeError: already initialized (unless ``ignore_reinit_error``).
-        ValueError: resource arguments given together with ``address``.
+        ValueError: resource arguments given together with ``address``, or an amount
+            that is negative or not finite.
         ConnectionError: no running node at ``address``.
+        UnsafeSessionError: the root, or a session file found there, is not this user's
+            alone (another user created it, or others can write it).
     """
     global _node, _info
     address = address or redis_address or os.environ.get("RAYFIELD_ADDRESS")
@@ -126,6 +127,9 @@ def init(
         if name in ("CPU", "GPU"):
             raise ValueError(f"use num_cpus/num_gpus instead of resources[{name!r}]")
         node_resources[name] = float(amount)
+    from rayfield._private.options import check_node_resources
+
+    check_node_resources(node_resources)
     if local_mode:
         from rayfield._private.local_mode import LocalRuntime
 
@@ -133,9 +137,10 @@ def init(
         _info = {"node_ip_address": "127.0.0.1", "local_mode": True}
         return _info
     memory = object_store_memory or min(int(psutil.virtual_memory().total * 0.3), 20 * 10**9)
-    root = Path(temp_dir or os.path.join(tempfile.gettempdir(), "rayfield"))
-    session = root / f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}"
+    from rayfield._private import session_files
     from rayfield._private.node import LocalNode
+
+    session = session_files.new_session_dir(Path(temp_dir) if temp_dir else None)
 
     _node = LocalNode(session, node_resources, memory, plasma_directory, huge_pages, log_to_driver)
     try:
@@ -165,12 +170,24 @@ def _local_node_of_cluster(address: str, root: Path) -> tuple[str, Path]:
         nodes = [n for n in gcs.get_nodes() if n.alive and os.path.exists(n.socket_path)]
     finally:
         gcs.close()
-    if not nodes:
+    mine = [n for n in nodes if _own_socket(n.socket_path)]
+    if not mine:
+        others = " (those here belong to other users)" if nodes else ""
         raise ConnectionError(
-            f"the cluster at {address} has no node on this machine: a driver needs a local "
-            f"node; start one with 'rayfield start --address {address}'"
+            f"the cluster at {address} has no node of yours on this machine{others}: a "
+            f"driver needs a local node; start one with 'rayfield start --address {address}'"
         )
-    return nodes[0].socket_path, Path(nodes[0].session_dir)
+    return mine[0].socket_path, Path(mine[0].session_dir)
+
+
+def _own_socket(path: str) -> bool:
+    from rayfield._private import session_files
+
+    try:
+        session_files.check_socket(path)
+    except (OSError, session_files.UnsafeSessionError):
+        return False
+    return True
 
 
 def _warn_no_dashboard(connecting: bool) -> None:
@@ -192,23 +209,15 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
     start``): ``"auto"`` (the latest session under `temp_dir`), a session directory, or the
     node's socket path."""
     global _info
-    root = Path(temp_dir or os.path.join(tempfile.gettempdir(), "rayfield"))
-    target = root / "session_latest" if address == "auto" else Path(address)
+    from rayfield._private import session_files
+
+    root = Path(temp_dir) if temp_dir else session_files.default_root()
     cluster: dict[str, str] = {}
     if re.fullmatch(r"[^/\s]+:\d+", address):
         socket_path, session = _local_node_of_cluster(address, root)
         cluster = {"gcs_address": address, "temp_dir": str(root)}
-    elif target.is_socket():
-        socket_path, session = str(target), target.parent.parent
-    else:
-        node_json = target / "node.json"
-        if not node_json.exists():
-            raise ConnectionError(
-                f"no running rayfield node at {address!r} (looked for {node_json}); start one "
-                "with 'python -m rayfield._private.node_main' or pass its session directory"
-            )
-        node = json.loads(node_json.read_text())
-        socket_path, session = node["socket"], target.resolve()
+    else:  # every file and socket it finds is checked first (session_files)
+        socket_path, session, node = session_files.find_node(address, root)
         if node.get("gcs_address"):  # a node of a cluster (e.g. address="auto")
             cluster = {"gcs_address": node["gcs_address"], "temp_dir": str(root)}
     runtime = _rt.Runtime(socket_path, is_worker=False)
@@ -280,6 +289,9 @@ def put(value: Any) -> ObjectRef:
     return _rt.get_runtime().put(value)
 
 
+_GET_TAKES = "get() takes an ObjectRef or a list of ObjectRefs, got "
+
+
 def get(object_refs: Any, *, timeout: float | None = None) -> Any:
     """The value of an ObjectRef, or the values of a list of them (same order).
 
@@ -289,14 +301,16 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
         TaskError: the task raised (also an instance of the original exception's class).
         WorkerCrashedError, ActorDiedError: the process running the task died.
         GetTimeoutError: ``timeout`` seconds passed first.
-        TypeError: an argument that is not an ObjectRef.
+        TypeError: ``object_refs`` is neither an ObjectRef nor a list of them.
     """
     if isinstance(object_refs, ObjectRef):
         return _rt.get_runtime().get([object_refs], timeout)[0]
+    if isinstance(object_refs, (str, bytes)) or not hasattr(object_refs, "__iter__"):
+        raise TypeError(_GET_TAKES + type(object_refs).__name__)
     refs = list(object_refs)
     for r in refs:
         if not isinstance(r, ObjectRef):
-            raise TypeError(f"get() takes ObjectRefs, got {type(r).__name__}")
+            raise TypeError(_GET_TAKES + type(r).__name__)
     return _rt.get_runtime().get(refs, timeout)
 
 

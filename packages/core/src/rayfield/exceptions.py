@@ -22,6 +22,7 @@ __all__ = [
     "TaskCancelledError",
     "TaskError",
     "UnreconstructableError",
+    "UnsafeSessionError",
     "WorkerCrashedError",
 ]
 
@@ -129,6 +130,16 @@ class GetTimeoutError(RayfieldError, TimeoutError):
 
 class TaskCancelledError(RayfieldError):
     """The task was cancelled before it finished."""
+
+
+class UnsafeSessionError(RayfieldError, PermissionError):
+    """A session directory, file or socket that another user could control was refused.
+
+    rayfield trusts what it finds under its temp root (``session_latest``, ``node.json``,
+    ``cluster.json``, the node's socket), so each must be owned by the current user and
+    not writable by group or others. The message names the path, its owner and mode, and
+    what to do: remove it, or pass another root with ``temp_dir=`` / ``--temp-dir``.
+    """
 
 
 # Classic Ray names.

@@ -137,7 +137,7 @@ def cluster_options(fn: F) -> F:
         type=click.Path(file_okay=False, path_type=Path),
         default=None,
         help="Root of the session directories, where the head is looked for "
-        "(default <tmp>/rayfield).",
+        "(default <tmp>/rayfield-<uid>).",
     )
     @functools.wraps(fn)
     def wrapper(

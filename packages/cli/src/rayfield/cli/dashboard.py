@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import ssl
 import urllib.error
 import urllib.request
 import webbrowser
@@ -11,20 +11,19 @@ from pathlib import Path
 import click
 import psutil
 
+from rayfield._private import session_files
 from rayfield._private.cluster import launch
 from rayfield.cli._common import Cluster, cluster_options
 
 START_HINT = "start the head with `rayfield start --head --include-dashboard`"
 
 
-def _local_url(temp_dir: Path | None) -> str:
+def _local_url(temp_dir: Path | None) -> tuple[str, bytes]:
     session = launch.head_session(temp_dir)
     if session is None:
         raise click.ClickException(f"no rayfield cluster runs on this machine: {START_HINT}")
-    info_file = session / "dashboard.json"
-    try:
-        info = json.loads(info_file.read_text())
-    except (OSError, ValueError):
+    info = session_files.read_json(session / "dashboard.json")
+    if info is None:
         raise click.ClickException(
             f"the cluster of {session} runs without a dashboard: stop it (`rayfield stop`) "
             f"and {START_HINT}"
@@ -34,24 +33,33 @@ def _local_url(temp_dir: Path | None) -> str:
             f"the dashboard of {session} has stopped (see {session / 'logs' / 'dashboard.out'})"
             f": `rayfield stop`, then {START_HINT}"
         )
-    return str(info["url"])
+    cert = Path(info["cert"]).read_bytes() if info.get("cert") else b""
+    return str(info["url"]), cert
 
 
-def _remote_url(cluster: Cluster) -> str:
-    from rayfield.dashboard import KV_KEY, KV_NAMESPACE
+def _remote_url(cluster: Cluster) -> tuple[str, bytes]:
+    from rayfield.dashboard import KV_CERT_KEY, KV_KEY, KV_NAMESPACE
 
     with cluster.state() as client:
         value = client.gcs.kv_get(KV_NAMESPACE, KV_KEY)
+        cert = client.gcs.kv_get(KV_NAMESPACE, KV_CERT_KEY) or b""
     if value is None:
         raise click.ClickException(
             f"the cluster at {client.address} runs without a dashboard: {START_HINT}"
         )
-    return value.decode()
+    return value.decode(), cert
 
 
-def _answers(url: str) -> bool:
+def _answers(url: str, cert: bytes) -> bool:
+    """Whether the dashboard's login page answers; over HTTPS the dashboard must present
+    ``cert`` (PEM), the certificate it published (pinned: trusted as is)."""
+    context = None
+    if url.startswith("https:"):
+        context = ssl.create_default_context(cadata=cert.decode() if cert else None)
+        context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # the leaf itself is trusted
+        context.check_hostname = False  # the pinned certificate, whatever names it has
     try:
-        with urllib.request.urlopen(url + "login", timeout=3) as reply:
+        with urllib.request.urlopen(url + "login", timeout=3, context=context) as reply:
             return int(reply.status) == 200
     except (urllib.error.URLError, OSError):
         return False
@@ -66,8 +74,8 @@ def dashboard(cluster: Cluster, open_browser: bool) -> None:
     The dashboard runs on the head when it was started with --include-dashboard; log in
     with the cluster token (``<head session>/token``).
     """
-    url = _remote_url(cluster) if cluster.address else _local_url(cluster.temp_dir)
-    if not _answers(url):
+    url, cert = _remote_url(cluster) if cluster.address else _local_url(cluster.temp_dir)
+    if not _answers(url, cert):
         raise click.ClickException(
             f"the dashboard at {url} does not answer: if it listens on another machine's "
             "loopback, forward its port (ssh -L PORT:127.0.0.1:PORT HEAD); else `rayfield "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from rayfield.cli.dashboard import dashboard
@@ -16,7 +18,20 @@ from rayfield.cli.stop import stop
 from rayfield.cli.timeline import timeline
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The command group; session files another user could control (``rayfield.exceptions.
+    UnsafeSessionError``) end any command with their one-line message, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from rayfield.exceptions import UnsafeSessionError
+
+        try:
+            return super().invoke(ctx)
+        except UnsafeSessionError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="rayfield-cli", prog_name="rayfield")
 def cli() -> None:
     """Start, stop and inspect rayfield clusters."""

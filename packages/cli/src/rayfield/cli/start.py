@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import click
 
 from rayfield._private.cluster import launch
 from rayfield.cli._common import waiting
+from rayfield.exceptions import UnsafeSessionError
 
 # Flags of `ray start` (Ray 0.7) that mean nothing here: the message says what to do.
 REFUSED = {
@@ -47,6 +50,9 @@ def _resources(ctx: click.Context, param: click.Parameter, value: str | None) ->
         if not isinstance(parsed, dict):
             raise ValueError("not a JSON object")
         out = {str(k): float(v) for k, v in parsed.items()}
+        bad = [k for k, v in out.items() if not math.isfinite(v) or v < 0]
+        if bad:
+            raise ValueError(f"{bad[0]!r} must be a finite number >= 0")
     except (ValueError, TypeError) as exc:
         raise click.BadParameter(
             f"{value!r} is not a JSON object of numbers ({exc}); e.g. '{{\"tpu\": 2}}'"
@@ -55,6 +61,19 @@ def _resources(ctx: click.Context, param: click.Parameter, value: str | None) ->
         if reserved in out:
             raise click.BadParameter(f"use --num-{reserved.lower()}s instead of {reserved}")
     return out
+
+
+def _amount(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and (not math.isfinite(value) or value < 0):
+        raise click.BadParameter(f"must be a finite number >= 0, not {value}")
+    return value
+
+
+def _pair(kw: dict[str, Any], cert: str, key: str) -> tuple[str, str] | None:
+    if bool(kw[cert]) != bool(kw[key]):
+        flags = f"--{cert.replace('_', '-')} and --{key.replace('_', '-')}"
+        raise click.UsageError(f"{flags} go together: give both or neither")
+    return (kw[cert], kw[key]) if kw[cert] else None
 
 
 @click.command()
@@ -96,8 +115,16 @@ def _resources(ctx: click.Context, param: click.Parameter, value: str | None) ->
     default=None,
     help="Accepted for compatibility: objects travel over the node manager port.",
 )
-@click.option("--num-cpus", type=float, default=None, help="CPUs of this node (default: all).")
-@click.option("--num-gpus", type=float, default=None, help="GPUs of this node (default: 0).")
+@click.option(
+    "--num-cpus",
+    type=float,
+    default=None,
+    callback=_amount,
+    help="CPUs of this node (default: all).",
+)
+@click.option(
+    "--num-gpus", type=float, default=None, callback=_amount, help="GPUs of this node (default: 0)."
+)
 @click.option(
     "--resources",
     callback=_resources,
@@ -127,7 +154,8 @@ def _resources(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "--temp-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Root of the session directories (default <tmp>/rayfield).",
+    help="Root of the session directories (default <tmp>/rayfield-<uid>, created 0700); it "
+    "must be yours and not writable by others.",
 )
 @click.option(
     "--token",
@@ -180,6 +208,19 @@ def _resources(ctx: click.Context, param: click.Parameter, value: str | None) ->
     help="Head only: TCP port of the dashboard; 0 picks a free one.",
 )
 @click.option(
+    "--dashboard-tls-cert",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Head only: serve the dashboard over HTTPS with this PEM certificate (default: the "
+    "cluster's --tls-cert when given, else plain HTTP).",
+)
+@click.option(
+    "--dashboard-tls-key",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Head only: the private key of --dashboard-tls-cert.",
+)
+@click.option(
     "--heartbeat-timeout-s",
     type=float,
     default=3.0,
@@ -225,9 +266,12 @@ def start(**kw: Any) -> None:
     if not head and not address:
         raise click.UsageError("give --head to start a cluster, or --address HOST:PORT to join one")
     if not head:
-        for flag in ("port", "include_dashboard"):
+        for flag in ("port", "include_dashboard", "dashboard_tls_cert", "dashboard_tls_key"):
             if kw[flag]:
                 raise click.UsageError(f"--{flag.replace('_', '-')} is for the head only")
+    dashboard_tls = _pair(kw, "dashboard_tls_cert", "dashboard_tls_key")
+    if dashboard_tls and not kw["include_dashboard"]:
+        raise click.UsageError("--dashboard-tls-cert/--dashboard-tls-key need --include-dashboard")
     if kw["include_dashboard"] and importlib.util.find_spec("aiohttp") is None:
         raise click.UsageError(
             "--include-dashboard needs aiohttp: pip install 'rayfield-core[dashboard]'"
@@ -248,8 +292,21 @@ def start(**kw: Any) -> None:
         node_manager_port=kw["node_manager_port"],
         heartbeat_timeout_s=kw["heartbeat_timeout_s"],
         tls=(tls_parts[0], tls_parts[1], tls_parts[2]) if all(tls_parts) else None,
+        dashboard_tls=dashboard_tls,
     )
-    session = launch.new_session_dir(temp_dir)
+    if address:
+        _check_head_answers(address)
+    if kw["node_manager_port"]:
+        _check_port_free(kw["node_ip_address"], kw["node_manager_port"])
+    try:
+        session = launch.new_session_dir(temp_dir)
+    except OSError as exc:
+        if isinstance(exc, UnsafeSessionError):
+            raise  # a root another user could control: its own message, from the group
+        raise click.ClickException(
+            f"cannot create a session directory under {temp_dir}: {exc.strerror or exc}; pass "
+            "a directory you can write with --temp-dir"
+        ) from None
     dashboard_url = ""
     try:
         if head:
@@ -273,6 +330,7 @@ def start(**kw: Any) -> None:
                     session, address, kw["dashboard_host"], kw["dashboard_port"], opts
                 )
     except launch.ClusterError as exc:
+        launch.stop_all(5.0, temp_dir=session)  # what this command started before it failed
         raise click.ClickException(str(exc)) from None
     click.echo(
         f"rayfield node started in {time.monotonic() - t0:.1f} s: {info['node_id'][:12]} "
@@ -287,6 +345,34 @@ def start(**kw: Any) -> None:
         )
     if kw["block"]:
         _block(int(info["pid"]))
+
+
+def _check_head_answers(address: str) -> None:
+    """Fail with one line when ``address`` is not HOST:PORT or nothing listens there."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.UsageError(f"--address {address!r} is not HOST:PORT, e.g. 127.0.0.1:6379")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+    except OSError as exc:
+        raise click.ClickException(
+            f"no rayfield head answers at {address} ({exc.strerror or exc}): check the "
+            "address (`rayfield start --head` printed it) and that the head runs"
+        ) from None
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Fail with one line when this node could not listen on ``host:port``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is free
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise click.ClickException(
+                f"this node cannot listen on {host}:{port} ({exc.strerror or exc}): pick "
+                "another --node-manager-port (0: any free one), or check --node-ip-address"
+            ) from None
 
 
 def _fmt(resources: dict[str, float]) -> str:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import click
 import psutil
 
+from rayfield._private import session_files
 from rayfield._private.cluster import launch
 from rayfield.cli._common import console
 
@@ -19,7 +19,7 @@ from rayfield.cli._common import console
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Stop only the nodes whose sessions are under this directory, and clean "
-    "it (default: stop all of this user's, clean <tmp>/rayfield).",
+    "it (default: stop all of this user's, clean <tmp>/rayfield-<uid>).",
 )
 @click.option(
     "--grace-period",
@@ -36,7 +36,7 @@ def stop(temp_dir: Path | None, grace_period: float) -> None:
     memory goes with their processes. Logs stay in the session directories.
     """
     n = _stop_with_progress(grace_period, temp_dir)
-    cleaned = _clean_sessions(temp_dir or launch.default_temp_dir())
+    cleaned = _clean_sessions(temp_dir)
     if n == 0:
         click.echo("no rayfield processes were running")
     else:
@@ -67,12 +67,21 @@ def _stop_with_progress(grace_s: float, temp_dir: Path | None) -> int:
         )
 
 
-def _clean_sessions(root: Path) -> int:
+def _clean_sessions(temp_dir: Path | None) -> int:
+    """Remove the sockets and node.json of stopped nodes under the session root, and a
+    ``session_latest`` left pointing at one; returns how many nodes were cleaned.
+
+    Raises:
+        UnsafeSessionError: the root or a node.json is not this user's alone (nothing
+            found there is acted on).
+    """
+    root = session_files.existing_root(temp_dir)
+    if root is None:
+        return 0
     cleaned = 0
     for node_json in root.glob("session_*/node.json"):
-        try:
-            info = json.loads(node_json.read_text())
-        except (OSError, ValueError):
+        info = session_files.read_json(node_json)
+        if info is None:
             continue
         if psutil.pid_exists(int(info.get("pid", 0))):
             continue

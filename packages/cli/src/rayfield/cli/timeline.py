@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -45,7 +46,12 @@ def timeline(cluster: Cluster, output: Path | None, limit: int) -> None:
         trace = client.timeline(limit)
     path = output or default_output()
     try:
-        path.write_text(json.dumps(trace))
+        if output is None:  # a new file in the shared temp dir: never one found there
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(trace))
+        else:
+            path.write_text(json.dumps(trace))
     except OSError as exc:
         raise click.ClickException(
             f"cannot write {path}: {exc.strerror}; choose another file with --output"

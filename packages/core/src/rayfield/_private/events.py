@@ -53,7 +53,8 @@ class EventLog:
             batch, self._buffer = self._buffer, []
             self._last_flush = time.monotonic()
         if batch:
-            with open(self.path, "a") as f:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "a") as f:  # owner-only, as every file of the session
                 f.write("".join(json.dumps(e) + "\n" for e in batch))
 
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rayfield._private import session_files
 from rayfield._private.memory_monitor import MemoryMonitor
 from rayfield.store import NodeServer
 
@@ -64,6 +65,7 @@ class WorkerPool:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,  # a Ctrl-C in the driver's terminal is the driver's
+                umask=0o077,  # the files it writes (events, spill) are the user's alone
             )
             assert proc.stdout is not None
             os.set_blocking(proc.stdout.fileno(), False)
@@ -95,7 +97,7 @@ class WorkerPool:
                         f.close()
                     continue
                 if pid not in files:
-                    files[pid] = open(self.logs_dir / f"worker-{pid}.out", "ab")  # noqa: SIM115
+                    files[pid] = session_files.open_private(self.logs_dir / f"worker-{pid}.out")
                 files[pid].write(data)
                 files[pid].flush()
                 if self.log_to_driver:
@@ -142,9 +144,8 @@ class LocalNode:
     ) -> None:
         self.session_dir = session_dir
         self.resources = resources
-        (session_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.sockets_dir = session_dir / "sockets"
-        self.sockets_dir.mkdir(parents=True, exist_ok=True)
+        session_files.private_dir(session_dir / "logs")
+        self.sockets_dir = session_files.private_dir(session_dir / "sockets")
         if len(str(self.sockets_dir / "node.sock")) > 100:  # Unix socket paths hold 107 bytes
             self.sockets_dir = Path(tempfile.mkdtemp(prefix="rayfield-"))
         self.socket_path = str(self.sockets_dir / "node.sock")

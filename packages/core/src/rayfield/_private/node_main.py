@@ -21,18 +21,13 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 import threading
-import time
 from pathlib import Path
 
 import psutil
 
+from rayfield._private import session_files
 from rayfield._private.node import LocalNode
-
-
-def default_root() -> Path:
-    return Path(tempfile.gettempdir()) / "rayfield"
 
 
 def join_cluster(node: LocalNode, args: argparse.Namespace) -> dict[str, str]:
@@ -50,13 +45,31 @@ def join_cluster(node: LocalNode, args: argparse.Namespace) -> dict[str, str]:
     return {"gcs_address": args.gcs_address, "node_manager_address": node.agent.address}
 
 
+def _join_failure(exc: BaseException, address: str) -> str | None:
+    """One line saying why joining the cluster at ``address`` failed, for the failures
+    with a known remedy; None for others (their traceback goes to the log)."""
+    from rayfield._private.gcs.errors import GcsAuthError, GcsUnavailableError
+
+    if isinstance(exc, GcsAuthError):
+        return (
+            f"the head at {address} refused this node's token: pass the cluster's token "
+            "with --token or RAYFIELD_TOKEN"
+        )
+    if isinstance(exc, GcsUnavailableError):
+        return (
+            f"no rayfield head answers at {address}: check the address (`rayfield start "
+            "--head` printed it) and that the head runs"
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-cpus", type=float, default=None)
     parser.add_argument("--num-gpus", type=float, default=0)
     parser.add_argument("--resources", type=json.loads, default={}, help='e.g. {"tpu": 2}')
     parser.add_argument("--object-store-memory", type=int, default=None)
-    parser.add_argument("--temp-dir", type=Path, default=default_root())
+    parser.add_argument("--temp-dir", type=Path, default=None, help="default <tmp>/rayfield-<uid>")
     parser.add_argument("--session-dir", type=Path, default=None)
     parser.add_argument("--plasma-directory", default=None)
     parser.add_argument("--huge-pages", action="store_true")
@@ -77,9 +90,13 @@ def main(argv: list[str] | None = None) -> int:
         resources["GPU"] = args.num_gpus
     resources.update({k: float(v) for k, v in args.resources.items()})
     memory = args.object_store_memory or min(int(psutil.virtual_memory().total * 0.3), 20 * 10**9)
-    session = args.session_dir or (
-        args.temp_dir / f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}"
-    )
+    os.umask(0o077)  # the node's files and its workers' are the user's alone
+    root = session_files.ensure_root(args.temp_dir)
+    if args.session_dir:
+        session = args.session_dir
+        session_files.check_owned(session, "the session directory")
+    else:
+        session = session_files.new_session_dir(root)
     if args.gcs_address:  # its workers know they are in a cluster (GCS, named actors)
         os.environ["RAYFIELD_GCS_ADDRESS"] = args.gcs_address
         if args.tls_cert:  # and reach its GCS with the node's certificate
@@ -100,18 +117,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.gcs_address:
         try:
             info.update(join_cluster(node, args))
-        except BaseException:
+        except BaseException as exc:
             node.shutdown()
-            raise
-    tmp_info = session / "node.json.tmp"  # renamed: readers never see it half written
-    tmp_info.write_text(json.dumps(info))
-    tmp_info.replace(session / "node.json")
+            reason = _join_failure(exc, args.gcs_address)
+            if reason is None:
+                raise
+            print(
+                f"{session_files.ERROR_MARK}{reason}", flush=True
+            )  # `rayfield start` shows this line
+            return 2
+    session_files.write_private(session / "node.json", json.dumps(info))
     if args.head or not args.gcs_address:
-        latest = args.temp_dir / "session_latest"
-        tmp_link = args.temp_dir / f".session_latest.{os.getpid()}"
-        tmp_link.unlink(missing_ok=True)
-        tmp_link.symlink_to(session.resolve())
-        tmp_link.replace(latest)
+        session_files.point_latest(root, session)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

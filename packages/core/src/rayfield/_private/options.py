@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 TASK_OPTIONS = {
@@ -30,6 +31,7 @@ ACTOR_OPTIONS = {
 }
 CLASSIC = {"num_return_vals": "num_returns", "max_reconstructions": "max_restarts"}
 MAX_RESOURCE = 1e9
+RETRY_COUNTS = ("max_retries", "max_restarts", "max_task_retries")  # -1: without end
 
 
 def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
@@ -37,7 +39,9 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
 
     Raises:
         TypeError: an unknown option (the message lists the valid ones).
-        ValueError: a negative or non-numeric resource amount, a bad num_returns.
+        ValueError: a resource amount that is negative, not finite (NaN, inf) or not a
+            number; a bad num_returns; a retry or restart count other than -1 (no limit)
+            or a whole number >= 0.
     """
     valid = ACTOR_OPTIONS if actor else TASK_OPTIONS
     out: dict[str, Any] = {}
@@ -56,13 +60,25 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
         if name in ("CPU", "GPU"):
             raise ValueError(f"use num_cpus/num_gpus, not resources={{{name!r}: ...}}")
         _check_amount(f"resources[{name!r}]", amount)
+    for key in RETRY_COUNTS:
+        if key in out and out[key] is not None:
+            _check_count(key, out[key])
     n = out.get("num_returns", 1)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"num_returns must be an integer >= 1, got {n!r}")
     return out
 
 
+def _check_count(what: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError(
+            f"{what} must be -1 (retry without end) or a whole number >= 0, got {value!r}"
+        )
+
+
 def _check_amount(what: str, value: Any) -> None:
+    if isinstance(value, (int, float)) and not math.isfinite(value):
+        raise ValueError(f"{what} must be a finite number, got {value!r}")
     if not isinstance(value, (int, float)) or value < 0 or value > MAX_RESOURCE:
         raise ValueError(f"{what} must be a number between 0 and {MAX_RESOURCE:g}, got {value!r}")
     if value > 1 and float(value) != int(value):
@@ -90,3 +106,15 @@ def _rest(res: dict[str, float], opts: dict[str, Any]) -> dict[str, float]:
     for name, amount in (opts.get("resources") or {}).items():
         res[name] = float(amount)
     return {k: v for k, v in res.items() if v > 0}
+
+
+def check_node_resources(resources: dict[str, float]) -> None:
+    """Check a node's resources (``init(num_cpus=..., resources=...)``, ``rayfield start``).
+
+    Raises:
+        ValueError: an amount that is negative or not finite (NaN, inf).
+    """
+    for name, amount in resources.items():
+        if not math.isfinite(amount) or amount < 0:
+            option = {"CPU": "num_cpus", "GPU": "num_gpus"}.get(name, f"resources[{name!r}]")
+            raise ValueError(f"{option} must be a finite number >= 0, got {amount!r}")

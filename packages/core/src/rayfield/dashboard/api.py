@@ -2,7 +2,8 @@
 
 Every handler runs the (blocking, gRPC) ``StateClient`` call on a thread pool, so the
 event loop keeps serving while nodes answer. Replies are JSON; a cluster that cannot
-answer gives 502 and a bad request 400, each with ``{"error": message}``.
+answer gives 502 and a bad request 400 (query parameters are checked by ``query.py``),
+each with ``{"error": message}``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from aiohttp import web
 
 from rayfield._private.cluster.state_client import StateClient, StateError
 from rayfield._private.gcs.errors import GcsError
+from rayfield.dashboard import query
 
 __all__ = ["StateApi"]
 
@@ -34,17 +36,16 @@ def _json(value: Any, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response(value, headers=headers, dumps=lambda v: json.dumps(v, default=str))
 
 
-def _int(request: web.Request, name: str, default: int) -> int:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise web.HTTPBadRequest(
-            text=json.dumps({"error": f"{name} must be an integer, not {raw!r}"}),
-            content_type="application/json",
-        ) from None
+def _checked(handler: Handler) -> Handler:
+    """``handler``, with a malformed or out-of-range query parameter answered by 400."""
+
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except query.QueryError as exc:
+            raise _error(web.HTTPBadRequest, str(exc)) from None
+
+    return wrapped
 
 
 def tasks_summary(tasks: list[dict[str, Any]], recent: int = RECENT_TASKS) -> dict[str, Any]:
@@ -83,9 +84,9 @@ class StateApi:
             web.get("/api/workers", self._plain(self.client.workers)),
             web.get("/api/objects", self._plain(self.client.objects)),
             web.get("/api/logs", self._plain(self.client.logs)),
-            web.get("/api/tasks", self.tasks),
-            web.get("/api/log", self.log),
-            web.get("/api/timeline", self.timeline),
+            web.get("/api/tasks", _checked(self.tasks)),
+            web.get("/api/log", _checked(self.log)),
+            web.get("/api/timeline", _checked(self.timeline)),
         ]
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -111,7 +112,7 @@ class StateApi:
 
     async def tasks(self, request: web.Request) -> web.Response:
         """Counts by state and the recent tasks (``?recent=N``, default 200)."""
-        recent = _int(request, "recent", RECENT_TASKS)
+        recent = query.integer(request.query, "recent", RECENT_TASKS)
         return _json(tasks_summary(await self.run(self.client.tasks), recent))
 
     async def log(self, request: web.Request) -> web.Response:
@@ -121,11 +122,9 @@ class StateApi:
         reply's ``offset + len(data)`` is where to continue to follow the file. The node
         must be an alive node of the cluster; it serves bare file names of its logs only.
         """
-        node, name = request.query.get("node", ""), request.query.get("name", "")
-        if not node or not name or "/" in name or name.startswith("."):
-            raise _error(web.HTTPBadRequest, "give node=ADDRESS and name=FILE (a bare name)")
-        offset = _int(request, "offset", -LOG_TAIL_BYTES)
-        max_bytes = min(max(_int(request, "max_bytes", LOG_MAX_BYTES), 1), LOG_MAX_BYTES)
+        node, name = query.log_file(request.query)
+        offset = query.integer(request.query, "offset", -LOG_TAIL_BYTES)
+        max_bytes = min(query.integer(request.query, "max_bytes", LOG_MAX_BYTES), LOG_MAX_BYTES)
 
         def read() -> dict[str, Any]:
             address = self.client.resolve_node(node).address  # only nodes of this cluster
@@ -148,10 +147,11 @@ class StateApi:
     async def timeline(self, request: web.Request) -> web.Response:
         """The task events as a Chrome trace (``?limit=N`` newest events; ``?download=1``
         serves it as ``timeline.json``)."""
-        limit = _int(request, "limit", TIMELINE_EVENTS)
-        trace = await self.run(self.client.timeline, max(limit, 0))
+        limit = query.integer(request.query, "limit", TIMELINE_EVENTS)
+        download = query.flag(request.query, "download")
+        trace = await self.run(self.client.timeline, limit)
         headers = {}
-        if request.query.get("download"):
+        if download:
             headers["Content-Disposition"] = 'attachment; filename="timeline.json"'
         return _json(trace, headers)
 

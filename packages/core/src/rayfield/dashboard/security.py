@@ -8,7 +8,8 @@ Three checks guard every request (``server.py`` applies them as middleware):
   A page on ``evil.example`` whose name was re-pointed at 127.0.0.1 sends
   ``Host: evil.example`` and is refused.
 - **Origin** (cross-site requests): a POST, PUT, PATCH or DELETE must carry an ``Origin``
-  equal to ``http://<its Host>``; a form on another site posting to the dashboard is refused.
+  equal to ``<scheme>://<its Host>`` (``https`` when it serves HTTPS); a form on another
+  site posting to the dashboard is refused.
 - **Token**: the cluster token, pasted once at ``/login`` (compared with
   ``hmac.compare_digest``), gives a random session id kept here and sent back as an
   HttpOnly, SameSite=Strict cookie (named per dashboard: browsers share cookies between
@@ -72,12 +73,14 @@ def host_ok(host: str | None, allowed: set[str] | frozenset[str]) -> bool:
     return host is not None and host.lower() in allowed
 
 
-def origin_ok(method: str, origin: str | None, host: str | None) -> bool:
+def origin_ok(method: str, origin: str | None, host: str | None, scheme: str = "http") -> bool:
     """Whether a request may change state: safe methods always may; the others only with
-    an ``Origin`` of this very host (a missing Origin is refused)."""
+    an ``Origin`` of this very host and scheme (a missing Origin is refused)."""
     if method.upper() not in STATE_CHANGING:
         return True
-    return origin is not None and host is not None and origin.lower() == f"http://{host.lower()}"
+    if origin is None or host is None:
+        return False
+    return origin.lower() == f"{scheme.lower()}://{host.lower()}"
 
 
 def token_ok(given: str | None, token: str) -> bool:

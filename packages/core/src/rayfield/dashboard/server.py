@@ -56,7 +56,8 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         return web.Response(
             status=421, text="421: this dashboard is not served under that host name\n"
         )
-    if not security.origin_ok(request.method, request.headers.get("Origin"), request.host):
+    origin = request.headers.get("Origin")
+    if not security.origin_ok(request.method, origin, request.host, request.scheme):
         return web.Response(status=403, text="403: cross-origin request refused\n")
     if request.path.startswith(PUBLIC) or _logged_in(request):
         return await handler(request)
@@ -123,6 +124,7 @@ def make_app(api: StateApi, token: str, allowed_hosts: Iterable[str]) -> web.App
             app[SESSIONS].cookie,
             app[SESSIONS].create(),
             httponly=True,
+            secure=request.secure,  # over HTTPS the cookie never travels in clear
             samesite="Strict",
             path="/",
         )

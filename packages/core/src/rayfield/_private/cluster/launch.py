@@ -3,8 +3,11 @@
 ``rayfield start`` (rayfield-cli) and the tests use these. A head is a GCS process
 (``gcs.server``) and a node process (``node_main``); any other node is a node process.
 Each node has its own session directory ``<temp_dir>/session_<time>_<pid>``; a head's
-also holds the cluster token (``token``, mode 0600), the GCS tables (``gcs.sqlite``) and
-``cluster.json`` (the GCS address), and ``<temp_dir>/session_latest`` points at it.
+also holds the cluster token (``token``), the GCS tables (``gcs.sqlite``) and
+``cluster.json`` (the GCS address), and ``<temp_dir>/session_latest`` points at it. The
+default ``temp_dir`` is per user (``<tmp>/rayfield-<uid>``); directories are 0700 and
+files 0600, and everything found there is checked before it is trusted
+(``session_files``). The processes started here run with umask 077.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from rayfield._private import session_files
 
 ENV_TOKEN = "RAYFIELD_TOKEN"
 PROCESS_MODULES = (
@@ -36,18 +40,17 @@ class ClusterError(RuntimeError):
 
 
 def default_temp_dir() -> Path:
-    return Path(tempfile.gettempdir()) / "rayfield"
+    """This user's default session root, ``<tmp>/rayfield-<uid>``."""
+    return session_files.default_root()
 
 
 def new_session_dir(temp_dir: Path) -> Path:
-    base = f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}"
-    session = temp_dir / base
-    n = 1
-    while session.exists():  # two nodes started in the same second by one process
-        session = temp_dir / f"{base}_{n}"
-        n += 1
-    (session / "logs").mkdir(parents=True)
-    return session
+    """A new session directory (and ``logs/``) under ``temp_dir``, mode 0700.
+
+    Raises:
+        UnsafeSessionError: ``temp_dir`` is not this user's alone (see ``session_files``).
+    """
+    return session_files.new_session_dir(temp_dir)
 
 
 @dataclass
@@ -64,13 +67,14 @@ class NodeOptions:
     node_ip_address: str = "127.0.0.1"
     node_manager_port: int = 0
     tls: tuple[str, str, str] | None = None  # cert, key, ca
+    dashboard_tls: tuple[str, str] | None = None  # cert, key of the dashboard's HTTPS
     heartbeat_timeout_s: float = 3.0  # head only: silence after which a node is dead
 
 
 def _spawn(
     args: list[str], log: Path, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
+    with session_files.open_private(log) as out:
         return subprocess.Popen(
             [sys.executable, "-m", *args],
             stdout=out,
@@ -78,6 +82,7 @@ def _spawn(
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # outlives the command that started it
             env=env,
+            umask=0o077,  # what it and its workers write is the user's alone
         )
 
 
@@ -87,8 +92,13 @@ def _wait_for(
     deadline = time.monotonic() + timeout_s
     while not ready():
         if proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            raise ClusterError(f"{what} exited with code {proc.returncode}; its log {log}:\n{tail}")
+            text = log.read_text(errors="replace") if log.exists() else ""
+            known = [ln for ln in text.splitlines() if ln.startswith(session_files.ERROR_MARK)]
+            if known:  # a failure with a known remedy: its one line says it all
+                raise ClusterError(known[-1][len(session_files.ERROR_MARK) :])
+            raise ClusterError(
+                f"{what} exited with code {proc.returncode}; its log {log}:\n{text[-2000:]}"
+            )
         if time.monotonic() > deadline:
             proc.kill()
             raise ClusterError(f"{what} did not start within {timeout_s:.0f} s; see {log}")
@@ -123,7 +133,8 @@ def start_gcs(session: Path, host: str, port: int, opts: NodeOptions, timeout_s:
         timeout_s,
     )
     address = f"{host}:{port_file.read_text().strip()}"
-    (session / "cluster.json").write_text(json.dumps({"gcs_address": address, "gcs_pid": proc.pid}))
+    cluster = {"gcs_address": address, "gcs_pid": proc.pid}
+    session_files.write_private(session / "cluster.json", json.dumps(cluster))
     return address
 
 
@@ -133,7 +144,9 @@ def start_dashboard(
     """Start the dashboard of the head whose session is ``session``; returns its URL.
 
     It runs as its own process (``python -m rayfield.dashboard``), listens on
-    ``host:port`` (0 picks a free port) and writes ``<session>/dashboard.json``.
+    ``host:port`` (0 picks a free port) and writes ``<session>/dashboard.json``. It serves
+    HTTPS with ``opts.dashboard_tls``, else with the cluster's certificate when
+    ``opts.tls`` is set, else plain HTTP.
 
     Raises:
         ClusterError: when it does not start (aiohttp missing, port taken, ...).
@@ -143,6 +156,9 @@ def start_dashboard(
     args = ["rayfield.dashboard", "--gcs-address", gcs_address, "--host", host]
     args += ["--port", str(port), "--token-file", str(session / "token")]
     args += ["--session-dir", str(session), *_tls_args(opts)]
+    https = opts.dashboard_tls or (opts.tls[:2] if opts.tls else None)
+    if https:
+        args += ["--https-cert", https[0], "--https-key", https[1]]
     proc = _spawn(args, log)
     _wait_for("the dashboard", info.exists, proc, log, timeout_s)
     return str(json.loads(info.read_text())["url"])
@@ -181,7 +197,9 @@ def start_node(
     node_json = session / "node.json"
     proc = _spawn(args, log, env)
     _wait_for("the node", node_json.exists, proc, log, timeout_s)
-    info: dict[str, Any] = json.loads(node_json.read_text())
+    info = session_files.read_json(node_json)
+    if info is None:
+        raise ClusterError(f"the node wrote no readable {node_json}; see {log}")
     return info
 
 
@@ -189,11 +207,16 @@ def start_node(
 
 
 def head_session(temp_dir: Path | None = None) -> Path | None:
-    """The session directory of the latest head on this machine, if one runs."""
-    latest = (temp_dir or default_temp_dir()) / "session_latest"
-    if (latest / "cluster.json").exists():
-        return latest.resolve()
-    return None
+    """The session directory of the latest head on this machine, if one runs.
+
+    Raises:
+        UnsafeSessionError: the root, ``session_latest`` or ``cluster.json`` is not this
+            user's alone (see ``session_files``).
+    """
+    session = session_files.latest_session(temp_dir)
+    if session is None or session_files.read_json(session / "cluster.json") is None:
+        return None
+    return session
 
 
 def find_gcs_address(temp_dir: Path | None = None) -> str:
@@ -201,14 +224,16 @@ def find_gcs_address(temp_dir: Path | None = None) -> str:
 
     Raises:
         ClusterError: when no head runs here.
+        UnsafeSessionError: its session files are not this user's alone.
     """
     session = head_session(temp_dir)
-    if session is None:
+    cluster = session_files.read_json(session / "cluster.json") if session else None
+    if cluster is None:
         raise ClusterError(
             "no running rayfield cluster found on this machine: start one with "
             "'rayfield start --head', or pass its address (HOST:PORT)"
         )
-    return str(json.loads((session / "cluster.json").read_text())["gcs_address"])
+    return str(cluster["gcs_address"])
 
 
 def find_token(gcs_address: str | None = None, temp_dir: Path | None = None) -> str:
@@ -216,19 +241,24 @@ def find_token(gcs_address: str | None = None, temp_dir: Path | None = None) -> 
 
     Raises:
         ClusterError: when neither has it.
+        UnsafeSessionError: the session root, or a session's ``cluster.json`` or
+            ``token``, is not this user's alone.
     """
     if os.environ.get(ENV_TOKEN):
         return os.environ[ENV_TOKEN].strip()
     from rayfield._private.gcs.auth import read_token
 
-    root = temp_dir or default_temp_dir()
-    candidates = [root / "session_latest", *sorted(root.glob("session_*"), reverse=True)]
+    root = session_files.existing_root(temp_dir)
+    latest = session_files.latest_session(root) if root else None
+    candidates = [latest] if latest else []
+    candidates += sorted(root.glob("session_*"), reverse=True) if root else []
     for session in candidates:
-        cluster = session / "cluster.json"
-        if not cluster.exists() or not (session / "token").exists():
+        cluster = session_files.read_json(session / "cluster.json")
+        if cluster is None or not (session / "token").exists():
             continue
-        if gcs_address and json.loads(cluster.read_text())["gcs_address"] != gcs_address:
+        if gcs_address and cluster.get("gcs_address") != gcs_address:
             continue
+        session_files.check_owned(session / "token", "the token file")
         return read_token(session / "token")
     raise ClusterError(
         f"no token for the cluster at {gcs_address or '(any)'}: on a machine other than the "

@@ -127,18 +127,19 @@ class GcsServer:
             (grpc.method_handlers_generic_handler(codec.SERVICE, handlers),)
         )
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        error: Exception | None = None
         try:
             if tls is None:
                 self.port = self._server.add_insecure_port(address)
             else:
                 self.port = self._server.add_secure_port(address, tls.server_credentials())
-        except RuntimeError as exc:
+        except RuntimeError:  # grpc's "Failed to bind": said below in words
             self.port = 0
-            error = exc
         if not self.port:
             self.service.close()
-            raise OSError(f"the GCS cannot listen on {address} (port in use?): {error}")
+            raise OSError(
+                f"the GCS cannot listen on {address}: the port is in use or not allowed "
+                "here; pick another with --port (0: any free one)"
+            )
         self.host = host
         self._monitor = threading.Thread(
             target=self._check_heartbeats, name="gcs-heartbeats", daemon=True
@@ -213,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             max_message_bytes=args.max_message_bytes,
         )
     except (GcsError, OSError) as exc:
-        sys.exit(f"GCS not started: {exc}")
+        from rayfield._private.session_files import ERROR_MARK
+
+        sys.exit(f"{ERROR_MARK}the GCS did not start: {exc}")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
