@@ -1,0 +1,37 @@
+"""The embedded init() keeps its session to its user: directories 0700, files 0600."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+import rayfield as rf
+
+
+@rf.remote
+def hello() -> int:
+    print("a line in a worker log")
+    return os.getpid()
+
+
+def test_embedded_session_is_owner_only(tmp_path: Path) -> None:
+    root = tmp_path / "rf"  # made by init()
+    info = rf.init(num_cpus=1, object_store_memory=64 << 20, temp_dir=str(root))
+    try:
+        pid = rf.get(hello.remote(), timeout=60)
+        session = Path(info["session_dir"])
+        assert session.parent == root
+        worker_log = session / "logs" / f"worker-{pid}.out"
+        deadline = time.monotonic() + 20
+        while not worker_log.exists():  # the worker's output streams in
+            assert time.monotonic() < deadline, f"no {worker_log}"
+            time.sleep(0.05)
+        paths = [root, session, session / "logs", session / "sockets", worker_log]
+        paths += [Path(info["object_store_address"])]
+        for path in [*paths, *(session / "logs").glob("events-*.jsonl")]:
+            want = 0o700 if path.is_dir() else 0o600
+            assert stat.S_IMODE(os.lstat(path).st_mode) == want, path
+    finally:
+        rf.shutdown()
