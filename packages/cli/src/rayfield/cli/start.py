@@ -294,7 +294,17 @@ def start(**kw: Any) -> None:
         tls=(tls_parts[0], tls_parts[1], tls_parts[2]) if all(tls_parts) else None,
         dashboard_tls=dashboard_tls,
     )
+    if head and kw["redis_password"]:
+        raise click.UsageError(
+            "--redis-password: the head creates a 256-bit token itself (<session>/token); "
+            "drop the flag"
+        )
+    token = ""
     if address:
+        try:
+            token = kw["token"] or kw["redis_password"] or launch.find_token(address, temp_dir)
+        except launch.ClusterError as exc:
+            raise click.ClickException(str(exc)) from None
         _check_head_answers(address)
     if kw["node_manager_port"]:
         _check_port_free(kw["node_ip_address"], kw["node_manager_port"])
@@ -310,17 +320,10 @@ def start(**kw: Any) -> None:
     dashboard_url = ""
     try:
         if head:
-            if kw["redis_password"]:
-                raise click.UsageError(
-                    "--redis-password: the head creates a 256-bit token itself "
-                    "(<session>/token); drop the flag"
-                )
             port = 6379 if kw["port"] is None else kw["port"]
             with waiting("starting the GCS"):
                 address = launch.start_gcs(session, kw["node_ip_address"], port, opts)
             token = (session / "token").read_text().strip()
-        else:
-            token = kw["token"] or kw["redis_password"] or launch.find_token(address, temp_dir)
         t0 = time.monotonic()
         with waiting("starting the node"):
             info = launch.start_node(session, address, token, opts, head=head)
