@@ -141,7 +141,6 @@ def init(
     from rayfield._private.node import LocalNode
 
     session = session_files.new_session_dir(Path(temp_dir) if temp_dir else None)
-
     _node = LocalNode(session, node_resources, memory, plasma_directory, huge_pages, log_to_driver)
     try:
         runtime = _rt.Runtime(_node.socket_path, is_worker=False)
@@ -185,7 +184,7 @@ def _own_socket(path: str) -> bool:
 
     try:
         session_files.check_socket(path)
-    except (OSError, session_files.UnsafeSessionError):
+    except OSError:  # gone, or another user's (UnsafeSessionError)
         return False
     return True
 

@@ -33,7 +33,12 @@ def _local_url(temp_dir: Path | None) -> tuple[str, bytes]:
             f"the dashboard of {session} has stopped (see {session / 'logs' / 'dashboard.out'})"
             f": `rayfield stop`, then {START_HINT}"
         )
-    cert = Path(info["cert"]).read_bytes() if info.get("cert") else b""
+    try:
+        cert = Path(info["cert"]).read_bytes() if info.get("cert") else b""
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot read the dashboard's certificate {info['cert']}: {exc.strerror or exc}"
+        ) from None
     return str(info["url"]), cert
 
 

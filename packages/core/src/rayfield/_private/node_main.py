@@ -122,9 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             reason = _join_failure(exc, args.gcs_address)
             if reason is None:
                 raise
-            print(
-                f"{session_files.ERROR_MARK}{reason}", flush=True
-            )  # `rayfield start` shows this line
+            # `rayfield start` shows this one line instead of the log.
+            print(f"{session_files.ERROR_MARK}{reason}", flush=True)
             return 2
     session_files.write_private(session / "node.json", json.dumps(info))
     if args.head or not args.gcs_address:
