@@ -73,8 +73,9 @@ def test_busy_ports(cluster: tuple[str, Path], tmp_path: Path) -> None:
     port = head.rpartition(":")[2]
     line = fails("start", "--head", "--port", port, "--temp-dir", str(tmp_path / "a"))
     assert f"the GCS cannot listen on 127.0.0.1:{port}" in line and "--port (0" in line
+    token = ("--token", "ab" * 32)
     line = fails(
-        "start", "--address", head, "--node-manager-port", port, "--temp-dir", str(tmp_path / "b")
+        "start", "--address", head, "--node-manager-port", port, *token, "--temp-dir", str(tmp_path)
     )
     assert f"cannot listen on 127.0.0.1:{port}" in line and "--node-manager-port" in line
     dashboard_port = json.loads((session / "dashboard.json").read_text())["url"].split(":")[2]

@@ -301,11 +301,12 @@ def start(**kw: Any) -> None:
         )
     token = ""
     if address:
+        host, port = _host_port(address)
         try:
             token = kw["token"] or kw["redis_password"] or launch.find_token(address, temp_dir)
         except launch.ClusterError as exc:
             raise click.ClickException(str(exc)) from None
-        _check_head_answers(address)
+        _check_head_answers(address, host, port)
     if kw["node_manager_port"]:
         _check_port_free(kw["node_ip_address"], kw["node_manager_port"])
     try:
@@ -350,13 +351,22 @@ def start(**kw: Any) -> None:
         _block(int(info["pid"]))
 
 
-def _check_head_answers(address: str) -> None:
-    """Fail with one line when ``address`` is not HOST:PORT or nothing listens there."""
+def _host_port(address: str) -> tuple[str, int]:
+    """``address`` split into host and port.
+
+    Raises:
+        click.UsageError: it is not HOST:PORT.
+    """
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise click.UsageError(f"--address {address!r} is not HOST:PORT, e.g. 127.0.0.1:6379")
+    return host.strip("[]"), int(port)
+
+
+def _check_head_answers(address: str, host: str, port: int) -> None:
+    """Fail with one line when nothing listens at ``address``."""
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+        socket.create_connection((host, port), timeout=3).close()
     except OSError as exc:
         raise click.ClickException(
             f"no rayfield head answers at {address} ({exc.strerror or exc}): check the "

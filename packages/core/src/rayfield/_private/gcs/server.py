@@ -34,6 +34,7 @@ from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, create_token
 from rayfield._private.gcs.errors import GcsError
 from rayfield._private.gcs.pubsub import PubSub
 from rayfield._private.gcs.service import GcsService
+from rayfield._private.session_files import ERROR_MARK, write_private
 
 __all__ = ["GcsServer", "main"]
 
@@ -180,9 +181,7 @@ def _tls_from_args(args: argparse.Namespace) -> TlsConfig | None:
 
 
 def _write_port_file(path: str, port: int) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    Path(tmp).write_text(f"{port}\n")
-    os.replace(tmp, path)
+    write_private(Path(path), f"{port}\n")  # atomic, mode 0600
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,8 +213,6 @@ def main(argv: list[str] | None = None) -> int:
             max_message_bytes=args.max_message_bytes,
         )
     except (GcsError, OSError) as exc:
-        from rayfield._private.session_files import ERROR_MARK
-
         sys.exit(f"{ERROR_MARK}the GCS did not start: {exc}")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
