@@ -94,6 +94,24 @@ def test_a_root_that_is_a_symlink_is_checked_through(tmp_path: Path, root: Path)
         sf.ensure_root(link)
 
 
+def test_every_link_of_a_chain_is_checked(tmp_path: Path, root: Path) -> None:
+    (tmp_path / "hop").symlink_to(root)
+    link = tmp_path / "link"
+    link.symlink_to("hop")  # relative: to the link "hop", then to the root
+    assert sf.check_owned(link, "session_latest").st_ino == os.stat(root).st_ino
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    link.unlink()
+    link.symlink_to("loose")  # to a world-writable directory
+    with pytest.raises(UnsafeSessionError, match="the target of session_latest"):
+        sf.check_owned(link, "session_latest")
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")
+    with pytest.raises(UnsafeSessionError, match="too many symlinks"):
+        sf.check_owned(loop, "session_latest")
+
+
 def test_a_symlink_of_another_user_is_refused(root: Path, as_other_user: None) -> None:
     with pytest.raises(UnsafeSessionError, match="the symlink is not yours"):
         sf.check_owned(_link(root), "session_latest")

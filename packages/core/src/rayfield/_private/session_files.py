@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 LATEST = "session_latest"
+MAX_LINKS = 8  # symlinks followed, one after the other, before a path is refused
 ERROR_MARK = "rayfield-error: "
 """A process ``rayfield start`` runs that fails for a known reason (a refused token, a
 port in use) writes one line starting with this to its log; the command shows that line
@@ -91,7 +92,7 @@ def check_owned(path: Path, what: str, *, fix: str | None = None) -> os.stat_res
     """Check that this user owns ``path`` and that neither group nor others can write it.
 
     A symlink must be this user's itself, and so must the path it points at (checked
-    the same way). Returns the ``stat`` of the final target.
+    the same way, link by link). Returns the ``stat`` of the final target.
 
     Args:
         path: the file, directory, socket or symlink to check; it must exist.
@@ -109,7 +110,10 @@ def check_owned(path: Path, what: str, *, fix: str | None = None) -> os.stat_res
     if stat.S_ISLNK(st.st_mode):
         if st.st_uid != me:
             raise _refuse(what, path, st, f"the symlink is not yours (you are uid {me})", fix)
-        return check_owned(path.resolve(strict=True), f"the target of {what}", fix=fix)
+        if what.count("the target of") >= MAX_LINKS:
+            raise _refuse(what, path, st, "it is a chain of too many symlinks", fix)
+        target = path.parent / os.readlink(path)  # relative to the link's directory
+        return check_owned(target, f"the target of {what}", fix=fix)
     if st.st_uid != me:
         raise _refuse(what, path, st, f"it is not yours (you are uid {me})", fix)
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
