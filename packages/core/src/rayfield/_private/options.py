@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rayfield._private import task_retry
+
 TASK_OPTIONS = {
     "num_returns",
     "num_cpus",
@@ -36,7 +38,8 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
     """Check option names and values; map classic names to modern ones.
 
     Raises:
-        TypeError: an unknown option (the message lists the valid ones).
+        TypeError: an unknown option (the message lists the valid ones), or a
+            ``retry_exceptions`` that is not a bool or a list of exception classes.
         ValueError: a negative or non-numeric resource amount, a bad num_returns.
     """
     valid = ACTOR_OPTIONS if actor else TASK_OPTIONS
@@ -56,6 +59,8 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
         if name in ("CPU", "GPU"):
             raise ValueError(f"use num_cpus/num_gpus, not resources={{{name!r}: ...}}")
         _check_amount(f"resources[{name!r}]", amount)
+    if "retry_exceptions" in out:
+        out["retry_exceptions"] = task_retry.check(out["retry_exceptions"])
     n = out.get("num_returns", 1)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"num_returns must be an integer >= 1, got {n!r}")
