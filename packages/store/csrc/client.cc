@@ -281,6 +281,11 @@ Status Client::ReadOneFrame(int64_t timeout_ms, const Waiters* reader) {
               }
             }
             if (t->payload()) a.payload.assign(reinterpret_cast<const char*>(t->payload()->Data()), t->payload()->size());
+            a.retries_left = t->retries_left();
+            a.attempt = t->attempt();
+            if (t->resources()) {
+              for (const fb::ResourceAmount* ra : *t->resources()) a.resources[ra->name()->str()] = ra->amount();
+            }
             tasks_.push_back(std::move(a));
             ++new_tasks;
           } else if (auto* e = m->body_as_ErrorReply()) {
@@ -690,7 +695,7 @@ Status Client::PopWhenReady(std::deque<T>& queue, int64_t timeout_ms, std::optio
 }
 
 Status Client::TaskDone(const UniqueID& task_id, bool exiting,
-                        const std::vector<InlineResult>& results) {
+                        const std::vector<InlineResult>& results, bool retry) {
   FrameWriter w;
   auto& b = w.builder();
   for (const InlineResult& r : results) {
@@ -699,7 +704,7 @@ Status Client::TaskDone(const UniqueID& task_id, bool exiting,
                                   b.CreateVector(r.metadata, r.metadata_size)));
   }
   fb::UniqueID tid = ToFb(task_id);
-  w.Add(0, fb::CreateTaskDoneRequest(b, &tid, exiting));
+  w.Add(0, fb::CreateTaskDoneRequest(b, &tid, exiting, retry));
   int running = running_tasks_.load(std::memory_order_relaxed);  // never below zero
   while (running > 0 && !running_tasks_.compare_exchange_weak(running, running - 1)) {
   }
@@ -726,11 +731,12 @@ Status Client::KillActor(const UniqueID& actor_id, bool no_restart) {
   return s.ok() ? StatusOf(r, fb::Body::OkReply) : s;
 }
 
-Status Client::CancelTask(const UniqueID& task_id, bool force, std::string* state) {
+Status Client::CancelTask(const UniqueID& task_id, bool force, bool recursive, bool query,
+                          std::string* state) {
   FrameWriter w;
   uint64_t seq = NextSeq();
   fb::UniqueID tid = ToFb(task_id);
-  w.Add(seq, fb::CreateCancelTaskRequest(w.builder(), &tid, force));
+  w.Add(seq, fb::CreateCancelTaskRequest(w.builder(), &tid, force, recursive, query));
   Reply r;
   Status s = Call(w, seq, &r);
   if (s.ok()) s = StatusOf(r, fb::Body::CancelTaskReply);

@@ -41,6 +41,9 @@ struct TaskAssignment {
   bool actor_creation = false;
   std::vector<ResourceGrant> instances;
   std::string payload;
+  int32_t retries_left = 0;  // runs the node may still start after this one (-1: unlimited)
+  uint32_t attempt = 0;      // earlier runs of the task (starts of the actor)
+  ResourceSet resources;     // the task's demand
 };
 
 struct ObjectInfoData {
@@ -112,11 +115,13 @@ class Client {
     uint64_t metadata_size;
   };
   // Reports a finished task, storing `results` first in the same frame (one send). No reply.
+  // With `retry` the task raised an exception its retry_exceptions allow: run it again.
   Status TaskDone(const UniqueID& task_id, bool exiting = false,
-                  const std::vector<InlineResult>& results = {});
+                  const std::vector<InlineResult>& results = {}, bool retry = false);
   Status SetBlocked(bool blocked);           // no reply
   Status KillActor(const UniqueID& actor_id, bool no_restart);
-  Status CancelTask(const UniqueID& task_id, bool force, std::string* state);
+  Status CancelTask(const UniqueID& task_id, bool force, bool recursive, bool query,
+                    std::string* state);
 
  private:
   struct Reply {

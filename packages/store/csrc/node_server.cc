@@ -548,7 +548,7 @@ void NodeServer::HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m) 
     }
     case fb::Body::CancelTaskRequest: {
       auto* k = m->body_as_CancelTaskRequest();
-      std::string state = CancelTask(FromFb(k->task_id()), k->force());
+      std::string state = CancelTask(FromFb(k->task_id()), k->force(), k->recursive(), k->query());
       return Writer(c).Add(seq, fb::CreateCancelTaskReply(b, b.CreateString(state)));
     }
     case fb::Body::PinRequest:
@@ -655,6 +655,13 @@ void NodeServer::HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest
   rec.actor_id = spec.actor_id;
   if (rec.retries_left != 0 && !rec.actor_task) rec.retry_spec = std::make_unique<TaskSpec>(spec);
   UniqueID task_id = spec.task_id;
+  if (c.worker) {  // submitted by a running task: its child, for a recursive cancel
+    auto parent = running_plain_.find(c.id);
+    if (parent != running_plain_.end()) {
+      auto p = tasks_.find(parent->second);
+      if (p != tasks_.end()) p->second.children.push_back(task_id);
+    }
+  }
   tasks_[task_id] = std::move(rec);
   if (spec.actor_creation) {
     ActorRecord& actor = actors_[spec.actor_id];
@@ -694,10 +701,22 @@ bool NodeServer::HandleWorkerMessage(Conn& c, uint64_t seq, const fb::Message* m
     return true;
   }
   if (m->body_type() == fb::Body::TaskDoneRequest) {
-    UniqueID task_id = FromFb(m->body_as_TaskDoneRequest()->task_id());
+    auto* done = m->body_as_TaskDoneRequest();
+    UniqueID task_id = FromFb(done->task_id());
     scheduler_->TaskFinished(c.id, task_id);
-    FinishTask(task_id);
-    if (m->body_as_TaskDoneRequest()->exiting()) {
+    running_plain_.erase(c.id);
+    auto rec = tasks_.find(task_id);
+    bool cancelled = rec != tasks_.end() && rec->second.cancelled;
+    if (cancelled) {  // interrupted (or it finished first: its results stay)
+      FailTask(task_id, "CANCELLED", "the task was cancelled while it ran (task " + task_id.Hex() + ")");
+    } else if (done->retry() && !RetryTask(task_id, "an exception its retry_exceptions allow")) {
+      FailTask(task_id, "WORKER_DIED",
+               "the task asked for a retry after an exception but none is left (task " +
+                   task_id.Hex() + ")");
+    } else if (!done->retry()) {
+      FinishTask(task_id);
+    }
+    if (done->exiting()) {
       c.worker = false;
       scheduler_->RemoveWorker(c.id);
     }
@@ -774,21 +793,30 @@ void NodeServer::DrainDecisions(std::vector<Decision>& batch) {
       auto& b = Writer(c).builder();
       const TaskSpec& spec = *dispatch->spec;
       auto rec = tasks_.find(spec.task_id);
+      int32_t retries_left = 0;
       if (rec != tasks_.end()) {
         rec->second.worker = c.id;
         rec->second.dispatch_seq = ++dispatch_count_;
+        if (rec->second.retry_spec) retries_left = rec->second.retries_left;
       }
+      if (spec.actor_id.IsNil()) running_plain_[c.id] = spec.task_id;
       if (spec.actor_creation) actors_[spec.actor_id].worker = c.id;
       std::vector<flatbuffers::Offset<fb::ResourceInstance>> inst;
       for (const auto& g : dispatch->instances) {
         inst.push_back(fb::CreateResourceInstance(b, b.CreateString(g.name), g.index, g.amount));
       }
       auto instances = b.CreateVector(inst);
+      std::vector<flatbuffers::Offset<fb::ResourceAmount>> demand;
+      for (const auto& [name, amount] : spec.resources) {
+        demand.push_back(fb::CreateResourceAmount(b, b.CreateString(name), amount));
+      }
+      auto resources = b.CreateVector(demand);
       auto payload = b.CreateVector(reinterpret_cast<const uint8_t*>(spec.payload.data()),
                                     spec.payload.size());
       fb::UniqueID tid = ToFb(spec.task_id), aid = ToFb(spec.actor_id);
       Writer(c).Add(0, fb::CreateTaskDispatch(b, &tid, spec.actor_id.IsNil() ? nullptr : &aid,
-                                              spec.actor_creation, instances, payload));
+                                              spec.actor_creation, instances, payload, retries_left,
+                                              spec.attempt, resources));
     } else {
       if (auto* lost = std::get_if<WorkerLost>(&d)) HandleWorkerLost(*lost);
       std::visit([this](auto& v) {

@@ -170,7 +170,11 @@ class NodeServer {
   void FailTask(const UniqueID& task_id, const std::string& tag, const std::string& message);
   Status KillActor(const UniqueID& actor_id, bool no_restart);
   static void EndWorkerProcess(const Conn& c);
-  std::string CancelTask(const UniqueID& task_id, bool force);
+  static void InterruptWorker(const Conn& c);
+  std::string CancelTask(const UniqueID& task_id, bool force, bool recursive, bool query);
+  // Submits a task again after its run failed (worker death or a retriable exception)
+  // if it has retries left; false otherwise (nothing changed).
+  bool RetryTask(const UniqueID& task_id, const std::string& why);
   void SealError(const UniqueID& id, const std::string& tag, const std::string& message);
   // Spilling (node_spill.cc).
   Status CreateObject(ClientID client, const UniqueID& id, uint64_t data_size,
@@ -223,8 +227,11 @@ class NodeServer {
     uint64_t dispatch_seq = 0;  // order of the last dispatch
     bool cancelled = false;
     std::unique_ptr<TaskSpec> retry_spec;  // kept only when a retry is possible
+    std::vector<UniqueID> children;  // tasks it submitted while running (recursive cancel)
   };
   std::unordered_map<UniqueID, TaskRecord, UniqueIDHash> tasks_;
+  // The plain task each worker runs now: the parent of the tasks that worker submits.
+  std::unordered_map<ClientID, UniqueID> running_plain_;
   struct ActorRecord {
     std::unique_ptr<TaskSpec> creation;  // resubmitted on restart
     int32_t restarts_left = 0;

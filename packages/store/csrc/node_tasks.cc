@@ -1,8 +1,10 @@
 // Node-side records of tasks and actors (see node_server.h): pins held for
-// running tasks, retries and error objects when a worker dies, actor restarts,
-// kill and cancel, and answers for evicted objects.
+// running tasks, retries and error objects when a worker dies or a task asks for a
+// retry (retry_exceptions), actor restarts, kill and cancel (interrupt, force,
+// recursive), and answers for evicted objects.
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -27,17 +29,7 @@ void NodeServer::HandleWorkerLost(const WorkerLost& lost) {
     auto it = tasks_.find(task_id);
     if (it == tasks_.end()) continue;
     TaskRecord& rec = it->second;
-    if (rec.retry_spec && rec.retries_left != 0) {
-      if (rec.retries_left > 0) rec.retries_left--;
-      std::vector<UniqueID> missing;
-      for (const auto& d : rec.retry_spec->dependencies) {
-        if (!store_->IsSealed(d)) missing.push_back(d);
-      }
-      rec.worker = 0;
-      Log(2, "retrying task " + task_id.Hex().substr(0, 16) + " after its worker died");
-      scheduler_->SubmitTask(*rec.retry_spec, missing);
-      continue;
-    }
+    if (RetryTask(task_id, "its worker died")) continue;
     std::string where = "task " + task_id.Hex() + ", worker pid " +
                         std::to_string(worker_pids_[lost.worker]) + ", node " +
                         options_.socket_path;
@@ -56,8 +48,27 @@ void NodeServer::HandleWorkerLost(const WorkerLost& lost) {
     }
   }
   worker_pids_.erase(lost.worker);
+  running_plain_.erase(lost.worker);
   if (killed != kill_reasons_.end()) kill_reasons_.erase(killed);
   if (!lost.actor_id.IsNil()) ActorGone(lost.actor_id);
+}
+
+bool NodeServer::RetryTask(const UniqueID& task_id, const std::string& why) {
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) return false;
+  TaskRecord& rec = it->second;
+  if (!rec.retry_spec || rec.retries_left == 0 || rec.cancelled) return false;
+  if (rec.retries_left > 0) rec.retries_left--;
+  std::vector<UniqueID> missing;
+  for (const auto& d : rec.retry_spec->dependencies) {
+    if (!store_->IsSealed(d)) missing.push_back(d);
+  }
+  rec.worker = 0;
+  rec.children.clear();
+  rec.retry_spec->attempt++;
+  Log(2, "retrying task " + task_id.Hex().substr(0, 16) + " after " + why);
+  scheduler_->SubmitTask(*rec.retry_spec, missing);
+  return true;
 }
 
 std::vector<RunningTaskInfo> NodeServer::RunningTasks() {
@@ -110,6 +121,7 @@ void NodeServer::ActorGone(const UniqueID& actor_id) {
     if (a->second.restarts_left > 0) a->second.restarts_left--;
     a->second.worker = 0;
     Log(2, "restarting actor " + actor_id.Hex().substr(0, 16));
+    a->second.creation->attempt++;
     TaskSpec spec = *a->second.creation;
     std::vector<UniqueID> missing;
     for (const auto& d : spec.dependencies) {
@@ -179,20 +191,38 @@ Status NodeServer::KillActor(const UniqueID& actor_id, bool no_restart) {
   return Status::OK();
 }
 
-std::string NodeServer::CancelTask(const UniqueID& task_id, bool force) {
+// Interrupt the task running on the main thread of `c`'s process: SIGINT to that thread
+// (tgkill; the main thread's id is the pid). The worker asks back (CancelTaskRequest with
+// `query`) before it raises KeyboardInterrupt, so a late signal never stops another task.
+void NodeServer::InterruptWorker(const Conn& c) {
+  if (c.pid > 0 && c.pid != getpid()) syscall(SYS_tgkill, c.pid, c.pid, SIGINT);
+}
+
+std::string NodeServer::CancelTask(const UniqueID& task_id, bool force, bool recursive,
+                                   bool query) {
   auto it = tasks_.find(task_id);
   if (it == tasks_.end()) return "done";
+  if (query) return it->second.cancelled ? "cancelled" : "running";
+  std::vector<UniqueID> children;
+  if (recursive) children = it->second.children;
+  std::string state = "running";
   if (scheduler_->TakeTask(task_id)) {
     FailTask(task_id, "CANCELLED", "the task was cancelled before it ran");
-    return "queued";
+    state = "queued";
+  } else if (it->second.worker != 0 && !it->second.actor_task) {
+    TaskRecord& rec = it->second;
+    bool first = !rec.cancelled;
+    rec.cancelled = true;
+    rec.retry_spec.reset();
+    auto w = conns_.find(rec.worker);
+    if (w != conns_.end() && force) {
+      EndWorkerProcess(*w->second);
+    } else if (w != conns_.end() && first) {
+      InterruptWorker(*w->second);
+    }
   }
-  if (force && it->second.worker != 0 && !it->second.actor_task) {
-    it->second.cancelled = true;
-    it->second.retry_spec.reset();
-    auto w = conns_.find(it->second.worker);
-    if (w != conns_.end()) EndWorkerProcess(*w->second);
-  }
-  return "running";
+  for (const UniqueID& child : children) CancelTask(child, force, true, false);
+  return state;
 }
 
 void NodeServer::SealError(const UniqueID& id, const std::string& tag, const std::string& message) {

@@ -99,9 +99,13 @@ Acquisition ResourcePool::Acquire(const ResourceSet& demand) {
   held.amounts = demand;
   for (const auto& [name, amount] : demand) {
     AddTo(available_, name, -amount);
-    if (!IsInstancedResource(name) || amount <= 0) continue;
+    const bool labelled = name == "CPU";
+    if ((!IsInstancedResource(name) && !labelled) || amount <= 0) continue;
     size_t first = held.instances.size();
-    PlaceInstances(name, amount, &held.instances);
+    if (!PlaceInstances(name, amount, &held.instances) && labelled) {
+      held.instances.resize(first);
+      PlaceLoosely(name, amount, &held.instances);
+    }
     std::vector<int64_t>& used = used_[name];
     for (size_t i = first; i < held.instances.size(); ++i) {
       const ResourceGrant& g = held.instances[i];
@@ -162,6 +166,25 @@ size_t ResourcePool::NumInstances(const std::string& name) const {
 int64_t ResourcePool::Used(const std::string& name, size_t index) const {
   auto it = used_.find(name);
   return it == used_.end() || index >= it->second.size() ? 0 : it->second[index];
+}
+
+// Appends labels for `amount` of `name` that need not be free: whole units on the least
+// used devices, a fraction on the one with the most room (lowest index on ties).
+void ResourcePool::PlaceLoosely(const std::string& name, int64_t amount,
+                                std::vector<ResourceGrant>* grants) const {
+  const size_t n = std::max<size_t>(1, NumInstances(name));
+  std::vector<int64_t> used(n);
+  for (size_t i = 0; i < n; ++i) used[i] = Used(name, i);
+  for (int64_t left = amount; left > 0;) {
+    const int64_t part = std::min<int64_t>(left, kResourceUnit);
+    size_t best = 0;
+    for (size_t i = 1; i < n; ++i) {
+      if (used[i] < used[best]) best = i;
+    }
+    grants->push_back({name, static_cast<uint32_t>(best), part});
+    used[best] += part;
+    left -= part;
+  }
 }
 
 // Appends grants for `amount` of `name`: whole units on entirely free devices

@@ -6,6 +6,11 @@
 // device with the least room that still fits it (best fit), so fractional
 // tasks share devices and leave whole ones free. With a fractional total
 // (e.g. GPU 1.5) the last device has the fractional capacity.
+//
+// CPUs are labelled the same way (classic Ray's `get_resource_ids()` gives a task
+// its CPU ids), but the labels never hold a task back: CPU is scheduled by amount, and
+// when no free labels fit (fragmentation, or CPU lent by a blocked worker) the
+// task's CPUs get the least used labels instead.
 #pragma once
 
 #include <string>
@@ -51,6 +56,7 @@ class ResourcePool {
   size_t NumInstances(const std::string& name) const;
   int64_t Used(const std::string& name, size_t index) const;
   bool PlaceInstances(const std::string& name, int64_t amount, std::vector<ResourceGrant>* grants) const;
+  void PlaceLoosely(const std::string& name, int64_t amount, std::vector<ResourceGrant>* grants) const;
 
   ResourceSet total_, available_;
   std::map<std::string, std::vector<int64_t>> used_;  // instanced: amount used per device

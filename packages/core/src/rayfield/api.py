@@ -314,17 +314,35 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
 
 
 def wait(
-    object_refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | None = None
+    object_refs: Sequence[ObjectRef],
+    num_returns: int = 1,
+    timeout: float | None = None,
+    *,
+    fetch_local: bool = True,
 ) -> tuple[list[ObjectRef], list[ObjectRef]]:
     """Wait until `num_returns` refs are ready or `timeout` seconds pass.
+
+    Ray's ``wait(object_refs, num_returns=1, timeout=None, fetch_local=True)``; the
+    classic positional form ``wait(object_ids, 2, 5.0)`` works too.
+
+    Args:
+        object_refs: the refs to wait for (unique).
+        num_returns: how many must be ready, 1 to ``len(object_refs)``.
+        timeout: seconds to wait at most (None: no limit; 0: look once).
+        fetch_local: a ref is ready once its object is in this node's store: objects
+            made on other nodes of a cluster are fetched here while waiting. rayfield
+            fetches them with ``False`` too (the flag is accepted for Ray's programs).
 
     Returns:
         ``(ready, not_ready)``, each in the input order; ``ready`` has at most
         ``num_returns`` refs.
 
     Raises:
-        TypeError: not a list of ObjectRefs. ValueError: duplicates, or a bad num_returns.
+        TypeError: not a list of ObjectRefs, or a ``fetch_local`` that is not a bool.
+        ValueError: duplicates, or a bad num_returns.
     """
+    if not isinstance(fetch_local, bool):
+        raise TypeError(f"fetch_local must be True or False, got {fetch_local!r}")
     refs = list(object_refs)
     if not all(isinstance(r, ObjectRef) for r in refs):
         raise TypeError("wait() takes a list of ObjectRefs")
@@ -346,8 +364,21 @@ def get_actor(name: str, namespace: str = "") -> ActorHandle:
 
 
 def get_resource_ids() -> dict[str, list[tuple[int, float]]]:
-    """Resource instances given to the current task or actor, e.g. ``{"GPU": [(0, 1.0)]}``."""
-    return dict(getattr(_rt.get_runtime().local, "resource_ids", {}) or {})
+    """The resource instances the node gave the current task or actor (classic Ray's
+    ``ray.get_resource_ids()``).
+
+    Returns:
+        ``{"CPU": [(index, fraction), ...], "GPU": [...]}``: a whole CPU or GPU is
+        ``(index, 1.0)``, a share of one ``(index, fraction)``, e.g. ``{"CPU": [(0, 1.0)],
+        "GPU": [(1, 0.5)]}``. GPU indices are devices (``CUDA_VISIBLE_DEVICES`` is set
+        to them); CPU indices tell concurrent tasks' CPUs apart. An actor's calls report
+        what the actor holds. Empty in a driver.
+
+    Raises:
+        RayfieldError: rayfield is not initialized.
+    """
+    ids = getattr(_rt.get_runtime().local, "resource_ids", {}) or {}
+    return {name: list(grants) for name, grants in ids.items()}
 
 
 def get_gpu_ids() -> list[int]:
@@ -382,13 +413,16 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
         names.mark_dead(cluster, actor._actor_id)  # its name, if any, is free again
 
 
-def cancel(object_ref: ObjectRef, *, force: bool = False) -> None:
-    """Cancel the task that returns `object_ref`.
+def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+    """Cancel the task that returns `object_ref` (Ray's ``ray.cancel``).
 
-    A queued task never runs; a running one is stopped only with ``force=True`` (its worker
-    process is killed). ``get`` on its results then raises TaskCancelledError. Cancelling a
-    finished task does nothing. In a cluster this also reaches a task that was forwarded
-    to another node (the node it was submitted to knows where).
+    A queued task never runs. A running task gets ``KeyboardInterrupt`` raised in its code
+    and its worker goes on with other tasks (``_private/interrupts.py``); with
+    ``force=True`` its worker process is killed instead. ``get`` on its results then raises
+    TaskCancelledError. With ``recursive`` (the default) the tasks it submitted are
+    cancelled too (those still on its node). Cancelling a finished task does nothing. In
+    a cluster this also reaches a task that was forwarded to another node (the node it
+    was submitted to knows where); the tasks it submitted are then cancelled with it.
 
     Raises:
         TypeError: not an ObjectRef.
@@ -397,7 +431,8 @@ def cancel(object_ref: ObjectRef, *, force: bool = False) -> None:
         raise TypeError(f"cancel() takes an ObjectRef, got {type(object_ref).__name__}")
     task_id = object_ref.binary()[:16] + bytes(4)
     client = _rt.get_runtime().client
-    if client.cancel_task(task_id, force) != "done" or client.contains(object_ref.binary()):
+    state = client.cancel_task(task_id, force, recursive)
+    if state != "done" or client.contains(object_ref.binary()):
         return
     from rayfield._private.cluster import names
 

@@ -68,7 +68,14 @@ class TaskError(RayfieldError):
     def wrap(
         cause: BaseException, function_name: str, traceback_str: str, pid: int, node: str
     ) -> TaskError:
-        """Build the error raised for `cause`, an instance of TaskError and of type(cause)."""
+        """Build the error raised for `cause`, an instance of TaskError and of type(cause).
+
+        A `cause` that is itself a task error (a task that let the error of a ``get`` of
+        another task's result propagate) keeps the class of the original exception: a
+        ``KeyError`` raised two tasks away is still caught by ``except KeyError``.
+        """
+        if isinstance(cause, TaskError) and cause.cause is not None:
+            cause = cause.cause
         cls: type = type(cause)
         if isinstance(cause, TaskError):
             cls = next(c for c in cls.__mro__ if not issubclass(c, TaskError))

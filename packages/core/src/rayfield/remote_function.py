@@ -6,6 +6,7 @@ import functools
 from typing import Any
 
 from rayfield._private import options as opt
+from rayfield._private import task_retry
 from rayfield._private.runtime import get_runtime
 
 __all__ = ["RemoteFunction"]
@@ -16,8 +17,12 @@ class RemoteFunction:
 
     Options (``@remote(...)`` or ``f.options(...)``): ``num_returns`` (classic
     ``num_return_vals``), ``num_cpus`` (default 1), ``num_gpus``, ``resources``, ``memory``
-    (bytes), ``max_calls`` (worker exits after that many calls), ``max_retries`` (after a
-    worker crash; default 3), ``name``.
+    (bytes), ``max_calls`` (worker exits after that many calls), ``max_retries`` (runs
+    after the first one, after a worker crash or an exception ``retry_exceptions`` allows;
+    default 3; -1: unlimited), ``retry_exceptions`` (Ray's name: ``True`` retries any
+    exception the task raises, a list of exception classes only those; default False:
+    exceptions are not retried, and when retries run out ``get`` raises the last one),
+    ``name``.
     """
 
     def __init__(self, function: Any, options: dict[str, Any]) -> None:
@@ -60,9 +65,20 @@ class RemoteFunction:
             str(o.get("name") or getattr(self._function, "__name__", "task")),
             opt.task_resources(o),
             max_retries=o.get("max_retries", 3),
-            options={"max_calls": o["max_calls"]} if o.get("max_calls") else None,
+            options=_payload_options(o),
         )
         return refs[0] if n == 1 else refs
+
+
+def _payload_options(o: dict[str, Any]) -> dict[str, Any] | None:
+    """The options the worker reads from the task's payload (None: none)."""
+    out: dict[str, Any] = {}
+    if o.get("max_calls"):
+        out["max_calls"] = o["max_calls"]
+    retry = o.get("retry_exceptions")
+    if retry:
+        out["retry_exceptions"] = retry if retry is True else task_retry.pack(retry)
+    return out or None
 
 
 class _BoundOptions:

@@ -2618,7 +2618,10 @@ struct TaskDispatch FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_ACTOR_ID = 6,
     VT_ACTOR_CREATION = 8,
     VT_INSTANCES = 10,
-    VT_PAYLOAD = 12
+    VT_PAYLOAD = 12,
+    VT_RETRIES_LEFT = 14,
+    VT_ATTEMPT = 16,
+    VT_RESOURCES = 18
   };
   const rayfield::store::protocol::fb::UniqueID *task_id() const {
     return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_TASK_ID);
@@ -2635,6 +2638,20 @@ struct TaskDispatch FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::Vector<uint8_t> *payload() const {
     return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_PAYLOAD);
   }
+  /// Runs of this task the node may still start after this one (-1: unlimited): a worker
+  /// whose task raised an exception its `retry_exceptions` allow asks for a retry only
+  /// while this is not 0.
+  int32_t retries_left() const {
+    return GetField<int32_t>(VT_RETRIES_LEFT, 0);
+  }
+  /// Runs of this task (restarts of this actor, for an actor creation) before this one.
+  uint32_t attempt() const {
+    return GetField<uint32_t>(VT_ATTEMPT, 0);
+  }
+  /// What the task (or the actor, for its creation) holds: its resource demand.
+  const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *resources() const {
+    return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *>(VT_RESOURCES);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2646,6 +2663,11 @@ struct TaskDispatch FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            verifier.VerifyVectorOfTables(instances()) &&
            VerifyOffset(verifier, VT_PAYLOAD) &&
            verifier.VerifyVector(payload()) &&
+           VerifyField<int32_t>(verifier, VT_RETRIES_LEFT, 4) &&
+           VerifyField<uint32_t>(verifier, VT_ATTEMPT, 4) &&
+           VerifyOffset(verifier, VT_RESOURCES) &&
+           verifier.VerifyVector(resources()) &&
+           verifier.VerifyVectorOfTables(resources()) &&
            verifier.EndTable();
   }
 };
@@ -2669,6 +2691,15 @@ struct TaskDispatchBuilder {
   void add_payload(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> payload) {
     fbb_.AddOffset(TaskDispatch::VT_PAYLOAD, payload);
   }
+  void add_retries_left(int32_t retries_left) {
+    fbb_.AddElement<int32_t>(TaskDispatch::VT_RETRIES_LEFT, retries_left, 0);
+  }
+  void add_attempt(uint32_t attempt) {
+    fbb_.AddElement<uint32_t>(TaskDispatch::VT_ATTEMPT, attempt, 0);
+  }
+  void add_resources(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>> resources) {
+    fbb_.AddOffset(TaskDispatch::VT_RESOURCES, resources);
+  }
   explicit TaskDispatchBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -2686,8 +2717,14 @@ inline ::flatbuffers::Offset<TaskDispatch> CreateTaskDispatch(
     const rayfield::store::protocol::fb::UniqueID *actor_id = nullptr,
     bool actor_creation = false,
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceInstance>>> instances = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> payload = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> payload = 0,
+    int32_t retries_left = 0,
+    uint32_t attempt = 0,
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>> resources = 0) {
   TaskDispatchBuilder builder_(_fbb);
+  builder_.add_resources(resources);
+  builder_.add_attempt(attempt);
+  builder_.add_retries_left(retries_left);
   builder_.add_payload(payload);
   builder_.add_instances(instances);
   builder_.add_actor_id(actor_id);
@@ -2702,16 +2739,23 @@ inline ::flatbuffers::Offset<TaskDispatch> CreateTaskDispatchDirect(
     const rayfield::store::protocol::fb::UniqueID *actor_id = nullptr,
     bool actor_creation = false,
     const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceInstance>> *instances = nullptr,
-    const std::vector<uint8_t> *payload = nullptr) {
+    const std::vector<uint8_t> *payload = nullptr,
+    int32_t retries_left = 0,
+    uint32_t attempt = 0,
+    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *resources = nullptr) {
   auto instances__ = instances ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceInstance>>(*instances) : 0;
   auto payload__ = payload ? _fbb.CreateVector<uint8_t>(*payload) : 0;
+  auto resources__ = resources ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>(*resources) : 0;
   return rayfield::store::protocol::fb::CreateTaskDispatch(
       _fbb,
       task_id,
       actor_id,
       actor_creation,
       instances__,
-      payload__);
+      payload__,
+      retries_left,
+      attempt,
+      resources__);
 }
 
 /// A worker finished a task (results are already sealed). No reply.
@@ -2719,7 +2763,8 @@ struct TaskDoneRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef TaskDoneRequestBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
     VT_TASK_ID = 4,
-    VT_EXITING = 6
+    VT_EXITING = 6,
+    VT_RETRY = 8
   };
   const rayfield::store::protocol::fb::UniqueID *task_id() const {
     return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_TASK_ID);
@@ -2728,11 +2773,17 @@ struct TaskDoneRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   bool exiting() const {
     return GetField<uint8_t>(VT_EXITING, 0) != 0;
   }
+  /// The task raised an exception its `retry_exceptions` allow and stored no result:
+  /// run it again (one of its retries).
+  bool retry() const {
+    return GetField<uint8_t>(VT_RETRY, 0) != 0;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
            VerifyField<rayfield::store::protocol::fb::UniqueID>(verifier, VT_TASK_ID, 1) &&
            VerifyField<uint8_t>(verifier, VT_EXITING, 1) &&
+           VerifyField<uint8_t>(verifier, VT_RETRY, 1) &&
            verifier.EndTable();
   }
 };
@@ -2746,6 +2797,9 @@ struct TaskDoneRequestBuilder {
   }
   void add_exiting(bool exiting) {
     fbb_.AddElement<uint8_t>(TaskDoneRequest::VT_EXITING, static_cast<uint8_t>(exiting), 0);
+  }
+  void add_retry(bool retry) {
+    fbb_.AddElement<uint8_t>(TaskDoneRequest::VT_RETRY, static_cast<uint8_t>(retry), 0);
   }
   explicit TaskDoneRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
@@ -2761,9 +2815,11 @@ struct TaskDoneRequestBuilder {
 inline ::flatbuffers::Offset<TaskDoneRequest> CreateTaskDoneRequest(
     ::flatbuffers::FlatBufferBuilder &_fbb,
     const rayfield::store::protocol::fb::UniqueID *task_id = nullptr,
-    bool exiting = false) {
+    bool exiting = false,
+    bool retry = false) {
   TaskDoneRequestBuilder builder_(_fbb);
   builder_.add_task_id(task_id);
+  builder_.add_retry(retry);
   builder_.add_exiting(exiting);
   return builder_.Finish();
 }
@@ -2822,13 +2878,18 @@ inline ::flatbuffers::Offset<KillActorRequest> CreateKillActorRequest(
   return builder_.Finish();
 }
 
-/// Cancel a task: a queued one never runs; a running one is stopped only with
-/// force (its worker is killed). Its returns become CANCELLED error objects.
+/// Cancel a task: a queued one never runs; a running plain task is interrupted
+/// (SIGINT to its worker's main thread, which raises KeyboardInterrupt in the task
+/// once the worker confirms with `query`), or with force its worker is killed. Its
+/// returns become CANCELLED error objects. With `recursive`, the tasks it submitted
+/// from this node are cancelled too.
 struct CancelTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef CancelTaskRequestBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
     VT_TASK_ID = 4,
-    VT_FORCE = 6
+    VT_FORCE = 6,
+    VT_RECURSIVE = 8,
+    VT_QUERY = 10
   };
   const rayfield::store::protocol::fb::UniqueID *task_id() const {
     return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_TASK_ID);
@@ -2836,11 +2897,21 @@ struct CancelTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
   bool force() const {
     return GetField<uint8_t>(VT_FORCE, 0) != 0;
   }
+  bool recursive() const {
+    return GetField<uint8_t>(VT_RECURSIVE, 1) != 0;
+  }
+  /// Only ask (a worker that got the interrupt signal): "cancelled" when a cancel of
+  /// this running task is pending, else "running" or "done". Changes nothing.
+  bool query() const {
+    return GetField<uint8_t>(VT_QUERY, 0) != 0;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
            VerifyField<rayfield::store::protocol::fb::UniqueID>(verifier, VT_TASK_ID, 1) &&
            VerifyField<uint8_t>(verifier, VT_FORCE, 1) &&
+           VerifyField<uint8_t>(verifier, VT_RECURSIVE, 1) &&
+           VerifyField<uint8_t>(verifier, VT_QUERY, 1) &&
            verifier.EndTable();
   }
 };
@@ -2854,6 +2925,12 @@ struct CancelTaskRequestBuilder {
   }
   void add_force(bool force) {
     fbb_.AddElement<uint8_t>(CancelTaskRequest::VT_FORCE, static_cast<uint8_t>(force), 0);
+  }
+  void add_recursive(bool recursive) {
+    fbb_.AddElement<uint8_t>(CancelTaskRequest::VT_RECURSIVE, static_cast<uint8_t>(recursive), 1);
+  }
+  void add_query(bool query) {
+    fbb_.AddElement<uint8_t>(CancelTaskRequest::VT_QUERY, static_cast<uint8_t>(query), 0);
   }
   explicit CancelTaskRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
@@ -2869,9 +2946,13 @@ struct CancelTaskRequestBuilder {
 inline ::flatbuffers::Offset<CancelTaskRequest> CreateCancelTaskRequest(
     ::flatbuffers::FlatBufferBuilder &_fbb,
     const rayfield::store::protocol::fb::UniqueID *task_id = nullptr,
-    bool force = false) {
+    bool force = false,
+    bool recursive = true,
+    bool query = false) {
   CancelTaskRequestBuilder builder_(_fbb);
   builder_.add_task_id(task_id);
+  builder_.add_query(query);
+  builder_.add_recursive(recursive);
   builder_.add_force(force);
   return builder_.Finish();
 }
@@ -2881,7 +2962,7 @@ struct CancelTaskReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
     VT_STATE = 4
   };
-  /// "queued", "running", "done" (nothing to cancel) or "unknown".
+  /// "queued", "running", "done" (nothing to cancel), "cancelled" (query) or "unknown".
   const ::flatbuffers::String *state() const {
     return GetPointer<const ::flatbuffers::String *>(VT_STATE);
   }

@@ -186,3 +186,60 @@ def test_idle_worker_thread_takes_a_call_left_while_the_other_blocks(node: Any) 
             t.join()
         assert sorted(taken_while_blocked) == [b"0", b"1"]
         w.close()
+
+
+def test_a_worker_asks_for_a_retry_within_max_retries(node: Any) -> None:
+    with StoreClient(node.socket_path) as driver:
+        task, result = oid(), oid()
+        driver.submit_task(task, b"p", resources={"CPU": 1}, return_ids=[result], max_retries=1)
+        w = _worker(node.socket_path)
+        first = w.next_task(timeout_s=5)
+        assert (first["retries_left"], first["attempt"]) == (1, 0)
+        assert first["resources"] == {"CPU": 1.0}
+        w.task_done(task, retry=True)  # e.g. an exception retry_exceptions allows
+        second = w.next_task(timeout_s=5)
+        assert (second["retries_left"], second["attempt"]) == (0, 1)
+        w.task_done(task, retry=True)  # none left: the node fails it
+        [buf] = driver.get([result], timeout_s=5)
+        assert buf is not None and buf.metadata == b"WORKER_DIED"
+        assert b"none is left" in bytes(buf)
+        buf.release()
+        w.close()
+
+
+def test_cancel_of_a_running_task_is_confirmed_then_sealed(node: Any) -> None:
+    with StoreClient(node.socket_path) as driver:
+        task, result = oid(), oid()
+        driver.submit_task(task, b"p", resources={"CPU": 1}, return_ids=[result])
+        w = _worker(node.socket_path)
+        assert w.next_task(timeout_s=5) is not None
+        assert w.cancel_task(task, query=True) == "running"  # nothing pending yet
+        assert driver.cancel_task(task) == "running"
+        assert w.cancel_task(task, query=True) == "cancelled"
+        w.task_done(task)  # interrupted: no result stored
+        [buf] = driver.get([result], timeout_s=5)
+        assert buf is not None and buf.metadata == b"CANCELLED"
+        buf.release()
+        assert driver.cancel_task(task) == "done"
+        assert node.scheduler_snapshot()["available"] == {"CPU": 2.0}
+        w.close()
+
+
+def test_recursive_cancel_reaches_what_the_task_submitted(node: Any) -> None:
+    with StoreClient(node.socket_path) as driver, _worker(node.socket_path) as w:
+        for recursive in (True, False):
+            parent, child, child_result = oid(), oid(), oid()
+            driver.submit_task(parent, b"p", resources={"CPU": 2}, return_ids=[oid()])
+            assert w.next_task(timeout_s=5)["task_id"] == parent
+            # submitted by the running task; queued: the parent holds both CPUs
+            w.submit_task(child, b"c", resources={"CPU": 1}, return_ids=[child_result])
+            driver.cancel_task(parent, recursive=recursive)
+            w.task_done(parent)
+            [buf] = driver.get([child_result], timeout_s=2 if recursive else 0.2)
+            if recursive:
+                assert buf is not None and buf.metadata == b"CANCELLED"
+                buf.release()
+            else:  # the child runs once the parent's CPUs are free
+                assert buf is None
+                assert w.next_task(timeout_s=5)["task_id"] == child
+                w.task_done(child)

@@ -164,7 +164,7 @@ def test_task_waits_for_missing_dependencies() -> None:
     s.object_available(oid(1))
     assert s.decisions() == []
     s.object_available(oid(3))
-    assert s.decisions() == [("dispatch", 1, tid(1), [])]
+    assert s.decisions() == [("dispatch", 1, tid(1), [("CPU", 0, 1.0)])]
     assert s.snapshot()["waiting_for_dependencies"] == 0
 
 
@@ -362,6 +362,57 @@ def test_whole_gpu_needs_an_entirely_free_device() -> None:
     assert s2.available()["GPU"] == pytest.approx(0.8)
     s2.task_finished(1, tid(1))
     assert of_kind(s2.decisions(), "dispatch") == [("dispatch", 1, tid(3), [("GPU", 0, 1.0)])]
+
+
+# ---- CPU labels (classic get_resource_ids) ----------------------------------------------
+
+
+def test_concurrent_tasks_get_distinct_cpu_labels() -> None:
+    s = with_workers({"CPU": 4}, 3)
+    s.submit(tid(1), {"CPU": 2})
+    s.submit(tid(2), {"CPU": 1})
+    s.submit(tid(3), {"CPU": 1})
+    grants = {t: g for _, _, t, g in of_kind(s.decisions(), "dispatch")}
+    assert grants == {
+        tid(1): [("CPU", 0, 1.0), ("CPU", 1, 1.0)],
+        tid(2): [("CPU", 2, 1.0)],
+        tid(3): [("CPU", 3, 1.0)],
+    }
+    s.task_finished(2, tid(2))
+    s.submit(tid(4), {"CPU": 1})
+    assert of_kind(s.decisions(), "dispatch") == [("dispatch", 2, tid(4), [("CPU", 2, 1.0)])]
+
+
+def test_fractional_cpus_share_a_label() -> None:
+    s = with_workers({"CPU": 2}, 3)
+    s.submit(tid(1), {"CPU": 0.5})
+    s.submit(tid(2), {"CPU": 0.5})
+    s.submit(tid(3), {"CPU": 1})
+    assert [g for *_, g in of_kind(s.decisions(), "dispatch")] == [
+        [("CPU", 0, 0.5)],
+        [("CPU", 0, 0.5)],
+        [("CPU", 1, 1.0)],
+    ]
+
+
+def test_cpu_labels_never_hold_a_task_back() -> None:
+    """CPU is scheduled by amount: a task that fits gets labels even when no free ones
+    fit (here the CPU a blocked worker lent), on the least used CPU."""
+    s = with_workers({"CPU": 2}, 3)
+    s.submit(tid(1), {"CPU": 0.6})
+    s.submit(tid(2), {"CPU": 0.6})  # CPU 0 has only 0.4 left: CPU 1
+    s.submit(tid(3), {"CPU": 0.8})  # 0.8 free in all but on no one CPU: runs anyway
+    grants = {t: g for _, _, t, g in of_kind(s.decisions(), "dispatch")}
+    assert grants[tid(1)] == [("CPU", 0, 0.6)]
+    assert grants[tid(2)] == [("CPU", 1, 0.6)]
+    assert grants[tid(3)] == [("CPU", 0, pytest.approx(0.8))]
+    s.task_finished(1, tid(1))
+    s.task_finished(2, tid(2))
+    s.task_finished(3, tid(3))
+    s.submit(tid(4), {"CPU": 2})  # every label is free again
+    assert [g for *_, g in of_kind(s.decisions(), "dispatch")] == [
+        [("CPU", 0, 1.0), ("CPU", 1, 1.0)]
+    ]
 
 
 # ---- blocked workers -----------------------------------------------------------------

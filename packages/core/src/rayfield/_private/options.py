@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rayfield._private import task_retry
+
 TASK_OPTIONS = {
     "num_returns",
     "num_cpus",
@@ -38,7 +40,8 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
     """Check option names and values; map classic names to modern ones.
 
     Raises:
-        TypeError: an unknown option (the message lists the valid ones).
+        TypeError: an unknown option (the message lists the valid ones), or a
+            ``retry_exceptions`` that is not a bool or a list of exception classes.
         ValueError: a resource amount that is negative, not finite (NaN, inf) or not a
             number; a bad num_returns; a retry or restart count other than -1 (no limit)
             or a whole number >= 0.
@@ -63,6 +66,8 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
     for key in RETRY_COUNTS:
         if key in out and out[key] is not None:
             _check_count(key, out[key])
+    if "retry_exceptions" in out:
+        out["retry_exceptions"] = task_retry.check(out["retry_exceptions"])
     n = out.get("num_returns", 1)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"num_returns must be an integer >= 1, got {n!r}")

@@ -33,6 +33,7 @@ __all__ = ["ArgRef", "Runtime", "get_runtime", "set_runtime"]
 INLINE_ARGS_BYTES = 100 << 10  # larger arguments travel through the store
 STAGED_RESULT_BYTES = 64 << 10  # a worker's results up to this size travel with task_done
 STAGED_TOTAL_BYTES = 1 << 20  # and up to this much in all per task
+GET_SLICE_S = 0.5  # a worker's blocking get wakes this often to let a cancel in
 ERROR_TAGS = (b"ERROR", b"WORKER_DIED", b"ACTOR_DIED", b"CANCELLED", b"LOST", b"OUT_OF_MEMORY")
 
 
@@ -105,6 +106,7 @@ class Runtime:
         self.local = threading.local()  # current task (worker side)
         self.events: Any = None  # EventLog, set by the driver or the worker
         self.serializer_ids: tuple[bytes, ...] = ()  # custom serializers for workers
+        self.worker_id = os.urandom(20)  # a worker registers with it (get_worker_id())
         set_tracker(self.refs)
 
     def close(self) -> None:
@@ -174,7 +176,7 @@ class Runtime:
             missing = [i for i, b in enumerate(bufs) if b is None]
             self.client.set_blocked(True)  # lend this worker's CPU while waiting
             try:
-                more = self.client.get([ids[i] for i in missing], timeout_s=timeout_s)
+                more = self._blocking_get([ids[i] for i in missing], timeout_s)
             finally:
                 self.client.set_blocked(False)
             for i, b in zip(missing, more):
@@ -187,6 +189,21 @@ class Runtime:
                 )
             values.append(self._decode(ref, buf))
         return values
+
+    def _blocking_get(self, ids: list[bytes], timeout_s: float | None) -> list[Any]:
+        """A worker's get that waits, in slices of ``GET_SLICE_S``: between two, Python
+        runs signal handlers, so a cancel's KeyboardInterrupt reaches a task blocked here
+        (``interrupts.py``)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        bufs: list[Any] = [None] * len(ids)
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            step = GET_SLICE_S if left is None else min(left, GET_SLICE_S)
+            missing = [i for i, b in enumerate(bufs) if b is None]
+            for i, b in zip(missing, self.client.get([ids[i] for i in missing], timeout_s=step)):
+                bufs[i] = b
+            if None not in bufs or (left is not None and left <= step):
+                return bufs
 
     def _decode(self, ref: ObjectRef, buf: Any) -> Any:
         meta = buf.metadata
@@ -288,7 +305,9 @@ class Runtime:
             args_part = (ser.to_bytes(), ser.metadata)
         task_id = self.ids.task_id()
         return_ids = [IdGenerator.return_id(task_id, i) for i in range(num_returns)]
-        options = dict(options or (), submitted=time.time())
+        # The job: a driver's own id prefix; a worker passes on that of its current task.
+        job = getattr(self.local, "job_id", None) or self.ids.job_id
+        options = dict(options or (), submitted=time.time(), job=job)
         if self.serializer_ids:
             options["serializers"] = self.serializer_ids
         payload = pickle.dumps(

@@ -19,19 +19,13 @@ from collections.abc import Generator
 from typing import Any
 
 from rayfield import exceptions
-from rayfield._private import serialization
+from rayfield._private import serialization, task_retry
 from rayfield._private.events import EventLog
+from rayfield._private.interrupts import Interrupts
 from rayfield._private.runtime import Runtime, set_runtime
+from rayfield._private.task_context import TaskContext
 from rayfield.actor import TERMINATE
 from rayfield.store import StoreConnectionError
-
-
-class TaskContext(threading.local):
-    """What the running task may ask about itself (GPU ids, task and actor ids)."""
-
-    task_id: bytes | None = None
-    actor_id: bytes | None = None
-    resource_ids: dict[str, list[tuple[int, float]]] = {}
 
 
 class Worker:
@@ -39,8 +33,11 @@ class Worker:
         self.rt = Runtime(socket_path, is_worker=True)
         set_runtime(self.rt)
         self.rt.local = TaskContext()
-        self.rt.client.register_worker(os.urandom(20))
+        self.rt.client.register_worker(self.rt.worker_id)
+        self.interrupts = Interrupts(self.rt.client)
+        self.interrupts.install()
         self.actor: Any = None
+        self.actor_context: dict[str, Any] = {}  # TaskContext fields of this worker's actor
         self.loop: asyncio.AbstractEventLoop | None = None
         self.calls: dict[bytes, int] = {}
         self.exit_after = False
@@ -118,13 +115,26 @@ class Worker:
         options = options or {}
         ctx = self.rt.local
         ctx.task_id, ctx.actor_id = task["task_id"], task["actor_id"]
+        ctx.job_id = options.get("job")
         if task["instances"] or kind != "actor_method":
             ids: dict[str, list[tuple[int, float]]] = {}
             for res, index, amount in task["instances"]:
                 ids.setdefault(res, []).append((index, amount))
-            ctx.resource_ids = ids
+            ctx.resource_ids, ctx.resources = ids, task.get("resources", {})
             gpus = ",".join(str(i) for i, _ in ids.get("GPU", []))
             os.environ["CUDA_VISIBLE_DEVICES"] = gpus
+        if kind == "actor_create":
+            self.actor_context = {
+                "resource_ids": ctx.resource_ids,
+                "resources": ctx.resources,
+                "job_id": ctx.job_id,
+                "actor_restarted": task.get("attempt", 0) > 0,
+            }
+        elif kind == "actor_method":  # a call: its actor's, unless it holds resources itself
+            own = bool(task["instances"] or task.get("resources"))
+            for key, value in self.actor_context.items():
+                if not (own and key in ("resource_ids", "resources")):
+                    setattr(ctx, key, value)
         event = {
             "kind": "task",
             "name": name,
@@ -137,13 +147,21 @@ class Worker:
             "ok": True,
         }
         staged: list[tuple[bytes, bytes, bytes]] = []  # small results, sent with task_done
+        retry = False
         try:
             self.apply_serializers(options.get("serializers", ()))
             if kind in ("task", "actor_create"):
                 self.rt.load(fid)  # first: it extends sys.path for the arguments' classes
             args, kwargs = self.rt.resolve_args(args_part)
             event["args"] = time.time()
-            result = self.call(kind, fid, name, args, kwargs, options)
+            if kind == "task":  # plain tasks run on the main thread: cancel interrupts them
+                self.interrupts.enter(task["task_id"])
+                try:
+                    result = self.call(kind, fid, name, args, kwargs, options)
+                finally:
+                    self.interrupts.leave()
+            else:
+                result = self.call(kind, fid, name, args, kwargs, options)
             if inspect.iscoroutine(result):
                 ok, result = yield result
                 if not ok:
@@ -152,18 +170,10 @@ class Worker:
             self.store_results(return_ids, result, staged)
         except BaseException as exc:  # the task's own error: stored, never fatal
             event["ok"] = False
-            event.setdefault("args", time.time())
             event.setdefault("run", time.time())
-            err = exceptions.TaskError.wrap(
-                exc, name, traceback.format_exc(), os.getpid(), self.rt.node_address
-            )
-            if kind == "actor_create":
-                self.actor = _FailedActor(err)
-            self.send_error_signal(err)
-            obj = serialization.serialize_error(err)
             staged.clear()
-            for rid in return_ids:
-                self.rt.store_serialized(rid, obj)
+            retry = self.failed(task, kind, name, options, return_ids, exc, "args" in event)
+            event.setdefault("args", time.time())
         self.rt.refs.flush()
         event["end"] = time.time()
         if self.events is not None:
@@ -172,7 +182,50 @@ class Worker:
         if kind == "task" and max_calls:
             self.calls[fid] = self.calls.get(fid, 0) + 1
             self.exit_after = self.calls[fid] >= max_calls
-        self.rt.client.task_done(task["task_id"], self.exit_after, staged)
+        self.rt.client.task_done(task["task_id"], self.exit_after, staged, retry)
+
+    def failed(
+        self,
+        task: dict[str, Any],
+        kind: str,
+        name: str,
+        options: dict[str, Any],
+        return_ids: list[bytes],
+        exc: BaseException,
+        ran: bool,
+    ) -> bool:
+        """Store the error of a task that raised ``exc``; True when it is to run again.
+
+        ``ran``: the task's code ran (False: its arguments could not be fetched, and an
+        argument's error, e.g. the ``TaskError`` of the task that made it, is stored as it
+        is). A task cancelled while it ran, or one retried (``retry_exceptions``), stores
+        nothing: the node seals ``CANCELLED`` errors, or runs it again.
+        """
+        if isinstance(exc, KeyboardInterrupt) and self.interrupts.raised_for(task["task_id"]):
+            return False
+        retry_option = options.get("retry_exceptions")
+        if (
+            ran
+            and kind == "task"
+            and retry_option
+            and task.get("retries_left", 0) != 0
+            and task_retry.allows(exc, task_retry.unpack(retry_option))
+        ):
+            return True
+        err: BaseException
+        if not ran and isinstance(exc, exceptions.RayfieldError):
+            err = exc  # an argument's error, e.g. KeyError raised by the task that made it
+        else:
+            err = exceptions.TaskError.wrap(
+                exc, name, traceback.format_exc(), os.getpid(), self.rt.node_address
+            )
+        if kind == "actor_create":
+            self.actor = _FailedActor(err)
+        self.send_error_signal(err)
+        obj = serialization.serialize_error(err)
+        for rid in return_ids:
+            self.rt.store_serialized(rid, obj)
+        return False
 
     def call(
         self,
@@ -187,6 +240,8 @@ class Worker:
             return self.rt.load(fid)(*args, **kwargs)
         if kind == "actor_create":
             cls = self.rt.load(fid)
+            self.rt.local.actor_class = cls
+            self.actor_context["actor_class"] = cls
             self.actor = cls.__new__(cls)
             self.actor.__init__(*args, **kwargs)
             self.setup_concurrency(cls, options.get("max_concurrency", 1))

@@ -26,7 +26,7 @@ class CancelTaskReply(object):
     def Init(self, buf: bytes, pos: int):
         self._tab = flatbuffers.table.Table(buf, pos)
 
-    # "queued", "running", "done" (nothing to cancel) or "unknown".
+    # "queued", "running", "done" (nothing to cancel), "cancelled" (query) or "unknown".
     # CancelTaskReply
     def State(self) -> Optional[str]:
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))

@@ -9,8 +9,11 @@ from rayfield.store.protocol.fb.UniqueID import UniqueID
 from typing import Optional
 np = import_numpy()
 
-# Cancel a task: a queued one never runs; a running one is stopped only with
-# force (its worker is killed). Its returns become CANCELLED error objects.
+# Cancel a task: a queued one never runs; a running plain task is interrupted
+# (SIGINT to its worker's main thread, which raises KeyboardInterrupt in the task
+# once the worker confirms with `query`), or with force its worker is killed. Its
+# returns become CANCELLED error objects. With `recursive`, the tasks it submitted
+# from this node are cancelled too.
 class CancelTaskRequest(object):
     __slots__ = ['_tab']
 
@@ -46,8 +49,24 @@ class CancelTaskRequest(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # CancelTaskRequest
+    def Recursive(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return True
+
+    # Only ask (a worker that got the interrupt signal): "cancelled" when a cancel of
+    # this running task is pending, else "running" or "done". Changes nothing.
+    # CancelTaskRequest
+    def Query(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def CancelTaskRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(2)
+    builder.StartObject(4)
 
 def Start(builder: flatbuffers.Builder):
     CancelTaskRequestStart(builder)
@@ -63,6 +82,18 @@ def CancelTaskRequestAddForce(builder: flatbuffers.Builder, force: bool):
 
 def AddForce(builder: flatbuffers.Builder, force: bool):
     CancelTaskRequestAddForce(builder, force)
+
+def CancelTaskRequestAddRecursive(builder: flatbuffers.Builder, recursive: bool):
+    builder.PrependBoolSlot(2, recursive, 1)
+
+def AddRecursive(builder: flatbuffers.Builder, recursive: bool):
+    CancelTaskRequestAddRecursive(builder, recursive)
+
+def CancelTaskRequestAddQuery(builder: flatbuffers.Builder, query: bool):
+    builder.PrependBoolSlot(3, query, 0)
+
+def AddQuery(builder: flatbuffers.Builder, query: bool):
+    CancelTaskRequestAddQuery(builder, query)
 
 def CancelTaskRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
@@ -83,9 +114,13 @@ class CancelTaskRequestT(object):
         self,
         taskId = None,
         force = False,
+        recursive = True,
+        query = False,
     ):
         self.taskId = taskId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
         self.force = force  # type: bool
+        self.recursive = recursive  # type: bool
+        self.query = query  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -111,6 +146,8 @@ class CancelTaskRequestT(object):
         if cancelTaskRequest.TaskId() is not None:
             self.taskId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(cancelTaskRequest.TaskId())
         self.force = cancelTaskRequest.Force()
+        self.recursive = cancelTaskRequest.Recursive()
+        self.query = cancelTaskRequest.Query()
 
     # CancelTaskRequestT
     def Pack(self, builder):
@@ -119,5 +156,7 @@ class CancelTaskRequestT(object):
             taskId = self.taskId.Pack(builder)
             CancelTaskRequestAddTaskId(builder, taskId)
         CancelTaskRequestAddForce(builder, self.force)
+        CancelTaskRequestAddRecursive(builder, self.recursive)
+        CancelTaskRequestAddQuery(builder, self.query)
         cancelTaskRequest = CancelTaskRequestEnd(builder)
         return cancelTaskRequest

@@ -5,6 +5,7 @@
 import flatbuffers
 from flatbuffers.compat import import_numpy
 from typing import Any
+from rayfield.store.protocol.fb.ResourceAmount import ResourceAmount
 from rayfield.store.protocol.fb.ResourceInstance import ResourceInstance
 from rayfield.store.protocol.fb.UniqueID import UniqueID
 from typing import Optional
@@ -107,8 +108,51 @@ class TaskDispatch(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         return o == 0
 
+    # Runs of this task the node may still start after this one (-1: unlimited): a worker
+    # whose task raised an exception its `retry_exceptions` allow asks for a retry only
+    # while this is not 0.
+    # TaskDispatch
+    def RetriesLeft(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # Runs of this task (restarts of this actor, for an actor creation) before this one.
+    # TaskDispatch
+    def Attempt(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # What the task (or the actor, for its creation) holds: its resource demand.
+    # TaskDispatch
+    def Resources(self, j: int) -> Optional[ResourceAmount]:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            obj = ResourceAmount()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # TaskDispatch
+    def ResourcesLength(self) -> int:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # TaskDispatch
+    def ResourcesIsNone(self) -> bool:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
 def TaskDispatchStart(builder: flatbuffers.Builder):
-    builder.StartObject(5)
+    builder.StartObject(8)
 
 def Start(builder: flatbuffers.Builder):
     TaskDispatchStart(builder)
@@ -155,12 +199,37 @@ def TaskDispatchStartPayloadVector(builder, numElems: int) -> int:
 def StartPayloadVector(builder, numElems: int) -> int:
     return TaskDispatchStartPayloadVector(builder, numElems)
 
+def TaskDispatchAddRetriesLeft(builder: flatbuffers.Builder, retriesLeft: int):
+    builder.PrependInt32Slot(5, retriesLeft, 0)
+
+def AddRetriesLeft(builder: flatbuffers.Builder, retriesLeft: int):
+    TaskDispatchAddRetriesLeft(builder, retriesLeft)
+
+def TaskDispatchAddAttempt(builder: flatbuffers.Builder, attempt: int):
+    builder.PrependUint32Slot(6, attempt, 0)
+
+def AddAttempt(builder: flatbuffers.Builder, attempt: int):
+    TaskDispatchAddAttempt(builder, attempt)
+
+def TaskDispatchAddResources(builder: flatbuffers.Builder, resources: int):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(resources), 0)
+
+def AddResources(builder: flatbuffers.Builder, resources: int):
+    TaskDispatchAddResources(builder, resources)
+
+def TaskDispatchStartResourcesVector(builder, numElems: int) -> int:
+    return builder.StartVector(4, numElems, 4)
+
+def StartResourcesVector(builder, numElems: int) -> int:
+    return TaskDispatchStartResourcesVector(builder, numElems)
+
 def TaskDispatchEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
 
 def End(builder: flatbuffers.Builder) -> int:
     return TaskDispatchEnd(builder)
 
+import rayfield.store.protocol.fb.ResourceAmount
 import rayfield.store.protocol.fb.ResourceInstance
 import rayfield.store.protocol.fb.UniqueID
 try:
@@ -178,12 +247,18 @@ class TaskDispatchT(object):
         actorCreation = False,
         instances = None,
         payload = None,
+        retriesLeft = 0,
+        attempt = 0,
+        resources = None,
     ):
         self.taskId = taskId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
         self.actorId = actorId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
         self.actorCreation = actorCreation  # type: bool
         self.instances = instances  # type: Optional[List[rayfield.store.protocol.fb.ResourceInstance.ResourceInstanceT]]
         self.payload = payload  # type: Optional[List[int]]
+        self.retriesLeft = retriesLeft  # type: int
+        self.attempt = attempt  # type: int
+        self.resources = resources  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -226,6 +301,16 @@ class TaskDispatchT(object):
                     self.payload.append(taskDispatch.Payload(i))
             else:
                 self.payload = taskDispatch.PayloadAsNumpy()
+        self.retriesLeft = taskDispatch.RetriesLeft()
+        self.attempt = taskDispatch.Attempt()
+        if not taskDispatch.ResourcesIsNone():
+            self.resources = []
+            for i in range(taskDispatch.ResourcesLength()):
+                if taskDispatch.Resources(i) is None:
+                    self.resources.append(None)
+                else:
+                    resourceAmount_ = rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT.InitFromObj(taskDispatch.Resources(i))
+                    self.resources.append(resourceAmount_)
 
     # TaskDispatchT
     def Pack(self, builder):
@@ -245,6 +330,14 @@ class TaskDispatchT(object):
                 for i in reversed(range(len(self.payload))):
                     builder.PrependUint8(self.payload[i])
                 payload = builder.EndVector()
+        if self.resources is not None:
+            resourceslist = []
+            for i in range(len(self.resources)):
+                resourceslist.append(self.resources[i].Pack(builder))
+            TaskDispatchStartResourcesVector(builder, len(self.resources))
+            for i in reversed(range(len(self.resources))):
+                builder.PrependUOffsetTRelative(resourceslist[i])
+            resources = builder.EndVector()
         TaskDispatchStart(builder)
         if self.taskId is not None:
             taskId = self.taskId.Pack(builder)
@@ -257,5 +350,9 @@ class TaskDispatchT(object):
             TaskDispatchAddInstances(builder, instances)
         if self.payload is not None:
             TaskDispatchAddPayload(builder, payload)
+        TaskDispatchAddRetriesLeft(builder, self.retriesLeft)
+        TaskDispatchAddAttempt(builder, self.attempt)
+        if self.resources is not None:
+            TaskDispatchAddResources(builder, resources)
         taskDispatch = TaskDispatchEnd(builder)
         return taskDispatch

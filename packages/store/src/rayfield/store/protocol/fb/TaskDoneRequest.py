@@ -46,8 +46,17 @@ class TaskDoneRequest(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # The task raised an exception its `retry_exceptions` allow and stored no result:
+    # run it again (one of its retries).
+    # TaskDoneRequest
+    def Retry(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def TaskDoneRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(2)
+    builder.StartObject(3)
 
 def Start(builder: flatbuffers.Builder):
     TaskDoneRequestStart(builder)
@@ -63,6 +72,12 @@ def TaskDoneRequestAddExiting(builder: flatbuffers.Builder, exiting: bool):
 
 def AddExiting(builder: flatbuffers.Builder, exiting: bool):
     TaskDoneRequestAddExiting(builder, exiting)
+
+def TaskDoneRequestAddRetry(builder: flatbuffers.Builder, retry: bool):
+    builder.PrependBoolSlot(2, retry, 0)
+
+def AddRetry(builder: flatbuffers.Builder, retry: bool):
+    TaskDoneRequestAddRetry(builder, retry)
 
 def TaskDoneRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
@@ -83,9 +98,11 @@ class TaskDoneRequestT(object):
         self,
         taskId = None,
         exiting = False,
+        retry = False,
     ):
         self.taskId = taskId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
         self.exiting = exiting  # type: bool
+        self.retry = retry  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -111,6 +128,7 @@ class TaskDoneRequestT(object):
         if taskDoneRequest.TaskId() is not None:
             self.taskId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(taskDoneRequest.TaskId())
         self.exiting = taskDoneRequest.Exiting()
+        self.retry = taskDoneRequest.Retry()
 
     # TaskDoneRequestT
     def Pack(self, builder):
@@ -119,5 +137,6 @@ class TaskDoneRequestT(object):
             taskId = self.taskId.Pack(builder)
             TaskDoneRequestAddTaskId(builder, taskId)
         TaskDoneRequestAddExiting(builder, self.exiting)
+        TaskDoneRequestAddRetry(builder, self.retry)
         taskDoneRequest = TaskDoneRequestEnd(builder)
         return taskDoneRequest
