@@ -88,7 +88,9 @@ class Experiment:
         if isinstance(run, str):
             self.trainable_name = run
         self.name = name or self.trainable_name
-        self.stopper: Stopper | None = as_stopper(stop)
+        # A dict is checked per trial (it travels with the trial's state); other stoppers
+        # are given to the runner.
+        self.stopper: Stopper | None = None if isinstance(stop, dict) else as_stopper(stop)
         self.stop_dict = dict(stop) if isinstance(stop, dict) else {}
         self.local_dir = os.path.expanduser(local_dir) if local_dir else default_local_dir()
         self.upload_dir = upload_dir

@@ -115,6 +115,10 @@ class TrialRunner:
             for name, amount in trial.resources.total().items()
         )
 
+    def search_finished(self) -> bool:
+        """True once the search algorithm will make no more trials."""
+        return self.search_alg.is_finished()
+
     def is_finished(self) -> bool:
         if self._stop_all:
             return all(t.is_finished() for t in self._trials)

@@ -52,7 +52,10 @@ class _Bracket:
         self.progress += max(self.time_of(result) - self.time_of(old), 0.0)
         self.live[trial.trial_id] = (trial, result)
 
-    def iteration_done(self) -> bool:
+    def iteration_done(self, no_more_trials: bool) -> bool:
+        """Every live trial reached the milestone, and no trial will join the bracket."""
+        if not (self.filled() or no_more_trials):
+            return False
         return all(self.time_of(r) >= self.cumul_r for _, r in self.live.values())
 
     def finished(self) -> bool:
@@ -151,7 +154,7 @@ class HyperBandScheduler(FIFOScheduler):
         bracket.update(trial, result)
         if bracket.time_of(result) < bracket.cumul_r:
             return self.CONTINUE
-        if not bracket.iteration_done():
+        if not bracket.iteration_done(runner.search_finished()):
             return self.PAUSE
         return self._process(runner, bracket, trial)
 
@@ -185,7 +188,7 @@ class HyperBandScheduler(FIFOScheduler):
         if bracket is None or trial.trial_id not in bracket.live:
             return
         del bracket.live[trial.trial_id]
-        if bracket.live and not bracket.finished() and bracket.iteration_done():
+        if bracket.live and bracket.iteration_done(runner.search_finished()):
             self._process(runner, bracket, None)
 
     def on_trial_complete(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> None:
@@ -200,6 +203,13 @@ class HyperBandScheduler(FIFOScheduler):
     def choose_trial_to_run(self, runner: TrialRunner) -> Trial | None:
         from rayfield.tune.trial import Trial
 
+        if runner.search_finished():
+            # Unfilled brackets get no more trials: halve those whose trials all wait.
+            for band in self.bands:
+                for bracket in band:
+                    waiting = [t for t, _ in bracket.live.values() if t.status == Trial.PAUSED]
+                    if waiting and bracket.iteration_done(True):
+                        self._process(runner, bracket, None)
         for band in self.bands:
             for bracket in sorted(band, key=lambda b: b.completion()):
                 for trial, _ in bracket.live.values():
