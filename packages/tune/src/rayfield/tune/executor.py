@@ -143,7 +143,8 @@ class ActorExecutor:
         self._busy.add(trial.trial_id)
 
     def _do_continue(self, d: Decision) -> None:
-        if d.trial.trial_id in self._actors:
+        # Results come in batches: a later result of the batch may have ended the trial.
+        if d.trial.status == Trial.RUNNING and d.trial.trial_id in self._actors:
             self._train(d.trial)
 
     def _release(self, trial: Trial, error: bool) -> None:

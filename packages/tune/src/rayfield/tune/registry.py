@@ -80,8 +80,9 @@ def get_trainable_cls(trainable: Any) -> type[Trainable]:
                 f"tune.register_trainable({trainable!r}, ...) or pass the function or class"
             )
         return _TRAINABLES[trainable]
+    # A function or class given directly replaces what its name pointed to before.
     cls = _as_trainable_cls(trainable, trainable_name(trainable))
-    _TRAINABLES.setdefault(trainable_name(trainable), cls)
+    _TRAINABLES[trainable_name(trainable)] = cls
     return cls
 
 

@@ -18,7 +18,7 @@ import rayfield
 from rayfield.tune.analysis import ExperimentAnalysis
 from rayfield.tune.callback import Callback
 from rayfield.tune.error import TuneError
-from rayfield.tune.executor import ActorExecutor
+from rayfield.tune.executor import ActorExecutor, _supports_reset
 from rayfield.tune.experiment import Experiment, convert_to_experiment_list
 from rayfield.tune.function_trainable import FunctionTrainable
 from rayfield.tune.logger import LoggerCallback, load_pickled_config
@@ -106,7 +106,7 @@ def run(
         resume: True continues the experiment saved in ``<local_dir>/<name>``;
             ``"PROMPT"`` asks; False starts afresh.
         reuse_actors: hand finished trials' actors to new trials (default: on for
-            function trainables).
+            function trainables and Trainables that define ``reset_config``).
         raise_on_failed_trial: raise TuneError if a trial ends in ERROR.
         return_trials: return the list of trials instead of the analysis.
         max_concurrent_trials: at most this many trials at once.
@@ -168,8 +168,8 @@ def run(
         timeout = TimeoutStopper(time_budget_s)
         stopper = _Combined(stopper, timeout) if stopper else timeout
     is_function = issubclass(experiment.trainable_cls, FunctionTrainable)
-    if reuse_actors is None:
-        reuse_actors = is_function
+    if reuse_actors is None:  # on when the trainable can take another trial's config
+        reuse_actors = is_function or _supports_reset(experiment.trainable_cls)
     buffer = (
         10
         if (is_function and scheduler.buffers_results() and not experiment.checkpoint_freq)
