@@ -149,6 +149,18 @@ def demo(session: nox.Session) -> None:
             str(temp_dir),
             *session.posargs,
         )
+        # --- tune: an ASHA search on digits, over the same two nodes ---
+        if "tune" in PACKAGES:
+            session.run(
+                "python",
+                str(ROOT / "packages" / "tune" / "examples" / "asha_digits.py"),
+                "--address",
+                address,
+                "--temp-dir",
+                str(temp_dir),
+                "--storage-path",
+                str(temp_dir / "tune-results"),
+            )
     finally:
         session.run("rayfield", "stop", "--temp-dir", str(temp_dir))
         shutil.rmtree(temp_dir, ignore_errors=True)

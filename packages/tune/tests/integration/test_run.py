@@ -102,6 +102,7 @@ class Counter(tune.Trainable):
         self.total = checkpoint["total"]
 
     def reset_config(self, new_config):
+        self.total = 0  # a reused actor starts the next trial from scratch
         return True
 
 

@@ -36,5 +36,8 @@ class Callback:
     def on_trial_complete(self, trial: Trial) -> None:
         pass
 
+    def on_checkpoint(self) -> None:
+        """The experiment state is about to be saved: make what was written durable."""
+
     def on_experiment_end(self, trials: list[Trial]) -> None:
         pass

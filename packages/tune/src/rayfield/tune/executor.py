@@ -16,6 +16,7 @@ from typing import Any
 
 import rayfield
 from rayfield.tune import result as R
+from rayfield.tune.function_trainable import FunctionTrainable
 from rayfield.tune.registry import get_trainable_cls
 from rayfield.tune.runner import Decision
 from rayfield.tune.trainable import Trainable, read_checkpoint_dir, write_checkpoint_dir
@@ -49,7 +50,7 @@ class ActorExecutor:
     """
 
     def __init__(
-        self, reuse_actors: bool = True, buffer_results: int = 1, buffer_time_s: float = 0.5
+        self, reuse_actors: bool = True, buffer_results: int = 1, buffer_time_s: float = 0.2
     ) -> None:
         self.reuse_actors = reuse_actors
         self.buffer_results = max(1, buffer_results)
@@ -110,7 +111,11 @@ class ActorExecutor:
             and _supports_reset(get_trainable_cls(trial.trainable_name))
         ):
             handle = self._cache[key].pop()
-            if not rayfield.get(handle.reset.remote(trial.config, self._trial_info(trial))):
+            ok = handle.reset.remote(trial.config, self._trial_info(trial))
+            # A function trainable always takes the new trial: no need to wait for it.
+            if not issubclass(get_trainable_cls(trial.trainable_name), FunctionTrainable) and (
+                not rayfield.get(ok)
+            ):
                 _kill(handle)
                 handle = None
         if handle is None:
@@ -136,7 +141,9 @@ class ActorExecutor:
             return  # a buffered call is already running for this trial
         handle = self._actors[trial.trial_id]
         if self.buffer_results > 1:
-            ref = handle.train_buffered.remote(self.buffer_results, self.buffer_time_s)
+            ref = handle.train_buffered.remote(
+                self.buffer_results, self.buffer_time_s, trial.stopping_criterion
+            )
         else:
             ref = handle.train.remote()
         self._inflight[ref] = (trial, self.buffer_results > 1)

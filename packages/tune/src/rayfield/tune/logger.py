@@ -297,6 +297,11 @@ class LoggerCallback(Callback):
         if logger is not None:
             logger.close()
 
+    def on_checkpoint(self) -> None:
+        # The saved state must never be ahead of the result files.
+        for logger in self._open.values():
+            logger.flush()
+
     def on_experiment_end(self, trials: list[Trial]) -> None:
         for logger in self._open.values():
             logger.close()

@@ -24,7 +24,7 @@ def _as_trainable_cls(trainable: Any, name: str | None = None) -> type[Trainable
             return trainable
         # Duck-typed trainables (RLlib's trainers) need train/save/restore methods.
         if all(hasattr(trainable, m) for m in ("train", "save_to_object", "restore_from_object")):
-            return trainable  # type: ignore[no-any-return]
+            return trainable  # type: ignore[return-value]
         raise TypeError(
             f"{trainable.__name__} is not a Trainable: subclass tune.Trainable or pass a function"
         )

@@ -86,8 +86,8 @@ def trial_from_json(data: dict[str, Any], config: dict[str, Any] | None = None) 
         gpu=res["gpu"],
         extra_cpu=res["extra_cpu"],
         extra_gpu=res["extra_gpu"],
-        custom_resources=tuple(tuple(x) for x in res["custom_resources"]),  # type: ignore[misc]
-        extra_custom_resources=tuple(tuple(x) for x in res["extra_custom_resources"]),  # type: ignore[misc]
+        custom_resources=tuple((str(n), float(a)) for n, a in res["custom_resources"]),
+        extra_custom_resources=tuple((str(n), float(a)) for n, a in res["extra_custom_resources"]),
     )
     trial = Trial(
         data["trainable_name"],

@@ -190,12 +190,21 @@ class Trainable:
         )
         return result
 
-    def train_buffered(self, max_results: int, max_time_s: float) -> list[dict[str, Any]]:
-        """Up to ``max_results`` iterations in one call (fewer past ``max_time_s`` or done)."""
+    def train_buffered(
+        self, max_results: int, max_time_s: float, stop: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Up to ``max_results`` iterations in one call.
+
+        Returns early after ``max_time_s`` seconds, on a done result, or when a result
+        reaches one of the ``stop`` thresholds (``{metric: value}``).
+        """
         deadline = time.time() + max_time_s
         results = [self.train()]
         while len(results) < max_results and not results[-1].get(R.DONE):
-            if time.time() >= deadline:
+            last = results[-1]
+            if time.time() >= deadline or any(
+                k in last and last[k] >= v for k, v in (stop or {}).items()
+            ):
                 break
             results.append(self.train())
         return results

@@ -171,7 +171,7 @@ def run(
     if reuse_actors is None:  # on when the trainable can take another trial's config
         reuse_actors = is_function or _supports_reset(experiment.trainable_cls)
     buffer = (
-        10
+        1000
         if (is_function and scheduler.buffers_results() and not experiment.checkpoint_freq)
         else 1
     )
@@ -198,9 +198,9 @@ def run(
         loop.run()
     finally:
         executor.shutdown()
+        loop.save_state(force=True)
         for cb in all_callbacks:
             cb.on_experiment_end(runner.get_trials())
-        loop.save_state(force=True)
     trials = runner.get_trials()
     if verbose:
         print(loop.status())
@@ -289,6 +289,8 @@ class _DriverLoop:
             if not due:
                 return
         start = time.monotonic()
+        for cb in self.runner.callbacks:
+            cb.on_checkpoint()
         write_state(self.path, self.runner.get_state())
         self._save_cost = time.monotonic() - start
         self._last_save = time.monotonic()

@@ -42,7 +42,7 @@ def with_parameters(trainable: Any, **kwargs: Any) -> Any:
                 if type(self).setup is not Trainable.setup:
                     self.setup(config, **values)
                 else:
-                    self._setup(config, **values)  # type: ignore[call-arg]
+                    self._setup(config, **values)
 
         _WithParameters.__name__ = base.__name__
         _WithParameters.__qualname__ = base.__qualname__

@@ -50,7 +50,7 @@ class Domain:
 
 
 def _rng(rng: random.Random | None) -> random.Random:
-    return rng if rng is not None else random._inst  # type: ignore[attr-defined]
+    return rng if rng is not None else random._inst
 
 
 def _check_q(q: float) -> None:

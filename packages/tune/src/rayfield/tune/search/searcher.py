@@ -185,5 +185,6 @@ class Repeater(Searcher):
         if not results:
             self.searcher.on_trial_complete(group_id, None, error=True)
             return
-        mean = sum(float(r[self.metric]) for r in results) / len(results)
-        self.searcher.on_trial_complete(group_id, {**results[-1], self.metric: mean})
+        metric = str(self.metric)
+        mean = sum(float(r[metric]) for r in results) / len(results)
+        self.searcher.on_trial_complete(group_id, {**results[-1], metric: mean})

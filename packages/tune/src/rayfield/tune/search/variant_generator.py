@@ -198,12 +198,12 @@ def generate_variants(
     Raises:
         ValueError: a sampler raised, or samplers depend on each other in a cycle.
     """
-    yield from _variants(spec, rng or random._inst)  # type: ignore[attr-defined]
+    yield from _variants(spec, rng or random._inst)
 
 
 def resolve_once(spec: dict[str, Any], rng: random.Random | None = None) -> dict[str, Any]:
     """One variant of ``spec`` with its grid axes sampled uniformly (for searchers)."""
-    r = rng or random._inst  # type: ignore[attr-defined]
+    r = rng or random._inst
     spec = copy.deepcopy(spec)
     for path, value in _walk(spec):
         if _is_grid(value):
