@@ -6,10 +6,36 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from rayfield import tune
 from rayfield.tune.runner import Decision, TrialRunner
+from rayfield.tune.schedulers import TrialScheduler
+from rayfield.tune.search import BasicVariantGenerator
+from rayfield.tune.stopper import Stopper
 from rayfield.tune.trial import Trial
 
 Curve = Callable[[dict[str, Any], int], dict[str, Any]]
+
+
+def make_runner(
+    config: dict[str, Any],
+    num_samples: int = 1,
+    cpus: int = 2,
+    scheduler: TrialScheduler | None = None,
+    stopper: Stopper | None = None,
+    **exp_kw: Any,
+) -> TrialRunner:
+    """A runner over one experiment of ``config`` (no directory is written)."""
+    exp = tune.Experiment(
+        "exp",
+        lambda c: None,
+        config=config,
+        num_samples=num_samples,
+        local_dir="/tmp/tune-unit",
+        **exp_kw,
+    )
+    gen = BasicVariantGenerator(seed=0)
+    gen.add_configurations(exp)
+    return TrialRunner(gen, scheduler, stopper or exp.stopper, cluster_resources={"CPU": cpus})
 
 
 class Simulator:

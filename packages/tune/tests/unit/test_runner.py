@@ -3,26 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from simulator import Simulator
+from simulator import Simulator, make_runner
 
 from rayfield import tune
-from rayfield.tune.runner import TrialRunner
-from rayfield.tune.search import BasicVariantGenerator
 from rayfield.tune.trial import Trial
-
-
-def make_runner(config, num_samples=1, cpus=2, scheduler=None, stopper=None, **exp_kw):
-    exp = tune.Experiment(
-        "exp",
-        lambda c: None,
-        config=config,
-        num_samples=num_samples,
-        local_dir="/tmp/tune-runner-unit",
-        **exp_kw,
-    )
-    gen = BasicVariantGenerator(seed=0)
-    gen.add_configurations(exp)
-    return TrialRunner(gen, scheduler, stopper or exp.stopper, cluster_resources={"CPU": cpus})
 
 
 def linear(config, it):

@@ -6,10 +6,9 @@ import math
 import random
 
 import pytest
-from simulator import Simulator
+from simulator import Simulator, make_runner
 
 from rayfield import tune
-from rayfield.tune.runner import TrialRunner
 from rayfield.tune.schedulers import (
     ASHAScheduler,
     AsyncHyperBandScheduler,
@@ -19,24 +18,9 @@ from rayfield.tune.schedulers import (
     PopulationBasedTraining,
 )
 from rayfield.tune.schedulers.pbt import explore
-from rayfield.tune.search import BasicVariantGenerator
 from rayfield.tune.trial import Trial
 
 CONTINUE, PAUSE, STOP = "CONTINUE", "PAUSE", "STOP"
-
-
-def make_runner(config, scheduler, num_samples=1, cpus=2, **exp_kw):
-    exp = tune.Experiment(
-        "exp",
-        lambda c: None,
-        config=config,
-        num_samples=num_samples,
-        local_dir="/tmp/tune-sched-unit",
-        **exp_kw,
-    )
-    gen = BasicVariantGenerator(seed=0)
-    gen.add_configurations(exp)
-    return TrialRunner(gen, scheduler, exp.stopper, cluster_resources={"CPU": cpus})
 
 
 def trial(i):
@@ -102,7 +86,7 @@ def saturating(config, it):
 def test_asha_learns_the_best_config_with_a_fraction_of_the_work():
     sched = ASHAScheduler(metric="acc", mode="max", max_t=27, grace_period=1, reduction_factor=3)
     runner = make_runner(
-        {"q": tune.uniform(0, 1)}, sched, num_samples=40, stop={"training_iteration": 27}
+        {"q": tune.uniform(0, 1)}, scheduler=sched, num_samples=40, stop={"training_iteration": 27}
     )
     Simulator(runner, saturating).run()
     trials = runner.get_trials()
@@ -154,7 +138,11 @@ def test_hyperband_runs_successive_halving_with_pauses():
     sched = HyperBandScheduler(metric="m", mode="max", max_t=9)
     assert sched.bracket_sizes() == [(3, 9), (5, 3), (9, 1)]
     runner = make_runner(
-        {"q": tune.uniform(0, 1)}, sched, num_samples=17, cpus=2, stop={"training_iteration": 9}
+        {"q": tune.uniform(0, 1)},
+        scheduler=sched,
+        num_samples=17,
+        cpus=2,
+        stop={"training_iteration": 9},
     )
     sim = Simulator(runner, linear_q)
     sim.run()
@@ -277,7 +265,11 @@ def test_pbt_exploits_the_top_and_improves_the_population():
         return {"m": config["lr"] * 100 + it * 0.001}
 
     runner = make_runner(
-        {"lr": tune.uniform(0, 0.5)}, pbt, num_samples=8, cpus=4, stop={"training_iteration": 30}
+        {"lr": tune.uniform(0, 0.5)},
+        scheduler=pbt,
+        num_samples=8,
+        cpus=4,
+        stop={"training_iteration": 30},
     )
     start_lrs: dict[str, float] = {}
 

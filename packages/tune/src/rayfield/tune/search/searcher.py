@@ -74,7 +74,21 @@ class Searcher:
         return -value if self.mode == "min" else value
 
 
-class ConcurrencyLimiter(Searcher):
+class _Wrapper(Searcher):
+    """A searcher around another one (``self.searcher``), sharing its metric and mode."""
+
+    def __init__(self, searcher: Searcher) -> None:
+        super().__init__(searcher.metric, searcher.mode)
+        self.searcher = searcher
+
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: dict[str, Any]
+    ) -> bool:
+        self.searcher.set_search_properties(metric, mode, config)
+        return super().set_search_properties(metric, mode, config)
+
+
+class ConcurrencyLimiter(_Wrapper):
     """At most ``max_concurrent`` of ``searcher``'s trials unfinished at once.
 
     Raises:
@@ -84,18 +98,11 @@ class ConcurrencyLimiter(Searcher):
     def __init__(self, searcher: Searcher, max_concurrent: int, batch: bool = False) -> None:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
-        super().__init__(searcher.metric, searcher.mode)
-        self.searcher = searcher
+        super().__init__(searcher)
         self.max_concurrent = max_concurrent
         self.batch = batch
         self.live: set[str] = set()
         self._batch_done: set[str] = set()
-
-    def set_search_properties(
-        self, metric: str | None, mode: str | None, config: dict[str, Any]
-    ) -> bool:
-        self.searcher.set_search_properties(metric, mode, config)
-        return super().set_search_properties(metric, mode, config)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         if len(self.live) >= self.max_concurrent:
@@ -123,7 +130,7 @@ class ConcurrencyLimiter(Searcher):
         self.searcher.on_trial_complete(trial_id, result, error)
 
 
-class Repeater(Searcher):
+class Repeater(_Wrapper):
     """Evaluate each of ``searcher``'s configs ``repeat`` times; report the mean.
 
     Each repeat gets ``config[REPEAT_KEY]`` = its index (``set_index``); the wrapped
@@ -138,8 +145,7 @@ class Repeater(Searcher):
     def __init__(self, searcher: Searcher, repeat: int = 1, set_index: bool = True) -> None:
         if repeat < 1:
             raise ValueError(f"repeat must be >= 1, got {repeat}")
-        super().__init__(searcher.metric, searcher.mode)
-        self.searcher = searcher
+        super().__init__(searcher)
         self.repeat = repeat
         self.set_index = set_index
         self._current: dict[str, Any] | None = None
@@ -147,12 +153,6 @@ class Repeater(Searcher):
         self._issued = 0
         self._groups: dict[str, dict[str, Any]] = {}
         self._trial_group: dict[str, str] = {}
-
-    def set_search_properties(
-        self, metric: str | None, mode: str | None, config: dict[str, Any]
-    ) -> bool:
-        self.searcher.set_search_properties(metric, mode, config)
-        return super().set_search_properties(metric, mode, config)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         if self._current is None or self._issued >= self.repeat:
