@@ -114,6 +114,8 @@ def build(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     install_packages(session)
     session.install("ray", "numpy")
+    if "tune" in PACKAGES:  # --- tune: its peers, Ray Tune and Optuna ---
+        session.install("ray[tune]", "optuna")
     for name in PACKAGES:
         bench_dir = ROOT / "packages" / name / "benchmarks"
         for script in sorted(bench_dir.glob("bench_*.py")):
