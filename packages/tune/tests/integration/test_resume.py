@@ -86,3 +86,27 @@ def test_sigkill_the_driver_then_resume(tmp_path):
             assert len(lines) == lines_before[trial.trial_id]
     resumed = [t for t in trials if t.last_result.get("resumed")]
     assert resumed, "no trial continued from its checkpoint"
+
+
+def test_tuner_restore_keeps_finished_trials(tmp_path):
+    from rayfield import tune
+
+    def f(config):
+        tune.report(v=config["a"])
+
+    tuner = tune.Tuner(
+        f,
+        param_space={"a": tune.grid_search([1, 2, 3])},
+        run_config=tune.RunConfig(name="exp", storage_path=str(tmp_path), verbose=0),
+    )
+    first = tuner.fit()
+    assert tune.Tuner.can_restore(str(tmp_path / "exp"))
+    again = tune.Tuner.restore(str(tmp_path / "exp"), f).fit()
+    assert sorted(r.metrics["v"] for r in again) == [1, 2, 3]
+    assert {r.path for r in again} == {r.path for r in first}
+    for result in again:  # nothing ran twice
+        with open(os.path.join(result.path, "result.json")) as fh:
+            assert len(fh.readlines()) == 1
+    assert tuner.get_results().num_terminated == 3
+    with pytest.raises(tune.TuneError, match="No experiment state"):
+        tune.Tuner.restore(str(tmp_path / "missing"), f)

@@ -85,6 +85,8 @@ class TrialRunner:
         self.experiment_dir = experiment_dir
         self.max_pending = max_pending
         self._trials: list[Trial] = []
+        # The trials not finished yet: what every step scans (the others are history).
+        self._unfinished: list[Trial] = []
         self._by_id: dict[str, Trial] = {}
         self._total = dict(cluster_resources or {"CPU": 1.0})
         self._committed: dict[str, float] = {}
@@ -101,7 +103,17 @@ class TrialRunner:
         return self._by_id.get(trial_id)
 
     def trials_with_status(self, status: str) -> list[Trial]:
-        return [t for t in self._trials if t.status == status]
+        if status in (Trial.TERMINATED, Trial.ERROR):
+            return [t for t in self._trials if t.status == status]
+        return [t for t in self.unfinished_trials() if t.status == status]
+
+    def unfinished_trials(self) -> list[Trial]:
+        """The trials that are not TERMINATED or ERROR, in the order they came."""
+        self._unfinished = [t for t in self._unfinished if not t.is_finished()]
+        return list(self._unfinished)
+
+    def num_finished(self) -> int:
+        return len(self._trials) - len(self.unfinished_trials())
 
     def has_resources_for(self, trial: Trial) -> bool:
         for name, amount in trial.resources.total().items():
@@ -121,8 +133,8 @@ class TrialRunner:
 
     def is_finished(self) -> bool:
         if self._stop_all:
-            return all(t.is_finished() for t in self._trials)
-        return self.search_alg.is_finished() and all(t.is_finished() for t in self._trials)
+            return not self.unfinished_trials()
+        return self.search_alg.is_finished() and not self.unfinished_trials()
 
     # -- events ------------------------------------------------------------------------
     def set_cluster_resources(self, resources: dict[str, float]) -> None:
@@ -131,6 +143,8 @@ class TrialRunner:
     def add_trial(self, trial: Trial) -> None:
         """Queue ``trial`` (as PENDING, or as it is when restored from a saved state)."""
         self._trials.append(trial)
+        if not trial.is_finished():
+            self._unfinished.append(trial)
         self._by_id[trial.trial_id] = trial
         if not trial.is_finished():
             self.scheduler.on_trial_add(self, trial)
@@ -159,7 +173,7 @@ class TrialRunner:
         if self.stopper is not None and self.stopper.stop_all():
             self._stop_all = True
         if self._stop_all:
-            for trial in self._trials:
+            for trial in self.unfinished_trials():
                 if not trial.is_finished():
                     self.stop_trial(trial)
             return self._drain()
@@ -181,7 +195,7 @@ class TrialRunner:
         return self._drain()
 
     def _fill_queue(self) -> None:
-        waiting = sum(1 for t in self._trials if t.status == Trial.PENDING)
+        waiting = len(self.trials_with_status(Trial.PENDING))
         while waiting < self.max_pending and not self.search_alg.is_finished():
             trial = self.search_alg.next_trial()
             if trial is None:

@@ -275,7 +275,7 @@ class _DriverLoop:
         self.runner.set_cluster_resources(_cluster_resources())
 
     def save_state(self, force: bool = False) -> None:
-        finished = sum(1 for t in self.runner.get_trials() if t.is_finished())
+        finished = self.runner.num_finished()
         now = time.monotonic()
         if not force:
             if self.checkpoint_period is not None:
