@@ -67,6 +67,13 @@ class Experiment:
         trial_resources: Any = None,
         custom_loggers: Any = None,
     ) -> None:
+        if upload_dir is not None or sync_function is not None:
+            raise TuneError(
+                "upload_dir / sync_function (cloud sync) are not supported by rayfield-tune "
+                "yet: write results to a shared storage_path instead"
+            )
+        if export_formats:
+            raise TuneError("export_formats is not supported by rayfield-tune yet")
         if repeat is not None:
             num_samples = repeat
         if trial_resources is not None:
