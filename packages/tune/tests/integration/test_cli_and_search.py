@@ -78,3 +78,34 @@ def test_a_searcher_drives_tune_run_and_the_cli_lists_it(tmp_path, capsys):
     assert missing.exit_code == 1 and "No experiment state found!" in missing.output
     bad = runner.invoke(cli, ["ls", str(tmp_path / "walk"), "--filter", "score ~ 3"])
     assert bad.exit_code != 0 and "use '<column> <op> <value>'" in bad.output
+
+
+@pytest.mark.parametrize("searcher_name", ["gp", "optuna"])
+def test_model_based_searchers_through_tune_run(tmp_path, searcher_name):
+    from rayfield.tune.search.bayesopt import GPSearch
+    from rayfield.tune.search.optuna import OptunaSearch
+
+    searcher = (
+        GPSearch(random_state=0, n_initial_points=3)
+        if searcher_name == "gp"
+        else OptunaSearch(seed=0)
+    )
+
+    def f(config):
+        tune.report(loss=(config["x"] - 0.25) ** 2 + config["offset"])
+
+    analysis = tune.run(
+        f,
+        name=searcher_name,
+        config={"x": tune.uniform(0, 1), "offset": 1.0},
+        search_alg=ConcurrencyLimiter(searcher, max_concurrent=2),
+        num_samples=8,
+        metric="loss",
+        mode="min",
+        local_dir=str(tmp_path),
+        verbose=0,
+    )
+    trials = list(analysis)
+    assert len(trials) == 8 and all(t.status == "TERMINATED" for t in trials)
+    assert all(t.config["offset"] == 1.0 and 0 <= t.config["x"] <= 1 for t in trials)
+    assert analysis.best_result["loss"] < 1.05
