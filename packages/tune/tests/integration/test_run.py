@@ -44,6 +44,7 @@ def test_classic_quick_start_writes_the_trial_files(tmp_path):
         lines = [json.loads(line) for line in f]
     assert [r["training_iteration"] for r in lines] == [1, 2, 3, 4, 5, 6]
     assert lines[-1]["done"] and lines[-1]["trial_id"] == trials[1].trial_id
+    assert all(0 <= r["tune_overhead_s"] < 1 for r in lines)  # measured per result
     with open(os.path.join(logdir, "progress.csv")) as f:
         assert len(f.read().strip().splitlines()) == 7
     assert analysis.get_best_config("mean_accuracy", "max") == {"momentum": 0.2}

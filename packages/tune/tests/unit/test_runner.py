@@ -25,6 +25,7 @@ def test_fifo_runs_every_trial_to_its_stop_criterion_within_resources():
     assert [t.last_result["training_iteration"] for t in trials] == [4] * 5
     assert [t.last_result["score"] for t in trials] == [4, 8, 12, 16, 20]
     assert all(t.last_result["done"] for t in trials)
+    assert all(0 <= t.last_result["tune_overhead_s"] < 0.1 for t in trials)
     assert sim.max_running == 2
 
 

@@ -11,6 +11,7 @@ per call (``train_buffered``).
 from __future__ import annotations
 
 import shutil
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -33,10 +34,17 @@ def _supports_reset(cls: type) -> bool:
 class _Event:
     """What one finished call of a trial gave: results or an error traceback."""
 
-    __slots__ = ("error", "results", "trial")
+    __slots__ = ("error", "fetch_s", "results", "trial")
 
-    def __init__(self, trial: Trial, results: list[dict[str, Any]], error: str | None) -> None:
+    def __init__(
+        self,
+        trial: Trial,
+        results: list[dict[str, Any]],
+        error: str | None,
+        fetch_s: float = 0.0,
+    ) -> None:
         self.trial, self.results, self.error = trial, results, error
+        self.fetch_s = fetch_s  # seconds spent fetching, per result
 
 
 class ActorExecutor:
@@ -238,10 +246,12 @@ class ActorExecutor:
             return []
         if len(refs) > 1:
             ready, _ = rayfield.wait(refs, num_returns=len(refs), timeout=0)
+        started = time.perf_counter()
         try:
             values = rayfield.get(ready)
         except Exception:
             values = None
+        fetched = time.perf_counter() - started
         events = []
         for i, ref in enumerate(ready):
             trial, buffered = self._inflight.pop(ref)
@@ -252,6 +262,9 @@ class ActorExecutor:
                 events.append(_Event(trial, [], _format(exc)))
                 continue
             events.append(_Event(trial, value if buffered else [value], None))
+        count = sum(len(e.results) for e in events) or 1
+        for event in events:
+            event.fetch_s = fetched / count
         return events
 
     def has_running(self) -> bool:

@@ -30,7 +30,9 @@ CONFIG = "config"
 TIME_SINCE_RESTORE = "time_since_restore"
 TIMESTEPS_SINCE_RESTORE = "timesteps_since_restore"
 ITERATIONS_SINCE_RESTORE = "iterations_since_restore"
-# Measured by the driver: seconds Tune spent on this result outside the trainable.
+# Measured by the driver: seconds Tune spent on this result outside the trainable (its
+# share of fetching the batch it came in, then the scheduler, searcher, stop rules and
+# checkpoint policy; writing the result files comes after and is not included).
 TUNE_OVERHEAD_S = "tune_overhead_s"
 
 DEFAULT_METRIC = EPISODE_REWARD_MEAN

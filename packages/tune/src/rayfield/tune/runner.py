@@ -229,8 +229,14 @@ class TrialRunner:
         for name, amount in trial.resources.total().items():
             self._committed[name] = self._committed.get(name, 0.0) - amount
 
-    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> None:
-        """Process one result of a running trial (results of other trials are dropped)."""
+    def on_trial_result(self, trial: Trial, result: dict[str, Any], fetch_s: float = 0.0) -> None:
+        """Process one result of a running trial (results of other trials are dropped).
+
+        Args:
+            fetch_s: this result's share of the seconds spent fetching it; with the time
+                spent here deciding on it, it becomes the result's ``tune_overhead_s``.
+        """
+        started = time.perf_counter()
         if trial.status != Trial.RUNNING:
             return
         result = dict(result)
@@ -254,6 +260,7 @@ class TrialRunner:
                     trial.trial_id, result=result, early_terminated=True
                 )
         if not duplicate:
+            result[R.TUNE_OVERHEAD_S] = fetch_s + time.perf_counter() - started
             trial.update_last_result(result)
             for cb in self.callbacks:
                 cb.on_trial_result(trial, result)

@@ -259,7 +259,7 @@ class _DriverLoop:
                     self.runner.on_trial_error(event.trial, event.error)
                     continue
                 for result in event.results:
-                    self.runner.on_trial_result(event.trial, result)
+                    self.runner.on_trial_result(event.trial, result, event.fetch_s)
             now = time.monotonic()
             if now - last_resources > _RESOURCE_REFRESH_S:
                 last_resources = now
