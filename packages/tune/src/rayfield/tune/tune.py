@@ -76,6 +76,8 @@ def run(
     export_formats: Any = None,
     queue_trials: bool = False,
     global_checkpoint_period: float | None = None,
+    with_server: bool = False,
+    server_port: int = 4321,
     ray_auto_init: bool = True,
     **unsupported: Any,
 ) -> Any:
@@ -111,6 +113,8 @@ def run(
         return_trials: return the list of trials instead of the analysis.
         max_concurrent_trials: at most this many trials at once.
         global_checkpoint_period: seconds between state saves (default adaptive).
+        with_server, server_port: serve the trials over REST on loopback (see
+            :mod:`rayfield.tune.web_server`; 0 picks a free port).
 
     Returns:
         An :class:`ExperimentAnalysis` (iterating it gives the trials, as the classic
@@ -193,10 +197,18 @@ def run(
         _restore_runner(runner, search_alg, experiment)
     search_alg.add_configurations([experiment])
     executor = ActorExecutor(reuse_actors=reuse_actors, buffer_results=buffer)
+    server = None
+    if with_server:
+        from rayfield.tune.web_server import TuneServer
+
+        server = TuneServer(runner, experiment.path, server_port)
     loop = _DriverLoop(runner, executor, experiment.path, global_checkpoint_period, verbose)
+    loop.server = server
     try:
         loop.run()
     finally:
+        if server is not None:
+            server.shutdown()
         executor.shutdown()
         loop.save_state(force=True)
         for cb in all_callbacks:
@@ -233,12 +245,15 @@ class _DriverLoop:
         self._save_cost = 0.0
         self._finished_seen = 0
         self.started = time.monotonic()
+        self.server: Any = None
 
     def run(self) -> None:
         last_status = last_resources = time.monotonic()
         if self.verbose:
             print(self.status())
         while True:
+            if self.server is not None:
+                self.server.apply_requests()
             errors = self.executor.apply(self.runner.step())
             for event in errors:
                 self.runner.on_trial_error(event.trial, event.error or "")
