@@ -78,6 +78,8 @@ def test_a_searcher_drives_tune_run_and_the_cli_lists_it(tmp_path, capsys):
     assert missing.exit_code == 1 and "No experiment state found!" in missing.output
     bad = runner.invoke(cli, ["ls", str(tmp_path / "walk"), "--filter", "score ~ 3"])
     assert bad.exit_code != 0 and "use '<column> <op> <value>'" in bad.output
+    note = runner.invoke(cli, ["add-note", str(tmp_path / "walk")], env={"EDITOR": "touch"})
+    assert note.exit_code == 0 and (tmp_path / "walk" / "note.txt").exists()
 
 
 @pytest.mark.parametrize("searcher_name", ["gp", "optuna"])

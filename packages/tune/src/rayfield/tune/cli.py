@@ -132,5 +132,18 @@ def list_experiments(
     _show(rows, list(rows[0]) if rows else ["name"], sort, output)
 
 
+@cli.command("add-note")
+@click.argument("path")
+@click.option("--filename", default="note.txt", help="the note's file name in PATH")
+def add_note(path: str, filename: str) -> None:
+    """Open $EDITOR (default vim) on a note file in the experiment or trial folder PATH."""
+    folder = os.path.expanduser(path)
+    if not os.path.isdir(folder):
+        raise click.BadParameter(f"{path} is not a directory")
+    target = os.path.join(folder, filename)
+    click.edit(filename=target, editor=os.environ.get("EDITOR", "vim"))
+    click.echo(f"Note saved at: {target}" if os.path.exists(target) else "No note written.")
+
+
 cli.add_command(list_trials, "list-trials")
 cli.add_command(list_experiments, "list-experiments")
