@@ -256,6 +256,8 @@ class _DriverLoop:
                 self.server.apply_requests()
             errors = self.executor.apply(self.runner.step())
             for event in errors:
+                if event.trial.is_finished():  # e.g. its final checkpoint could not be saved
+                    log.warning("trial %s ended, then failed: %s", event.trial, event.error)
                 self.runner.on_trial_error(event.trial, event.error or "")
             if errors:
                 continue
