@@ -114,6 +114,8 @@ def build(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     install_packages(session)
     session.install("ray", "numpy")
+    if "tune" in PACKAGES:  # --- tune: its peers, Ray Tune and Optuna ---
+        session.install("ray[tune]", "optuna")
     for name in PACKAGES:
         bench_dir = ROOT / "packages" / name / "benchmarks"
         for script in sorted(bench_dir.glob("bench_*.py")):
@@ -149,6 +151,18 @@ def demo(session: nox.Session) -> None:
             str(temp_dir),
             *session.posargs,
         )
+        # --- tune: an ASHA search on digits, over the same two nodes ---
+        if "tune" in PACKAGES:
+            session.run(
+                "python",
+                str(ROOT / "packages" / "tune" / "examples" / "asha_digits.py"),
+                "--address",
+                address,
+                "--temp-dir",
+                str(temp_dir),
+                "--storage-path",
+                str(temp_dir / "tune-results"),
+            )
     finally:
         session.run("rayfield", "stop", "--temp-dir", str(temp_dir))
         shutil.rmtree(temp_dir, ignore_errors=True)

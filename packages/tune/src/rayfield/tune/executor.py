@@ -1,0 +1,299 @@
+"""``ActorExecutor``: carries out the runner's decisions with rayfield actors.
+
+Each running trial is one actor with the trial's resources. With ``reuse_actors`` the
+actor of a finished trial is kept and handed the next trial of the same trainable and
+resources through ``reset`` (no process start). Results are collected in batches: one
+``rayfield.wait`` for the first ready result, then every other one ready at that moment.
+For schedulers that do not act per result, a function trainable returns several results
+per call (``train_buffered``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections import defaultdict
+from typing import Any
+
+import rayfield
+from rayfield.tune import result as R
+from rayfield.tune.function_trainable import FunctionTrainable
+from rayfield.tune.registry import get_trainable_cls
+from rayfield.tune.runner import Decision
+from rayfield.tune.trainable import Trainable, read_checkpoint_dir, write_checkpoint_dir
+from rayfield.tune.trial import Resources, Trial, TrialCheckpoint
+
+__all__ = ["ActorExecutor"]
+
+
+def _supports_reset(cls: type) -> bool:
+    reset = getattr(cls, "reset_config", None)
+    return reset is not None and reset is not getattr(Trainable, "reset_config", None)
+
+
+class _Event:
+    """What one finished call of a trial gave: results or an error traceback."""
+
+    __slots__ = ("error", "fetch_s", "results", "trial")
+
+    def __init__(
+        self,
+        trial: Trial,
+        results: list[dict[str, Any]],
+        error: str | None,
+        fetch_s: float = 0.0,
+    ) -> None:
+        self.trial, self.results, self.error = trial, results, error
+        self.fetch_s = fetch_s  # seconds spent fetching, per result
+
+
+class ActorExecutor:
+    """Runs trials as actors.
+
+    Args:
+        reuse_actors: keep finished trials' actors for the next trials.
+        buffer_results: with more than 1, trials may return up to this many results per
+            call (used when the scheduler does not act on each result).
+        buffer_time_s: a buffered call returns after at most this long.
+    """
+
+    def __init__(
+        self, reuse_actors: bool = True, buffer_results: int = 1, buffer_time_s: float = 0.2
+    ) -> None:
+        self.reuse_actors = reuse_actors
+        self.buffer_results = max(1, buffer_results)
+        self.buffer_time_s = buffer_time_s
+        self._actors: dict[str, Any] = {}
+        self._keys: dict[str, tuple[str, Resources]] = {}
+        self._inflight: dict[Any, tuple[Trial, bool]] = {}
+        self._busy: set[str] = set()
+        self._cache: dict[tuple[str, Resources], list[Any]] = defaultdict(list)
+        self._classes: dict[tuple[str, Resources], Any] = {}
+        self.actors_started = 0
+
+    # -- decisions -------------------------------------------------------------------
+    def apply(self, decisions: list[Decision]) -> list[_Event]:
+        """Carry out ``decisions`` in order; returns errors they raised as events."""
+        errors: list[_Event] = []
+        for decision in decisions:
+            try:
+                getattr(self, f"_do_{decision.kind}")(decision)
+            except Exception as exc:
+                errors.append(_Event(decision.trial, [], _format(exc)))
+        return errors
+
+    def _trial_info(self, trial: Trial) -> dict[str, Any]:
+        return {"trial_id": trial.trial_id, "trial_name": str(trial), "logdir": trial.logdir}
+
+    def _actor_class(self, key: tuple[str, Resources]) -> Any:
+        cls = self._classes.get(key)
+        if cls is None:
+            res = key[1]
+            custom = dict(res.custom_resources)
+            options: dict[str, Any] = {"num_cpus": res.cpu, "num_gpus": res.gpu}
+            if custom:
+                options["resources"] = custom
+            cls = rayfield.remote(**options)(get_trainable_cls(key[0]))
+            self._classes[key] = cls
+        return cls
+
+    def _new_actor(self, trial: Trial, key: tuple[str, Resources]) -> Any:
+        for other, handles in list(self._cache.items()):
+            if other != key:  # cached actors hold resources another shape may need
+                for handle in handles:
+                    _kill(handle)
+                del self._cache[other]
+        cls = self._actor_class(key)
+        self.actors_started += 1
+        if issubclass(get_trainable_cls(key[0]), Trainable):
+            return cls.remote(config=trial.config, trial_info=self._trial_info(trial))
+        return cls.remote(config=trial.config)
+
+    def _do_start(self, d: Decision) -> None:
+        trial = d.trial
+        key = (trial.trainable_name, trial.resources)
+        handle = None
+        if (
+            self.reuse_actors
+            and self._cache.get(key)
+            and _supports_reset(get_trainable_cls(trial.trainable_name))
+        ):
+            handle = self._cache[key].pop()
+            ok = handle.reset.remote(trial.config, self._trial_info(trial))
+            # A function trainable always takes the new trial: no need to wait for it.
+            if not issubclass(get_trainable_cls(trial.trainable_name), FunctionTrainable) and (
+                not rayfield.get(ok)
+            ):
+                _kill(handle)
+                handle = None
+        if handle is None:
+            handle = self._new_actor(trial, key)
+        self._actors[trial.trial_id] = handle
+        self._keys[trial.trial_id] = key
+        blob = self._blob(d.checkpoint)
+        if blob is None and trial.restore_path and not trial.last_result:
+            blob = read_checkpoint_dir(trial.restore_path)
+        if blob is not None:
+            handle.restore_from_object.remote(blob)
+        self._train(trial)
+
+    def _blob(self, checkpoint: TrialCheckpoint | None) -> Any:
+        if checkpoint is None or checkpoint.value is None:
+            return None
+        if isinstance(checkpoint.value, str):
+            return read_checkpoint_dir(checkpoint.value)
+        return checkpoint.value
+
+    def _train(self, trial: Trial) -> None:
+        if trial.trial_id in self._busy:
+            return  # a buffered call is already running for this trial
+        handle = self._actors[trial.trial_id]
+        if self.buffer_results > 1:
+            ref = handle.train_buffered.remote(
+                self.buffer_results, self.buffer_time_s, trial.stopping_criterion
+            )
+        else:
+            ref = handle.train.remote()
+        self._inflight[ref] = (trial, self.buffer_results > 1)
+        self._busy.add(trial.trial_id)
+
+    def _do_continue(self, d: Decision) -> None:
+        # Results come in batches: a later result of the batch may have ended the trial.
+        if d.trial.status == Trial.RUNNING and d.trial.trial_id in self._actors:
+            self._train(d.trial)
+
+    def _release(self, trial: Trial, error: bool) -> None:
+        handle = self._actors.pop(trial.trial_id, None)
+        key = self._keys.pop(trial.trial_id, None)
+        busy = trial.trial_id in self._busy
+        self._busy.discard(trial.trial_id)
+        for ref, (t, _) in list(self._inflight.items()):
+            if t is trial:
+                del self._inflight[ref]
+        if handle is None:
+            return
+        if error or busy or key is None:
+            _kill(handle)
+            return
+        handle.stop.remote()
+        if self.reuse_actors and _supports_reset(get_trainable_cls(key[0])):
+            self._cache[key].append(handle)
+        else:
+            _kill(handle)
+
+    def _do_stop(self, d: Decision) -> None:
+        self._release(d.trial, d.error)
+
+    def _do_pause(self, d: Decision) -> None:
+        handle = self._actors.get(d.trial.trial_id)
+        if handle is not None and d.checkpoint is not None:
+            d.checkpoint.value = handle.save_to_object.remote()
+        self._release(d.trial, False)
+
+    def _do_save(self, d: Decision) -> None:
+        handle = self._actors.get(d.trial.trial_id)
+        checkpoint = d.checkpoint
+        if handle is None or checkpoint is None:
+            return
+        ref = handle.save_to_object.remote()
+        if checkpoint.storage == "memory":
+            checkpoint.value = ref
+        else:
+            write_checkpoint_dir(rayfield.get(ref), checkpoint.value)
+
+    def _do_persist(self, d: Decision) -> None:
+        assert d.checkpoint is not None
+        r = d.checkpoint.result
+        meta = {
+            "experiment_id": r.get(R.EXPERIMENT_ID, ""),
+            "iteration": r.get(R.TRAINING_ITERATION, 0),
+            "timesteps_total": r.get(R.TIMESTEPS_TOTAL),
+            "time_total": r.get(R.TIME_TOTAL_S, 0.0),
+            "episodes_total": r.get(R.EPISODES_TOTAL),
+            "saved_as_dict": False,
+            "relpath": ".",
+        }
+        write_checkpoint_dir({"files": d.data["files"], "meta": meta}, d.checkpoint.value)
+
+    def _do_delete(self, d: Decision) -> None:
+        if d.checkpoint is not None and isinstance(d.checkpoint.value, str):
+            shutil.rmtree(d.checkpoint.value, ignore_errors=True)
+
+    def _do_reset(self, d: Decision) -> None:
+        trial = d.trial
+        handle = self._actors.get(trial.trial_id)
+        if handle is None:
+            return
+        blob = self._blob(d.checkpoint)
+        ok = _supports_reset(get_trainable_cls(trial.trainable_name)) and rayfield.get(
+            handle.reset.remote(trial.config, self._trial_info(trial))
+        )
+        if not ok:
+            _kill(handle)
+            handle = self._new_actor(trial, self._keys[trial.trial_id])
+            self._actors[trial.trial_id] = handle
+        if blob is not None:
+            handle.restore_from_object.remote(blob)
+
+    # -- results ---------------------------------------------------------------------
+    def poll(self, timeout_s: float) -> list[_Event]:
+        """Results of every call finished within ``timeout_s`` (at least one if any)."""
+        refs = list(self._inflight)
+        if not refs:
+            return []
+        ready, _ = rayfield.wait(refs, num_returns=1, timeout=timeout_s)
+        if not ready:
+            return []
+        if len(refs) > 1:
+            ready, _ = rayfield.wait(refs, num_returns=len(refs), timeout=0)
+        started = time.perf_counter()
+        try:
+            values = rayfield.get(ready)
+        except Exception:
+            values = None
+        fetched = time.perf_counter() - started
+        events = []
+        for i, ref in enumerate(ready):
+            trial, buffered = self._inflight.pop(ref)
+            self._busy.discard(trial.trial_id)
+            try:
+                value = values[i] if values is not None else rayfield.get(ref)
+            except Exception as exc:
+                events.append(_Event(trial, [], _format(exc)))
+                continue
+            events.append(_Event(trial, value if buffered else [value], None))
+        count = sum(len(e.results) for e in events) or 1
+        for event in events:
+            event.fetch_s = fetched / count
+        return events
+
+    def has_running(self) -> bool:
+        return bool(self._inflight)
+
+    def shutdown(self) -> None:
+        """End every actor this executor started."""
+        for handle in self._actors.values():
+            _kill(handle)
+        for handles in self._cache.values():
+            for handle in handles:
+                _kill(handle)
+        self._actors.clear()
+        self._cache.clear()
+        self._inflight.clear()
+        self._busy.clear()
+
+
+def _kill(handle: Any) -> None:
+    try:
+        rayfield.kill(handle)
+    except Exception:
+        pass
+
+
+def _format(exc: BaseException) -> str:
+    import traceback
+
+    text = str(exc)
+    if not text or "Traceback" not in text:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text

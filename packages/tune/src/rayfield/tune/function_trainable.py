@@ -1,0 +1,178 @@
+"""Function trainables: ``def f(config)`` / ``def f(config, reporter)`` run as a Trainable.
+
+The function runs on a daemon thread of the trial's actor; each ``train()`` call lets it
+run to its next report (see :mod:`rayfield.tune.session`). When it returns, the trial ends:
+a returned dict is its last result, else the last report is marked final.
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+import tempfile
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from rayfield.tune import result as R
+from rayfield.tune import session as S
+from rayfield.tune.checkpoint import Checkpoint, pack_directory, unpack_directory
+from rayfield.tune.error import TuneError
+from rayfield.tune.trainable import Trainable
+
+__all__ = ["FunctionTrainable", "wrap_function"]
+
+_JOIN_TIMEOUT_S = 10.0
+
+
+class FunctionTrainable(Trainable):
+    """A Trainable that runs ``_function`` on a thread, one report per iteration."""
+
+    _function: Callable[..., Any]
+    _takes_reporter: bool = False
+    _takes_config: bool = True
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self._thread: threading.Thread | None = None
+        self._session: S._Session | None = None
+        self._restore_ckpt: Checkpoint | None = None
+        self._last_ckpt_files: dict[str, bytes] | None = None
+        self._finished = False
+
+    def _start(self) -> None:
+        info = {"trial_id": self.trial_id, "trial_name": self.trial_name, "logdir": self.logdir}
+        session = S._Session(info, self._restore_ckpt)
+        self._session = session
+        config = dict(self.config)
+        fn = self._function
+
+        def run() -> None:
+            S._set_session(session)
+            try:
+                if self._takes_reporter:
+                    out = fn(config, S.StatusReporter())
+                elif self._takes_config:
+                    out = fn(config)
+                else:
+                    out = fn()
+                session.results.put(("end", out if isinstance(out, dict) else None))
+            except StopIteration:
+                session.results.put(("end", None))
+            except BaseException:
+                session.results.put(("error", traceback.format_exc()))
+
+        S._set_session(session)  # for get_checkpoint() in the actor's main thread too
+        self._thread = threading.Thread(target=run, daemon=True, name=f"trial-{self.trial_id}")
+        self._thread.start()
+
+    def step(self) -> dict[str, Any]:
+        if self._finished:
+            return {R.DONE: True}
+        if self._thread is None:
+            self._start()
+        else:
+            assert self._session is not None
+            self._session.resume.release()
+        assert self._session is not None
+        kind, payload = self._session.results.get()
+        if kind == "result":
+            ckpt = payload.get(S.CHECKPOINT_KEY)
+            if ckpt is not None:
+                self._last_ckpt_files = ckpt["files"]
+            return dict(payload)
+        self._finished = True
+        if kind == "error":
+            raise TuneError(f"Trial raised an exception. Traceback:\n{payload}")
+        if payload is not None:
+            return {**payload, R.DONE: True}
+        return {"__duplicate__": True, R.DONE: True}
+
+    def train(self) -> dict[str, Any]:
+        result = super().train()
+        if result.get("__duplicate__"):
+            # The function ended without a new report: not a new iteration.
+            self._iteration -= 1
+            self._iterations_since_restore -= 1
+        return result
+
+    def save_checkpoint(self, checkpoint_dir: str) -> Any:
+        if self._last_ckpt_files is None:
+            raise TuneError(
+                "this function trainable has not reported a checkpoint: pass "
+                "checkpoint=tune.Checkpoint.from_directory(...) to tune.report() so that "
+                "Tune can save, pause or restart it"
+            )
+        unpack_directory(self._last_ckpt_files, checkpoint_dir)
+        return None
+
+    def load_checkpoint(self, checkpoint: Any) -> None:
+        self._end_thread()
+        path = tempfile.mkdtemp(prefix="tune-restored-")
+        shutil.copytree(checkpoint, path, dirs_exist_ok=True)
+        self._restore_ckpt = Checkpoint(path)
+        self._last_ckpt_files = pack_directory(path)
+        self._thread = None
+        self._finished = False
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        self._end_thread()
+        self.setup(new_config)
+        return True
+
+    def cleanup(self) -> None:
+        self._end_thread()
+
+    def _end_thread(self) -> None:
+        session, thread = self._session, self._thread
+        if session is None or thread is None or not thread.is_alive():
+            return
+        session.stopping = True
+        session.resume.release()
+        # Drain so that a report blocked on a full queue can see the stop.
+        while thread.is_alive():
+            try:
+                session.results.get(timeout=0.05)
+            except Exception:
+                pass
+            thread.join(timeout=0.05)
+            if not thread.is_alive():
+                break
+        S._set_session(None)
+
+
+def _arity(fn: Callable[..., Any]) -> tuple[bool, bool]:
+    """(takes_config, takes_reporter) for ``fn``."""
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            and p.default is inspect.Parameter.empty
+        ]
+    except (TypeError, ValueError):
+        return True, False
+    if len(params) >= 2:
+        return True, True
+    return len(params) == 1, False
+
+
+def wrap_function(fn: Callable[..., Any], name: str | None = None) -> type[FunctionTrainable]:
+    """A FunctionTrainable subclass that runs ``fn``.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    if not callable(fn):
+        raise TypeError(f"a function trainable must be callable, got {type(fn).__name__}")
+    takes_config, takes_reporter = _arity(fn)
+    cls_name = name or getattr(fn, "__name__", "func")
+    attrs = {
+        "_function": staticmethod(fn),
+        "_takes_config": takes_config,
+        "_takes_reporter": takes_reporter,
+        "__module__": __name__,
+    }
+    cls = type(str(cls_name), (FunctionTrainable,), attrs)
+    cls.__qualname__ = cls.__name__
+    return cls

@@ -1,0 +1,403 @@
+"""``TrialRunner``: the experiment's state machine, with no processes in it.
+
+Events go in (:meth:`TrialRunner.on_trial_result`, :meth:`~TrialRunner.on_trial_error`,
+:meth:`~TrialRunner.set_cluster_resources`); decisions come out of
+:meth:`TrialRunner.step` as :class:`Decision` objects (start, continue, pause, stop, save,
+restore, reset) for an executor to carry out in order. The runner asks the search algorithm
+for trials, lets the scheduler choose which to run and what to do with each result, keeps
+resource accounting, applies stopping rules, checkpoint policy and failure recovery, and
+tells callbacks (loggers) what happened.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rayfield.tune import result as R
+from rayfield.tune.callback import Callback
+from rayfield.tune.error import TuneError
+from rayfield.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
+from rayfield.tune.search.search_algorithm import SearchAlgorithm
+from rayfield.tune.session import CHECKPOINT_KEY
+from rayfield.tune.stopper import Stopper
+from rayfield.tune.trial import Trial, TrialCheckpoint
+
+__all__ = ["Decision", "TrialRunner"]
+
+
+@dataclass
+class Decision:
+    """One thing for the executor to do.
+
+    ``kind`` is one of:
+
+    * ``"start"``: start ``trial`` (restoring ``checkpoint`` if set) and train it;
+    * ``"continue"``: run the next iteration of ``trial``;
+    * ``"pause"``: save ``checkpoint`` (memory) from ``trial``, then release its actor;
+    * ``"stop"``: release ``trial``'s actor (``error``: it failed, do not reuse it);
+    * ``"save"``: save ``checkpoint`` from ``trial`` (memory: set ``checkpoint.value``;
+      disk: write it into the directory ``checkpoint.value``);
+    * ``"persist"``: write the blob ``data`` (reported by a function trainable) into the
+      directory ``checkpoint.value``;
+    * ``"delete"``: delete the disk checkpoint ``checkpoint``;
+    * ``"reset"``: give ``trial``'s actor ``trial.config`` and restore ``checkpoint``.
+    """
+
+    kind: str
+    trial: Trial
+    checkpoint: TrialCheckpoint | None = None
+    error: bool = False
+    data: Any = None
+
+
+class TrialRunner:
+    """The experiment loop as a pure object.
+
+    Args:
+        search_alg: where trials come from.
+        scheduler: decides per result (default FIFO).
+        stopper: a global stopping rule (in addition to each trial's ``stop`` dict).
+        callbacks: told about every trial event (loggers, progress reporters).
+        cluster_resources: ``{"CPU": 2, ...}``, the total the trials may hold.
+        experiment_dir: where schedulers may write logs (PBT's policy files).
+        max_pending: most trials generated ahead of free resources.
+    """
+
+    def __init__(
+        self,
+        search_alg: SearchAlgorithm,
+        scheduler: TrialScheduler | None = None,
+        stopper: Stopper | None = None,
+        callbacks: Sequence[Callback] = (),
+        cluster_resources: dict[str, float] | None = None,
+        experiment_dir: str = "",
+        max_pending: int = 1,
+    ) -> None:
+        self.search_alg = search_alg
+        self.scheduler = scheduler or FIFOScheduler()
+        self.stopper = stopper
+        self.callbacks = list(callbacks)
+        self.experiment_dir = experiment_dir
+        self.max_pending = max_pending
+        self._trials: list[Trial] = []
+        # The trials not finished yet: what every step scans (the others are history).
+        self._unfinished: list[Trial] = []
+        self._by_id: dict[str, Trial] = {}
+        self._total = dict(cluster_resources or {"CPU": 1.0})
+        self._committed: dict[str, float] = {}
+        self._holding: set[str] = set()
+        self._outbox: list[Decision] = []
+        self._stop_all = False
+        self._stop_requests: list[str] = []
+
+    # -- queries (also used by schedulers) ---------------------------------------------
+    def get_trials(self) -> list[Trial]:
+        return list(self._trials)
+
+    def get_trial(self, trial_id: str) -> Trial | None:
+        return self._by_id.get(trial_id)
+
+    def trials_with_status(self, status: str) -> list[Trial]:
+        if status in (Trial.TERMINATED, Trial.ERROR):
+            return [t for t in self._trials if t.status == status]
+        return [t for t in self.unfinished_trials() if t.status == status]
+
+    def unfinished_trials(self) -> list[Trial]:
+        """The trials that are not TERMINATED or ERROR, in the order they came."""
+        self._unfinished = [t for t in self._unfinished if not t.is_finished()]
+        return list(self._unfinished)
+
+    def num_finished(self) -> int:
+        return len(self._trials) - len(self.unfinished_trials())
+
+    def has_resources_for(self, trial: Trial) -> bool:
+        for name, amount in trial.resources.total().items():
+            if self._committed.get(name, 0.0) + amount > self._total.get(name, 0.0) + 1e-9:
+                return False
+        return True
+
+    def fits_cluster(self, trial: Trial) -> bool:
+        return all(
+            amount <= self._total.get(name, 0.0) + 1e-9
+            for name, amount in trial.resources.total().items()
+        )
+
+    def search_finished(self) -> bool:
+        """True once the search algorithm will make no more trials."""
+        return self.search_alg.is_finished()
+
+    def is_finished(self) -> bool:
+        if self._stop_all:
+            return not self.unfinished_trials()
+        return self.search_alg.is_finished() and not self.unfinished_trials()
+
+    # -- events ------------------------------------------------------------------------
+    def set_cluster_resources(self, resources: dict[str, float]) -> None:
+        self._total = dict(resources)
+
+    def add_trial(self, trial: Trial) -> None:
+        """Queue ``trial`` (as PENDING, or as it is when restored from a saved state)."""
+        self._trials.append(trial)
+        if not trial.is_finished():
+            self._unfinished.append(trial)
+        self._by_id[trial.trial_id] = trial
+        if not trial.is_finished():
+            self.scheduler.on_trial_add(self, trial)
+        for cb in self.callbacks:
+            cb.on_trial_add(trial)
+
+    def request_stop_trial(self, trial_id: str) -> None:
+        """Stop a trial at the next step (from a server or a user)."""
+        self._stop_requests.append(trial_id)
+
+    def request_stop_experiment(self) -> None:
+        """Stop every trial at the next step."""
+        self._stop_all = True
+
+    def step(self) -> list[Decision]:
+        """Queue new trials, start those that fit; returns every pending decision.
+
+        Raises:
+            TuneError: a pending trial needs more than the whole cluster has.
+        """
+        for trial_id in self._stop_requests:
+            trial = self._by_id.get(trial_id)
+            if trial is not None and not trial.is_finished():
+                self.stop_trial(trial)
+        self._stop_requests.clear()
+        if self.stopper is not None and self.stopper.stop_all():
+            self._stop_all = True
+        if self._stop_all:
+            for trial in self.unfinished_trials():
+                if not trial.is_finished():
+                    self.stop_trial(trial)
+            return self._drain()
+        while True:
+            self._fill_queue()
+            trial = self.scheduler.choose_trial_to_run(self)
+            if trial is None:
+                break
+            self._start(trial)
+        pending = self.trials_with_status(Trial.PENDING)
+        if pending and not self._holding:
+            for trial in pending:
+                if not self.fits_cluster(trial):
+                    raise TuneError(
+                        f"Insufficient cluster resources to launch trial {trial}: it requests "
+                        f"{trial.resources.total()} but the cluster has only {self._total}. "
+                        "Lower resources_per_trial or add nodes."
+                    )
+        return self._drain()
+
+    def _fill_queue(self) -> None:
+        waiting = len(self.trials_with_status(Trial.PENDING))
+        while waiting < self.max_pending and not self.search_alg.is_finished():
+            trial = self.search_alg.next_trial()
+            if trial is None:
+                return
+            self.add_trial(trial)
+            waiting += 1
+
+    def _drain(self) -> list[Decision]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    def _start(self, trial: Trial) -> None:
+        checkpoint = trial.checkpoint
+        self._hold(trial)
+        trial.status = Trial.RUNNING
+        self._outbox.append(Decision("start", trial, checkpoint))
+        for cb in self.callbacks:
+            cb.on_trial_start(trial)
+
+    def _hold(self, trial: Trial) -> None:
+        if trial.trial_id in self._holding:
+            return
+        self._holding.add(trial.trial_id)
+        for name, amount in trial.resources.total().items():
+            self._committed[name] = self._committed.get(name, 0.0) + amount
+
+    def _release(self, trial: Trial) -> None:
+        if trial.trial_id not in self._holding:
+            return
+        self._holding.discard(trial.trial_id)
+        for name, amount in trial.resources.total().items():
+            self._committed[name] = self._committed.get(name, 0.0) - amount
+
+    def on_trial_result(self, trial: Trial, result: dict[str, Any], fetch_s: float = 0.0) -> None:
+        """Process one result of a running trial (results of other trials are dropped).
+
+        Args:
+            fetch_s: this result's share of the seconds spent fetching it; with the time
+                spent here deciding on it, it becomes the result's ``tune_overhead_s``.
+        """
+        started = time.perf_counter()
+        if trial.status != Trial.RUNNING:
+            return
+        result = dict(result)
+        blob = result.pop(CHECKPOINT_KEY, None)
+        duplicate = result.pop("__duplicate__", False)
+        if duplicate:  # the function ended without a new report: its last one is final
+            result = {**trial.last_result, R.DONE: True}
+        result[R.TRIAL_ID] = trial.trial_id
+        done = bool(result.get(R.DONE)) or self._should_stop(trial, result)
+        if done:
+            result[R.DONE] = True
+            decision = TrialScheduler.STOP
+            self.scheduler.on_trial_complete(self, trial, result)
+            self.search_alg.on_trial_complete(trial.trial_id, result=result)
+        else:
+            decision = self.scheduler.on_trial_result(self, trial, result)
+            self.search_alg.on_trial_result(trial.trial_id, result)
+            if decision == TrialScheduler.STOP:
+                result[R.DONE] = True
+                self.search_alg.on_trial_complete(
+                    trial.trial_id, result=result, early_terminated=True
+                )
+        if not duplicate:
+            result[R.TUNE_OVERHEAD_S] = fetch_s + time.perf_counter() - started
+            trial.update_last_result(result)
+            for cb in self.callbacks:
+                cb.on_trial_result(trial, result)
+        else:
+            trial.last_result = result
+        if blob is not None:
+            self._persist(trial, blob, result)
+        elif trial.should_checkpoint(result) and not duplicate:
+            self._save_to_disk(trial, result)
+        if trial.status != Trial.RUNNING:  # the scheduler already stopped or paused it
+            return
+        if decision == TrialScheduler.STOP:
+            self._finish(trial, Trial.TERMINATED)
+        elif decision == TrialScheduler.PAUSE:
+            self.pause_trial(trial)
+        else:
+            self._outbox.append(Decision("continue", trial))
+
+    def _should_stop(self, trial: Trial, result: dict[str, Any]) -> bool:
+        if trial.stopping_criterion:
+            from rayfield.tune.stopper import DictStopper
+
+            if DictStopper(trial.stopping_criterion)(trial.trial_id, result):
+                return True
+        return self.stopper is not None and self.stopper(trial.trial_id, result)
+
+    def on_trial_error(self, trial: Trial, error: str) -> None:
+        """The trial's actor or its training raised ``error`` (a traceback)."""
+        if trial.is_finished():
+            return
+        trial.num_failures += 1
+        trial.error_msg = error
+        self._release(trial)
+        self._outbox.append(Decision("stop", trial, error=True))
+        for cb in self.callbacks:
+            cb.on_trial_error(trial, error)
+        self.scheduler.on_trial_error(self, trial)
+        if trial.should_recover():
+            trial.status = Trial.PENDING
+            self.scheduler.on_trial_add(self, trial)
+        else:
+            trial.status = Trial.ERROR
+            self.search_alg.on_trial_complete(trial.trial_id, error=True)
+            for cb in self.callbacks:
+                cb.on_trial_complete(trial)
+
+    # -- actions (also used by schedulers) ------------------------------------------------
+    def stop_trial(self, trial: Trial) -> None:
+        """Stop ``trial`` now, whatever its state."""
+        if trial.is_finished():
+            return
+        if trial.status in (Trial.PENDING, Trial.PAUSED):
+            self.scheduler.on_trial_remove(self, trial)
+            self.search_alg.on_trial_complete(trial.trial_id, early_terminated=True)
+        else:
+            self.scheduler.on_trial_complete(self, trial, trial.last_result)
+            self.search_alg.on_trial_complete(trial.trial_id, result=trial.last_result)
+        self._finish(trial, Trial.TERMINATED)
+
+    def _finish(self, trial: Trial, status: str) -> None:
+        was_running = trial.status == Trial.RUNNING
+        trial.status = status
+        self._release(trial)
+        if was_running:
+            self._outbox.append(Decision("stop", trial))
+        for cb in self.callbacks:
+            cb.on_trial_complete(trial)
+
+    def pause_trial(self, trial: Trial) -> None:
+        """Checkpoint ``trial`` in memory and free its resources (RUNNING -> PAUSED)."""
+        checkpoint = TrialCheckpoint("memory", result=dict(trial.last_result))
+        trial.checkpoint = checkpoint
+        trial.status = Trial.PAUSED
+        self._release(trial)
+        self._outbox.append(Decision("pause", trial, checkpoint))
+
+    def unpause_trial(self, trial: Trial) -> None:
+        """PAUSED -> PENDING: the trial runs again when resources allow."""
+        if trial.status == Trial.PAUSED:
+            trial.status = Trial.PENDING
+
+    def save_to_memory(self, trial: Trial) -> TrialCheckpoint:
+        """Checkpoint a running trial in memory; the executor fills ``value``."""
+        checkpoint = TrialCheckpoint("memory", result=dict(trial.last_result))
+        self._outbox.append(Decision("save", trial, checkpoint))
+        return checkpoint
+
+    def reset_trial(
+        self, trial: Trial, new_config: dict[str, Any], new_tag: str, checkpoint: TrialCheckpoint
+    ) -> None:
+        """Give a running trial ``new_config`` and the state in ``checkpoint`` (PBT)."""
+        trial.config = new_config
+        trial.experiment_tag = new_tag
+        trial.checkpoint = checkpoint
+        self._outbox.append(Decision("reset", trial, checkpoint))
+        for cb in self.callbacks:
+            cb.on_trial_reset(trial)
+
+    def _save_to_disk(self, trial: Trial, result: dict[str, Any]) -> None:
+        checkpoint = self._disk_checkpoint(trial, result)
+        if checkpoint is not None:
+            self._outbox.append(Decision("save", trial, checkpoint))
+
+    def _persist(self, trial: Trial, blob: Any, result: dict[str, Any]) -> None:
+        checkpoint = self._disk_checkpoint(trial, result)
+        if checkpoint is not None:
+            self._outbox.append(Decision("persist", trial, checkpoint, data=blob))
+
+    def _disk_checkpoint(self, trial: Trial, result: dict[str, Any]) -> TrialCheckpoint | None:
+        """A new disk checkpoint for ``result``, or None if ``keep_checkpoints_num``
+        keeps better ones; schedules deletion of the one it replaces."""
+        it = int(result.get(R.TRAINING_ITERATION, 0))
+        path = os.path.join(trial.logdir or ".", f"checkpoint_{it:06d}")
+        checkpoint = TrialCheckpoint("disk", path, dict(result))
+        keep = trial.keep_checkpoints_num
+        if keep is not None:
+            score = trial.checkpoint_score(result)
+            kept = trial.disk_checkpoints
+            if score is None:
+                return None
+            if len(kept) >= keep:
+                worst = min(kept, key=lambda c: trial.checkpoint_score(c.result) or -math.inf)
+                if (trial.checkpoint_score(worst.result) or -math.inf) >= score:
+                    return None
+                kept.remove(worst)
+                self._outbox.append(Decision("delete", trial, worst))
+        trial.disk_checkpoints.append(checkpoint)
+        trial.checkpoint = checkpoint
+        return checkpoint
+
+    # -- persistence ------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """The experiment's state for a resume (JSON-able; see :mod:`rayfield.tune.state`)."""
+        from rayfield.tune.state import trial_to_json
+
+        return {
+            "trials": [trial_to_json(t) for t in self._trials],
+            "search_alg": self.search_alg.get_state(),
+            "timestamp": time.time(),
+        }

@@ -1,0 +1,112 @@
+"""``TrialScheduler``: decides, per result, whether a trial continues, pauses or stops.
+
+Call order: ``on_trial_add`` when a trial is queued; ``choose_trial_to_run`` whenever
+resources are free; ``on_trial_result`` per result of a running trial (returns
+``CONTINUE``/``PAUSE``/``STOP``); then one of ``on_trial_complete`` (it ended),
+``on_trial_error`` (it failed) or ``on_trial_remove`` (stopped while paused or pending).
+A scheduler may also stop, unpause, save or reset trials through the runner.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from rayfield.tune.error import TuneError
+
+if TYPE_CHECKING:
+    from rayfield.tune.runner import TrialRunner
+    from rayfield.tune.trial import Trial
+
+__all__ = ["FIFOScheduler", "TrialScheduler"]
+
+
+class TrialScheduler:
+    """Base class of trial schedulers.
+
+    Args:
+        metric: the result key to optimise (default ``episode_reward_mean``, or what
+            ``tune.run(metric=...)`` sets).
+        mode: ``"max"`` or ``"min"``.
+        reward_attr: deprecated; the same as ``metric`` with ``mode="max"``.
+
+    Raises:
+        TuneError: ``mode`` is neither ``"min"`` nor ``"max"``.
+    """
+
+    CONTINUE = "CONTINUE"
+    PAUSE = "PAUSE"
+    STOP = "STOP"
+
+    def __init__(
+        self, metric: str | None = None, mode: str | None = None, reward_attr: str | None = None
+    ) -> None:
+        if reward_attr is not None:
+            warnings.warn(
+                "reward_attr is deprecated: use metric and mode", DeprecationWarning, stacklevel=3
+            )
+            metric, mode = reward_attr, "max"
+        if mode not in (None, "min", "max"):
+            raise TuneError(f"mode must be 'min' or 'max', got {mode!r}")
+        self.metric = metric
+        self.mode = mode
+
+    def set_search_properties(self, metric: str | None, mode: str | None) -> bool:
+        if self.metric is None:
+            self.metric = metric
+        if self.mode is None:
+            self.mode = mode
+        return True
+
+    def _resolved(self) -> tuple[str, str]:
+        return self.metric or "episode_reward_mean", self.mode or "max"
+
+    def score(self, result: dict[str, Any]) -> float | None:
+        """``result[metric]`` signed so that larger is better; None when missing."""
+        metric, mode = self._resolved()
+        value = result.get(metric)
+        if value is None:
+            return None
+        return -float(value) if mode == "min" else float(value)
+
+    def on_trial_add(self, runner: TrialRunner, trial: Trial) -> None:
+        pass
+
+    def on_trial_error(self, runner: TrialRunner, trial: Trial) -> None:
+        pass
+
+    def on_trial_result(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> str:
+        return self.CONTINUE
+
+    def on_trial_complete(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> None:
+        pass
+
+    def on_trial_remove(self, runner: TrialRunner, trial: Trial) -> None:
+        pass
+
+    def choose_trial_to_run(self, runner: TrialRunner) -> Trial | None:
+        """The first PENDING trial that fits, else the first PAUSED one."""
+        from rayfield.tune.trial import Trial
+
+        for status in (Trial.PENDING, Trial.PAUSED):
+            for trial in runner.trials_with_status(status):
+                if runner.has_resources_for(trial):
+                    return trial
+        return None
+
+    def debug_string(self) -> str:
+        return f"Using {type(self).__name__}."
+
+    def buffers_results(self) -> bool:
+        """True when decisions per result do not matter (results may come in batches)."""
+        return False
+
+
+class FIFOScheduler(TrialScheduler):
+    """Runs trials in the order they come, never stops or pauses one."""
+
+    def debug_string(self) -> str:
+        return "Using FIFO scheduling algorithm."
+
+    def buffers_results(self) -> bool:
+        return True

@@ -1,0 +1,159 @@
+"""The experiment's state on disk: ``experiment_state.json``, written atomically.
+
+It holds every trial (config, status, last result, disk checkpoints, failures) and the
+search algorithm's position, so ``resume=True`` (or ``Tuner.restore``) continues a killed
+experiment: finished trials stay finished, the others restart from their last disk
+checkpoint, and no new trial repeats one already made.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from typing import Any
+
+from rayfield.tune.trial import Resources, Trial, TrialCheckpoint
+
+__all__ = ["STATE_FILE", "load_state", "trial_from_json", "trial_to_json", "write_state"]
+
+STATE_FILE = "experiment_state.json"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if hasattr(value, "item"):  # numpy scalars
+        try:
+            return _jsonable(value.item())
+        except Exception:
+            pass
+    return repr(value)
+
+
+def trial_to_json(trial: Trial) -> dict[str, Any]:
+    """A trial as plain JSON data (memory checkpoints are left out)."""
+    disk = [c for c in trial.disk_checkpoints if isinstance(c.value, str)]
+    current = (
+        trial.checkpoint
+        if trial.checkpoint is not None and trial.checkpoint.storage == "disk"
+        else None
+    )
+    return {
+        "trial_id": trial.trial_id,
+        "trainable_name": trial.trainable_name,
+        "config": _jsonable(trial.config),
+        "experiment_tag": trial.experiment_tag,
+        "local_dir": trial.local_dir,
+        "logdir": trial.logdir,
+        "custom_trial_name": trial.custom_trial_name,
+        "resources": _jsonable(trial.resources.__dict__),
+        "stopping_criterion": _jsonable(trial.stopping_criterion),
+        "checkpoint_freq": trial.checkpoint_freq,
+        "checkpoint_at_end": trial.checkpoint_at_end,
+        "keep_checkpoints_num": trial.keep_checkpoints_num,
+        "checkpoint_score_attr": trial.checkpoint_score_attr,
+        "max_failures": trial.max_failures,
+        "status": trial.status,
+        "last_result": _jsonable(trial.last_result),
+        "last_update_time": trial.last_update_time,
+        "num_failures": trial.num_failures,
+        "error_msg": trial.error_msg,
+        "error_file": trial.error_file,
+        "evaluated_params": _jsonable(trial.evaluated_params),
+        "checkpoints": [{"path": c.value, "result": _jsonable(c.result)} for c in disk],
+        "checkpoint": current.value if current else None,
+    }
+
+
+def trial_from_json(data: dict[str, Any], config: dict[str, Any] | None = None) -> Trial:
+    """The trial saved by :func:`trial_to_json`; a RUNNING or PAUSED one becomes PENDING.
+
+    Args:
+        config: the trial's config with its original Python objects, when known (the
+            JSON copy turns non-JSON values into strings).
+    """
+    res = data["resources"]
+    resources = Resources(
+        cpu=res["cpu"],
+        gpu=res["gpu"],
+        extra_cpu=res["extra_cpu"],
+        extra_gpu=res["extra_gpu"],
+        custom_resources=tuple((str(n), float(a)) for n, a in res["custom_resources"]),
+        extra_custom_resources=tuple((str(n), float(a)) for n, a in res["extra_custom_resources"]),
+    )
+    trial = Trial(
+        data["trainable_name"],
+        config=config if config is not None else data["config"],
+        trial_id=data["trial_id"],
+        experiment_tag=data["experiment_tag"],
+        local_dir=data["local_dir"],
+        resources=resources,
+        stopping_criterion=data["stopping_criterion"],
+        checkpoint_freq=data["checkpoint_freq"],
+        checkpoint_at_end=data["checkpoint_at_end"],
+        keep_checkpoints_num=data["keep_checkpoints_num"],
+        checkpoint_score_attr=data["checkpoint_score_attr"],
+        max_failures=data["max_failures"],
+        evaluated_params=data.get("evaluated_params"),
+    )
+    trial.logdir = data["logdir"]
+    trial.custom_trial_name = data.get("custom_trial_name")
+    status = data["status"]
+    trial.status = Trial.PENDING if status in (Trial.RUNNING, Trial.PAUSED) else status
+    trial.last_result = data["last_result"]
+    trial.last_update_time = data["last_update_time"]
+    trial.num_failures = data["num_failures"]
+    trial.error_msg = data["error_msg"]
+    trial.error_file = data["error_file"]
+    trial.disk_checkpoints = [
+        TrialCheckpoint("disk", c["path"], c["result"])
+        for c in data["checkpoints"]
+        if os.path.isdir(c["path"])
+    ]
+    if data.get("checkpoint") and os.path.isdir(data["checkpoint"]):
+        trial.checkpoint = next(
+            (c for c in trial.disk_checkpoints if c.value == data["checkpoint"]),
+            TrialCheckpoint("disk", data["checkpoint"], {}),
+        )
+    return trial
+
+
+def write_state(experiment_dir: str, state: dict[str, Any]) -> str:
+    """Write ``state`` to ``<experiment_dir>/experiment_state.json`` atomically.
+
+    The JSON goes to a temporary file in the same directory, is flushed to disk, then
+    renamed over the old file: a reader (or a resume after a kill) sees the old or the new
+    state, never a partial one.
+    """
+    os.makedirs(experiment_dir, exist_ok=True)
+    target = os.path.join(experiment_dir, STATE_FILE)
+    fd, tmp = tempfile.mkstemp(prefix=".experiment_state-", dir=experiment_dir)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(_jsonable(state), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def load_state(experiment_dir: str) -> dict[str, Any] | None:
+    """The state written by :func:`write_state`, or None when there is none."""
+    path = os.path.join(experiment_dir, STATE_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        data: dict[str, Any] = json.load(f)
+    return data

@@ -1,0 +1,419 @@
+"""The class API: ``Trainable`` with the classic and the modern hooks.
+
+Tune calls ``train()`` once per iteration; it runs the user's ``step()`` (classic
+``_train()``) and fills in the fields of :mod:`rayfield.tune.result`. ``save_to_object``
+and ``restore_from_object`` move a checkpoint as a blob (see :mod:`rayfield.tune.checkpoint`),
+so the driver stores it and any actor can restore it.
+
+Hook pairs (a subclass overrides either spelling):
+
+========================  ========================
+modern                    classic
+========================  ========================
+``setup(config)``         ``_setup(config)``
+``step()``                ``_train()``
+``save_checkpoint(dir)``  ``_save(dir)``
+``load_checkpoint(c)``    ``_restore(c)``
+``cleanup()``             ``_stop()``
+``reset_config(config)``  ``reset_config(config)``
+========================  ========================
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import shutil
+import socket
+import tempfile
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+from rayfield.tune import result as R
+from rayfield.tune.checkpoint import (
+    _DICT_FILE,
+    METADATA_FILE,
+    pack_directory,
+    unpack_directory,
+)
+from rayfield.tune.error import TuneError
+
+__all__ = ["Trainable"]
+
+
+def _overrides(obj: Any, name: str) -> bool:
+    return getattr(type(obj), name) is not getattr(Trainable, name)
+
+
+class Trainable:
+    """Base class of class-based trainables (``tune.Trainable``).
+
+    Args:
+        config: the trial's hyperparameters; the hooks get a deep copy.
+        logger_creator: accepted for compatibility; logging is done by the driver.
+        trial_info: ``{"trial_id", "trial_name", "logdir"}``, set by Tune.
+
+    Raises:
+        NotImplementedError: (from ``train``) neither ``step`` nor ``_train`` is defined.
+    """
+
+    def __init__(
+        self,
+        config: dict[str, Any] | None = None,
+        logger_creator: Any = None,
+        trial_info: dict[str, Any] | None = None,
+    ) -> None:
+        self.config: dict[str, Any] = dict(config or {})
+        info = trial_info or {}
+        self._trial_id: str = info.get("trial_id", "default")
+        self._trial_name: str = info.get("trial_name", "default")
+        self._logdir: str = info.get("logdir") or tempfile.mkdtemp(prefix="tune-trainable-")
+        self._enter_logdir()
+        self._experiment_id = uuid.uuid4().hex
+        self._reset_counters()
+        self._setup_hook(copy.deepcopy(self.config))
+
+    # -- bookkeeping ---------------------------------------------------------------
+    def _reset_counters(self) -> None:
+        self._iteration = 0
+        self._time_total = 0.0
+        self._timesteps_total: int | None = None
+        self._episodes_total: int | None = None
+        self._restored_counters()
+
+    def _restored_counters(self) -> None:
+        self._time_since_restore = 0.0
+        self._timesteps_since_restore = 0
+        self._iterations_since_restore = 0
+
+    def _enter_logdir(self) -> None:
+        try:
+            os.makedirs(self._logdir, exist_ok=True)
+            os.chdir(self._logdir)
+        except OSError:  # a driver-side path that this node cannot write
+            pass
+
+    def _setup_hook(self, config: dict[str, Any]) -> None:
+        if _overrides(self, "setup"):
+            self.setup(config)
+        else:
+            self._setup(config)
+
+    @property
+    def logdir(self) -> str:
+        """The trial's directory (also the actor's working directory)."""
+        return self._logdir
+
+    @property
+    def trial_id(self) -> str:
+        return self._trial_id
+
+    @property
+    def trial_name(self) -> str:
+        return self._trial_name
+
+    @property
+    def iteration(self) -> int:
+        """How many times ``train()`` has run (restored with checkpoints)."""
+        return self._iteration
+
+    @property
+    def training_iteration(self) -> int:
+        return self._iteration
+
+    def get_config(self) -> dict[str, Any]:
+        return self.config
+
+    @classmethod
+    def default_resource_request(cls, config: dict[str, Any]) -> Any:
+        """Resources of a trial for ``config`` (None: what ``resources_per_trial`` says)."""
+        return None
+
+    @classmethod
+    def resource_help(cls, config: dict[str, Any]) -> str:
+        return ""
+
+    # -- the driver's calls -----------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        """Run one iteration and return its result with the auto-filled fields.
+
+        Raises:
+            TuneError: the step returned something other than a dict.
+        """
+        start = time.time()
+        out = self.step() if _overrides(self, "step") else self._train()
+        if not isinstance(out, dict):
+            raise TuneError(
+                f"{type(self).__name__}.step() must return a dict of metrics, got "
+                f"{type(out).__name__}"
+            )
+        return self._fill(dict(out), time.time() - start)
+
+    def _fill(self, result: dict[str, Any], elapsed_s: float) -> dict[str, Any]:
+        self._iteration += 1
+        self._iterations_since_restore += 1
+        took = result.get(R.TIME_THIS_ITER_S)
+        took = float(took) if took is not None else elapsed_s
+        self._time_total += took
+        self._time_since_restore += took
+        if result.get(R.TIMESTEPS_THIS_ITER) is not None:
+            steps = int(result[R.TIMESTEPS_THIS_ITER])
+            self._timesteps_total = (self._timesteps_total or 0) + steps
+            self._timesteps_since_restore += steps
+        if result.get(R.EPISODES_THIS_ITER) is not None:
+            self._episodes_total = (self._episodes_total or 0) + int(result[R.EPISODES_THIS_ITER])
+        if result.get(R.MEAN_LOSS):
+            result.setdefault(R.NEG_MEAN_LOSS, -result[R.MEAN_LOSS])
+        now = datetime.today()
+        result.setdefault(R.DONE, False)
+        result.setdefault(R.TRAINING_ITERATION, self._iteration)
+        result.setdefault(R.TIMESTEPS_TOTAL, self._timesteps_total)
+        result.setdefault(R.EPISODES_TOTAL, self._episodes_total)
+        result.update(
+            {
+                R.TIME_THIS_ITER_S: took,
+                R.TIME_TOTAL_S: self._time_total,
+                R.EXPERIMENT_ID: self._experiment_id,
+                R.DATE: now.strftime("%Y-%m-%d_%H-%M-%S"),
+                R.TIMESTAMP: int(time.mktime(now.timetuple())),
+                R.PID: os.getpid(),
+                R.HOSTNAME: socket.gethostname(),
+                R.NODE_IP: _node_ip(),
+                R.CONFIG: self.config,
+                R.TIME_SINCE_RESTORE: self._time_since_restore,
+                R.TIMESTEPS_SINCE_RESTORE: self._timesteps_since_restore,
+                R.ITERATIONS_SINCE_RESTORE: self._iterations_since_restore,
+            }
+        )
+        return result
+
+    def train_buffered(
+        self, max_results: int, max_time_s: float, stop: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Up to ``max_results`` iterations in one call.
+
+        Returns early after ``max_time_s`` seconds, on a done result, or when a result
+        reaches one of the ``stop`` thresholds (``{metric: value}``).
+        """
+        deadline = time.time() + max_time_s
+        results = [self.train()]
+        while len(results) < max_results and not results[-1].get(R.DONE):
+            last = results[-1]
+            if time.time() >= deadline or any(
+                k in last and last[k] >= v for k, v in (stop or {}).items()
+            ):
+                break
+            results.append(self.train())
+        return results
+
+    def save_to_object(self) -> dict[str, Any]:
+        """Save the state; returns a blob ``{"files": ..., "meta": ...}``."""
+        tmp = tempfile.mkdtemp(prefix="tune-save-")
+        try:
+            saved = self._save_hook(tmp)
+            if isinstance(saved, dict):
+                with open(os.path.join(tmp, _DICT_FILE), "wb") as f:
+                    pickle.dump(saved, f)
+                rel: str | None = None
+            elif isinstance(saved, str):
+                full = os.path.abspath(saved)
+                if full != os.path.abspath(tmp) and not full.startswith(
+                    os.path.abspath(tmp) + os.sep
+                ):
+                    raise ValueError(
+                        f"the checkpoint path {saved} returned by save must be inside the "
+                        f"checkpoint_dir {tmp} Tune gave"
+                    )
+                rel = os.path.relpath(full, tmp)
+            elif saved is None:
+                rel = "."
+            else:
+                raise ValueError(
+                    f"save must return a dict, a path inside checkpoint_dir or None, got "
+                    f"{type(saved).__name__}"
+                )
+            return {"files": pack_directory(tmp), "meta": self._metadata(rel)}
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _metadata(self, rel: str | None) -> dict[str, Any]:
+        return {
+            "experiment_id": self._experiment_id,
+            "iteration": self._iteration,
+            "timesteps_total": self._timesteps_total,
+            "time_total": self._time_total,
+            "episodes_total": self._episodes_total,
+            "saved_as_dict": rel is None,
+            "relpath": rel,
+        }
+
+    def restore_from_object(self, blob: dict[str, Any]) -> None:
+        """Restore the state saved by :meth:`save_to_object` (on any actor)."""
+        tmp = tempfile.mkdtemp(prefix="tune-restore-")
+        try:
+            unpack_directory(blob["files"], tmp)
+            meta = blob["meta"]
+            self._experiment_id = meta["experiment_id"]
+            self._iteration = meta["iteration"]
+            self._timesteps_total = meta["timesteps_total"]
+            self._time_total = meta["time_total"]
+            self._episodes_total = meta["episodes_total"]
+            self._restored_counters()
+            if meta["saved_as_dict"]:
+                with open(os.path.join(tmp, _DICT_FILE), "rb") as f:
+                    arg: Any = pickle.load(f)
+            else:
+                arg = os.path.normpath(os.path.join(tmp, meta["relpath"]))
+            self._restore_hook(arg)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def save(self, checkpoint_dir: str | None = None) -> str:
+        """Save to ``<checkpoint_dir or logdir>/checkpoint_<iteration>/``; returns that dir."""
+        target = os.path.join(checkpoint_dir or self._logdir, f"checkpoint_{self._iteration}")
+        blob = self.save_to_object()
+        unpack_directory(blob["files"], target)
+        with open(os.path.join(target, METADATA_FILE), "wb") as f:
+            pickle.dump(blob["meta"], f)
+        return target
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Restore from a directory written by :meth:`save` (or by the driver).
+
+        Raises:
+            FileNotFoundError: no Tune metadata in ``checkpoint_path``.
+        """
+        path = (
+            checkpoint_path if os.path.isdir(checkpoint_path) else os.path.dirname(checkpoint_path)
+        )
+        self.restore_from_object(read_checkpoint_dir(path))
+
+    def delete_checkpoint(self, checkpoint_path: str) -> None:
+        path = (
+            checkpoint_path if os.path.isdir(checkpoint_path) else os.path.dirname(checkpoint_path)
+        )
+        shutil.rmtree(path, ignore_errors=True)
+
+    def export_model(self, export_formats: Any, export_dir: str | None = None) -> dict[str, str]:
+        """Export the model in ``export_formats`` (a str or list) through ``_export_model``."""
+        formats = [export_formats] if isinstance(export_formats, str) else list(export_formats)
+        return self._export_model(formats, export_dir or self._logdir)
+
+    def reset(self, new_config: dict[str, Any], trial_info: dict[str, Any]) -> bool:
+        """Take another trial on this actor (``reuse_actors``); False when unsupported."""
+        if not self.reset_config(copy.deepcopy(new_config)):
+            return False
+        self.config = dict(new_config)
+        self._trial_id = trial_info.get("trial_id", self._trial_id)
+        self._trial_name = trial_info.get("trial_name", self._trial_name)
+        self._logdir = trial_info.get("logdir") or self._logdir
+        self._enter_logdir()
+        self._experiment_id = uuid.uuid4().hex
+        self._reset_counters()
+        return True
+
+    def stop(self) -> None:
+        """End the trial: runs ``cleanup()`` (classic ``_stop()``)."""
+        if _overrides(self, "cleanup"):
+            self.cleanup()
+        else:
+            self._stop()
+
+    def get_info(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "node_ip": _node_ip()}
+
+    # -- hooks -------------------------------------------------------------------------
+    def _save_hook(self, checkpoint_dir: str) -> Any:
+        if _overrides(self, "save_checkpoint"):
+            return self.save_checkpoint(checkpoint_dir)
+        return self._save(checkpoint_dir)
+
+    def _restore_hook(self, checkpoint: Any) -> None:
+        if _overrides(self, "load_checkpoint"):
+            self.load_checkpoint(checkpoint)
+        else:
+            self._restore(checkpoint)
+
+    def setup(self, config: dict[str, Any]) -> None:
+        """Build the model from ``config`` (a copy of ``self.config``)."""
+
+    def _setup(self, config: dict[str, Any]) -> None:
+        """Classic spelling of :meth:`setup`."""
+
+    def step(self) -> dict[str, Any]:
+        """One iteration of training; returns its metrics (``done=True`` ends the trial)."""
+        raise NotImplementedError
+
+    def _train(self) -> dict[str, Any]:
+        """Classic spelling of :meth:`step`."""
+        raise NotImplementedError(f"{type(self).__name__} must define step() or _train()")
+
+    def save_checkpoint(self, checkpoint_dir: str) -> Any:
+        """Write the state into ``checkpoint_dir``; return None, a path inside it, or a dict."""
+        raise NotImplementedError(f"{type(self).__name__} cannot save: define save_checkpoint")
+
+    def _save(self, checkpoint_dir: str) -> Any:
+        """Classic spelling of :meth:`save_checkpoint` (returns a path or a dict)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot save: define save_checkpoint")
+
+    def load_checkpoint(self, checkpoint: Any) -> None:
+        """Restore what :meth:`save_checkpoint` wrote (its dir, path or dict)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restore: define load_checkpoint")
+
+    def _restore(self, checkpoint: Any) -> None:
+        """Classic spelling of :meth:`load_checkpoint`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restore: define load_checkpoint")
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """Apply ``new_config`` in place for a reused actor; return True if done."""
+        return False
+
+    def cleanup(self) -> None:
+        """Release what the trainable holds."""
+
+    def _stop(self) -> None:
+        """Classic spelling of :meth:`cleanup`."""
+
+    def _export_model(self, export_formats: list[str], export_dir: str) -> dict[str, str]:
+        return {}
+
+
+def read_checkpoint_dir(path: str) -> dict[str, Any]:
+    """The blob of a checkpoint directory written by ``Trainable.save`` or the driver.
+
+    Raises:
+        FileNotFoundError: no ``.tune_metadata`` file in ``path``.
+    """
+    meta_file = os.path.join(path, METADATA_FILE)
+    if not os.path.exists(meta_file):
+        raise FileNotFoundError(f"{path} is not a Tune checkpoint (no {METADATA_FILE})")
+    with open(meta_file, "rb") as f:
+        meta = pickle.load(f)
+    files = pack_directory(path)
+    files.pop(METADATA_FILE, None)
+    return {"files": files, "meta": meta}
+
+
+def write_checkpoint_dir(blob: dict[str, Any], path: str) -> str:
+    """Write a blob into ``path`` with its metadata; returns ``path``."""
+    unpack_directory(blob["files"], path)
+    with open(os.path.join(path, METADATA_FILE), "wb") as f:
+        pickle.dump(blob["meta"], f)
+    return path
+
+
+_NODE_IP: str | None = None
+
+
+def _node_ip() -> str:
+    global _NODE_IP
+    if _NODE_IP is None:
+        # rayfield-core's public API has no node-IP accessor: use this host's address.
+        try:
+            _NODE_IP = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            _NODE_IP = "127.0.0.1"
+    return _NODE_IP

@@ -1,0 +1,257 @@
+"""A trial's metadata on the driver: its config, state, results and checkpoints.
+
+``Trial`` is plain data; the runner changes its status and the executor runs it. States:
+PENDING -> RUNNING -> (PAUSED -> PENDING/RUNNING) -> TERMINATED or ERROR.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rayfield.tune import result as R
+from rayfield.tune.error import TuneError
+
+__all__ = ["Resources", "Trial", "TrialCheckpoint"]
+
+_RESOURCE_KEYS = {
+    "cpu",
+    "gpu",
+    "memory",
+    "extra_cpu",
+    "extra_gpu",
+    "custom_resources",
+    "extra_custom_resources",
+}
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one trial holds: ``cpu``/``gpu`` for its actor, ``extra_*`` reserved for
+    actors the trainable starts itself, custom resources by name (fractions allowed)."""
+
+    cpu: float = 1.0
+    gpu: float = 0.0
+    extra_cpu: float = 0.0
+    extra_gpu: float = 0.0
+    custom_resources: tuple[tuple[str, float], ...] = ()
+    extra_custom_resources: tuple[tuple[str, float], ...] = ()
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> Resources:
+        """From a ``resources_per_trial`` dict (``{"cpu": 2, "gpu": 0.5, "custom": 1}``).
+
+        Upper-case ``CPU``/``GPU`` keys (the modern spelling) are accepted; other unknown
+        keys are custom resources.
+
+        Raises:
+            TuneError: a negative amount, or the removed ``driver_cpu_limit`` keys.
+        """
+        if spec is None:
+            return cls()
+        if isinstance(spec, Resources):
+            return spec
+        if not isinstance(spec, dict):
+            raise TuneError(
+                f"resources_per_trial must be a dict such as {{'cpu': 1, 'gpu': 0}}, got "
+                f"{type(spec).__name__}"
+            )
+        values: dict[str, Any] = {}
+        custom = dict(spec.get("custom_resources") or {})
+        for key, amount in spec.items():
+            if key in ("driver_cpu_limit", "driver_gpu_limit"):
+                raise TuneError(f"{key} was removed: use extra_cpu / extra_gpu instead")
+            low = key.lower()
+            if low in ("cpu", "gpu", "extra_cpu", "extra_gpu"):
+                values[low] = float(amount)
+            elif key in ("custom_resources", "extra_custom_resources"):
+                continue
+            else:
+                custom[key] = float(amount)
+        for name, amount in {**values, **custom}.items():
+            if amount < 0:
+                raise TuneError(f"resources_per_trial[{name!r}] must be >= 0, got {amount}")
+        extra = dict(spec.get("extra_custom_resources") or {})
+        return cls(
+            cpu=values.get("cpu", 1.0),
+            gpu=values.get("gpu", 0.0),
+            extra_cpu=values.get("extra_cpu", 0.0),
+            extra_gpu=values.get("extra_gpu", 0.0),
+            custom_resources=tuple(sorted(custom.items())),
+            extra_custom_resources=tuple(sorted(extra.items())),
+        )
+
+    def total(self) -> dict[str, float]:
+        """Everything this trial holds, in the cluster's names (``CPU``, ``GPU``, custom)."""
+        out = {"CPU": self.cpu + self.extra_cpu, "GPU": self.gpu + self.extra_gpu}
+        for name, amount in (*self.custom_resources, *self.extra_custom_resources):
+            out[name] = out.get(name, 0.0) + amount
+        return {k: v for k, v in out.items() if v}
+
+    def summary_string(self) -> str:
+        return f"{self.cpu + self.extra_cpu:g} CPUs, {self.gpu + self.extra_gpu:g} GPUs"
+
+
+@dataclass
+class TrialCheckpoint:
+    """One checkpoint of a trial.
+
+    Attributes:
+        storage: ``"memory"`` (``value`` is an object ref or a blob) or ``"disk"``
+            (``value`` is a directory on the driver).
+        value: where the checkpoint is; set by the executor for memory checkpoints.
+        result: the result of the iteration it saved.
+    """
+
+    storage: str
+    value: Any = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+class Trial:
+    """One configuration being trained (``tune`` keeps one per sampled config).
+
+    Args:
+        trainable_name: the registered trainable's name.
+        config: the resolved hyperparameters.
+        experiment_tag: ``"<index>_<resolved vars>"``, part of the trial's name.
+        local_dir: the experiment directory.
+        stopping_criterion: ``{metric: threshold}``: stop when any result reaches one.
+        checkpoint_freq: save every N iterations (0: never); ``checkpoint_at_end``: at the end.
+        keep_checkpoints_num: keep the N best disk checkpoints by ``checkpoint_score_attr``
+            (a ``min-`` prefix means smaller is better); None keeps all.
+        max_failures: restarts after errors (-1: unlimited).
+    """
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+
+    def __init__(
+        self,
+        trainable_name: str,
+        config: dict[str, Any] | None = None,
+        trial_id: str | None = None,
+        experiment_tag: str = "",
+        local_dir: str = "",
+        resources: Resources | None = None,
+        stopping_criterion: dict[str, Any] | None = None,
+        checkpoint_freq: int = 0,
+        checkpoint_at_end: bool = False,
+        keep_checkpoints_num: int | None = None,
+        checkpoint_score_attr: str = R.TRAINING_ITERATION,
+        max_failures: int = 0,
+        trial_name_creator: Callable[[Trial], str] | None = None,
+        restore_path: str | None = None,
+        evaluated_params: dict[str, Any] | None = None,
+    ) -> None:
+        self.trainable_name = trainable_name
+        self.config = dict(config or {})
+        self.trial_id = trial_id or uuid.uuid4().hex[:8]
+        self.experiment_tag = experiment_tag
+        self.local_dir = local_dir
+        self.resources = resources or Resources()
+        self.stopping_criterion = dict(stopping_criterion or {})
+        self.checkpoint_freq = checkpoint_freq
+        self.checkpoint_at_end = checkpoint_at_end
+        self.keep_checkpoints_num = keep_checkpoints_num
+        self.checkpoint_score_attr = checkpoint_score_attr
+        self.max_failures = max_failures
+        self.evaluated_params = dict(evaluated_params or {})
+        self.status = Trial.PENDING
+        self.last_result: dict[str, Any] = {}
+        self.metric_analysis: dict[str, dict[str, float]] = {}
+        self.last_update_time = time.time()
+        self.num_failures = 0
+        self.error_msg: str | None = None
+        self.error_file: str | None = None
+        self.checkpoint: TrialCheckpoint | None = None
+        self.disk_checkpoints: list[TrialCheckpoint] = []
+        self.restore_path = restore_path
+        self.custom_trial_name = trial_name_creator(self) if trial_name_creator else None
+        self.logdir = os.path.join(local_dir, self._dirname()) if local_dir else ""
+        # Scheduler-private bookkeeping (PBT's last score, HyperBand's bracket ...).
+        self.scheduler_state: dict[str, Any] = {}
+
+    def _dirname(self) -> str:
+        name = str(self)[:100]
+        return f"{name}_{self.trial_id}".replace("/", "_").replace(os.sep, "_")
+
+    def __str__(self) -> str:
+        if self.custom_trial_name:
+            return self.custom_trial_name
+        name = self.trainable_name
+        env = self.config.get("env")
+        if env:
+            name += "_" + (env.__name__ if isinstance(env, type) else str(env))
+        if self.experiment_tag:
+            name += "_" + self.experiment_tag
+        return name.replace("/", "_")
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def is_finished(self) -> bool:
+        return self.status in (Trial.TERMINATED, Trial.ERROR)
+
+    def should_checkpoint(self, result: dict[str, Any]) -> bool:
+        """True after ``checkpoint_freq`` iterations, or at the end with ``checkpoint_at_end``."""
+        if result.get(R.DONE) and self.checkpoint_at_end:
+            return True
+        it = result.get(R.TRAINING_ITERATION, 0)
+        return bool(self.checkpoint_freq) and it % self.checkpoint_freq == 0
+
+    def should_recover(self) -> bool:
+        return self.max_failures < 0 or self.num_failures <= self.max_failures
+
+    def update_last_result(self, result: dict[str, Any]) -> None:
+        self.last_result = result
+        self.last_update_time = time.time()
+        for key, value in result.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                stats = self.metric_analysis.setdefault(
+                    key, {"max": value, "min": value, "avg": 0.0, "last": value, "count": 0}
+                )
+                stats["max"] = max(stats["max"], value)
+                stats["min"] = min(stats["min"], value)
+                stats["count"] += 1
+                stats["avg"] += (value - stats["avg"]) / stats["count"]
+                stats["last"] = value
+
+    def checkpoint_score(self, result: dict[str, Any]) -> float | None:
+        attr = self.checkpoint_score_attr
+        sign = 1.0
+        if attr.startswith("min-"):
+            attr, sign = attr[4:], -1.0
+        value = result.get(attr)
+        if value is None or value != value:
+            return None
+        return sign * float(value)
+
+    def progress_string(self) -> str:
+        parts = [self.status]
+        if self.num_failures:
+            parts[0] += f", {self.num_failures} failures: {self.error_file}"
+        r = self.last_result
+        if r.get(R.PID):
+            parts.append(f"[pid={r[R.PID]}]")
+        if r.get(R.TIME_TOTAL_S) is not None:
+            parts.append(f"{int(r[R.TIME_TOTAL_S])} s")
+        if r.get(R.TRAINING_ITERATION) is not None:
+            parts.append(f"{r[R.TRAINING_ITERATION]} iter")
+        if r.get(R.TIMESTEPS_TOTAL) is not None:
+            parts.append(f"{r[R.TIMESTEPS_TOTAL]} ts")
+        for key, label in (
+            (R.EPISODE_REWARD_MEAN, "rew"),
+            (R.MEAN_LOSS, "loss"),
+            (R.MEAN_ACCURACY, "acc"),
+        ):
+            if r.get(key) is not None:
+                parts.append(f"{r[key]:.3g} {label}")
+        return ", ".join(parts)

@@ -1,0 +1,391 @@
+"""``tune.run`` and ``tune.run_experiments``: run an experiment to completion.
+
+The driver loop: the :class:`~rayfield.tune.runner.TrialRunner` decides, the
+:class:`~rayfield.tune.executor.ActorExecutor` runs trials as actors and returns their
+results in batches, loggers write each trial's files, and the experiment's state is saved
+atomically (after trial completions, at most every few percent of the run's time, and at
+the end) so that ``resume=True`` continues a killed run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import rayfield
+from rayfield.tune.analysis import ExperimentAnalysis
+from rayfield.tune.callback import Callback
+from rayfield.tune.error import TuneError
+from rayfield.tune.executor import ActorExecutor, _supports_reset
+from rayfield.tune.experiment import Experiment, convert_to_experiment_list
+from rayfield.tune.function_trainable import FunctionTrainable
+from rayfield.tune.logger import LoggerCallback, load_pickled_config
+from rayfield.tune.progress import CLIReporter, status_string
+from rayfield.tune.runner import TrialRunner
+from rayfield.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
+from rayfield.tune.search.search_algorithm import (
+    BasicVariantGenerator,
+    SearchAlgorithm,
+    SearchGenerator,
+)
+from rayfield.tune.search.searcher import Searcher
+from rayfield.tune.state import load_state, trial_from_json, write_state
+from rayfield.tune.stopper import TimeoutStopper, _Combined
+from rayfield.tune.trial import Trial
+
+__all__ = ["run", "run_experiments"]
+
+log = logging.getLogger(__name__)
+_STATUS_INTERVAL_S = 5.0
+_POLL_S = 0.5
+_RESOURCE_REFRESH_S = 2.0
+
+
+def run(
+    run_or_experiment: Any,
+    name: str | None = None,
+    metric: str | None = None,
+    mode: str | None = None,
+    stop: Any = None,
+    time_budget_s: float | None = None,
+    config: dict[str, Any] | None = None,
+    resources_per_trial: Any = None,
+    num_samples: int = 1,
+    local_dir: str | None = None,
+    storage_path: str | None = None,
+    search_alg: SearchAlgorithm | Searcher | None = None,
+    scheduler: TrialScheduler | None = None,
+    keep_checkpoints_num: int | None = None,
+    checkpoint_score_attr: str | None = None,
+    checkpoint_freq: int = 0,
+    checkpoint_at_end: bool = False,
+    verbose: int = 2,
+    loggers: Sequence[Any] | None = None,
+    callbacks: Sequence[Callback] | None = None,
+    trial_name_creator: Callable[[Trial], str] | None = None,
+    max_failures: int = 0,
+    restore: str | None = None,
+    resume: bool | str = False,
+    reuse_actors: bool | None = None,
+    raise_on_failed_trial: bool = True,
+    return_trials: bool = False,
+    max_concurrent_trials: int | None = None,
+    upload_dir: str | None = None,
+    export_formats: Any = None,
+    queue_trials: bool = False,
+    global_checkpoint_period: float | None = None,
+    with_server: bool = False,
+    server_port: int = 4321,
+    ray_auto_init: bool = True,
+    **unsupported: Any,
+) -> Any:
+    """Run one experiment until every trial ends; blocks.
+
+    Args:
+        run_or_experiment: a function (``f(config)``, ``f(config, reporter)``), a
+            Trainable class, a registered name, or an :class:`Experiment`.
+        name: the experiment's directory name (default: the trainable's name).
+        metric, mode: the default metric and ``"min"``/``"max"`` for schedulers,
+            searchers and the returned analysis.
+        stop: ``{metric: threshold}``, ``f(trial_id, result) -> bool`` or a ``Stopper``.
+        time_budget_s: stop the whole experiment after this many seconds.
+        config: the search space.
+        resources_per_trial: ``{"cpu": 1, "gpu": 0, "extra_cpu": 0, <custom>: n}``.
+        num_samples: how often the space is sampled (a grid is repeated).
+        local_dir, storage_path: results root (default ``~/rayfield_results``).
+        search_alg: a SearchAlgorithm or a Searcher (default grid/random search).
+        scheduler: a TrialScheduler (default FIFO).
+        keep_checkpoints_num, checkpoint_score_attr, checkpoint_freq, checkpoint_at_end:
+            the checkpoint policy of every trial.
+        verbose: 0 silent, 1 status table, 2 also results.
+        loggers: Logger classes per trial (default JSON, CSV, TensorBoard if installed).
+        callbacks: more :class:`Callback` objects.
+        trial_name_creator: ``f(trial) -> str``.
+        max_failures: restarts of a failing trial (from its last checkpoint); -1 unlimited.
+        restore: a checkpoint directory the (single) trial starts from.
+        resume: True continues the experiment saved in ``<local_dir>/<name>``;
+            ``"PROMPT"`` asks; False starts afresh.
+        reuse_actors: hand finished trials' actors to new trials (default: on for
+            function trainables and Trainables that define ``reset_config``).
+        raise_on_failed_trial: raise TuneError if a trial ends in ERROR.
+        return_trials: return the list of trials instead of the analysis.
+        max_concurrent_trials: at most this many trials at once.
+        global_checkpoint_period: seconds between state saves (default adaptive).
+        with_server, server_port: serve the trials over REST on loopback (see
+            :mod:`rayfield.tune.web_server`; 0 picks a free port).
+
+    Returns:
+        An :class:`ExperimentAnalysis` (iterating it gives the trials, as the classic
+        list), or the list of trials with ``return_trials=True``.
+
+    Raises:
+        TuneError: failed trials (with ``raise_on_failed_trial``), bad arguments, a stop
+            criterion missing from the results, or a trial that needs more resources than
+            the cluster has.
+    """
+    if unsupported:
+        raise TuneError(
+            f"tune.run() got arguments rayfield-tune does not support: {sorted(unsupported)}"
+        )
+    if upload_dir is not None:
+        raise TuneError("upload_dir (cloud sync) is not supported yet: use storage_path")
+    if mode not in (None, "min", "max"):
+        raise TuneError(f"mode must be 'min' or 'max', got {mode!r}")
+    if isinstance(run_or_experiment, Experiment):
+        experiment = run_or_experiment
+    else:
+        experiment = Experiment(
+            name,
+            run_or_experiment,
+            stop=stop,
+            config=config,
+            resources_per_trial=resources_per_trial,
+            num_samples=num_samples,
+            local_dir=storage_path or local_dir,
+            trial_name_creator=trial_name_creator,
+            loggers=loggers,
+            checkpoint_freq=checkpoint_freq,
+            checkpoint_at_end=checkpoint_at_end,
+            keep_checkpoints_num=keep_checkpoints_num,
+            checkpoint_score_attr=checkpoint_score_attr,
+            export_formats=export_formats,
+            max_failures=max_failures,
+            restore=restore,
+        )
+    if ray_auto_init and not rayfield.is_initialized():
+        rayfield.init()
+    if search_alg is None:
+        search_alg = BasicVariantGenerator(max_concurrent=max_concurrent_trials or 0)
+    elif isinstance(search_alg, Searcher):
+        if max_concurrent_trials:
+            from rayfield.tune.search.searcher import ConcurrencyLimiter
+
+            search_alg = ConcurrencyLimiter(search_alg, max_concurrent_trials)
+        search_alg = SearchGenerator(search_alg)
+    scheduler = scheduler or FIFOScheduler()
+    scheduler.set_search_properties(metric, mode)
+    search_alg.set_search_properties(metric, mode)
+    stopper = experiment.stopper
+    if time_budget_s is not None:
+        timeout = TimeoutStopper(time_budget_s)
+        stopper = _Combined(stopper, timeout) if stopper else timeout
+    is_function = issubclass(experiment.trainable_cls, FunctionTrainable)
+    if reuse_actors is None:  # on when the trainable can take another trial's config
+        reuse_actors = is_function or _supports_reset(experiment.trainable_cls)
+    buffer = (
+        1000
+        if (is_function and scheduler.buffers_results() and not experiment.checkpoint_freq)
+        else 1
+    )
+    reporter = CLIReporter(verbose) if verbose else None
+    all_callbacks: list[Callback] = [LoggerCallback(experiment.loggers)]
+    if reporter is not None:
+        all_callbacks.append(reporter)
+    all_callbacks += list(callbacks or [])
+    runner = TrialRunner(
+        search_alg,
+        scheduler,
+        stopper,
+        all_callbacks,
+        cluster_resources=_cluster_resources(),
+        experiment_dir=experiment.path,
+        max_pending=1,
+    )
+    if _should_resume(resume, experiment.path):
+        _restore_runner(runner, search_alg, experiment)
+    search_alg.add_configurations([experiment])
+    executor = ActorExecutor(reuse_actors=reuse_actors, buffer_results=buffer)
+    server = None
+    if with_server:
+        from rayfield.tune.web_server import TuneServer
+
+        server = TuneServer(runner, experiment.path, server_port)
+    loop = _DriverLoop(runner, executor, experiment.path, global_checkpoint_period, verbose)
+    loop.server = server
+    try:
+        loop.run()
+    finally:
+        if server is not None:
+            server.shutdown()
+        executor.shutdown()
+        loop.save_state(force=True)
+        for cb in all_callbacks:
+            cb.on_experiment_end(runner.get_trials())
+    trials = runner.get_trials()
+    if verbose:
+        print(loop.status())
+    errored = [t for t in trials if t.status == Trial.ERROR]
+    if errored:
+        message = f"Trials did not complete: {[str(t) for t in errored]}"
+        if raise_on_failed_trial:
+            raise TuneError(message)
+        log.error(message)
+    if return_trials:
+        return trials
+    return ExperimentAnalysis(experiment.path, trials, metric, mode)
+
+
+class _DriverLoop:
+    """Feeds results from the executor to the runner and decisions back."""
+
+    def __init__(
+        self,
+        runner: TrialRunner,
+        executor: ActorExecutor,
+        path: str,
+        checkpoint_period: float | None,
+        verbose: int,
+    ) -> None:
+        self.runner, self.executor, self.path = runner, executor, path
+        self.checkpoint_period = checkpoint_period
+        self.verbose = verbose
+        self._last_save = 0.0
+        self._save_cost = 0.0
+        self._finished_seen = 0
+        self.started = time.monotonic()
+        self.server: Any = None
+
+    def run(self) -> None:
+        last_status = last_resources = time.monotonic()
+        if self.verbose:
+            print(self.status())
+        while True:
+            if self.server is not None:
+                self.server.apply_requests()
+            errors = self.executor.apply(self.runner.step())
+            for event in errors:
+                if event.trial.is_finished():  # e.g. its final checkpoint could not be saved
+                    log.warning("trial %s ended, then failed: %s", event.trial, event.error)
+                self.runner.on_trial_error(event.trial, event.error or "")
+            if errors:
+                continue
+            if self.runner.is_finished():
+                break
+            if not self.executor.has_running():
+                if not self.runner.trials_with_status(
+                    Trial.PENDING
+                ) and not self.runner.trials_with_status(Trial.PAUSED):
+                    time.sleep(0.05)  # a searcher that has nothing to suggest yet
+                    continue
+                self._wait_for_resources()
+                continue
+            for event in self.executor.poll(_POLL_S):
+                if event.error is not None:
+                    self.runner.on_trial_error(event.trial, event.error)
+                    continue
+                for result in event.results:
+                    self.runner.on_trial_result(event.trial, result, event.fetch_s)
+            now = time.monotonic()
+            if now - last_resources > _RESOURCE_REFRESH_S:
+                last_resources = now
+                self.runner.set_cluster_resources(_cluster_resources())
+            if self.verbose and now - last_status > _STATUS_INTERVAL_S:
+                last_status = now
+                print(self.status())
+            self.save_state()
+
+    def _wait_for_resources(self) -> None:
+        """Nothing runs and a trial waits: the cluster is smaller than it was."""
+        time.sleep(0.2)
+        self.runner.set_cluster_resources(_cluster_resources())
+
+    def save_state(self, force: bool = False) -> None:
+        finished = self.runner.num_finished()
+        now = time.monotonic()
+        if not force:
+            if self.checkpoint_period is not None:
+                due = now - self._last_save >= self.checkpoint_period
+            else:
+                # After a trial ends, unless saving would take over ~5% of the time.
+                due = (
+                    finished != self._finished_seen
+                    and (now - self._last_save >= 20 * self._save_cost)
+                ) or now - self._last_save >= 10.0
+            if not due:
+                return
+        start = time.monotonic()
+        for cb in self.runner.callbacks:
+            cb.on_checkpoint()
+        write_state(self.path, self.runner.get_state())
+        self._save_cost = time.monotonic() - start
+        self._last_save = time.monotonic()
+        self._finished_seen = finished
+
+    def status(self) -> str:
+        trials = self.runner.get_trials()
+        used = sum(
+            t.resources.cpu + t.resources.extra_cpu for t in trials if t.status == Trial.RUNNING
+        )
+        total = _cluster_resources().get("CPU", 0.0)
+        return status_string(
+            trials, self.runner.scheduler.debug_string(), f"{used:g}/{total:g} CPUs", self.path
+        )
+
+
+def _cluster_resources() -> dict[str, float]:
+    return {k: float(v) for k, v in rayfield.cluster_resources().items()}
+
+
+def _should_resume(resume: bool | str, path: str) -> bool:
+    if not resume:
+        return False
+    exists = load_state(path) is not None
+    if isinstance(resume, str):
+        if resume.upper() != "PROMPT":
+            raise TuneError(f"resume must be True, False or 'PROMPT', got {resume!r}")
+        if not exists:
+            return False
+        import click
+
+        return bool(click.confirm(f"Resume the experiment in {path}?", default=False))
+    if not exists:
+        log.info("no experiment state in %s: starting a new experiment", path)
+    return exists
+
+
+def _restore_runner(
+    runner: TrialRunner, search_alg: SearchAlgorithm, experiment: Experiment
+) -> None:
+    """Put the saved trials back into ``runner`` (unfinished ones restart)."""
+    state = load_state(experiment.path)
+    assert state is not None
+    for data in state["trials"]:
+        trial = trial_from_json(data, load_pickled_config(data["logdir"]))
+        runner.add_trial(trial)
+    search_alg.set_state(state.get("search_alg", {}))
+
+
+def run_experiments(
+    experiments: Any,
+    search_alg: SearchAlgorithm | None = None,
+    scheduler: TrialScheduler | None = None,
+    verbose: int = 2,
+    resume: bool | str = False,
+    reuse_actors: bool = False,
+    raise_on_failed_trial: bool = True,
+    **kwargs: Any,
+) -> list[Trial]:
+    """Run several experiments one after the other; returns all their trials.
+
+    Args:
+        experiments: an Experiment, a list of them, or ``{name: spec}`` dicts.
+
+    Raises:
+        TuneError: as :func:`run`.
+    """
+    trials: list[Trial] = []
+    for experiment in convert_to_experiment_list(experiments):
+        trials += run(
+            experiment,
+            search_alg=search_alg,
+            scheduler=scheduler,
+            verbose=verbose,
+            resume=resume,
+            reuse_actors=reuse_actors,
+            raise_on_failed_trial=raise_on_failed_trial,
+            return_trials=True,
+            **kwargs,
+        )
+    return trials

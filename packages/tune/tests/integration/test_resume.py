@@ -1,0 +1,112 @@
+"""Kill the driver mid-experiment (SIGKILL), then resume it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import resume_driver
+
+pytestmark = pytest.mark.usefixtures("cluster")
+
+
+def _state(path: Path) -> dict | None:
+    try:
+        return json.loads((path / "experiment_state.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _result_lines(logdir: str) -> list[dict]:
+    with open(os.path.join(logdir, "result.json")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_sigkill_the_driver_then_resume(tmp_path):
+    results = tmp_path / "results"
+    driver = subprocess.Popen(
+        [sys.executable, resume_driver.__file__, str(results), str(tmp_path / "rf")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    exp = results / "killed"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            state = _state(exp)
+            done = [t for t in (state or {}).get("trials", []) if t["status"] == "TERMINATED"]
+            running = [
+                t
+                for t in (state or {}).get("trials", [])
+                if t["status"] == "RUNNING" and t["checkpoints"]
+            ]
+            if len(done) >= 2 and running:
+                break
+            assert driver.poll() is None, "the driver ended before it was killed"
+            time.sleep(0.05)
+        else:
+            pytest.fail("the experiment made no progress")
+        workers = psutil.Process(driver.pid).children(recursive=True)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    # The killed driver's workers exit on their own once their node is gone.
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    for proc in alive:
+        proc.kill()
+    assert not alive, f"workers outlived their driver: {alive}"
+
+    before = _state(exp)
+    finished_before = {
+        t["trial_id"]: t["logdir"] for t in before["trials"] if t["status"] == "TERMINATED"
+    }
+    lines_before = {tid: len(_result_lines(d)) for tid, d in finished_before.items()}
+
+    analysis = resume_driver.run(str(results), 0.0, resume=True)
+    trials = list(analysis)
+    assert len(trials) == 6 and {t.config["i"] for t in trials} == set(range(6))
+    assert all(t.status == "TERMINATED" for t in trials)
+    for trial in trials:
+        lines = _result_lines(trial.logdir)
+        steps = [r["step"] for r in lines]
+        assert steps[-1] == 5 and set(steps) == {1, 2, 3, 4, 5}  # no result lost
+        if trial.trial_id in finished_before:  # not run again
+            assert len(lines) == lines_before[trial.trial_id]
+    resumed = [t for t in trials if t.last_result.get("resumed")]
+    assert resumed, "no trial continued from its checkpoint"
+
+
+def test_tuner_restore_keeps_finished_trials(tmp_path):
+    from rayfield import tune
+
+    def f(config):
+        tune.report(v=config["a"])
+
+    tuner = tune.Tuner(
+        f,
+        param_space={"a": tune.grid_search([1, 2, 3])},
+        run_config=tune.RunConfig(name="exp", storage_path=str(tmp_path), verbose=0),
+    )
+    first = tuner.fit()
+    assert tune.Tuner.can_restore(str(tmp_path / "exp"))
+    again = tune.Tuner.restore(str(tmp_path / "exp"), f).fit()
+    assert sorted(r.metrics["v"] for r in again) == [1, 2, 3]
+    assert {r.path for r in again} == {r.path for r in first}
+    for result in again:  # nothing ran twice
+        with open(os.path.join(result.path, "result.json")) as fh:
+            assert len(fh.readlines()) == 1
+    assert tuner.get_results().num_terminated == 3
+    with pytest.raises(tune.TuneError, match="No experiment state"):
+        tune.Tuner.restore(str(tmp_path / "missing"), f)

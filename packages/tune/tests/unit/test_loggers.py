@@ -1,0 +1,87 @@
+"""The per-trial loggers: JSON, CSV (also after a resume) and TensorBoard files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+from rayfield.tune.logger import DEFAULT_LOGGERS, LoggerCallback, pretty_print
+from rayfield.tune.trial import Trial
+
+
+def test_logger_callback_writes_every_file(tmp_path):
+    trial = Trial("f", {"lr": 0.1, "nested": {"a": 1}}, local_dir=str(tmp_path))
+    cb = LoggerCallback(DEFAULT_LOGGERS)
+    cb.on_trial_start(trial)
+    for i in (1, 2):
+        cb.on_trial_result(
+            trial,
+            {
+                "training_iteration": i,
+                "loss": float("nan") if i == 2 else 0.5,
+                "info": {"x": i},
+                "config": trial.config,
+            },
+        )
+    cb.on_trial_error(trial, "Traceback: boom")
+    cb.on_trial_complete(trial)
+    files = set(os.listdir(trial.logdir))
+    assert {"params.json", "params.pkl", "result.json", "progress.csv", "error_0.txt"} <= files
+    assert any(f.startswith("events.out.tfevents") for f in files)  # tensorboardX
+    with open(os.path.join(trial.logdir, "params.json")) as f:
+        assert json.load(f) == {"lr": 0.1, "nested": {"a": 1}}
+    with open(os.path.join(trial.logdir, "result.json")) as f:
+        lines = [json.loads(line) for line in f]
+    assert [r["loss"] for r in lines] == [0.5, None]
+    with open(os.path.join(trial.logdir, "progress.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert [r["info/x"] for r in rows] == ["1", "2"] and "config" not in rows[0]
+    assert trial.error_file.endswith("error_0.txt")
+
+    # After a resume the CSV goes on under the same header.
+    cb = LoggerCallback(DEFAULT_LOGGERS)
+    cb.on_trial_start(trial)
+    cb.on_trial_result(trial, {"training_iteration": 3, "loss": 0.1, "info": {"x": 3}})
+    cb.on_experiment_end([trial])
+    with open(os.path.join(trial.logdir, "progress.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert [r["training_iteration"] for r in rows] == ["1", "2", "3"]
+
+
+def _scalars(logdir: str, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of ``tag`` in the TFRecord event files of ``logdir``."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    out = []
+    for name in sorted(os.listdir(logdir)):
+        if not name.startswith("events.out.tfevents"):
+            continue
+        with open(os.path.join(logdir, name), "rb") as f:
+            data = f.read()
+        pos = 0
+        while pos < len(data):
+            (length,) = struct.unpack("<Q", data[pos : pos + 8])
+            event = Event.FromString(data[pos + 12 : pos + 12 + length])
+            pos += 12 + length + 4
+            for value in event.summary.value:
+                if value.tag == tag:
+                    out.append((event.step, round(value.simple_value, 3)))
+    return out
+
+
+def test_tensorboard_scalars_are_readable(tmp_path):
+    trial = Trial("f", {}, local_dir=str(tmp_path))
+    cb = LoggerCallback(DEFAULT_LOGGERS)
+    cb.on_trial_start(trial)
+    for i in (1, 2, 3):
+        cb.on_trial_result(trial, {"training_iteration": i, "mean_accuracy": i / 10})
+    cb.on_experiment_end([trial])
+    assert _scalars(trial.logdir, "ray/tune/mean_accuracy") == [(1, 0.1), (2, 0.2), (3, 0.3)]
+
+
+def test_pretty_print_leaves_out_config_and_none():
+    text = pretty_print({"a": 1, "config": {"x": 1}, "b": None, "c": {"d": 2}})
+    assert text == "a: 1\nc:\n  d: 2\n"
