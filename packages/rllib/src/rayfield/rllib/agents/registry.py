@@ -9,6 +9,9 @@ from rayfield.rllib.utils.config import closest_key
 # name -> (module, class); imported on first use.
 ALGORITHMS = {
     "PPO": ("rayfield.rllib.agents.ppo", "PPOTrainer"),
+    "PG": ("rayfield.rllib.agents.pg", "PGTrainer"),
+    "A2C": ("rayfield.rllib.agents.a3c", "A2CTrainer"),
+    "DQN": ("rayfield.rllib.agents.dqn", "DQNTrainer"),
 }
 
 

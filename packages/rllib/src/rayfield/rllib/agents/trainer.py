@@ -92,6 +92,8 @@ class Trainer:
         logger_creator: Any = None,
         **kw: Any,
     ) -> None:
+        if hasattr(config, "overrides_dict"):  # an AlgorithmConfig
+            config = config.overrides_dict()  # type: ignore[union-attr]
         config = dict(config or {})
         if env is not None:
             config["env"] = env
@@ -99,6 +101,7 @@ class Trainer:
         self._logger_creator = logger_creator
         self._iteration = 0
         self._timesteps_total = 0
+        self._steps_trained = 0
         self._episodes_total = 0
         self._time_total = 0.0
         self._iterations_since_restore = 0
@@ -154,6 +157,13 @@ class Trainer:
             "extra_gpu": cf["num_gpus_per_worker"] * cf["num_workers"],
         }
 
+    @classmethod
+    def get_default_config(cls) -> Any:
+        """Ray 2: an `AlgorithmConfig` for this algorithm."""
+        from rayfield.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+        return AlgorithmConfig(cls)
+
     # -- setup ----------------------------------------------------------------------
     def setup(self, config: dict[str, Any]) -> None:
         """Seed, connect to rayfield when remote workers are asked for, build the workers."""
@@ -203,6 +213,15 @@ class Trainer:
     def training_step(self) -> dict[str, Any]:
         """One step of the algorithm; returns ``{policy_id: learner stats}``."""
         raise NotImplementedError
+
+    def on_policy_step(self) -> dict[str, Any]:
+        """Sample ``train_batch_size`` steps with the current weights, learn on them on
+        the local worker, send the new weights out (PG, A2C, PPO)."""
+        batch = self.sample_batch(int(self.config["train_batch_size"]))
+        stats = self.workers.local_worker().learn_on_batch(batch)
+        self._steps_trained += batch.count
+        self.workers.sync_weights({"timestep": self._timesteps_total})
+        return stats
 
     def sample_batch(self, min_steps: int) -> SampleBatch:
         """Sample from the workers until at least `min_steps` env steps; records the
@@ -279,7 +298,7 @@ class Trainer:
                 "info": {
                     "learner": stats,
                     "num_steps_sampled": self._timesteps_total,
-                    "num_steps_trained": getattr(self, "_steps_trained", self._timesteps_total),
+                    "num_steps_trained": self._steps_trained,
                 },
                 "done": False,
                 "timestamp": int(time.time()),
@@ -407,6 +426,7 @@ class Trainer:
             "iteration": self._iteration,
             "timesteps_total": self._timesteps_total,
             "episodes_total": self._episodes_total,
+            "steps_trained": self._steps_trained,
             "time_total_s": self._time_total,
         }
         worker_state = {"worker": self.workers.local_worker().save(), "extra": self._extra_state()}
@@ -426,6 +446,7 @@ class Trainer:
         self._iteration = int(algo_state["iteration"])
         self._timesteps_total = int(algo_state["timesteps_total"])
         self._episodes_total = int(algo_state["episodes_total"])
+        self._steps_trained = int(algo_state.get("steps_trained", 0))
         self._time_total = float(algo_state["time_total_s"])
         self._iterations_since_restore = 0
         self.workers.sync_weights()

@@ -224,17 +224,7 @@ class PPOTrainer(Trainer):
             raise ValueError("num_sgd_iter must be >= 1")
 
     def training_step(self) -> dict[str, Any]:
-        batch = self.sample_batch(int(self.config["train_batch_size"]))
-        stats = self.workers.local_worker().learn_on_batch(batch)
-        self._steps_trained = getattr(self, "_steps_trained", 0) + batch.count
-        self.workers.sync_weights({"timestep": self._timesteps_total})
-        return stats
-
-    def _extra_state(self) -> dict[str, Any]:
-        return {"steps_trained": getattr(self, "_steps_trained", 0)}
-
-    def _set_extra_state(self, state: dict[str, Any]) -> None:
-        self._steps_trained = int(state.get("steps_trained", 0))
+        return self.on_policy_step()
 
 
 PPOAgent = PPOTrainer
