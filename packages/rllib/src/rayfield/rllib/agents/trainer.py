@@ -40,8 +40,9 @@ from rayfield.rllib.evaluation.callbacks import make_callbacks
 from rayfield.rllib.evaluation.episode import RolloutMetrics
 from rayfield.rllib.evaluation.metrics import summarize_episodes
 from rayfield.rllib.evaluation.worker_set import WorkerSet
+from rayfield.rllib.models.catalog import MODEL_DEFAULTS
 from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, SampleBatch
-from rayfield.rllib.utils.config import check_types, deep_update
+from rayfield.rllib.utils.config import check_types, deep_update, unknown_key_error
 
 logger = logging.getLogger("rayfield.rllib")
 
@@ -130,6 +131,10 @@ class Trainer:
             config["lambda"] = config.pop("lambda_")
         merged = deep_update(copy.deepcopy(defaults), config, False, ALLOW_UNKNOWN_SUBKEYS)
         check_types(merged, defaults, LOOSE_TYPED_KEYS)
+        if not merged["model"].get("custom_model"):  # a custom model may read any key
+            for key in merged["model"]:
+                if key not in MODEL_DEFAULTS:
+                    raise unknown_key_error(key, MODEL_DEFAULTS, "model config")
         if merged.get("framework") not in ("torch", "pytorch"):
             logger.warning("framework=%r: rayfield-rllib runs torch policies", merged["framework"])
         cls.validate_config(merged)

@@ -75,7 +75,7 @@ class TorchPolicy(Policy):
         return ModelCatalog.get_model_v2(obs_space, action_space, num_outputs, config.get("model"))
 
     def make_optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.model.parameters(), lr=self.cur_lr)
+        return torch.optim.Adam(self.model.parameters(), lr=self.cur_lr, foreach=True)
 
     # -- acting -----------------------------------------------------------------------
     def compute_actions(
@@ -123,11 +123,14 @@ class TorchPolicy(Policy):
         ``self.stats``."""
         raise NotImplementedError
 
+    # Columns the loss reads; None: every numeric column.
+    loss_columns: frozenset[str] | None = None
+
     def to_tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
-        """Numeric columns of the batch as tensors on the learner's device."""
+        """The numeric columns the loss reads, as tensors on the learner's device."""
         out = {}
         for k, v in batch.items():
-            if v.dtype != object:
+            if v.dtype != object and (self.loss_columns is None or k in self.loss_columns):
                 out[k] = torch.as_tensor(v, device=self.device)
         return out
 

@@ -70,6 +70,18 @@ class PPOTorchPolicy(TorchPolicy):
     """PPO's policy: GAE postprocessing, the clipped surrogate loss and the KL
     coefficient."""
 
+    loss_columns = frozenset(
+        {
+            SampleBatch.CUR_OBS,
+            SampleBatch.ACTIONS,
+            SampleBatch.ACTION_LOGP,
+            SampleBatch.ACTION_DIST_INPUTS,
+            SampleBatch.VF_PREDS,
+            Postprocessing.ADVANTAGES,
+            Postprocessing.VALUE_TARGETS,
+        }
+    )
+
     def __init__(self, observation_space: Any, action_space: Any, config: dict[str, Any]) -> None:
         if config.get("vf_share_layers"):
             config = {**config, "model": {**config.get("model", {}), "vf_share_layers": True}}
