@@ -257,7 +257,8 @@ class Trainer:
             and self._iteration % self.config["evaluation_interval"] == 0
         ):
             result["evaluation"] = self._evaluate()
-        self.callbacks.on_train_result(trainer=self, algorithm=self, result=result)
+        if self.callbacks.overrides("on_train_result"):
+            self.callbacks.on_train_result(trainer=self, algorithm=self, result=result)
         return result
 
     def step(self) -> dict[str, Any]:
