@@ -210,7 +210,7 @@ class DQNTorchPolicy(TorchPolicy):
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(
-            self.model.parameters(), lr=self.cur_lr, eps=self.config["adam_epsilon"]
+            self.model.parameters(), lr=self.cur_lr, eps=self.config["adam_epsilon"], foreach=True
         )
 
     def compute_actions(
