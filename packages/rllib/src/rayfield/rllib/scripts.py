@@ -57,11 +57,11 @@ def should_stop(result: dict[str, Any], stop: dict[str, Any]) -> bool:
     return False
 
 
-def _connect(address: str | None, num_cpus: int | None) -> None:
+def _connect(address: str | None, num_cpus: int | None, temp_dir: str | None) -> None:
     import rayfield
 
     if address:
-        rayfield.init(address=address)
+        rayfield.init(address=address, temp_dir=temp_dir)
     elif num_cpus is not None:
         rayfield.init(num_cpus=num_cpus)
 
@@ -115,6 +115,7 @@ def cli() -> None:
     help="Cluster to join.",
 )
 @click.option("--ray-num-cpus", type=int, default=None, help="CPUs for a local cluster.")
+@click.option("--temp-dir", default=None, help="With --ray-address: the cluster's --temp-dir.")
 @click.option("-v", "verbose", count=True, help="-v: INFO logging, -vv: DEBUG.")
 def train(
     run: str | None,
@@ -130,11 +131,16 @@ def train(
     config_file: str | None,
     address: str | None,
     ray_num_cpus: int | None,
+    temp_dir: str | None,
     verbose: int,
 ) -> None:
     """Train an algorithm until a stop criterion is met."""
     if config_file:
         experiments = _experiments_from_file(config_file)
+        for spec in experiments.values():  # flags given on the command line fill in
+            spec.setdefault("local_dir", local_dir)
+            spec.setdefault("checkpoint_freq", checkpoint_freq)
+            spec.setdefault("checkpoint_at_end", checkpoint_at_end)
     else:
         experiments = {
             experiment_name: {
@@ -149,7 +155,7 @@ def train(
                 "local_dir": local_dir,
             }
         }
-    _connect(address, ray_num_cpus)
+    _connect(address, ray_num_cpus, temp_dir)
     for name, spec in experiments.items():
         _run_experiment(name, spec, verbose)
 
@@ -278,7 +284,7 @@ def rollout(
         env_obj = trainer.env_creator(EnvContext(config.get("env_config")))
         rows: list[list[Any]] = []
         all_eps: list[list[list[Any]]] = []
-        total_steps, rewards = 0, []
+        total_steps, rewards = 0, list[float]()
         seed = config.get("seed")
         while total_steps < steps and (not episodes or len(rewards) < episodes):
             obs, _ = env_obj.reset(seed=None if seed is None else seed + len(rewards))

@@ -28,7 +28,7 @@ def get_trainer_class(name: str) -> type:
             f"unknown algorithm {name!r}{extra} (known: {', '.join(sorted(ALGORITHMS))})"
         )
     module, cls = ALGORITHMS[name]
-    return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), cls)
 
 
 get_algorithm_class = get_trainer_class

@@ -71,7 +71,7 @@ class AlgorithmConfig:
             from rayfield.rllib.agents.common_config import COMMON_CONFIG
 
             return COMMON_CONFIG
-        return self.algo_class._default_config  # type: ignore[attr-defined, no-any-return]
+        return self.algo_class._default_config  # type: ignore[attr-defined]
 
     def _set(self, **kwargs: Any) -> AlgorithmConfig:
         defaults = self._defaults()

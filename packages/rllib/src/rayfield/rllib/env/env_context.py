@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 
-class EnvContext(dict):  # type: ignore[type-arg]
+class EnvContext(dict):
     """``env_config`` plus where the env runs.
 
     Args:

@@ -205,7 +205,7 @@ class RolloutWorker:
         self.policy.set_state(state["policy"])
         for k, d in state.get("filters", {}).items():
             if k in self.filters:
-                self.filters[k].sync(filter_from_dict(d))
+                self.filters[k].sync(filter_from_dict(d))  # type: ignore[arg-type]
 
     def ping(self) -> bool:
         return True

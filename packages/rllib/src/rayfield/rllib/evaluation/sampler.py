@@ -122,7 +122,7 @@ class SyncSampler:
             self._start_episode(j)
 
     def _process(self, raw: list[Any]) -> np.ndarray:
-        return self.obs_filter(self.preprocessor.transform_batch(raw))  # type: ignore[no-any-return]
+        return self.obs_filter(self.preprocessor.transform_batch(raw))
 
     def _start_episode(self, j: int) -> None:
         ep = self._episodes[j]
@@ -210,8 +210,8 @@ class SyncSampler:
             self._obs = next_obs
         cols.update(extra_cols)
         out = {}
-        for k, v in cols.items():
-            arr = np.stack(v)  # [T, N, ...]
+        for k, per_step in cols.items():
+            arr = np.stack(per_step)  # [T, N, ...]
             out[k] = np.swapaxes(arr, 0, 1).reshape(n * steps, *arr.shape[2:])
         out["dones"] = out["terminateds"] | out["truncateds"]
         return SampleBatch(out)
@@ -263,7 +263,7 @@ class SyncSampler:
         batch = SampleBatch.concat_samples(pieces)
         if self._cb_sample:
             self.callbacks.on_sample_end(worker=self.worker, samples=batch)
-        return batch  # type: ignore[no-any-return]
+        return batch
 
     def _complete_fragments(self, chunk: SampleBatch) -> list[SampleBatch]:
         """Whole episodes from this chunk (joined with held-over parts); the last,

@@ -40,7 +40,7 @@ class SegmentTree:
             self.tree[idx] = self.op(self.tree[2 * idx], self.tree[2 * idx + 1])
 
     def __getitem__(self, idx: np.ndarray | int) -> np.ndarray:
-        return self.tree[np.asarray(idx) + self.capacity]  # type: ignore[no-any-return]
+        return self.tree[np.asarray(idx) + self.capacity]
 
     def reduce(self) -> float:
         """The operation over all leaves."""
@@ -64,7 +64,7 @@ class SumSegmentTree(SegmentTree):
             go_right = p >= self.tree[left]
             p = np.where(go_right, p - self.tree[left], p)
             idx = np.where(go_right, left + 1, left)
-        return idx - self.capacity  # type: ignore[no-any-return]
+        return idx - self.capacity
 
 
 class MinSegmentTree(SegmentTree):

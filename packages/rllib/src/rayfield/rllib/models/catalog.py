@@ -114,7 +114,7 @@ class ModelCatalog:
             raise NotImplementedError(
                 f"no action distribution for {action_space!r} yet: use Discrete or 1-D Box actions"
             )
-        return cls, cls.required_model_output_shape(action_space, config)
+        return cls, int(cls.required_model_output_shape(action_space, config))  # type: ignore[attr-defined]
 
     @staticmethod
     def get_preprocessor_for_space(
@@ -133,7 +133,7 @@ class ModelCatalog:
                     f"custom_preprocessor {name!r} is not registered: call "
                     "ModelCatalog.register_custom_preprocessor first"
                 )
-            return _custom_preprocessors[name](observation_space, options)  # type: ignore[no-any-return]
+            return _custom_preprocessors[name](observation_space, options)
         return get_preprocessor(observation_space)(observation_space, options)
 
     @staticmethod

@@ -44,7 +44,7 @@ class TorchModelV2(nn.Module):
         self.model_config = model_config
         self.name = name
 
-    def forward(  # type: ignore[override]
+    def forward(
         self, input_dict: dict[str, torch.Tensor], state: list[Any], seq_lens: Any
     ) -> tuple[torch.Tensor, list[Any]]:
         """Return ``(outputs float32[B, num_outputs], state_out)``."""
@@ -136,7 +136,7 @@ class FullyConnectedNetwork(TorchModelV2):
         self._features: torch.Tensor | None = None
         self._obs: torch.Tensor | None = None
 
-    def forward(  # type: ignore[override]
+    def forward(
         self, input_dict: dict[str, torch.Tensor], state: list[Any], seq_lens: Any
     ) -> tuple[torch.Tensor, list[Any]]:
         obs = input_dict["obs"].float().reshape(input_dict["obs"].shape[0], -1)

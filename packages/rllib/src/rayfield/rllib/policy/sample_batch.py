@@ -21,7 +21,7 @@ import numpy as np
 DEFAULT_POLICY_ID = "default_policy"
 
 
-class SampleBatch(dict):  # type: ignore[type-arg]
+class SampleBatch(dict):
     """A dict of equal-length numpy columns, one row per environment step.
 
     Args:
@@ -92,25 +92,25 @@ class SampleBatch(dict):  # type: ignore[type-arg]
         Raises:
             ValueError: the batches have different columns.
         """
-        samples = [s for s in samples if s is not None]
-        if any(isinstance(s, MultiAgentBatch) for s in samples):
-            return MultiAgentBatch.concat_samples(samples)  # type: ignore[arg-type]
-        samples = [s for s in samples if s.count > 0]
-        if not samples:
+        given = [s for s in samples if s is not None]
+        if any(isinstance(s, MultiAgentBatch) for s in given):
+            return MultiAgentBatch.concat_samples(given)
+        batches = [s for s in given if isinstance(s, SampleBatch) and s.count > 0]
+        if not batches:
             return SampleBatch()
-        keys = set(samples[0].keys())
-        for s in samples[1:]:
+        keys = set(batches[0].keys())
+        for s in batches[1:]:
             if set(s.keys()) != keys:
                 raise ValueError(
                     f"cannot concatenate batches with columns {sorted(keys)} and {sorted(s.keys())}"
                 )
-        return SampleBatch({k: np.concatenate([s[k] for s in samples]) for k in samples[0]})
+        return SampleBatch({k: np.concatenate([s[k] for s in batches]) for k in batches[0]})
 
     def concat(self, other: SampleBatch) -> SampleBatch:
         """Return this batch followed by `other`."""
         return SampleBatch.concat_samples([self, other])
 
-    def copy(self) -> SampleBatch:  # type: ignore[override]
+    def copy(self) -> SampleBatch:
         return SampleBatch({k: v.copy() for k, v in self.items()})
 
     def rows(self) -> Iterator[dict[str, Any]]:

@@ -113,7 +113,7 @@ class TorchPolicy(Policy):
         with self.lock, torch.no_grad():
             obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)
             self.model({"obs": obs_t}, [], None)
-            return self.model.value_function().cpu().numpy()  # type: ignore[no-any-return]
+            return self.model.value_function().cpu().numpy()
 
     # -- learning ---------------------------------------------------------------------
     def loss(

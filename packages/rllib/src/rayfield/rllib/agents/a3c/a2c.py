@@ -87,7 +87,7 @@ class A3CTorchPolicy(TorchPolicy):
             "vf_loss": value_err.detach(),
             "policy_entropy": entropy.detach(),
         }
-        return total  # type: ignore[no-any-return]
+        return total
 
 
 class A2CTrainer(Trainer):

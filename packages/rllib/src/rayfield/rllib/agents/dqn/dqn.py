@@ -119,7 +119,7 @@ class DQNTorchModel(TorchModelV2):
         self.value_stream = _mlp([feat, *hiddens, 1], "relu", 1.0) if dueling else None
         self._value: torch.Tensor | None = None
 
-    def forward(  # type: ignore[override]
+    def forward(
         self, input_dict: dict[str, torch.Tensor], state: list[Any], seq_lens: Any
     ) -> tuple[torch.Tensor, list[Any]]:
         x = input_dict["obs"].float().reshape(input_dict["obs"].shape[0], -1)
@@ -275,7 +275,7 @@ class DQNTorchPolicy(TorchPolicy):
             "mean_td_error": td_error.abs().mean().detach(),
             "loss": loss.detach(),
         }
-        return model.custom_loss(loss, train_batch)  # type: ignore[no-any-return]
+        return model.custom_loss(loss, train_batch)
 
     def learn_on_batch(self, samples: SampleBatch) -> dict[str, Any]:
         stats = super().learn_on_batch(samples)

@@ -51,7 +51,7 @@ class PGTorchPolicy(TorchPolicy):
         policy_loss = -(logp * train_batch[Postprocessing.ADVANTAGES]).mean()
         total = model.custom_loss(policy_loss, train_batch)
         self.stats = {"policy_loss": policy_loss.detach()}
-        return total  # type: ignore[no-any-return]
+        return total
 
 
 class PGTrainer(Trainer):
