@@ -265,3 +265,25 @@ def test_bad_env() -> None:
         PPOTrainer(env=42, config=SMALL_PPO)
     with pytest.raises(ValueError, match="unknown env"):
         PPOTrainer(env="NoSuchEnv-v9", config=SMALL_PPO)
+
+
+def test_evaluation_workers_and_export(tmp_path: Path) -> None:
+    cfg = {
+        **SMALL_PPO,
+        "evaluation_interval": 1,
+        "evaluation_num_episodes": 3,
+        "evaluation_config": {"explore": False},
+    }
+    trainer = PPOTrainer(env="CartPole-v1", config=cfg)
+    try:
+        r = trainer.train()
+        trainer.export_policy_model(str(tmp_path / "model"))
+        trainer.export_policy_checkpoint(str(tmp_path / "ckpt"))
+    finally:
+        trainer.stop()
+    ev = r["evaluation"]
+    assert len(ev["hist_stats"]["episode_reward"]) == 3
+    assert ev["episode_reward_mean"] >= 8
+    state = torch.load(tmp_path / "model" / "model.pt", weights_only=True)
+    assert any(k.endswith("weight") for k in state)
+    assert (tmp_path / "ckpt" / "model.pt").exists()
