@@ -11,6 +11,7 @@ order; a package folder that does not exist yet is skipped.
     bench       benchmarks next to Ray (installed here only) and the machine's memcpy
     demo        the main job end to end: the store's demo, then the examples on a
                 two-node cluster started with `rayfield start`
+    learning    rayfield-rllib's slow learning tests (each tuned example to its return)
     sanitize    the store built with ASan + UBSan, its tests run against it
     fuzz        the frame fuzzers with many more examples
 """
@@ -42,8 +43,27 @@ def pkg(name: str) -> str:
     return str(ROOT / "packages" / name)
 
 
+# --- rllib: the CPU build of torch, installed before the packages -----------------
+TORCH_CPU = "torch==2.13.0+cpu"
+
+
+def install_torch_cpu(session: nox.Session, python: str | None = None) -> None:
+    """Install the CPU build of torch first when rayfield-rllib is present, so that its
+    plain ``torch`` requirement does not pull the CUDA wheels."""
+    if "rllib" not in PACKAGES:
+        return
+    if python is None:
+        session.install(TORCH_CPU)
+    else:
+        session.run(python, "-m", "pip", "install", "--no-cache-dir", TORCH_CPU, external=True)
+
+
+# ----------------------------------------------------------------------------------
+
+
 def install_packages(session: nox.Session, extras: str = "test") -> None:
     """Install every package from its built wheel (not editable), in order."""
+    install_torch_cpu(session)
     specs = [f"{pkg(p)}[{extras}]" if extras else pkg(p) for p in PACKAGES]
     session.install(*specs)
 
@@ -101,6 +121,7 @@ def build(session: nox.Session) -> None:
     venv = tmp / "fresh-venv"
     session.run(sys.executable, "-m", "venv", "--clear", str(venv), external=True)
     py = str(venv / "bin" / "python")
+    install_torch_cpu(session, py)
     wheels = sorted(str(w) for w in dist.glob("rayfield_*.whl"))
     session.run(py, "-m", "pip", "install", "--no-cache-dir", *wheels, external=True)
     for name in PACKAGES:
@@ -163,9 +184,60 @@ def demo(session: nox.Session) -> None:
                 "--storage-path",
                 str(temp_dir / "tune-results"),
             )
+        if "rllib" in PACKAGES:
+            rllib_demo(session, address, temp_dir)
     finally:
         session.run("rayfield", "stop", "--temp-dir", str(temp_dir))
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def rllib_demo(session: nox.Session, address: str, temp_dir: Path) -> None:
+    """PPO on CartPole-v1 through `rllib train` on the cluster until the mean return of
+    the last 100 episodes reaches 450, then `rllib rollout` of the final checkpoint."""
+    results = temp_dir / "rllib_results"
+    session.run(
+        "rllib",
+        "train",
+        "-f",
+        str(ROOT / "packages" / "rllib" / "tuned_examples" / "cartpole-ppo.yaml"),
+        "--checkpoint-at-end",
+        "--local-dir",
+        str(results),
+        "--ray-address",
+        address,
+        "--temp-dir",
+        str(temp_dir),
+    )
+    (checkpoint,) = sorted(results.glob("*/*/checkpoint_*/checkpoint-*"))[-1:]
+    session.run(
+        "rllib",
+        "rollout",
+        str(checkpoint),
+        "--run",
+        "PPO",
+        "--env",
+        "CartPole-v1",
+        "--episodes",
+        "10",
+        "--no-render",
+    )
+
+
+@nox.session(python=PYTHON)
+def learning(session: nox.Session) -> None:
+    """rayfield-rllib's learning tests marked slow: every tuned example reaches its return."""
+    install_packages(session)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        str(ROOT / "packages" / "rllib" / "tests"),
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "slow",
+        *session.posargs,
+    )
 
 
 @nox.session(python=PYTHON)

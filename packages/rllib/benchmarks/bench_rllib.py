@@ -1,0 +1,163 @@
+"""PPO on CartPole-v1 until the mean return of the last 100 training episodes reaches 450:
+wall time (start-up included), env steps, and sampling throughput, for rayfield-rllib next to
+Stable-Baselines3 and RLlib when they are installed (``nox -s bench`` installs them).
+
+    python bench_rllib.py [--seeds 3] [--timeout 300] [--only rayfield]
+
+Each run is a fresh process, so start-up (imports, workers) counts as it does for a user.
+Ratios are printed against rayfield-rllib from the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+TARGET = 450.0
+
+RAYFIELD = r"""
+import json, sys, time
+t0 = time.time()
+from rayfield.rllib.agents.ppo import PPOTrainer
+import yaml, pathlib
+spec = yaml.safe_load(pathlib.Path(sys.argv[2]).read_text())
+(exp,) = spec.values()
+trainer = PPOTrainer(env="CartPole-v1", config={**exp["config"], "seed": int(sys.argv[1])})
+startup = time.time() - t0
+while True:
+    r = trainer.train()
+    if r["episode_reward_mean"] >= 450 or time.time() - t0 > float(sys.argv[3]):
+        break
+wall = time.time() - t0
+trainer.stop()
+print(json.dumps({"wall_s": wall, "startup_s": startup, "steps": r["timesteps_total"],
+                  "reward": r["episode_reward_mean"]}))
+"""
+
+SB3 = r"""
+import json, sys, time
+from collections import deque
+t0 = time.time()
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+
+class Stop(BaseCallback):
+    def __init__(self):
+        super().__init__()
+        self.returns = deque(maxlen=100)
+    def _on_step(self):
+        for info in self.locals["infos"]:
+            if "episode" in info:
+                self.returns.append(info["episode"]["r"])
+        solved = len(self.returns) == 100 and sum(self.returns) / 100 >= 450
+        return not solved and time.time() - t0 < float(sys.argv[3])
+
+env = make_vec_env("CartPole-v1", n_envs=8, seed=int(sys.argv[1]))
+model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
+            n_epochs=20, ent_coef=0.0, learning_rate=1e-3, clip_range=0.2,
+            seed=int(sys.argv[1]), device="cpu")
+startup = time.time() - t0
+cb = Stop()
+model.learn(total_timesteps=10**7, callback=cb)
+print(json.dumps({"wall_s": time.time() - t0, "startup_s": startup, "steps": model.num_timesteps,
+                  "reward": sum(cb.returns) / max(1, len(cb.returns))}))
+"""
+
+RLLIB = r"""
+import json, sys, time
+t0 = time.time()
+import ray
+from ray.rllib.algorithms.ppo import PPOConfig
+ray.init(num_cpus=2, include_dashboard=False)
+algo = (PPOConfig().environment("CartPole-v1")
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=4, rollout_fragment_length=32)
+        .training(lr=1e-3, gamma=0.98, lambda_=0.8, train_batch_size=256, minibatch_size=256,
+                  num_epochs=20, clip_param=0.2, kl_coeff=0.0, vf_clip_param=1e6)
+        .debugging(seed=int(sys.argv[1])).build())
+startup = time.time() - t0
+while True:
+    r = algo.train()
+    ret = r.get("env_runners", {}).get("episode_return_mean", r.get("episode_reward_mean", 0))
+    if ret >= 450 or time.time() - t0 > float(sys.argv[3]):
+        break
+steps = r.get("num_env_steps_sampled_lifetime", r.get("timesteps_total", 0))
+print(json.dumps({"wall_s": time.time() - t0, "startup_s": startup, "steps": steps, "reward": ret}))
+"""
+
+
+def run(code: str, seed: int, tuned: str, timeout: float) -> dict[str, float] | None:
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(seed), tuned, str(timeout)],
+            capture_output=True,
+            text=True,
+            timeout=timeout + 120,
+            check=True,
+        )
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        err = getattr(exc, "stderr", "") or ""
+        print(f"  failed: {err.strip().splitlines()[-1:] if err else exc}")
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def available(module: str) -> bool:
+    return (
+        subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode
+        == 0
+    )
+
+
+def main() -> None:
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--only", default=None, help="rayfield, sb3 or rllib")
+    args = parser.parse_args()
+    tuned = str(Path(__file__).resolve().parents[1] / "tuned_examples" / "cartpole-ppo.yaml")
+    peers = [
+        ("rayfield-rllib", RAYFIELD, "rayfield.rllib"),
+        ("SB3", SB3, "stable_baselines3"),
+        ("RLlib", RLLIB, "ray.rllib"),
+    ]
+    table = {}
+    for name, code, module in peers:
+        if args.only and args.only.lower() not in name.lower():
+            continue
+        if not available(module):
+            print(f"{name}: not installed, skipped")
+            continue
+        runs = []
+        for seed in range(args.seeds):
+            t = time.time()
+            res = run(code, seed, tuned, args.timeout)
+            print(f"{name} seed {seed}: {res} ({time.time() - t:.1f} s)")
+            if res:
+                runs.append(res)
+        if runs:
+            table[name] = runs
+    base = statistics.median(r["wall_s"] for r in table.get("rayfield-rllib", [{"wall_s": 1.0}]))
+    print(
+        f"\n{'library':<15}{'wall s (median)':>16}{'start-up s':>12}{'env steps':>11}"
+        f"{'steps/s':>9}{'reached':>9}{'vs rayfield':>12}"
+    )
+    for name, runs in table.items():
+        wall = statistics.median(r["wall_s"] for r in runs)
+        start = statistics.median(r["startup_s"] for r in runs)
+        steps = statistics.median(r["steps"] for r in runs)
+        reached = sum(r["reward"] >= TARGET for r in runs)
+        print(
+            f"{name:<15}{wall:>16.1f}{start:>12.2f}{steps:>11.0f}{steps / wall:>9.0f}"
+            f"{reached:>6}/{len(runs)}{wall / base:>11.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,355 @@
+"""Deep Q-Networks with the Rainbow options double Q, dueling heads, n-step
+returns and prioritized replay.
+
+Each training step samples ``rollout_fragment_length`` steps per env with an
+epsilon-greedy policy (epsilon annealed linearly from 1.0 to
+``exploration_final_eps`` over ``exploration_fraction * schedule_max_timesteps``
+steps), stores them in the replay buffer and, after ``learning_starts`` steps,
+minimises the Huber loss of the TD error on ``train_batch_size`` replayed rows::
+
+    target = R^(n) + gamma^m (1 - terminated) Q_target(s', argmax_a Q(s', a))   (double Q)
+    target = R^(n) + gamma^m (1 - terminated) max_a Q_target(s', a)             (otherwise)
+
+with ``R^(n)`` the discounted reward over ``m <= n_step`` steps (fewer at the end of
+an episode fragment). The target network is copied from the online one every
+``target_network_update_freq`` steps. With prioritized replay, rows are drawn in
+proportion to ``(|td| + eps)^alpha`` and weighted by ``(N P)^-beta``.
+
+Not implemented yet (rejected with an error): distributional C51 (``num_atoms >
+1``), noisy nets (``noisy``), parameter noise and soft Q.
+
+Sources:
+    Mnih et al., "Human-level control through deep reinforcement learning",
+    Nature 518, 2015.
+    van Hasselt, Guez, Silver, "Deep Reinforcement Learning with Double Q-learning",
+    AAAI 2016.
+    Wang, Schaul, Hessel, van Hasselt, Lanctot, de Freitas, "Dueling Network
+    Architectures for Deep Reinforcement Learning", ICML 2016.
+    Schaul, Quan, Antonoglou, Silver, "Prioritized Experience Replay", ICLR 2016.
+    Hessel et al., "Rainbow: Combining Improvements in Deep Reinforcement
+    Learning", AAAI 2018 (n-step returns with the other parts).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rayfield.rllib.agents.common_config import with_common_config
+from rayfield.rllib.agents.trainer import Trainer
+from rayfield.rllib.execution.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
+from rayfield.rllib.models.torch_models import TorchModelV2, _mlp
+from rayfield.rllib.policy.sample_batch import SampleBatch
+from rayfield.rllib.policy.torch_policy import TorchPolicy
+from rayfield.rllib.utils.schedules import PiecewiseSchedule
+
+DEFAULT_CONFIG = with_common_config(
+    {
+        "num_atoms": 1,
+        "v_min": -10.0,
+        "v_max": 10.0,
+        "noisy": False,
+        "sigma0": 0.5,
+        "dueling": True,
+        "double_q": True,
+        "hiddens": [256],
+        "n_step": 1,
+        "schedule_max_timesteps": 100000,
+        "timesteps_per_iteration": 1000,
+        "exploration_fraction": 0.1,
+        "exploration_final_eps": 0.02,
+        "target_network_update_freq": 500,
+        "soft_q": False,
+        "softmax_temp": 1.0,
+        "parameter_noise": False,
+        "evaluation_config": {"exploration_fraction": 0, "exploration_final_eps": 0},
+        "buffer_size": 50000,
+        "prioritized_replay": True,
+        "prioritized_replay_alpha": 0.6,
+        "prioritized_replay_beta": 0.4,
+        "beta_annealing_fraction": 0.2,
+        "final_prioritized_replay_beta": 0.4,
+        "prioritized_replay_eps": 1e-6,
+        "compress_observations": True,
+        "lr": 5e-4,
+        "lr_schedule": None,
+        "adam_epsilon": 1e-8,
+        "grad_norm_clipping": 40,
+        "learning_starts": 1000,
+        "rollout_fragment_length": 4,
+        "train_batch_size": 32,
+        "num_workers": 0,
+        "per_worker_exploration": False,
+        "worker_side_prioritization": False,
+        "min_iter_time_s": 1,
+    }
+)
+
+
+class DQNTorchModel(TorchModelV2):
+    """Q-network: an MLP body (``fcnet_hiddens``), then an advantage stream and, when
+    dueling, a state-value stream (each with ``hiddens`` ReLU layers);
+    ``Q = V + A - mean(A)``."""
+
+    def __init__(
+        self,
+        obs_space: Any,
+        action_space: Any,
+        num_outputs: int,
+        model_config: dict[str, Any],
+        name: str = "dqn",
+        *,
+        q_hiddens: list[int] | None = None,
+        dueling: bool = True,
+    ) -> None:
+        super().__init__(obs_space, action_space, num_outputs, model_config, name)
+        in_dim = int(np.prod(obs_space.shape))
+        body = list(model_config.get("fcnet_hiddens", [256, 256]))
+        act = model_config.get("fcnet_activation", "tanh")
+        self.body = _mlp([in_dim, *body], act, float(np.sqrt(2))) if body else nn.Identity()
+        self.body_act = nn.Tanh() if act == "tanh" else nn.ReLU()
+        feat = body[-1] if body else in_dim
+        hiddens = list(q_hiddens or [])
+        self.advantage = _mlp([feat, *hiddens, num_outputs], "relu", 0.01)
+        self.dueling = dueling
+        self.value_stream = _mlp([feat, *hiddens, 1], "relu", 1.0) if dueling else None
+        self._value: torch.Tensor | None = None
+
+    def forward(
+        self, input_dict: dict[str, torch.Tensor], state: list[Any], seq_lens: Any
+    ) -> tuple[torch.Tensor, list[Any]]:
+        x = input_dict["obs"].float().reshape(input_dict["obs"].shape[0], -1)
+        feats = self.body(x)
+        if not isinstance(self.body, nn.Identity):
+            feats = self.body_act(feats)
+        adv = self.advantage(feats)
+        if self.value_stream is not None:
+            value = self.value_stream(feats)
+            self._value = value.squeeze(-1)
+            return value + adv - adv.mean(dim=-1, keepdim=True), state
+        self._value = adv.max(dim=-1).values
+        return adv, state
+
+    def value_function(self) -> torch.Tensor:
+        assert self._value is not None, "call forward() first"
+        return self._value
+
+
+def adjust_nstep(batch: SampleBatch, n_step: int, gamma: float) -> SampleBatch:
+    """Rewrite a one-episode fragment for n-step targets: ``rewards`` become the
+    discounted sum over up to `n_step` steps, ``new_obs`` / ``terminateds`` those of
+    the window's last step, and ``discounts`` the ``gamma**m`` to bootstrap with.
+    """
+    rewards = batch[SampleBatch.REWARDS].astype(np.float64)
+    count = batch.count
+    ends = np.minimum(np.arange(count) + n_step, count) - 1
+    m = ends - np.arange(count) + 1
+    new_rewards = np.zeros(count, dtype=np.float64)
+    for k in range(n_step):
+        pos = np.arange(count) + k
+        valid = pos < count
+        new_rewards[valid] += (gamma**k) * rewards[pos[valid]]
+    batch[SampleBatch.REWARDS] = new_rewards.astype(np.float32)
+    batch[SampleBatch.NEXT_OBS] = batch[SampleBatch.NEXT_OBS][ends]
+    batch[SampleBatch.TERMINATEDS] = batch[SampleBatch.TERMINATEDS][ends]
+    batch["discounts"] = (gamma**m).astype(np.float32)
+    return batch
+
+
+class DQNTorchPolicy(TorchPolicy):
+    """DQN's policy: epsilon-greedy acting, n-step postprocessing, the TD loss and a
+    target network."""
+
+    def __init__(self, observation_space: Any, action_space: Any, config: dict[str, Any]) -> None:
+        import gymnasium as gym
+
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ValueError(f"DQN needs a Discrete action space, got {action_space!r}")
+        for key, bad in (("num_atoms", lambda v: v > 1), ("noisy", bool), ("soft_q", bool)):
+            if bad(config[key]):
+                raise NotImplementedError(f"DQN option {key}={config[key]!r} is not supported yet")
+        self._eps_schedule = PiecewiseSchedule(
+            [
+                [0, 1.0],
+                [
+                    max(1, config["exploration_fraction"] * config["schedule_max_timesteps"]),
+                    config["exploration_final_eps"],
+                ],
+            ]
+        )
+        self.cur_epsilon = (
+            1.0 if config["exploration_fraction"] > 0 else config["exploration_final_eps"]
+        )
+        config = {**config, "grad_clip": config["grad_norm_clipping"]}
+        super().__init__(observation_space, action_space, config)
+        self.target_model = copy.deepcopy(self.model)
+        for p in self.target_model.parameters():
+            p.requires_grad_(False)
+        self.rng = np.random.default_rng(
+            None if config.get("seed") is None else config["seed"] + config.get("worker_index", 0)
+        )
+
+    def make_model(
+        self, obs_space: Any, action_space: Any, num_outputs: int, config: dict[str, Any]
+    ) -> Any:
+        from rayfield.rllib.models.catalog import ModelCatalog
+
+        return ModelCatalog.get_model_v2(
+            obs_space,
+            action_space,
+            int(action_space.n),
+            config.get("model"),
+            default_model=DQNTorchModel,
+            q_hiddens=config["hiddens"],
+            dueling=config["dueling"],
+        )
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(
+            self.model.parameters(), lr=self.cur_lr, eps=self.config["adam_epsilon"], foreach=True
+        )
+
+    def compute_actions(
+        self,
+        obs_batch: Any,
+        state_batches: list[Any] | None = None,
+        prev_action_batch: Any = None,
+        prev_reward_batch: Any = None,
+        info_batch: Any = None,
+        episodes: Any = None,
+        explore: bool | None = None,
+        **kwargs: Any,
+    ) -> tuple[np.ndarray, list[Any], dict[str, np.ndarray]]:
+        explore = self.config.get("explore", True) if explore is None else explore
+        with self.lock, torch.no_grad():
+            obs = torch.as_tensor(np.asarray(obs_batch, dtype=np.float32), device=self.device)
+            q, _ = self.model({"obs": obs}, [], None)
+            actions = q.argmax(dim=-1).cpu().numpy()
+        if explore and self.cur_epsilon > 0:
+            n = len(actions)
+            rand = self.rng.random(n) < self.cur_epsilon
+            actions = np.where(rand, self.rng.integers(0, self.action_space.n, n), actions)
+        return actions, [], {}
+
+    def on_global_var_update(self, global_vars: dict[str, Any]) -> None:
+        super().on_global_var_update(global_vars)
+        self.cur_epsilon = self._eps_schedule.value(self.global_timestep)
+
+    def postprocess_trajectory(
+        self, sample_batch: SampleBatch, other_agent_batches: Any = None, episode: Any = None
+    ) -> SampleBatch:
+        return adjust_nstep(sample_batch, int(self.config["n_step"]), float(self.config["gamma"]))
+
+    def loss(
+        self, model: Any, dist_class: type, train_batch: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        q_t, _ = model(train_batch, [], None)
+        q_sel = q_t.gather(1, train_batch[SampleBatch.ACTIONS].long().unsqueeze(1)).squeeze(1)
+        next_in = {"obs": train_batch[SampleBatch.NEXT_OBS]}
+        with torch.no_grad():
+            q_tp1_target, _ = self.target_model(next_in, [], None)
+            if self.config["double_q"]:
+                q_tp1_online, _ = model(next_in, [], None)
+                best = q_tp1_online.argmax(dim=1, keepdim=True)
+            else:
+                best = q_tp1_target.argmax(dim=1, keepdim=True)
+            q_tp1 = q_tp1_target.gather(1, best).squeeze(1)
+            not_done = 1.0 - train_batch[SampleBatch.TERMINATEDS].float()
+            discounts = train_batch.get("discounts")
+            if discounts is None:
+                discounts = torch.full_like(q_tp1, float(self.config["gamma"]))
+            target = train_batch[SampleBatch.REWARDS] + discounts * not_done * q_tp1
+        td_error = q_sel - target
+        weights = train_batch.get("weights")
+        huber = nn.functional.smooth_l1_loss(q_sel, target, reduction="none")
+        loss = (huber * weights).mean() if weights is not None else huber.mean()
+        self.td_error = td_error.detach()
+        self.stats = {
+            "mean_q": q_sel.mean().detach(),
+            "min_q": q_sel.min().detach(),
+            "max_q": q_sel.max().detach(),
+            "mean_td_error": td_error.abs().mean().detach(),
+            "loss": loss.detach(),
+        }
+        return model.custom_loss(loss, train_batch)
+
+    def learn_on_batch(self, samples: SampleBatch) -> dict[str, Any]:
+        stats = super().learn_on_batch(samples)
+        stats["cur_epsilon"] = self.cur_epsilon
+        return stats
+
+    def update_target(self) -> None:
+        with self.lock:
+            self.target_model.load_state_dict(self.model.state_dict())
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"target_model": {k: v.clone() for k, v in self.target_model.state_dict().items()}}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        if "target_model" in state:
+            self.target_model.load_state_dict(state["target_model"])
+
+
+class DQNTrainer(Trainer):
+    """DQN (see the module docstring)."""
+
+    _name = "DQN"
+    _default_config = DEFAULT_CONFIG
+    _policy = DQNTorchPolicy
+
+    def _init(self, config: dict[str, Any], env_creator: Any) -> None:
+        if config["prioritized_replay"]:
+            self.replay_buffer: ReplayBuffer = PrioritizedReplayBuffer(
+                config["buffer_size"], config["prioritized_replay_alpha"], config["seed"]
+            )
+        else:
+            self.replay_buffer = ReplayBuffer(config["buffer_size"], config["seed"])
+        self._beta = PiecewiseSchedule(
+            [
+                [0, config["prioritized_replay_beta"]],
+                [
+                    max(1, config["beta_annealing_fraction"] * config["schedule_max_timesteps"]),
+                    config["final_prioritized_replay_beta"],
+                ],
+            ]
+        )
+        self._last_target_update = 0
+
+    def training_step(self) -> dict[str, Any]:
+        cfg = self.config
+        policy = self.get_policy()
+        policy.on_global_var_update({"timestep": self._timesteps_total})
+        batches, metrics = self.workers.sample()
+        self._episodes_this_iter.extend(metrics)
+        for b in batches:
+            self.replay_buffer.add_batch(b)
+            self._timesteps_total += b.count
+        stats: dict[str, Any] = {"cur_epsilon": policy.cur_epsilon}
+        if self._timesteps_total >= cfg["learning_starts"]:
+            replay = self.replay_buffer.sample(
+                int(cfg["train_batch_size"]), beta=self._beta.value(self._timesteps_total)
+            )
+            stats = policy.learn_on_batch(replay)
+            self._steps_trained += replay.count
+            if isinstance(self.replay_buffer, PrioritizedReplayBuffer):
+                prios = policy.td_error.abs().cpu().numpy() + cfg["prioritized_replay_eps"]
+                self.replay_buffer.update_priorities(replay["batch_indexes"], prios)
+        if self._timesteps_total - self._last_target_update >= cfg["target_network_update_freq"]:
+            policy.update_target()
+            self._last_target_update = self._timesteps_total
+        self.workers.sync_weights({"timestep": self._timesteps_total})
+        return {"default_policy": stats}
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"last_target_update": self._last_target_update}
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        self._last_target_update = int(state.get("last_target_update", 0))
+
+
+DQNAgent = DQNTrainer
+DQN = DQNTrainer

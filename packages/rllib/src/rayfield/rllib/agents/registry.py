@@ -1,0 +1,34 @@
+"""Algorithm names (``--run PPO``, ``tune.run("PPO")``) -> trainer classes."""
+
+from __future__ import annotations
+
+import importlib
+
+from rayfield.rllib.utils.config import closest_key
+
+# name -> (module, class); imported on first use.
+ALGORITHMS = {
+    "PPO": ("rayfield.rllib.agents.ppo", "PPOTrainer"),
+    "PG": ("rayfield.rllib.agents.pg", "PGTrainer"),
+    "A2C": ("rayfield.rllib.agents.a3c", "A2CTrainer"),
+    "DQN": ("rayfield.rllib.agents.dqn", "DQNTrainer"),
+}
+
+
+def get_trainer_class(name: str) -> type:
+    """The trainer class for an algorithm name.
+
+    Raises:
+        ValueError: unknown name (says the closest known one and lists them all).
+    """
+    if name not in ALGORITHMS:
+        hint = closest_key(name, ALGORITHMS)
+        extra = f"; did you mean {hint!r}?" if hint else ""
+        raise ValueError(
+            f"unknown algorithm {name!r}{extra} (known: {', '.join(sorted(ALGORITHMS))})"
+        )
+    module, cls = ALGORITHMS[name]
+    return getattr(importlib.import_module(module), cls)
+
+
+get_algorithm_class = get_trainer_class

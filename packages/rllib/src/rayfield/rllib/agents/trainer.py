@@ -1,0 +1,519 @@
+"""`Trainer`: the base class of algorithms (the Ray 2 name is `Algorithm`).
+
+A trainer merges its config over `COMMON_CONFIG` (unknown keys are errors), builds
+a `WorkerSet` and runs `training_step` per `train()` call. It follows Tune's
+Trainable protocol by duck typing (``train``, ``save``, ``restore``, ``stop``,
+``setup``/``step``, ``_setup``/``_train``, ``default_resource_request``) without
+importing Tune.
+
+Subclasses set ``_name``, ``_default_config`` and ``_policy`` and implement
+`training_step`, which returns the learner statistics of one step. Sampling
+helpers (`sample_batch`) record episodes for the result's metrics.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import logging
+import os
+import random
+import socket
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rayfield.rllib.agents import checkpoints
+from rayfield.rllib.agents.common_config import (
+    ALLOW_UNKNOWN_SUBKEYS,
+    COMMON_CONFIG,
+    CONFIG_ALIASES,
+    LOOSE_TYPED_KEYS,
+    REMOVED_KEYS,
+)
+from rayfield.rllib.env.registry import get_env_creator
+from rayfield.rllib.evaluation.callbacks import make_callbacks
+from rayfield.rllib.evaluation.episode import RolloutMetrics
+from rayfield.rllib.evaluation.metrics import summarize_episodes
+from rayfield.rllib.evaluation.worker_set import WorkerSet
+from rayfield.rllib.models.catalog import MODEL_DEFAULTS
+from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from rayfield.rllib.utils.config import check_types, deep_update, unknown_key_error
+
+logger = logging.getLogger("rayfield.rllib")
+
+MAX_WORKER_FAILURE_RETRIES = 3
+
+
+class SaveResult(str):
+    """The checkpoint path `save` returns (a str, as in RLlib 0.7), with the Ray 2
+    spelling ``result.checkpoint.path`` too."""
+
+    @property
+    def checkpoint(self) -> Any:
+        return _Checkpoint(str(checkpoints.checkpoint_dir(str(self))))
+
+
+class _Checkpoint:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"Checkpoint(path={self.path!r})"
+
+
+class Trainer:
+    """Base class of the algorithms.
+
+    Args:
+        config: overrides of the algorithm's default config; every key must be a known
+            key (or a Ray 2 alias of one).
+        env: a gymnasium id, a name given to `register_env`, or an env class; the same
+            as ``config["env"]``.
+        logger_creator: ``f(config) -> logger``, accepted for Tune compatibility.
+
+    Raises:
+        UnknownConfigKeyError: an unknown config key (names the closest valid one).
+        ConfigTypeError: a value of the wrong type.
+        ValueError: a removed key (``gpu``...), or a bad env.
+    """
+
+    _name = "Trainer"
+    _default_config: dict[str, Any] = COMMON_CONFIG
+    _policy: type | None = None
+
+    def __init__(
+        self,
+        config: dict[str, Any] | None = None,
+        env: Any = None,
+        logger_creator: Any = None,
+        **kw: Any,
+    ) -> None:
+        if hasattr(config, "overrides_dict"):  # an AlgorithmConfig
+            config = config.overrides_dict()  # type: ignore[union-attr]
+        config = dict(config or {})
+        if env is not None:
+            config["env"] = env
+        self.config = self.merge_trainer_configs(self._default_config, config)
+        self._logger_creator = logger_creator
+        self._iteration = 0
+        self._timesteps_total = 0
+        self._steps_trained = 0
+        self._episodes_total = 0
+        self._time_total = 0.0
+        self._iterations_since_restore = 0
+        self._episode_history: collections.deque[RolloutMetrics] = collections.deque(
+            maxlen=int(self.config["metrics_smoothing_episodes"])
+        )
+        self._episodes_this_iter: list[RolloutMetrics] = []
+        self._owns_rayfield = False
+        self.logdir = ""
+        self.setup(self.config)
+
+    # -- config ---------------------------------------------------------------------
+    @classmethod
+    def merge_trainer_configs(
+        cls, defaults: dict[str, Any], config: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Defaults updated from `config`, with aliases mapped and every key checked."""
+        config = dict(config)
+        for old, hint in REMOVED_KEYS.items():
+            if old in config:
+                raise ValueError(f"config key {old!r} was removed: {hint}")
+        for alias, key in CONFIG_ALIASES.items():
+            if alias in config and alias not in defaults:
+                config[key] = config.pop(alias)
+        if "lambda_" in config and "lambda" in defaults:
+            config["lambda"] = config.pop("lambda_")
+        merged = deep_update(copy.deepcopy(defaults), config, False, ALLOW_UNKNOWN_SUBKEYS)
+        check_types(merged, defaults, LOOSE_TYPED_KEYS)
+        if not merged["model"].get("custom_model"):  # a custom model may read any key
+            for key in merged["model"]:
+                if key not in MODEL_DEFAULTS:
+                    raise unknown_key_error(key, MODEL_DEFAULTS, "model config")
+        if merged.get("framework") not in ("torch", "pytorch"):
+            logger.warning("framework=%r: rayfield-rllib runs torch policies", merged["framework"])
+        cls.validate_config(merged)
+        return merged
+
+    @classmethod
+    def validate_config(cls, config: dict[str, Any]) -> None:
+        """Algorithm-specific checks; raise ValueError for a bad combination."""
+        if config["batch_mode"] not in ("truncate_episodes", "complete_episodes"):
+            raise ValueError(
+                "batch_mode must be 'truncate_episodes' or 'complete_episodes', "
+                f"got {config['batch_mode']!r}"
+            )
+        if not isinstance(config["input_evaluation"], (list, tuple)):
+            raise ValueError("input_evaluation must be a list")
+
+    @classmethod
+    def default_resource_request(cls, config: dict[str, Any]) -> dict[str, float]:
+        """Resources for Tune: the driver's CPUs/GPUs and the workers' as extras."""
+        cf = {**cls._default_config, **config}
+        return {
+            "cpu": cf["num_cpus_for_driver"],
+            "gpu": cf["num_gpus"],
+            "extra_cpu": cf["num_cpus_per_worker"] * cf["num_workers"],
+            "extra_gpu": cf["num_gpus_per_worker"] * cf["num_workers"],
+        }
+
+    @classmethod
+    def get_default_config(cls) -> Any:
+        """Ray 2: an `AlgorithmConfig` for this algorithm."""
+        from rayfield.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+        return AlgorithmConfig(cls)
+
+    # -- setup ----------------------------------------------------------------------
+    def setup(self, config: dict[str, Any]) -> None:
+        """Seed, connect to rayfield when remote workers are asked for, build the workers."""
+        logging.getLogger("rayfield.rllib").setLevel(str(config["log_level"]).upper())
+        import torch
+
+        torch.set_num_threads(max(1, int(config["num_cpus_for_driver"])))
+        if config["seed"] is not None:
+            random.seed(config["seed"])
+            np.random.seed(config["seed"])
+            torch.manual_seed(config["seed"])
+        if config["num_workers"] > 0:
+            import rayfield
+
+            if not rayfield.is_initialized():
+                rayfield.init()
+                self._owns_rayfield = True
+        self.env_creator = get_env_creator(config["env"]) if config["env"] is not None else None
+        if self.env_creator is None:
+            raise ValueError("no env given: pass env=... or config={'env': ...}")
+        self.callbacks = make_callbacks(config["callbacks"])
+        self.workers = self._make_workers(
+            self.env_creator, self._policy, config, config["num_workers"]
+        )
+        self.evaluation_workers: WorkerSet | None = None
+        if config["evaluation_interval"]:
+            eval_cfg = deep_update(
+                copy.deepcopy(config), copy.deepcopy(config["evaluation_config"]), True
+            )
+            eval_cfg.update({"batch_mode": "complete_episodes", "rollout_fragment_length": 1})
+            self.evaluation_workers = self._make_workers(
+                self.env_creator, self._policy, eval_cfg, 0
+            )
+        self._init(config, self.env_creator)
+
+    def _make_workers(
+        self, env_creator: Any, policy: Any, config: dict[str, Any], num_workers: int
+    ) -> WorkerSet:
+        return WorkerSet(env_creator, policy, config, num_workers)
+
+    def _init(self, config: dict[str, Any], env_creator: Any) -> None:
+        """Algorithm-specific setup (optimizers, replay buffers...)."""
+
+    _setup = setup
+
+    # -- training -------------------------------------------------------------------
+    def training_step(self) -> dict[str, Any]:
+        """One step of the algorithm; returns ``{policy_id: learner stats}``."""
+        raise NotImplementedError
+
+    def on_policy_step(self) -> dict[str, Any]:
+        """Sample ``train_batch_size`` steps with the current weights, learn on them on
+        the local worker, send the new weights out (PG, A2C, PPO)."""
+        batch = self.sample_batch(int(self.config["train_batch_size"]))
+        stats = self.workers.local_worker().learn_on_batch(batch)
+        self._steps_trained += batch.count
+        self.workers.sync_weights({"timestep": self._timesteps_total})
+        return stats
+
+    def sample_batch(self, min_steps: int) -> SampleBatch:
+        """Sample from the workers until at least `min_steps` env steps; records the
+        finished episodes for the metrics."""
+        batches, steps = [], 0
+        while steps < min_steps:
+            got, metrics = self.workers.sample()
+            self._episodes_this_iter.extend(metrics)
+            for b in got:
+                batches.append(b)
+                steps += b.count
+        batch: SampleBatch = SampleBatch.concat_samples(batches)
+        self._timesteps_total += batch.count
+        return batch
+
+    def train(self) -> dict[str, Any]:
+        """One training iteration; returns the result dict (see `step`).
+
+        Raises:
+            rayfield.exceptions.RayfieldError: a worker failed and
+                ``ignore_worker_failures`` is not set.
+        """
+        result = self.step()
+        if self.config["observation_filter"] != "NoFilter":
+            self.workers.sync_filters()
+        if (
+            self.config["evaluation_interval"]
+            and self._iteration % self.config["evaluation_interval"] == 0
+        ):
+            result["evaluation"] = self._evaluate()
+        if self.callbacks.overrides("on_train_result"):
+            self.callbacks.on_train_result(trainer=self, algorithm=self, result=result)
+        return result
+
+    def step(self) -> dict[str, Any]:
+        """Tune's ``step``: run `training_step` until ``timesteps_per_iteration`` steps
+        and ``min_iter_time_s`` seconds have passed, and build the result dict."""
+        start = time.time()
+        steps_before = self._timesteps_total
+        self._episodes_this_iter = []
+        global_vars = {"timestep": self._timesteps_total}
+        self.workers.local_worker().set_global_vars(global_vars)
+        stats: dict[str, Any] = {}
+        while True:
+            stats = self.training_step()
+            steps = self._timesteps_total - steps_before
+            if steps >= self.config["timesteps_per_iteration"] and (
+                time.time() - start >= self.config["min_iter_time_s"]
+            ):
+                break
+        self._iteration += 1
+        self._iterations_since_restore += 1
+        elapsed = time.time() - start
+        self._time_total += elapsed
+        return self._build_result(stats, self._timesteps_total - steps_before, elapsed)
+
+    _train = step
+
+    def _build_result(self, stats: dict[str, Any], steps: int, elapsed: float) -> dict[str, Any]:
+        self._episode_history.extend(self._episodes_this_iter)
+        self._episodes_total += len(self._episodes_this_iter)
+        result = summarize_episodes(self._episode_history)
+        result.update(
+            {
+                "episodes_this_iter": len(self._episodes_this_iter),
+                "episodes_total": self._episodes_total,
+                "timesteps_this_iter": steps,
+                "timesteps_total": self._timesteps_total,
+                "num_env_steps_sampled": self._timesteps_total,
+                "training_iteration": self._iteration,
+                "iterations_since_restore": self._iterations_since_restore,
+                "time_this_iter_s": elapsed,
+                "time_total_s": self._time_total,
+                "num_healthy_workers": self.workers.healthy_worker_count(),
+                "info": {
+                    "learner": stats,
+                    "num_steps_sampled": self._timesteps_total,
+                    "num_steps_trained": self._steps_trained,
+                },
+                "done": False,
+                "timestamp": int(time.time()),
+                "date": datetime.now().strftime("%Y-%m-%d_%H-%M-%S"),
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "config": self.config,
+            }
+        )
+        result["env_runners"] = {
+            "episode_return_mean": result["episode_reward_mean"],
+            "episode_return_max": result["episode_reward_max"],
+            "episode_return_min": result["episode_reward_min"],
+            "episode_len_mean": result["episode_len_mean"],
+            "num_episodes": result["episodes_this_iter"],
+        }
+        return result
+
+    def _evaluate(self) -> dict[str, Any]:
+        """Run ``evaluation_num_episodes`` episodes with the current weights on the
+        evaluation worker."""
+        assert self.evaluation_workers is not None
+        worker = self.evaluation_workers.local_worker()
+        worker.set_weights(self.workers.local_worker().get_weights())
+        worker.sync_filters(self.workers.local_worker().get_filters())
+        episodes: list[RolloutMetrics] = []
+        while len(episodes) < self.config["evaluation_num_episodes"]:
+            worker.sample()
+            episodes.extend(worker.get_metrics())
+        return summarize_episodes(episodes[: self.config["evaluation_num_episodes"]])
+
+    def evaluate(self) -> dict[str, Any]:
+        """Ray 2: evaluate now; ``{"evaluation": metrics}``.
+
+        Raises:
+            ValueError: no ``evaluation_interval`` was configured.
+        """
+        if self.evaluation_workers is None:
+            raise ValueError("set evaluation_interval (or .evaluation(...)) to use evaluate()")
+        return {"evaluation": self._evaluate()}
+
+    # -- acting ---------------------------------------------------------------------
+    def compute_action(
+        self,
+        observation: Any,
+        state: list[Any] | None = None,
+        prev_action: Any = None,
+        prev_reward: Any = None,
+        info: Any = None,
+        policy_id: str = DEFAULT_POLICY_ID,
+        full_fetch: bool = False,
+        explore: bool | None = None,
+    ) -> Any:
+        """The policy's action for one raw env observation (preprocessed and filtered
+        as in training, without updating the filter).
+
+        Returns:
+            The action; ``(action, state_out, extra)`` when `state` is given or
+            `full_fetch` is set.
+        """
+        worker = self.workers.local_worker()
+        obs = worker.preprocessors[policy_id].transform(observation)
+        obs = worker.filters[policy_id](obs, update=False)
+        out = self.get_policy(policy_id).compute_single_action(
+            obs,
+            state,
+            prev_action,
+            prev_reward,
+            info,
+            clip_actions=self.config["clip_actions"],
+            explore=explore,
+        )
+        return out if state is not None or full_fetch else out[0]
+
+    compute_single_action = compute_action
+
+    def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Any:
+        return self.workers.local_worker().get_policy(policy_id)
+
+    def get_weights(self, policies: list[str] | None = None) -> dict[str, Any]:
+        return self.workers.local_worker().get_weights(policies)
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        self.workers.local_worker().set_weights(weights)
+        self.workers.sync_weights()
+
+    def export_policy_model(self, export_dir: str, policy_id: str = DEFAULT_POLICY_ID) -> None:
+        self.get_policy(policy_id).export_model(export_dir)
+
+    def export_policy_checkpoint(
+        self, export_dir: str, filename_prefix: str = "model", policy_id: str = DEFAULT_POLICY_ID
+    ) -> None:
+        self.get_policy(policy_id).export_checkpoint(export_dir, filename_prefix)
+
+    # -- checkpoints ----------------------------------------------------------------
+    def _extra_state(self) -> dict[str, Any]:
+        """Algorithm state beyond the local worker's (numbers and tensors only)."""
+        return {}
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        pass
+
+    def save(self, checkpoint_dir: str | None = None) -> SaveResult:
+        """Write a checkpoint (see `rayfield.rllib.agents.checkpoints`).
+
+        Args:
+            checkpoint_dir: parent directory (default: this trainer's log dir, made
+                under ``~/ray_results`` on first use).
+
+        Returns:
+            The ``checkpoint_<N>/checkpoint-<N>`` path (also as ``.checkpoint.path``).
+        """
+        if checkpoint_dir is None:
+            if not self.logdir:
+                root = Path(os.path.expanduser("~/ray_results"))
+                root.mkdir(parents=True, exist_ok=True)
+                stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+                self.logdir = tempfile.mkdtemp(
+                    prefix=f"{self._name}_{self.config['env']}_{stamp}", dir=root
+                )
+            checkpoint_dir = self.logdir
+        algo_state = {
+            "algorithm": self._name,
+            "config": checkpoints.to_json_safe(self.config),
+            "iteration": self._iteration,
+            "timesteps_total": self._timesteps_total,
+            "episodes_total": self._episodes_total,
+            "steps_trained": self._steps_trained,
+            "time_total_s": self._time_total,
+        }
+        worker_state = {"worker": self.workers.local_worker().save(), "extra": self._extra_state()}
+        return SaveResult(
+            checkpoints.write(Path(checkpoint_dir), self._iteration, worker_state, algo_state)
+        )
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Load a checkpoint written by `save` into this trainer and its workers.
+
+        Raises:
+            FileNotFoundError: `checkpoint_path` is not a checkpoint.
+        """
+        worker_state, algo_state = checkpoints.read(checkpoint_path)
+        self.workers.local_worker().restore(worker_state["worker"])
+        self._set_extra_state(worker_state.get("extra", {}))
+        self._iteration = int(algo_state["iteration"])
+        self._timesteps_total = int(algo_state["timesteps_total"])
+        self._episodes_total = int(algo_state["episodes_total"])
+        self._steps_trained = int(algo_state.get("steps_trained", 0))
+        self._time_total = float(algo_state["time_total_s"])
+        self._iterations_since_restore = 0
+        self.workers.sync_weights()
+        if self.config["observation_filter"] != "NoFilter":
+            filters = self.workers.local_worker().get_filters()
+            self.workers.foreach_worker(lambda w: w.sync_filters(filters))
+
+    def save_checkpoint(self, checkpoint_dir: str) -> str:
+        return str(self.save(checkpoint_dir))
+
+    def load_checkpoint(self, checkpoint: Any) -> None:
+        self.restore(str(checkpoint))
+
+    _save = save_checkpoint
+    _restore = load_checkpoint
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Any, **config_overrides: Any) -> Trainer:
+        """Build the algorithm a checkpoint was written by, with its config, and
+        restore it. Config values that were not JSON (callback classes...) take
+        their defaults unless given in `config_overrides`.
+
+        Raises:
+            FileNotFoundError: not a checkpoint.
+            ValueError: the checkpoint's algorithm is unknown.
+        """
+        from rayfield.rllib.agents.registry import get_trainer_class
+
+        path = getattr(checkpoint, "path", checkpoint)
+        _, algo_state = checkpoints.read(path)
+        trainer_cls = (
+            cls
+            if cls._name == algo_state["algorithm"]
+            else get_trainer_class(algo_state["algorithm"])
+        )
+        config = checkpoints.drop_unserializable(algo_state["config"])
+        config.update(config_overrides)
+        trainer = trainer_cls(config=config)
+        trainer.restore(path)
+        return trainer
+
+    # -- teardown -------------------------------------------------------------------
+    def stop(self) -> None:
+        """End the workers (and the local rayfield runtime if this trainer started it)."""
+        workers = getattr(self, "workers", None)
+        if workers is not None:
+            workers.stop()
+        if getattr(self, "evaluation_workers", None) is not None:
+            self.evaluation_workers.stop()  # type: ignore[union-attr]
+        if self._owns_rayfield:
+            import rayfield
+
+            rayfield.shutdown()
+            self._owns_rayfield = False
+
+    _stop = stop
+    cleanup = stop
+
+    @property
+    def iteration(self) -> int:
+        return self._iteration
+
+    def __repr__(self) -> str:
+        return f"{self._name}(env={self.config['env']!r})"

@@ -1,0 +1,7 @@
+"""Ray 2 location of `DefaultCallbacks`."""
+
+from __future__ import annotations
+
+from rayfield.rllib.evaluation.callbacks import DefaultCallbacks
+
+__all__ = ["DefaultCallbacks"]

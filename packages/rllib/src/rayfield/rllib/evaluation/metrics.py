@@ -1,0 +1,42 @@
+"""Episode statistics for the result dict (`summarize_episodes`)."""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from rayfield.rllib.evaluation.episode import RolloutMetrics
+
+
+def summarize_episodes(episodes: Iterable[RolloutMetrics]) -> dict[str, Any]:
+    """Reward and length statistics over `episodes` (NaN when there are none), and
+    the mean, min and max of every custom metric."""
+    episodes = list(episodes)
+    rewards = np.array([e.episode_reward for e in episodes], dtype=np.float64)
+    lengths = np.array([e.episode_length for e in episodes], dtype=np.float64)
+    custom: dict[str, list[float]] = collections.defaultdict(list)
+    for e in episodes:
+        for k, v in e.custom_metrics.items():
+            custom[k].append(float(v))
+    custom_out = {}
+    for k, vals in custom.items():
+        custom_out[f"{k}_mean"] = float(np.mean(vals))
+        custom_out[f"{k}_min"] = float(np.min(vals))
+        custom_out[f"{k}_max"] = float(np.max(vals))
+    nan = math.nan
+    return {
+        "episode_reward_max": float(rewards.max()) if len(rewards) else nan,
+        "episode_reward_min": float(rewards.min()) if len(rewards) else nan,
+        "episode_reward_mean": float(rewards.mean()) if len(rewards) else nan,
+        "episode_len_mean": float(lengths.mean()) if len(lengths) else nan,
+        "policy_reward_mean": {"default_policy": float(rewards.mean())} if len(rewards) else {},
+        "custom_metrics": custom_out,
+        "hist_stats": {
+            "episode_reward": rewards.tolist(),
+            "episode_lengths": lengths.astype(int).tolist(),
+        },
+    }

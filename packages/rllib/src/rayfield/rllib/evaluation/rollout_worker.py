@@ -1,0 +1,220 @@
+"""`RolloutWorker`: envs, a policy and a sampler in one process.
+
+The trainer's process holds the local worker (worker_index 0), whose policy
+learns; remote workers (worker_index 1..n) are rayfield actors that only sample.
+Every method is plain Python, so the same class is a local object or an actor
+(``rayfield.remote(RolloutWorker)``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from rayfield.rllib.env.env_context import EnvContext
+from rayfield.rllib.evaluation.callbacks import make_callbacks
+from rayfield.rllib.evaluation.episode import RolloutMetrics
+from rayfield.rllib.models.catalog import ModelCatalog
+from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from rayfield.rllib.utils.filter import filter_from_dict, get_filter
+
+# RolloutWorker keyword names of RLlib 0.7, mapped to config keys.
+_KWARG_KEYS = {
+    "batch_steps": "rollout_fragment_length",
+    "batch_mode": "batch_mode",
+    "episode_horizon": "horizon",
+    "num_envs": "num_envs_per_worker",
+    "observation_filter": "observation_filter",
+    "clip_rewards": "clip_rewards",
+    "clip_actions": "clip_actions",
+    "env_config": "env_config",
+    "model_config": "model",
+    "callbacks": "callbacks",
+    "seed": "seed",
+}
+
+
+class RolloutWorker:
+    """Samples experience with a policy in ``num_envs_per_worker`` envs.
+
+    Args:
+        env_creator: ``f(EnvContext) -> gymnasium.Env``.
+        policy: the policy class, built with ``(obs_space, action_space, config)``.
+        config: the trainer config (``rollout_fragment_length``, ``batch_mode``,
+            ``num_envs_per_worker``, ``horizon``, ``observation_filter``, ``seed``...).
+        worker_index: 0 for the local worker, 1..num_workers for remote ones.
+        num_workers: how many remote workers the set has.
+        custom_registry: `ModelCatalog.snapshot()` from the driver.
+        **kwargs: RLlib 0.7 keyword names (``batch_steps``, ``num_envs``,
+            ``policy_config``...), which override config keys.
+
+    Raises:
+        ValueError: bad batch mode, fragment length or observation filter.
+    """
+
+    def __init__(
+        self,
+        env_creator: Callable[[Any], Any],
+        policy: type,
+        config: dict[str, Any] | None = None,
+        worker_index: int = 0,
+        num_workers: int = 0,
+        custom_registry: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        from rayfield.rllib.evaluation.sampler import SyncSampler
+
+        config = copy.deepcopy(config or {})
+        config.update(kwargs.pop("policy_config", None) or {})
+        for name, key in _KWARG_KEYS.items():
+            if name in kwargs:
+                config[key] = kwargs.pop(name)
+        if kwargs:
+            raise TypeError(f"RolloutWorker got unexpected arguments: {sorted(kwargs)}")
+        config["worker_index"] = worker_index
+        if worker_index > 0:
+            import torch
+
+            torch.set_num_threads(1)
+        ModelCatalog.restore(custom_registry)
+        self.config = config
+        self.worker_index = worker_index
+        self.num_workers = num_workers
+        self.env_creator = env_creator
+        num_envs = int(config.get("num_envs_per_worker", 1))
+        if num_envs < 1:
+            raise ValueError(f"num_envs_per_worker must be >= 1, got {num_envs}")
+        ctx = EnvContext(config.get("env_config"), worker_index, 0, False, num_workers)
+        self.envs = [env_creator(ctx.copy_with_overrides(vector_index=i)) for i in range(num_envs)]
+        self.env = self.envs[0]
+        model_cfg = config.get("model") or {}
+        self.preprocessor = ModelCatalog.get_preprocessor_for_space(
+            self.env.observation_space, model_cfg
+        )
+        self.preprocessors = {DEFAULT_POLICY_ID: self.preprocessor}
+        obs_space = self.preprocessor.observation_space
+        self.filters = {
+            DEFAULT_POLICY_ID: get_filter(
+                config.get("observation_filter", "NoFilter"), obs_space.shape
+            )
+        }
+        self.policy = policy(obs_space, self.env.action_space, config)
+        self.policy_map = {DEFAULT_POLICY_ID: self.policy}
+        self.callbacks = make_callbacks(config.get("callbacks"))
+        seed = config.get("seed")
+        horizon = config.get("horizon")
+        self.sampler = SyncSampler(
+            self.envs,
+            self.policy,
+            self.preprocessor,
+            self.filters[DEFAULT_POLICY_ID],
+            self.callbacks,
+            fragment_length=int(config.get("rollout_fragment_length", 200)),
+            batch_mode=config.get("batch_mode", "truncate_episodes"),
+            horizon=int(horizon) if horizon else None,
+            clip_rewards=config.get("clip_rewards"),
+            clip_actions=bool(config.get("clip_actions", True)),
+            seed=None if seed is None else int(seed) + 1000 * worker_index,
+            worker=self,
+        )
+
+    # -- sampling -----------------------------------------------------------------
+    def sample(self) -> SampleBatch:
+        """One batch of ``rollout_fragment_length * num_envs_per_worker`` steps (or
+        more, of whole episodes, in ``complete_episodes`` mode)."""
+        return self.sampler.sample()
+
+    def sample_with_count(self) -> tuple[SampleBatch, int]:
+        batch = self.sample()
+        return batch, batch.count
+
+    def sample_and_metrics(self) -> tuple[SampleBatch, list[RolloutMetrics]]:
+        """A batch and the episodes finished while sampling it (one round trip)."""
+        batch = self.sample()
+        return batch, self.get_metrics()
+
+    def get_metrics(self) -> list[RolloutMetrics]:
+        return self.sampler.get_metrics()
+
+    # -- learning -----------------------------------------------------------------
+    def learn_on_batch(self, samples: SampleBatch) -> dict[str, Any]:
+        return {DEFAULT_POLICY_ID: self.policy.learn_on_batch(samples)}
+
+    def compute_gradients(self, samples: SampleBatch) -> tuple[Any, dict[str, Any]]:
+        return self.policy.compute_gradients(samples)
+
+    def apply_gradients(self, grads: Any) -> None:
+        self.policy.apply_gradients(grads)
+
+    def get_weights(self, policies: list[str] | None = None) -> dict[str, Any]:
+        return {DEFAULT_POLICY_ID: self.policy.get_weights()}
+
+    def set_weights(
+        self, weights: dict[str, Any], global_vars: dict[str, Any] | None = None
+    ) -> None:
+        self.policy.set_weights(weights[DEFAULT_POLICY_ID])
+        if global_vars:
+            self.set_global_vars(global_vars)
+
+    def set_global_vars(self, global_vars: dict[str, Any]) -> None:
+        self.policy.on_global_var_update(global_vars)
+
+    # -- policies and envs ----------------------------------------------------------
+    def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Any:
+        return self.policy_map.get(policy_id)
+
+    def for_policy(self, func: Callable[..., Any], policy_id: str = DEFAULT_POLICY_ID) -> Any:
+        return func(self.policy_map[policy_id])
+
+    def foreach_policy(self, func: Callable[..., Any]) -> list[Any]:
+        return [func(p, pid) for pid, p in self.policy_map.items()]
+
+    foreach_trainable_policy = foreach_policy
+
+    def foreach_env(self, func: Callable[[Any], Any]) -> list[Any]:
+        return [func(env) for env in self.envs]
+
+    def apply(self, func: Callable[..., Any], *args: Any) -> Any:
+        return func(self, *args)
+
+    # -- filters ------------------------------------------------------------------
+    def get_filters(self, flush_after: bool = False) -> dict[str, Any]:
+        out = {k: f.as_serializable() for k, f in self.filters.items()}
+        if flush_after:
+            for f in self.filters.values():
+                f.clear_buffer()
+        return out
+
+    def sync_filters(self, new_filters: dict[str, Any]) -> None:
+        """Take the merged filters from the driver; the changes they include are not
+        reported again."""
+        for k, f in new_filters.items():
+            self.filters[k].sync(f)
+            self.filters[k].clear_buffer()
+
+    # -- checkpoints ----------------------------------------------------------------
+    def save(self) -> dict[str, Any]:
+        """Policy state (tensors) and filter state (lists): no pickled objects."""
+        return {
+            "policy": self.policy.get_state(),
+            "filters": {k: f.to_dict() for k, f in self.filters.items()},
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.policy.set_state(state["policy"])
+        for k, d in state.get("filters", {}).items():
+            if k in self.filters:
+                self.filters[k].sync(filter_from_dict(d))  # type: ignore[arg-type]
+
+    def ping(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        for env in self.envs:
+            close = getattr(env, "close", None)
+            if close is not None:
+                close()
+
+    def __repr__(self) -> str:
+        return f"RolloutWorker(worker_index={self.worker_index}, num_envs={len(self.envs)})"

@@ -1,0 +1,291 @@
+"""`SyncSampler`: step a worker's envs together and cut the steps into batches.
+
+Every step runs one batched forward pass for all ``N`` envs of the worker, then
+steps each env with its action. Per step the sampler keeps one array per column
+for all envs (``[N, ...]``); at the end of a chunk it stacks them to ``[T, N, ...]``,
+lays them out env by env (``[N*T, ...]``) and splits the rows where the episode id
+changes. Each piece is one fragment of one episode and goes through the policy's
+`postprocess_trajectory`.
+
+Batch modes: ``truncate_episodes`` returns exactly ``rollout_fragment_length * N``
+steps (unfinished episodes are cut and bootstrapped by the policy);
+``complete_episodes`` steps on until at least that many steps belong to finished
+episodes, returns only those, and keeps the unfinished parts for the next call.
+An episode ends when the env says terminated or truncated, or at ``horizon`` steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from rayfield.rllib.evaluation.callbacks import DefaultCallbacks
+from rayfield.rllib.evaluation.episode import Episode, RolloutMetrics
+from rayfield.rllib.policy.policy import Policy
+from rayfield.rllib.policy.sample_batch import SampleBatch
+
+_eps_ids = itertools.count(1)
+
+
+def clip_reward(r: np.ndarray, clip: Any) -> np.ndarray:
+    """The ``clip_rewards`` rule: None/False keeps, True takes the sign, a number v
+    clips to [-v, v], a pair (a, b) to [a, b]."""
+    if clip is None or clip is False:
+        return r
+    if clip is True:
+        return np.sign(r)
+    if isinstance(clip, (tuple, list)):
+        return np.clip(r, clip[0], clip[1])
+    return np.clip(r, -float(clip), float(clip))
+
+
+class SyncSampler:
+    """Samples a list of envs with one policy.
+
+    Args:
+        envs: gymnasium envs (the worker's ``num_envs_per_worker`` copies).
+        policy: acts on batches of preprocessed, filtered observations.
+        preprocessor: turns raw observations into float vectors.
+        obs_filter: applied after the preprocessor (updated with every observation).
+        callbacks: hooks for episodes and samples.
+        fragment_length: env steps per env per chunk (``rollout_fragment_length``).
+        batch_mode: ``"truncate_episodes"`` or ``"complete_episodes"``.
+        horizon: end episodes after this many steps (None: the env decides).
+        clip_rewards: see `clip_reward`.
+        clip_actions: clip Box actions to the space before stepping the env (the
+            batch keeps the unclipped action).
+        seed: seed of the first reset of env ``j``: ``seed + j`` (None: unseeded).
+        worker: the rollout worker, passed to callbacks.
+
+    Raises:
+        ValueError: unknown batch mode or fragment length < 1.
+    """
+
+    def __init__(
+        self,
+        envs: list[Any],
+        policy: Policy,
+        preprocessor: Any,
+        obs_filter: Any,
+        callbacks: DefaultCallbacks,
+        *,
+        fragment_length: int,
+        batch_mode: str = "truncate_episodes",
+        horizon: int | None = None,
+        clip_rewards: Any = None,
+        clip_actions: bool = True,
+        seed: int | None = None,
+        worker: Any = None,
+    ) -> None:
+        if batch_mode not in ("truncate_episodes", "complete_episodes"):
+            raise ValueError(
+                f"batch_mode must be 'truncate_episodes' or 'complete_episodes', got {batch_mode!r}"
+            )
+        if fragment_length < 1:
+            raise ValueError(f"rollout_fragment_length must be >= 1, got {fragment_length}")
+        self.envs = envs
+        self.policy = policy
+        self.preprocessor = preprocessor
+        self.obs_filter = obs_filter
+        self.callbacks = callbacks
+        self.fragment_length = int(fragment_length)
+        self.batch_mode = batch_mode
+        self.horizon = horizon
+        self.clip_rewards = clip_rewards
+        self.worker = worker
+        space = policy.action_space
+        self._clip_box = (
+            clip_actions and hasattr(space, "low") and np.issubdtype(space.dtype, np.floating)
+        )
+        self._cb_step = callbacks.overrides("on_episode_step")
+        self._cb_start = callbacks.overrides("on_episode_start")
+        self._cb_end = callbacks.overrides("on_episode_end")
+        self._cb_post = callbacks.overrides("on_postprocess_trajectory")
+        self._cb_sample = callbacks.overrides("on_sample_end")
+        self.metrics: list[RolloutMetrics] = []
+        self._pending: list[SampleBatch | None] = [None] * len(envs)
+        n = len(envs)
+        raw = []
+        for j, env in enumerate(envs):
+            o, _ = env.reset(seed=None if seed is None else seed + j)
+            if seed is not None:
+                env.action_space.seed(seed + j)
+            raw.append(o)
+        self._obs = self._process(raw)
+        self._raw = raw
+        self._eps = np.array([next(_eps_ids) for _ in range(n)], dtype=np.int64)
+        self._t = np.zeros(n, dtype=np.int64)
+        self._episodes = [Episode(j) for j in range(n)]
+        for j in range(n):
+            self._start_episode(j)
+
+    def _process(self, raw: list[Any]) -> np.ndarray:
+        return self.obs_filter(self.preprocessor.transform_batch(raw))
+
+    def _start_episode(self, j: int) -> None:
+        ep = self._episodes[j]
+        ep._last_obs, ep._last_raw_obs = self._obs[j], self._raw[j]
+        if self._cb_start:
+            self.callbacks.on_episode_start(
+                worker=self.worker,
+                base_env=self.envs,
+                policies={"default_policy": self.policy},
+                episode=ep,
+                env_index=j,
+            )
+
+    # -- stepping -----------------------------------------------------------------
+    def _run_chunk(self, steps: int) -> SampleBatch:
+        """Step every env `steps` times; the rows laid out env by env."""
+        n = len(self.envs)
+        cols: dict[str, list[np.ndarray]] = {
+            k: []
+            for k in (
+                "obs",
+                "actions",
+                "rewards",
+                "terminateds",
+                "truncateds",
+                "new_obs",
+                "eps_id",
+                "t",
+            )
+        }
+        extra_cols: dict[str, list[np.ndarray]] = {}
+        envs, policy = self.envs, self.policy
+        for _ in range(steps):
+            obs = self._obs
+            actions, _, extra = policy.compute_actions(obs)
+            env_actions = (
+                np.clip(actions, policy.action_space.low, policy.action_space.high)
+                if self._clip_box
+                else actions
+            )
+            rewards = np.empty(n, dtype=np.float32)
+            terms = np.zeros(n, dtype=bool)
+            truncs = np.zeros(n, dtype=bool)
+            next_raw = []
+            t = self._t + 1
+            for j in range(n):
+                o, r, term, trunc, info = envs[j].step(env_actions[j])
+                rewards[j] = r
+                terms[j] = term
+                truncs[j] = trunc or (self.horizon is not None and t[j] >= self.horizon)
+                next_raw.append(o)
+                ep = self._episodes[j]
+                ep.length += 1
+                ep.total_reward += float(r)
+                ep._last_action, ep._last_info, ep._last_raw_obs = actions[j], info, o
+            new_obs = self._process(next_raw)
+            cols["obs"].append(obs)
+            cols["actions"].append(actions)
+            cols["rewards"].append(clip_reward(rewards, self.clip_rewards))
+            cols["terminateds"].append(terms)
+            cols["truncateds"].append(truncs)
+            cols["new_obs"].append(new_obs)
+            cols["eps_id"].append(self._eps.copy())
+            cols["t"].append(self._t.copy())
+            for k, v in extra.items():
+                extra_cols.setdefault(k, []).append(v)
+            self._t = t
+            next_obs = new_obs.copy()
+            for j in range(n):
+                ep = self._episodes[j]
+                ep._last_obs = new_obs[j]
+                if self._cb_step:
+                    self.callbacks.on_episode_step(
+                        worker=self.worker, base_env=envs, episode=ep, env_index=j
+                    )
+                if terms[j] or truncs[j]:
+                    self._end_episode(j)
+                    o, _ = envs[j].reset()
+                    self._raw[j] = o
+                    next_obs[j] = self._process([o])[0]
+                    self._obs = next_obs
+                    self._start_episode(j)
+                else:
+                    self._raw[j] = next_raw[j]
+            self._obs = next_obs
+        cols.update(extra_cols)
+        out = {}
+        for k, per_step in cols.items():
+            arr = np.stack(per_step)  # [T, N, ...]
+            out[k] = np.swapaxes(arr, 0, 1).reshape(n * steps, *arr.shape[2:])
+        out["dones"] = out["terminateds"] | out["truncateds"]
+        return SampleBatch(out)
+
+    def _end_episode(self, j: int) -> None:
+        ep = self._episodes[j]
+        if self._cb_end:
+            self.callbacks.on_episode_end(
+                worker=self.worker,
+                base_env=self.envs,
+                policies={"default_policy": self.policy},
+                episode=ep,
+                env_index=j,
+            )
+        self.metrics.append(RolloutMetrics(ep.length, ep.total_reward, dict(ep.custom_metrics)))
+        self._episodes[j] = Episode(j)
+        self._eps[j] = next(_eps_ids)
+        self._t[j] = 0
+
+    def _postprocess(self, fragment: SampleBatch) -> SampleBatch:
+        original = fragment.copy() if self._cb_post else None
+        out = self.policy.postprocess_trajectory(fragment)
+        if self._cb_post:
+            self.callbacks.on_postprocess_trajectory(
+                worker=self.worker,
+                episode=None,
+                agent_id="agent0",
+                policy_id="default_policy",
+                policies={"default_policy": self.policy},
+                postprocessed_batch=out,
+                original_batches={"agent0": original},
+            )
+        return out
+
+    # -- batches ------------------------------------------------------------------
+    def sample(self) -> SampleBatch:
+        """One batch, per the batch mode (see the module docstring)."""
+        target = self.fragment_length * len(self.envs)
+        if self.batch_mode == "truncate_episodes":
+            chunk = self._run_chunk(self.fragment_length)
+            pieces = [self._postprocess(f) for f in chunk.split_by_episode()]
+        else:
+            pieces, rows = [], 0
+            while rows < target:
+                chunk = self._run_chunk(self.fragment_length)
+                for f in self._complete_fragments(chunk):
+                    pieces.append(self._postprocess(f))
+                    rows += f.count
+        batch = SampleBatch.concat_samples(pieces)
+        if self._cb_sample:
+            self.callbacks.on_sample_end(worker=self.worker, samples=batch)
+        return batch
+
+    def _complete_fragments(self, chunk: SampleBatch) -> list[SampleBatch]:
+        """Whole episodes from this chunk (joined with held-over parts); the last,
+        unfinished part of each env is held over."""
+        steps = chunk.count // len(self.envs)
+        done_eps = []
+        for j in range(len(self.envs)):
+            part = chunk.slice(j * steps, (j + 1) * steps)
+            frags = part.split_by_episode()
+            held = self._pending[j]
+            if held is not None:
+                frags[0] = held.concat(frags[0])
+            last = frags[-1]
+            if last["dones"][-1]:
+                self._pending[j] = None
+                done_eps.extend(frags)
+            else:
+                self._pending[j] = last
+                done_eps.extend(frags[:-1])
+        return done_eps
+
+    def get_metrics(self) -> list[RolloutMetrics]:
+        """Episodes finished since the last call."""
+        out, self.metrics = self.metrics, []
+        return out

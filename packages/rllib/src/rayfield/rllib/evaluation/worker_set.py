@@ -1,0 +1,220 @@
+"""`WorkerSet`: the local rollout worker and ``num_workers`` remote ones (actors).
+
+Weights go to the remote workers as one object put in the store once per sync
+(``rayfield.put``), so every worker reads the same copy. A remote call that fails
+because its actor died is handled by `sample`'s failure policy: raise (default),
+drop the worker (``ignore_worker_failures``) or start a new one in its place
+(``recreate_failed_workers``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from rayfield.rllib.evaluation.episode import RolloutMetrics
+from rayfield.rllib.evaluation.rollout_worker import RolloutWorker
+from rayfield.rllib.models.catalog import ModelCatalog
+from rayfield.rllib.policy.sample_batch import SampleBatch
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerSet:
+    """A local `RolloutWorker` and remote ones on the cluster.
+
+    Args:
+        env_creator: ``f(EnvContext) -> env``.
+        policy: the policy class.
+        trainer_config: the trainer's config (``num_workers``, ``num_cpus_per_worker``,
+            ``num_gpus_per_worker``, ``custom_resources_per_worker``,
+            ``ignore_worker_failures``, ``recreate_failed_workers``...).
+        num_workers: remote workers to start (default ``trainer_config["num_workers"]``).
+
+    Raises:
+        ValueError: ``ignore_worker_failures`` and ``recreate_failed_workers`` both set.
+    """
+
+    def __init__(
+        self,
+        env_creator: Callable[[Any], Any],
+        policy: type,
+        trainer_config: dict[str, Any],
+        num_workers: int | None = None,
+    ) -> None:
+        self._env_creator = env_creator
+        self._policy_cls = policy
+        self._config = trainer_config
+        self._num_workers = int(
+            trainer_config.get("num_workers", 0) if num_workers is None else num_workers
+        )
+        if trainer_config.get("ignore_worker_failures") and trainer_config.get(
+            "recreate_failed_workers"
+        ):
+            raise ValueError(
+                "ignore_worker_failures and recreate_failed_workers are mutually exclusive: set one"
+            )
+        self._local_worker = RolloutWorker(
+            env_creator, policy, trainer_config, worker_index=0, num_workers=self._num_workers
+        )
+        self._remote_workers: list[Any] = []
+        self._indices: list[int] = []
+        self._actor_cls: Any = None
+        self.num_recreated = 0
+        for i in range(1, self._num_workers + 1):
+            self._remote_workers.append(self._make_remote(i))
+            self._indices.append(i)
+
+    def _make_remote(self, index: int) -> Any:
+        import rayfield
+
+        if self._actor_cls is None:
+            cfg = self._config
+            self._actor_cls = rayfield.remote(
+                num_cpus=cfg.get("num_cpus_per_worker", 1),
+                num_gpus=cfg.get("num_gpus_per_worker", 0),
+                resources=cfg.get("custom_resources_per_worker") or None,
+            )(RolloutWorker)
+        return self._actor_cls.remote(
+            self._env_creator,
+            self._policy_cls,
+            self._config,
+            worker_index=index,
+            num_workers=self._num_workers,
+            custom_registry=ModelCatalog.snapshot(),
+        )
+
+    # -- access ---------------------------------------------------------------------
+    def local_worker(self) -> RolloutWorker:
+        return self._local_worker
+
+    def remote_workers(self) -> list[Any]:
+        return list(self._remote_workers)
+
+    def healthy_worker_count(self) -> int:
+        return len(self._remote_workers)
+
+    def foreach_worker(self, func: Callable[[Any], Any]) -> list[Any]:
+        """``func(worker)`` on the local worker and every remote one."""
+        import rayfield
+
+        local = [func(self._local_worker)]
+        refs = [w.apply.remote(func) for w in self._remote_workers]
+        return local + list(rayfield.get(refs))
+
+    def foreach_worker_with_index(self, func: Callable[[Any, int], Any]) -> list[Any]:
+        """``func(worker, index)``; the local worker has index 0."""
+        import rayfield
+
+        local = [func(self._local_worker, 0)]
+        refs = [w.apply.remote(func, i) for w, i in zip(self._remote_workers, self._indices)]
+        return local + list(rayfield.get(refs))
+
+    def foreach_worker_with_id(self, func: Callable[[int, Any], Any]) -> list[Any]:
+        return self.foreach_worker_with_index(lambda w, i: func(i, w))
+
+    # -- weights and sampling ---------------------------------------------------------
+    def sync_weights(self, global_vars: dict[str, Any] | None = None) -> None:
+        """Send the local worker's weights (one shared store object) to every remote one."""
+        if not self._remote_workers:
+            return
+        import rayfield
+
+        ref = rayfield.put(self._local_worker.get_weights())
+        for w in self._remote_workers:
+            w.set_weights.remote(ref, global_vars)
+
+    def sample(self) -> tuple[list[SampleBatch], list[RolloutMetrics]]:
+        """One batch from each remote worker (or from the local one when there are
+        none), and the episodes they finished.
+
+        Raises:
+            RuntimeError: every remote worker has failed.
+            rayfield.exceptions.RayfieldError: a worker failed and neither
+                ``ignore_worker_failures`` nor ``recreate_failed_workers`` is set.
+        """
+        if not self._remote_workers:
+            return [self._local_worker.sample()], self._local_worker.get_metrics()
+        import rayfield
+        from rayfield.exceptions import RayfieldError
+
+        refs = [w.sample_and_metrics.remote() for w in self._remote_workers]
+        batches: list[SampleBatch] = []
+        metrics: list[RolloutMetrics] = []
+        failed = []
+        for pos, ref in enumerate(refs):
+            try:
+                batch, m = rayfield.get(ref)
+            except RayfieldError as exc:
+                if not (
+                    self._config.get("ignore_worker_failures")
+                    or self._config.get("recreate_failed_workers")
+                ):
+                    logger.error(
+                        "rollout worker %d failed; set 'ignore_worker_failures': True or "
+                        "'recreate_failed_workers': True to keep training",
+                        self._indices[pos],
+                    )
+                    raise
+                logger.warning("rollout worker %d failed: %s", self._indices[pos], exc)
+                failed.append(pos)
+                continue
+            batches.append(batch)
+            metrics.extend(m)
+        if failed:
+            self._handle_failures(failed)
+        return batches, metrics
+
+    def _handle_failures(self, positions: list[int]) -> None:
+        import rayfield
+
+        for pos in sorted(positions, reverse=True):
+            index = self._indices[pos]
+            try:
+                rayfield.kill(self._remote_workers[pos])
+            except Exception:  # already gone
+                pass
+            if self._config.get("recreate_failed_workers"):
+                self._remote_workers[pos] = self._make_remote(index)
+                self.num_recreated += 1
+                w = self._remote_workers[pos]
+                w.set_weights.remote(rayfield.put(self._local_worker.get_weights()))
+            else:
+                del self._remote_workers[pos]
+                del self._indices[pos]
+        if not self._remote_workers:
+            raise RuntimeError("Not enough healthy workers remain to continue.")
+
+    def sync_filters(self) -> None:
+        """Merge the remote workers' filter changes into the local filters and send
+        the result back (`FilterManager.synchronize`)."""
+        if not self._remote_workers:
+            return
+        import rayfield
+
+        remote = rayfield.get(
+            [w.get_filters.remote(flush_after=True) for w in self._remote_workers]
+        )
+        local = self._local_worker.filters
+        for filters in remote:
+            for k, f in filters.items():
+                local[k].apply_changes(f, with_buffer=False)
+        if self._config.get("synchronize_filters", True):
+            copies = {k: f.as_serializable() for k, f in local.items()}
+            ref = rayfield.put(copies)
+            for w in self._remote_workers:
+                w.sync_filters.remote(ref)
+
+    def stop(self) -> None:
+        """Close the local envs and end the remote workers."""
+        import rayfield
+
+        self._local_worker.stop()
+        for w in self._remote_workers:
+            try:
+                rayfield.kill(w)
+            except Exception:  # already gone
+                pass
+        self._remote_workers = []
+        self._indices = []

@@ -1,0 +1,211 @@
+"""`ModelCatalog`: the model, preprocessor and action distribution for a space.
+
+Custom models and preprocessors are registered by name in the driver; rollout
+workers receive the registry with their config (`snapshot` / `restore`), so the
+classes travel with the workers instead of through a global registry.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from rayfield.rllib.models.preprocessors import Preprocessor, get_preprocessor
+
+# The ``model`` config: every key of RLlib 0.7's MODEL_DEFAULTS plus ``vf_share_layers``.
+MODEL_DEFAULTS: dict[str, Any] = {
+    "conv_filters": None,
+    "conv_activation": "relu",
+    "fcnet_activation": "tanh",
+    "fcnet_hiddens": [256, 256],
+    "free_log_std": False,
+    "squash_to_range": False,
+    "use_lstm": False,
+    "max_seq_len": 20,
+    "lstm_cell_size": 256,
+    "lstm_use_prev_action_reward": False,
+    "framestack": True,
+    "dim": 84,
+    "grayscale": False,
+    "zero_mean": True,
+    "vf_share_layers": False,
+    "custom_preprocessor": None,
+    "custom_model": None,
+    "custom_action_dist": None,
+    "custom_options": {},
+    "custom_model_config": {},
+}
+
+_custom_models: dict[str, type] = {}
+_custom_preprocessors: dict[str, type] = {}
+_custom_action_dists: dict[str, type] = {}
+
+
+class ModelCatalog:
+    """Static methods that pick and build models, preprocessors and distributions."""
+
+    @staticmethod
+    def register_custom_model(name: str, model_class: type) -> None:
+        """Make `model_class` (a `TorchModelV2` subclass) usable as ``{"custom_model": name}``."""
+        _custom_models[name] = model_class
+
+    @staticmethod
+    def register_custom_preprocessor(name: str, preprocessor_class: type) -> None:
+        """Make a `Preprocessor` subclass usable as ``{"custom_preprocessor": name}``."""
+        _custom_preprocessors[name] = preprocessor_class
+
+    @staticmethod
+    def register_custom_action_dist(name: str, dist_class: type) -> None:
+        _custom_action_dists[name] = dist_class
+
+    @staticmethod
+    def snapshot() -> dict[str, dict[str, type]]:
+        """The registered classes, to send to rollout workers."""
+        return {
+            "models": dict(_custom_models),
+            "preprocessors": dict(_custom_preprocessors),
+            "action_dists": dict(_custom_action_dists),
+        }
+
+    @staticmethod
+    def restore(snapshot: dict[str, dict[str, type]] | None) -> None:
+        if snapshot:
+            _custom_models.update(snapshot.get("models", {}))
+            _custom_preprocessors.update(snapshot.get("preprocessors", {}))
+            _custom_action_dists.update(snapshot.get("action_dists", {}))
+
+    @staticmethod
+    def get_action_dist(
+        action_space: Any,
+        config: dict[str, Any] | None,
+        dist_type: Any = None,
+        framework: str = "torch",
+    ) -> tuple[type, int]:
+        """The distribution class and the model output width it needs.
+
+        Discrete -> `Categorical`; Box -> `DiagGaussian` (or `Deterministic` with
+        ``dist_type="deterministic"``).
+
+        Raises:
+            NotImplementedError: the action space is not Discrete or Box.
+            KeyError: ``custom_action_dist`` names no registered distribution.
+        """
+        import gymnasium as gym
+
+        from rayfield.rllib.models import distributions as d
+
+        config = config or {}
+        if config.get("custom_action_dist"):
+            name = config["custom_action_dist"]
+            if name not in _custom_action_dists:
+                raise KeyError(f"custom_action_dist {name!r} is not registered")
+            cls = _custom_action_dists[name]
+        elif dist_type == "deterministic":
+            cls = d.Deterministic
+        elif isinstance(action_space, gym.spaces.Discrete):
+            cls = d.Categorical
+        elif isinstance(action_space, gym.spaces.Box):
+            if len(action_space.shape) != 1:
+                raise NotImplementedError(
+                    f"Box action spaces must be 1-D, got shape {action_space.shape}"
+                )
+            cls = d.DiagGaussian
+        else:
+            raise NotImplementedError(
+                f"no action distribution for {action_space!r} yet: use Discrete or 1-D Box actions"
+            )
+        return cls, int(cls.required_model_output_shape(action_space, config))  # type: ignore[attr-defined]
+
+    @staticmethod
+    def get_preprocessor_for_space(
+        observation_space: Any, options: dict[str, Any] | None = None
+    ) -> Preprocessor:
+        """A preprocessor instance for the space (a custom one when the options name it).
+
+        Raises:
+            KeyError: ``custom_preprocessor`` names no registered preprocessor.
+        """
+        options = options or {}
+        name = options.get("custom_preprocessor")
+        if name:
+            if name not in _custom_preprocessors:
+                raise KeyError(
+                    f"custom_preprocessor {name!r} is not registered: call "
+                    "ModelCatalog.register_custom_preprocessor first"
+                )
+            return _custom_preprocessors[name](observation_space, options)
+        return get_preprocessor(observation_space)(observation_space, options)
+
+    @staticmethod
+    def get_preprocessor(env: Any, options: dict[str, Any] | None = None) -> Preprocessor:
+        return ModelCatalog.get_preprocessor_for_space(env.observation_space, options)
+
+    @staticmethod
+    def get_model_v2(
+        obs_space: Any,
+        action_space: Any,
+        num_outputs: int,
+        model_config: dict[str, Any] | None,
+        framework: str = "torch",
+        name: str = "default_model",
+        default_model: type | None = None,
+        **model_kwargs: Any,
+    ) -> Any:
+        """Build the torch model for the spaces.
+
+        Args:
+            obs_space: the preprocessed observation space (a Box).
+            action_space: the action space.
+            num_outputs: width of the model output.
+            model_config: ``model`` config; missing keys take ``MODEL_DEFAULTS``.
+            framework: only ``"torch"``.
+            name: the model's name.
+            default_model: the class to use when no custom model is named.
+
+        Raises:
+            KeyError: ``custom_model`` names no registered model.
+            ValueError: `framework` is not torch.
+            NotImplementedError: ``use_lstm`` or an image observation without a custom
+                model (the LSTM wrapper and the vision network are not built yet).
+        """
+        from rayfield.rllib.models.torch_models import FullyConnectedNetwork
+
+        if framework not in ("torch", "pytorch"):
+            raise ValueError(
+                f"rayfield-rllib builds torch models only, got framework={framework!r}"
+            )
+        config = copy.deepcopy(MODEL_DEFAULTS)
+        config.update(model_config or {})
+        custom = config.get("custom_model")
+        if custom:
+            if not isinstance(custom, str):
+                cls = custom
+            elif custom in _custom_models:
+                cls = _custom_models[custom]
+            else:
+                raise KeyError(
+                    f"custom_model {custom!r} is not registered: call "
+                    "ModelCatalog.register_custom_model first"
+                )
+            kwargs = {**config.get("custom_model_config", {}), **model_kwargs}
+            return cls(obs_space, action_space, num_outputs, config, name, **kwargs)
+        if config.get("use_lstm"):
+            raise NotImplementedError("use_lstm is not supported by rayfield-rllib yet")
+        if len(obs_space.shape) == 3 and default_model is None:
+            raise NotImplementedError(
+                f"image observations {obs_space.shape} need the vision network, which "
+                "rayfield-rllib does not have yet: use a custom_model"
+            )
+        cls = default_model or FullyConnectedNetwork
+        return cls(obs_space, action_space, num_outputs, config, name, **model_kwargs)
+
+    @staticmethod
+    def get_torch_model(
+        obs_space: Any,
+        num_outputs: int,
+        options: dict[str, Any] | None = None,
+        default_model_cls: Any = None,
+    ) -> Any:
+        return ModelCatalog.get_model_v2(
+            obs_space, None, num_outputs, options, default_model=default_model_cls
+        )

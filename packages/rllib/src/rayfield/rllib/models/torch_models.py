@@ -1,0 +1,154 @@
+"""Torch models: the `TorchModelV2` interface and the fully connected network.
+
+A model maps ``input_dict["obs"]`` (float32[B, obs_dim], already preprocessed and
+filtered) to the action distribution's inputs (float32[B, num_outputs]) and keeps
+the value estimate of the same forward pass for `value_function()`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "swish": nn.SiLU, "linear": None}
+
+
+class TorchModelV2(nn.Module):
+    """Base class of torch models (subclass it for a custom model).
+
+    Args:
+        obs_space: the (preprocessed) observation space; ``obs_space.shape`` is the
+            shape of ``input_dict["obs"]`` rows.
+        action_space: the action space.
+        num_outputs: width of the output, as the action distribution needs it.
+        model_config: the ``model`` config dict (``MODEL_DEFAULTS`` keys).
+        name: a name for the model.
+    """
+
+    def __init__(
+        self,
+        obs_space: Any,
+        action_space: Any,
+        num_outputs: int,
+        model_config: dict[str, Any],
+        name: str,
+    ) -> None:
+        nn.Module.__init__(self)
+        self.obs_space = obs_space
+        self.action_space = action_space
+        self.num_outputs = num_outputs
+        self.model_config = model_config
+        self.name = name
+
+    def forward(
+        self, input_dict: dict[str, torch.Tensor], state: list[Any], seq_lens: Any
+    ) -> tuple[torch.Tensor, list[Any]]:
+        """Return ``(outputs float32[B, num_outputs], state_out)``."""
+        raise NotImplementedError
+
+    def value_function(self) -> torch.Tensor:
+        """The value estimates (float32[B]) of the last `forward` call."""
+        raise NotImplementedError
+
+    def get_initial_state(self) -> list[Any]:
+        return []
+
+    def custom_loss(self, policy_loss: torch.Tensor, loss_inputs: Any) -> torch.Tensor:
+        """Hook to change the policy loss (e.g. add a supervised term)."""
+        return policy_loss
+
+    def metrics(self) -> dict[str, float]:
+        """Scalars reported under ``info/learner/<policy>/model``."""
+        return {}
+
+    def __call__(
+        self, input_dict: Any, state: list[Any] | None = None, seq_lens: Any = None
+    ) -> Any:
+        if isinstance(input_dict, dict) and not isinstance(input_dict["obs"], torch.Tensor):
+            input_dict = {**input_dict, "obs": torch.as_tensor(np.asarray(input_dict["obs"]))}
+        return super().__call__(input_dict, state or [], seq_lens)
+
+
+def _mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
+    act = ACTIVATIONS.get(activation)
+    if activation not in ACTIVATIONS:
+        raise ValueError(
+            f"unknown fcnet_activation {activation!r}; use one of {sorted(ACTIVATIONS)}"
+        )
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
+        lin = nn.Linear(a, b)
+        last = i == len(sizes) - 2
+        nn.init.orthogonal_(lin.weight, out_gain if last else float(np.sqrt(2)))
+        nn.init.zeros_(lin.bias)
+        layers.append(lin)
+        if not last and act is not None:
+            layers.append(act())
+    return nn.Sequential(*layers)
+
+
+class FullyConnectedNetwork(TorchModelV2):
+    """A multi-layer perceptron with a policy head and a value head.
+
+    Hidden layers from ``fcnet_hiddens`` with ``fcnet_activation``. With
+    ``vf_share_layers`` the value head sits on the policy's last hidden layer;
+    otherwise the value function has its own tower of the same sizes. With
+    ``free_log_std`` the second half of the outputs (log standard deviations) is a
+    free parameter, independent of the observation. Weights are initialised
+    orthogonally (gain sqrt(2) for hidden layers, 0.01 for the policy output, 1 for
+    the value output).
+
+    Sources:
+        Engstrom et al., "Implementation Matters in Deep Policy Gradients: A Case
+        Study on PPO and TRPO", ICLR 2020 (orthogonal initialisation).
+    """
+
+    def __init__(
+        self,
+        obs_space: Any,
+        action_space: Any,
+        num_outputs: int,
+        model_config: dict[str, Any],
+        name: str = "fcnet",
+    ) -> None:
+        super().__init__(obs_space, action_space, num_outputs, model_config, name)
+        in_dim = int(np.prod(obs_space.shape))
+        hiddens = list(model_config.get("fcnet_hiddens", [256, 256]))
+        activation = model_config.get("fcnet_activation", "tanh")
+        self.free_log_std = bool(model_config.get("free_log_std", False))
+        self.vf_share_layers = bool(model_config.get("vf_share_layers", False))
+        policy_out = num_outputs // 2 if self.free_log_std else num_outputs
+        self._hidden = _mlp([in_dim, *hiddens], activation, float(np.sqrt(2))) if hiddens else None
+        if self._hidden is not None and ACTIVATIONS[activation] is not None:
+            self._hidden.append(ACTIVATIONS[activation]())  # type: ignore[misc]
+        last = hiddens[-1] if hiddens else in_dim
+        self._logits = _mlp([last, policy_out], activation, 0.01)
+        if self.free_log_std:
+            self.log_std = nn.Parameter(torch.zeros(policy_out))
+        if self.vf_share_layers:
+            self._value_branch = _mlp([last, 1], activation, 1.0)
+        else:
+            self._value_branch = _mlp([in_dim, *hiddens, 1], activation, 1.0)
+        self._features: torch.Tensor | None = None
+        self._obs: torch.Tensor | None = None
+
+    def forward(
+        self, input_dict: dict[str, torch.Tensor], state: list[Any], seq_lens: Any
+    ) -> tuple[torch.Tensor, list[Any]]:
+        obs = input_dict["obs"].float().reshape(input_dict["obs"].shape[0], -1)
+        self._obs = obs
+        feats = self._hidden(obs) if self._hidden is not None else obs
+        self._features = feats
+        out = self._logits(feats)
+        if self.free_log_std:
+            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        return out, state
+
+    def value_function(self) -> torch.Tensor:
+        assert self._features is not None and self._obs is not None, "call forward() first"
+        src = self._features if self.vf_share_layers else self._obs
+        return self._value_branch(src).squeeze(-1)

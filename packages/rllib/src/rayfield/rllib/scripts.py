@@ -1,0 +1,337 @@
+"""The ``rllib`` command: ``rllib train`` and ``rllib rollout`` (``rllib evaluate``).
+
+``rllib train`` runs one trial in this process (the workers on the cluster) and
+writes ``params.json`` and ``result.json`` (one JSON line per iteration) under
+``<local-dir>/<experiment-name>/<RUN>_<ENV>_<date>/``, with checkpoints beside
+them. ``rllib rollout`` rebuilds the algorithm from a checkpoint and runs its policy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+def _json_arg(value: str | None, name: str) -> dict[str, Any]:
+    if not value:
+        return {}
+    try:
+        out = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=name) from None
+    if not isinstance(out, dict):
+        raise click.BadParameter("must be a JSON object", param_hint=name)
+    return out
+
+
+def _lookup(result: dict[str, Any], key: str) -> Any:
+    value: Any = result
+    for part in key.split("/"):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def should_stop(result: dict[str, Any], stop: dict[str, Any]) -> bool:
+    """Tune's stop rule: any criterion whose result value reached its threshold.
+
+    Raises:
+        click.UsageError: a criterion names a key the result does not have.
+    """
+    for key, threshold in stop.items():
+        value = _lookup(result, key)
+        if value is None:
+            raise click.UsageError(f"stop criterion {key!r} is not a result key")
+        if isinstance(value, (int, float)) and not math.isnan(value) and value >= threshold:
+            return True
+    return False
+
+
+def _connect(address: str | None, num_cpus: int | None, temp_dir: str | None) -> None:
+    import rayfield
+
+    if address:
+        rayfield.init(address=address, temp_dir=temp_dir)
+    elif num_cpus is not None:
+        rayfield.init(num_cpus=num_cpus)
+
+
+def _experiments_from_file(path: str) -> dict[str, Any]:
+    import yaml
+
+    with open(path) as f:
+        spec = yaml.safe_load(f)
+    if not isinstance(spec, dict) or not spec:
+        raise click.UsageError(f"{path}: expected a mapping of experiment names to specs")
+    return spec
+
+
+@click.group()
+def cli() -> None:
+    """Train and evaluate reinforcement learning algorithms (rayfield-rllib)."""
+
+
+@cli.command()
+@click.option("--run", "--algo", "-r", "run", help="Algorithm: PPO, PG, A2C, DQN.")
+@click.option("--env", "-e", help="A gymnasium id or a name given to register_env.")
+@click.option("--config", "-c", "config_json", default="{}", help="Config overrides (JSON).")
+@click.option(
+    "--stop",
+    "-s",
+    "stop_json",
+    default="{}",
+    help="Stop criteria, e.g. '{\"episode_reward_mean\": 450}'.",
+)
+@click.option(
+    "--checkpoint-freq",
+    default=0,
+    show_default=True,
+    help="Iterations between checkpoints (0: none).",
+)
+@click.option("--checkpoint-at-end", is_flag=True, help="Checkpoint after the last iteration.")
+@click.option("--local-dir", default="~/ray_results", show_default=True, help="Where results go.")
+@click.option("--experiment-name", "-n", default="default", show_default=True)
+@click.option(
+    "--num-samples", default=1, show_default=True, help="Trials (only 1 without rayfield-tune)."
+)
+@click.option("--restore", default=None, help="Checkpoint to resume from.")
+@click.option("--config-file", "-f", default=None, help="A YAML experiment spec (tuned example).")
+@click.option(
+    "--ray-address",
+    "--redis-address",
+    "--address",
+    "address",
+    default=None,
+    help="Cluster to join.",
+)
+@click.option("--ray-num-cpus", type=int, default=None, help="CPUs for a local cluster.")
+@click.option("--temp-dir", default=None, help="With --ray-address: the cluster's --temp-dir.")
+@click.option("-v", "verbose", count=True, help="-v: INFO logging, -vv: DEBUG.")
+def train(
+    run: str | None,
+    env: str | None,
+    config_json: str,
+    stop_json: str,
+    checkpoint_freq: int,
+    checkpoint_at_end: bool,
+    local_dir: str,
+    experiment_name: str,
+    num_samples: int,
+    restore: str | None,
+    config_file: str | None,
+    address: str | None,
+    ray_num_cpus: int | None,
+    temp_dir: str | None,
+    verbose: int,
+) -> None:
+    """Train an algorithm until a stop criterion is met."""
+    if config_file:
+        experiments = _experiments_from_file(config_file)
+        for spec in experiments.values():  # flags given on the command line fill in
+            spec.setdefault("local_dir", local_dir)
+            spec.setdefault("checkpoint_freq", checkpoint_freq)
+            spec.setdefault("checkpoint_at_end", checkpoint_at_end)
+    else:
+        experiments = {
+            experiment_name: {
+                "run": run,
+                "env": env,
+                "config": _json_arg(config_json, "--config"),
+                "stop": _json_arg(stop_json, "--stop"),
+                "checkpoint_freq": checkpoint_freq,
+                "checkpoint_at_end": checkpoint_at_end,
+                "num_samples": num_samples,
+                "restore": restore,
+                "local_dir": local_dir,
+            }
+        }
+    _connect(address, ray_num_cpus, temp_dir)
+    for name, spec in experiments.items():
+        _run_experiment(name, spec, verbose)
+
+
+def _run_experiment(name: str, spec: dict[str, Any], verbose: int) -> None:
+    from rayfield.rllib.agents.registry import get_trainer_class
+
+    config = dict(spec.get("config") or {})
+    run, env = spec.get("run"), spec.get("env") or config.get("env")
+    if not run:
+        raise click.UsageError("the following arguments are required: --run")
+    if not env:
+        raise click.UsageError("the following arguments are required: --env")
+    if int(spec.get("num_samples", 1)) != 1:
+        raise click.UsageError("--num-samples > 1 needs rayfield-tune (tune.run)")
+    if verbose:
+        config["log_level"] = "DEBUG" if verbose > 1 else "INFO"
+    config["env"] = env
+    stop = dict(spec.get("stop") or {})
+    freq = int(spec.get("checkpoint_freq", 0))
+    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    root = Path(os.path.expanduser(spec.get("local_dir") or "~/ray_results")) / name
+    trial_dir = root / f"{run}_{env}_{stamp}"
+    start = time.time()
+    try:
+        trainer = get_trainer_class(run)(config=config)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        from rayfield.rllib.agents.checkpoints import to_json_safe
+
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        (trial_dir / "params.json").write_text(json.dumps(to_json_safe(trainer.config), indent=1))
+        if spec.get("restore"):
+            trainer.restore(spec["restore"])
+        click.echo(f"trial dir {trial_dir}; start-up {time.time() - start:.2f} s")
+        checkpoint = None
+        with open(trial_dir / "result.json", "a") as log:
+            while True:
+                result = trainer.train()
+                row = {k: v for k, v in result.items() if k != "config"}
+                log.write(json.dumps(to_json_safe(row)) + "\n")
+                log.flush()
+                it = result["training_iteration"]
+                click.echo(
+                    f"iter {it} time {time.time() - start:.1f}s steps {result['timesteps_total']} "
+                    f"episodes {result['episodes_total']} "
+                    f"reward {result['episode_reward_mean']:.2f}"
+                )
+                done = should_stop(result, stop)
+                if freq and it % freq == 0:
+                    checkpoint = trainer.save(str(trial_dir))
+                if done:
+                    break
+            at_end = spec.get("checkpoint_at_end")
+            if at_end and (checkpoint is None or not checkpoint.endswith(f"-{it}")):
+                checkpoint = trainer.save(str(trial_dir))
+        click.echo(
+            f"done: {time.time() - start:.1f} s wall, {result['timesteps_total']} env steps, "
+            f"episode_reward_mean {result['episode_reward_mean']:.2f}"
+        )
+        if checkpoint:
+            click.echo(f"checkpoint: {checkpoint}")
+            click.echo(
+                f"evaluate with: rllib rollout {checkpoint} --run {run} --env {env} --steps 10000"
+            )
+    finally:
+        trainer.stop()
+
+
+@cli.command()
+@click.argument("checkpoint")
+@click.option(
+    "--run", "--algo", "-r", "run", default=None, help="Algorithm (default: the checkpoint's)."
+)
+@click.option("--env", "-e", default=None, help="Env (default: the checkpoint's).")
+@click.option("--steps", default=10000, show_default=True, help="Stop after this many env steps.")
+@click.option(
+    "--episodes", default=0, show_default=True, help="Stop after this many episodes (0: no limit)."
+)
+@click.option(
+    "--no-render", is_flag=True, help="Do not render (rendering is not supported; kept for parity)."
+)
+@click.option("--render", is_flag=True, hidden=True)
+@click.option(
+    "--out", default=None, help="Write the episodes ([obs, action, next_obs, reward, done] rows)."
+)
+@click.option("--config", "-c", "config_json", default="{}", help="Config overrides (JSON).")
+@click.option(
+    "--explore", is_flag=True, help="Sample actions instead of taking the most likely one."
+)
+def rollout(
+    checkpoint: str,
+    run: str | None,
+    env: str | None,
+    steps: int,
+    episodes: int,
+    no_render: bool,
+    render: bool,
+    out: str | None,
+    config_json: str,
+    explore: bool,
+) -> None:
+    """Run a trained policy from a checkpoint and print each episode's reward."""
+    from rayfield.rllib.agents import checkpoints
+    from rayfield.rllib.agents.registry import get_trainer_class
+    from rayfield.rllib.env.env_context import EnvContext
+
+    try:
+        _, algo_state = checkpoints.read(checkpoint)
+    except FileNotFoundError as exc:
+        raise click.UsageError(str(exc)) from None
+    config = checkpoints.drop_unserializable(algo_state["config"])
+    config.update(_json_arg(config_json, "--config"))
+    config["num_workers"] = 0
+    config["evaluation_interval"] = None
+    if env:
+        config["env"] = env
+    start = time.time()
+    try:
+        trainer = get_trainer_class(run or algo_state["algorithm"])(config=config)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        trainer.restore(checkpoint)
+        env_obj = trainer.env_creator(EnvContext(config.get("env_config")))
+        rows: list[list[Any]] = []
+        all_eps: list[list[list[Any]]] = []
+        total_steps, rewards = 0, list[float]()
+        seed = config.get("seed")
+        while total_steps < steps and (not episodes or len(rewards) < episodes):
+            obs, _ = env_obj.reset(seed=None if seed is None else seed + len(rewards))
+            done, ep_reward, rows = False, 0.0, []
+            while not done and total_steps < steps:
+                action = trainer.compute_action(obs, explore=explore)
+                next_obs, r, term, trunc, _ = env_obj.step(action)
+                done = bool(term or trunc)
+                ep_reward += float(r)
+                total_steps += 1
+                if out:
+                    rows.append([_plain(obs), _plain(action), _plain(next_obs), float(r), done])
+                obs = next_obs
+            if done:
+                rewards.append(ep_reward)
+                click.echo(f"Episode reward {ep_reward:.1f}")
+            all_eps.append(rows)
+        mean = sum(rewards) / len(rewards) if rewards else float("nan")
+        click.echo(
+            f"rollout: {len(rewards)} episodes, {total_steps} env steps, "
+            f"mean reward {mean:.2f}, {time.time() - start:.1f} s wall"
+        )
+        if out:
+            _write_out(out, all_eps)
+    finally:
+        trainer.stop()
+
+
+def _plain(x: Any) -> Any:
+    return x.tolist() if hasattr(x, "tolist") else x
+
+
+def _write_out(path: str, episodes: list[list[list[Any]]]) -> None:
+    """``.pkl``: a pickled list of episodes (RLlib's format); otherwise JSON."""
+    if path.endswith(".pkl"):
+        with open(path, "wb") as f:
+            pickle.dump(episodes, f)
+    else:
+        Path(path).write_text(json.dumps(episodes))
+
+
+cli.add_command(rollout, name="evaluate")
+
+
+def main() -> None:  # pragma: no cover - console entry
+    cli(prog_name="rllib")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(cli())

@@ -1,0 +1,92 @@
+"""Rollout workers as rayfield actors: sampling, weight broadcast, filters, failures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rayfield as rf
+from rayfield.exceptions import RayfieldError
+from rayfield.rllib.agents.ppo import PPOTrainer
+
+CFG = {
+    "num_workers": 2,
+    "rollout_fragment_length": 25,
+    "train_batch_size": 100,
+    "sgd_minibatch_size": 50,
+    "num_sgd_iter": 1,
+    "model": {"fcnet_hiddens": [8]},
+    "seed": 0,
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    tmp: Path = tmp_path_factory.mktemp("rf")
+    info = rf.init(num_cpus=2, object_store_memory=256 << 20, temp_dir=str(tmp))
+    try:
+        yield info
+    finally:
+        rf.shutdown()
+
+
+def test_remote_sampling_weights_and_filters(cluster: Any) -> None:
+    trainer = PPOTrainer(env="CartPole-v1", config={**CFG, "observation_filter": "MeanStdFilter"})
+    try:
+        r = trainer.train()
+        assert r["num_healthy_workers"] == 2
+        assert r["timesteps_total"] == 100  # 2 workers x 25 steps, twice
+        local = trainer.get_weights()["default_policy"]
+        remote = rf.get([w.get_weights.remote() for w in trainer.workers.remote_workers()])
+        for weights in remote:
+            for k, v in local.items():
+                assert np.array_equal(weights["default_policy"][k], v)
+        indices = trainer.workers.foreach_worker_with_index(lambda w, i: (w.worker_index, i))
+        assert indices == [(0, 0), (1, 1), (2, 2)]
+        # the local filter holds every observation the remote workers saw
+        n = trainer.workers.local_worker().filters["default_policy"].rs.n
+        assert n >= 100
+        remote_n = trainer.workers.foreach_worker(lambda w: w.filters["default_policy"].rs.n)
+        assert remote_n[1] == remote_n[2] == n
+        # without ignore_worker_failures / recreate_failed_workers a dead worker is an error
+        _kill_first_worker(trainer)
+        with pytest.raises(RayfieldError):
+            trainer.train()
+    finally:
+        trainer.stop()
+
+
+def _kill_first_worker(trainer: PPOTrainer) -> None:
+    victim = trainer.workers.remote_workers()[0]
+    rf.kill(victim)
+
+
+def test_ignore_worker_failures(cluster: Any) -> None:
+    trainer = PPOTrainer(env="CartPole-v1", config={**CFG, "ignore_worker_failures": True})
+    try:
+        trainer.train()
+        _kill_first_worker(trainer)
+        r = trainer.train()
+        assert r["num_healthy_workers"] == 1
+        assert r["timesteps_this_iter"] >= 100
+    finally:
+        trainer.stop()
+
+
+def test_recreate_failed_workers(cluster: Any) -> None:
+    trainer = PPOTrainer(env="CartPole-v1", config={**CFG, "recreate_failed_workers": True})
+    try:
+        trainer.train()
+        _kill_first_worker(trainer)
+        trainer.train()
+        r = trainer.train()
+        assert r["num_healthy_workers"] == 2
+        assert trainer.workers.num_recreated == 1
+        indices = trainer.workers.foreach_worker_with_index(lambda w, i: w.worker_index)
+        assert sorted(indices) == [0, 1, 2]
+    finally:
+        trainer.stop()

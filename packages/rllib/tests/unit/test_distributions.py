@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+
+from rayfield.rllib.models.catalog import ModelCatalog
+from rayfield.rllib.models.distributions import Categorical, Deterministic, DiagGaussian
+
+
+def test_categorical_matches_torch() -> None:
+    logits = torch.randn(5, 3)
+    other = torch.randn(5, 3)
+    d, ref = Categorical(logits), torch.distributions.Categorical(logits=logits)
+    a = d.sample()
+    assert a.shape == (5,)
+    assert torch.allclose(d.logp(a), ref.log_prob(a))
+    assert torch.allclose(d.entropy(), ref.entropy())
+    ref_o = torch.distributions.Categorical(logits=other)
+    assert torch.allclose(d.kl(Categorical(other)), torch.distributions.kl_divergence(ref, ref_o))
+    assert torch.equal(d.deterministic_sample(), logits.argmax(-1))
+
+
+def test_diag_gaussian_matches_torch() -> None:
+    inputs = torch.randn(4, 6)
+    mean, log_std = inputs[:, :3], inputs[:, 3:]
+    d = DiagGaussian(inputs)
+    ref = torch.distributions.Independent(torch.distributions.Normal(mean, log_std.exp()), 1)
+    x = d.sample()
+    assert torch.allclose(d.logp(x), ref.log_prob(x), atol=1e-5)
+    assert torch.allclose(d.entropy(), ref.entropy(), atol=1e-5)
+    other = torch.randn(4, 6)
+    ref_o = torch.distributions.Independent(
+        torch.distributions.Normal(other[:, :3], other[:, 3:].exp()), 1
+    )
+    assert torch.allclose(
+        d.kl(DiagGaussian(other)), torch.distributions.kl_divergence(ref, ref_o), atol=1e-4
+    )
+    assert torch.equal(d.deterministic_sample(), mean)
+
+
+def test_deterministic() -> None:
+    x = torch.randn(2, 3)
+    assert torch.equal(Deterministic(x).sample(), x)
+
+
+def test_catalog_picks_distribution() -> None:
+    assert ModelCatalog.get_action_dist(gym.spaces.Discrete(3), {}) == (Categorical, 3)
+    assert ModelCatalog.get_action_dist(gym.spaces.Box(-1, 1, (2,)), {}) == (DiagGaussian, 4)
+    assert ModelCatalog.get_action_dist(gym.spaces.Box(-1, 1, (2,)), {}, "deterministic") == (
+        Deterministic,
+        2,
+    )
