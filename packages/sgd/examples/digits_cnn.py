@@ -102,7 +102,7 @@ def train_with_trainer(epochs: int, num_replicas: int, lr: float = 3e-3) -> dict
     return {"accuracy": accuracy, "samples_per_s": samples / elapsed, "seconds": elapsed}
 
 
-def train_with_distributed_sgd(strategy: str, steps: int, lr: float = 2e-3) -> dict[str, Any]:
+def train_with_distributed_sgd(strategy: str, steps: int, lr: float = 3e-3) -> dict[str, Any]:
     """DistributedSGD on two workers (one replica each, 32 samples per replica a step)."""
     start = time.perf_counter()
     sgd = DistributedSGD(
@@ -119,8 +119,9 @@ def train_with_distributed_sgd(strategy: str, steps: int, lr: float = 2e-3) -> d
     try:
         sgd.warmup()
         for i in range(steps):
-            loss = sgd.step(fetch_stats=(i + 1) % 100 == 0)
-            if loss is not None:
+            report = (i + 1) % 100 == 0
+            loss = sgd.step(fetch_stats=report)
+            if report and loss is not None:
                 print(f"  step {i + 1:4d}  loss {loss:.4f}")
         accuracies = sgd.foreach_model(test_accuracy)
         if len(set(accuracies)) != 1:
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--address", help="a running cluster's HOST:PORT (default: local)")
     parser.add_argument("--epochs", type=int, default=15)
-    parser.add_argument("--steps", type=int, default=400, help="DistributedSGD steps")
+    parser.add_argument("--steps", type=int, default=300, help="DistributedSGD steps")
     parser.add_argument("--num-replicas", type=int, default=2)
     parser.add_argument("--target", type=float, default=0.97)
     parser.add_argument("--skip-dsgd", action="store_true", help="only PyTorchTrainer")

@@ -12,7 +12,8 @@ from sgd_testing import LineModel, line_data, linear_model
 
 from rayfield.sgd import sgd_mse_optimizer
 from rayfield.sgd.model import assign_gradient, flat_gradient, model_parameters
-from rayfield.sgd.worker import ParameterServer, SGDWorker, shard_bounds
+from rayfield.sgd.param_server import ParameterServer
+from rayfield.sgd.worker import SGDWorker, shard_bounds
 
 
 def _spec(**overrides: Any) -> dict[str, Any]:

@@ -23,14 +23,24 @@ Example:
 
 from __future__ import annotations
 
-from rayfield.sgd.distributed import DistributedSGD
-from rayfield.sgd.model import Model
-from rayfield.sgd.pytorch.trainable import PyTorchTrainable
-from rayfield.sgd.pytorch.trainer import PyTorchTrainer
-from rayfield.sgd.utils import Resources, sgd_mse_optimizer
-from rayfield.sgd.variables import TorchVariables, get_weights, set_weights
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it. Imported on first use, so that a process
+# which only needs a numpy part (a parameter server) never imports torch.
+_EXPORTS = {
+    "DistributedSGD": "rayfield.sgd.distributed",
+    "Model": "rayfield.sgd.model",
+    "PyTorchTrainable": "rayfield.sgd.pytorch.trainable",
+    "PyTorchTrainer": "rayfield.sgd.pytorch.trainer",
+    "Resources": "rayfield.sgd.utils",
+    "TorchVariables": "rayfield.sgd.variables",
+    "get_weights": "rayfield.sgd.variables",
+    "set_weights": "rayfield.sgd.variables",
+    "sgd_mse_optimizer": "rayfield.sgd.utils",
+}
 
 __all__ = [
     "DistributedSGD",
@@ -43,3 +53,23 @@ __all__ = [
     "set_weights",
     "sgd_mse_optimizer",
 ]
+
+if TYPE_CHECKING:
+    from rayfield.sgd.distributed import DistributedSGD
+    from rayfield.sgd.model import Model
+    from rayfield.sgd.pytorch.trainable import PyTorchTrainable
+    from rayfield.sgd.pytorch.trainer import PyTorchTrainer
+    from rayfield.sgd.utils import Resources, sgd_mse_optimizer
+    from rayfield.sgd.variables import TorchVariables, get_weights, set_weights
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rayfield.sgd' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 import rayfield
-from rayfield.sgd.worker import ParameterServer, SGDWorker
+from rayfield.sgd.param_server import ParameterServer
+from rayfield.sgd.worker import SGDWorker
 
 logger = logging.getLogger(__name__)
 
@@ -178,8 +179,8 @@ class DistributedSGD:
         if self.num_workers == 1:
             refs = [self.workers[0].compute_apply.remote()]
         elif self.strategy == "simple":
-            results = rayfield.get([w.compute_gradients.remote() for w in self.workers])
-            mean = np.mean(np.stack([grad for _, grad in results]), axis=0, dtype=np.float32)
+            grads = rayfield.get([w.compute_gradients.remote() for w in self.workers])
+            mean = np.mean(np.stack(grads), axis=0, dtype=np.float32)
             mean_ref = rayfield.put(mean)
             refs = [w.apply_gradients.remote(mean_ref) for w in self.workers]
             fetch_stats = True

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -81,7 +82,9 @@ class TorchVariables:
         with torch.no_grad():
             for name in matched:
                 target = self.variables[name]
-                value = torch.as_tensor(np.asarray(weights[name]))
+                with warnings.catch_warnings():  # maybe a read-only store view
+                    warnings.simplefilter("ignore", UserWarning)
+                    value = torch.as_tensor(np.asarray(weights[name]))
                 if tuple(value.shape) != tuple(target.shape):
                     raise ValueError(
                         f"weights[{name!r}] has shape {tuple(value.shape)}, the model's "
@@ -102,7 +105,9 @@ class TorchVariables:
         Raises:
             ValueError: the vector's length differs from ``get_flat_size()``.
         """
-        flat = torch.as_tensor(np.asarray(new_weights).reshape(-1))
+        with warnings.catch_warnings():  # maybe a read-only store view: only read here
+            warnings.simplefilter("ignore", UserWarning)
+            flat = torch.as_tensor(np.asarray(new_weights).reshape(-1))
         if flat.numel() != self.get_flat_size():
             raise ValueError(
                 f"set_flat got {flat.numel()} values, the model has {self.get_flat_size()}"

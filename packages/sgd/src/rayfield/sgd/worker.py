@@ -28,7 +28,7 @@ from rayfield.sgd.model import (
 )
 from rayfield.sgd.pytorch import training
 
-__all__ = ["ParameterServer", "SGDWorker", "shard_bounds"]
+__all__ = ["SGDWorker", "shard_bounds"]
 
 
 def shard_bounds(
@@ -51,29 +51,6 @@ def shard_bounds(
     count = math.ceil(num_elements / per_shard)
     edges = [round(i * num_elements / count) for i in range(count + 1)]
     return list(itertools.pairwise(edges))
-
-
-class ParameterServer:
-    """One shard of the parameter server: averages the workers' gradient shards."""
-
-    def __init__(self, num_workers: int) -> None:
-        self.num_workers = num_workers
-
-    def aggregate(self, *shards: np.ndarray) -> np.ndarray:
-        """The mean of one shard over all workers (float32, same length).
-
-        Raises:
-            ValueError: not exactly ``num_workers`` shards, or their lengths differ.
-        """
-        if len(shards) != self.num_workers:
-            raise ValueError(f"expected {self.num_workers} gradient shards, got {len(shards)}")
-        total = np.array(shards[0], dtype=np.float32, copy=True)
-        for shard in shards[1:]:
-            if shard.shape != total.shape:
-                raise ValueError(f"gradient shards differ in shape: {shard.shape} vs {total.shape}")
-            total += shard
-        total /= np.float32(self.num_workers)
-        return total
 
 
 class SGDWorker:
@@ -149,8 +126,9 @@ class SGDWorker:
         return model.model if isinstance(model, ModuleModel) else model
 
     # ------------------------------------------------------------------ gradients
-    def compute_gradients(self) -> tuple[float, np.ndarray]:
-        """``(mean loss, flat gradient)`` averaged over the replicas and batches."""
+    def compute_gradients(self) -> np.ndarray:
+        """The flat float32 gradient averaged over the replicas and batches (the step's
+        mean loss is kept in ``last_loss``)."""
         per_step = int(self.spec.get("grads_per_step", 1))
         total: np.ndarray | None = None
         losses = []
@@ -165,11 +143,11 @@ class SGDWorker:
         assert total is not None
         total /= np.float32(len(self.models))
         self.last_loss = float(np.mean(losses))
-        return self.last_loss, total
+        return total
 
     def compute_gradient_shards(self) -> Any:
         """The averaged gradient cut by ``shard_bounds`` (one return value per shard)."""
-        _, grad = self.compute_gradients()
+        grad = self.compute_gradients()
         shards = tuple(grad[a:b] for a, b in self.bounds)
         return shards[0] if len(shards) == 1 else shards
 
@@ -185,8 +163,7 @@ class SGDWorker:
 
     def compute_apply(self) -> float:
         """One local step (a single worker): compute, average over replicas, apply."""
-        _, grad = self.compute_gradients()
-        return self.apply_gradients(grad)
+        return self.apply_gradients(self.compute_gradients())
 
     def shard_shapes(self) -> list[int]:
         return [b - a for a, b in self.bounds]
