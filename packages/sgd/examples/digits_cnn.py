@@ -7,7 +7,7 @@ the test accuracy and samples per second, and the script exits non-zero when a r
 the target accuracy (97% by default).
 
     python digits_cnn.py                       # on a local runtime (2 CPUs)
-    python digits_cnn.py --address HOST:PORT   # on a running cluster
+    python digits_cnn.py --address HOST:PORT [--temp-dir DIR]   # on a running cluster
 """
 
 from __future__ import annotations
@@ -135,6 +135,9 @@ def train_with_distributed_sgd(strategy: str, steps: int, lr: float = 3e-3) -> d
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--address", help="a running cluster's HOST:PORT (default: local)")
+    parser.add_argument(
+        "--temp-dir", help="with --address: the --temp-dir the cluster was started with"
+    )
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--steps", type=int, default=300, help="DistributedSGD steps")
     parser.add_argument("--num-replicas", type=int, default=2)
@@ -142,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-dsgd", action="store_true", help="only PyTorchTrainer")
     args = parser.parse_args(argv)
     if args.address:
-        rayfield.init(address=args.address)
+        rayfield.init(address=args.address, temp_dir=args.temp_dir)
     else:
         rayfield.init(num_cpus=2)
     results = {}
