@@ -36,9 +36,9 @@ def pausing_train(model: Any, loader: Any, criterion: Any, optimizer: Any, confi
     return training.train_epoch(model, batches(), criterion, optimizer, config)
 
 
-def test_killing_a_replica_mid_epoch_rebuilds_and_resumes(cluster: Any, tmp_path: Path) -> None:
+def _trainer(tmp_path: Path, **kwargs: Any) -> tuple[PyTorchTrainer, Path]:
     go = tmp_path / "go"
-    go.touch()  # the first epoch runs straight through
+    go.touch()  # epochs run straight through until the test removes it
     trainer = PyTorchTrainer(
         linear_model,
         line_data,
@@ -48,20 +48,33 @@ def test_killing_a_replica_mid_epoch_rebuilds_and_resumes(cluster: Any, tmp_path
         train_function=pausing_train,
         max_retries=2,
         timeout_s=60,
+        **kwargs,
     )
+    return trainer, go
+
+
+def _kill_one_mid_epoch(trainer: PyTorchTrainer, tmp_path: Path, go: Path) -> Any:
+    """Start an epoch in a thread, kill replica 1 once both replicas are inside it;
+    return (thread, result dict, old pids) with the epoch paused until ``go`` exists."""
+    old_pids = rf.get([w.get_pid.remote() for w in trainer.workers])
+    go.unlink()
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.update(trainer.train()))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("marker-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(list(tmp_path.glob("marker-*"))) == 2, "the replicas never reached batch 1"
+    os.kill(old_pids[1], signal.SIGKILL)
+    return thread, result, old_pids
+
+
+def test_killing_a_replica_mid_epoch_rebuilds_and_resumes(cluster: Any, tmp_path: Path) -> None:
+    trainer, go = _trainer(tmp_path)
     try:
         first = trainer.train()
         assert first["epoch"] == 1
-        old_pids = rf.get([w.get_pid.remote() for w in trainer.workers])
-        go.unlink()
-        result: dict[str, Any] = {}
-        thread = threading.Thread(target=lambda: result.update(trainer.train()))
-        thread.start()
-        deadline = time.monotonic() + 60
-        while len(list(tmp_path.glob("marker-*"))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert len(list(tmp_path.glob("marker-*"))) == 2, "the replicas never reached batch 1"
-        os.kill(old_pids[1], signal.SIGKILL)
+        thread, result, old_pids = _kill_one_mid_epoch(trainer, tmp_path, go)
         go.touch()
         thread.join(timeout=240)
         assert not thread.is_alive(), "train() did not finish after the replica died"
@@ -78,3 +91,34 @@ def test_killing_a_replica_mid_epoch_rebuilds_and_resumes(cluster: Any, tmp_path
     finally:
         go.touch()
         trainer.shutdown()
+
+
+@rf.remote(num_cpus=1)
+class CpuHog:
+    def ping(self) -> bool:
+        return True
+
+
+def test_rebuild_continues_on_the_resources_left(cluster: Any, tmp_path: Path) -> None:
+    """A replica dies and its CPU is taken before the rebuild (as when its node is gone):
+    the trainer goes on with one replica, which then reads the whole training set."""
+    trainer, go = _trainer(tmp_path)
+    hog = None
+    try:
+        first = trainer.train()
+        thread, result, _ = _kill_one_mid_epoch(trainer, tmp_path, go)
+        hog = CpuHog.remote()
+        assert rf.get(hog.ping.remote(), timeout=60)  # the dead replica's CPU is taken
+        go.touch()
+        thread.join(timeout=240)
+        assert not thread.is_alive(), "train() did not finish after the replica died"
+        assert trainer.num_failures == 1
+        assert result["num_replicas"] == 1 and len(trainer.workers) == 1
+        assert result["num_samples"] == 512 and result["epoch"] == 2
+        last = trainer.train()
+        assert last["train_loss"] < first["train_loss"] / 10
+    finally:
+        go.touch()
+        trainer.shutdown()
+        if hog is not None:
+            rf.kill(hog)

@@ -89,6 +89,9 @@ class PyTorchTrainer:
         timeout_s: how long a collective operation waits for a peer before failing
             (seconds), so that a dead peer never hangs the others.
         startup_timeout_s: how long to wait for the replicas' actors to start (seconds).
+            When rebuilding, the trainer waits that long for the first replica, then
+            twice the first one's start time (at least 5 s) for the others, and goes on
+            with those that started.
 
     Raises:
         TypeError: a creator is not callable, ``config`` is not a dict, or
@@ -215,7 +218,16 @@ class PyTorchTrainer:
         options = self.resources_per_replica.actor_options()
         handles = [_RemoteRunner.options(**options).remote(self._spec) for _ in range(num)]
         probes = [h.get_pid.remote() for h in handles]
-        ready, _ = rayfield.wait(probes, num_returns=num, timeout=self.startup_timeout_s)
+        if allow_fewer:
+            # Replicas that the cluster can hold start at about the same time as the
+            # first one; those still waiting after twice that are waiting for resources.
+            began = time.monotonic()
+            ready, _ = rayfield.wait(probes, num_returns=1, timeout=self.startup_timeout_s)
+            if ready:
+                grace = max(5.0, 2 * (time.monotonic() - began))
+                ready, _ = rayfield.wait(probes, num_returns=num, timeout=grace)
+        else:
+            ready, _ = rayfield.wait(probes, num_returns=num, timeout=self.startup_timeout_s)
         if len(ready) < num:
             started = set(ready)
             for h, probe in zip(handles, probes):
