@@ -56,9 +56,30 @@ class TrainerTrainableHooks:
         return kwargs
 
     @classmethod
-    def default_resource_request(cls, config: dict[str, Any]) -> Any:
-        """None: the trial actor itself needs nothing; its replicas ask for their own."""
-        return None
+    def default_resource_request(cls, config: dict[str, Any]) -> dict[str, float] | None:
+        """The trial's resources as a ``resources_per_trial`` dict: nothing for the trial's
+        own actor (it only drives the trainer) and ``extra_cpu``/``extra_gpu`` for the
+        replicas, so Tune never starts more trials than their replicas fit. None when
+        ``num_replicas`` or ``resources_per_replica`` is not a plain value yet (a search
+        space)."""
+        from rayfield.sgd.utils import Resources
+
+        kwargs = cls.trainer_kwargs(config)
+        replicas = kwargs.get("num_replicas", 1)
+        per_replica = kwargs.get("resources_per_replica") or Resources(
+            num_cpus=1, num_gpus=1 if kwargs.get("use_gpu") else 0
+        )
+        if isinstance(replicas, bool) or not isinstance(replicas, int):
+            return None
+        if not isinstance(per_replica, Resources):
+            return None
+        request = {
+            "cpu": 0.0,
+            "gpu": 0.0,
+            "extra_cpu": float(replicas * per_replica.num_cpus),
+            "extra_gpu": float(replicas * per_replica.num_gpus),
+        }
+        return request
 
     def setup(self, config: dict[str, Any]) -> None:
         from rayfield.sgd.pytorch.trainer import PyTorchTrainer
