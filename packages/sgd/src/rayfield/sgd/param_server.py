@@ -1,0 +1,34 @@
+"""One shard of ``DistributedSGD``'s parameter server (``strategy="ps"``).
+
+Kept apart from the workers and importing only numpy, so that a server's process never
+imports torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ParameterServer"]
+
+
+class ParameterServer:
+    """One shard of the parameter server: averages the workers' gradient shards."""
+
+    def __init__(self, num_workers: int) -> None:
+        self.num_workers = num_workers
+
+    def aggregate(self, *shards: np.ndarray) -> np.ndarray:
+        """The mean of one shard over all workers (float32, same length).
+
+        Raises:
+            ValueError: not exactly ``num_workers`` shards, or their lengths differ.
+        """
+        if len(shards) != self.num_workers:
+            raise ValueError(f"expected {self.num_workers} gradient shards, got {len(shards)}")
+        total = np.array(shards[0], dtype=np.float32, copy=True)
+        for shard in shards[1:]:
+            if shard.shape != total.shape:
+                raise ValueError(f"gradient shards differ in shape: {shard.shape} vs {total.shape}")
+            total += shard
+        total /= np.float32(self.num_workers)
+        return total

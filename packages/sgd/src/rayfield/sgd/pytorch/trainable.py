@@ -1,0 +1,175 @@
+"""A Tune trainable around ``PyTorchTrainer``: one training iteration is one epoch
+(``train()`` then, when there is a validation set, ``validate()``), and a checkpoint is
+the trainer's ``save`` file.
+
+rayfield-tune is not a dependency and is never imported when this module is: the
+trainable follows Tune's Trainable protocol by its method names, both the modern ones
+(``setup``, ``step``, ``save_checkpoint``, ``load_checkpoint``, ``cleanup``) and the
+classic ones (``_setup``, ``_train``, ``_save``, ``_restore``, ``_stop``).
+``PyTorchTrainer.as_trainable(...)`` (or ``make_trainable``) builds the class when it is
+called, on top of ``rayfield.tune.Trainable`` when rayfield-tune is installed, else on a
+minimal stand-in with Tune's public methods (``train``, ``save``, ``restore``, ``stop``).
+
+How a trial's config is read: keys named like ``PyTorchTrainer`` parameters
+(``num_replicas``, ``batch_size``, ``model_creator``...) are passed to the trainer as
+those; every other key joins the trainer's ``config`` dict (the hyperparameters the
+creators read, such as ``lr``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import tempfile
+from typing import Any
+
+__all__ = ["PyTorchTrainable", "make_trainable"]
+
+
+def _trainer_parameters() -> set[str]:
+    from rayfield.sgd.pytorch.trainer import PyTorchTrainer
+
+    return set(inspect.signature(PyTorchTrainer.__init__).parameters) - {"self"}
+
+
+class TrainerTrainableHooks:
+    """The Trainable hooks; ``_trainer_args``/``_trainer_kwargs`` hold the defaults."""
+
+    _trainer_args: tuple[Any, ...] = ()
+    _trainer_kwargs: dict[str, Any] = {}
+    _trainer: Any = None
+
+    @classmethod
+    def trainer_kwargs(cls, config: dict[str, Any] | None) -> dict[str, Any]:
+        """The ``PyTorchTrainer`` keyword arguments for a trial ``config`` (pure)."""
+        names = _trainer_parameters()
+        kwargs = dict(cls._trainer_kwargs)
+        hyper = dict(kwargs.pop("config", None) or {})
+        for key, value in (config or {}).items():
+            if key in names and key != "config":
+                kwargs[key] = value
+            elif key == "config":
+                hyper.update(value or {})
+            else:
+                hyper[key] = value
+        kwargs["config"] = hyper
+        return kwargs
+
+    @classmethod
+    def default_resource_request(cls, config: dict[str, Any]) -> dict[str, float] | None:
+        """The trial's resources as a ``resources_per_trial`` dict: nothing for the trial's
+        own actor (it only drives the trainer) and ``extra_cpu``/``extra_gpu`` for the
+        replicas, so Tune never starts more trials than their replicas fit. None when
+        ``num_replicas`` or ``resources_per_replica`` is not a plain value yet (a search
+        space)."""
+        from rayfield.sgd.utils import Resources
+
+        kwargs = cls.trainer_kwargs(config)
+        replicas = kwargs.get("num_replicas", 1)
+        per_replica = kwargs.get("resources_per_replica") or Resources(
+            num_cpus=1, num_gpus=1 if kwargs.get("use_gpu") else 0
+        )
+        if isinstance(replicas, bool) or not isinstance(replicas, int):
+            return None
+        if not isinstance(per_replica, Resources):
+            return None
+        request = {
+            "cpu": 0.0,
+            "gpu": 0.0,
+            "extra_cpu": float(replicas * per_replica.num_cpus),
+            "extra_gpu": float(replicas * per_replica.num_gpus),
+        }
+        return request
+
+    def setup(self, config: dict[str, Any]) -> None:
+        from rayfield.sgd.pytorch.trainer import PyTorchTrainer
+
+        self._trainer = PyTorchTrainer(*self._trainer_args, **self.trainer_kwargs(config))
+
+    def step(self) -> dict[str, Any]:
+        stats = dict(self._trainer.train())
+        try:
+            stats.update({k: v for k, v in self._trainer.validate().items() if k != "num_samples"})
+        except ValueError:
+            pass  # no validation set
+        stats.setdefault("mean_loss", stats.get("validation_loss", stats.get("train_loss")))
+        if "val_accuracy" in stats:
+            stats.setdefault("mean_accuracy", stats["val_accuracy"])
+        return stats
+
+    def save_checkpoint(self, checkpoint_dir: str) -> str:
+        return str(self._trainer.save(os.path.join(checkpoint_dir, "model.pth")))
+
+    def load_checkpoint(self, checkpoint: Any) -> None:
+        path = checkpoint
+        if isinstance(checkpoint, str) and os.path.isdir(checkpoint):
+            path = os.path.join(checkpoint, "model.pth")
+        self._trainer.restore(path)
+
+    def cleanup(self) -> None:
+        if self._trainer is not None:
+            self._trainer.shutdown()
+            self._trainer = None
+
+    # Tune's classic names for the same hooks.
+    def _setup(self, config: dict[str, Any]) -> None:
+        self.setup(config)
+
+    def _train(self) -> dict[str, Any]:
+        return self.step()
+
+    def _save(self, checkpoint_dir: str) -> str:
+        return self.save_checkpoint(checkpoint_dir)
+
+    def _restore(self, checkpoint: Any) -> None:
+        self.load_checkpoint(checkpoint)
+
+    def _stop(self) -> None:
+        self.cleanup()
+
+
+class StandaloneTrainable:
+    """Tune's public Trainable methods over the hooks, for use without rayfield-tune."""
+
+    def __init__(self, config: dict[str, Any] | None = None, logger_creator: Any = None) -> None:
+        self.config = dict(config or {})
+        self.iteration = 0
+        self.setup(self.config)  # type: ignore[attr-defined]
+
+    def train(self) -> dict[str, Any]:
+        result = self.step()  # type: ignore[attr-defined]
+        self.iteration += 1
+        result.setdefault("training_iteration", self.iteration)
+        return result
+
+    def save(self, checkpoint_dir: str | None = None) -> str:
+        directory = checkpoint_dir or tempfile.mkdtemp(prefix="rayfield-sgd-ckpt-")
+        os.makedirs(directory, exist_ok=True)
+        return str(self.save_checkpoint(directory))  # type: ignore[attr-defined]
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.load_checkpoint(checkpoint_path)  # type: ignore[attr-defined]
+
+    def stop(self) -> None:
+        self.cleanup()  # type: ignore[attr-defined]
+
+
+class PyTorchTrainable(TrainerTrainableHooks, StandaloneTrainable):
+    """A trainable whose trial config names every trainer argument, as in the reference
+    (``config={"model_creator": ..., "data_creator": ..., "num_replicas": 2, "lr": 0.1}``).
+    Use ``PyTorchTrainer.as_trainable`` for a class with fixed creators on top of
+    ``rayfield.tune.Trainable``."""
+
+
+def make_trainable(*args: Any, **kwargs: Any) -> type:
+    """A Trainable class training ``PyTorchTrainer(*args, **kwargs)``; trial configs
+    override the keyword arguments and extend ``config`` (see the module docstring).
+
+    The class derives from ``rayfield.tune.Trainable`` when rayfield-tune is installed.
+    """
+    try:
+        from rayfield.tune import Trainable as base
+    except ImportError:
+        base = StandaloneTrainable
+    attrs = {"_trainer_args": tuple(args), "_trainer_kwargs": dict(kwargs)}
+    return type("PyTorchTrainable", (TrainerTrainableHooks, base), attrs)

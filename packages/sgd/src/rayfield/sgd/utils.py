@@ -1,0 +1,146 @@
+"""Small pure helpers shared by the trainers: resources, the default optimizer, batch
+splitting, stats averaging and a free-port finder.
+
+Nothing here starts a process; the trainers' actors call these from inside.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Resources",
+    "aggregate_stats",
+    "find_free_port",
+    "sgd_mse_optimizer",
+    "split_batch_size",
+]
+
+
+class Resources(NamedTuple):
+    """What one replica (one actor) holds while it lives.
+
+    Attributes:
+        num_cpus: CPU cores (may be fractional; 0 means none reserved).
+        num_gpus: GPUs (a replica with ``num_gpus > 0`` trains on ``cuda``).
+        resources: custom resources by name, for example ``{"machine_a": 1}``.
+    """
+
+    num_cpus: float = 1
+    num_gpus: float = 0
+    resources: dict[str, float] | None = None
+
+    def validate(self) -> Resources:
+        """Return self when every amount is a non-negative number.
+
+        Raises:
+            TypeError: an amount is not a number, or ``resources`` is not a mapping.
+            ValueError: an amount is negative.
+        """
+        for name, value in (("num_cpus", self.num_cpus), ("num_gpus", self.num_gpus)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"Resources.{name} must be a number, got {value!r}")
+            if value < 0:
+                raise ValueError(f"Resources.{name} must be >= 0, got {value}")
+        if self.resources is not None:
+            if not isinstance(self.resources, Mapping):
+                raise TypeError(
+                    f"Resources.resources must be a dict of name -> amount, got "
+                    f"{type(self.resources).__name__}"
+                )
+            for key, value in self.resources.items():
+                if not isinstance(value, (int, float)) or value < 0:
+                    raise ValueError(f"Resources.resources[{key!r}] must be >= 0, got {value!r}")
+        return self
+
+    def actor_options(self) -> dict[str, Any]:
+        """The keyword options of ``ActorClass.options`` that reserve these resources."""
+        options: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if self.resources:
+            options["resources"] = dict(self.resources)
+        return options
+
+
+def sgd_mse_optimizer(model: Any, config: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The default ``optimizer_creator``: mean squared error and plain SGD.
+
+    Args:
+        model: the ``torch.nn.Module`` whose parameters the optimizer updates.
+        config: the trainer's config; ``config["lr"]`` is the learning rate (default 0.01).
+
+    Returns:
+        ``(torch.nn.MSELoss(), torch.optim.SGD(model.parameters(), lr))``.
+    """
+    import torch
+
+    return torch.nn.MSELoss(), torch.optim.SGD(model.parameters(), lr=config.get("lr", 0.01))
+
+
+def split_batch_size(batch_size: int, num_replicas: int) -> int:
+    """The per-replica batch size for a global ``batch_size`` shared by ``num_replicas``.
+
+    When the global size does not divide evenly, the per-replica size is rounded down
+    (at least 1) and a warning says so, as the reference trainer does.
+
+    Raises:
+        TypeError: either argument is not an int.
+        ValueError: either argument is < 1.
+    """
+    for name, value in (("batch_size", batch_size), ("num_replicas", num_replicas)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    per_replica = max(1, batch_size // num_replicas)
+    if per_replica * num_replicas != batch_size:
+        logger.warning(
+            "Changing batch size from %d to %d to evenly distribute batches across %d replicas.",
+            batch_size,
+            per_replica * num_replicas,
+            num_replicas,
+        )
+    return per_replica
+
+
+def aggregate_stats(per_replica: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Average the stats dicts of several replicas into one.
+
+    ``num_samples`` is summed; every other numeric value is averaged, weighted by each
+    replica's ``num_samples`` when all have one (so a loss is the mean over all samples),
+    else plainly. Times (keys ending in ``_s`` or ``_time``) are averaged too. Values
+    that are not numbers are taken from the first replica.
+
+    Raises:
+        ValueError: ``per_replica`` is empty.
+    """
+    stats = [dict(s) for s in per_replica]
+    if not stats:
+        raise ValueError("aggregate_stats needs the stats of at least one replica")
+    raw_weights = [s.get("num_samples") for s in stats]
+    weighted = all(isinstance(w, (int, float)) and w > 0 for w in raw_weights)
+    weights = [float(w) if weighted else 1.0 for w in raw_weights]  # type: ignore[arg-type]
+    out: dict[str, Any] = {}
+    for key in stats[0]:
+        values = [s.get(key) for s in stats]
+        if key == "num_samples":
+            out[key] = sum(int(v or 0) for v in values)
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            numbers = [float(v) for v in values]  # type: ignore[arg-type]
+            out[key] = math.fsum(v * w for v, w in zip(numbers, weights)) / math.fsum(weights)
+        else:
+            out[key] = values[0]
+    return out
+
+
+def find_free_port() -> int:
+    """A TCP port that nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        return int(s.getsockname()[1])

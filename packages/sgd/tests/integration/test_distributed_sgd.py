@@ -1,0 +1,106 @@
+"""DistributedSGD on a real local cluster: both strategies learn, replicas stay in sync,
+the parameter server is sharded, state saves and restores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sgd_testing import LineModel, line_data, linear_model
+
+from rayfield.sgd import DistributedSGD, get_weights, set_weights, sgd_mse_optimizer
+
+
+def _in_sync(sgd: DistributedSGD) -> bool:
+    flats = sgd.foreach_worker(lambda w: w.get_flat_weights())
+    return all(np.array_equal(flats[0], f) for f in flats[1:])
+
+
+def test_reference_example_with_sharded_parameter_server(cluster: Any) -> None:
+    sgd = DistributedSGD(
+        LineModel, num_workers=2, devices_per_worker=1, strategy="ps", grad_shard_bytes=4
+    )
+    try:
+        assert sgd.num_shards == 2 and len(sgd.ps_actors) == 2
+        sgd.warmup()
+        first = sgd.step(fetch_stats=True)
+        for i in range(150):
+            sgd.step(fetch_stats=i % 50 == 0)
+        last = sgd.step(fetch_stats=True)
+        assert last is not None and first is not None and last < first / 10
+        assert _in_sync(sgd)
+        w, b = sgd.for_model(lambda m: [p.item() for p in m.module.parameters()])
+        assert w == pytest.approx(0.1, abs=0.02) and b == pytest.approx(0.3, abs=0.02)
+        assert sgd.foreach_worker(lambda worker: worker.worker_index) == [0, 1]
+        assert sgd.foreach_worker(lambda worker: worker.steps) == [152, 152]
+    finally:
+        sgd.shutdown()
+
+
+def test_simple_strategy_trains_a_module_on_sharded_data(cluster: Any, tmp_path: Path) -> None:
+    sgd = DistributedSGD(
+        linear_model,
+        num_workers=2,
+        strategy="simple",
+        optimizer_creator=sgd_mse_optimizer,
+        data_creator=line_data,
+        batch_size=16,
+        config={"lr": 0.1},
+    )
+    try:
+        losses = [sgd.step() for _ in range(80)]
+        assert all(loss is not None for loss in losses)
+        assert losses[-1] < losses[0] / 10
+        assert _in_sync(sgd)
+        weights = sgd.foreach_model(get_weights)
+        assert len(weights) == 2
+        assert weights[0]["weight"].item() == pytest.approx(2.0, abs=0.1)
+
+        path = sgd.save(str(tmp_path / "sgd.pt"))
+        sgd.foreach_model(lambda m: set_weights(m, {"weight": np.zeros((1, 1), np.float32)}))
+        assert sgd.for_model(lambda m: m.weight.item()) == 0.0
+        sgd.restore(path)
+        assert sgd.foreach_model(lambda m: m.weight.item()) == [weights[0]["weight"].item()] * 2
+    finally:
+        sgd.shutdown()
+
+
+def test_one_worker_two_devices_averages_locally(cluster: Any) -> None:
+    sgd = DistributedSGD(
+        linear_model,
+        num_workers=1,
+        devices_per_worker=2,
+        strategy="ps",  # falls back to simple with one worker
+        optimizer_creator=sgd_mse_optimizer,
+        data_creator=line_data,
+        config={"lr": 0.1},
+        grads_per_step=2,
+    )
+    try:
+        assert sgd.strategy == "simple" and not sgd.ps_actors
+        first = sgd.step(fetch_stats=True)
+        for _ in range(60):
+            last = sgd.step(fetch_stats=True)
+        assert last is not None and first is not None and last < first / 10
+        a, b = sgd.foreach_model(get_weights)
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+    finally:
+        sgd.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"num_workers": 0}, ValueError, "num_workers"),
+        ({"num_workers": 2, "strategy": "allreduce"}, ValueError, "strategy"),
+        ({"num_workers": 1, "devices_per_worker": 0}, ValueError, "devices_per_worker"),
+        ({"num_workers": 1, "all_reduce_alg": "xring"}, ValueError, "all_reduce_alg"),
+        ({"num_workers": 1, "optimizer_creator": 3}, TypeError, "optimizer_creator"),
+        ({"num_workers": 1, "config": 3}, TypeError, "config"),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs: dict, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        DistributedSGD(LineModel, **kwargs)

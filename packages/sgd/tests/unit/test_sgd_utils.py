@@ -1,0 +1,86 @@
+"""Resources, batch splitting and stats averaging (no processes)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from rayfield.sgd import Resources, sgd_mse_optimizer
+from rayfield.sgd.utils import aggregate_stats, find_free_port, split_batch_size
+
+
+def test_split_batch_size_divides_evenly_without_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        assert split_batch_size(64, 2) == 32
+    assert not caplog.records
+
+
+def test_split_batch_size_rounds_down_with_the_reference_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        assert split_batch_size(17, 4) == 4
+    assert "Changing batch size from 17 to 16 to evenly distribute batches across 4 replicas" in (
+        caplog.text
+    )
+    assert split_batch_size(3, 8) == 1  # never zero
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [((0, 1), ValueError), ((8, 0), ValueError), ((8.0, 1), TypeError), ((True, 1), TypeError)],
+)
+def test_split_batch_size_rejects_bad_input(args: tuple, error: type) -> None:
+    with pytest.raises(error):
+        split_batch_size(*args)
+
+
+def test_aggregate_stats_weights_by_samples_and_sums_them() -> None:
+    out = aggregate_stats(
+        [
+            {"train_loss": 1.0, "num_samples": 30, "epoch_time_s": 2.0, "tag": "a"},
+            {"train_loss": 3.0, "num_samples": 10, "epoch_time_s": 4.0, "tag": "b"},
+        ]
+    )
+    assert out["num_samples"] == 40
+    assert out["train_loss"] == pytest.approx((1.0 * 30 + 3.0 * 10) / 40)
+    assert out["epoch_time_s"] == pytest.approx((2.0 * 30 + 4.0 * 10) / 40)
+    assert out["tag"] == "a"
+
+
+def test_aggregate_stats_plain_mean_without_samples_and_rejects_empty() -> None:
+    assert aggregate_stats([{"loss": 1.0}, {"loss": 2.0}])["loss"] == pytest.approx(1.5)
+    with pytest.raises(ValueError):
+        aggregate_stats([])
+
+
+def test_resources_defaults_options_and_validation() -> None:
+    assert Resources() == Resources(num_cpus=1, num_gpus=0, resources=None)
+    assert Resources(num_gpus=1).actor_options() == {"num_cpus": 1, "num_gpus": 1}
+    assert Resources(2, 0, {"a": 1}).actor_options()["resources"] == {"a": 1}
+    with pytest.raises(ValueError, match="num_cpus"):
+        Resources(num_cpus=-1).validate()
+    with pytest.raises(TypeError, match="num_gpus"):
+        Resources(num_gpus="1").validate()  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="resources"):
+        Resources(resources=[1]).validate()  # type: ignore[arg-type]
+
+
+def test_sgd_mse_optimizer_uses_the_config_learning_rate() -> None:
+    import torch
+
+    model = torch.nn.Linear(2, 1)
+    loss, optimizer = sgd_mse_optimizer(model, {"lr": 0.5})
+    assert isinstance(loss, torch.nn.MSELoss)
+    assert isinstance(optimizer, torch.optim.SGD)
+    assert optimizer.param_groups[0]["lr"] == 0.5
+    assert sgd_mse_optimizer(model, {})[1].param_groups[0]["lr"] == 0.01
+
+
+def test_find_free_port_can_be_bound() -> None:
+    import socket
+
+    port = find_free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
