@@ -12,11 +12,12 @@ A driver trusts what it finds there: it connects to the socket ``node.json`` nam
 unpickles what that node's workers produce, and ``rayfield start --address`` sends the
 token of ``cluster.json``'s cluster. So everything is checked first: a path is trusted
 only when the current user owns it and neither its group nor others can write it (a
-symlink is checked itself and then its target). The default root is per user
-(``<tmp>/rayfield-<uid>``, not a name another local user could create first), and the
-directories above it must not let others rename it (writable by others only with the
-sticky bit, as ``/tmp``). What fails a check raises :class:`UnsafeSessionError`, whose
-message names the path, its owner and mode, and what to do.
+symlink is checked link by link). The default root is per user
+(``<tmp>/rayfield-<uid>``), so users never share one; one that another user created first
+(the name is predictable) fails the check, and the directories above it must not let
+others rename it (writable by others only with the sticky bit, as ``/tmp``). What fails a
+check raises :class:`UnsafeSessionError`, whose message names the path, its owner and
+mode, and what to do.
 
 Files are created owner-only here (directories 0700, files 0600); the processes
 ``rayfield start`` spawns run with umask 077, so what they and their workers write is too.
