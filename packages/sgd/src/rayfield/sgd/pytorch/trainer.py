@@ -26,7 +26,13 @@ import torch
 import rayfield
 from rayfield import exceptions as rf_exc
 from rayfield.sgd.pytorch.runner import TorchRunner
-from rayfield.sgd.utils import Resources, aggregate_stats, sgd_mse_optimizer, split_batch_size
+from rayfield.sgd.utils import (
+    Resources,
+    aggregate_stats,
+    check_fits,
+    sgd_mse_optimizer,
+    split_batch_size,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +104,8 @@ class PyTorchTrainer:
             ``resources_per_replica`` is not a ``Resources``.
         ValueError: a count is out of range, or ``backend``/``scheduler_step_freq`` is
             not one of the names above, or ``nccl`` is asked for without GPUs.
+        ValueError: one replica asks for more than the whole cluster has (for example
+            a GPU on a cluster without one).
         RuntimeError: the replicas could not start within ``startup_timeout_s``.
 
     Example:
@@ -216,6 +224,7 @@ class PyTorchTrainer:
         """Start ``num`` replicas (fewer, at least one, when ``allow_fewer`` and the
         cluster cannot hold them all) and form their process group."""
         options = self.resources_per_replica.actor_options()
+        check_fits(options, rayfield.cluster_resources(), "a replica")
         handles = [_RemoteRunner.options(**options).remote(self._spec) for _ in range(num)]
         probes = [h.get_pid.remote() for h in handles]
         if allow_fewer:
