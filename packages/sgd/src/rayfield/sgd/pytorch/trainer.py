@@ -316,14 +316,21 @@ class PyTorchTrainer:
             state_ref = rayfield.put(self._last_state)
             self._gather([w.set_state.remote(state_ref) for w in self.workers])
 
-    def _call_all(self, method: str, max_retries: int | None) -> list[Any]:
+    def _call_all(
+        self, method: str, max_retries: int | None, keep_state: bool = False
+    ) -> list[Any]:
+        """``method`` on every replica; with ``keep_state``, then keep replica 0's state.
+        A replica's death rebuilds the group and reruns both (``max_retries`` times)."""
         retries = self.max_retries if max_retries is None else max_retries
         attempt = 0
         while True:
             if not self.workers:
                 raise RuntimeError("the trainer is shut down")
             try:
-                return self._gather([getattr(w, method).remote() for w in self.workers])
+                results = self._gather([getattr(w, method).remote() for w in self.workers])
+                if keep_state:
+                    [self._last_state] = self._gather([self.workers[0].get_state.remote()])
+                return results
             except ReplicaFailure as failure:
                 if attempt >= retries:
                     raise RuntimeError(
@@ -366,12 +373,11 @@ class PyTorchTrainer:
             rayfield.exceptions.TaskError: the user's code raised in a replica.
         """
         start = time.perf_counter()
-        stats = aggregate_stats(self._call_all("train_epoch", max_retries))
-        self._last_state = rayfield.get(self.workers[0].get_state.remote())
+        stats = aggregate_stats(self._call_all("train_epoch", max_retries, keep_state=True))
         wall = time.perf_counter() - start
         stats["samples_per_s"] = stats.get("num_samples", 0) / max(wall, 1e-9)
         stats["num_replicas"] = len(self.workers)
-        stats["epoch"] = int(torch.load(io.BytesIO(self._last_state), weights_only=True)["epoch"])
+        stats["epoch"] = round(stats["epoch"])
         return stats
 
     def validate(self, max_retries: int | None = None) -> dict[str, Any]:
