@@ -216,8 +216,12 @@ class PyTorchTrainer:
         self.workers: list[Any] = []
         self.num_failures = 0
         self._last_state: bytes | None = None
-        self._start_workers(num_replicas, allow_fewer=False)
-        self._last_state = rayfield.get(self.workers[0].get_state.remote())
+        try:
+            self._start_workers(num_replicas, allow_fewer=False)
+            self._last_state = rayfield.get(self.workers[0].get_state.remote())
+        except BaseException:
+            self._kill_workers()  # no replica outlives a trainer that failed to start
+            raise
 
     # ----------------------------------------------------------------- replicas
     def _start_workers(self, num: int, allow_fewer: bool) -> None:
@@ -250,8 +254,8 @@ class PyTorchTrainer:
                 )
             handles = [h for h, p in zip(handles, probes) if p in started]
             logger.warning("Continuing with %d of %d replicas", len(handles), num)
-        self._gather(probes if len(handles) == num else [h.get_pid.remote() for h in handles])
         self.workers = handles
+        self._gather(probes if len(handles) == num else [h.get_pid.remote() for h in handles])
         world = len(handles)
         per_replica = split_batch_size(self.batch_size, world)
         address = rayfield.get(handles[0].setup_address.remote()) if world > 1 else None
@@ -322,11 +326,13 @@ class PyTorchTrainer:
         """``method`` on every replica; with ``keep_state``, then keep replica 0's state.
         A replica's death rebuilds the group and reruns both (``max_retries`` times)."""
         retries = self.max_retries if max_retries is None else max_retries
-        attempt = 0
+        attempt, rebuild = 0, False
+        if not self.workers:
+            raise RuntimeError("the trainer is shut down")
         while True:
-            if not self.workers:
-                raise RuntimeError("the trainer is shut down")
             try:
+                if rebuild:
+                    self._recover()
                 results = self._gather([getattr(w, method).remote() for w in self.workers])
                 if keep_state:
                     [self._last_state] = self._gather([self.workers[0].get_state.remote()])
@@ -344,7 +350,7 @@ class PyTorchTrainer:
                     attempt,
                     retries,
                 )
-                self._recover()
+                rebuild = True
 
     # --------------------------------------------------------------- public API
     @classmethod
