@@ -187,6 +187,8 @@ class PyTorchTrainer:
         if backend == "auto":
             backend = "nccl" if use_gpu else "gloo"
             logger.info("Using %s as backend.", backend)
+        if num_replicas > 1 and not torch.distributed.is_available():
+            raise ValueError("num_replicas > 1 needs torch.distributed, which this torch lacks")
         if backend == "nccl" and not use_gpu:
             raise ValueError(
                 'backend="nccl" needs GPUs: pass use_gpu=True or Resources(num_gpus=1)'
