@@ -233,12 +233,13 @@ def main() -> None:
         rayfield.shutdown()
     print(f"\nDigits CNN, {args.epochs} epochs, global batch 64, samples/s with start-up")
     for n, ours in rows:
-        theirs = None if args.skip_ray else ray_train_samples_per_s(n, args.epochs)
-        peer = (
-            "ray not installed"
-            if theirs is None
-            else f"Ray Train {theirs:8.0f}  ratio {ours / theirs:5.2f}"
-        )
+        peer = "skipped" if args.skip_ray else "ray not installed"
+        try:
+            theirs = None if args.skip_ray else ray_train_samples_per_s(n, args.epochs)
+        except Exception as exc:  # the peer's failure is reported, not ours
+            theirs, peer = None, f"Ray Train failed: {type(exc).__name__}: {exc}"
+        if theirs is not None:
+            peer = f"Ray Train {theirs:8.0f}  ratio {ours / theirs:5.2f}"
         print(f"{n} replica(s): rayfield {ours:8.0f}  {peer}")
 
 

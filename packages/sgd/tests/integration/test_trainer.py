@@ -72,6 +72,14 @@ def test_one_replica_without_process_group_learns(cluster: Any) -> None:
         trainer.shutdown()
 
 
+def test_a_gpu_replica_on_a_cpu_cluster_fails_at_once(cluster: Any) -> None:
+    # The reference's example asks Resources(num_gpus=1); without GPUs: a clear error.
+    with pytest.raises(ValueError, match="GPU=1"):
+        PyTorchTrainer(
+            linear_model, line_data, num_replicas=2, resources_per_replica=Resources(num_gpus=1)
+        )
+
+
 def test_user_code_errors_are_raised_not_retried(cluster: Any) -> None:
     def broken_data(config: dict[str, Any]) -> Any:
         raise ValueError("no data here")

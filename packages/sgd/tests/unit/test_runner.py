@@ -123,3 +123,39 @@ def test_runner_refuses_an_optimizer_creator_without_a_loss() -> None:
     runner = TorchRunner(_spec(optimizer_creator=lambda m, c: torch.optim.SGD(m.parameters(), 0.1)))
     with pytest.raises(TypeError, match="loss_creator"):
         runner.setup(None, 0, 1, "gloo", 10.0, 32)
+
+
+def test_initialization_hook_runs_first_and_loaders_pass_through() -> None:
+    import os
+
+    def hook() -> None:
+        os.environ["SGD_TEST_HOOK"] = "ran"
+
+    def loaders(batch_size: int, config: dict[str, Any]) -> Any:
+        # The (batch_size, config) form returning DataLoaders built by the user.
+        assert os.environ.get("SGD_TEST_HOOK") == "ran"
+        train, _ = line_data(config)
+        return DataLoader(train, batch_size=batch_size)
+
+    runner = TorchRunner(_spec(initialization_hook=hook, data_creator=loaders))
+    runner.setup(None, 0, 1, "gloo", 10.0, 64)
+    assert isinstance(runner.train_loader, DataLoader) and runner.train_loader.batch_size == 64
+    assert runner.train_epoch()["batch_count"] == 8
+    with pytest.raises(ValueError, match="validation"):
+        runner.validate()  # the creator gave no validation set
+    os.environ.pop("SGD_TEST_HOOK", None)
+
+
+def test_two_ranks_read_disjoint_halves() -> None:
+    """Training shards split the 512 samples 256/256; validation shards 64/64."""
+    train, validation = line_data({})
+    shards = []
+    for rank in (0, 1):
+        runner = TorchRunner(_spec())
+        runner.rank, runner.world_size = rank, 2
+        loader = runner._loader(train, shuffle=True)
+        loader.sampler.set_epoch(0)
+        shards.append(set(iter(loader.sampler)))
+        assert len(runner._loader(validation, shuffle=False).dataset) == 64
+    assert len(shards[0]) == len(shards[1]) == 256
+    assert not shards[0] & shards[1]

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from rayfield.sgd import Resources, sgd_mse_optimizer
-from rayfield.sgd.utils import aggregate_stats, find_free_port, split_batch_size
+from rayfield.sgd.utils import aggregate_stats, check_fits, find_free_port, split_batch_size
 
 
 def test_split_batch_size_divides_evenly_without_warning(caplog: pytest.LogCaptureFixture) -> None:
@@ -84,3 +84,12 @@ def test_find_free_port_can_be_bound() -> None:
     port = find_free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
+
+
+def test_check_fits_names_the_missing_resource() -> None:
+    total = {"CPU": 2.0, "custom": 1.0}
+    check_fits({"num_cpus": 2, "num_gpus": 0, "resources": {"custom": 1}}, total, "a replica")
+    with pytest.raises(ValueError, match="a replica needs GPU=1 but the cluster has 0"):
+        check_fits(Resources(num_gpus=1).actor_options(), total, "a replica")
+    with pytest.raises(ValueError, match="CPU=3"):
+        check_fits({"num_cpus": 3}, total, "a worker")

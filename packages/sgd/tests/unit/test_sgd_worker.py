@@ -47,8 +47,12 @@ def test_shard_bounds_cover_the_vector_within_the_byte_limit() -> None:
 
 def test_parameter_server_averages_and_checks_its_inputs() -> None:
     server = ParameterServer(num_workers=2)
-    out = server.aggregate(np.array([1.0, 2.0], np.float32), np.array([3.0, 6.0], np.float32))
+    first, second = np.array([1.0, 2.0], np.float32), np.array([3.0, 6.0], np.float32)
+    out = server.aggregate(first, second)
     assert out.tolist() == [2.0, 4.0]
+    assert first.tolist() == [1.0, 2.0]  # inputs untouched
+    three = ParameterServer(num_workers=3).aggregate(first, second, np.full(2, 5.0, np.float32))
+    assert three.tolist() == pytest.approx([3.0, 13.0 / 3])
     with pytest.raises(ValueError, match="expected 2"):
         server.aggregate(np.zeros(2, np.float32))
     with pytest.raises(ValueError, match="shape"):
@@ -62,6 +66,13 @@ def test_flat_gradient_round_trip() -> None:
     assert flat_gradient(params).tolist() == [0.0, 1.0, 2.0]
     with pytest.raises(ValueError):
         assign_gradient(params, np.zeros(4, np.float32))
+    # Shards that cut through a parameter are read in place, in order.
+    assign_gradient(params, [np.array([5.0], np.float32), np.array([6.0, 7.0], np.float32)])
+    assert flat_gradient(params).tolist() == [5.0, 6.0, 7.0]
+    big = torch.nn.Linear(3, 2)
+    expected = np.arange(8, dtype=np.float32)
+    assign_gradient(list(big.parameters()), [expected[a:b] for a, b in shard_bounds(8, 12)])
+    assert np.array_equal(flat_gradient(list(big.parameters())), expected)
 
 
 def test_worker_replicas_average_gradients_and_stay_identical() -> None:

@@ -24,6 +24,7 @@ import numpy as np
 
 import rayfield
 from rayfield.sgd.param_server import ParameterServer
+from rayfield.sgd.utils import check_fits
 from rayfield.sgd.worker import SGDWorker
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,8 @@ class DistributedSGD:
 
     Raises:
         TypeError: ``model_creator`` (or a given creator) is not callable.
-        ValueError: a count is out of range, or ``strategy``/``all_reduce_alg`` is unknown.
+        ValueError: a count is out of range, ``strategy``/``all_reduce_alg`` is unknown,
+            or one worker asks for more than the whole cluster has.
 
     Example:
         sgd = DistributedSGD(model_creator, num_workers=2, devices_per_worker=1, strategy="ps")
@@ -144,6 +146,7 @@ class DistributedSGD:
             "num_threads": devices_per_worker,
         }
         resources = {"num_gpus": devices_per_worker} if gpu else {"num_cpus": devices_per_worker}
+        check_fits(resources, rayfield.cluster_resources(), "a worker")
         self.workers = [
             _RemoteWorker.options(**resources).remote(i, spec) for i in range(num_workers)
         ]

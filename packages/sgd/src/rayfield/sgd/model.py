@@ -13,7 +13,7 @@ and this replica's shard of a dataset.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -148,24 +148,44 @@ def flat_gradient(params: list[torch.Tensor]) -> np.ndarray:
     return torch.cat(parts).numpy() if parts else np.zeros(0, dtype=np.float32)
 
 
-def assign_gradient(params: list[torch.Tensor], flat: np.ndarray) -> None:
+def assign_gradient(params: list[torch.Tensor], flat: np.ndarray | Sequence[np.ndarray]) -> None:
     """Write a flat float32 gradient (``flat_gradient``'s layout) into ``p.grad``.
 
+    Args:
+        params: the parameters, in ``flat_gradient``'s order.
+        flat: the whole vector, or its consecutive shards (read in place, not joined).
+
     Raises:
-        ValueError: the vector's length differs from the parameters' total size.
+        ValueError: the total length differs from the parameters' total size.
     """
+    chunks = [flat] if isinstance(flat, np.ndarray) else list(flat)
     total = sum(int(p.numel()) for p in params)
-    if flat.size != total:
-        raise ValueError(f"gradient has {flat.size} values, the parameters {total}")
-    with warnings.catch_warnings():  # a read-only store view: only read from here
+    if sum(int(c.size) for c in chunks) != total:
+        raise ValueError(
+            f"gradient has {sum(int(c.size) for c in chunks)} values, the parameters {total}"
+        )
+    with warnings.catch_warnings():  # read-only store views: only read from here
         warnings.simplefilter("ignore", UserWarning)
-        source = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float32))
-    offset = 0
+        sources = [
+            torch.from_numpy(np.ascontiguousarray(c, dtype=np.float32).reshape(-1))
+            for c in chunks
+            if c.size
+        ]
+    index, offset = 0, 0
     for p in params:
-        n = p.numel()
-        value = source[offset : offset + n].view_as(p).to(p.device, p.dtype)
+        needed, pieces = p.numel(), []
+        while needed:
+            source = sources[index]
+            take = min(needed, source.numel() - offset)
+            pieces.append(source[offset : offset + take])
+            offset, needed = offset + take, needed - take
+            if offset == source.numel():
+                index, offset = index + 1, 0
+        value = (pieces[0] if len(pieces) == 1 else torch.cat(pieces)) if pieces else None
+        if value is None:
+            continue
+        value = value.view_as(p).to(p.device, p.dtype)
         if p.grad is None:
             p.grad = value.clone()
         else:
             p.grad.copy_(value)
-        offset += n

@@ -25,10 +25,15 @@ class ParameterServer:
         """
         if len(shards) != self.num_workers:
             raise ValueError(f"expected {self.num_workers} gradient shards, got {len(shards)}")
-        total = np.array(shards[0], dtype=np.float32, copy=True)
+        shape = shards[0].shape
         for shard in shards[1:]:
-            if shard.shape != total.shape:
-                raise ValueError(f"gradient shards differ in shape: {shard.shape} vs {total.shape}")
-            total += shard
+            if shard.shape != shape:
+                raise ValueError(f"gradient shards differ in shape: {shard.shape} vs {shape}")
+        if len(shards) == 1:
+            total = np.array(shards[0], dtype=np.float32, copy=True)
+        else:  # the first sum writes a new array, so the inputs are read only once
+            total = np.add(shards[0], shards[1], dtype=np.float32)
+            for shard in shards[2:]:
+                total += shard
         total /= np.float32(self.num_workers)
         return total

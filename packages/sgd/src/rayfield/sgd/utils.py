@@ -17,6 +17,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "Resources",
     "aggregate_stats",
+    "check_fits",
     "find_free_port",
     "sgd_mse_optimizer",
     "split_batch_size",
@@ -65,6 +66,27 @@ class Resources(NamedTuple):
         if self.resources:
             options["resources"] = dict(self.resources)
         return options
+
+
+def check_fits(options: dict[str, Any], total: Mapping[str, float], what: str) -> None:
+    """Raise at once when one actor's request exceeds the whole cluster's resources.
+
+    Args:
+        options: actor options (``num_cpus``, ``num_gpus``, ``resources``).
+        total: ``rayfield.cluster_resources()`` (``CPU``, ``GPU``, custom names).
+        what: what is being started, for the message (for example ``"a replica"``).
+
+    Raises:
+        ValueError: a request is larger than the cluster's total of that resource.
+    """
+    wanted = {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0)}
+    wanted.update(options.get("resources") or {})
+    for name, amount in wanted.items():
+        if amount and amount > total.get(name, 0):
+            raise ValueError(
+                f"{what} needs {name}={amount:g} but the cluster has {total.get(name, 0):g} in "
+                f"all; ask for less (Resources(...), use_gpu=False) or add nodes that have it"
+            )
 
 
 def sgd_mse_optimizer(model: Any, config: Mapping[str, Any]) -> tuple[Any, Any]:

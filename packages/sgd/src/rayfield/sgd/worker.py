@@ -138,8 +138,11 @@ class SGDWorker:
                 loss = model.get_loss()
                 (loss / per_step).backward()
                 losses.append(float(loss.detach()))
-            grad = flat_gradient(params)
-            total = grad.copy() if total is None else total + grad
+            grad = flat_gradient(params)  # a new array: summed into in place
+            if total is None:
+                total = grad
+            else:
+                total += grad
         assert total is not None
         total /= np.float32(len(self.models))
         self.last_loss = float(np.mean(losses))
@@ -154,9 +157,8 @@ class SGDWorker:
     def apply_gradients(self, *grads: np.ndarray) -> float:
         """Apply one averaged gradient (whole, or its shards in order) on every replica;
         return the mean loss of the step that produced this worker's share."""
-        flat = grads[0] if len(grads) == 1 else np.concatenate(grads)
         for model, params in zip(self.models, self.params):
-            assign_gradient(params, flat)
+            assign_gradient(params, grads)
             model.get_optimizer().step()
         self.steps += 1
         return self.last_loss

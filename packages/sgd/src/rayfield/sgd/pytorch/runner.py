@@ -196,6 +196,7 @@ class TorchRunner:
             for scheduler in self.schedulers:
                 scheduler.step()
         self.epoch += 1
+        stats["epoch"] = self.epoch
         elapsed = time.perf_counter() - start
         stats.setdefault("epoch_time_s", elapsed)
         if stats.get("batch_count"):

@@ -167,8 +167,11 @@ def make_trainable(*args: Any, **kwargs: Any) -> type:
 
     The class derives from ``rayfield.tune.Trainable`` when rayfield-tune is installed.
     """
+    base: type
     try:
-        from rayfield.tune import Trainable as base
+        import rayfield.tune as tune
+
+        base = tune.Trainable
     except ImportError:
         base = StandaloneTrainable
     attrs = {"_trainer_args": tuple(args), "_trainer_kwargs": dict(kwargs)}

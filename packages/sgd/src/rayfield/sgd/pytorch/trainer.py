@@ -26,7 +26,13 @@ import torch
 import rayfield
 from rayfield import exceptions as rf_exc
 from rayfield.sgd.pytorch.runner import TorchRunner
-from rayfield.sgd.utils import Resources, aggregate_stats, sgd_mse_optimizer, split_batch_size
+from rayfield.sgd.utils import (
+    Resources,
+    aggregate_stats,
+    check_fits,
+    sgd_mse_optimizer,
+    split_batch_size,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +104,8 @@ class PyTorchTrainer:
             ``resources_per_replica`` is not a ``Resources``.
         ValueError: a count is out of range, or ``backend``/``scheduler_step_freq`` is
             not one of the names above, or ``nccl`` is asked for without GPUs.
+        ValueError: one replica asks for more than the whole cluster has (for example
+            a GPU on a cluster without one).
         RuntimeError: the replicas could not start within ``startup_timeout_s``.
 
     Example:
@@ -179,6 +187,8 @@ class PyTorchTrainer:
         if backend == "auto":
             backend = "nccl" if use_gpu else "gloo"
             logger.info("Using %s as backend.", backend)
+        if num_replicas > 1 and not torch.distributed.is_available():
+            raise ValueError("num_replicas > 1 needs torch.distributed, which this torch lacks")
         if backend == "nccl" and not use_gpu:
             raise ValueError(
                 'backend="nccl" needs GPUs: pass use_gpu=True or Resources(num_gpus=1)'
@@ -208,14 +218,19 @@ class PyTorchTrainer:
         self.workers: list[Any] = []
         self.num_failures = 0
         self._last_state: bytes | None = None
-        self._start_workers(num_replicas, allow_fewer=False)
-        self._last_state = rayfield.get(self.workers[0].get_state.remote())
+        try:
+            self._start_workers(num_replicas, allow_fewer=False)
+            self._last_state = rayfield.get(self.workers[0].get_state.remote())
+        except BaseException:
+            self._kill_workers()  # no replica outlives a trainer that failed to start
+            raise
 
     # ----------------------------------------------------------------- replicas
     def _start_workers(self, num: int, allow_fewer: bool) -> None:
         """Start ``num`` replicas (fewer, at least one, when ``allow_fewer`` and the
         cluster cannot hold them all) and form their process group."""
         options = self.resources_per_replica.actor_options()
+        check_fits(options, rayfield.cluster_resources(), "a replica")
         handles = [_RemoteRunner.options(**options).remote(self._spec) for _ in range(num)]
         probes = [h.get_pid.remote() for h in handles]
         if allow_fewer:
@@ -241,8 +256,8 @@ class PyTorchTrainer:
                 )
             handles = [h for h, p in zip(handles, probes) if p in started]
             logger.warning("Continuing with %d of %d replicas", len(handles), num)
-        self._gather(probes if len(handles) == num else [h.get_pid.remote() for h in handles])
         self.workers = handles
+        self._gather(probes if len(handles) == num else [h.get_pid.remote() for h in handles])
         world = len(handles)
         per_replica = split_batch_size(self.batch_size, world)
         address = rayfield.get(handles[0].setup_address.remote()) if world > 1 else None
@@ -307,14 +322,23 @@ class PyTorchTrainer:
             state_ref = rayfield.put(self._last_state)
             self._gather([w.set_state.remote(state_ref) for w in self.workers])
 
-    def _call_all(self, method: str, max_retries: int | None) -> list[Any]:
+    def _call_all(
+        self, method: str, max_retries: int | None, keep_state: bool = False
+    ) -> list[Any]:
+        """``method`` on every replica; with ``keep_state``, then keep replica 0's state.
+        A replica's death rebuilds the group and reruns both (``max_retries`` times)."""
         retries = self.max_retries if max_retries is None else max_retries
-        attempt = 0
+        attempt, rebuild = 0, False
+        if not self.workers:
+            raise RuntimeError("the trainer is shut down")
         while True:
-            if not self.workers:
-                raise RuntimeError("the trainer is shut down")
             try:
-                return self._gather([getattr(w, method).remote() for w in self.workers])
+                if rebuild:
+                    self._recover()
+                results = self._gather([getattr(w, method).remote() for w in self.workers])
+                if keep_state:
+                    [self._last_state] = self._gather([self.workers[0].get_state.remote()])
+                return results
             except ReplicaFailure as failure:
                 if attempt >= retries:
                     raise RuntimeError(
@@ -328,7 +352,7 @@ class PyTorchTrainer:
                     attempt,
                     retries,
                 )
-                self._recover()
+                rebuild = True
 
     # --------------------------------------------------------------- public API
     @classmethod
@@ -357,12 +381,11 @@ class PyTorchTrainer:
             rayfield.exceptions.TaskError: the user's code raised in a replica.
         """
         start = time.perf_counter()
-        stats = aggregate_stats(self._call_all("train_epoch", max_retries))
-        self._last_state = rayfield.get(self.workers[0].get_state.remote())
+        stats = aggregate_stats(self._call_all("train_epoch", max_retries, keep_state=True))
         wall = time.perf_counter() - start
         stats["samples_per_s"] = stats.get("num_samples", 0) / max(wall, 1e-9)
         stats["num_replicas"] = len(self.workers)
-        stats["epoch"] = int(torch.load(io.BytesIO(self._last_state), weights_only=True)["epoch"])
+        stats["epoch"] = round(stats["epoch"])
         return stats
 
     def validate(self, max_retries: int | None = None) -> dict[str, Any]:
