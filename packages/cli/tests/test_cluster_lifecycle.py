@@ -1,9 +1,10 @@
 """How actors and tasks end on a two-node cluster: names of dead actors are freed, actors
-end with the driver that created them (detached ones stay), and a task forwarded to
-another node can be cancelled."""
+end with the driver that created them (detached ones stay) or with their last handle
+anywhere, and a task forwarded to another node can be cancelled."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -216,3 +218,45 @@ def test_cancel_reaches_a_task_on_the_other_node(cluster: str, tmp_path: Path) -
     assert where != node_id()
     rf.cancel(done)  # finished: nothing happens
     assert rf.get(done, timeout=30) == where
+
+
+@rf.remote(num_cpus=1)
+class Backend:  # on the head: the only node with a free CPU for it
+    def __init__(self) -> None:
+        self.n = 0
+
+    def incr(self) -> int:
+        self.n += 1
+        return self.n
+
+
+@rf.remote(num_cpus=0, resources={"b_res": 1})
+class Frontend:  # on node b, holding the only handle to Backend once the driver's goes
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def call(self) -> int:
+        return int(rf.get(self.backend.incr.remote()))
+
+    def node(self) -> str:
+        return str(rf.get_runtime_context().get_node_id())
+
+
+def free_now(name: str) -> float:
+    gc.collect()
+    return float(rf.available_resources().get(name, 0.0))
+
+
+def test_a_handle_held_on_the_other_node_keeps_the_actor_until_it_goes(cluster: str) -> None:
+    head = str(rf.get_runtime_context().get_node_id())
+    frontend = Frontend.remote(Backend.remote())
+    gc.collect()
+    assert rf.get(frontend.node.remote(), timeout=60) != head
+    assert [rf.get(frontend.call.remote(), timeout=60) for _ in range(3)] == [1, 2, 3]
+    wait_for(lambda: free_now("CPU") == 1 and free_now("b_res") == 1, "both actors placed")
+    # The head's own handles are gone; Backend lives on through the one on node b.
+    assert [rf.get(frontend.call.remote(), timeout=60) for _ in range(3)] == [4, 5, 6]
+    assert free_now("CPU") == 1
+    del frontend
+    wait_for(lambda: free_now("b_res") == 2, "Frontend ended on node b")
+    wait_for(lambda: free_now("CPU") == 2, "Backend ended on the head after node b let go")

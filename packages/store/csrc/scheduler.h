@@ -65,6 +65,7 @@ struct TaskSpec {
   bool pin_returns = false;          // the submitter holds its returns from the start
   bool resume_sequence = false;      // a caller first seen here starts at this sequence_no
   bool detached = false;             // actor creation: does not fate-share with its driver
+  std::vector<UniqueID> actor_handles;  // actors whose handles are in its arguments
 };
 
 struct ResourceGrant {

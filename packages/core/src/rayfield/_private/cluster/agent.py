@@ -299,8 +299,15 @@ class NodeAgent:
     def _give_back(self, spec: dict[str, Any]) -> None:
         """Queue a taken task here again (no peer took it)."""
         self._resubmit(spec)  # pins its arguments again
-        if spec.get("kept_pins"):
-            self.client.unpin(spec["kept_pins"])
+        self._release_kept(spec.get("kept_pins"), spec.get("kept_handles"))
+
+    def _release_kept(self, pins: list[bytes] | None, handles: list[bytes] | None) -> None:
+        """Drop what ``take_task`` moved to this agent: argument pins and actor handles."""
+        if pins:
+            self.client.unpin(pins)
+        if handles:
+            for actor_id in handles:
+                self.client.actor_handles([actor_id], False)
 
     def _sent(self, spec: dict[str, Any], peer: NodeInfo) -> None:
         """Bookkeeping of a task ``peer`` accepted: where its results are made, its spec
@@ -317,7 +324,9 @@ class NodeAgent:
     def _hold_args(self, spec: dict[str, Any], address: str) -> None:
         """Keep the arguments of a task sent to ``address`` pinned (``take_task`` moved the
         node's pins to this agent) until its results are back; an actor's creation
-        arguments for its lifetime (a restart reads them again)."""
+        arguments for its lifetime (a restart reads them again). The actor handles it held
+        go now: the peer's node counted them before it accepted the task."""
+        self._release_kept(None, spec.get("kept_handles"))
         pins = spec.get("kept_pins") or []
         if not pins or spec.get("actor_creation"):
             return
@@ -467,6 +476,18 @@ class NodeAgent:
             self.actor_locations[actor_id] = peer.address
         return peer.address
 
+    def home_of(self, actor_id: bytes) -> str | None:
+        """The address of the alive node whose process created ``actor_id`` (None: this
+        node, or that node is gone)."""
+        origin = origin_of(actor_id)
+        with self._lock:
+            peer = next(
+                (n for n in self.peers.values() if n.node_id[:ORIGIN_BYTES] == origin), None
+            )
+        if peer is None or not peer.alive or peer.node_id == self.node_id:
+            return None
+        return peer.address
+
     def route_calls(self, actor_id: bytes) -> None:
         """Forward the held calls of an actor that lives on another node, in order; what
         cannot be sent now is kept and tried again after the next heartbeat."""
@@ -479,8 +500,7 @@ class NodeAgent:
         if dead:
             for spec in calls:
                 self.recovery.fail(spec["return_ids"], "ACTOR_DIED", dead)
-                if spec.get("kept_pins"):
-                    self.client.unpin(spec["kept_pins"])
+                self._release_kept(spec.get("kept_pins"), spec.get("kept_handles"))
             return
         assert address is not None
         sent = 0
@@ -533,6 +553,7 @@ class NodeAgent:
         self.pusher.forget(node.address)
         self.lifecycle.actors_restarted(self.recovery.node_died(node.address))
         self._drop_args_sent_to(node.address)
+        self.lifecycle.peer_died()  # the handles it held are gone
 
     def _resubmit(self, spec: dict[str, Any]) -> None:
         keys = [
@@ -549,6 +570,7 @@ class NodeAgent:
             "max_retries",
             "pin_returns",
             "resume_sequence",
+            "actor_handles",
         ]
         self.client.submit_task(**{k: spec[k] for k in keys if k in spec})
 
@@ -570,6 +592,12 @@ class NodeAgent:
         # actors restarted here (the chaos test); see docs/architecture.md.
         resume = bool(spec.get("actor_id")) and not spec.get("actor_creation")
         self._resubmit(dict(spec, pin_returns=True, resume_sequence=resume))
+
+    def counted(self) -> None:
+        """Return once the native node has read every task submitted so far (one round
+        trip on the same socket): the actor handles they hold are counted, so the node
+        that forwarded them may drop its own."""
+        self.client.contains(bytes(20))
 
     def _send_push(self, address: str, object_id: bytes, size: int, meta: bytes, data: Any) -> bool:
         return self._stub(address).push(object_id, self.address, size, meta, data)
@@ -872,6 +900,7 @@ class NodeAgent:
             t.join(timeout=2)
         self._send_batches()
         self.forwarder.close()
+        self.lifecycle.close()
         self.pusher.close()
         self.events.stop()
         try:

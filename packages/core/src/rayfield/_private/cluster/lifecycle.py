@@ -10,6 +10,11 @@ A node's agent (``agent.py``) hands this module three kinds of end:
   event, and are killed on their node through the node service's ``KillActor``.
   Actors with ``lifetime="detached"`` are not touched. Its job is marked finished in the
   GCS (``client_disconnected``; a clean ``shutdown()`` did that already).
+* **An actor's last handle goes** (``_private/actor_scope.py``): the actor's home node (the
+  node of the process that created it) asks every alive node whether it still holds a
+  handle (``ActorsHeld``) and ends the actor when none does, where it lives; a node that
+  drops its last handle to an actor of another home says so (``ActorsReleased``), and the
+  death of a node makes the homes ask again.
 * **A task is cancelled** that this node forwarded to another node: ``rayfield.cancel``
   finds no such task in its node's scheduler and asks its node's agent
   (``CancelTask`` of the node service, ``cancel_elsewhere``), which cancels it where it was
@@ -20,11 +25,14 @@ A node's agent (``agent.py``) hands this module three kinds of end:
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from rayfield._private.actor_scope import NO_HANDLE_LEFT, Decision
 from rayfield._private.gcs.errors import GcsNotFoundError
 from rayfield._private.gcs.types import ActorState
 
@@ -47,6 +55,72 @@ class Lifecycle:
 
     def __init__(self, agent: NodeAgent) -> None:
         self.agent = agent
+        self.scopes = agent.node.scopes  # the handle decisions (pure; under _scope_lock)
+        self._scope_lock = threading.Lock()
+        # Handle questions go to other nodes one at a time, off the event thread:
+        self._scope_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayfield-scope")
+
+    # ---- actor handles ----------------------------------------------------------------
+
+    def handles_changed(self, actor_id: bytes, held: bool, scoped: bool) -> None:
+        """This node's count of handles to ``actor_id`` went 0 -> 1 or 1 -> 0."""
+        with self._scope_lock:
+            decisions = self.scopes.local(actor_id, held, scoped)
+        self._act(decisions)
+
+    def peers_released(self, actor_ids: list[bytes]) -> None:
+        """Another node holds no handle to ``actor_ids`` any more (``ActorsReleased``)."""
+        with self._scope_lock:
+            decisions = [d for a in actor_ids for d in self.scopes.peer_released(a)]
+        self._act(decisions)
+
+    def peer_died(self) -> None:
+        """A node died, with the handles it held: the actors homed here are asked for again."""
+        with self._scope_lock:
+            decisions = self.scopes.peers_changed()
+        self._act(decisions)
+
+    def _act(self, decisions: list[Decision]) -> None:
+        for what, actor_id in decisions:
+            fn = self._confirm if what == "confirm" else self._report
+            try:
+                self._scope_pool.submit(fn, actor_id)
+            except RuntimeError:  # shutting down
+                return
+
+    def _report(self, actor_id: bytes) -> None:
+        """Tell the actor's home node that this node dropped its last handle to it."""
+        home = self.agent.home_of(actor_id)
+        if home is None:
+            return
+        try:
+            self.agent._stub(home).actors_released([actor_id])
+        except grpc.RpcError as exc:
+            logger.debug("could not tell %s of a released actor handle: %s", home, exc)
+
+    def _confirm(self, actor_id: bytes) -> None:
+        """Ask every alive node whether it holds a handle to ``actor_id``; end it if none
+        does (a node that does not answer may hold one)."""
+        held = False
+        for peer in self.agent.alive_peers():
+            try:
+                held = self.agent._stub(peer.address).actors_held([actor_id])[0]
+            except (grpc.RpcError, IndexError) as exc:
+                logger.info("node %s did not say whether it holds a handle: %s", peer.address, exc)
+                held = True
+            if held:
+                break
+        with self._scope_lock:
+            decisions = self.scopes.confirmed(actor_id, held)
+        if not decisions:
+            return
+        outcome = self.agent.node.server.end_actor(actor_id, NO_HANDLE_LEFT)
+        logger.info("actor %s has no handle left: %s", actor_id.hex()[:16], outcome)
+        if outcome == "held":
+            with self._scope_lock:
+                self.scopes.end_refused(actor_id)
+        elif outcome == "elsewhere":
+            self._kill_orphan(actor_id, NO_HANDLE_LEFT)
 
     # ---- actors -----------------------------------------------------------------------
 
@@ -57,6 +131,8 @@ class Lifecycle:
         the GCS never recorded (unnamed, never moved) is skipped.
         """
         logger.info("actor %s is dead: %s", actor_id.hex()[:16], reason)
+        with self._scope_lock:
+            self.scopes.forget(actor_id)
         self._submit(self._mark_dead, actor_id)
 
     def _mark_dead(self, actor_id: bytes) -> None:
@@ -98,6 +174,9 @@ class Lifecycle:
         from rayfield._private.cluster.jobs import finish_on_node
 
         self._submit(finish_on_node, self.agent.gcs, self.agent.node_id, pid)
+
+    def close(self) -> None:
+        self._scope_pool.shutdown(wait=False, cancel_futures=True)
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         try:

@@ -23,6 +23,9 @@ Methods:
     KillActor: kill an actor hosted here (``rayfield.kill`` from another node).
     CancelTask: cancel a task queued or running here, or where this node forwarded it
         (``rayfield.cancel``; ``lifecycle.py``).
+    ActorsHeld: whether this node holds a handle to each actor (asked by an actor's home
+        before it ends the actor; ``_private/actor_scope.py``).
+    ActorsReleased: the calling node holds no handle to these actors (homed here) any more.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ class NodeService:
             "ReadLog": self.read_log,
             "KillActor": self.kill_actor,
             "CancelTask": self.cancel_task,
+            "ActorsHeld": self.actors_held,
+            "ActorsReleased": self.actors_released,
         }
         handlers: dict[str, grpc.RpcMethodHandler] = {
             name: grpc.unary_unary_rpc_method_handler(
@@ -131,6 +136,8 @@ class NodeService:
                 logger.warning("refused a forwarded task: %s", exc)
                 refused = f"{type(exc).__name__}: {exc}"
                 replies.append(refused)
+        if any(spec.get("actor_id") or spec.get("actor_handles") for _, spec, _ in tasks):
+            self.agent.counted()  # the sender drops its holds of these actors on our reply
         return messages.encode_forward_batch_reply(replies)
 
     def fetch_objects(self, raw: bytes) -> bytes:
@@ -183,6 +190,14 @@ class NodeService:
         state = self.agent.lifecycle.cancel(req["task_id"], req["force"], int(req["hops"]))
         return codec.encode("RemoteCancelTaskReply", {"state": state})
 
+    def actors_held(self, raw: bytes) -> bytes:
+        ids = messages.decode_ids(raw)[0]
+        return messages.encode_present(self.agent.node.server.actors_held(ids))
+
+    def actors_released(self, raw: bytes) -> bytes:
+        self.agent.lifecycle.peers_released(messages.decode_ids(raw)[0])
+        return messages.encode_present([])
+
     def push_object(self, raw: bytes) -> bytes:
         object_id, sender, size, meta, data = messages.decode_push(raw)
         held = self.agent.receive_push(object_id, sender, size, meta, data)
@@ -219,6 +234,8 @@ class NodeStub:
         self._read_log = call(f"/{SERVICE}/ReadLog")
         self._kill_actor = call(f"/{SERVICE}/KillActor")
         self._cancel_task = call(f"/{SERVICE}/CancelTask")
+        self._actors_held = call(f"/{SERVICE}/ActorsHeld")
+        self._actors_released = call(f"/{SERVICE}/ActorsReleased")
         self._pull = channel.unary_stream(f"/{SERVICE}/PullObject")
 
     def forward_batch(
@@ -330,6 +347,19 @@ class NodeStub:
             timeout=timeout_s,
         )
         return bool(codec.decode("RemoteKillActorReply", raw)["killed"])
+
+    def actors_held(self, actor_ids: list[bytes], timeout_s: float = 10.0) -> list[bool]:
+        """Whether that node holds a handle to each actor."""
+        raw = self._actors_held(
+            messages.encode_ids(actor_ids), metadata=self.metadata, timeout=timeout_s
+        )
+        return list(messages.decode_present(raw))
+
+    def actors_released(self, actor_ids: list[bytes], timeout_s: float = 10.0) -> None:
+        """Tell that node (the actors' home) that this node holds no handle to them."""
+        self._actors_released(
+            messages.encode_ids(actor_ids), metadata=self.metadata, timeout=timeout_s
+        )
 
     def cancel_task(
         self, task_id: bytes, force: bool, hops: int = 4, timeout_s: float = 10.0
