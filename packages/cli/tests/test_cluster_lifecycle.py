@@ -147,19 +147,27 @@ def gone(pid: int) -> bool:
         return True
 
 
-def test_actors_end_with_their_killed_driver_on_every_node(tmp_path: Path) -> None:
-    address = start_nodes(tmp_path, resources='{"b_res": 2}')
-    script = DRIVER.format(address=address, temp_dir=str(tmp_path))
+def start_driver(script: str) -> tuple[subprocess.Popen[str], str]:
+    """Run a driver script in its own process; returns it and the first line it printed
+    (after which the test kills it)."""
     driver = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(script)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert driver.stdout is not None
+    line = driver.stdout.readline()
+    if not line:
+        driver.kill()
+        raise AssertionError(driver.stderr.read() if driver.stderr else "no output")
+    return driver, line
+
+
+def test_actors_end_with_their_killed_driver_on_every_node(tmp_path: Path) -> None:
+    address = start_nodes(tmp_path, resources='{"b_res": 2}')
+    driver, line = start_driver(DRIVER.format(address=address, temp_dir=str(tmp_path)))
     try:
-        assert driver.stdout is not None
-        line = driver.stdout.readline()
-        assert line, driver.stderr.read() if driver.stderr else ""
         here_pid, there_pid, pong = json.loads(line.replace("'", '"'))
         assert pong == "pong"
         with GcsClient(address, find_token(address, tmp_path)) as gcs:
@@ -260,3 +268,56 @@ def test_a_handle_held_on_the_other_node_keeps_the_actor_until_it_goes(cluster: 
     del frontend
     wait_for(lambda: free_now("b_res") == 2, "Frontend ended on node b")
     wait_for(lambda: free_now("CPU") == 2, "Backend ended on the head after node b let go")
+
+
+QUEUING_DRIVER = """
+import time
+from pathlib import Path
+import rayfield as rf
+
+rf.init(address={address!r}, temp_dir={temp_dir!r})
+
+@rf.remote(num_cpus=1)
+def slow(i, runs):
+    Path(runs, f"ran-{{i}}").touch()
+    time.sleep(1.0)
+    return i
+
+# Half queue on the head, half on node b (only it has b_res): one CPU each.
+refs = [slow.remote(i, {runs!r}) for i in range(12)]
+refs += [slow.options(resources={{"b_res": 1}}).remote(i, {runs!r}) for i in range(12, 24)]
+print("submitted", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_drivers_queued_tasks_never_run_on_any_node(tmp_path: Path) -> None:
+    address = start_nodes(tmp_path, resources='{"b_res": 2}')
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    script = QUEUING_DRIVER.format(address=address, temp_dir=str(tmp_path), runs=str(runs))
+    driver, _ = start_driver(script)
+    try:
+        with GcsClient(address, find_token(address, tmp_path)) as gcs:
+
+            def queued() -> list[int]:
+                return [sum(d.count for d in n.demand) for n in gcs.get_nodes() if n.alive]
+
+            wait_for(lambda: len(queued()) == 2 and all(queued()), "tasks queued on both nodes")
+            wait_for(lambda: len(list(runs.iterdir())) >= 2, "a task running on each node")
+            driver.send_signal(signal.SIGKILL)
+            driver.wait(10)
+            started = len(list(runs.iterdir()))
+            wait_for(lambda: not any(queued()), "no task queued on any node", timeout_s=15)
+            wait_for(
+                lambda: all(free == total for free, total in free_and_total(gcs)),
+                "every node's resources free again",
+                timeout_s=15,
+            )
+        # At most the task each node had just dispatched when the driver died starts after.
+        assert len(list(runs.iterdir())) <= started + 2 < 24
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        rayfield_cmd("stop", "--temp-dir", str(tmp_path))

@@ -153,6 +153,17 @@ class NodeServer {
   // error: "ended" (it lived here), "held" (a handle appeared here meanwhile: nothing
   // done), "elsewhere" (it moved to another node: the host ends it there), "unknown".
   std::string EndActor(const UniqueID& actor_id, const std::string& reason);
+  // Cancels every task queued here (not running) whose id starts with `prefix` (a
+  // driver's job id: the driver exited): its returns become CANCELLED error objects.
+  // Returns how many.
+  int CancelJob(const std::string& prefix, const std::string& reason);
+  void SetTotalResources(ResourceSet total);
+  // The tasks running on workers now, with their worker's pid.
+  std::vector<RunningTaskInfo> RunningTasks();
+  // SIGKILLs the worker process `pid`. Its tasks that are not retried then fail with
+  // error objects tagged `tag` (actor calls: ACTOR_DIED) whose text starts with
+  // `message`. False when no connected worker has that pid.
+  bool KillWorker(int pid, const std::string& tag, const std::string& message);
 
  private:
   struct Conn;

@@ -251,6 +251,27 @@ Status NodeServer::KillActor(const UniqueID& actor_id, bool no_restart) {
   return Status::OK();
 }
 
+int NodeServer::CancelJob(const std::string& prefix, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!scheduler_ || prefix.empty() || prefix.size() > kIdSize) return 0;
+  std::vector<UniqueID> queued;
+  for (const auto& [task_id, rec] : tasks_) {
+    if (rec.worker == 0 && std::memcmp(task_id.bytes.data(), prefix.data(), prefix.size()) == 0) {
+      queued.push_back(task_id);
+    }
+  }
+  int cancelled = 0;
+  for (const UniqueID& task_id : queued) {
+    bool taken = elsewhere_.erase(task_id) > 0 || scheduler_->TakeTask(task_id).has_value();
+    if (!taken) continue;  // dispatched meanwhile
+    FailTask(task_id, "CANCELLED", reason);
+    ++cancelled;
+  }
+  DrainScheduler();
+  FlushDirty();
+  return cancelled;
+}
+
 std::string NodeServer::CancelTask(const UniqueID& task_id, bool force) {
   auto it = tasks_.find(task_id);
   if (it == tasks_.end()) return "done";

@@ -268,6 +268,12 @@ class NodeServer:
         finished carries one (or calls the actor), or an object in the store has one."""
         return self._native.actors_held(list(actor_ids))
 
+    def cancel_job(self, prefix: bytes, reason: str) -> int:
+        """Cancel every task queued here (not running) whose id starts with ``prefix``
+        (a driver's job id, when the driver is gone): their returns become ``CANCELLED``
+        error objects with ``reason``. Returns how many were cancelled."""
+        return int(self._native.cancel_job(bytes(prefix), reason))
+
     def end_actor(self, actor_id: bytes, reason: str) -> str:
         """End an actor that no handle reaches any more, for good (no restart); its calls
         fail with ``reason``.

@@ -71,6 +71,7 @@ PUSH_FALLBACK_S = 1.0
 PLACEMENT_S = 0.1  # how often queued work is checked for a node with free resources
 SENT_MEMORY_S = 1.5  # what was sent to a peer counts against its free resources this long
 MAX_ACCEPTED = 100_000  # ids of forwarded tasks remembered (they do not move again)
+MAX_ENDED_JOBS = 1000  # jobs whose driver exited, remembered: their tasks are refused
 
 
 class NodeAgent:
@@ -123,6 +124,7 @@ class NodeAgent:
         self._lost_strikes: dict[bytes, int] = {}  # id -> rounds found nowhere, owner dead
         self._wake = threading.Event()  # something is wanted now: the fetch loop runs at once
         self.accepted: dict[bytes, None] = {}  # tasks forwarded here (oldest first)
+        self.ended_jobs: dict[bytes, None] = {}  # jobs whose driver exited (oldest first)
         # Arguments of tasks sent elsewhere, pinned here until their results are back:
         self._arg_pins: dict[bytes, tuple[str, list[bytes], set[bytes]]] = {}  # task id ->
         self._pins_by_return: dict[bytes, bytes] = {}  # (address, pins, returns to come)
@@ -297,8 +299,14 @@ class NodeAgent:
         self.forwarder.submit(peer.address, spec, self._pushed_args(peer.address, spec), done)
 
     def _give_back(self, spec: dict[str, Any]) -> None:
-        """Queue a taken task here again (no peer took it)."""
-        self._resubmit(spec)  # pins its arguments again
+        """Queue a taken task here again (no peer took it), unless its driver exited."""
+        ended = self._job_ended(spec["task_id"])
+        if ended is not None:
+            from rayfield._private.cluster.lifecycle import job_cancelled
+
+            self.recovery.fail(spec["return_ids"], "CANCELLED", job_cancelled(ended))
+        else:
+            self._resubmit(spec)  # pins its arguments again
         self._release_kept(spec.get("kept_pins"), spec.get("kept_handles"))
 
     def _release_kept(self, pins: list[bytes] | None, handles: list[bytes] | None) -> None:
@@ -574,10 +582,30 @@ class NodeAgent:
         ]
         self.client.submit_task(**{k: spec[k] for k in keys if k in spec})
 
+    def job_ended(self, job_id: bytes) -> None:
+        """The driver of ``job_id`` exited: its tasks forwarded here from now on never run."""
+        with self._lock:
+            self.ended_jobs[job_id] = None
+            while len(self.ended_jobs) > MAX_ENDED_JOBS:
+                del self.ended_jobs[next(iter(self.ended_jobs))]
+
+    def _job_ended(self, task_id: bytes) -> bytes | None:
+        with self._lock:
+            if not self.ended_jobs:
+                return None
+            return next((j for j in self.ended_jobs if task_id.startswith(j)), None)
+
     def accept_forwarded(self, origin: str, spec: dict[str, Any], pushed: list[bytes]) -> None:
         """Queue a task forwarded by the node at ``origin``; fetch its missing arguments
         (those in ``pushed`` only if ``origin`` does not push them); push its results
-        to ``origin`` once they are made."""
+        to ``origin`` once they are made. A task of a job whose driver exited is not run:
+        its results are ``CANCELLED`` errors."""
+        ended = self._job_ended(spec["task_id"])
+        if ended is not None:
+            from rayfield._private.cluster.lifecycle import job_cancelled
+
+            self.recovery.fail(spec["return_ids"], "CANCELLED", job_cancelled(ended))
+            return
         with self._lock:
             self.held.update(spec["return_ids"])
             self.accepted[spec["task_id"]] = None

@@ -9,7 +9,10 @@ A node's agent (``agent.py``) hands this module three kinds of end:
   actors that driver created here; those it moved to other nodes come in an ``owner_died``
   event, and are killed on their node through the node service's ``KillActor``.
   Actors with ``lifetime="detached"`` are not touched. Its job is marked finished in the
-  GCS (``client_disconnected``; a clean ``shutdown()`` did that already).
+  GCS (``client_disconnected``; a clean ``shutdown()`` did that already) and, when it
+  ended without one, the tasks it submitted that have not started are cancelled on every
+  node (``CancelJob``: task ids start with the job id; a node refuses to run those
+  forwarded to it later).
 * **An actor's last handle goes** (``_private/actor_scope.py``): the actor's home node (the
   node of the process that created it) asks every alive node whether it still holds a
   handle (``ActorsHeld``) and ends the actor when none does, where it lives; a node that
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("rayfield")
 
-__all__ = ["MAX_HOPS", "Lifecycle", "cancel_elsewhere"]
+__all__ = ["MAX_HOPS", "Lifecycle", "cancel_elsewhere", "job_cancelled"]
 
 MAX_HOPS = 4  # a forwarded task is not moved again; this only bounds a pathological chain
 
@@ -170,10 +173,29 @@ class Lifecycle:
             self._submit(self._kill_orphan, actor_id, why)
 
     def driver_gone(self, pid: int) -> None:
-        """A driver connection of this node closed: its jobs are finished."""
+        """A driver connection of this node closed: its jobs are finished, and the tasks
+        they left queued are cancelled on every node."""
+        self._submit(self._driver_gone, pid)
+
+    def _driver_gone(self, pid: int) -> None:
         from rayfield._private.cluster.jobs import finish_on_node
 
-        self._submit(finish_on_node, self.agent.gcs, self.agent.node_id, pid)
+        for job_id in finish_on_node(self.agent.gcs, self.agent.node_id, pid):
+            n = self.cancel_job(job_id)
+            for peer in self.agent.alive_peers():
+                try:
+                    n += self.agent._stub(peer.address).cancel_job(job_id)
+                except grpc.RpcError as exc:
+                    logger.info(
+                        "could not cancel job %s on %s: %s", job_id.hex(), peer.address, exc
+                    )
+            logger.info("driver pid %d exited: %d queued task(s) of it cancelled", pid, n)
+
+    def cancel_job(self, job_id: bytes) -> int:
+        """The driver of ``job_id`` is gone: cancel its tasks queued here, and those
+        forwarded here from now on. Returns how many were cancelled."""
+        self.agent.job_ended(job_id)
+        return self.agent.node.server.cancel_job(job_id, job_cancelled(job_id))
 
     def close(self) -> None:
         self._scope_pool.shutdown(wait=False, cancel_futures=True)
@@ -218,6 +240,14 @@ class Lifecycle:
         except grpc.RpcError as exc:
             logger.info("cancel of task %s on %s failed: %s", task_id.hex()[:16], sent.address, exc)
             return state
+
+
+def job_cancelled(job_id: bytes) -> str:
+    """The error text of a task cancelled because its driver exited."""
+    return (
+        f"the task was cancelled before it ran: the driver of job {job_id.hex()} that "
+        "submitted it exited"
+    )
 
 
 def cancel_elsewhere(node_id: bytes, task_id: bytes, force: bool) -> str:

@@ -26,6 +26,7 @@ Methods:
     ActorsHeld: whether this node holds a handle to each actor (asked by an actor's home
         before it ends the actor; ``_private/actor_scope.py``).
     ActorsReleased: the calling node holds no handle to these actors (homed here) any more.
+    CancelJob: the driver of a job exited: cancel its tasks queued here (``lifecycle.py``).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class NodeService:
             "CancelTask": self.cancel_task,
             "ActorsHeld": self.actors_held,
             "ActorsReleased": self.actors_released,
+            "CancelJob": self.cancel_job,
         }
         handlers: dict[str, grpc.RpcMethodHandler] = {
             name: grpc.unary_unary_rpc_method_handler(
@@ -190,6 +192,14 @@ class NodeService:
         state = self.agent.lifecycle.cancel(req["task_id"], req["force"], int(req["hops"]))
         return codec.encode("RemoteCancelTaskReply", {"state": state})
 
+    def cancel_job(self, raw: bytes) -> bytes:
+        job_id = codec.decode("CancelJobRequest", raw)["job_id"]
+        if not 0 < len(job_id) <= messages.ID_SIZE:
+            raise messages.MalformedMessage(f"a job id is 1 to {messages.ID_SIZE} bytes")
+        return codec.encode(
+            "CancelJobReply", {"cancelled": self.agent.lifecycle.cancel_job(job_id)}
+        )
+
     def actors_held(self, raw: bytes) -> bytes:
         ids = messages.decode_ids(raw)[0]
         return messages.encode_present(self.agent.node.server.actors_held(ids))
@@ -236,6 +246,7 @@ class NodeStub:
         self._cancel_task = call(f"/{SERVICE}/CancelTask")
         self._actors_held = call(f"/{SERVICE}/ActorsHeld")
         self._actors_released = call(f"/{SERVICE}/ActorsReleased")
+        self._cancel_job = call(f"/{SERVICE}/CancelJob")
         self._pull = channel.unary_stream(f"/{SERVICE}/PullObject")
 
     def forward_batch(
@@ -347,6 +358,16 @@ class NodeStub:
             timeout=timeout_s,
         )
         return bool(codec.decode("RemoteKillActorReply", raw)["killed"])
+
+    def cancel_job(self, job_id: bytes, timeout_s: float = 10.0) -> int:
+        """The driver of ``job_id`` exited: that node cancels its queued tasks (and those
+        forwarded to it later); returns how many it cancelled."""
+        raw = self._cancel_job(
+            codec.encode("CancelJobRequest", {"job_id": job_id}),
+            metadata=self.metadata,
+            timeout=timeout_s,
+        )
+        return int(codec.decode("CancelJobReply", raw)["cancelled"])
 
     def actors_held(self, actor_ids: list[bytes], timeout_s: float = 10.0) -> list[bool]:
         """Whether that node holds a handle to each actor."""
