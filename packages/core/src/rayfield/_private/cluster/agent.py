@@ -38,7 +38,7 @@ import grpc
 
 from rayfield._private.cluster.code_exports import fetch_into, is_code
 from rayfield._private.cluster.event_shipper import EventShipper
-from rayfield._private.cluster.forwarding import Forwarder, batches
+from rayfield._private.cluster.forwarding import SEND_ATTEMPTS, AcceptedTasks, Forwarder, batches
 from rayfield._private.cluster.introspect import Introspector
 from rayfield._private.cluster.lifecycle import Lifecycle
 from rayfield._private.cluster.node_service import STREAMING_METHODS, NodeService, NodeStub
@@ -70,7 +70,7 @@ POLL_WAIT_MS = 1000  # how long one HasObjects long poll waits for a result bein
 PUSH_FALLBACK_S = 1.0
 PLACEMENT_S = 0.1  # how often queued work is checked for a node with free resources
 SENT_MEMORY_S = 1.5  # what was sent to a peer counts against its free resources this long
-MAX_ACCEPTED = 100_000  # ids of forwarded tasks remembered (they do not move again)
+RETRIED_CODES = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
 MAX_ENDED_JOBS = 1000  # jobs whose driver exited, remembered: their tasks are refused
 
 
@@ -123,7 +123,7 @@ class NodeAgent:
         self._polling: set[str] = set()  # addresses with a long poll running
         self._lost_strikes: dict[bytes, int] = {}  # id -> rounds found nowhere, owner dead
         self._wake = threading.Event()  # something is wanted now: the fetch loop runs at once
-        self.accepted: dict[bytes, None] = {}  # tasks forwarded here (oldest first)
+        self.accepted = AcceptedTasks()  # tasks forwarded here: never again, never moved
         self.ended_jobs: dict[bytes, None] = {}  # jobs whose driver exited (oldest first)
         # Arguments of tasks sent elsewhere, pinned here until their results are back:
         self._arg_pins: dict[bytes, tuple[str, list[bytes], set[bytes]]] = {}  # task id ->
@@ -210,11 +210,25 @@ class NodeAgent:
         in_order: bool = False,
     ) -> list[str | None]:
         """Forward ``tasks`` (``(spec, pushed)`` each) to the node at ``address`` in one
-        call; one outcome a task: None when it took it, else why not."""
-        try:
-            return self._stub(address).forward_batch(self.address, tasks, in_order)
-        except grpc.RpcError as exc:
-            return [f"{exc.code().name}: {exc.details()}"] * len(tasks)
+        call; one outcome a task: None when it took it, else why not. A call that timed
+        out or did not reach the peer is made again (the peer answers the tasks it took
+        in an earlier try as accepted, without queueing them twice), up to
+        ``SEND_ATTEMPTS`` times while the peer is alive."""
+        why = ""
+        for attempt in range(SEND_ATTEMPTS):
+            try:
+                return self._stub(address).forward_batch(self.address, tasks, in_order)
+            except grpc.RpcError as exc:
+                why = f"{exc.code().name}: {exc.details()}"
+                if exc.code() not in RETRIED_CODES or not self._peer_alive(address):
+                    break
+                logger.info("forwarding to %s failed (%s); try %d again", address, why, attempt + 2)
+                time.sleep(min(1.0, 0.1 * 2**attempt))
+        return [why] * len(tasks)
+
+    def _peer_alive(self, address: str) -> bool:
+        with self._lock:
+            return any(n.alive for n in self.peers.values() if n.address == address)
 
     def alive_peers(self) -> list[NodeInfo]:
         with self._lock:
@@ -397,7 +411,7 @@ class NodeAgent:
                 if address in loads:
                     for k, v in demand.items():
                         loads[address].available[k] = loads[address].available.get(k, 0.0) - v
-            stay = set(self.accepted)
+            stay = self.accepted.ids()
         peers = sorted(loads.values(), key=lambda p: -p.available.get("CPU", 0.0))
         moved = 0
         for task_id, address in plan_moves(ready, dict(snap["available"]), peers, stay):
@@ -607,10 +621,9 @@ class NodeAgent:
             self.recovery.fail(spec["return_ids"], "CANCELLED", job_cancelled(ended))
             return
         with self._lock:
+            if not self.accepted.take(spec["task_id"]):
+                return  # a retried call: queued here by an earlier try already
             self.held.update(spec["return_ids"])
-            self.accepted[spec["task_id"]] = None
-            while len(self.accepted) > MAX_ACCEPTED:
-                del self.accepted[next(iter(self.accepted))]
         coming = set(pushed)
         for dep in spec["dependencies"]:
             if not self.client.contains(dep):

@@ -32,6 +32,9 @@ Methods:
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +56,9 @@ STREAMING_METHODS = frozenset({f"/{SERVICE}/PullObject"})
 CHUNK_BYTES = 4 << 20
 MAX_WAIT_MS = 5000  # longest HasObjects long poll
 FETCH_INLINE_TOTAL_BYTES = 8 << 20  # objects carried whole in one FetchObjects reply
+# Tests only: the first ForwardTasks call answers this many seconds late (after queueing
+# its tasks), as a peer under load would; the sender's retry must not run them twice.
+LATE_FIRST_FORWARD_S = float(os.environ.get("RAYFIELD_TEST_LATE_FORWARD_S") or 0.0)
 
 
 def _raw(b: bytes) -> bytes:
@@ -64,6 +70,7 @@ class NodeService:
 
     def __init__(self, agent: NodeAgent) -> None:
         self.agent = agent
+        self._late = threading.Event()  # LATE_FIRST_FORWARD_S was served
 
     def handler(self) -> grpc.GenericRpcHandler:
         unary = {
@@ -140,6 +147,9 @@ class NodeService:
                 replies.append(refused)
         if any(spec.get("actor_id") or spec.get("actor_handles") for _, spec, _ in tasks):
             self.agent.counted()  # the sender drops its holds of these actors on our reply
+        if LATE_FIRST_FORWARD_S > 0 and not self._late.is_set():
+            self._late.set()
+            time.sleep(LATE_FIRST_FORWARD_S)
         return messages.encode_forward_batch_reply(replies)
 
     def fetch_objects(self, raw: bytes) -> bytes:
