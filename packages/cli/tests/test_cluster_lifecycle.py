@@ -21,6 +21,7 @@ import pytest
 from clusterutil import rayfield_cmd, start_nodes, wait_for
 
 import rayfield as rf
+import rayfield.util.state
 from rayfield._private.cluster.launch import find_token, rayfield_processes
 from rayfield._private.gcs.client import GcsClient
 from rayfield.actor import exit_actor
@@ -321,3 +322,45 @@ def test_a_killed_drivers_queued_tasks_never_run_on_any_node(tmp_path: Path) -> 
             driver.kill()
             driver.wait()
         rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+
+
+@rf.remote(num_cpus=0, max_restarts=1)
+class Restartable:
+    def __init__(self, marker: str) -> None:
+        if Path(marker).exists():  # created again: slowly, so RESTARTING can be seen
+            time.sleep(3)
+
+    def ping(self) -> str:
+        return "pong"
+
+    def crash(self, marker: str) -> None:
+        Path(marker).touch()
+        os._exit(1)
+
+
+def test_every_actor_is_in_the_gcs_table_and_its_state_kept_current(
+    cluster: str, tmp_path: Path
+) -> None:
+    with GcsClient(cluster, find_token(cluster, tmp_path)) as gcs:
+
+        def state(actor: Any) -> str:
+            found = [a for a in gcs.list_actors() if a.actor_id == actor._actor_id]
+            return found[0].state.name if found else "missing"
+
+        def listed(actor: Any) -> str:
+            rows = rayfield.util.state.list_actors()
+            return next((r["state"] for r in rows if r["actor_id"] == actor._actor_id.hex()), "")
+
+        marker = str(tmp_path / "crashed")
+        actor = Restartable.remote(marker)  # unnamed: recorded by its creator and its node
+        assert rf.get(actor.ping.remote(), timeout=60) == "pong"
+        # The table itself says so (task events are shipped every 0.5 s, and not read here).
+        wait_for(lambda: state(actor) == "ALIVE", "the unnamed actor ALIVE in the GCS", 5)
+        assert listed(actor) == "ALIVE"
+        actor.crash.remote(marker)
+        wait_for(lambda: state(actor) == "RESTARTING", "the actor RESTARTING in the GCS", 10)
+        assert rf.get(actor.ping.remote(), timeout=60) == "pong"
+        wait_for(lambda: state(actor) == "ALIVE", "the actor ALIVE again", 5)
+        rf.kill(actor)
+        wait_for(lambda: state(actor) == "DEAD", "the killed actor DEAD in the GCS", 10)
+        assert listed(actor) == "DEAD"

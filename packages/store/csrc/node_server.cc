@@ -709,6 +709,12 @@ bool NodeServer::HandleWorkerMessage(Conn& c, uint64_t seq, const fb::Message* m
   }
   if (m->body_type() == fb::Body::TaskDoneRequest) {
     UniqueID task_id = FromFb(m->body_as_TaskDoneRequest()->task_id());
+    for (const auto& [actor_id, actor] : actors_) {  // (a worker hosts at most one actor)
+      if (actor.worker == c.id && actor.creation && actor.creation->task_id == task_id) {
+        PushEvent(ActorStateChanged{actor_id, true});
+        break;
+      }
+    }
     scheduler_->TaskFinished(c.id, task_id);
     FinishTask(task_id);
     if (m->body_as_TaskDoneRequest()->exiting()) {

@@ -92,9 +92,16 @@ struct ActorHandlesChanged {
   bool held;
   bool scoped;
 };
+// An actor hosted here finished its creation (`alive`: its constructor ran, first or
+// after a restart) or lost its worker and is being created again (`alive` false): the
+// host keeps the GCS actor table current.
+struct ActorStateChanged {
+  UniqueID actor_id;
+  bool alive;
+};
 using NodeEvent = std::variant<ObjectMissing, ClientDisconnected, WorkerRegistered, StoreFullEvent, NeedWorker,
                                TaskInfeasible, MissingDependencies, WorkerLost, ActorTaskElsewhere,
-                               ActorDied, OwnerDied, ActorHandlesChanged>;
+                               ActorDied, OwnerDied, ActorHandlesChanged, ActorStateChanged>;
 
 // A task running on one of the node's workers (for the host's memory monitor).
 struct RunningTaskInfo {

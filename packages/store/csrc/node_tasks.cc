@@ -181,6 +181,7 @@ void NodeServer::ActorGone(const UniqueID& actor_id) {
     if (a->second.restarts_left > 0) a->second.restarts_left--;
     a->second.worker = 0;
     Log(2, "restarting actor " + actor_id.Hex().substr(0, 16));
+    PushEvent(ActorStateChanged{actor_id, false});
     TaskSpec spec = *a->second.creation;
     std::vector<UniqueID> missing;
     for (const auto& d : spec.dependencies) {

@@ -117,12 +117,12 @@ class ActorClass:
         if self._exported is None or self._exported[0] is not rt:
             self._exported = (rt, rt.export(self._cls))
         actor_id = rt.ids.task_id()
-        cluster = names.gcs_address() if o.get("name") else None
-        if cluster is not None:  # the name is taken in the GCS first: one per cluster
+        cluster = names.gcs_address()
+        if cluster is not None:  # every actor in the GCS; a name is taken there first
             names.register(
                 cluster,
                 actor_id,
-                o["name"],
+                o.get("name") or "",
                 o.get("namespace", ""),
                 o.get("lifetime") == "detached",
                 self._methods,

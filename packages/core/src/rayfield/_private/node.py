@@ -193,6 +193,8 @@ class LocalNode:
                     self.pool.registered()
                 elif kind == "actor_handles":
                     self._handles_changed(event[1], event[2], event[3])
+                elif kind == "actor_state" and self.agent is not None:
+                    self.agent.lifecycle.actor_state(event[1], event[2])
                 elif kind == "actor_died" and self.agent is not None:
                     self.agent.lifecycle.actor_died(event[1], event[2])
                 elif kind == "client_disconnected" and event[3] and self.agent is not None:

@@ -152,7 +152,11 @@ class NodeServer:
     restart left, killed, or it exited),
     ``("owner_died", client_id, pid, actor_ids)`` (a driver that created
     non-detached actors disconnected: those hosted here are being killed,
-    ``actor_ids`` are those it moved to other nodes) and
+    ``actor_ids`` are those it moved to other nodes),
+    ``("actor_handles", actor_id, held, scoped)`` (this node's count of handles to the
+    actor went 0 -> 1 or 1 -> 0; ``scoped``: created here, it ends with its last handle),
+    ``("actor_state", actor_id, alive)`` (an actor hosted here finished its creation, or
+    is being restarted) and
     ``("store_full", requested_bytes, capacity_bytes, used_bytes)``, the last
     one when a create failed even after eviction and spilling.
     """

@@ -146,6 +146,22 @@ class Lifecycle:
         except Exception as exc:
             logger.warning("could not record actor %s dead: %s", actor_id.hex()[:16], exc)
 
+    def actor_state(self, actor_id: bytes, alive: bool) -> None:
+        """An actor hosted here finished its creation (``alive``) or is being restarted:
+        record it ALIVE on this node or RESTARTING in the GCS (a re-record keeps its name,
+        owner and handle data; an actor the GCS did not know is recorded so)."""
+        state = ActorState.ALIVE if alive else ActorState.RESTARTING
+        self._submit(self._record, actor_id, state)
+
+    def _record(self, actor_id: bytes, state: ActorState) -> None:
+        from rayfield._private.gcs.types import ActorInfo
+
+        info = ActorInfo(actor_id=actor_id, node_id=self.agent.node_id, state=state)
+        try:
+            self.agent.gcs.register_actor(info)
+        except Exception as exc:
+            logger.warning("could not record actor %s %s: %s", actor_id.hex()[:16], state.name, exc)
+
     def actors_restarted(self, actor_ids: list[bytes]) -> None:
         """Actors of a dead node are being created again from here: record them alive on
         this node (the GCS marked them dead with their node; a move elsewhere re-records
