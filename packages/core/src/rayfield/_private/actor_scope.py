@@ -66,7 +66,8 @@ class HandleCounter:
     def __init__(self, client: Any) -> None:
         self._client = client
         self._counts: dict[bytes, int] = {}
-        self._lock = threading.Lock()
+        # Reentrant: a garbage collection inside add() may drop another handle here.
+        self._lock = threading.RLock()
 
     def add(self, actor_id: bytes, scoped: bool = False) -> None:
         """A handle to ``actor_id`` was made here; ``scoped``: the actor was just created
