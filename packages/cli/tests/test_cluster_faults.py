@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -12,7 +13,7 @@ import grpc
 import numpy as np
 import psutil
 import pytest
-from clusterutil import rayfield_cmd, start_nodes
+from clusterutil import add_node, rayfield_cmd, start_nodes, wait_for
 
 import rayfield as rf
 from rayfield._private.cluster.certs import make_test_certificates
@@ -149,6 +150,44 @@ def test_object_of_a_dead_node_raises_object_lost_not_a_hang(tmp_path: Path) -> 
         assert time.monotonic() - start < 30  # typed error after the node is declared dead
         assert put_ref.hex() in str(err.value) and "died" in str(err.value)
         assert rf.get(kept)[-1] == 49_999  # a copy lives on the driver's node
+    finally:
+        rf.shutdown()
+        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+
+
+@rf.remote(num_cpus=0)
+def record_run(i: int, runs: str) -> int:
+    with open(os.path.join(runs, str(i)), "a") as f:
+        f.write("ran\n")
+    return i
+
+
+def test_a_forward_answered_late_is_retried_without_running_a_task_twice(tmp_path: Path) -> None:
+    late_s = 11.0  # longer than a ForwardTasks call's timeout (10 s): the sender retries
+    address = start_nodes(tmp_path, count=1)
+    add_node(
+        address,
+        tmp_path,
+        '{"late": 100}',
+        env=dict(os.environ, RAYFIELD_TEST_LATE_FORWARD_S=str(late_s)),
+    )
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    rf.init(address=address, temp_dir=str(tmp_path))
+    try:
+        start = time.monotonic()
+        refs = [record_run.options(resources={"late": 1}).remote(i, str(runs)) for i in range(20)]
+        assert sorted(rf.get(refs, timeout=120)) == list(range(20))
+
+        def counts() -> list[int]:
+            return [len((runs / str(i)).read_text().splitlines()) for i in range(20)]
+
+        wait_for(lambda: all(n >= 1 for n in counts()), "every task ran")
+        # A sender that took the late answer for a refusal runs the batch again about a
+        # second after its timeout: watch until well past that.
+        while time.monotonic() < start + late_s + 6:
+            assert counts() == [1] * 20, counts()
+            time.sleep(0.2)
     finally:
         rf.shutdown()
         rayfield_cmd("stop", "--temp-dir", str(tmp_path))

@@ -1,9 +1,10 @@
 """How actors and tasks end on a two-node cluster: names of dead actors are freed, actors
-end with the driver that created them (detached ones stay), and a task forwarded to
-another node can be cancelled."""
+end with the driver that created them (detached ones stay) or with their last handle
+anywhere, and a task forwarded to another node can be cancelled."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -13,12 +14,14 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 from clusterutil import rayfield_cmd, start_nodes, wait_for
 
 import rayfield as rf
+import rayfield.util.state
 from rayfield._private.cluster.launch import find_token, rayfield_processes
 from rayfield._private.gcs.client import GcsClient
 from rayfield.actor import exit_actor
@@ -145,19 +148,27 @@ def gone(pid: int) -> bool:
         return True
 
 
-def test_actors_end_with_their_killed_driver_on_every_node(tmp_path: Path) -> None:
-    address = start_nodes(tmp_path, resources='{"b_res": 2}')
-    script = DRIVER.format(address=address, temp_dir=str(tmp_path))
+def start_driver(script: str) -> tuple[subprocess.Popen[str], str]:
+    """Run a driver script in its own process; returns it and the first line it printed
+    (after which the test kills it)."""
     driver = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(script)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert driver.stdout is not None
+    line = driver.stdout.readline()
+    if not line:
+        driver.kill()
+        raise AssertionError(driver.stderr.read() if driver.stderr else "no output")
+    return driver, line
+
+
+def test_actors_end_with_their_killed_driver_on_every_node(tmp_path: Path) -> None:
+    address = start_nodes(tmp_path, resources='{"b_res": 2}')
+    driver, line = start_driver(DRIVER.format(address=address, temp_dir=str(tmp_path)))
     try:
-        assert driver.stdout is not None
-        line = driver.stdout.readline()
-        assert line, driver.stderr.read() if driver.stderr else ""
         here_pid, there_pid, pong = json.loads(line.replace("'", '"'))
         assert pong == "pong"
         with GcsClient(address, find_token(address, tmp_path)) as gcs:
@@ -222,3 +233,140 @@ def test_cancel_reaches_a_task_on_the_other_node(cluster: str, tmp_path: Path) -
     assert where != node_id()
     rf.cancel(done)  # finished: nothing happens
     assert rf.get(done, timeout=30) == where
+
+
+@rf.remote(num_cpus=1)
+class Backend:  # on the head: the only node with a free CPU for it
+    def __init__(self) -> None:
+        self.n = 0
+
+    def incr(self) -> int:
+        self.n += 1
+        return self.n
+
+
+@rf.remote(num_cpus=0, resources={"b_res": 1})
+class Frontend:  # on node b, holding the only handle to Backend once the driver's goes
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def call(self) -> int:
+        return int(rf.get(self.backend.incr.remote()))
+
+    def node(self) -> str:
+        return str(rf.get_runtime_context().get_node_id())
+
+
+def free_now(name: str) -> float:
+    gc.collect()
+    return float(rf.available_resources().get(name, 0.0))
+
+
+def test_a_handle_held_on_the_other_node_keeps_the_actor_until_it_goes(cluster: str) -> None:
+    head = str(rf.get_runtime_context().get_node_id())
+    frontend = Frontend.remote(Backend.remote())
+    gc.collect()
+    assert rf.get(frontend.node.remote(), timeout=60) != head
+    assert [rf.get(frontend.call.remote(), timeout=60) for _ in range(3)] == [1, 2, 3]
+    wait_for(lambda: free_now("CPU") == 1 and free_now("b_res") == 1, "both actors placed")
+    # The head's own handles are gone; Backend lives on through the one on node b.
+    assert [rf.get(frontend.call.remote(), timeout=60) for _ in range(3)] == [4, 5, 6]
+    assert free_now("CPU") == 1
+    del frontend
+    wait_for(lambda: free_now("b_res") == 2, "Frontend ended on node b")
+    wait_for(lambda: free_now("CPU") == 2, "Backend ended on the head after node b let go")
+
+
+QUEUING_DRIVER = """
+import time
+from pathlib import Path
+import rayfield as rf
+
+rf.init(address={address!r}, temp_dir={temp_dir!r})
+
+@rf.remote(num_cpus=1)
+def slow(i, runs):
+    Path(runs, f"ran-{{i}}").touch()
+    time.sleep(1.0)
+    return i
+
+# Half queue on the head, half on node b (only it has b_res): one CPU each.
+refs = [slow.remote(i, {runs!r}) for i in range(12)]
+refs += [slow.options(resources={{"b_res": 1}}).remote(i, {runs!r}) for i in range(12, 24)]
+print("submitted", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_drivers_queued_tasks_never_run_on_any_node(tmp_path: Path) -> None:
+    address = start_nodes(tmp_path, resources='{"b_res": 2}')
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    script = QUEUING_DRIVER.format(address=address, temp_dir=str(tmp_path), runs=str(runs))
+    driver, _ = start_driver(script)
+    try:
+        with GcsClient(address, find_token(address, tmp_path)) as gcs:
+
+            def queued() -> list[int]:
+                return [sum(d.count for d in n.demand) for n in gcs.get_nodes() if n.alive]
+
+            wait_for(lambda: len(queued()) == 2 and all(queued()), "tasks queued on both nodes")
+            wait_for(lambda: len(list(runs.iterdir())) >= 2, "a task running on each node")
+            driver.send_signal(signal.SIGKILL)
+            driver.wait(10)
+            started = len(list(runs.iterdir()))
+            wait_for(lambda: not any(queued()), "no task queued on any node", timeout_s=15)
+            wait_for(
+                lambda: all(free == total for free, total in free_and_total(gcs)),
+                "every node's resources free again",
+                timeout_s=15,
+            )
+        # At most the task each node had just dispatched when the driver died starts after.
+        assert len(list(runs.iterdir())) <= started + 2 < 24
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+
+
+@rf.remote(num_cpus=0, max_restarts=1)
+class Restartable:
+    def __init__(self, marker: str) -> None:
+        if Path(marker).exists():  # created again: slowly, so RESTARTING can be seen
+            time.sleep(3)
+
+    def ping(self) -> str:
+        return "pong"
+
+    def crash(self, marker: str) -> None:
+        Path(marker).touch()
+        os._exit(1)
+
+
+def test_every_actor_is_in_the_gcs_table_and_its_state_kept_current(
+    cluster: str, tmp_path: Path
+) -> None:
+    with GcsClient(cluster, find_token(cluster, tmp_path)) as gcs:
+
+        def state(actor: Any) -> str:
+            found = [a for a in gcs.list_actors() if a.actor_id == actor._actor_id]
+            return found[0].state.name if found else "missing"
+
+        def listed(actor: Any) -> str:
+            rows = rayfield.util.state.list_actors()
+            return next((r["state"] for r in rows if r["actor_id"] == actor._actor_id.hex()), "")
+
+        marker = str(tmp_path / "crashed")
+        actor = Restartable.remote(marker)  # unnamed: recorded by its creator and its node
+        assert rf.get(actor.ping.remote(), timeout=60) == "pong"
+        # The table itself says so (task events are shipped every 0.5 s, and not read here).
+        wait_for(lambda: state(actor) == "ALIVE", "the unnamed actor ALIVE in the GCS", 5)
+        assert listed(actor) == "ALIVE"
+        actor.crash.remote(marker)
+        wait_for(lambda: state(actor) == "RESTARTING", "the actor RESTARTING in the GCS", 10)
+        assert rf.get(actor.ping.remote(), timeout=60) == "pong"
+        wait_for(lambda: state(actor) == "ALIVE", "the actor ALIVE again", 5)
+        rf.kill(actor)
+        wait_for(lambda: state(actor) == "DEAD", "the killed actor DEAD in the GCS", 10)
+        assert listed(actor) == "DEAD"

@@ -619,11 +619,24 @@ Status Client::SubmitTask(const TaskSpec& spec) {
   auto return_ids = b.CreateVectorOfStructs(rids);
   auto pids = ToFbIds(spec.pins);
   auto pins = b.CreateVectorOfStructs(pids);
+  auto hids = ToFbIds(spec.actor_handles);
+  auto handles = spec.actor_handles.empty() ? 0 : b.CreateVectorOfStructs(hids);
   w.Add(0, fb::CreateSubmitTaskRequest(b, &tid, resources, dependencies,
                                        spec.actor_id.IsNil() ? nullptr : &aid, spec.actor_creation,
                                        spec.max_concurrency, &cid, spec.sequence_no, payload,
                                        return_ids, spec.max_retries, pins, spec.pin_returns,
-                                       spec.resume_sequence, spec.detached));
+                                       spec.resume_sequence, spec.detached, handles));
+  return Send(w);
+}
+
+Status Client::ActorHandles(const std::vector<UniqueID>& actor_ids, bool add,
+                            const UniqueID* object_id, bool scoped) {
+  FrameWriter w;
+  auto& b = w.builder();
+  auto fids = ToFbIds(actor_ids);
+  auto ids = b.CreateVectorOfStructs(fids);
+  fb::UniqueID oid = object_id != nullptr ? ToFb(*object_id) : fb::UniqueID();
+  w.Add(0, fb::CreateActorHandlesRequest(b, ids, add, object_id != nullptr ? &oid : nullptr, scoped));
   return Send(w);
 }
 

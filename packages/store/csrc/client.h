@@ -94,6 +94,11 @@ class Client {
   Status NextNotification(int64_t timeout_ms, std::optional<Notification>* out);
 
   Status SubmitTask(const TaskSpec& spec);  // no reply
+  // Handles this client holds (add) or dropped; with `object_id`, handles inside that
+  // object (held until the node deletes it); `scoped`: new actors that end with their
+  // last handle. No reply.
+  Status ActorHandles(const std::vector<UniqueID>& actor_ids, bool add,
+                      const UniqueID* object_id = nullptr, bool scoped = false);
   Status RegisterWorker(const UniqueID& worker_id);
   // Tasks are taken in two steps so that a threaded actor's worker wakes as few threads as
   // it can. TryNextTask pops the oldest dispatched task without waiting (the Python layer

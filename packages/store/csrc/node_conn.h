@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "node_server.h"
@@ -25,6 +26,7 @@ struct NodeServer::Conn {
   std::string out;
   size_t out_pos = 0;
   FrameWriter writer;
+  std::unordered_map<UniqueID, int, UniqueIDHash> actor_handles;  // handles it holds
 };
 
 struct NodeServer::PendingGet {

@@ -302,7 +302,12 @@ void NodeServer::Close(ClientID id, const std::string& reason) {
   close(c.fd);
   bool worker = c.worker, hello = c.hello, driver = c.driver && !c.worker;
   int pid = c.pid;
+  std::unordered_map<UniqueID, int, UniqueIDHash> handles;
+  handles.swap(c.actor_handles);
   conns_.erase(it);
+  for (const auto& [actor_id, n] : handles) {
+    for (int i = 0; i < n; ++i) DropActor(actor_id);
+  }
   for (auto g = gets_.begin(); g != gets_.end();) {
     g = g->second->client == id ? gets_.erase(g) : std::next(g);
   }
@@ -554,6 +559,9 @@ void NodeServer::HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m) 
     case fb::Body::PinRequest:
       for (const auto& id : ids(m->body_as_PinRequest()->object_ids())) store_->Pin(c.id, id);
       return ReplyStatus(c, seq, Status::OK());
+    case fb::Body::ActorHandlesRequest:
+      HandleActorHandles(c, m->body_as_ActorHandlesRequest());
+      return ReplyStatus(c, seq, Status::OK());
     case fb::Body::ContainsRequest: {
       std::vector<uint8_t> present;
       for (const auto& id : ids(m->body_as_ContainsRequest()->object_ids())) {
@@ -653,6 +661,12 @@ void NodeServer::HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest
   rec.retries_left = r->max_retries();
   rec.actor_task = !spec.actor_id.IsNil();
   rec.actor_id = spec.actor_id;
+  if (r->actor_handles()) {
+    for (const fb::UniqueID* id : *r->actor_handles()) spec.actor_handles.push_back(FromFb(id));
+  }
+  rec.held_actors = spec.actor_handles;
+  if (rec.actor_task) rec.held_actors.push_back(spec.actor_id);  // a call holds its actor
+  for (const UniqueID& a : rec.held_actors) HoldActor(a);
   if (rec.retries_left != 0 && !rec.actor_task) rec.retry_spec = std::make_unique<TaskSpec>(spec);
   UniqueID task_id = spec.task_id;
   if (c.worker) {  // submitted by a running task: its child, for a recursive cancel
@@ -703,6 +717,12 @@ bool NodeServer::HandleWorkerMessage(Conn& c, uint64_t seq, const fb::Message* m
   if (m->body_type() == fb::Body::TaskDoneRequest) {
     auto* done = m->body_as_TaskDoneRequest();
     UniqueID task_id = FromFb(done->task_id());
+    for (const auto& [actor_id, actor] : actors_) {  // (a worker hosts at most one actor)
+      if (actor.worker == c.id && actor.creation && actor.creation->task_id == task_id) {
+        PushEvent(ActorStateChanged{actor_id, true});
+        break;
+      }
+    }
     scheduler_->TaskFinished(c.id, task_id);
     running_plain_.erase(c.id);
     auto rec = tasks_.find(task_id);
@@ -733,6 +753,14 @@ void NodeServer::DrainStoreEvents() {
   while (store_->HasEvents()) {
     for (const StoreEvent& ev : store_->TakeEvents()) {
       if (ev.spill_key != 0) spill_->Remove(ev.spill_key);  // deleted: its file goes too
+      if (ev.kind == StoreEvent::Deleted && !object_handles_.empty()) {
+        auto held = object_handles_.find(ev.id);
+        if (held != object_handles_.end()) {
+          std::vector<UniqueID> actors = std::move(held->second);
+          object_handles_.erase(held);
+          for (const UniqueID& a : actors) DropActor(a);
+        }
+      }
       if (ev.kind == StoreEvent::Sealed) {
         scheduler_->ObjectAvailable(ev.id);
         CompleteWaiters(ev.id);
@@ -899,7 +927,8 @@ void NodeServer::HoldForElsewhere(TaskSpec spec) {
 }
 
 std::optional<TaskSpec> NodeServer::TakeTask(const UniqueID& task_id, ClientID pin_for,
-                                             std::vector<UniqueID>* kept_pins) {
+                                             std::vector<UniqueID>* kept_pins,
+                                             std::vector<UniqueID>* kept_handles) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!scheduler_) return std::nullopt;
   auto rec = tasks_.find(task_id);
@@ -926,6 +955,12 @@ std::optional<TaskSpec> NodeServer::TakeTask(const UniqueID& task_id, ClientID p
       for (const auto& id : rec->second.pins) {
         store_->Pin(pin_for, id);
         if (kept_pins != nullptr) kept_pins->push_back(id);
+      }
+      Conn& keeper = *conns_[pin_for];  // its handles, before FinishTask drops the task's
+      for (const auto& a : rec->second.held_actors) {
+        keeper.actor_handles[a]++;
+        HoldActor(a);
+        if (kept_handles != nullptr) kept_handles->push_back(a);
       }
     }
   }

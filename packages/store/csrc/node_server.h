@@ -83,9 +83,25 @@ struct OwnerDied {
   int pid;
   std::vector<UniqueID> elsewhere;
 };
+// The node's count of handles to an actor went 0 -> 1 (`held`) or 1 -> 0: handles of its
+// clients, of tasks not finished (their arguments, a call's own actor) and of objects in
+// its store. `scoped`: the actor was created here and ends when no handle remains in
+// the cluster (the host decides; see core's actor_scope.py).
+struct ActorHandlesChanged {
+  UniqueID actor_id;
+  bool held;
+  bool scoped;
+};
+// An actor hosted here finished its creation (`alive`: its constructor ran, first or
+// after a restart) or lost its worker and is being created again (`alive` false): the
+// host keeps the GCS actor table current.
+struct ActorStateChanged {
+  UniqueID actor_id;
+  bool alive;
+};
 using NodeEvent = std::variant<ObjectMissing, ClientDisconnected, WorkerRegistered, StoreFullEvent, NeedWorker,
                                TaskInfeasible, MissingDependencies, WorkerLost, ActorTaskElsewhere,
-                               ActorDied, OwnerDied>;
+                               ActorDied, OwnerDied, ActorHandlesChanged, ActorStateChanged>;
 
 // A task running on one of the node's workers (for the host's memory monitor).
 struct RunningTaskInfo {
@@ -133,8 +149,21 @@ class NodeServer {
   // With `pin_for` (a connected client), the objects the node pinned for the task (its
   // arguments) stay pinned, by that client, and are listed in `kept_pins`: the task
   // will still read them, from another node.
+  // The actor handles the task held (its arguments', a call's own actor) move to
+  // `pin_for` too, listed in `kept_handles`.
   std::optional<TaskSpec> TakeTask(const UniqueID& task_id, ClientID pin_for = 0,
-                                   std::vector<UniqueID>* kept_pins = nullptr);
+                                   std::vector<UniqueID>* kept_pins = nullptr,
+                                   std::vector<UniqueID>* kept_handles = nullptr);
+  // Whether this node holds a handle to each actor (see ActorHandlesChanged).
+  std::vector<bool> ActorsHeld(const std::vector<UniqueID>& actor_ids);
+  // Ends an actor no handle reaches any more, for good, with `reason` as its calls'
+  // error: "ended" (it lived here), "held" (a handle appeared here meanwhile: nothing
+  // done), "elsewhere" (it moved to another node: the host ends it there), "unknown".
+  std::string EndActor(const UniqueID& actor_id, const std::string& reason);
+  // Cancels every task queued here (not running) whose id starts with `prefix` (a
+  // driver's job id: the driver exited): its returns become CANCELLED error objects.
+  // Returns how many.
+  int CancelJob(const std::string& prefix, const std::string& reason);
   void SetTotalResources(ResourceSet total);
   // The tasks running on workers now, with their worker's pid.
   std::vector<RunningTaskInfo> RunningTasks();
@@ -184,6 +213,9 @@ class NodeServer {
   void RetryRestores();
   void HandleObjectQuery(Conn& c, uint64_t seq, const fb::Message* m);
   void HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest* r);
+  void HandleActorHandles(Conn& c, const fb::ActorHandlesRequest* r);
+  void HoldActor(const UniqueID& actor_id);
+  void DropActor(const UniqueID& actor_id);
   bool HandleWorkerMessage(Conn& c, uint64_t seq, const fb::Message* m);
   void ReplyStatus(Conn& c, uint64_t seq, const Status& s);
   void ReplyGet(PendingGet& g);
@@ -228,6 +260,7 @@ class NodeServer {
     bool cancelled = false;
     std::unique_ptr<TaskSpec> retry_spec;  // kept only when a retry is possible
     std::vector<UniqueID> children;  // tasks it submitted while running (recursive cancel)
+    std::vector<UniqueID> held_actors;  // handles counted until it finishes
   };
   std::unordered_map<UniqueID, TaskRecord, UniqueIDHash> tasks_;
   // The plain task each worker runs now: the parent of the tasks that worker submits.
@@ -246,6 +279,12 @@ class NodeServer {
   std::unordered_map<UniqueID, ClientID, UniqueIDHash> remote_owned_;
   std::unordered_map<UniqueID, TaskSpec, UniqueIDHash> elsewhere_;  // calls to forward
   void HoldForElsewhere(TaskSpec spec);
+  // Handle counts per actor (clients, unfinished tasks, objects), the handles inside
+  // objects (until the object is deleted), and the actors created here that end when no
+  // handle remains.
+  std::unordered_map<UniqueID, int64_t, UniqueIDHash> actor_holds_;
+  std::unordered_map<UniqueID, std::vector<UniqueID>, UniqueIDHash> object_handles_;
+  std::unordered_set<UniqueID, UniqueIDHash> scoped_actors_;
   std::unordered_map<ClientID, int> worker_pids_;  // for error messages after a worker is gone
   uint64_t dispatch_count_ = 0;
   // Workers the host killed (KillWorker): the error tag and message for their tasks.

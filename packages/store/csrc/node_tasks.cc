@@ -20,7 +20,78 @@ void NodeServer::FinishTask(const UniqueID& task_id) {
   auto it = tasks_.find(task_id);
   if (it == tasks_.end()) return;
   for (const auto& id : it->second.pins) store_->Release(kNodeClient, id);
+  std::vector<UniqueID> held = std::move(it->second.held_actors);
   tasks_.erase(it);
+  for (const auto& a : held) DropActor(a);
+}
+
+// ---- actor handles: what keeps an actor alive ---------------------------------------
+
+void NodeServer::HoldActor(const UniqueID& actor_id) {
+  if (actor_holds_[actor_id]++ == 0) {
+    PushEvent(ActorHandlesChanged{actor_id, true, scoped_actors_.count(actor_id) > 0});
+  }
+}
+
+void NodeServer::DropActor(const UniqueID& actor_id) {
+  auto it = actor_holds_.find(actor_id);
+  if (it == actor_holds_.end()) return;
+  if (--it->second > 0) return;
+  actor_holds_.erase(it);
+  PushEvent(ActorHandlesChanged{actor_id, false, scoped_actors_.count(actor_id) > 0});
+}
+
+void NodeServer::HandleActorHandles(Conn& c, const fb::ActorHandlesRequest* r) {
+  if (r->actor_ids() == nullptr) return;
+  std::vector<UniqueID> ids;
+  for (const fb::UniqueID* id : *r->actor_ids()) ids.push_back(FromFb(id));
+  if (r->scoped()) scoped_actors_.insert(ids.begin(), ids.end());
+  if (r->object_id() != nullptr) {  // inside an object: held until the object is deleted
+    if (!r->add()) return;
+    auto& held = object_handles_[FromFb(r->object_id())];
+    for (const auto& a : ids) {
+      held.push_back(a);
+      HoldActor(a);
+    }
+    return;
+  }
+  for (const auto& a : ids) {
+    if (r->add()) {
+      c.actor_handles[a]++;
+      HoldActor(a);
+      continue;
+    }
+    auto h = c.actor_handles.find(a);
+    if (h == c.actor_handles.end()) continue;  // not held by this client: ignored
+    if (--h->second == 0) c.actor_handles.erase(h);
+    DropActor(a);
+  }
+}
+
+std::vector<bool> NodeServer::ActorsHeld(const std::vector<UniqueID>& actor_ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<bool> out;
+  for (const auto& a : actor_ids) out.push_back(actor_holds_.count(a) > 0);
+  return out;
+}
+
+std::string NodeServer::EndActor(const UniqueID& actor_id, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!scheduler_) return "unknown";
+  if (actor_holds_.count(actor_id)) return "held";
+  std::string outcome = "unknown";
+  if (auto a = actors_.find(actor_id); a != actors_.end()) {
+    a->second.end_reason = reason;
+    KillActor(actor_id, true);
+    outcome = "ended";
+  } else if (remote_actors_.count(actor_id)) {
+    remote_owned_.erase(actor_id);
+    outcome = "elsewhere";
+  }
+  scoped_actors_.erase(actor_id);
+  DrainScheduler();
+  FlushDirty();
+  return outcome;
 }
 
 void NodeServer::HandleWorkerLost(const WorkerLost& lost) {
@@ -122,6 +193,7 @@ void NodeServer::ActorGone(const UniqueID& actor_id) {
     a->second.worker = 0;
     Log(2, "restarting actor " + actor_id.Hex().substr(0, 16));
     a->second.creation->attempt++;
+    PushEvent(ActorStateChanged{actor_id, false});
     TaskSpec spec = *a->second.creation;
     std::vector<UniqueID> missing;
     for (const auto& d : spec.dependencies) {
@@ -134,6 +206,7 @@ void NodeServer::ActorGone(const UniqueID& actor_id) {
   if (a != actors_.end() && !a->second.end_reason.empty()) why = a->second.end_reason;
   dead_actors_.emplace(actor_id, why);
   actors_.erase(actor_id);
+  scoped_actors_.erase(actor_id);
   PushEvent(ActorDied{actor_id, why});
   std::vector<UniqueID> pending;
   for (const auto& [task_id, rec] : tasks_) {
@@ -189,6 +262,27 @@ Status NodeServer::KillActor(const UniqueID& actor_id, bool no_restart) {
   }
   EndWorkerProcess(*w->second);
   return Status::OK();
+}
+
+int NodeServer::CancelJob(const std::string& prefix, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!scheduler_ || prefix.empty() || prefix.size() > kIdSize) return 0;
+  std::vector<UniqueID> queued;
+  for (const auto& [task_id, rec] : tasks_) {
+    if (rec.worker == 0 && std::memcmp(task_id.bytes.data(), prefix.data(), prefix.size()) == 0) {
+      queued.push_back(task_id);
+    }
+  }
+  int cancelled = 0;
+  for (const UniqueID& task_id : queued) {
+    bool taken = elsewhere_.erase(task_id) > 0 || scheduler_->TakeTask(task_id).has_value();
+    if (!taken) continue;  // dispatched meanwhile
+    FailTask(task_id, "CANCELLED", reason);
+    ++cancelled;
+  }
+  DrainScheduler();
+  FlushDirty();
+  return cancelled;
 }
 
 // Interrupt the task running on the main thread of `c`'s process: SIGINT to that thread

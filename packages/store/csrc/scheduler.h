@@ -66,6 +66,7 @@ struct TaskSpec {
   bool resume_sequence = false;      // a caller first seen here starts at this sequence_no
   bool detached = false;             // actor creation: does not fate-share with its driver
   uint32_t attempt = 0;              // earlier runs (retries) or starts (actor restarts)
+  std::vector<UniqueID> actor_handles;  // actors whose handles are in its arguments
 };
 
 struct ResourceGrant {

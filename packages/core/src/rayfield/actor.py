@@ -1,4 +1,10 @@
-"""Actors: ``@rayfield.remote`` on a class, actor handles and ``@method``."""
+"""Actors: ``@rayfield.remote`` on a class, actor handles and ``@method``.
+
+An unnamed, non-detached actor lives while a handle to it exists anywhere in the cluster
+or until the driver that created it exits (``_private/actor_scope.py`` has the design):
+every ``ActorHandle`` object counts in its process, a handle pickled into task arguments
+or into an object is counted by the node until the task finishes or the object is gone.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import threading
 from typing import Any
 
 from rayfield._private import options as opt
+from rayfield._private import serialization
 from rayfield._private.cluster import names
 from rayfield._private.runtime import get_runtime
 
@@ -110,12 +117,12 @@ class ActorClass:
         if self._exported is None or self._exported[0] is not rt:
             self._exported = (rt, rt.export(self._cls))
         actor_id = rt.ids.task_id()
-        cluster = names.gcs_address() if o.get("name") else None
-        if cluster is not None:  # the name is taken in the GCS first: one per cluster
+        cluster = names.gcs_address()
+        if cluster is not None:  # every actor in the GCS; a name is taken there first
             names.register(
                 cluster,
                 actor_id,
-                o["name"],
+                o.get("name") or "",
                 o.get("namespace", ""),
                 o.get("lifetime") == "detached",
                 self._methods,
@@ -123,10 +130,9 @@ class ActorClass:
             )
         is_async = any(inspect.iscoroutinefunction(f) for _, f in inspect.getmembers(self._cls))
         concurrency = o.get("max_concurrency") or (1000 if is_async else 1)
-        handle = ActorHandle(actor_id, self._methods, self.__name__)
-        # The original handle ends the actor when it is garbage collected, unless the actor
-        # is named or detached (then rayfield.kill() does).
-        handle._original = not o.get("name") and o.get("lifetime") != "detached"
+        # An unnamed, non-detached actor ends when no handle to it remains anywhere.
+        scoped = not o.get("name") and o.get("lifetime") != "detached"
+        handle = ActorHandle(actor_id, self._methods, self.__name__, _scoped=scoped)
         [handle._ready] = rt.submit(
             "actor_create",
             self._exported[1],
@@ -189,25 +195,32 @@ class ActorHandle:
     """A reference to an actor. Calls through one handle run in call order.
 
     Handles can be passed to tasks and actors, returned, and put in the object store; each
-    copy orders its own calls.
+    copy orders its own calls. Every copy keeps an unnamed, non-detached actor alive: it
+    ends when the last one anywhere in the cluster is gone (calls made before still run).
     """
 
-    def __init__(self, actor_id: bytes, methods: dict[str, int], class_name: str) -> None:
+    def __init__(
+        self, actor_id: bytes, methods: dict[str, int], class_name: str, *, _scoped: bool = False
+    ) -> None:
+        rt = get_runtime()
         self._actor_id = actor_id
         self._methods = methods
         self._class_name = class_name
-        self._caller_id = get_runtime().ids.put_id()
+        self._caller_id = rt.ids.put_id()
         self._seq = 0
         self._lock = threading.Lock()
         self._ready: Any = None
-        self._original = False
+        self._counter = getattr(rt, "handles", None)  # (local mode counts nothing)
+        if self._counter is not None:
+            self._counter.add(actor_id, _scoped)
 
     def __del__(self) -> None:
-        if not self.__dict__.get("_original"):
+        counter = self.__dict__.get("_counter")
+        if counter is None:
             return
-        try:  # runs after every call this handle made: those results stay valid
-            self._call(TERMINATE, (), {}, 1)
-        except Exception:  # the runtime is already shut down
+        try:
+            counter.remove(self._actor_id)
+        except Exception:  # interpreter shutdown, closed connection
             pass
 
     def __getattr__(self, name: str) -> ActorMethod:
@@ -226,6 +239,9 @@ class ActorHandle:
         return hash(self._actor_id)
 
     def __reduce__(self) -> Any:
+        ctx = serialization.current_context()
+        if ctx is not None:  # the task or object that carries it holds the actor
+            ctx.contained_refs.append(self)
         return (ActorHandle, (self._actor_id, self._methods, self._class_name))
 
     def _call(self, name: str, args: Any, kwargs: Any, num_returns: int) -> Any:

@@ -7,10 +7,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import grpc
 import pytest
 
 from rayfield._private.cluster import forwarding, messages
-from rayfield._private.cluster.forwarding import Forwarder, batches
+from rayfield._private.cluster.forwarding import AcceptedTasks, Forwarder, batches
 from rayfield._private.cluster.node_service import NodeService
 
 
@@ -172,3 +173,85 @@ def test_an_argument_announced_before_its_task_came_is_fetched_at_once() -> None
     agent.want(tid(2), "origin:1", delay_s=1.0)
     assert agent.wanted[tid(1)][0] <= time.monotonic() < agent.wanted[tid(2)][0]
     assert agent._wake.is_set()
+
+
+def test_accepted_tasks_tell_a_retry_apart_and_stay_bounded() -> None:
+    now = [0.0]
+    accepted = AcceptedTasks(max_ids=3, max_age_s=10.0, clock=lambda: now[0])
+    assert accepted.take(tid(1)) and accepted.take(tid(2))
+    assert not accepted.take(tid(1))  # a retried call: taken already
+    accepted.take(tid(3))
+    accepted.take(tid(4))  # past max_ids: the oldest goes
+    assert tid(1) not in accepted and len(accepted) == 3
+    now[0] = 11.0  # past max_age_s: every id goes
+    assert accepted.take(tid(5)) and accepted.ids() == {tid(5)}
+
+
+class LateAgent:
+    """An agent's accept side as the node service calls it (``AcceptedTasks`` dedup)."""
+
+    def __init__(self) -> None:
+        self.accepted = AcceptedTasks()
+        self.queued: list[bytes] = []
+
+    def accept_forwarded(self, origin: str, spec: dict[str, Any], pushed: list[bytes]) -> None:
+        if self.accepted.take(spec["task_id"]):
+            self.queued.append(spec["task_id"])
+
+
+def test_a_retried_forward_call_queues_no_task_twice() -> None:
+    agent = LateAgent()
+    service = NodeService(agent)  # type: ignore[arg-type]
+    raw = messages.encode_forward_batch("a:1", [(spec(i), []) for i in range(1, 4)])
+    first = messages.decode_forward_batch_reply(service.forward_tasks(raw))
+    again = messages.decode_forward_batch_reply(service.forward_tasks(raw))  # reply was lost
+    assert first == again == [None, None, None]
+    assert agent.queued == [tid(1), tid(2), tid(3)]
+
+
+class FlakyStub:
+    """A peer whose first ``fail`` calls time out (after taking the batch)."""
+
+    def __init__(self, fail: int, code: Any) -> None:
+        self.fail, self.code, self.calls = fail, code, 0
+
+    def forward_batch(self, origin: str, tasks: Any, in_order: bool) -> list[str | None]:
+        self.calls += 1
+        if self.calls <= self.fail:
+            raise FakeRpcError(self.code)
+        return [None] * len(tasks)
+
+
+class FakeRpcError(grpc.RpcError):
+    def __init__(self, code: Any) -> None:
+        self._code = code
+
+    def code(self) -> Any:
+        return self._code
+
+    def details(self) -> str:
+        return "late"
+
+
+def agent_with(stub: FlakyStub, alive: bool = True) -> Any:
+    from rayfield._private.cluster.agent import NodeAgent
+    from rayfield._private.gcs.types import NodeInfo
+
+    agent = NodeAgent.__new__(NodeAgent)
+    agent._lock = threading.Lock()
+    agent.address = "a:1"
+    agent.peers = {b"p": NodeInfo(node_id=b"p", address="p:1", alive=alive)}
+    agent._stub = lambda address: stub  # type: ignore[method-assign]
+    return agent
+
+
+def test_a_call_that_timed_out_is_made_again_while_the_peer_lives() -> None:
+    stub = FlakyStub(fail=2, code=grpc.StatusCode.DEADLINE_EXCEEDED)
+    assert agent_with(stub)._send_batch("p:1", [(spec(1), [])]) == [None]
+    assert stub.calls == 3
+    stub = FlakyStub(fail=9, code=grpc.StatusCode.DEADLINE_EXCEEDED)
+    outcome = agent_with(stub, alive=False)._send_batch("p:1", [(spec(1), [])])
+    assert stub.calls == 1 and outcome[0] is not None and "DEADLINE_EXCEEDED" in outcome[0]
+    stub = FlakyStub(fail=1, code=grpc.StatusCode.INVALID_ARGUMENT)  # a refusal: not retried
+    assert agent_with(stub)._send_batch("p:1", [(spec(1), [])])[0] is not None
+    assert stub.calls == 1

@@ -93,6 +93,12 @@ struct RemoteKillActorReplyBuilder;
 struct RemoteCancelTaskRequest;
 struct RemoteCancelTaskRequestBuilder;
 
+struct CancelJobRequest;
+struct CancelJobRequestBuilder;
+
+struct CancelJobReply;
+struct CancelJobReplyBuilder;
+
 struct RemoteCancelTaskReply;
 struct RemoteCancelTaskReplyBuilder;
 
@@ -2176,6 +2182,102 @@ inline ::flatbuffers::Offset<RemoteCancelTaskRequest> CreateRemoteCancelTaskRequ
       task_id__,
       force,
       hops);
+}
+
+/// CancelJob: the driver of this job (its id prefix) exited; cancel its queued tasks here
+/// and refuse to run the ones forwarded here later.
+struct CancelJobRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef CancelJobRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_JOB_ID = 4
+  };
+  const ::flatbuffers::Vector<uint8_t> *job_id() const {
+    return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_JOB_ID);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_JOB_ID) &&
+           verifier.VerifyVector(job_id()) &&
+           verifier.EndTable();
+  }
+};
+
+struct CancelJobRequestBuilder {
+  typedef CancelJobRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_job_id(::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> job_id) {
+    fbb_.AddOffset(CancelJobRequest::VT_JOB_ID, job_id);
+  }
+  explicit CancelJobRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<CancelJobRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<CancelJobRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<CancelJobRequest> CreateCancelJobRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> job_id = 0) {
+  CancelJobRequestBuilder builder_(_fbb);
+  builder_.add_job_id(job_id);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<CancelJobRequest> CreateCancelJobRequestDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<uint8_t> *job_id = nullptr) {
+  auto job_id__ = job_id ? _fbb.CreateVector<uint8_t>(*job_id) : 0;
+  return rayfield::store::protocol::fb::CreateCancelJobRequest(
+      _fbb,
+      job_id__);
+}
+
+struct CancelJobReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef CancelJobReplyBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_CANCELLED = 4
+  };
+  uint32_t cancelled() const {
+    return GetField<uint32_t>(VT_CANCELLED, 0);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<uint32_t>(verifier, VT_CANCELLED, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct CancelJobReplyBuilder {
+  typedef CancelJobReply Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_cancelled(uint32_t cancelled) {
+    fbb_.AddElement<uint32_t>(CancelJobReply::VT_CANCELLED, cancelled, 0);
+  }
+  explicit CancelJobReplyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<CancelJobReply> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<CancelJobReply>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<CancelJobReply> CreateCancelJobReply(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    uint32_t cancelled = 0) {
+  CancelJobReplyBuilder builder_(_fbb);
+  builder_.add_cancelled(cancelled);
+  return builder_.Finish();
 }
 
 struct RemoteCancelTaskReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

@@ -130,6 +130,9 @@ struct CancelTaskRequestBuilder;
 struct CancelTaskReply;
 struct CancelTaskReplyBuilder;
 
+struct ActorHandlesRequest;
+struct ActorHandlesRequestBuilder;
+
 struct WorkerBlockedRequest;
 struct WorkerBlockedRequestBuilder;
 
@@ -269,11 +272,12 @@ enum class Body : uint8_t {
   CancelTaskReply = 33,
   NodeStateRequest = 34,
   NodeStateReply = 35,
+  ActorHandlesRequest = 36,
   MIN = NONE,
-  MAX = NodeStateReply
+  MAX = ActorHandlesRequest
 };
 
-inline const Body (&EnumValuesBody())[36] {
+inline const Body (&EnumValuesBody())[37] {
   static const Body values[] = {
     Body::NONE,
     Body::Hello,
@@ -310,13 +314,14 @@ inline const Body (&EnumValuesBody())[36] {
     Body::CancelTaskRequest,
     Body::CancelTaskReply,
     Body::NodeStateRequest,
-    Body::NodeStateReply
+    Body::NodeStateReply,
+    Body::ActorHandlesRequest
   };
   return values;
 }
 
 inline const char * const *EnumNamesBody() {
-  static const char * const names[37] = {
+  static const char * const names[38] = {
     "NONE",
     "Hello",
     "HelloReply",
@@ -353,13 +358,14 @@ inline const char * const *EnumNamesBody() {
     "CancelTaskReply",
     "NodeStateRequest",
     "NodeStateReply",
+    "ActorHandlesRequest",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameBody(Body e) {
-  if (::flatbuffers::IsOutRange(e, Body::NONE, Body::NodeStateReply)) return "";
+  if (::flatbuffers::IsOutRange(e, Body::NONE, Body::ActorHandlesRequest)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesBody()[index];
 }
@@ -506,6 +512,10 @@ template<> struct BodyTraits<rayfield::store::protocol::fb::NodeStateRequest> {
 
 template<> struct BodyTraits<rayfield::store::protocol::fb::NodeStateReply> {
   static const Body enum_value = Body::NodeStateReply;
+};
+
+template<> struct BodyTraits<rayfield::store::protocol::fb::ActorHandlesRequest> {
+  static const Body enum_value = Body::ActorHandlesRequest;
 };
 
 template <bool B = false>
@@ -2267,7 +2277,8 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
     VT_PINS = 26,
     VT_PIN_RETURNS = 28,
     VT_RESUME_SEQUENCE = 30,
-    VT_DETACHED = 32
+    VT_DETACHED = 32,
+    VT_ACTOR_HANDLES = 34
   };
   const rayfield::store::protocol::fb::UniqueID *task_id() const {
     return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_TASK_ID);
@@ -2324,6 +2335,11 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
   bool detached() const {
     return GetField<uint8_t>(VT_DETACHED, 0) != 0;
   }
+  /// Actors whose handles travel in the task's arguments: the node counts them as held
+  /// until the task finishes, so the receiver registers its own handle first.
+  const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *actor_handles() const {
+    return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_ACTOR_HANDLES);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2348,6 +2364,8 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
            VerifyField<uint8_t>(verifier, VT_PIN_RETURNS, 1) &&
            VerifyField<uint8_t>(verifier, VT_RESUME_SEQUENCE, 1) &&
            VerifyField<uint8_t>(verifier, VT_DETACHED, 1) &&
+           VerifyOffset(verifier, VT_ACTOR_HANDLES) &&
+           verifier.VerifyVector(actor_handles()) &&
            verifier.EndTable();
   }
 };
@@ -2401,6 +2419,9 @@ struct SubmitTaskRequestBuilder {
   void add_detached(bool detached) {
     fbb_.AddElement<uint8_t>(SubmitTaskRequest::VT_DETACHED, static_cast<uint8_t>(detached), 0);
   }
+  void add_actor_handles(::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> actor_handles) {
+    fbb_.AddOffset(SubmitTaskRequest::VT_ACTOR_HANDLES, actor_handles);
+  }
   explicit SubmitTaskRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -2428,9 +2449,11 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequest(
     ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> pins = 0,
     bool pin_returns = false,
     bool resume_sequence = false,
-    bool detached = false) {
+    bool detached = false,
+    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> actor_handles = 0) {
   SubmitTaskRequestBuilder builder_(_fbb);
   builder_.add_sequence_no(sequence_no);
+  builder_.add_actor_handles(actor_handles);
   builder_.add_pins(pins);
   builder_.add_max_retries(max_retries);
   builder_.add_return_ids(return_ids);
@@ -2464,12 +2487,14 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
     const std::vector<rayfield::store::protocol::fb::UniqueID> *pins = nullptr,
     bool pin_returns = false,
     bool resume_sequence = false,
-    bool detached = false) {
+    bool detached = false,
+    const std::vector<rayfield::store::protocol::fb::UniqueID> *actor_handles = nullptr) {
   auto resources__ = resources ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>(*resources) : 0;
   auto dependencies__ = dependencies ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*dependencies) : 0;
   auto payload__ = payload ? _fbb.CreateVector<uint8_t>(*payload) : 0;
   auto return_ids__ = return_ids ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*return_ids) : 0;
   auto pins__ = pins ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*pins) : 0;
+  auto actor_handles__ = actor_handles ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*actor_handles) : 0;
   return rayfield::store::protocol::fb::CreateSubmitTaskRequest(
       _fbb,
       task_id,
@@ -2486,7 +2511,8 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
       pins__,
       pin_returns,
       resume_sequence,
-      detached);
+      detached,
+      actor_handles__);
 }
 
 /// Make this connection a worker that can receive tasks.
@@ -3010,6 +3036,99 @@ inline ::flatbuffers::Offset<CancelTaskReply> CreateCancelTaskReplyDirect(
       state__);
 }
 
+/// Actor handles this client holds (`add`) or dropped (the client reports the 0->1 and
+/// 1->0 changes of its own count per actor). With `object_id`, the handles are inside
+/// that object (a put or a task's result): they are held until the node deletes it.
+/// `scoped`: the actors were just created and end when no handle to them remains in
+/// the cluster (unnamed, not detached). No reply.
+struct ActorHandlesRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef ActorHandlesRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_ACTOR_IDS = 4,
+    VT_ADD = 6,
+    VT_OBJECT_ID = 8,
+    VT_SCOPED = 10
+  };
+  const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *actor_ids() const {
+    return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_ACTOR_IDS);
+  }
+  bool add() const {
+    return GetField<uint8_t>(VT_ADD, 0) != 0;
+  }
+  const rayfield::store::protocol::fb::UniqueID *object_id() const {
+    return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_OBJECT_ID);
+  }
+  bool scoped() const {
+    return GetField<uint8_t>(VT_SCOPED, 0) != 0;
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyOffset(verifier, VT_ACTOR_IDS) &&
+           verifier.VerifyVector(actor_ids()) &&
+           VerifyField<uint8_t>(verifier, VT_ADD, 1) &&
+           VerifyField<rayfield::store::protocol::fb::UniqueID>(verifier, VT_OBJECT_ID, 1) &&
+           VerifyField<uint8_t>(verifier, VT_SCOPED, 1) &&
+           verifier.EndTable();
+  }
+};
+
+struct ActorHandlesRequestBuilder {
+  typedef ActorHandlesRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_actor_ids(::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> actor_ids) {
+    fbb_.AddOffset(ActorHandlesRequest::VT_ACTOR_IDS, actor_ids);
+  }
+  void add_add(bool add) {
+    fbb_.AddElement<uint8_t>(ActorHandlesRequest::VT_ADD, static_cast<uint8_t>(add), 0);
+  }
+  void add_object_id(const rayfield::store::protocol::fb::UniqueID *object_id) {
+    fbb_.AddStruct(ActorHandlesRequest::VT_OBJECT_ID, object_id);
+  }
+  void add_scoped(bool scoped) {
+    fbb_.AddElement<uint8_t>(ActorHandlesRequest::VT_SCOPED, static_cast<uint8_t>(scoped), 0);
+  }
+  explicit ActorHandlesRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<ActorHandlesRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<ActorHandlesRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<ActorHandlesRequest> CreateActorHandlesRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> actor_ids = 0,
+    bool add = false,
+    const rayfield::store::protocol::fb::UniqueID *object_id = nullptr,
+    bool scoped = false) {
+  ActorHandlesRequestBuilder builder_(_fbb);
+  builder_.add_object_id(object_id);
+  builder_.add_actor_ids(actor_ids);
+  builder_.add_scoped(scoped);
+  builder_.add_add(add);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<ActorHandlesRequest> CreateActorHandlesRequestDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const std::vector<rayfield::store::protocol::fb::UniqueID> *actor_ids = nullptr,
+    bool add = false,
+    const rayfield::store::protocol::fb::UniqueID *object_id = nullptr,
+    bool scoped = false) {
+  auto actor_ids__ = actor_ids ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*actor_ids) : 0;
+  return rayfield::store::protocol::fb::CreateActorHandlesRequest(
+      _fbb,
+      actor_ids__,
+      add,
+      object_id,
+      scoped);
+}
+
 /// A worker blocks in get (lends its CPU back) or resumes. No reply.
 struct WorkerBlockedRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef WorkerBlockedRequestBuilder Builder;
@@ -3175,6 +3294,9 @@ struct Message FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const rayfield::store::protocol::fb::NodeStateReply *body_as_NodeStateReply() const {
     return body_type() == rayfield::store::protocol::fb::Body::NodeStateReply ? static_cast<const rayfield::store::protocol::fb::NodeStateReply *>(body()) : nullptr;
   }
+  const rayfield::store::protocol::fb::ActorHandlesRequest *body_as_ActorHandlesRequest() const {
+    return body_type() == rayfield::store::protocol::fb::Body::ActorHandlesRequest ? static_cast<const rayfield::store::protocol::fb::ActorHandlesRequest *>(body()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -3324,6 +3446,10 @@ template<> inline const rayfield::store::protocol::fb::NodeStateRequest *Message
 
 template<> inline const rayfield::store::protocol::fb::NodeStateReply *Message::body_as<rayfield::store::protocol::fb::NodeStateReply>() const {
   return body_as_NodeStateReply();
+}
+
+template<> inline const rayfield::store::protocol::fb::ActorHandlesRequest *Message::body_as<rayfield::store::protocol::fb::ActorHandlesRequest>() const {
+  return body_as_ActorHandlesRequest();
 }
 
 struct MessageBuilder {
@@ -3559,6 +3685,10 @@ inline bool VerifyBody(::flatbuffers::VerifierTemplate<B> &verifier, const void 
     }
     case Body::NodeStateReply: {
       auto ptr = reinterpret_cast<const rayfield::store::protocol::fb::NodeStateReply *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
+    case Body::ActorHandlesRequest: {
+      auto ptr = reinterpret_cast<const rayfield::store::protocol::fb::ActorHandlesRequest *>(obj);
       return verifier.VerifyTable(ptr);
     }
     default: return true;

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from rayfield._private import session_files
+from rayfield._private.actor_scope import NO_HANDLE_LEFT, ActorScopes
 from rayfield._private.memory_monitor import MemoryMonitor
+from rayfield._private.runtime import origin_of
 from rayfield.store import NodeServer
 
 logger = logging.getLogger("rayfield")
@@ -171,6 +173,8 @@ class LocalNode:
         self.memory_monitor.start()
         self.warned: set[bytes] = set()
         self.agent: Any = None  # a cluster.agent.NodeAgent when the node is part of a cluster
+        home = origin_of(self.server.node_id)  # ids made by this node's processes start so
+        self.scopes = ActorScopes(lambda actor_id: origin_of(actor_id) == home)
         self._stop = threading.Event()
         self._events = threading.Thread(
             target=self._handle_events, daemon=True, name="rayfield-node"
@@ -188,6 +192,10 @@ class LocalNode:
                         self.pool.start(event[2] - starting)
                 elif kind == "worker_registered":
                     self.pool.registered()
+                elif kind == "actor_handles":
+                    self._handles_changed(event[1], event[2], event[3])
+                elif kind == "actor_state" and self.agent is not None:
+                    self.agent.lifecycle.actor_state(event[1], event[2])
                 elif kind == "actor_died" and self.agent is not None:
                     self.agent.lifecycle.actor_died(event[1], event[2])
                 elif kind == "client_disconnected" and event[3] and self.agent is not None:
@@ -222,6 +230,17 @@ class LocalNode:
                         event[3],
                         event[2],
                     )
+
+    def _handles_changed(self, actor_id: bytes, held: bool, scoped: bool) -> None:
+        """This node's count of handles to an actor changed; alone, a node ends an actor
+        that lost its last handle itself; in a cluster its agent asks the others first."""
+        if self.agent is not None:
+            self.agent.lifecycle.handles_changed(actor_id, held, scoped)
+            return
+        for what, aid in self.scopes.local(actor_id, held, scoped):
+            ended = what == "confirm" and self.scopes.confirmed(aid, False)
+            if ended and self.server.end_actor(aid, NO_HANDLE_LEFT) == "held":
+                self.scopes.end_refused(aid)
 
     def shutdown(self) -> None:
         if self.agent is not None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from rayfield import exceptions
 from rayfield._private import serialization
+from rayfield._private.actor_scope import HandleCounter
 from rayfield._private.cluster import code_exports
 from rayfield._private.object_ref import ObjectRef, RefTracker, set_tracker
 from rayfield.store import GetTimeoutError as StoreGetTimeout
@@ -100,6 +101,7 @@ class Runtime:
         self.is_worker = is_worker
         self.node_address = node_address
         self.refs = RefTracker(self.client)
+        self.handles = HandleCounter(self.client)  # actor handles alive in this process
         self.ids = IdGenerator(self.client.node_id)
         self.exported: set[bytes] = set()
         self.functions: dict[bytes, Any] = {}
@@ -121,7 +123,15 @@ class Runtime:
         With ``exist_ok`` an object already stored under the id is left as it is (a retried
         task or a restarted actor producing the same result again).
         """
-        self.store_serialized(object_id, serialization.serialize(value), exist_ok=exist_ok)
+        obj = serialization.serialize(value)
+        self._hold_handles(object_id, obj)
+        self.store_serialized(object_id, obj, exist_ok=exist_ok)
+
+    def _hold_handles(self, object_id: bytes, obj: serialization.SerializedObject) -> None:
+        """Actor handles inside an object keep their actors alive while it is stored."""
+        actors = [h._actor_id for h in obj.contained_refs if not isinstance(h, ObjectRef)]
+        if actors:
+            self.handles.in_object(object_id, actors)
 
     def stage_result(
         self, object_id: bytes, value: Any, staged: list[tuple[bytes, bytes, bytes]]
@@ -133,6 +143,7 @@ class Runtime:
         :meth:`store_value` in a worker, an object already stored under the id stays.
         """
         obj = serialization.serialize(value)
+        self._hold_handles(object_id, obj)
         size = obj.total_bytes
         if size <= STAGED_RESULT_BYTES and size + sum(len(d) for _, d, _ in staged) <= (
             STAGED_TOTAL_BYTES
@@ -295,7 +306,9 @@ class Runtime:
         kw = {k: ArgRef(v.binary()) if isinstance(v, ObjectRef) else v for k, v in kwargs.items()}
         deps += [v.object_id for v in kw.values() if isinstance(v, ArgRef)]
         ser = serialization.serialize((marked, kw))
-        pins = deps + [r.binary() for r in ser.contained_refs]
+        pins = deps + [r.binary() for r in ser.contained_refs if isinstance(r, ObjectRef)]
+        # Handles in the arguments: the node holds their actors until the task finishes.
+        handles = [h._actor_id for h in ser.contained_refs if not isinstance(h, ObjectRef)]
         args_part: Any
         if ser.total_bytes > INLINE_ARGS_BYTES:
             args_id = self.ids.put_id()
@@ -328,6 +341,7 @@ class Runtime:
             pins=pins,
             pin_returns=True,  # the node pins them for us, before anything can evict them
             detached=detached,  # an actor creation: it does not end with this driver
+            actor_handles=handles or None,
         )
         for r in return_ids:
             self.refs.own(r)

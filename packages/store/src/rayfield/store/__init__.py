@@ -152,7 +152,11 @@ class NodeServer:
     restart left, killed, or it exited),
     ``("owner_died", client_id, pid, actor_ids)`` (a driver that created
     non-detached actors disconnected: those hosted here are being killed,
-    ``actor_ids`` are those it moved to other nodes) and
+    ``actor_ids`` are those it moved to other nodes),
+    ``("actor_handles", actor_id, held, scoped)`` (this node's count of handles to the
+    actor went 0 -> 1 or 1 -> 0; ``scoped``: created here, it ends with its last handle),
+    ``("actor_state", actor_id, alive)`` (an actor hosted here finished its creation, or
+    is being restarted) and
     ``("store_full", requested_bytes, capacity_bytes, used_bytes)``, the last
     one when a create failed even after eviction and spilling.
     """
@@ -256,9 +260,34 @@ class NodeServer:
             pin_for: a connected client's ``client_id``: the objects the node pinned for
                 the task (its arguments) stay pinned by that client (listed in the spec's
                 ``kept_pins``), so they outlive their owner's references until the task
-                has read them on another node. 0: they are released.
+                has read them on another node. 0: they are released. The actor handles
+                the task held (its arguments', a call's own actor) move to that client
+                too (``kept_handles``); the spec's ``actor_handles`` lists those of its
+                arguments.
         """
         return self._native.take_task(task_id, pin_for)
+
+    def actors_held(self, actor_ids: list[bytes]) -> list[bool]:
+        """Whether this node holds a handle to each actor: a client holds one, a task not
+        finished carries one (or calls the actor), or an object in the store has one."""
+        return self._native.actors_held(list(actor_ids))
+
+    def cancel_job(self, prefix: bytes, reason: str) -> int:
+        """Cancel every task queued here (not running) whose id starts with ``prefix``
+        (a driver's job id, when the driver is gone): their returns become ``CANCELLED``
+        error objects with ``reason``. Returns how many were cancelled."""
+        return int(self._native.cancel_job(bytes(prefix), reason))
+
+    def end_actor(self, actor_id: bytes, reason: str) -> str:
+        """End an actor that no handle reaches any more, for good (no restart); its calls
+        fail with ``reason``.
+
+        Returns:
+            ``"ended"`` (it lived here: its worker is killed), ``"held"`` (a handle is held
+            here after all: nothing done), ``"elsewhere"`` (it moved to another node, which
+            the caller asks), or ``"unknown"``.
+        """
+        return str(self._native.end_actor(actor_id, reason))
 
     def set_total_resources(self, resources: Mapping[str, float]) -> None:
         """Change the node's resource totals; infeasible tasks are re-examined."""

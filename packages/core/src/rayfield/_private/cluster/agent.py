@@ -38,7 +38,7 @@ import grpc
 
 from rayfield._private.cluster.code_exports import fetch_into, is_code
 from rayfield._private.cluster.event_shipper import EventShipper
-from rayfield._private.cluster.forwarding import Forwarder, batches
+from rayfield._private.cluster.forwarding import SEND_ATTEMPTS, AcceptedTasks, Forwarder, batches
 from rayfield._private.cluster.introspect import Introspector
 from rayfield._private.cluster.lifecycle import Lifecycle
 from rayfield._private.cluster.node_service import STREAMING_METHODS, NodeService, NodeStub
@@ -70,7 +70,8 @@ POLL_WAIT_MS = 1000  # how long one HasObjects long poll waits for a result bein
 PUSH_FALLBACK_S = 1.0
 PLACEMENT_S = 0.1  # how often queued work is checked for a node with free resources
 SENT_MEMORY_S = 1.5  # what was sent to a peer counts against its free resources this long
-MAX_ACCEPTED = 100_000  # ids of forwarded tasks remembered (they do not move again)
+RETRIED_CODES = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
+MAX_ENDED_JOBS = 1000  # jobs whose driver exited, remembered: their tasks are refused
 
 
 class NodeAgent:
@@ -122,7 +123,8 @@ class NodeAgent:
         self._polling: set[str] = set()  # addresses with a long poll running
         self._lost_strikes: dict[bytes, int] = {}  # id -> rounds found nowhere, owner dead
         self._wake = threading.Event()  # something is wanted now: the fetch loop runs at once
-        self.accepted: dict[bytes, None] = {}  # tasks forwarded here (oldest first)
+        self.accepted = AcceptedTasks()  # tasks forwarded here: never again, never moved
+        self.ended_jobs: dict[bytes, None] = {}  # jobs whose driver exited (oldest first)
         # Arguments of tasks sent elsewhere, pinned here until their results are back:
         self._arg_pins: dict[bytes, tuple[str, list[bytes], set[bytes]]] = {}  # task id ->
         self._pins_by_return: dict[bytes, bytes] = {}  # (address, pins, returns to come)
@@ -208,11 +210,25 @@ class NodeAgent:
         in_order: bool = False,
     ) -> list[str | None]:
         """Forward ``tasks`` (``(spec, pushed)`` each) to the node at ``address`` in one
-        call; one outcome a task: None when it took it, else why not."""
-        try:
-            return self._stub(address).forward_batch(self.address, tasks, in_order)
-        except grpc.RpcError as exc:
-            return [f"{exc.code().name}: {exc.details()}"] * len(tasks)
+        call; one outcome a task: None when it took it, else why not. A call that timed
+        out or did not reach the peer is made again (the peer answers the tasks it took
+        in an earlier try as accepted, without queueing them twice), up to
+        ``SEND_ATTEMPTS`` times while the peer is alive."""
+        why = ""
+        for attempt in range(SEND_ATTEMPTS):
+            try:
+                return self._stub(address).forward_batch(self.address, tasks, in_order)
+            except grpc.RpcError as exc:
+                why = f"{exc.code().name}: {exc.details()}"
+                if exc.code() not in RETRIED_CODES or not self._peer_alive(address):
+                    break
+                logger.info("forwarding to %s failed (%s); try %d again", address, why, attempt + 2)
+                time.sleep(min(1.0, 0.1 * 2**attempt))
+        return [why] * len(tasks)
+
+    def _peer_alive(self, address: str) -> bool:
+        with self._lock:
+            return any(n.alive for n in self.peers.values() if n.address == address)
 
     def alive_peers(self) -> list[NodeInfo]:
         with self._lock:
@@ -297,10 +313,23 @@ class NodeAgent:
         self.forwarder.submit(peer.address, spec, self._pushed_args(peer.address, spec), done)
 
     def _give_back(self, spec: dict[str, Any]) -> None:
-        """Queue a taken task here again (no peer took it)."""
-        self._resubmit(spec)  # pins its arguments again
-        if spec.get("kept_pins"):
-            self.client.unpin(spec["kept_pins"])
+        """Queue a taken task here again (no peer took it), unless its driver exited."""
+        ended = self._job_ended(spec["task_id"])
+        if ended is not None:
+            from rayfield._private.cluster.lifecycle import job_cancelled
+
+            self.recovery.fail(spec["return_ids"], "CANCELLED", job_cancelled(ended))
+        else:
+            self._resubmit(spec)  # pins its arguments again
+        self._release_kept(spec.get("kept_pins"), spec.get("kept_handles"))
+
+    def _release_kept(self, pins: list[bytes] | None, handles: list[bytes] | None) -> None:
+        """Drop what ``take_task`` moved to this agent: argument pins and actor handles."""
+        if pins:
+            self.client.unpin(pins)
+        if handles:
+            for actor_id in handles:
+                self.client.actor_handles([actor_id], False)
 
     def _sent(self, spec: dict[str, Any], peer: NodeInfo) -> None:
         """Bookkeeping of a task ``peer`` accepted: where its results are made, its spec
@@ -317,7 +346,9 @@ class NodeAgent:
     def _hold_args(self, spec: dict[str, Any], address: str) -> None:
         """Keep the arguments of a task sent to ``address`` pinned (``take_task`` moved the
         node's pins to this agent) until its results are back; an actor's creation
-        arguments for its lifetime (a restart reads them again)."""
+        arguments for its lifetime (a restart reads them again). The actor handles it held
+        go now: the peer's node counted them before it accepted the task."""
+        self._release_kept(None, spec.get("kept_handles"))
         pins = spec.get("kept_pins") or []
         if not pins or spec.get("actor_creation"):
             return
@@ -380,7 +411,7 @@ class NodeAgent:
                 if address in loads:
                     for k, v in demand.items():
                         loads[address].available[k] = loads[address].available.get(k, 0.0) - v
-            stay = set(self.accepted)
+            stay = self.accepted.ids()
         peers = sorted(loads.values(), key=lambda p: -p.available.get("CPU", 0.0))
         moved = 0
         for task_id, address in plan_moves(ready, dict(snap["available"]), peers, stay):
@@ -467,6 +498,18 @@ class NodeAgent:
             self.actor_locations[actor_id] = peer.address
         return peer.address
 
+    def home_of(self, actor_id: bytes) -> str | None:
+        """The address of the alive node whose process created ``actor_id`` (None: this
+        node, or that node is gone)."""
+        origin = origin_of(actor_id)
+        with self._lock:
+            peer = next(
+                (n for n in self.peers.values() if n.node_id[:ORIGIN_BYTES] == origin), None
+            )
+        if peer is None or not peer.alive or peer.node_id == self.node_id:
+            return None
+        return peer.address
+
     def route_calls(self, actor_id: bytes) -> None:
         """Forward the held calls of an actor that lives on another node, in order; what
         cannot be sent now is kept and tried again after the next heartbeat."""
@@ -479,8 +522,7 @@ class NodeAgent:
         if dead:
             for spec in calls:
                 self.recovery.fail(spec["return_ids"], "ACTOR_DIED", dead)
-                if spec.get("kept_pins"):
-                    self.client.unpin(spec["kept_pins"])
+                self._release_kept(spec.get("kept_pins"), spec.get("kept_handles"))
             return
         assert address is not None
         sent = 0
@@ -533,6 +575,7 @@ class NodeAgent:
         self.pusher.forget(node.address)
         self.lifecycle.actors_restarted(self.recovery.node_died(node.address))
         self._drop_args_sent_to(node.address)
+        self.lifecycle.peer_died()  # the handles it held are gone
 
     def _resubmit(self, spec: dict[str, Any]) -> None:
         keys = [
@@ -549,18 +592,38 @@ class NodeAgent:
             "max_retries",
             "pin_returns",
             "resume_sequence",
+            "actor_handles",
         ]
         self.client.submit_task(**{k: spec[k] for k in keys if k in spec})
+
+    def job_ended(self, job_id: bytes) -> None:
+        """The driver of ``job_id`` exited: its tasks forwarded here from now on never run."""
+        with self._lock:
+            self.ended_jobs[job_id] = None
+            while len(self.ended_jobs) > MAX_ENDED_JOBS:
+                del self.ended_jobs[next(iter(self.ended_jobs))]
+
+    def _job_ended(self, task_id: bytes) -> bytes | None:
+        with self._lock:
+            if not self.ended_jobs:
+                return None
+            return next((j for j in self.ended_jobs if task_id.startswith(j)), None)
 
     def accept_forwarded(self, origin: str, spec: dict[str, Any], pushed: list[bytes]) -> None:
         """Queue a task forwarded by the node at ``origin``; fetch its missing arguments
         (those in ``pushed`` only if ``origin`` does not push them); push its results
-        to ``origin`` once they are made."""
+        to ``origin`` once they are made. A task of a job whose driver exited is not run:
+        its results are ``CANCELLED`` errors."""
+        ended = self._job_ended(spec["task_id"])
+        if ended is not None:
+            from rayfield._private.cluster.lifecycle import job_cancelled
+
+            self.recovery.fail(spec["return_ids"], "CANCELLED", job_cancelled(ended))
+            return
         with self._lock:
+            if not self.accepted.take(spec["task_id"]):
+                return  # a retried call: queued here by an earlier try already
             self.held.update(spec["return_ids"])
-            self.accepted[spec["task_id"]] = None
-            while len(self.accepted) > MAX_ACCEPTED:
-                del self.accepted[next(iter(self.accepted))]
         coming = set(pushed)
         for dep in spec["dependencies"]:
             if not self.client.contains(dep):
@@ -570,6 +633,12 @@ class NodeAgent:
         # actors restarted here (the chaos test); see docs/architecture.md.
         resume = bool(spec.get("actor_id")) and not spec.get("actor_creation")
         self._resubmit(dict(spec, pin_returns=True, resume_sequence=resume))
+
+    def counted(self) -> None:
+        """Return once the native node has read every task submitted so far (one round
+        trip on the same socket): the actor handles they hold are counted, so the node
+        that forwarded them may drop its own."""
+        self.client.contains(bytes(20))
 
     def _send_push(self, address: str, object_id: bytes, size: int, meta: bytes, data: Any) -> bool:
         return self._stub(address).push(object_id, self.address, size, meta, data)
@@ -872,6 +941,7 @@ class NodeAgent:
             t.join(timeout=2)
         self._send_batches()
         self.forwarder.close()
+        self.lifecycle.close()
         self.pusher.close()
         self.events.stop()
         try:

@@ -11,12 +11,20 @@ timeout) is a refusal of each of its tasks, with the gRPC error as the reason.
 
 The callbacks hold the per-task semantics (``agent.py``): an accepted task's
 bookkeeping, a refused one tried on the next candidate or submitted again here.
+
+Retries never run a task twice. A call whose reply is lost or late (a timeout, the peer
+unreachable for a moment) may have been carried out in part, so the sender repeats the
+same call to the same peer (``agent._send_batch``, up to ``SEND_ATTEMPTS`` times) before it
+treats the batch as refused; the peer remembers the tasks it accepted
+(:class:`AcceptedTasks`: their ids, bounded by count and age) and answers a task it took
+already with "accepted" without queueing it again.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +33,9 @@ logger = logging.getLogger("rayfield")
 
 MAX_BATCH_TASKS = 256
 MAX_BATCH_BYTES = 16 << 20  # payloads in one call (the node service takes 64 MiB)
+SEND_ATTEMPTS = 4  # a call that timed out or found the peer unreachable, sent again
+MAX_ACCEPTED = 100_000  # ids of tasks a node accepted from others, remembered
+ACCEPTED_MAX_AGE_S = 600.0  # and for at most this long (a retry comes within seconds)
 
 # send(address, [(spec, pushed), ...]) -> one outcome a task: None (accepted) or why not
 SendBatchFn = Callable[[str, Sequence[tuple[dict[str, Any], list[bytes]]]], list[str | None]]
@@ -46,6 +57,59 @@ def batches(specs: Sequence[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
         size += n
     if batch:
         yield batch
+
+
+class AcceptedTasks:
+    """The ids of tasks this node accepted from other nodes, oldest first.
+
+    A retried ``ForwardTasks`` call carries tasks the first call may have queued already;
+    :meth:`take` tells them apart. Memory is bounded: at most ``max_ids`` ids, each for at
+    most ``max_age_s`` seconds. Not thread-safe (the agent holds its lock).
+
+    Args:
+        max_ids: ids kept at most (the oldest go first).
+        max_age_s: seconds an id is kept at most.
+        clock: monotonic seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        max_ids: int = MAX_ACCEPTED,
+        max_age_s: float = ACCEPTED_MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_ids = max_ids
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self._ids: dict[bytes, float] = {}  # task id -> when accepted (insertion order)
+
+    def take(self, task_id: bytes) -> bool:
+        """Record ``task_id`` as accepted; False when it was accepted already (a retry)."""
+        now = self.clock()
+        self._expire(now)
+        if task_id in self._ids:
+            return False
+        self._ids[task_id] = now
+        while len(self._ids) > self.max_ids:
+            del self._ids[next(iter(self._ids))]
+        return True
+
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def ids(self) -> set[bytes]:
+        """The ids remembered now."""
+        return set(self._ids)
+
+    def _expire(self, now: float) -> None:
+        while self._ids:
+            oldest, when = next(iter(self._ids.items()))
+            if now - when <= self.max_age_s:
+                return
+            del self._ids[oldest]
 
 
 @dataclass

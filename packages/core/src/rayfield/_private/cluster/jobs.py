@@ -47,12 +47,15 @@ def finish(address: str, job_id: bytes) -> None:
         logger.debug("could not mark job %s finished: %s", job_id.hex(), exc)
 
 
-def finish_on_node(gcs: Any, node_id: bytes, driver_pid: int) -> None:
+def finish_on_node(gcs: Any, node_id: bytes, driver_pid: int) -> list[bytes]:
     """(On a node.) The driver ``driver_pid`` of this node disconnected: mark its
-    running jobs finished."""
+    running jobs finished; returns their ids (empty after a clean ``shutdown()``)."""
+    ended = []
     try:
         for job in gcs.list_jobs():
             if job.node_id == node_id and job.driver_pid == driver_pid and not job.finished:
                 gcs.mark_job_finished(job.job_id)
+                ended.append(job.job_id)
     except Exception as exc:
         logger.debug("could not mark the jobs of driver %d finished: %s", driver_pid, exc)
+    return ended

@@ -9,7 +9,15 @@ A node's agent (``agent.py``) hands this module three kinds of end:
   actors that driver created here; those it moved to other nodes come in an ``owner_died``
   event, and are killed on their node through the node service's ``KillActor``.
   Actors with ``lifetime="detached"`` are not touched. Its job is marked finished in the
-  GCS (``client_disconnected``; a clean ``shutdown()`` did that already).
+  GCS (``client_disconnected``; a clean ``shutdown()`` did that already) and, when it
+  ended without one, the tasks it submitted that have not started are cancelled on every
+  node (``CancelJob``: task ids start with the job id; a node refuses to run those
+  forwarded to it later).
+* **An actor's last handle goes** (``_private/actor_scope.py``): the actor's home node (the
+  node of the process that created it) asks every alive node whether it still holds a
+  handle (``ActorsHeld``) and ends the actor when none does, where it lives; a node that
+  drops its last handle to an actor of another home says so (``ActorsReleased``), and the
+  death of a node makes the homes ask again.
 * **A task is cancelled** that this node forwarded to another node: ``rayfield.cancel``
   finds no such task in its node's scheduler and asks its node's agent
   (``CancelTask`` of the node service, ``cancel_elsewhere``), which cancels it where it was
@@ -20,11 +28,14 @@ A node's agent (``agent.py``) hands this module three kinds of end:
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from rayfield._private.actor_scope import NO_HANDLE_LEFT, Decision
 from rayfield._private.gcs.errors import GcsNotFoundError
 from rayfield._private.gcs.types import ActorState
 
@@ -33,7 +44,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("rayfield")
 
-__all__ = ["MAX_HOPS", "Lifecycle", "cancel_elsewhere"]
+__all__ = ["MAX_HOPS", "Lifecycle", "cancel_elsewhere", "job_cancelled"]
 
 MAX_HOPS = 4  # a forwarded task is not moved again; this only bounds a pathological chain
 
@@ -47,6 +58,72 @@ class Lifecycle:
 
     def __init__(self, agent: NodeAgent) -> None:
         self.agent = agent
+        self.scopes = agent.node.scopes  # the handle decisions (pure; under _scope_lock)
+        self._scope_lock = threading.Lock()
+        # Handle questions go to other nodes one at a time, off the event thread:
+        self._scope_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayfield-scope")
+
+    # ---- actor handles ----------------------------------------------------------------
+
+    def handles_changed(self, actor_id: bytes, held: bool, scoped: bool) -> None:
+        """This node's count of handles to ``actor_id`` went 0 -> 1 or 1 -> 0."""
+        with self._scope_lock:
+            decisions = self.scopes.local(actor_id, held, scoped)
+        self._act(decisions)
+
+    def peers_released(self, actor_ids: list[bytes]) -> None:
+        """Another node holds no handle to ``actor_ids`` any more (``ActorsReleased``)."""
+        with self._scope_lock:
+            decisions = [d for a in actor_ids for d in self.scopes.peer_released(a)]
+        self._act(decisions)
+
+    def peer_died(self) -> None:
+        """A node died, with the handles it held: the actors homed here are asked for again."""
+        with self._scope_lock:
+            decisions = self.scopes.peers_changed()
+        self._act(decisions)
+
+    def _act(self, decisions: list[Decision]) -> None:
+        for what, actor_id in decisions:
+            fn = self._confirm if what == "confirm" else self._report
+            try:
+                self._scope_pool.submit(fn, actor_id)
+            except RuntimeError:  # shutting down
+                return
+
+    def _report(self, actor_id: bytes) -> None:
+        """Tell the actor's home node that this node dropped its last handle to it."""
+        home = self.agent.home_of(actor_id)
+        if home is None:
+            return
+        try:
+            self.agent._stub(home).actors_released([actor_id])
+        except grpc.RpcError as exc:
+            logger.debug("could not tell %s of a released actor handle: %s", home, exc)
+
+    def _confirm(self, actor_id: bytes) -> None:
+        """Ask every alive node whether it holds a handle to ``actor_id``; end it if none
+        does (a node that does not answer may hold one)."""
+        held = False
+        for peer in self.agent.alive_peers():
+            try:
+                held = self.agent._stub(peer.address).actors_held([actor_id])[0]
+            except (grpc.RpcError, IndexError) as exc:
+                logger.info("node %s did not say whether it holds a handle: %s", peer.address, exc)
+                held = True
+            if held:
+                break
+        with self._scope_lock:
+            decisions = self.scopes.confirmed(actor_id, held)
+        if not decisions:
+            return
+        outcome = self.agent.node.server.end_actor(actor_id, NO_HANDLE_LEFT)
+        logger.info("actor %s has no handle left: %s", actor_id.hex()[:16], outcome)
+        if outcome == "held":
+            with self._scope_lock:
+                self.scopes.end_refused(actor_id)
+        elif outcome == "elsewhere":
+            self._kill_orphan(actor_id, NO_HANDLE_LEFT)
 
     # ---- actors -----------------------------------------------------------------------
 
@@ -57,6 +134,8 @@ class Lifecycle:
         the GCS never recorded (unnamed, never moved) is skipped.
         """
         logger.info("actor %s is dead: %s", actor_id.hex()[:16], reason)
+        with self._scope_lock:
+            self.scopes.forget(actor_id)
         self._submit(self._mark_dead, actor_id)
 
     def _mark_dead(self, actor_id: bytes) -> None:
@@ -66,6 +145,22 @@ class Lifecycle:
             pass
         except Exception as exc:
             logger.warning("could not record actor %s dead: %s", actor_id.hex()[:16], exc)
+
+    def actor_state(self, actor_id: bytes, alive: bool) -> None:
+        """An actor hosted here finished its creation (``alive``) or is being restarted:
+        record it ALIVE on this node or RESTARTING in the GCS (a re-record keeps its name,
+        owner and handle data; an actor the GCS did not know is recorded so)."""
+        state = ActorState.ALIVE if alive else ActorState.RESTARTING
+        self._submit(self._record, actor_id, state)
+
+    def _record(self, actor_id: bytes, state: ActorState) -> None:
+        from rayfield._private.gcs.types import ActorInfo
+
+        info = ActorInfo(actor_id=actor_id, node_id=self.agent.node_id, state=state)
+        try:
+            self.agent.gcs.register_actor(info)
+        except Exception as exc:
+            logger.warning("could not record actor %s %s: %s", actor_id.hex()[:16], state.name, exc)
 
     def actors_restarted(self, actor_ids: list[bytes]) -> None:
         """Actors of a dead node are being created again from here: record them alive on
@@ -94,10 +189,32 @@ class Lifecycle:
             self._submit(self._kill_orphan, actor_id, why)
 
     def driver_gone(self, pid: int) -> None:
-        """A driver connection of this node closed: its jobs are finished."""
+        """A driver connection of this node closed: its jobs are finished, and the tasks
+        they left queued are cancelled on every node."""
+        self._submit(self._driver_gone, pid)
+
+    def _driver_gone(self, pid: int) -> None:
         from rayfield._private.cluster.jobs import finish_on_node
 
-        self._submit(finish_on_node, self.agent.gcs, self.agent.node_id, pid)
+        for job_id in finish_on_node(self.agent.gcs, self.agent.node_id, pid):
+            n = self.cancel_job(job_id)
+            for peer in self.agent.alive_peers():
+                try:
+                    n += self.agent._stub(peer.address).cancel_job(job_id)
+                except grpc.RpcError as exc:
+                    logger.info(
+                        "could not cancel job %s on %s: %s", job_id.hex(), peer.address, exc
+                    )
+            logger.info("driver pid %d exited: %d queued task(s) of it cancelled", pid, n)
+
+    def cancel_job(self, job_id: bytes) -> int:
+        """The driver of ``job_id`` is gone: cancel its tasks queued here, and those
+        forwarded here from now on. Returns how many were cancelled."""
+        self.agent.job_ended(job_id)
+        return self.agent.node.server.cancel_job(job_id, job_cancelled(job_id))
+
+    def close(self) -> None:
+        self._scope_pool.shutdown(wait=False, cancel_futures=True)
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         try:
@@ -139,6 +256,14 @@ class Lifecycle:
         except grpc.RpcError as exc:
             logger.info("cancel of task %s on %s failed: %s", task_id.hex()[:16], sent.address, exc)
             return state
+
+
+def job_cancelled(job_id: bytes) -> str:
+    """The error text of a task cancelled because its driver exited."""
+    return (
+        f"the task was cancelled before it ran: the driver of job {job_id.hex()} that "
+        "submitted it exited"
+    )
 
 
 def cancel_elsewhere(node_id: bytes, task_id: bytes, force: bool) -> str:

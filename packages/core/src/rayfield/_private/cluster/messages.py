@@ -176,6 +176,8 @@ def _build_forward(
     resources = _vector(b, SubmitTaskRequest.SubmitTaskRequestStartResourcesVector, res_offs)
     deps = _id_vector(b, SubmitTaskRequest.StartDependenciesVector, spec.get("dependencies", []))
     rets = _id_vector(b, SubmitTaskRequest.StartReturnIdsVector, spec.get("return_ids", []))
+    handles = spec.get("actor_handles") or []
+    handles_off = _id_vector(b, SubmitTaskRequest.StartActorHandlesVector, handles)
     SubmitTaskRequest.SubmitTaskRequestStart(b)
     SubmitTaskRequest.SubmitTaskRequestAddTaskId(b, _create_id(b, spec["task_id"]))
     SubmitTaskRequest.SubmitTaskRequestAddResources(b, resources)
@@ -190,6 +192,8 @@ def _build_forward(
     SubmitTaskRequest.SubmitTaskRequestAddPayload(b, payload_off)
     SubmitTaskRequest.SubmitTaskRequestAddReturnIds(b, rets)
     SubmitTaskRequest.SubmitTaskRequestAddMaxRetries(b, int(spec.get("max_retries", 0)))
+    if handles:
+        SubmitTaskRequest.SubmitTaskRequestAddActorHandles(b, handles_off)
     task = SubmitTaskRequest.SubmitTaskRequestEnd(b)
     ForwardTaskRequest.ForwardTaskRequestStart(b)
     ForwardTaskRequest.ForwardTaskRequestAddOrigin(b, origin_off)
@@ -221,6 +225,7 @@ def _read_forward(r: Any) -> tuple[str, dict[str, Any], list[bytes]]:
         "sequence_no": int(t.SequenceNo()),
         "return_ids": _read_ids(t.ReturnIdsLength(), t.ReturnIds),
         "max_retries": int(t.MaxRetries()),
+        "actor_handles": _read_ids(t.ActorHandlesLength(), t.ActorHandles),
     }
     return _text(r.Origin()), spec, _read_ids(r.PushedLength(), r.Pushed)
 

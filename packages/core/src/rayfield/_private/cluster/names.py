@@ -1,4 +1,9 @@
-"""Named actors in a cluster: the GCS actor table holds each name, once per namespace.
+"""Actors in a cluster's GCS actor table, named or not; each name once per namespace.
+
+Every actor created in a cluster is recorded by its creator (``register``, before its
+creation task is submitted) and kept current by the node that hosts it: ALIVE once its
+constructor ran, RESTARTING while it is created again, DEAD at its final death
+(``lifecycle.py``), so the state API finds every actor without task events.
 
 In a cluster, creating an actor with ``name=`` first registers the name in the GCS
 (``RegisterActor``, which refuses a name held by a live actor), so two nodes cannot both
@@ -15,9 +20,12 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger("rayfield")
 
 __all__ = ["client", "gcs_address", "lookup", "mark_dead", "register", "sessions_root"]
 
@@ -56,10 +64,15 @@ def register(
     methods: dict[str, int],
     class_name: str,
 ) -> None:
-    """Take ``name`` for ``actor_id`` in the cluster.
+    """Record ``actor_id`` in the cluster's actor table (PENDING_CREATION; its node
+    records it ALIVE once created), taking ``name`` when one is given.
+
+    An unnamed actor whose record fails (the GCS does not answer) is created anyway: a
+    warning is logged, and its node records it once created.
 
     Raises:
         ValueError: when a live actor holds the name already.
+        GcsError: when a named actor cannot be recorded.
     """
     from rayfield._private.gcs.errors import GcsAlreadyExistsError
     from rayfield._private.gcs.types import ActorInfo, ActorState
@@ -77,6 +90,10 @@ def register(
         client(address).register_actor(info)
     except GcsAlreadyExistsError as exc:
         raise ValueError(f"{exc} (or pass get_if_exists=True)") from None
+    except Exception as exc:
+        if name:
+            raise
+        logger.warning("could not record actor %s in the GCS: %s", actor_id.hex()[:16], exc)
 
 
 def lookup(address: str, name: str, namespace: str) -> tuple[bytes, dict[str, int], str] | None:

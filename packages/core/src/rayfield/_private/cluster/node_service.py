@@ -23,11 +23,18 @@ Methods:
     KillActor: kill an actor hosted here (``rayfield.kill`` from another node).
     CancelTask: cancel a task queued or running here, or where this node forwarded it
         (``rayfield.cancel``; ``lifecycle.py``).
+    ActorsHeld: whether this node holds a handle to each actor (asked by an actor's home
+        before it ends the actor; ``_private/actor_scope.py``).
+    ActorsReleased: the calling node holds no handle to these actors (homed here) any more.
+    CancelJob: the driver of a job exited: cancel its tasks queued here (``lifecycle.py``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +56,9 @@ STREAMING_METHODS = frozenset({f"/{SERVICE}/PullObject"})
 CHUNK_BYTES = 4 << 20
 MAX_WAIT_MS = 5000  # longest HasObjects long poll
 FETCH_INLINE_TOTAL_BYTES = 8 << 20  # objects carried whole in one FetchObjects reply
+# Tests only: the first ForwardTasks call answers this many seconds late (after queueing
+# its tasks), as a peer under load would; the sender's retry must not run them twice.
+LATE_FIRST_FORWARD_S = float(os.environ.get("RAYFIELD_TEST_LATE_FORWARD_S") or 0.0)
 
 
 def _raw(b: bytes) -> bytes:
@@ -60,6 +70,7 @@ class NodeService:
 
     def __init__(self, agent: NodeAgent) -> None:
         self.agent = agent
+        self._late = threading.Event()  # LATE_FIRST_FORWARD_S was served
 
     def handler(self) -> grpc.GenericRpcHandler:
         unary = {
@@ -73,6 +84,9 @@ class NodeService:
             "ReadLog": self.read_log,
             "KillActor": self.kill_actor,
             "CancelTask": self.cancel_task,
+            "ActorsHeld": self.actors_held,
+            "ActorsReleased": self.actors_released,
+            "CancelJob": self.cancel_job,
         }
         handlers: dict[str, grpc.RpcMethodHandler] = {
             name: grpc.unary_unary_rpc_method_handler(
@@ -131,6 +145,11 @@ class NodeService:
                 logger.warning("refused a forwarded task: %s", exc)
                 refused = f"{type(exc).__name__}: {exc}"
                 replies.append(refused)
+        if any(spec.get("actor_id") or spec.get("actor_handles") for _, spec, _ in tasks):
+            self.agent.counted()  # the sender drops its holds of these actors on our reply
+        if LATE_FIRST_FORWARD_S > 0 and not self._late.is_set():
+            self._late.set()
+            time.sleep(LATE_FIRST_FORWARD_S)
         return messages.encode_forward_batch_reply(replies)
 
     def fetch_objects(self, raw: bytes) -> bytes:
@@ -183,6 +202,22 @@ class NodeService:
         state = self.agent.lifecycle.cancel(req["task_id"], req["force"], int(req["hops"]))
         return codec.encode("RemoteCancelTaskReply", {"state": state})
 
+    def cancel_job(self, raw: bytes) -> bytes:
+        job_id = codec.decode("CancelJobRequest", raw)["job_id"]
+        if not 0 < len(job_id) <= messages.ID_SIZE:
+            raise messages.MalformedMessage(f"a job id is 1 to {messages.ID_SIZE} bytes")
+        return codec.encode(
+            "CancelJobReply", {"cancelled": self.agent.lifecycle.cancel_job(job_id)}
+        )
+
+    def actors_held(self, raw: bytes) -> bytes:
+        ids = messages.decode_ids(raw)[0]
+        return messages.encode_present(self.agent.node.server.actors_held(ids))
+
+    def actors_released(self, raw: bytes) -> bytes:
+        self.agent.lifecycle.peers_released(messages.decode_ids(raw)[0])
+        return messages.encode_present([])
+
     def push_object(self, raw: bytes) -> bytes:
         object_id, sender, size, meta, data = messages.decode_push(raw)
         held = self.agent.receive_push(object_id, sender, size, meta, data)
@@ -219,6 +254,9 @@ class NodeStub:
         self._read_log = call(f"/{SERVICE}/ReadLog")
         self._kill_actor = call(f"/{SERVICE}/KillActor")
         self._cancel_task = call(f"/{SERVICE}/CancelTask")
+        self._actors_held = call(f"/{SERVICE}/ActorsHeld")
+        self._actors_released = call(f"/{SERVICE}/ActorsReleased")
+        self._cancel_job = call(f"/{SERVICE}/CancelJob")
         self._pull = channel.unary_stream(f"/{SERVICE}/PullObject")
 
     def forward_batch(
@@ -330,6 +368,29 @@ class NodeStub:
             timeout=timeout_s,
         )
         return bool(codec.decode("RemoteKillActorReply", raw)["killed"])
+
+    def cancel_job(self, job_id: bytes, timeout_s: float = 10.0) -> int:
+        """The driver of ``job_id`` exited: that node cancels its queued tasks (and those
+        forwarded to it later); returns how many it cancelled."""
+        raw = self._cancel_job(
+            codec.encode("CancelJobRequest", {"job_id": job_id}),
+            metadata=self.metadata,
+            timeout=timeout_s,
+        )
+        return int(codec.decode("CancelJobReply", raw)["cancelled"])
+
+    def actors_held(self, actor_ids: list[bytes], timeout_s: float = 10.0) -> list[bool]:
+        """Whether that node holds a handle to each actor."""
+        raw = self._actors_held(
+            messages.encode_ids(actor_ids), metadata=self.metadata, timeout=timeout_s
+        )
+        return list(messages.decode_present(raw))
+
+    def actors_released(self, actor_ids: list[bytes], timeout_s: float = 10.0) -> None:
+        """Tell that node (the actors' home) that this node holds no handle to them."""
+        self._actors_released(
+            messages.encode_ids(actor_ids), metadata=self.metadata, timeout=timeout_s
+        )
 
     def cancel_task(
         self, task_id: bytes, force: bool, hops: int = 4, timeout_s: float = 10.0

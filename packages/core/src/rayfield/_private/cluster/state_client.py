@@ -257,9 +257,9 @@ class StateClient:
         return out
 
     def actors(self) -> list[dict[str, Any]]:
-        """Every actor: those the GCS records (named, detached, moved between nodes) and
-        those the task events show created. Class and worker pid come from the events;
-        an actor only the events know is ALIVE while its worker process runs."""
+        """Every actor: those the GCS records (every actor of the cluster, with its state)
+        and those the task events show created (events add the worker pid; an actor only
+        the events know, from before its record, is ALIVE while its worker runs)."""
         created = {e["actor"]: e for e in self.task_events() if _events.is_actor_creation(e)}
         infos = self.gcs.get_nodes()
         nodes = {n.node_id.hex(): n.address for n in infos}

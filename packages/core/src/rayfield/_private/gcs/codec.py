@@ -174,6 +174,8 @@ SPECS: dict[str, dict[str, Any]] = {
     "RemoteKillActorReply": {"killed": BOOL, "message": STR},
     "RemoteCancelTaskRequest": {"task_id": BYTES, "force": BOOL, "hops": INT},
     "RemoteCancelTaskReply": {"state": STR},
+    "CancelJobRequest": {"job_id": BYTES},
+    "CancelJobReply": {"cancelled": INT},
 }
 
 RECORDS: dict[str, Callable[..., Any]] = {

@@ -39,6 +39,7 @@ class Body(object):
     CancelTaskReply = 33
     NodeStateRequest = 34
     NodeStateReply = 35
+    ActorHandlesRequest = 36
 
 def BodyCreator(unionType, table):
     from flatbuffers.table import Table
@@ -149,4 +150,7 @@ def BodyCreator(unionType, table):
     if unionType == Body.NodeStateReply:
         import rayfield.store.protocol.fb.NodeStateReply
         return rayfield.store.protocol.fb.NodeStateReply.NodeStateReplyT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Body.ActorHandlesRequest:
+        import rayfield.store.protocol.fb.ActorHandlesRequest
+        return rayfield.store.protocol.fb.ActorHandlesRequest.ActorHandlesRequestT.InitFromBuf(table.Bytes, table.Pos)
     return None

@@ -239,8 +239,33 @@ class SubmitTaskRequest(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # Actors whose handles travel in the task's arguments: the node counts them as held
+    # until the task finishes, so the receiver registers its own handle first.
+    # SubmitTaskRequest
+    def ActorHandles(self, j: int) -> Optional[UniqueID]:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 20
+            obj = UniqueID()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # SubmitTaskRequest
+    def ActorHandlesLength(self) -> int:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # SubmitTaskRequest
+    def ActorHandlesIsNone(self) -> bool:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        return o == 0
+
 def SubmitTaskRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(15)
+    builder.StartObject(16)
 
 def Start(builder: flatbuffers.Builder):
     SubmitTaskRequestStart(builder)
@@ -365,6 +390,18 @@ def SubmitTaskRequestAddDetached(builder: flatbuffers.Builder, detached: bool):
 def AddDetached(builder: flatbuffers.Builder, detached: bool):
     SubmitTaskRequestAddDetached(builder, detached)
 
+def SubmitTaskRequestAddActorHandles(builder: flatbuffers.Builder, actorHandles: int):
+    builder.PrependUOffsetTRelativeSlot(15, flatbuffers.number_types.UOffsetTFlags.py_type(actorHandles), 0)
+
+def AddActorHandles(builder: flatbuffers.Builder, actorHandles: int):
+    SubmitTaskRequestAddActorHandles(builder, actorHandles)
+
+def SubmitTaskRequestStartActorHandlesVector(builder, numElems: int) -> int:
+    return builder.StartVector(20, numElems, 1)
+
+def StartActorHandlesVector(builder, numElems: int) -> int:
+    return SubmitTaskRequestStartActorHandlesVector(builder, numElems)
+
 def SubmitTaskRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
 
@@ -398,6 +435,7 @@ class SubmitTaskRequestT(object):
         pinReturns = False,
         resumeSequence = False,
         detached = False,
+        actorHandles = None,
     ):
         self.taskId = taskId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
         self.resources = resources  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
@@ -414,6 +452,7 @@ class SubmitTaskRequestT(object):
         self.pinReturns = pinReturns  # type: bool
         self.resumeSequence = resumeSequence  # type: bool
         self.detached = detached  # type: bool
+        self.actorHandles = actorHandles  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -488,6 +527,14 @@ class SubmitTaskRequestT(object):
         self.pinReturns = submitTaskRequest.PinReturns()
         self.resumeSequence = submitTaskRequest.ResumeSequence()
         self.detached = submitTaskRequest.Detached()
+        if not submitTaskRequest.ActorHandlesIsNone():
+            self.actorHandles = []
+            for i in range(submitTaskRequest.ActorHandlesLength()):
+                if submitTaskRequest.ActorHandles(i) is None:
+                    self.actorHandles.append(None)
+                else:
+                    uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(submitTaskRequest.ActorHandles(i))
+                    self.actorHandles.append(uniqueID_)
 
     # SubmitTaskRequestT
     def Pack(self, builder):
@@ -522,6 +569,11 @@ class SubmitTaskRequestT(object):
             for i in reversed(range(len(self.pins))):
                 self.pins[i].Pack(builder)
             pins = builder.EndVector()
+        if self.actorHandles is not None:
+            SubmitTaskRequestStartActorHandlesVector(builder, len(self.actorHandles))
+            for i in reversed(range(len(self.actorHandles))):
+                self.actorHandles[i].Pack(builder)
+            actorHandles = builder.EndVector()
         SubmitTaskRequestStart(builder)
         if self.taskId is not None:
             taskId = self.taskId.Pack(builder)
@@ -549,5 +601,7 @@ class SubmitTaskRequestT(object):
         SubmitTaskRequestAddPinReturns(builder, self.pinReturns)
         SubmitTaskRequestAddResumeSequence(builder, self.resumeSequence)
         SubmitTaskRequestAddDetached(builder, self.detached)
+        if self.actorHandles is not None:
+            SubmitTaskRequestAddActorHandles(builder, actorHandles)
         submitTaskRequest = SubmitTaskRequestEnd(builder)
         return submitTaskRequest
