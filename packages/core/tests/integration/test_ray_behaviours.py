@@ -167,9 +167,9 @@ def test_cancelled_queued_task_never_runs(one_cpu: Any, tmp_path: Path) -> None:
 
 
 @rf.remote(num_cpus=0)
-def parent(marker: str) -> Any:
+def parent(marker: str, how: str = "get") -> Any:
     child = spin.remote(marker)
-    return rf.get(child)
+    return rf.get(child) if how == "get" else rf.wait([child])
 
 
 def test_recursive_cancel_reaches_the_tasks_a_task_submitted(one_cpu: Any, tmp_path: Path) -> None:
@@ -184,9 +184,10 @@ def test_recursive_cancel_reaches_the_tasks_a_task_submitted(one_cpu: Any, tmp_p
     assert psutil.Process(child_pid).status() != "zombie"
 
 
-def test_non_recursive_cancel_leaves_the_children(one_cpu: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["get", "wait"])
+def test_non_recursive_cancel_leaves_the_children(one_cpu: Any, tmp_path: Path, how: str) -> None:
     marker = tmp_path / "child"
-    ref = parent.remote(str(marker))
+    ref = parent.remote(str(marker), how)  # blocked in rf.get / rf.wait when cancelled
     _wait_for(marker)
     rf.cancel(ref, recursive=False)
     with pytest.raises(TaskCancelledError):
