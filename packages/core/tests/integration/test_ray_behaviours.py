@@ -78,6 +78,27 @@ def test_retry_exceptions_list_retries_only_the_listed_classes(
     assert rf.get(ref, timeout=30) == 2
 
 
+@rf.remote(retry_exceptions=True)
+def crashes_then_fails_then_succeeds(log: str) -> int:
+    with open(log, "a") as f:
+        f.write("x")
+    n = len(Path(log).read_text())
+    if n == 1:
+        os._exit(1)  # the worker dies: a retry
+    if n == 2:
+        raise Flaky("attempt 2")  # an exception: a retry from the same budget
+    return n
+
+
+def test_worker_deaths_and_exceptions_share_max_retries(one_cpu: Any, tmp_path: Path) -> None:
+    ok = crashes_then_fails_then_succeeds.options(max_retries=2).remote(str(tmp_path / "a"))
+    assert rf.get(ok, timeout=60) == 3
+    short = crashes_then_fails_then_succeeds.options(max_retries=1).remote(str(tmp_path / "b"))
+    with pytest.raises(Flaky):
+        rf.get(short, timeout=60)
+    assert _attempts(tmp_path / "b") == 2
+
+
 def test_exceptions_are_not_retried_by_default(one_cpu: Any, tmp_path: Path) -> None:
     log = tmp_path / "e.log"
     ref = fails_then_succeeds.options(retry_exceptions=False).remote(str(log), 1)
