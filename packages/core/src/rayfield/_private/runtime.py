@@ -33,7 +33,7 @@ __all__ = ["ArgRef", "Runtime", "get_runtime", "set_runtime"]
 INLINE_ARGS_BYTES = 100 << 10  # larger arguments travel through the store
 STAGED_RESULT_BYTES = 64 << 10  # a worker's results up to this size travel with task_done
 STAGED_TOTAL_BYTES = 1 << 20  # and up to this much in all per task
-GET_SLICE_S = 0.5  # a worker's blocking get wakes this often to let a cancel in
+GET_SLICE_S = 0.5  # a worker's blocking get or wait wakes this often to let a cancel in
 ERROR_TAGS = (b"ERROR", b"WORKER_DIED", b"ACTOR_DIED", b"CANCELLED", b"LOST", b"OUT_OF_MEMORY")
 
 
