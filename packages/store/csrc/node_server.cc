@@ -669,13 +669,7 @@ void NodeServer::HandleSubmit(Conn& c, uint64_t seq, const fb::SubmitTaskRequest
   for (const UniqueID& a : rec.held_actors) HoldActor(a);
   if (rec.retries_left != 0 && !rec.actor_task) rec.retry_spec = std::make_unique<TaskSpec>(spec);
   UniqueID task_id = spec.task_id;
-  if (c.worker) {  // submitted by a running task: its child, for a recursive cancel
-    auto parent = running_plain_.find(c.id);
-    if (parent != running_plain_.end()) {
-      auto p = tasks_.find(parent->second);
-      if (p != tasks_.end()) p->second.children.push_back(task_id);
-    }
-  }
+  if (c.worker) RecordChild(c.id, task_id);
   tasks_[task_id] = std::move(rec);
   if (spec.actor_creation) {
     ActorRecord& actor = actors_[spec.actor_id];
@@ -725,17 +719,7 @@ bool NodeServer::HandleWorkerMessage(Conn& c, uint64_t seq, const fb::Message* m
     }
     scheduler_->TaskFinished(c.id, task_id);
     running_plain_.erase(c.id);
-    auto rec = tasks_.find(task_id);
-    bool cancelled = rec != tasks_.end() && rec->second.cancelled;
-    if (cancelled) {  // interrupted (or it finished first: its results stay)
-      FailTask(task_id, "CANCELLED", "the task was cancelled while it ran (task " + task_id.Hex() + ")");
-    } else if (done->retry() && !RetryTask(task_id, "an exception its retry_exceptions allow")) {
-      FailTask(task_id, "WORKER_DIED",
-               "the task asked for a retry after an exception but none is left (task " +
-                   task_id.Hex() + ")");
-    } else if (!done->retry()) {
-      FinishTask(task_id);
-    }
+    EndRun(task_id, done->retry());
     if (done->exiting()) {
       c.worker = false;
       scheduler_->RemoveWorker(c.id);

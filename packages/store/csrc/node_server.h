@@ -193,6 +193,11 @@ class NodeServer {
   void HandleWait(Conn& c, uint64_t seq, const fb::WaitRequest* r);
   void Park(std::unique_ptr<PendingGet> g, int64_t timeout_ms);
   void FinishTask(const UniqueID& task_id);
+  // A worker reported the end of a run: finish the task, fail it (cancelled meanwhile),
+  // or run it again (`retry`: an exception its retry_exceptions allow).
+  void EndRun(const UniqueID& task_id, bool retry);
+  // `task_id` was submitted by worker `worker`: a child of the plain task it runs.
+  void RecordChild(ClientID worker, const UniqueID& task_id);
   void HandleWorkerLost(const WorkerLost& lost);
   void ActorGone(const UniqueID& actor_id);
   void OwnerGone(ClientID client, int pid);

@@ -124,6 +124,26 @@ void NodeServer::HandleWorkerLost(const WorkerLost& lost) {
   if (!lost.actor_id.IsNil()) ActorGone(lost.actor_id);
 }
 
+void NodeServer::EndRun(const UniqueID& task_id, bool retry) {
+  auto rec = tasks_.find(task_id);
+  if (rec != tasks_.end() && rec->second.cancelled) {  // interrupted, or it finished first
+    FailTask(task_id, "CANCELLED", "the task was cancelled while it ran (task " + task_id.Hex() + ")");
+  } else if (!retry) {
+    FinishTask(task_id);
+  } else if (!RetryTask(task_id, "an exception its retry_exceptions allow")) {
+    FailTask(task_id, "WORKER_DIED",
+             "the task asked for a retry after an exception but none is left (task " +
+                 task_id.Hex() + ")");
+  }
+}
+
+void NodeServer::RecordChild(ClientID worker, const UniqueID& task_id) {
+  auto parent = running_plain_.find(worker);
+  if (parent == running_plain_.end()) return;
+  auto p = tasks_.find(parent->second);
+  if (p != tasks_.end()) p->second.children.push_back(task_id);
+}
+
 bool NodeServer::RetryTask(const UniqueID& task_id, const std::string& why) {
   auto it = tasks_.find(task_id);
   if (it == tasks_.end()) return false;

@@ -78,6 +78,27 @@ def test_retry_exceptions_list_retries_only_the_listed_classes(
     assert rf.get(ref, timeout=30) == 2
 
 
+@rf.remote(retry_exceptions=True)
+def crashes_then_fails_then_succeeds(log: str) -> int:
+    with open(log, "a") as f:
+        f.write("x")
+    n = len(Path(log).read_text())
+    if n == 1:
+        os._exit(1)  # the worker dies: a retry
+    if n == 2:
+        raise Flaky("attempt 2")  # an exception: a retry from the same budget
+    return n
+
+
+def test_worker_deaths_and_exceptions_share_max_retries(one_cpu: Any, tmp_path: Path) -> None:
+    ok = crashes_then_fails_then_succeeds.options(max_retries=2).remote(str(tmp_path / "a"))
+    assert rf.get(ok, timeout=60) == 3
+    short = crashes_then_fails_then_succeeds.options(max_retries=1).remote(str(tmp_path / "b"))
+    with pytest.raises(Flaky):
+        rf.get(short, timeout=60)
+    assert _attempts(tmp_path / "b") == 2
+
+
 def test_exceptions_are_not_retried_by_default(one_cpu: Any, tmp_path: Path) -> None:
     log = tmp_path / "e.log"
     ref = fails_then_succeeds.options(retry_exceptions=False).remote(str(log), 1)
@@ -87,7 +108,7 @@ def test_exceptions_are_not_retried_by_default(one_cpu: Any, tmp_path: Path) -> 
 
 
 def test_retry_exceptions_rejects_other_values() -> None:
-    for bad in ("yes", 1, [KeyError, "x"], [], [int]):
+    for bad in ("yes", 1, [KeyError, "x"], [int], 0.5):
         with pytest.raises(TypeError, match="retry_exceptions"):
             rf.remote(retry_exceptions=bad)(lambda: None)
     with pytest.raises(TypeError, match="retry_exceptions"):
@@ -167,9 +188,9 @@ def test_cancelled_queued_task_never_runs(one_cpu: Any, tmp_path: Path) -> None:
 
 
 @rf.remote(num_cpus=0)
-def parent(marker: str) -> Any:
+def parent(marker: str, how: str = "get") -> Any:
     child = spin.remote(marker)
-    return rf.get(child)
+    return rf.get(child) if how == "get" else rf.wait([child])
 
 
 def test_recursive_cancel_reaches_the_tasks_a_task_submitted(one_cpu: Any, tmp_path: Path) -> None:
@@ -184,9 +205,10 @@ def test_recursive_cancel_reaches_the_tasks_a_task_submitted(one_cpu: Any, tmp_p
     assert psutil.Process(child_pid).status() != "zombie"
 
 
-def test_non_recursive_cancel_leaves_the_children(one_cpu: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["get", "wait"])
+def test_non_recursive_cancel_leaves_the_children(one_cpu: Any, tmp_path: Path, how: str) -> None:
     marker = tmp_path / "child"
-    ref = parent.remote(str(marker))
+    ref = parent.remote(str(marker), how)  # blocked in rf.get / rf.wait when cancelled
     _wait_for(marker)
     rf.cancel(ref, recursive=False)
     with pytest.raises(TaskCancelledError):

@@ -18,7 +18,8 @@ class AppError(Exception):
 def test_check_accepts_bools_and_exception_classes() -> None:
     assert task_retry.check(True) is True and task_retry.check(False) is False
     assert task_retry.check([KeyError, AppError]) == (KeyError, AppError)
-    for bad in (None, 1, "yes", [], [KeyError, 3], [int], (ValueError, "x")):
+    assert task_retry.check([]) == () and task_retry.check(None) is False
+    for bad in (1, "yes", [KeyError, 3], [int], (ValueError, "x")):
         with pytest.raises(TypeError, match="retry_exceptions must be"):
             task_retry.check(bad)
 

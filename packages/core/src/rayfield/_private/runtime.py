@@ -34,7 +34,7 @@ __all__ = ["ArgRef", "Runtime", "get_runtime", "set_runtime"]
 INLINE_ARGS_BYTES = 100 << 10  # larger arguments travel through the store
 STAGED_RESULT_BYTES = 64 << 10  # a worker's results up to this size travel with task_done
 STAGED_TOTAL_BYTES = 1 << 20  # and up to this much in all per task
-GET_SLICE_S = 0.5  # a worker's blocking get wakes this often to let a cancel in
+GET_SLICE_S = 0.5  # a worker's blocking get or wait wakes this often to let a cancel in
 ERROR_TAGS = (b"ERROR", b"WORKER_DIED", b"ACTOR_DIED", b"CANCELLED", b"LOST", b"OUT_OF_MEMORY")
 
 
@@ -242,10 +242,20 @@ class Runtime:
         self, refs: Sequence[ObjectRef], num_returns: int, timeout_s: float | None
     ) -> tuple[list[ObjectRef], list[ObjectRef]]:
         self.refs.flush()
-        try:
-            flags = self.client.wait([r.binary() for r in refs], num_returns, timeout_s)
-        except StoreGetTimeout:
-            flags = [False] * len(refs)
+        ids = [r.binary() for r in refs]
+        # A worker waits in slices, as in _blocking_get, so that a cancel reaches its task.
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            step = left
+            if self.is_worker and (left is None or left > GET_SLICE_S):
+                step = GET_SLICE_S
+            try:
+                flags = self.client.wait(ids, num_returns, step)
+            except StoreGetTimeout:
+                flags = [False] * len(refs)
+            if sum(flags) >= num_returns or step is None or step == left:
+                break
         ready = [r for r, f in zip(refs, flags) if f][:num_returns]
         chosen = set(map(id, ready))
         return ready, [r for r in refs if id(r) not in chosen]

@@ -30,7 +30,8 @@ def check(value: Any) -> RetryExceptions:
     """Validate a ``retry_exceptions`` option.
 
     Args:
-        value: ``True``, ``False``, or a non-empty list or tuple of exception classes.
+        value: ``True``, ``False``, or a list or tuple of exception classes (empty:
+            none is retried, as ``False``); None means the default, False.
 
     Returns:
         The bool, or the classes as a tuple.
@@ -38,12 +39,12 @@ def check(value: Any) -> RetryExceptions:
     Raises:
         TypeError: anything else (the message says what is accepted).
     """
+    if value is None:  # as Ray's options: None is the default
+        return False
     if isinstance(value, bool):
         return value
-    if (
-        isinstance(value, (list, tuple))
-        and value
-        and all(isinstance(c, type) and issubclass(c, BaseException) for c in value)
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(c, type) and issubclass(c, BaseException) for c in value
     ):
         return tuple(value)
     raise TypeError(
