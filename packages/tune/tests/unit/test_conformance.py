@@ -15,6 +15,7 @@ from simulator import Simulator, make_runner
 
 from rayfield import tune
 from rayfield.tune.schedulers import (
+    PB2,
     AsyncHyperBandScheduler,
     FIFOScheduler,
     HyperBandScheduler,
@@ -45,6 +46,15 @@ SCHEDULERS = {
         mode="max",
         perturbation_interval=3,
         hyperparam_mutations={"q": [0.1, 0.5, 0.9]},
+        seed=0,
+    ),
+    "pb2": lambda: PB2(
+        time_attr="training_iteration",
+        metric="m",
+        mode="max",
+        perturbation_interval=3,
+        hyperparam_bounds={"q": [0.1, 0.9]},
+        num_candidates=100,
         seed=0,
     ),
 }
