@@ -333,3 +333,26 @@ def test_registered_trainable_and_run_experiments(tmp_path):
     assert sorted(t.last_result["v"] for t in trials) == [2, 4]
     with pytest.raises(tune.TuneError, match="unknown trainable"):
         tune.run("not-registered", verbose=0)
+
+
+def test_export_formats_write_the_model_and_a_checkpoint(tmp_path):
+    class Exporting(Counter):
+        def _export_model(self, export_formats, export_dir):
+            path = os.path.join(export_dir, "model.txt")
+            with open(path, "w") as f:
+                f.write(str(self.total))
+            return {"model": path}
+
+    [trial] = tune.run(
+        Exporting,
+        name="export",
+        config={"inc": 2},
+        stop={"training_iteration": 3},
+        export_formats=["model", "checkpoint"],
+        local_dir=str(tmp_path),
+        verbose=0,
+        return_trials=True,
+    )
+    export = Path(trial.logdir, "export")
+    assert (export / "model.txt").read_text() == "6"
+    assert (export / "checkpoint_3" / ".tune_metadata").exists()

@@ -80,6 +80,8 @@ class Simulator:
                     d.checkpoint.value = {"iter": self.iteration[t.trial_id]}
                 else:
                     self.disk[d.checkpoint.value] = self.iteration[t.trial_id]
+            elif d.kind == "export":
+                pass
             elif d.kind == "delete":
                 assert d.checkpoint is not None
                 self.disk.pop(d.checkpoint.value, None)

@@ -10,6 +10,7 @@ per call (``train_buffered``).
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections import defaultdict
@@ -214,6 +215,12 @@ class ActorExecutor:
             "relpath": ".",
         }
         write_checkpoint_dir({"files": d.data["files"], "meta": meta}, d.checkpoint.value)
+
+    def _do_export(self, d: Decision) -> None:
+        handle = self._actors.get(d.trial.trial_id)
+        if handle is not None:
+            export_dir = os.path.join(d.trial.logdir, "export")
+            rayfield.get(handle.export_model.remote(d.trial.export_formats, export_dir))
 
     def _do_delete(self, d: Decision) -> None:
         if d.checkpoint is not None and isinstance(d.checkpoint.value, str):

@@ -112,6 +112,10 @@ def run(
         raise_on_failed_trial: raise TuneError if a trial ends in ERROR.
         return_trials: return the list of trials instead of the analysis.
         max_concurrent_trials: at most this many trials at once.
+        queue_trials: when nothing runs, launch a trial the cluster cannot hold yet (its
+            actor waits for resources, e.g. from an autoscaler) instead of failing.
+        export_formats: ``"checkpoint"`` and/or ``"model"``, exported into
+            ``<trial dir>/export`` when a trial ends.
         global_checkpoint_period: seconds between state saves (default adaptive).
         with_server, server_port: serve the trials over REST on loopback (see
             :mod:`rayfield.tune.web_server`; 0 picks a free port).
@@ -192,6 +196,7 @@ def run(
         cluster_resources=_cluster_resources(),
         experiment_dir=experiment.path,
         max_pending=1,
+        queue_trials=queue_trials,
     )
     if _should_resume(resume, experiment.path):
         _restore_runner(runner, search_alg, experiment)
