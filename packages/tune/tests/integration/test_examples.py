@@ -34,3 +34,10 @@ def test_pbt_example_beats_fixed_learning_rates(tmp_path):
 
     out = pbt_example.main(smoke_test=True, storage_path=str(tmp_path))
     assert out["perturbations"] > 0 and out["ok"], out
+
+
+def test_bayesopt_example_finds_the_optimum(tmp_path):
+    import bayesopt_example
+
+    out = bayesopt_example.main(smoke_test=True, storage_path=str(tmp_path))
+    assert out["ok"], out
