@@ -25,6 +25,7 @@ from rayfield.tune.schedulers import (
 from rayfield.tune.search import ConcurrencyLimiter, Repeater, SearchGenerator
 from rayfield.tune.search.bayesopt import GPSearch
 from rayfield.tune.search.hyperopt import HyperOptSearch
+from rayfield.tune.search.nevergrad import NevergradSearch
 from rayfield.tune.search.optuna import OptunaSearch
 from rayfield.tune.trial import Trial
 
@@ -86,6 +87,7 @@ SPACE = {"x": tune.uniform(-1, 1), "n": tune.randint(1, 4), "c": tune.choice(["a
 SEARCHERS = {
     "gp": lambda: GPSearch(metric="m", mode="max", random_state=0, n_initial_points=3),
     "optuna": lambda: OptunaSearch(metric="m", mode="max", seed=0),
+    "nevergrad": lambda: NevergradSearch(metric="m", mode="max", budget=10),
     "hyperopt": lambda: HyperOptSearch(
         metric="m", mode="max", random_state_seed=0, n_initial_points=3
     ),
