@@ -26,6 +26,8 @@ from rayfield.tune.trial import Resources, Trial, TrialCheckpoint
 
 __all__ = ["ActorExecutor"]
 
+_DRAIN_TIMEOUT_S = 30.0
+
 
 def _supports_reset(cls: type) -> bool:
     reset = getattr(cls, "reset_config", None)
@@ -163,7 +165,9 @@ class ActorExecutor:
         if d.trial.status == Trial.RUNNING and d.trial.trial_id in self._actors:
             self._train(d.trial)
 
-    def _release(self, trial: Trial, error: bool) -> None:
+    def _release(self, trial: Trial, error: bool, wait_for: Any = None) -> None:
+        """Free ``trial``'s actor: cache it for reuse, or end it once ``wait_for`` (a
+        pending save) and its ``stop`` are done; kill it at once after an error."""
         handle = self._actors.pop(trial.trial_id, None)
         key = self._keys.pop(trial.trial_id, None)
         busy = trial.trial_id in self._busy
@@ -176,20 +180,24 @@ class ActorExecutor:
         if error or busy or key is None:
             _kill(handle)
             return
-        handle.stop.remote()
+        stop_ref = handle.stop.remote()
         if self.reuse_actors and _supports_reset(get_trainable_cls(key[0])):
             self._cache[key].append(handle)
-        else:
-            _kill(handle)
+            return
+        # A kill fails the actor's pending calls: let the save and the cleanup finish.
+        pending = [r for r in (wait_for, stop_ref) if r is not None]
+        rayfield.wait(pending, num_returns=len(pending), timeout=_DRAIN_TIMEOUT_S)
+        _kill(handle)
 
     def _do_stop(self, d: Decision) -> None:
         self._release(d.trial, d.error)
 
     def _do_pause(self, d: Decision) -> None:
         handle = self._actors.get(d.trial.trial_id)
+        ref = None
         if handle is not None and d.checkpoint is not None:
-            d.checkpoint.value = handle.save_to_object.remote()
-        self._release(d.trial, False)
+            ref = d.checkpoint.value = handle.save_to_object.remote()
+        self._release(d.trial, False, wait_for=ref)
 
     def _do_save(self, d: Decision) -> None:
         handle = self._actors.get(d.trial.trial_id)
