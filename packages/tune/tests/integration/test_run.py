@@ -356,3 +356,49 @@ def test_export_formats_write_the_model_and_a_checkpoint(tmp_path):
     export = Path(trial.logdir, "export")
     assert (export / "model.txt").read_text() == "6"
     assert (export / "checkpoint_3" / ".tune_metadata").exists()
+
+
+def test_trial_name_creator_pinned_objects_and_custom_loggers(tmp_path):
+    from rayfield.tune.logger import DEFAULT_LOGGERS, Logger
+    from rayfield.tune.util import get_pinned_object, pin_in_object_store
+
+    seen: list[float] = []
+
+    class Collect(Logger):
+        def on_result(self, result):
+            seen.append(result["v"])
+
+    pinned = pin_in_object_store(list(range(1000)))
+
+    def f(config):
+        tune.report(v=float(sum(get_pinned_object(pinned))) * config["a"])
+
+    trials = tune.run(
+        f,
+        name="named",
+        config={"a": tune.grid_search([1, 2])},
+        trial_name_creator=lambda t: f"custom_{t.config['a']}",
+        loggers=(*DEFAULT_LOGGERS, Collect),
+        local_dir=str(tmp_path),
+        verbose=2,
+        return_trials=True,
+    )
+    assert [str(t) for t in trials] == ["custom_1", "custom_2"]
+    assert all(os.path.basename(t.logdir).startswith(str(t)) for t in trials)
+    assert sorted(seen) == [499500.0, 999000.0]
+
+
+def test_time_budget_stops_the_experiment(tmp_path):
+    import time
+
+    def forever(config):
+        while True:
+            time.sleep(0.02)
+            tune.report(x=1)
+
+    start = time.monotonic()
+    analysis = tune.run(
+        forever, name="budget", num_samples=3, time_budget_s=1.5, local_dir=str(tmp_path), verbose=0
+    )
+    assert time.monotonic() - start < 20
+    assert all(t.status == "TERMINATED" for t in analysis)
