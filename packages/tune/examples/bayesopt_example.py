@@ -13,12 +13,11 @@ one time in five).
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from typing import Any
 
-import rayfield
+from _cli import run_example
+
 from rayfield import tune
 from rayfield.tune.schedulers import AsyncHyperBandScheduler
 from rayfield.tune.search import ConcurrencyLimiter
@@ -55,11 +54,7 @@ def main(smoke_test: bool = False, storage_path: str | None = None) -> dict[str,
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--smoke-test", action="store_true", help="finish quickly for testing")
-    args = parser.parse_args()
-    rayfield.init(num_cpus=2)
-    out = main(args.smoke_test)
-    rayfield.shutdown()
-    print(f"best config: {out['best_config']}, loss {out['best_loss']:.3f}")
-    sys.exit(0 if out["ok"] else 1)
+    run_example(
+        main,
+        lambda out: f"best config: {out['best_config']}, loss {out['best_loss']:.3f}",
+    )

@@ -12,11 +12,10 @@ checkpoints and perturbs their ``lr``; the log of mutations lands in
 
 from __future__ import annotations
 
-import argparse
-import sys
 from typing import Any
 
-import rayfield
+from _cli import run_example
+
 from rayfield import tune
 from rayfield.tune.schedulers import FIFOScheduler, PopulationBasedTraining
 
@@ -74,14 +73,10 @@ def main(smoke_test: bool = False, storage_path: str | None = None) -> dict[str,
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--smoke-test", action="store_true", help="finish quickly for testing")
-    args = parser.parse_args()
-    rayfield.init(num_cpus=2)
-    out = main(args.smoke_test)
-    rayfield.shutdown()
-    print(
-        f"best accuracy with PBT {out['best_with_pbt']:.3f}, without {out['best_without']:.3f} "
-        f"({out['perturbations']} perturbations)"
+    run_example(
+        main,
+        lambda out: (
+            f"best accuracy with PBT {out['best_with_pbt']:.3f}, without "
+            f"{out['best_without']:.3f} ({out['perturbations']} perturbations)"
+        ),
     )
-    sys.exit(0 if out["ok"] else 1)

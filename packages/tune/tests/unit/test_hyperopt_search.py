@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 from hyperopt import hp
+from simulator import MIXED_SPACE, minimise_quadratic
 
-from rayfield import tune
 from rayfield.tune.search.hyperopt import HyperOptSearch
 
 
 def test_hyperopt_with_tune_domains_learns_and_handles_errors():
-    space = {
-        "x": tune.uniform(-5, 5),
-        "opt": {"lr": tune.loguniform(1e-4, 1)},
-        "k": tune.randint(1, 4),
-        "act": tune.choice(["a", "b"]),
-    }
-    s = HyperOptSearch(space, metric="loss", mode="min", n_initial_points=5, random_state_seed=0)
-    losses = []
-    for i in range(40):
-        c = s.suggest(f"t{i}")
-        assert -5 <= c["x"] <= 5 and 1e-4 <= c["opt"]["lr"] <= 1
-        assert c["k"] in (1, 2, 3) and c["act"] in ("a", "b")
-        loss = (c["x"] - 1.0) ** 2
-        s.on_trial_complete(f"t{i}", {"loss": loss})
-        losses.append(loss)
+    s = HyperOptSearch(
+        MIXED_SPACE, metric="loss", mode="min", n_initial_points=5, random_state_seed=0
+    )
+    losses = minimise_quadratic(s, 40)
     assert min(losses[20:]) < min(losses[:5])  # TPE improves on its random start
     assert min(losses) < 0.05
     s.suggest("bad")
