@@ -144,6 +144,11 @@ def test_class_api_checkpoints_on_disk(tmp_path):
         dirs = sorted(d for d in os.listdir(trial.logdir) if d.startswith("checkpoint_"))
         assert dirs == ["checkpoint_000004", "checkpoint_000005"]
         assert trial.last_result["total"] == 5 * trial.config["inc"]
+    analysis = tune.ExperimentAnalysis(str(tmp_path / "cls"))  # read back from disk
+    best_trial = analysis.get_best_trial("total", "max")
+    assert best_trial.config == {"inc": 2}
+    best_ckpt = analysis.get_best_checkpoint(best_trial, "total", "max")
+    assert os.path.basename(best_ckpt.path) == "checkpoint_000005"
     trials = tune.run(
         ClassicCounter,
         name="classic",
