@@ -14,7 +14,11 @@ system runs in its own process (a fresh runtime):
 * Optuna: an in-process study of the same number of trials (no processes at all).
 
 Prints one row per system (wall seconds, per-trial and per-result milliseconds) and the
-ratio to rayfield-tune. Nothing is asserted.
+ratio to rayfield-tune. Then ASHA (max_t 20, grace 1, reduction factor 3) over 40
+``SGDClassifier`` configs on digits, rayfield-tune next to Optuna (random sampler and
+successive-halving pruner, in process). Then the scale run: ``--scale-trials`` trials of a
+10 ms trainable, with the per-trial time of the first and the last tenth, the driver's peak
+memory and the mean ``tune_overhead_s``. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -107,7 +111,134 @@ def side_optuna(trials: int, reports: int, cpus: int) -> dict[str, Any]:
     return {"wall_s": time.perf_counter() - start, "complete_trials": len(study.trials)}
 
 
+def side_rayfield_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:
+    """ASHA (max_t 20, grace 1, rf 3) over 40 SGDClassifier configs on digits."""
+    import rayfield
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+    import asha_digits
+
+    rayfield.init(num_cpus=cpus, configure_logging=False)
+    try:
+        start = time.perf_counter()
+        out = asha_digits.main(num_samples=40)
+        return {
+            "wall_s": time.perf_counter() - start,
+            "complete_trials": out["trials"],
+            "best_accuracy": out["val_accuracy"],
+            "epochs": out["epochs"],
+        }
+    finally:
+        rayfield.shutdown()
+
+
+def side_optuna_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:
+    """The same search in Optuna: random sampler, successive-halving pruner, in process."""
+    try:
+        import optuna
+    except ImportError:
+        return {"skipped": "optuna not installed"}
+    import numpy as np
+    from sklearn.linear_model import SGDClassifier
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+    import asha_digits
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    data = asha_digits.load_data()
+    epochs = 0
+
+    def objective(trial: Any) -> float:
+        nonlocal epochs
+        model = SGDClassifier(
+            loss=trial.suggest_categorical("loss", ["hinge", "log_loss", "modified_huber"]),
+            alpha=trial.suggest_float("alpha", 1e-6, 1e-1, log=True),
+            learning_rate=trial.suggest_categorical(
+                "learning_rate", ["constant", "invscaling", "adaptive"]
+            ),
+            eta0=trial.suggest_float("eta0", 1e-4, 1.0, log=True),
+            random_state=0,
+        )
+        rng = np.random.default_rng(0)
+        acc = 0.0
+        for step in range(20):
+            order = rng.permutation(len(data["x_train"]))
+            model.partial_fit(data["x_train"][order], data["y_train"][order], classes=np.arange(10))
+            epochs += 1
+            acc = float(model.score(data["x_val"], data["y_val"]))
+            trial.report(acc, step + 1)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return acc
+
+    start = time.perf_counter()
+    study = optuna.create_study(
+        direction="maximize",
+        sampler=optuna.samplers.RandomSampler(seed=0),
+        pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3),
+    )
+    study.optimize(objective, n_trials=40)
+    return {
+        "wall_s": time.perf_counter() - start,
+        "complete_trials": len(study.trials),
+        "best_accuracy": study.best_value,
+        "epochs": epochs,
+    }
+
+
+def side_rayfield_scale(trials: int, reports: int, cpus: int) -> dict[str, Any]:
+    """``trials`` trials of a 10 ms trainable: per-trial time of the first and last tenth,
+    the driver's peak memory and the mean ``tune_overhead_s``."""
+    import resource
+
+    import rayfield
+    from rayfield import tune
+
+    rayfield.init(num_cpus=cpus, configure_logging=False)
+    marks: list[float] = []
+    overheads: list[float] = []
+
+    class Mark(tune.Callback):
+        def on_trial_result(self, trial: Any, result: dict[str, Any]) -> None:
+            overheads.append(result.get("tune_overhead_s", 0.0))
+
+        def on_trial_complete(self, trial: Any) -> None:
+            marks.append(time.perf_counter())
+
+    def ten_ms(config: dict[str, Any]) -> None:
+        time.sleep(0.01)
+        tune.report(score=config["x"])
+
+    try:
+        start = time.perf_counter()
+        tune.run(
+            ten_ms,
+            config={"x": tune.uniform(0, 1)},
+            num_samples=trials,
+            storage_path=tempfile.mkdtemp(prefix="bench-scale-"),
+            verbose=0,
+            callbacks=[Mark()],
+        )
+        wall = time.perf_counter() - start
+    finally:
+        rayfield.shutdown()
+    k = max(len(marks) // 10, 1)
+    return {
+        "wall_s": wall,
+        "complete_trials": len(marks),
+        "first_tenth_ms_per_trial": 1000 * (marks[k - 1] - start) / k,
+        "last_tenth_ms_per_trial": 1000 * (marks[-1] - marks[-k - 1]) / k,
+        "driver_maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "mean_tune_overhead_ms": 1000 * sum(overheads) / max(len(overheads), 1),
+    }
+
+
 SIDES = {"rayfield-tune": side_rayfield, "ray-tune": side_ray, "optuna": side_optuna}
+EXTRA = {
+    "rayfield-asha-digits": side_rayfield_asha,
+    "optuna-asha-digits": side_optuna_asha,
+    "rayfield-scale": side_rayfield_scale,
+}
 
 
 def run_side(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -141,10 +272,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument("--timeout-s", type=float, default=600)
     parser.add_argument("--json", default=None, help="also write the rows to this file")
-    parser.add_argument("--side", choices=sorted(SIDES), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--scale-trials",
+        type=int,
+        default=20_000,
+        help="trials of the 10 ms scale run (0: skip it)",
+    )
+    parser.add_argument("--side", choices=sorted({**SIDES, **EXTRA}), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side:
-        print(json.dumps(SIDES[args.side](args.trials, args.reports, args.num_cpus)))
+        side = {**SIDES, **EXTRA}[args.side]
+        print(json.dumps(side(args.trials, args.reports, args.num_cpus)))
         return 0
     rows = {name: run_side(name, args) for name in SIDES}
     base = rows["rayfield-tune"].get("wall_s")
@@ -164,6 +302,34 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:15s} {wall:8.2f} {1000 * wall / args.trials:9.2f} "
             f"{1000 * wall / results:10.3f} {ratio:>11s}  ({row['complete_trials']} complete)"
         )
+    print()
+    print("ASHA (max_t 20, grace 1, rf 3) over 40 SGDClassifier configs on digits")
+    asha = {name: run_side(name, args) for name in ("rayfield-asha-digits", "optuna-asha-digits")}
+    for name, row in asha.items():
+        if "wall_s" not in row:
+            print(f"{name:22s} {row.get('skipped') or row.get('error')}")
+            continue
+        print(
+            f"{name:22s} {row['wall_s']:7.2f} s  best accuracy {row['best_accuracy']:.4f}  "
+            f"{row['epochs']} epochs"
+        )
+    rows.update(asha)
+    if args.scale_trials:
+        scale_args = argparse.Namespace(**{**vars(args), "trials": args.scale_trials})
+        row = run_side("rayfield-scale", scale_args)
+        rows["rayfield-scale"] = row
+        print()
+        print(f"scale: {args.scale_trials} trials of a 10 ms function trainable")
+        if "wall_s" in row:
+            print(
+                f"  wall {row['wall_s']:.1f} s; per trial: first tenth "
+                f"{row['first_tenth_ms_per_trial']:.1f} ms, last tenth "
+                f"{row['last_tenth_ms_per_trial']:.1f} ms; driver peak RSS "
+                f"{row['driver_maxrss_mb']:.0f} MB; mean tune_overhead_s "
+                f"{row['mean_tune_overhead_ms']:.2f} ms"
+            )
+        else:
+            print(f"  {row.get('error')}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

@@ -144,6 +144,11 @@ def test_class_api_checkpoints_on_disk(tmp_path):
         dirs = sorted(d for d in os.listdir(trial.logdir) if d.startswith("checkpoint_"))
         assert dirs == ["checkpoint_000004", "checkpoint_000005"]
         assert trial.last_result["total"] == 5 * trial.config["inc"]
+    analysis = tune.ExperimentAnalysis(str(tmp_path / "cls"))  # read back from disk
+    best_trial = analysis.get_best_trial("total", "max")
+    assert best_trial.config == {"inc": 2}
+    best_ckpt = analysis.get_best_checkpoint(best_trial, "total", "max")
+    assert os.path.basename(best_ckpt.path) == "checkpoint_000005"
     trials = tune.run(
         ClassicCounter,
         name="classic",
@@ -333,3 +338,72 @@ def test_registered_trainable_and_run_experiments(tmp_path):
     assert sorted(t.last_result["v"] for t in trials) == [2, 4]
     with pytest.raises(tune.TuneError, match="unknown trainable"):
         tune.run("not-registered", verbose=0)
+
+
+def test_export_formats_write_the_model_and_a_checkpoint(tmp_path):
+    class Exporting(Counter):
+        def _export_model(self, export_formats, export_dir):
+            path = os.path.join(export_dir, "model.txt")
+            with open(path, "w") as f:
+                f.write(str(self.total))
+            return {"model": path}
+
+    [trial] = tune.run(
+        Exporting,
+        name="export",
+        config={"inc": 2},
+        stop={"training_iteration": 3},
+        export_formats=["model", "checkpoint"],
+        local_dir=str(tmp_path),
+        verbose=0,
+        return_trials=True,
+    )
+    export = Path(trial.logdir, "export")
+    assert (export / "model.txt").read_text() == "6"
+    assert (export / "checkpoint_3" / ".tune_metadata").exists()
+
+
+def test_trial_name_creator_pinned_objects_and_custom_loggers(tmp_path):
+    from rayfield.tune.logger import DEFAULT_LOGGERS, Logger
+    from rayfield.tune.util import get_pinned_object, pin_in_object_store
+
+    seen: list[float] = []
+
+    class Collect(Logger):
+        def on_result(self, result):
+            seen.append(result["v"])
+
+    pinned = pin_in_object_store(list(range(1000)))
+
+    def f(config):
+        tune.report(v=float(sum(get_pinned_object(pinned))) * config["a"])
+
+    trials = tune.run(
+        f,
+        name="named",
+        config={"a": tune.grid_search([1, 2])},
+        trial_name_creator=lambda t: f"custom_{t.config['a']}",
+        loggers=(*DEFAULT_LOGGERS, Collect),
+        local_dir=str(tmp_path),
+        verbose=2,
+        return_trials=True,
+    )
+    assert [str(t) for t in trials] == ["custom_1", "custom_2"]
+    assert all(os.path.basename(t.logdir).startswith(str(t)) for t in trials)
+    assert sorted(seen) == [499500.0, 999000.0]
+
+
+def test_time_budget_stops_the_experiment(tmp_path):
+    import time
+
+    def forever(config):
+        while True:
+            time.sleep(0.02)
+            tune.report(x=1)
+
+    start = time.monotonic()
+    analysis = tune.run(
+        forever, name="budget", num_samples=3, time_budget_s=1.5, local_dir=str(tmp_path), verbose=0
+    )
+    assert time.monotonic() - start < 20
+    assert all(t.status == "TERMINATED" for t in analysis)

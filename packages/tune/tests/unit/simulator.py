@@ -80,6 +80,8 @@ class Simulator:
                     d.checkpoint.value = {"iter": self.iteration[t.trial_id]}
                 else:
                     self.disk[d.checkpoint.value] = self.iteration[t.trial_id]
+            elif d.kind == "export":
+                pass
             elif d.kind == "delete":
                 assert d.checkpoint is not None
                 self.disk.pop(d.checkpoint.value, None)
@@ -112,3 +114,26 @@ class Simulator:
             result = {"training_iteration": it, **self.curve(trial.config, it)}
             self.runner.on_trial_result(trial, result)
         raise AssertionError("the experiment did not finish")
+
+
+MIXED_SPACE = {
+    "x": tune.uniform(-5, 5),
+    "opt": {"lr": tune.loguniform(1e-4, 1)},
+    "k": tune.randint(1, 4),
+    "act": tune.choice(["a", "b"]),
+}
+
+
+def minimise_quadratic(searcher: Any, trials: int, first: int = 0) -> list[float]:
+    """Drive ``searcher`` (metric ``loss``) over MIXED_SPACE on ``(x - 1)**2``; every
+    suggestion is checked against the space. Returns the losses in order."""
+    losses = []
+    for i in range(first, first + trials):
+        c = searcher.suggest(f"t{i}")
+        assert -5 <= c["x"] <= 5 and 1e-4 <= c["opt"]["lr"] <= 1
+        assert c["k"] in (1, 2, 3) and c["act"] in ("a", "b")
+        loss = (c["x"] - 1.0) ** 2
+        searcher.on_trial_result(f"t{i}", {"loss": loss, "training_iteration": 1})
+        searcher.on_trial_complete(f"t{i}", {"loss": loss})
+        losses.append(loss)
+    return losses

@@ -68,3 +68,26 @@ def test_gp_refuses_domains_it_cannot_model():
         GPSearch({"x": tune.randn()})
     with pytest.raises(ValueError, match="no search space"):
         GPSearch(metric="m", mode="max").suggest("a")
+
+
+def test_classic_bayesopt_space_and_utility_kwargs():
+    from rayfield.tune.search.bayesopt import BayesOptSearch
+
+    s = BayesOptSearch(
+        {"width": (0, 20), "height": (-100, 100)},
+        metric="score",
+        mode="max",
+        utility_kwargs={"kind": "ucb", "kappa": 2.5, "xi": 0.0},
+        random_state=0,
+        n_initial_points=3,
+    )
+    best = -math.inf
+    for i in range(20):
+        c = s.suggest(str(i))
+        assert 0 <= c["width"] <= 20 and -100 <= c["height"] <= 100
+        score = -((c["width"] - 15) ** 2) / 10 - abs(c["height"] + 40)
+        best = max(best, score)
+        s.on_trial_complete(str(i), {"score": score})
+    assert best > -2  # seed 0; random search with 20 samples gets there about half the time
+    with pytest.raises(ValueError, match="utility kind"):
+        BayesOptSearch({"w": (0, 1)}, utility_kwargs={"kind": "poi"})

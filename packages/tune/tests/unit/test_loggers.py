@@ -85,3 +85,31 @@ def test_tensorboard_scalars_are_readable(tmp_path):
 def test_pretty_print_leaves_out_config_and_none():
     text = pretty_print({"a": 1, "config": {"x": 1}, "b": None, "c": {"d": 2}})
     assert text == "a: 1\nc:\n  d: 2\n"
+
+
+def test_status_printer_redraws_on_a_terminal_and_appends_otherwise():
+    import io
+
+    from rayfield.tune.progress import StatusPrinter, status_html, status_string
+
+    trials = [Trial("f", {"a": i}, experiment_tag=str(i)) for i in range(3)]
+    text = status_string(trials, "Using FIFO scheduling algorithm.", "0/2 CPUs", "/tmp/x")
+    assert "Number of trials: 3 ({'PENDING': 3})" in text
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    printer = StatusPrinter(tty)
+    printer.show(text, trials)
+    printer.show(text, trials)
+    lines = text.count("\n") + 1
+    assert tty.getvalue().count(f"\x1b[{lines}F\x1b[J") == 1  # the second block replaced the first
+    plain = io.StringIO()
+    printer = StatusPrinter(plain)
+    printer.show(text, trials)
+    printer.show(text, trials)
+    assert "\x1b[" not in plain.getvalue() and plain.getvalue().count("== Status ==") == 2
+    html = status_html(trials, "== Status ==")
+    assert html.count("<tr>") == 4 and "f_0" in html

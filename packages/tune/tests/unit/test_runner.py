@@ -147,3 +147,21 @@ def test_request_stop_trial():
     sim.run()
     assert first.status == Trial.TERMINATED and not first.last_result
     assert runner.get_trials()[1].last_result["training_iteration"] == 50
+
+
+def test_queue_trials_launches_a_trial_the_cluster_cannot_hold_yet():
+    runner = make_runner({"a": tune.grid_search([1, 2])}, cpus=2, resources_per_trial={"cpu": 3})
+    runner.queue_trials = True
+    starts = [d for d in runner.step() if d.kind == "start"]
+    assert len(starts) == 1  # one at a time: the second waits for the first
+    assert runner.get_trials()[1].status == Trial.PENDING
+
+
+def test_export_formats_are_exported_before_the_stop():
+    runner = make_runner({}, stop={"training_iteration": 2}, export_formats=["Model"])
+    sim = Simulator(runner, linear)
+    sim.run()
+    kinds = [k for k, _ in sim.log]
+    assert kinds[-2:] == ["export", "stop"]
+    with pytest.raises(tune.TuneError, match="unknown export format"):
+        make_runner({}, export_formats=["onnx"])

@@ -292,3 +292,46 @@ def test_pbt_exploits_the_top_and_improves_the_population():
 
 def test_fifo_debug_string():
     assert FIFOScheduler().debug_string() == "Using FIFO scheduling algorithm."
+
+
+# -- PB2 ------------------------------------------------------------------------------------
+
+
+def test_pb2_moves_the_population_toward_the_best_rate():
+    from rayfield.tune.schedulers import PB2
+
+    def curve(config, it):  # the improvement rate peaks at lr = 0.7
+        return {"m": it * (1 - 4 * (config["lr"] - 0.7) ** 2)}
+
+    start: dict[str, float] = {}
+
+    class Record(tune.Callback):
+        def on_trial_add(self, trial):
+            start[trial.trial_id] = trial.config["lr"]
+
+    pb2 = PB2(
+        time_attr="training_iteration",
+        metric="m",
+        mode="max",
+        perturbation_interval=2,
+        hyperparam_bounds={"lr": [0.0, 1.0]},
+        seed=0,
+    )
+    runner = make_runner(
+        {"lr": tune.uniform(0.0, 0.3)},
+        num_samples=8,
+        cpus=4,
+        scheduler=pb2,
+        stop={"training_iteration": 40},
+    )
+    runner.callbacks.append(Record())
+    Simulator(runner, curve).run()
+    trials = runner.get_trials()
+    assert pb2.num_perturbations > 0 and len(pb2._records) > 10
+    before = sum(abs(v - 0.7) for v in start.values()) / len(start)
+    after = sum(abs(t.config["lr"] - 0.7) for t in trials) / len(trials)
+    assert after < before / 2
+    with pytest.raises(tune.TuneError, match="hyperparam_bounds"):
+        PB2()
+    with pytest.raises(tune.TuneError, match="low must be < high"):
+        PB2(hyperparam_bounds={"lr": [1, 0]})

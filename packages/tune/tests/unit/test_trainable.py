@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -261,3 +262,23 @@ def test_stopping_a_function_mid_run_ends_its_thread(tmp_path):
 def test_report_outside_a_trial_is_a_clear_error():
     with pytest.raises(tune.TuneError, match="outside a trial"):
         tune.report(a=1)
+
+
+def test_a_function_that_swallows_the_stop_is_left_behind(tmp_path, monkeypatch):
+    import rayfield.tune.function_trainable as ft
+
+    monkeypatch.setattr(ft, "_JOIN_TIMEOUT_S", 0.3)
+
+    def stubborn(config):
+        while True:
+            try:
+                tune.report(x=1)
+            except Exception:  # swallows StopTrial (a StopIteration)
+                pass
+
+    cls = wrap_function(stubborn)
+    t = cls({}, trial_info={"logdir": str(tmp_path)})
+    t.train()
+    start = time.monotonic()
+    t.stop()  # returns after the timeout instead of hanging
+    assert time.monotonic() - start < 5

@@ -10,6 +10,7 @@ per call (``train_buffered``).
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections import defaultdict
@@ -24,6 +25,8 @@ from rayfield.tune.trainable import Trainable, read_checkpoint_dir, write_checkp
 from rayfield.tune.trial import Resources, Trial, TrialCheckpoint
 
 __all__ = ["ActorExecutor"]
+
+_DRAIN_TIMEOUT_S = 30.0
 
 
 def _supports_reset(cls: type) -> bool:
@@ -162,7 +165,9 @@ class ActorExecutor:
         if d.trial.status == Trial.RUNNING and d.trial.trial_id in self._actors:
             self._train(d.trial)
 
-    def _release(self, trial: Trial, error: bool) -> None:
+    def _release(self, trial: Trial, error: bool, wait_for: Any = None) -> None:
+        """Free ``trial``'s actor: cache it for reuse, or end it once ``wait_for`` (a
+        pending save) and its ``stop`` are done; kill it at once after an error."""
         handle = self._actors.pop(trial.trial_id, None)
         key = self._keys.pop(trial.trial_id, None)
         busy = trial.trial_id in self._busy
@@ -175,20 +180,24 @@ class ActorExecutor:
         if error or busy or key is None:
             _kill(handle)
             return
-        handle.stop.remote()
+        stop_ref = handle.stop.remote()
         if self.reuse_actors and _supports_reset(get_trainable_cls(key[0])):
             self._cache[key].append(handle)
-        else:
-            _kill(handle)
+            return
+        # A kill fails the actor's pending calls: let the save and the cleanup finish.
+        pending = [r for r in (wait_for, stop_ref) if r is not None]
+        rayfield.wait(pending, num_returns=len(pending), timeout=_DRAIN_TIMEOUT_S)
+        _kill(handle)
 
     def _do_stop(self, d: Decision) -> None:
         self._release(d.trial, d.error)
 
     def _do_pause(self, d: Decision) -> None:
         handle = self._actors.get(d.trial.trial_id)
+        ref = None
         if handle is not None and d.checkpoint is not None:
-            d.checkpoint.value = handle.save_to_object.remote()
-        self._release(d.trial, False)
+            ref = d.checkpoint.value = handle.save_to_object.remote()
+        self._release(d.trial, False, wait_for=ref)
 
     def _do_save(self, d: Decision) -> None:
         handle = self._actors.get(d.trial.trial_id)
@@ -214,6 +223,12 @@ class ActorExecutor:
             "relpath": ".",
         }
         write_checkpoint_dir({"files": d.data["files"], "meta": meta}, d.checkpoint.value)
+
+    def _do_export(self, d: Decision) -> None:
+        handle = self._actors.get(d.trial.trial_id)
+        if handle is not None:
+            export_dir = os.path.join(d.trial.logdir, "export")
+            rayfield.get(handle.export_model.remote(d.trial.export_formats, export_dir))
 
     def _do_delete(self, d: Decision) -> None:
         if d.checkpoint is not None and isinstance(d.checkpoint.value, str):

@@ -72,8 +72,12 @@ class Experiment:
                 "upload_dir / sync_function (cloud sync) are not supported by rayfield-tune "
                 "yet: write results to a shared storage_path instead"
             )
-        if export_formats:
-            raise TuneError("export_formats is not supported by rayfield-tune yet")
+        formats = (
+            [export_formats] if isinstance(export_formats, str) else list(export_formats or [])
+        )
+        for fmt in formats:
+            if str(fmt).lower() not in ("checkpoint", "model"):
+                raise TuneError(f"unknown export format {fmt!r}: use 'checkpoint' or 'model'")
         if repeat is not None:
             num_samples = repeat
         if trial_resources is not None:
@@ -108,7 +112,7 @@ class Experiment:
         self.checkpoint_at_end = checkpoint_at_end
         self.keep_checkpoints_num = keep_checkpoints_num
         self.checkpoint_score_attr = checkpoint_score_attr or R.TRAINING_ITERATION
-        self.export_formats = export_formats
+        self.export_formats = [str(f).lower() for f in formats]
         self.max_failures = max_failures
         self.restore = os.path.expanduser(restore) if restore else None
         default = getattr(self.trainable_cls, "default_resource_request", lambda c: None)(
@@ -164,6 +168,7 @@ class Experiment:
             max_failures=self.max_failures,
             trial_name_creator=self.trial_name_creator,
             restore_path=self.restore,
+            export_formats=self.export_formats,
         )
 
 

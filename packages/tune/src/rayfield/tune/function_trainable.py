@@ -8,9 +8,12 @@ a returned dict is its last result, else the last report is marked final.
 from __future__ import annotations
 
 import inspect
+import logging
+import queue
 import shutil
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -130,14 +133,20 @@ class FunctionTrainable(Trainable):
         session.stopping = True
         session.resume.release()
         # Drain so that a report blocked on a full queue can see the stop.
-        while thread.is_alive():
+        deadline = time.monotonic() + _JOIN_TIMEOUT_S
+        while thread.is_alive() and time.monotonic() < deadline:
             try:
                 session.results.get(timeout=0.05)
-            except Exception:
+            except queue.Empty:
                 pass
             thread.join(timeout=0.05)
-            if not thread.is_alive():
-                break
+        if thread.is_alive():  # it swallowed the StopTrial of its reports: leave it behind
+            logging.getLogger(__name__).warning(
+                "trial %s: its function did not return within %.0f s of being stopped "
+                "(does it catch StopIteration around tune.report?)",
+                self.trial_id,
+                _JOIN_TIMEOUT_S,
+            )
         S._set_session(None)
 
 

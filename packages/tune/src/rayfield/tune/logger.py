@@ -51,6 +51,12 @@ def _clean(value: Any) -> Any:
     return str(value)
 
 
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return value.tolist()
+    return str(value)
+
+
 def flatten(d: dict[str, Any], delimiter: str = "/", prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in d.items():
@@ -107,7 +113,11 @@ class JsonLogger(Logger):
         self._file = open(os.path.join(self.logdir, "result.json"), "a")  # noqa: SIM115
 
     def on_result(self, result: dict[str, Any]) -> None:
-        self._file.write(json.dumps(_clean(result)) + "\n")
+        try:  # the common case: plain JSON values, no NaN
+            line = json.dumps(result, allow_nan=False, default=_json_default)
+        except (TypeError, ValueError):
+            line = json.dumps(_clean(result))
+        self._file.write(line + "\n")
 
     def update_config(self, config: dict[str, Any]) -> None:
         self.config = config
@@ -158,8 +168,13 @@ class CSVLogger(Logger):
 
 
 class TBXLogger(Logger):
-    """TensorBoard scalars ``ray/tune/<metric>`` at step ``training_iteration``
-    (needs ``pip install rayfield-tune[tensorboard]``)."""
+    """TensorBoard scalars ``ray/tune/<metric>`` at step ``timesteps_total`` or else
+    ``training_iteration`` (needs ``pip install rayfield-tune[tensorboard]``).
+
+    One TFRecord event per result holds all its scalars; records are written directly
+    with tensorboardX's protos and checksum (no writer thread per trial, no fsync), so
+    thousands of short trials stay cheap.
+    """
 
     _SKIP = {
         "config",
@@ -176,23 +191,49 @@ class TBXLogger(Logger):
     }
 
     def _init(self) -> None:
-        from tensorboardX import SummaryWriter
+        import socket
 
-        self._writer = SummaryWriter(self.logdir, flush_secs=30)
+        from tensorboardX.crc32c import crc32c
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        self._crc32c, self._event_cls, self._summary_cls = crc32c, Event, Summary
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
+        self._file = open(os.path.join(self.logdir, name), "ab")  # noqa: SIM115
+        self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def _masked_crc(self, data: bytes) -> bytes:
+        import struct
+
+        crc = self._crc32c(data)
+        return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+
+    def _write(self, event: Any) -> None:
+        import struct
+
+        data = event.SerializeToString()
+        header = struct.pack("<Q", len(data))
+        self._file.write(header + self._masked_crc(header) + data + self._masked_crc(data))
 
     def on_result(self, result: dict[str, Any]) -> None:
         step = result.get("timesteps_total") or result.get("training_iteration", 0)
-        for key, value in flatten(result).items():
-            if key in self._SKIP or isinstance(value, bool):
-                continue
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                self._writer.add_scalar(f"ray/tune/{key}", value, global_step=step)
+        values = [
+            self._summary_cls.Value(tag=f"ray/tune/{key}", simple_value=float(value))
+            for key, value in flatten(result).items()
+            if key not in self._SKIP
+            and isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+        ]
+        if values:
+            summary = self._summary_cls(value=values)
+            self._write(self._event_cls(wall_time=time.time(), step=int(step), summary=summary))
 
     def flush(self) -> None:
-        self._writer.flush()
+        self._file.flush()
 
     def close(self) -> None:
-        self._writer.close()
+        self._file.close()
 
 
 def _tbx_available() -> bool:

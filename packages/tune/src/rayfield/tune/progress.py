@@ -11,7 +11,7 @@ from rayfield.tune.callback import Callback
 from rayfield.tune.logger import pretty_print
 from rayfield.tune.trial import Trial
 
-__all__ = ["CLIReporter", "status_string"]
+__all__ = ["CLIReporter", "StatusPrinter", "status_html", "status_string"]
 
 MAX_TRIALS_SHOWN = 20
 
@@ -71,3 +71,62 @@ class CLIReporter(Callback):
     def on_trial_error(self, trial: Trial, error: str) -> None:
         if self.verbose >= 1:
             self.stream.write(f"Trial {trial} failed ({trial.num_failures} failures):\n{error}\n")
+
+
+def status_html(trials: list[Trial], header: str) -> str:
+    """The status as an HTML table (for Jupyter)."""
+    import html
+
+    rows = "".join(
+        f"<tr><td>{html.escape(str(t))}</td><td>{t.status}</td>"
+        f"<td>{html.escape(t.progress_string())}</td></tr>"
+        for t in trials[:MAX_TRIALS_SHOWN]
+    )
+    more = len(trials) - MAX_TRIALS_SHOWN
+    tail = f"<p>... {more} more</p>" if more > 0 else ""
+    return (
+        f"<pre>{html.escape(header)}</pre><table><tr><th>Trial</th><th>Status</th>"
+        f"<th>Progress</th></tr>{rows}</table>{tail}"
+    )
+
+
+def _in_notebook() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+class StatusPrinter:
+    """Shows the status block: redrawn in place on a terminal, as plain successive blocks
+    when the output is not a terminal, and as one HTML table updated in place in Jupyter."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stdout
+        self._lines_shown = 0
+        self._handle: Any = None
+        self.notebook = _in_notebook()
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def show(self, text: str, trials: list[Trial]) -> None:
+        if self.notebook:
+            from IPython.display import HTML, display
+
+            header = "\n".join(text.splitlines()[:5])
+            if self._handle is None:
+                self._handle = display(HTML(status_html(trials, header)), display_id=True)
+            else:
+                self._handle.update(HTML(status_html(trials, header)))
+            return
+        if self.tty and self._lines_shown:
+            # Move up over the previous block and clear it.
+            self.stream.write(f"\x1b[{self._lines_shown}F\x1b[J")
+        self.stream.write(text + "\n")
+        self.stream.flush()
+        self._lines_shown = text.count("\n") + 1 if self.tty else 0
+
+    def release(self) -> None:
+        """Keep what is shown; the next block starts below it."""
+        self._lines_shown = 0

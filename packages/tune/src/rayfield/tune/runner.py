@@ -45,7 +45,8 @@ class Decision:
     * ``"persist"``: write the blob ``data`` (reported by a function trainable) into the
       directory ``checkpoint.value``;
     * ``"delete"``: delete the disk checkpoint ``checkpoint``;
-    * ``"reset"``: give ``trial``'s actor ``trial.config`` and restore ``checkpoint``.
+    * ``"reset"``: give ``trial``'s actor ``trial.config`` and restore ``checkpoint``;
+    * ``"export"``: export ``trial``'s model in its ``export_formats`` (before its stop).
     """
 
     kind: str
@@ -66,6 +67,8 @@ class TrialRunner:
         cluster_resources: ``{"CPU": 2, ...}``, the total the trials may hold.
         experiment_dir: where schedulers may write logs (PBT's policy files).
         max_pending: most trials generated ahead of free resources.
+        queue_trials: when nothing runs, start a trial even if the cluster cannot hold it
+            now (its actor waits in the cluster's queue, e.g. for an autoscaler's node).
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class TrialRunner:
         cluster_resources: dict[str, float] | None = None,
         experiment_dir: str = "",
         max_pending: int = 1,
+        queue_trials: bool = False,
     ) -> None:
         self.search_alg = search_alg
         self.scheduler = scheduler or FIFOScheduler()
@@ -84,6 +88,7 @@ class TrialRunner:
         self.callbacks = list(callbacks)
         self.experiment_dir = experiment_dir
         self.max_pending = max_pending
+        self.queue_trials = queue_trials
         self._trials: list[Trial] = []
         # The trials not finished yet: what every step scans (the others are history).
         self._unfinished: list[Trial] = []
@@ -116,6 +121,8 @@ class TrialRunner:
         return len(self._trials) - len(self.unfinished_trials())
 
     def has_resources_for(self, trial: Trial) -> bool:
+        if self.queue_trials and not self._holding:
+            return True
         for name, amount in trial.resources.total().items():
             if self._committed.get(name, 0.0) + amount > self._total.get(name, 0.0) + 1e-9:
                 return False
@@ -273,6 +280,8 @@ class TrialRunner:
         if trial.status != Trial.RUNNING:  # the scheduler already stopped or paused it
             return
         if decision == TrialScheduler.STOP:
+            if trial.export_formats:
+                self._outbox.append(Decision("export", trial))
             self._finish(trial, Trial.TERMINATED)
         elif decision == TrialScheduler.PAUSE:
             self.pause_trial(trial)

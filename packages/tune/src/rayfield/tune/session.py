@@ -42,11 +42,19 @@ class _Session:
         self.results: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
         self.resume = threading.Semaphore(0)
         self.stopping = False
+        self._stop_raised = False
         self.last_report = time.time()
+
+    def _stop(self) -> None:
+        """Raise StopTrial; a function that swallowed it is parked at its next report."""
+        if self._stop_raised:
+            threading.Event().wait()  # never set: the daemon thread sleeps until exit
+        self._stop_raised = True
+        raise StopTrial
 
     def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None) -> None:
         if self.stopping:
-            raise StopTrial
+            self._stop()
         metrics = dict(metrics)
         now = time.time()
         metrics.setdefault("time_this_iter_s", now - self.last_report)
@@ -56,7 +64,7 @@ class _Session:
         self.resume.acquire()
         self.last_report = time.time()
         if self.stopping:
-            raise StopTrial
+            self._stop()
 
 
 _local = threading.local()

@@ -61,6 +61,7 @@ def trial_to_json(trial: Trial) -> dict[str, Any]:
         "keep_checkpoints_num": trial.keep_checkpoints_num,
         "checkpoint_score_attr": trial.checkpoint_score_attr,
         "max_failures": trial.max_failures,
+        "export_formats": trial.export_formats,
         "status": trial.status,
         "last_result": _jsonable(trial.last_result),
         "last_update_time": trial.last_update_time,
@@ -103,6 +104,7 @@ def trial_from_json(data: dict[str, Any], config: dict[str, Any] | None = None) 
         checkpoint_score_attr=data["checkpoint_score_attr"],
         max_failures=data["max_failures"],
         evaluated_params=data.get("evaluated_params"),
+        export_formats=data.get("export_formats"),
     )
     trial.logdir = data["logdir"]
     trial.custom_trial_name = data.get("custom_trial_name")

@@ -298,9 +298,18 @@ class Trainable:
         shutil.rmtree(path, ignore_errors=True)
 
     def export_model(self, export_formats: Any, export_dir: str | None = None) -> dict[str, str]:
-        """Export the model in ``export_formats`` (a str or list) through ``_export_model``."""
+        """Export the model in ``export_formats`` (a str or list) through ``_export_model``.
+
+        Returns:
+            ``{format: path}`` of what was written under ``export_dir`` (default logdir).
+        """
         formats = [export_formats] if isinstance(export_formats, str) else list(export_formats)
-        return self._export_model(formats, export_dir or self._logdir)
+        target = export_dir or self._logdir
+        os.makedirs(target, exist_ok=True)
+        exported = dict(self._export_model(formats, target))
+        if "checkpoint" in formats and "checkpoint" not in exported:
+            exported["checkpoint"] = self.save(target)
+        return exported
 
     def reset(self, new_config: dict[str, Any], trial_info: dict[str, Any]) -> bool:
         """Take another trial on this actor (``reuse_actors``); False when unsupported."""
@@ -378,6 +387,10 @@ class Trainable:
         """Classic spelling of :meth:`cleanup`."""
 
     def _export_model(self, export_formats: list[str], export_dir: str) -> dict[str, str]:
+        """Write the model in ``export_formats`` into ``export_dir``; ``{format: path}``.
+
+        The default exports nothing itself; ``"checkpoint"`` is then a Tune checkpoint.
+        """
         return {}
 
 

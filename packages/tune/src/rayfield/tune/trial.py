@@ -125,6 +125,8 @@ class Trial:
         keep_checkpoints_num: keep the N best disk checkpoints by ``checkpoint_score_attr``
             (a ``min-`` prefix means smaller is better); None keeps all.
         max_failures: restarts after errors (-1: unlimited).
+        export_formats: ``"checkpoint"`` / ``"model"``: exported into ``<logdir>/export``
+            when the trial ends.
     """
 
     PENDING = "PENDING"
@@ -150,6 +152,7 @@ class Trial:
         trial_name_creator: Callable[[Trial], str] | None = None,
         restore_path: str | None = None,
         evaluated_params: dict[str, Any] | None = None,
+        export_formats: list[str] | None = None,
     ) -> None:
         self.trainable_name = trainable_name
         self.config = dict(config or {})
@@ -164,6 +167,7 @@ class Trial:
         self.checkpoint_score_attr = checkpoint_score_attr
         self.max_failures = max_failures
         self.evaluated_params = dict(evaluated_params or {})
+        self.export_formats = list(export_formats or [])
         self.status = Trial.PENDING
         self.last_result: dict[str, Any] = {}
         self.metric_analysis: dict[str, dict[str, float]] = {}

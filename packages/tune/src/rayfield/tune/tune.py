@@ -22,7 +22,7 @@ from rayfield.tune.executor import ActorExecutor, _supports_reset
 from rayfield.tune.experiment import Experiment, convert_to_experiment_list
 from rayfield.tune.function_trainable import FunctionTrainable
 from rayfield.tune.logger import LoggerCallback, load_pickled_config
-from rayfield.tune.progress import CLIReporter, status_string
+from rayfield.tune.progress import CLIReporter, StatusPrinter, status_string
 from rayfield.tune.runner import TrialRunner
 from rayfield.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 from rayfield.tune.search.search_algorithm import (
@@ -112,6 +112,10 @@ def run(
         raise_on_failed_trial: raise TuneError if a trial ends in ERROR.
         return_trials: return the list of trials instead of the analysis.
         max_concurrent_trials: at most this many trials at once.
+        queue_trials: when nothing runs, launch a trial the cluster cannot hold yet (its
+            actor waits for resources, e.g. from an autoscaler) instead of failing.
+        export_formats: ``"checkpoint"`` and/or ``"model"``, exported into
+            ``<trial dir>/export`` when a trial ends.
         global_checkpoint_period: seconds between state saves (default adaptive).
         with_server, server_port: serve the trials over REST on loopback (see
             :mod:`rayfield.tune.web_server`; 0 picks a free port).
@@ -192,6 +196,7 @@ def run(
         cluster_resources=_cluster_resources(),
         experiment_dir=experiment.path,
         max_pending=1,
+        queue_trials=queue_trials,
     )
     if _should_resume(resume, experiment.path):
         _restore_runner(runner, search_alg, experiment)
@@ -215,7 +220,8 @@ def run(
             cb.on_experiment_end(runner.get_trials())
     trials = runner.get_trials()
     if verbose:
-        print(loop.status())
+        loop.printer.show(loop.status(), trials)
+        loop.printer.release()
     errored = [t for t in trials if t.status == Trial.ERROR]
     if errored:
         message = f"Trials did not complete: {[str(t) for t in errored]}"
@@ -246,11 +252,12 @@ class _DriverLoop:
         self._finished_seen = 0
         self.started = time.monotonic()
         self.server: Any = None
+        self.printer = StatusPrinter()
 
     def run(self) -> None:
         last_status = last_resources = time.monotonic()
         if self.verbose:
-            print(self.status())
+            self.printer.show(self.status(), self.runner.get_trials())
         while True:
             if self.server is not None:
                 self.server.apply_requests()
@@ -283,7 +290,9 @@ class _DriverLoop:
                 self.runner.set_cluster_resources(_cluster_resources())
             if self.verbose and now - last_status > _STATUS_INTERVAL_S:
                 last_status = now
-                print(self.status())
+                if self.verbose >= 2:  # results were printed below: do not draw over them
+                    self.printer.release()
+                self.printer.show(self.status(), self.runner.get_trials())
             self.save_state()
 
     def _wait_for_resources(self) -> None:

@@ -184,13 +184,7 @@ class PopulationBasedTraining(FIFOScheduler):
         checkpoint = clone_state["last_checkpoint"]
         if checkpoint is None:
             return
-        new_config = explore(
-            clone.config,
-            self.hyperparam_mutations,
-            self.resample_probability,
-            self.custom_explore_fn,
-            self._rng,
-        )
+        new_config = self._explore_config(clone.config)
         changed = {(k,): new_config[k] for k in self.hyperparam_mutations if k in new_config}
         new_tag = f"{self._state[trial.trial_id]['orig_tag']}@perturbed[{format_vars(changed)}]"
         if self.log_config:
@@ -200,6 +194,16 @@ class PopulationBasedTraining(FIFOScheduler):
             "last_perturbation_time"
         ]
         self.num_perturbations += 1
+
+    def _explore_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The config an exploited trial continues with (PBT: :func:`explore`)."""
+        return explore(
+            config,
+            self.hyperparam_mutations,
+            self.resample_probability,
+            self.custom_explore_fn,
+            self._rng,
+        )
 
     def _log(
         self,

@@ -103,6 +103,12 @@ def _domains(config: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[_Para
             out += _domains(value, (*prefix, key))
         elif isinstance(value, Domain):
             out.append(_Param((*prefix, key), value))
+        elif (
+            isinstance(value, tuple)
+            and len(value) == 2
+            and all(isinstance(v, (int, float)) for v in value)
+        ):  # the classic BayesOptSearch form: (low, high) is a uniform range
+            out.append(_Param((*prefix, key), Float(float(value[0]), float(value[1]))))
     return out
 
 
@@ -110,12 +116,16 @@ class GPSearch(Searcher):
     """Bayesian optimisation with a Gaussian process and expected improvement.
 
     Args:
-        space: ``{name: domain}`` (nested dicts allowed); None takes the domains of the
+        space: ``{name: domain}`` or, as in the classic ``BayesOptSearch``,
+            ``{name: (low, high)}`` (nested dicts allowed); None takes the domains of the
             experiment's config.
         metric, mode: what to optimise.
         n_initial_points: random configs before the GP is used.
         xi: exploration margin of the expected improvement (in metric units, scaled by
             the scores' standard deviation).
+        utility_kwargs: the classic ``{"kind": "ei" | "ucb", "kappa": k, "xi": x}``:
+            ``"ucb"`` maximises ``mu + kappa * sigma`` instead of the expected
+            improvement; ``xi`` replaces the argument above.
         num_candidates: random candidates scored per suggestion.
         random_state: seed.
 
@@ -139,8 +149,15 @@ class GPSearch(Searcher):
         xi: float = 0.01,
         num_candidates: int = 1000,
         random_state: int | None = None,
+        utility_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(metric, mode)
+        utility = dict(utility_kwargs or {})
+        self.kind = str(utility.get("kind", "ei")).lower()
+        if self.kind not in ("ei", "ucb"):
+            raise ValueError(f"utility kind must be 'ei' or 'ucb', got {self.kind!r}")
+        self.kappa = float(utility.get("kappa", 2.576))
+        xi = float(utility.get("xi", xi))
         self._params = _domains(space) if space else []
         self.n_initial_points = max(1, n_initial_points)
         self.xi = xi
@@ -186,8 +203,11 @@ class GPSearch(Searcher):
         )
         candidates = np.vstack([self._np_rng.random((self.num_candidates, dims)), local])
         mu, sigma = gp.predict(candidates)
-        ei = expected_improvement(mu, sigma, float(y.max()), self.xi * gp.std)
-        return [float(v) for v in candidates[int(np.argmax(ei))]]
+        if self.kind == "ucb":
+            utility = mu + self.kappa * sigma
+        else:
+            utility = expected_improvement(mu, sigma, float(y.max()), self.xi * gp.std)
+        return [float(v) for v in candidates[int(np.argmax(utility))]]
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
