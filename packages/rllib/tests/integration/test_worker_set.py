@@ -65,8 +65,9 @@ def _kill_first_worker(trainer: PPOTrainer) -> None:
     rf.kill(victim)
 
 
-def test_ignore_worker_failures(cluster: Any) -> None:
-    trainer = PPOTrainer(env="CartPole-v1", config={**CFG, "ignore_worker_failures": True})
+def test_ignore_worker_failures_with_pipelined_sampling(cluster: Any) -> None:
+    cfg = {**CFG, "ignore_worker_failures": True, "sample_async": True}
+    trainer = PPOTrainer(env="CartPole-v1", config=cfg)
     try:
         trainer.train()
         _kill_first_worker(trainer)

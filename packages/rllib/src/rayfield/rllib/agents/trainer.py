@@ -233,7 +233,7 @@ class Trainer:
         finished episodes for the metrics."""
         batches, steps = [], 0
         while steps < min_steps:
-            got, metrics = self.workers.sample()
+            got, metrics = self.workers.sample(pipelined=bool(self.config["sample_async"]))
             self._episodes_this_iter.extend(metrics)
             for b in got:
                 batches.append(b)
