@@ -161,26 +161,37 @@ class WorkerSet:
             try:
                 batch, m = rayfield.get(ref)
             except RayfieldError as exc:
-                if not (
-                    self._config.get("ignore_worker_failures")
-                    or self._config.get("recreate_failed_workers")
-                ):
-                    logger.error(
-                        "rollout worker %d failed; set 'ignore_worker_failures': True or "
-                        "'recreate_failed_workers': True to keep training",
-                        self._indices[pos],
-                    )
-                    raise
-                logger.warning("rollout worker %d failed: %s", self._indices[pos], exc)
+                self.check_failure_allowed(pos, exc)
                 failed.append(pos)
                 continue
             batches.append(batch)
             metrics.extend(m)
         if failed:
-            self._handle_failures(failed)
+            self.handle_failures(failed)
         return batches, metrics
 
-    def _handle_failures(self, positions: list[int]) -> None:
+    def check_failure_allowed(self, pos: int, exc: BaseException) -> None:
+        """Log a failed remote call of the worker at `pos`; re-raise `exc` unless
+        ``ignore_worker_failures`` or ``recreate_failed_workers`` is set."""
+        if not (
+            self._config.get("ignore_worker_failures")
+            or self._config.get("recreate_failed_workers")
+        ):
+            logger.error(
+                "rollout worker %d failed; set 'ignore_worker_failures': True or "
+                "'recreate_failed_workers': True to keep training",
+                self._indices[pos],
+            )
+            raise exc
+        logger.warning("rollout worker %d failed: %s", self._indices[pos], exc)
+
+    def handle_failures(self, positions: list[int]) -> None:
+        """Drop or replace (``recreate_failed_workers``) the remote workers at these
+        positions of `remote_workers()`.
+
+        Raises:
+            RuntimeError: no remote worker is left.
+        """
         import rayfield
 
         for pos in sorted(positions, reverse=True):
