@@ -135,6 +135,8 @@ def build(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     install_packages(session)
     session.install("ray", "numpy")
+    if "rllib" in PACKAGES:  # the peers of packages/rllib/benchmarks/bench_rllib.py
+        session.install("ray[rllib]", "stable-baselines3")
     for name in PACKAGES:
         bench_dir = ROOT / "packages" / name / "benchmarks"
         for script in sorted(bench_dir.glob("bench_*.py")):
