@@ -91,7 +91,6 @@ class Trainer:
         config: dict[str, Any] | None = None,
         env: Any = None,
         logger_creator: Any = None,
-        **kw: Any,
     ) -> None:
         if hasattr(config, "overrides_dict"):  # an AlgorithmConfig
             config = config.overrides_dict()  # type: ignore[union-attr]
