@@ -135,6 +135,8 @@ def bench(session: nox.Session) -> None:
     session.install("ray", "numpy")
     if "tune" in PACKAGES:  # --- tune: its peers, Ray Tune and Optuna ---
         session.install("ray[tune]", "optuna")
+    if "rllib" in PACKAGES:  # the peers of packages/rllib/benchmarks/bench_rllib.py
+        session.install("ray[rllib]", "stable-baselines3")
     for name in PACKAGES:
         bench_dir = ROOT / "packages" / name / "benchmarks"
         for script in sorted(bench_dir.glob("bench_*.py")):

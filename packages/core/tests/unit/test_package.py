@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 import rayfield
 
 
-def test_missing_library_gives_an_install_hint() -> None:
+def test_missing_library_gives_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    # rayfield-rllib may be installed: make it look absent for this test.
+    monkeypatch.setitem(sys.modules, "rayfield.rllib", None)
+    if "rllib" in vars(rayfield):  # set by an earlier import of the subpackage
+        monkeypatch.delattr(rayfield, "rllib")
     with pytest.raises(ImportError, match="pip install rayfield-rllib"):
         from rayfield import rllib  # noqa: F401
     with pytest.raises(AttributeError):

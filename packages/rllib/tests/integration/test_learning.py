@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+import rayfield as rf
 from rayfield.rllib.agents.registry import get_trainer_class
 
 TUNED = Path(__file__).resolve().parents[2] / "tuned_examples"
@@ -60,10 +61,19 @@ def test_learns_cartpole(example: str, run: str, target: float, budget: int) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("example", ["cartpole-ppo", "cartpole-pg", "cartpole-a2c", "cartpole-dqn"])
-def test_tuned_example_reaches_its_return(example: str) -> None:
+@pytest.mark.parametrize(
+    "example", ["cartpole-ppo", "cartpole-pg", "cartpole-a2c", "cartpole-a3c", "cartpole-dqn"]
+)
+def test_tuned_example_reaches_its_return(example: str, tmp_path: Path) -> None:
     exp = load(example)
     target = exp["stop"]["episode_reward_mean"]
     budget = exp["stop"]["timesteps_total"]
-    result = train_until(exp["run"], {**exp["config"], "seed": 1}, target, budget)
+    remote = exp["config"].get("num_workers", 0) > 0
+    if remote:  # the workers run on a private local cluster
+        rf.init(num_cpus=2, object_store_memory=256 << 20, temp_dir=str(tmp_path))
+    try:
+        result = train_until(exp["run"], {**exp["config"], "seed": 1}, target, budget)
+    finally:
+        if remote:
+            rf.shutdown()
     assert result["episode_reward_mean"] >= target

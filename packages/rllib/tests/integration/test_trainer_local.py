@@ -287,3 +287,31 @@ def test_evaluation_workers_and_export(tmp_path: Path) -> None:
     state = torch.load(tmp_path / "model" / "model.pt", weights_only=True)
     assert any(k.endswith("weight") for k in state)
     assert (tmp_path / "ckpt" / "model.pt").exists()
+
+
+class TwoDialBandit(gym.Env):
+    """One-step episodes; reward 1 for the action (1, 2) of MultiDiscrete([2, 3])."""
+
+    def __init__(self, config: Any = None) -> None:
+        self.action_space = gym.spaces.MultiDiscrete([2, 3])
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1,), dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        reward = 1.0 if tuple(int(a) for a in action) == (1, 2) else 0.0
+        return np.zeros(1, dtype=np.float32), reward, True, False, {}
+
+
+def test_multi_discrete_actions_learn() -> None:
+    cfg = {**SMALL_PPO, "num_sgd_iter": 5, "lr": 1e-2, "metrics_smoothing_episodes": 200}
+    trainer = PPOTrainer(env=TwoDialBandit, config=cfg)
+    try:
+        for _ in range(8):
+            r = trainer.train()
+        action = trainer.compute_action(np.zeros(1, dtype=np.float32), explore=False)
+    finally:
+        trainer.stop()
+    assert r["episode_reward_mean"] > 0.6  # random play gets 1/6
+    assert tuple(int(a) for a in action) == (1, 2)

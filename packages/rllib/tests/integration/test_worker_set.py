@@ -11,6 +11,7 @@ import pytest
 
 import rayfield as rf
 from rayfield.exceptions import RayfieldError
+from rayfield.rllib.agents.a3c import A3CTrainer
 from rayfield.rllib.agents.ppo import PPOTrainer
 
 CFG = {
@@ -65,8 +66,9 @@ def _kill_first_worker(trainer: PPOTrainer) -> None:
     rf.kill(victim)
 
 
-def test_ignore_worker_failures(cluster: Any) -> None:
-    trainer = PPOTrainer(env="CartPole-v1", config={**CFG, "ignore_worker_failures": True})
+def test_ignore_worker_failures_with_pipelined_sampling(cluster: Any) -> None:
+    cfg = {**CFG, "ignore_worker_failures": True, "sample_async": True}
+    trainer = PPOTrainer(env="CartPole-v1", config=cfg)
     try:
         trainer.train()
         _kill_first_worker(trainer)
@@ -90,3 +92,31 @@ def test_recreate_failed_workers(cluster: Any) -> None:
         assert sorted(indices) == [0, 1, 2]
     finally:
         trainer.stop()
+
+
+def test_a3c_learns_with_async_gradients(cluster: Any) -> None:
+    """Two workers send gradients; the driver applies each and answers with weights."""
+    cfg = {
+        "num_workers": 2,
+        "num_envs_per_worker": 8,
+        "rollout_fragment_length": 10,
+        "lr": 1e-3,
+        "entropy_coeff": 0.0,
+        "min_iter_time_s": 0,
+        "optimizer": {"grads_per_step": 20},
+        "model": {"fcnet_hiddens": [64]},
+        "seed": 0,
+    }
+    trainer = A3CTrainer(env="CartPole-v1", config=cfg)
+    try:
+        while True:
+            r = trainer.train()
+            if r["episode_reward_mean"] >= 100 or r["timesteps_total"] >= 60_000:
+                break
+    finally:
+        trainer.stop()
+    assert r["episode_reward_mean"] >= 100, r["timesteps_total"]
+    assert r["info"]["num_steps_trained"] == r["timesteps_total"]
+    assert {"policy_loss", "vf_loss", "policy_entropy"} <= set(
+        r["info"]["learner"]["default_policy"]
+    )

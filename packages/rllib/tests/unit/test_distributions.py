@@ -4,7 +4,12 @@ import gymnasium as gym
 import torch
 
 from rayfield.rllib.models.catalog import ModelCatalog
-from rayfield.rllib.models.distributions import Categorical, Deterministic, DiagGaussian
+from rayfield.rllib.models.distributions import (
+    Categorical,
+    Deterministic,
+    DiagGaussian,
+    MultiCategorical,
+)
 
 
 def test_categorical_matches_torch() -> None:
@@ -50,3 +55,18 @@ def test_catalog_picks_distribution() -> None:
         Deterministic,
         2,
     )
+
+
+def test_multi_categorical() -> None:
+    space = gym.spaces.MultiDiscrete([2, 3])
+    cls, dim = ModelCatalog.get_action_dist(space, {})
+    assert dim == 5 and issubclass(cls, MultiCategorical)
+    logits = torch.randn(4, 5)
+    d = cls(logits)
+    a = d.sample()
+    assert a.shape == (4, 2) and int(a[:, 1].max()) < 3
+    ref0 = torch.distributions.Categorical(logits=logits[:, :2])
+    ref1 = torch.distributions.Categorical(logits=logits[:, 2:])
+    assert torch.allclose(d.logp(a), ref0.log_prob(a[:, 0]) + ref1.log_prob(a[:, 1]))
+    assert torch.allclose(d.entropy(), ref0.entropy() + ref1.entropy())
+    assert torch.allclose(d.kl(d), torch.zeros(4), atol=1e-6)

@@ -11,6 +11,7 @@ ALGORITHMS = {
     "PPO": ("rayfield.rllib.agents.ppo", "PPOTrainer"),
     "PG": ("rayfield.rllib.agents.pg", "PGTrainer"),
     "A2C": ("rayfield.rllib.agents.a3c", "A2CTrainer"),
+    "A3C": ("rayfield.rllib.agents.a3c", "A3CTrainer"),
     "DQN": ("rayfield.rllib.agents.dqn", "DQNTrainer"),
 }
 

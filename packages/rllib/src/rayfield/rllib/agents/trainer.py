@@ -91,7 +91,6 @@ class Trainer:
         config: dict[str, Any] | None = None,
         env: Any = None,
         logger_creator: Any = None,
-        **kw: Any,
     ) -> None:
         if hasattr(config, "overrides_dict"):  # an AlgorithmConfig
             config = config.overrides_dict()  # type: ignore[union-attr]
@@ -233,7 +232,7 @@ class Trainer:
         finished episodes for the metrics."""
         batches, steps = [], 0
         while steps < min_steps:
-            got, metrics = self.workers.sample()
+            got, metrics = self.workers.sample(pipelined=bool(self.config["sample_async"]))
             self._episodes_this_iter.extend(metrics)
             for b in got:
                 batches.append(b)

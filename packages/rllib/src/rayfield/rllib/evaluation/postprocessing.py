@@ -11,6 +11,8 @@ Sources:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from rayfield.rllib.policy.sample_batch import SampleBatch
@@ -93,3 +95,22 @@ def compute_advantages(
             rollout[Postprocessing.ADVANTAGES] = returns.astype(np.float32)
             rollout[Postprocessing.VALUE_TARGETS] = np.zeros_like(returns, dtype=np.float32)
     return rollout
+
+
+def compute_gae_for_sample_batch(policy: Any, sample_batch: SampleBatch) -> SampleBatch:
+    """`compute_advantages` with the policy's config (``gamma``, ``lambda``,
+    ``use_gae``, ``use_critic``), bootstrapping from ``policy.value(new_obs[-1])``
+    unless the fragment ends in a terminal state (PPO, A2C)."""
+    if sample_batch[SampleBatch.TERMINATEDS][-1]:
+        last_r = 0.0
+    else:
+        last_r = float(policy.value(sample_batch[SampleBatch.NEXT_OBS][-1:])[0])
+    cfg = policy.config
+    return compute_advantages(
+        sample_batch,
+        last_r,
+        cfg["gamma"],
+        cfg["lambda"],
+        use_gae=cfg["use_gae"],
+        use_critic=cfg.get("use_critic", True),
+    )

@@ -134,6 +134,13 @@ class RolloutWorker:
         batch = self.sample()
         return batch, self.get_metrics()
 
+    def sample_and_compute_gradients(self) -> tuple[Any, dict[str, Any], int, list[RolloutMetrics]]:
+        """Sample a batch and compute the policy's gradients on it (A3C):
+        ``(gradients, loss stats, env steps, finished episodes)``."""
+        batch = self.sample()
+        grads, info = self.policy.compute_gradients(batch)
+        return grads, info, batch.count, self.get_metrics()
+
     def get_metrics(self) -> list[RolloutMetrics]:
         return self.sampler.get_metrics()
 

@@ -61,6 +61,7 @@ class WorkerSet:
         self._remote_workers: list[Any] = []
         self._indices: list[int] = []
         self._actor_cls: Any = None
+        self._pending: list[Any] | None = None
         self.num_recreated = 0
         for i in range(1, self._num_workers + 1):
             self._remote_workers.append(self._make_remote(i))
@@ -125,9 +126,14 @@ class WorkerSet:
         for w in self._remote_workers:
             w.set_weights.remote(ref, global_vars)
 
-    def sample(self) -> tuple[list[SampleBatch], list[RolloutMetrics]]:
+    def sample(self, pipelined: bool = False) -> tuple[list[SampleBatch], list[RolloutMetrics]]:
         """One batch from each remote worker (or from the local one when there are
         none), and the episodes they finished.
+
+        Args:
+            pipelined: return the batches requested by the previous call and request
+                the next ones at once, so the workers sample while the caller learns
+                (``sample_async``); those batches come from weights one update older.
 
         Raises:
             RuntimeError: every remote worker has failed.
@@ -136,10 +142,18 @@ class WorkerSet:
         """
         if not self._remote_workers:
             return [self._local_worker.sample()], self._local_worker.get_metrics()
+        if not pipelined:
+            return self._collect([w.sample_and_metrics.remote() for w in self._remote_workers])
+        refs = self._pending or [w.sample_and_metrics.remote() for w in self._remote_workers]
+        self._pending = None
+        out = self._collect(refs)
+        self._pending = [w.sample_and_metrics.remote() for w in self._remote_workers]
+        return out
+
+    def _collect(self, refs: list[Any]) -> tuple[list[SampleBatch], list[RolloutMetrics]]:
         import rayfield
         from rayfield.exceptions import RayfieldError
 
-        refs = [w.sample_and_metrics.remote() for w in self._remote_workers]
         batches: list[SampleBatch] = []
         metrics: list[RolloutMetrics] = []
         failed = []
@@ -147,26 +161,37 @@ class WorkerSet:
             try:
                 batch, m = rayfield.get(ref)
             except RayfieldError as exc:
-                if not (
-                    self._config.get("ignore_worker_failures")
-                    or self._config.get("recreate_failed_workers")
-                ):
-                    logger.error(
-                        "rollout worker %d failed; set 'ignore_worker_failures': True or "
-                        "'recreate_failed_workers': True to keep training",
-                        self._indices[pos],
-                    )
-                    raise
-                logger.warning("rollout worker %d failed: %s", self._indices[pos], exc)
+                self.check_failure_allowed(pos, exc)
                 failed.append(pos)
                 continue
             batches.append(batch)
             metrics.extend(m)
         if failed:
-            self._handle_failures(failed)
+            self.handle_failures(failed)
         return batches, metrics
 
-    def _handle_failures(self, positions: list[int]) -> None:
+    def check_failure_allowed(self, pos: int, exc: BaseException) -> None:
+        """Log a failed remote call of the worker at `pos`; re-raise `exc` unless
+        ``ignore_worker_failures`` or ``recreate_failed_workers`` is set."""
+        if not (
+            self._config.get("ignore_worker_failures")
+            or self._config.get("recreate_failed_workers")
+        ):
+            logger.error(
+                "rollout worker %d failed; set 'ignore_worker_failures': True or "
+                "'recreate_failed_workers': True to keep training",
+                self._indices[pos],
+            )
+            raise exc
+        logger.warning("rollout worker %d failed: %s", self._indices[pos], exc)
+
+    def handle_failures(self, positions: list[int]) -> None:
+        """Drop or replace (``recreate_failed_workers``) the remote workers at these
+        positions of `remote_workers()`.
+
+        Raises:
+            RuntimeError: no remote worker is left.
+        """
         import rayfield
 
         for pos in sorted(positions, reverse=True):
@@ -211,6 +236,7 @@ class WorkerSet:
         import rayfield
 
         self._local_worker.stop()
+        self._pending = None
         for w in self._remote_workers:
             try:
                 rayfield.kill(w)

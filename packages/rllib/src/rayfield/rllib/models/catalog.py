@@ -83,8 +83,8 @@ class ModelCatalog:
     ) -> tuple[type, int]:
         """The distribution class and the model output width it needs.
 
-        Discrete -> `Categorical`; Box -> `DiagGaussian` (or `Deterministic` with
-        ``dist_type="deterministic"``).
+        Discrete -> `Categorical`; MultiDiscrete -> `MultiCategorical`; Box ->
+        `DiagGaussian` (or `Deterministic` with ``dist_type="deterministic"``).
 
         Raises:
             NotImplementedError: the action space is not Discrete or Box.
@@ -104,6 +104,9 @@ class ModelCatalog:
             cls = d.Deterministic
         elif isinstance(action_space, gym.spaces.Discrete):
             cls = d.Categorical
+        elif isinstance(action_space, gym.spaces.MultiDiscrete):
+            sizes = tuple(int(n) for n in action_space.nvec.ravel())
+            cls = type("MultiCategorical", (d.MultiCategorical,), {"input_lens": sizes})
         elif isinstance(action_space, gym.spaces.Box):
             if len(action_space.shape) != 1:
                 raise NotImplementedError(
@@ -112,7 +115,8 @@ class ModelCatalog:
             cls = d.DiagGaussian
         else:
             raise NotImplementedError(
-                f"no action distribution for {action_space!r} yet: use Discrete or 1-D Box actions"
+                f"no action distribution for {action_space!r} yet: use Discrete, "
+                "MultiDiscrete or 1-D Box actions"
             )
         return cls, int(cls.required_model_output_shape(action_space, config))  # type: ignore[attr-defined]
 

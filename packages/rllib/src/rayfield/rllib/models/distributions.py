@@ -83,6 +83,42 @@ class Categorical(ActionDistribution):
         return int(action_space.n)
 
 
+class MultiCategorical(ActionDistribution):
+    """Independent categoricals over MultiDiscrete([n1, n2, ...]) actions; the inputs
+    are the concatenated logits (n1 + n2 + ... columns), actions are int[B, k]."""
+
+    input_lens: tuple[int, ...] | None = None  # set by ModelCatalog for a space
+
+    def __init__(self, inputs: torch.Tensor, model: Any = None, input_lens: Any = None) -> None:
+        super().__init__(inputs, model)
+        input_lens = input_lens or self.input_lens
+        if input_lens is None:
+            raise ValueError("MultiCategorical needs the sizes of its parts (input_lens)")
+        self.cats = [Categorical(x) for x in torch.split(inputs, list(input_lens), dim=-1)]
+
+    def sample(self) -> torch.Tensor:
+        self.last_sample = torch.stack([c.sample() for c in self.cats], dim=-1)
+        return self.last_sample
+
+    def deterministic_sample(self) -> torch.Tensor:
+        self.last_sample = torch.stack([c.deterministic_sample() for c in self.cats], dim=-1)
+        return self.last_sample
+
+    def logp(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([c.logp(x[..., i]) for i, c in enumerate(self.cats)], -1).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return torch.stack([c.entropy() for c in self.cats], dim=-1).sum(-1)
+
+    def kl(self, other: ActionDistribution) -> torch.Tensor:
+        assert isinstance(other, MultiCategorical)
+        return torch.stack([a.kl(b) for a, b in zip(self.cats, other.cats)], -1).sum(-1)
+
+    @staticmethod
+    def required_model_output_shape(action_space: Any, model_config: dict[str, Any]) -> int:
+        return int(np.sum(action_space.nvec))
+
+
 class DiagGaussian(ActionDistribution):
     """A Gaussian with diagonal covariance: the first half of the inputs are the
     means, the second half the log standard deviations."""
@@ -151,3 +187,4 @@ class Deterministic(ActionDistribution):
 TorchCategorical = Categorical
 TorchDiagGaussian = DiagGaussian
 TorchDeterministic = Deterministic
+TorchMultiCategorical = MultiCategorical

@@ -174,7 +174,7 @@ class TorchPolicy(Policy):
     def apply_gradients(self, gradients: Any) -> None:
         with self.lock:
             for p, g in zip(self.model.parameters(), gradients):
-                p.grad = None if g is None else torch.as_tensor(g, device=self.device)
+                p.grad = None if g is None else torch.tensor(g, device=self.device)
             self.optimizer.step()
 
     def on_global_var_update(self, global_vars: dict[str, Any]) -> None:

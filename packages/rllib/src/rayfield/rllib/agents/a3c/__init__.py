@@ -1,4 +1,4 @@
-"""A2C (classic API): ``from rayfield.rllib.agents.a3c import A2CTrainer``."""
+"""A2C and A3C (classic API): ``from rayfield.rllib.agents.a3c import A2CTrainer, A3CTrainer``."""
 
 from __future__ import annotations
 
@@ -9,5 +9,14 @@ from rayfield.rllib.agents.a3c.a2c import (
     A2CTrainer,
     A3CTorchPolicy,
 )
+from rayfield.rllib.agents.a3c.a3c import A3CAgent, A3CTrainer
 
-__all__ = ["A3C_CONFIG", "DEFAULT_CONFIG", "A2CAgent", "A2CTrainer", "A3CTorchPolicy"]
+__all__ = [
+    "A3C_CONFIG",
+    "DEFAULT_CONFIG",
+    "A2CAgent",
+    "A2CTrainer",
+    "A3CAgent",
+    "A3CTorchPolicy",
+    "A3CTrainer",
+]

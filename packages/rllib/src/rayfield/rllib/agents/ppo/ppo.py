@@ -33,7 +33,7 @@ import torch
 
 from rayfield.rllib.agents.common_config import with_common_config
 from rayfield.rllib.agents.trainer import Trainer
-from rayfield.rllib.evaluation.postprocessing import Postprocessing, compute_advantages
+from rayfield.rllib.evaluation.postprocessing import Postprocessing, compute_gae_for_sample_batch
 from rayfield.rllib.policy.sample_batch import SampleBatch
 from rayfield.rllib.policy.torch_policy import TorchPolicy
 
@@ -94,18 +94,7 @@ class PPOTorchPolicy(TorchPolicy):
     ) -> SampleBatch:
         """GAE advantages; bootstraps from ``V(new_obs[-1])`` unless the fragment
         ends in a terminal state."""
-        if sample_batch[SampleBatch.TERMINATEDS][-1]:
-            last_r = 0.0
-        else:
-            last_r = float(self.value(sample_batch[SampleBatch.NEXT_OBS][-1:])[0])
-        return compute_advantages(
-            sample_batch,
-            last_r,
-            self.config["gamma"],
-            self.config["lambda"],
-            use_gae=self.config["use_gae"],
-            use_critic=self.config.get("use_critic", True),
-        )
+        return compute_gae_for_sample_batch(self, sample_batch)
 
     def loss(
         self, model: Any, dist_class: type, train_batch: dict[str, torch.Tensor]
