@@ -206,7 +206,9 @@ def test_stack_shows_the_sleeping_actor_frame(
     dumps = {int(part.split()[0]): part for part in out.split("=== worker ")[1:]}
     assert {workload["greeter_pid"], workload["napper_pid"]} <= set(dumps)
     napper = dumps[workload["napper_pid"]]
-    assert "Napper.napping_in_a_known_place (test_inspect.py:" in napper
+    # py-spy names the frame's file by its path or, for code shipped by value as here, as
+    # "<dynamic-code>" (py-spy 0.4.3): the frame itself is what must show.
+    assert "Napper.napping_in_a_known_place (" in napper
     assert (
         "MainThread" in napper and "napping_in_a_known_place" not in dumps[workload["greeter_pid"]]
     )
