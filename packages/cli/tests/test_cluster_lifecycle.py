@@ -236,6 +236,48 @@ def test_cancel_reaches_a_task_on_the_other_node(cluster: str, tmp_path: Path) -
 
 
 @rf.remote(num_cpus=1)
+def parent_of_b(marker: str, child_id: str) -> None:
+    """Submits a task that waits for node b's CPU, then sleeps: on the head (by default;
+    its child is forwarded to node b) or on node b (with ``b_res``)."""
+    child = on_b.remote(0, marker)  # forwarded to node b; `marker` appears when it runs
+    Path(child_id).write_text(child.hex())
+    time.sleep(60)
+
+
+@pytest.mark.parametrize("parent_on", ["head", "b"])
+@pytest.mark.parametrize("recursive", [True, False])
+def test_recursive_cancel_reaches_the_children_on_the_other_node(
+    cluster: str, tmp_path: Path, recursive: bool, parent_on: str
+) -> None:
+    started, marker, child_id = (tmp_path / n for n in ("started", "marker", "child_id"))
+    busy = on_b.remote(60, str(started))  # takes node b's only CPU
+    wait_for(started.exists, "the long task to start on node b")
+    if parent_on == "b":  # the cancel (and its `recursive`) goes to node b
+        parent = parent_of_b.options(num_cpus=0, resources={"b_res": 0.5}).remote(
+            str(marker), str(child_id)
+        )
+    else:
+        parent = parent_of_b.remote(str(marker), str(child_id))
+    wait_for(child_id.exists, "the parent to submit its child")
+    child = rf.ObjectRef(bytes.fromhex(child_id.read_text()))
+    time.sleep(1.0)  # (forwarding is asynchronous)
+    rf.cancel(parent, recursive=recursive)
+    with pytest.raises(TaskCancelledError):
+        rf.get(parent, timeout=30)
+    if recursive and parent_on == "head":  # cancelled on node b after the parent (async)
+        with pytest.raises(TaskCancelledError):
+            rf.get(child, timeout=30)
+    rf.cancel(busy)  # node b's CPU is free again
+    with pytest.raises(TaskCancelledError):
+        rf.get(busy, timeout=30)
+    if recursive:
+        assert rf.get(on_b.remote(0), timeout=30) != node_id()  # ran after the child's turn
+        assert not marker.exists()
+    else:
+        wait_for(marker.exists, "the child to run on node b")
+
+
+@rf.remote(num_cpus=1)
 class Backend:  # on the head: the only node with a free CPU for it
     def __init__(self) -> None:
         self.n = 0

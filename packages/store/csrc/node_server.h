@@ -99,9 +99,16 @@ struct ActorStateChanged {
   UniqueID actor_id;
   bool alive;
 };
+// A recursive cancel reached tasks the cancelled one submitted that this node no longer
+// holds (forwarded to other nodes, or finished): the host cancels them where it sent them.
+struct CancelElsewhere {
+  std::vector<UniqueID> task_ids;
+  bool force;
+};
 using NodeEvent = std::variant<ObjectMissing, ClientDisconnected, WorkerRegistered, StoreFullEvent, NeedWorker,
                                TaskInfeasible, MissingDependencies, WorkerLost, ActorTaskElsewhere,
-                               ActorDied, OwnerDied, ActorHandlesChanged, ActorStateChanged>;
+                               ActorDied, OwnerDied, ActorHandlesChanged, ActorStateChanged,
+                               CancelElsewhere>;
 
 // A task running on one of the node's workers (for the host's memory monitor).
 struct RunningTaskInfo {

@@ -335,7 +335,15 @@ std::string NodeServer::CancelTask(const UniqueID& task_id, bool force, bool rec
       InterruptWorker(*w->second);
     }
   }
-  for (const UniqueID& child : children) CancelTask(child, force, true, false);
+  std::vector<UniqueID> gone;  // forwarded to other nodes (or finished)
+  for (const UniqueID& child : children) {
+    if (tasks_.count(child) == 0) {
+      gone.push_back(child);
+    } else {
+      CancelTask(child, force, true, false);
+    }
+  }
+  if (!gone.empty()) PushEvent(CancelElsewhere{std::move(gone), force});
   return state;
 }
 

@@ -420,9 +420,14 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     and its worker goes on with other tasks (``_private/interrupts.py``); with
     ``force=True`` its worker process is killed instead. ``get`` on its results then raises
     TaskCancelledError. With ``recursive`` (the default) the tasks it submitted are
-    cancelled too (those still on its node). Cancelling a finished task does nothing. In
-    a cluster this also reaches a task that was forwarded to another node (the node it
-    was submitted to knows where); the tasks it submitted are then cancelled with it.
+    cancelled too, also those that were forwarded to other nodes. Cancelling a finished
+    task does nothing. In a cluster this also reaches a task that was forwarded to
+    another node (the node it was submitted to knows where).
+
+    Args:
+        object_ref: a result of the task to cancel.
+        force: kill the worker process running it instead of interrupting the task.
+        recursive: also cancel the tasks it submitted (and theirs).
 
     Raises:
         TypeError: not an ObjectRef.
@@ -439,7 +444,7 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     if names.gcs_address() is not None:  # not on this node: maybe forwarded to another
         from rayfield._private.cluster.lifecycle import cancel_elsewhere
 
-        cancel_elsewhere(client.node_id, task_id, force)
+        cancel_elsewhere(client.node_id, task_id, force, recursive)
 
 
 def register_custom_serializer(

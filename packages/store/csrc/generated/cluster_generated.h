@@ -2111,7 +2111,8 @@ struct RemoteCancelTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
     VT_TASK_ID = 4,
     VT_FORCE = 6,
-    VT_HOPS = 8
+    VT_HOPS = 8,
+    VT_RECURSIVE = 10
   };
   const ::flatbuffers::Vector<uint8_t> *task_id() const {
     return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_TASK_ID);
@@ -2124,6 +2125,10 @@ struct RemoteCancelTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::
   uint32_t hops() const {
     return GetField<uint32_t>(VT_HOPS, 0);
   }
+  /// Also cancel the tasks it submitted, wherever they were sent.
+  bool recursive() const {
+    return GetField<uint8_t>(VT_RECURSIVE, 1) != 0;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2131,6 +2136,7 @@ struct RemoteCancelTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::
            verifier.VerifyVector(task_id()) &&
            VerifyField<uint8_t>(verifier, VT_FORCE, 1) &&
            VerifyField<uint32_t>(verifier, VT_HOPS, 4) &&
+           VerifyField<uint8_t>(verifier, VT_RECURSIVE, 1) &&
            verifier.EndTable();
   }
 };
@@ -2148,6 +2154,9 @@ struct RemoteCancelTaskRequestBuilder {
   void add_hops(uint32_t hops) {
     fbb_.AddElement<uint32_t>(RemoteCancelTaskRequest::VT_HOPS, hops, 0);
   }
+  void add_recursive(bool recursive) {
+    fbb_.AddElement<uint8_t>(RemoteCancelTaskRequest::VT_RECURSIVE, static_cast<uint8_t>(recursive), 1);
+  }
   explicit RemoteCancelTaskRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -2163,10 +2172,12 @@ inline ::flatbuffers::Offset<RemoteCancelTaskRequest> CreateRemoteCancelTaskRequ
     ::flatbuffers::FlatBufferBuilder &_fbb,
     ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> task_id = 0,
     bool force = false,
-    uint32_t hops = 0) {
+    uint32_t hops = 0,
+    bool recursive = true) {
   RemoteCancelTaskRequestBuilder builder_(_fbb);
   builder_.add_hops(hops);
   builder_.add_task_id(task_id);
+  builder_.add_recursive(recursive);
   builder_.add_force(force);
   return builder_.Finish();
 }
@@ -2175,13 +2186,15 @@ inline ::flatbuffers::Offset<RemoteCancelTaskRequest> CreateRemoteCancelTaskRequ
     ::flatbuffers::FlatBufferBuilder &_fbb,
     const std::vector<uint8_t> *task_id = nullptr,
     bool force = false,
-    uint32_t hops = 0) {
+    uint32_t hops = 0,
+    bool recursive = true) {
   auto task_id__ = task_id ? _fbb.CreateVector<uint8_t>(*task_id) : 0;
   return rayfield::store::protocol::fb::CreateRemoteCancelTaskRequest(
       _fbb,
       task_id__,
       force,
-      hops);
+      hops,
+      recursive);
 }
 
 /// CancelJob: the driver of this job (its id prefix) exited; cancel its queued tasks here

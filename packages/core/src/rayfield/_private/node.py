@@ -202,6 +202,8 @@ class LocalNode:
                     self.agent.lifecycle.driver_gone(event[2])
                 elif kind == "owner_died" and self.agent is not None:
                     self.agent.lifecycle.owner_died(event[2], event[3])
+                elif kind == "cancel_elsewhere" and self.agent is not None:
+                    self.agent.lifecycle.cancel_forwarded(event[1], event[2])
                 elif kind == "actor_task_elsewhere" and self.agent is not None:
                     self.agent.on_actor_task_elsewhere(event[1], event[2])
                 elif kind == "object_missing" and self.agent is not None:

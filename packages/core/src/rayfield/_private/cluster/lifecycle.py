@@ -174,6 +174,14 @@ class Lifecycle:
             except Exception as exc:
                 logger.debug("could not record actor %s restarted: %s", actor_id.hex()[:16], exc)
 
+    def cancel_forwarded(self, task_ids: list[bytes], force: bool) -> None:
+        """A recursive cancel on this node reached ``task_ids``, tasks the cancelled one
+        submitted that this node no longer holds: cancel (recursively) those it forwarded,
+        on the nodes it sent them to (on the agent's transfer pool)."""
+        for task_id in task_ids:
+            if task_id in self.agent.recovery.sent:
+                self._submit(self.cancel, task_id, force)
+
     def owner_died(self, pid: int, actor_ids: list[bytes]) -> None:
         """The driver ``pid`` of this node disconnected; ``actor_ids`` are the non-detached
         actors it created that were moved to other nodes: kill them there (on the
@@ -238,21 +246,27 @@ class Lifecycle:
 
     # ---- tasks ------------------------------------------------------------------------
 
-    def cancel(self, task_id: bytes, force: bool, hops: int = MAX_HOPS) -> str:
-        """Cancel ``task_id`` here or where this node forwarded it.
+    def cancel(
+        self, task_id: bytes, force: bool, hops: int = MAX_HOPS, recursive: bool = True
+    ) -> str:
+        """Cancel ``task_id`` here or where this node forwarded it; with ``recursive``,
+        the tasks it submitted too (those forwarded from here come back in a
+        ``cancel_elsewhere`` event, see ``cancel_forwarded``).
 
         Returns:
             ``"queued"`` (it will not run), ``"running"`` (running; stopped only with
             ``force``), or ``"done"`` (finished, or unknown to every node asked).
         """
-        state = self.agent.client.cancel_task(task_id, force)
+        state = self.agent.client.cancel_task(task_id, force, recursive)
         if state != "done" or hops <= 0:
             return state
         sent = self.agent.recovery.sent.get(task_id)
         if sent is None:
             return state
         try:
-            return self.agent._stub(sent.address).cancel_task(task_id, force, hops - 1)
+            return self.agent._stub(sent.address).cancel_task(
+                task_id, force, hops - 1, recursive=recursive
+            )
         except grpc.RpcError as exc:
             logger.info("cancel of task %s on %s failed: %s", task_id.hex()[:16], sent.address, exc)
             return state
@@ -266,12 +280,13 @@ def job_cancelled(job_id: bytes) -> str:
     )
 
 
-def cancel_elsewhere(node_id: bytes, task_id: bytes, force: bool) -> str:
+def cancel_elsewhere(node_id: bytes, task_id: bytes, force: bool, recursive: bool = True) -> str:
     """``rayfield.cancel`` of a task this process's node no longer holds: ask that node's
     agent, which cancels it on the node it was forwarded to.
 
     Args:
         node_id: this process's node (where the task was submitted).
+        recursive: also cancel the tasks it submitted.
 
     Returns:
         What the node running it answered (see ``Lifecycle.cancel``); ``"done"`` outside a
@@ -288,7 +303,7 @@ def cancel_elsewhere(node_id: bytes, task_id: bytes, force: bool) -> str:
             node = next((n for n in client.gcs.get_nodes() if n.node_id == node_id), None)
             if node is None or not node.alive:
                 return "done"
-            return client.node(node.address).cancel_task(task_id, force)
+            return client.node(node.address).cancel_task(task_id, force, recursive=recursive)
     except (StateError, grpc.RpcError) as exc:
         logger.warning("could not cancel task %s in the cluster: %s", task_id.hex()[:16], exc)
         return "done"

@@ -199,7 +199,9 @@ class NodeService:
         req = codec.decode("RemoteCancelTaskRequest", raw)
         if len(req["task_id"]) != messages.ID_SIZE:
             raise messages.MalformedMessage(f"a task id must be {messages.ID_SIZE} bytes")
-        state = self.agent.lifecycle.cancel(req["task_id"], req["force"], int(req["hops"]))
+        state = self.agent.lifecycle.cancel(
+            req["task_id"], req["force"], int(req["hops"]), bool(req["recursive"])
+        )
         return codec.encode("RemoteCancelTaskReply", {"state": state})
 
     def cancel_job(self, raw: bytes) -> bytes:
@@ -393,14 +395,19 @@ class NodeStub:
         )
 
     def cancel_task(
-        self, task_id: bytes, force: bool, hops: int = 4, timeout_s: float = 10.0
+        self,
+        task_id: bytes,
+        force: bool,
+        hops: int = 4,
+        timeout_s: float = 10.0,
+        recursive: bool = True,
     ) -> str:
         """Cancel a task on that node or where it forwarded it (at most ``hops`` further
-        nodes): "queued", "running" or "done" (see ``lifecycle.Lifecycle.cancel``)."""
+        nodes), with the tasks it submitted when ``recursive``: "queued", "running" or
+        "done" (see ``lifecycle.Lifecycle.cancel``)."""
+        req = {"task_id": task_id, "force": force, "hops": hops, "recursive": recursive}
         raw = self._cancel_task(
-            codec.encode(
-                "RemoteCancelTaskRequest", {"task_id": task_id, "force": force, "hops": hops}
-            ),
+            codec.encode("RemoteCancelTaskRequest", req),
             metadata=self.metadata,
             timeout=timeout_s,
         )

@@ -172,7 +172,12 @@ SPECS: dict[str, dict[str, Any]] = {
     "ReadLogReply": {"found": BOOL, "size": INT, "offset": INT, "data": BYTES},
     "RemoteKillActorRequest": {"actor_id": BYTES, "no_restart": BOOL},
     "RemoteKillActorReply": {"killed": BOOL, "message": STR},
-    "RemoteCancelTaskRequest": {"task_id": BYTES, "force": BOOL, "hops": INT},
+    "RemoteCancelTaskRequest": {
+        "task_id": BYTES,
+        "force": BOOL,
+        "hops": INT,
+        "recursive": BOOL,
+    },
     "RemoteCancelTaskReply": {"state": STR},
     "CancelJobRequest": {"job_id": BYTES},
     "CancelJobReply": {"cancelled": INT},

@@ -70,8 +70,16 @@ class RemoteCancelTaskRequest(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # Also cancel the tasks it submitted, wherever they were sent.
+    # RemoteCancelTaskRequest
+    def Recursive(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return True
+
 def RemoteCancelTaskRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(3)
+    builder.StartObject(4)
 
 def Start(builder: flatbuffers.Builder):
     RemoteCancelTaskRequestStart(builder)
@@ -100,6 +108,12 @@ def RemoteCancelTaskRequestAddHops(builder: flatbuffers.Builder, hops: int):
 def AddHops(builder: flatbuffers.Builder, hops: int):
     RemoteCancelTaskRequestAddHops(builder, hops)
 
+def RemoteCancelTaskRequestAddRecursive(builder: flatbuffers.Builder, recursive: bool):
+    builder.PrependBoolSlot(3, recursive, 1)
+
+def AddRecursive(builder: flatbuffers.Builder, recursive: bool):
+    RemoteCancelTaskRequestAddRecursive(builder, recursive)
+
 def RemoteCancelTaskRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
 
@@ -119,10 +133,12 @@ class RemoteCancelTaskRequestT(object):
         taskId = None,
         force = False,
         hops = 0,
+        recursive = True,
     ):
         self.taskId = taskId  # type: Optional[List[int]]
         self.force = force  # type: bool
         self.hops = hops  # type: int
+        self.recursive = recursive  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -154,6 +170,7 @@ class RemoteCancelTaskRequestT(object):
                 self.taskId = remoteCancelTaskRequest.TaskIdAsNumpy()
         self.force = remoteCancelTaskRequest.Force()
         self.hops = remoteCancelTaskRequest.Hops()
+        self.recursive = remoteCancelTaskRequest.Recursive()
 
     # RemoteCancelTaskRequestT
     def Pack(self, builder):
@@ -170,5 +187,6 @@ class RemoteCancelTaskRequestT(object):
             RemoteCancelTaskRequestAddTaskId(builder, taskId)
         RemoteCancelTaskRequestAddForce(builder, self.force)
         RemoteCancelTaskRequestAddHops(builder, self.hops)
+        RemoteCancelTaskRequestAddRecursive(builder, self.recursive)
         remoteCancelTaskRequest = RemoteCancelTaskRequestEnd(builder)
         return remoteCancelTaskRequest
