@@ -22,7 +22,6 @@ from rayfield._private.runtime import get_runtime
 __all__ = ["ActorClass", "ActorHandle", "exit_actor", "method"]
 
 _NO_FUNCTION = bytes(20)
-TERMINATE = "__rayfield_terminate__"
 
 
 def method(*, num_returns: int = 1, num_return_vals: int | None = None) -> Any:

@@ -24,7 +24,6 @@ from rayfield._private.events import EventLog
 from rayfield._private.interrupts import Interrupts
 from rayfield._private.runtime import Runtime, set_runtime
 from rayfield._private.task_context import TaskContext
-from rayfield.actor import TERMINATE
 from rayfield.store import StoreConnectionError
 
 
@@ -246,11 +245,6 @@ class Worker:
             self.actor.__init__(*args, **kwargs)
             self.setup_concurrency(cls, options.get("max_concurrency", 1))
             return None
-        if name.endswith(TERMINATE):  # the original handle is gone: end the actor for good
-            if self.events is not None:
-                self.events.flush()
-            self.rt.client.kill_actor(self.rt.local.actor_id, True)
-            os._exit(0)
         if isinstance(self.actor, _FailedActor):
             raise exceptions.ActorDiedError(f"the actor's constructor failed: {self.actor.error}")
         return getattr(self.actor, name.rsplit(".", 1)[-1])(*args, **kwargs)
