@@ -6,6 +6,10 @@
 // single-threaded caller never pays a thread switch. Messages the node pushes
 // (task dispatch, object notifications) are queued for NextTask and
 // NextNotification.
+//
+// The connection (connect, handshake, framing, send/receive, the reading
+// hand-off, the queues of pushed messages) is in client_conn.cc; the requests
+// built on it (one function per request type) are in client_requests.cc.
 #pragma once
 
 #include <atomic>

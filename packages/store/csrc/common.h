@@ -16,6 +16,10 @@ constexpr uint32_t kProtocolVersion = 1;
 
 constexpr size_t kIdSize = 20;
 
+// A connection to the node (a driver, a worker or a tool), numbered from 1;
+// 0 is the node itself.
+using ClientID = uint64_t;
+
 struct UniqueID {
   std::array<uint8_t, kIdSize> bytes{};
 

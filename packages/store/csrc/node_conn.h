@@ -1,10 +1,7 @@
-// Per-connection and per-pending-get state of the node event loop, shared by
-// node_server.cc (the loop, messages) and node_tasks.cc (task and actor records).
+// Per-connection state of the node event loop, shared by its files (node_server.h).
 #pragma once
 
 #include <string>
-#include <unordered_map>
-#include <vector>
 
 #include "node_server.h"
 
@@ -26,16 +23,6 @@ struct NodeServer::Conn {
   std::string out;
   size_t out_pos = 0;
   FrameWriter writer;
-  std::unordered_map<UniqueID, int, UniqueIDHash> actor_handles;  // handles it holds
-};
-
-struct NodeServer::PendingGet {
-  ClientID client;
-  uint64_t seq;
-  std::vector<UniqueID> ids;
-  std::vector<fb::ObjectLocation> locs;
-  size_t remaining;      // objects still missing before the reply
-  bool wait_only = false;  // WaitRequest: no references, reply with ready flags
 };
 
 }  // namespace rayfield

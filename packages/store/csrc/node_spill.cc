@@ -86,7 +86,7 @@ void NodeServer::RetryRestores() {
   restore_generation_ = store_->room_generation();
   std::vector<UniqueID> ids(restore_wanted_.begin(), restore_wanted_.end());
   for (const UniqueID& id : ids) {
-    if (waiting_on_.count(id) == 0) {
+    if (!waiters_.Waited(id)) {
       restore_wanted_.erase(id);  // its gets expired or went away
     } else if (!store_->IsSpilled(id) || Restore(id)) {
       restore_wanted_.erase(id);

@@ -28,8 +28,6 @@
 
 namespace rayfield {
 
-using ClientID = uint64_t;
-
 enum class ObjectState : uint8_t { Created = 0, Sealed = 1 };
 
 struct Holds {

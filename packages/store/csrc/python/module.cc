@@ -2,14 +2,17 @@
 //
 // Thin CPython bindings over the native core: ObjectBuffer (zero-copy,
 // read-only views of sealed objects), Client, NodeServer and SchedulerState
-// (py_scheduler.inc), AllocatorState and ObjectTableState (py_state.inc). Blocking calls release the GIL. Errors are raised as
+// (py_scheduler.inc), TaskManagerState (py_tasks.inc), typed node events
+// (py_events.inc), AllocatorState and ObjectTableState (py_state.inc). Blocking calls release the GIL. Errors are raised as
 // the typed exceptions of rayfield.store.errors.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "client.h"
@@ -17,6 +20,7 @@
 #include "node_server.h"
 #include "protocol.h"
 #include "scheduler.h"
+#include "task_manager.h"
 
 using namespace rayfield;
 
@@ -107,9 +111,11 @@ int64_t TimeoutMs(PyObject* timeout) {
 
 }  // namespace
 
+#include "py_events.inc"
 #include "py_scheduler.inc"
 #include "py_client.inc"
 #include "py_node.inc"
+#include "py_tasks.inc"
 #include "py_state.inc"
 
 // ---- module -------------------------------------------------------------------------
@@ -173,7 +179,7 @@ PyMODINIT_FUNC PyInit__native(void) {
       PyModule_AddIntConstant(m, "ID_SIZE", kIdSize) != 0 ||
       PyModule_AddIntConstant(m, "RESOURCE_UNIT", kResourceUnit) != 0 ||
       AddClientTypes(m) != 0 || AddNodeServerType(m) != 0 || AddSchedulerStateType(m) != 0 ||
-      AddStateTypes(m) != 0) {
+      AddTaskManagerStateType(m) != 0 || AddEventTypes(m) != 0 || AddStateTypes(m) != 0) {
     Py_DECREF(m);
     return nullptr;
   }

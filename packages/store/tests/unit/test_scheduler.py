@@ -10,25 +10,9 @@ import math
 from typing import Any
 
 import pytest
+from store_test_ids import aid, cid, oid, tid
 
 from rayfield.store._native import SchedulerState
-
-
-def tid(n: int, tag: bytes = b"t") -> bytes:
-    """A 20-byte id, distinct per (tag, n)."""
-    return tag + n.to_bytes(19, "big")
-
-
-def oid(n: int) -> bytes:
-    return tid(n, b"o")
-
-
-def aid(n: int) -> bytes:
-    return tid(n, b"a")
-
-
-def cid(n: int) -> bytes:
-    return tid(n, b"c")
 
 
 def of_kind(decisions: list[tuple[Any, ...]], kind: str) -> list[tuple[Any, ...]]:

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rayfield.store import _native
-from rayfield.store._native import ObjectBuffer, SchedulerState
+from rayfield.store._native import ObjectBuffer, SchedulerState, TaskManagerState
 from rayfield.store.errors import (
     GetTimeoutError,
     InvalidRequestError,
@@ -50,6 +50,9 @@ __version__ = "0.1.0"
 PROTOCOL_VERSION: int = _native.PROTOCOL_VERSION
 ID_SIZE: int = _native.ID_SIZE
 
+if TYPE_CHECKING:
+    from rayfield.store._native import NodeEvent
+
 __all__ = [
     "ID_SIZE",
     "PROTOCOL_VERSION",
@@ -70,6 +73,7 @@ __all__ = [
     "StoreConnectionError",
     "StoreError",
     "StoreFullError",
+    "TaskManagerState",
 ]
 
 _KINDS = {"driver": 0, "worker": 1, "tool": 2}
@@ -139,7 +143,9 @@ class NodeServer:
             huge pages not available, directory missing).
         InvalidRequestError: a bad argument (negative capacity, bad node_id).
 
-    Events (``poll_events``) are tuples the host process acts on:
+    Events (``poll_events``) are typed tuples the host process acts on (struct
+    sequences: ``event.kind == event[0]``, each item also has a name, see
+    ``NodeEvent`` in ``rayfield/store/_native.pyi``):
     ``("object_missing", object_id, client_id)``,
     ``("need_worker", shape, num_waiting)``,
     ``("task_infeasible", task_id, demand, reason)``,
@@ -223,7 +229,7 @@ class NodeServer:
         """Stop serving, close every connection and remove the socket file."""
         self._native.stop()
 
-    def poll_events(self, timeout_s: float | None = 0.0) -> list[tuple[Any, ...]]:
+    def poll_events(self, timeout_s: float | None = 0.0) -> list[NodeEvent]:
         """Events since the last call; waits up to ``timeout_s`` for the first."""
         return self._native.poll_events(timeout_s)
 

@@ -1,7 +1,7 @@
 # Hand-written stub of the native extension rayfield.store._native.
 # IDs are 20-byte `bytes`. Sizes are bytes, timeouts seconds (None: forever).
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 from typing_extensions import Buffer
 
@@ -109,6 +109,178 @@ class Client:
         self, task_id: bytes, force: bool = False, recursive: bool = True, query: bool = False
     ) -> str: ...
 
+# ---- typed node events and decisions ------------------------------------------------------
+# Struct sequences: tuples whose first item is the kind, with a named field for each item,
+# so `event.pid` and `event[2]` are the same value.
+
+class ObjectMissingEvent(tuple[Any, ...]):
+    """A client waits for an object this node has never seen."""
+
+    kind: Literal["object_missing"]
+    object_id: bytes
+    client: int
+
+class ClientDisconnectedEvent(tuple[Any, ...]):
+    """A connection closed; ``driver``: it was a driver's."""
+
+    kind: Literal["client_disconnected"]
+    client: int
+    pid: int
+    driver: bool
+
+class WorkerRegisteredEvent(tuple[Any, ...]):
+    kind: Literal["worker_registered"]
+    client: int
+    pid: int
+
+class StoreFullEvent(tuple[Any, ...]):
+    """A create failed even after eviction and spilling (sizes in bytes)."""
+
+    kind: Literal["store_full"]
+    requested_bytes: int
+    capacity_bytes: int
+    used_bytes: int
+
+class ActorTaskElsewhereEvent(tuple[Any, ...]):
+    """An actor call for an actor on another node: take it (take_task) and forward it."""
+
+    kind: Literal["actor_task_elsewhere"]
+    task_id: bytes
+    actor_id: bytes
+
+class ActorDiedEvent(tuple[Any, ...]):
+    """An actor hosted here is dead for good (no restart left, killed, or it exited)."""
+
+    kind: Literal["actor_died"]
+    actor_id: bytes
+    reason: str
+
+class OwnerDiedEvent(tuple[Any, ...]):
+    """A driver that created non-detached actors disconnected; ``elsewhere``: those it
+    moved to other nodes (the host kills them)."""
+
+    kind: Literal["owner_died"]
+    client: int
+    pid: int
+    elsewhere: list[bytes]
+
+class CancelElsewhereEvent(tuple[Any, ...]):
+    """A recursive cancel reached tasks this node no longer holds."""
+
+    kind: Literal["cancel_elsewhere"]
+    task_ids: list[bytes]
+    force: bool
+
+class ActorHandlesEvent(tuple[Any, ...]):
+    """This node's count of handles to an actor went 0 -> 1 (``held``) or 1 -> 0."""
+
+    kind: Literal["actor_handles"]
+    actor_id: bytes
+    held: bool
+    scoped: bool
+
+class ActorStateEvent(tuple[Any, ...]):
+    """An actor hosted here finished its creation (``alive``) or is being restarted."""
+
+    kind: Literal["actor_state"]
+    actor_id: bytes
+    alive: bool
+
+class NeedWorkerEvent(tuple[Any, ...]):
+    """Ready tasks of ``shape`` lack an idle worker."""
+
+    kind: Literal["need_worker"]
+    shape: dict[str, float]
+    num_waiting: int
+
+class TaskInfeasibleEvent(tuple[Any, ...]):
+    kind: Literal["task_infeasible"]
+    task_id: bytes
+    demand: dict[str, float]
+    reason: str
+
+class MissingDependenciesEvent(tuple[Any, ...]):
+    """A task's arguments are not local: the host fetches them."""
+
+    kind: Literal["missing_dependencies"]
+    task_id: bytes
+    object_ids: list[bytes]
+
+class WorkerLostEvent(tuple[Any, ...]):
+    kind: Literal["worker_lost"]
+    worker: int
+    running_tasks: list[bytes]
+    actor_id: bytes | None
+
+NodeEvent: TypeAlias = (
+    ObjectMissingEvent
+    | ClientDisconnectedEvent
+    | WorkerRegisteredEvent
+    | StoreFullEvent
+    | ActorTaskElsewhereEvent
+    | ActorDiedEvent
+    | OwnerDiedEvent
+    | CancelElsewhereEvent
+    | ActorHandlesEvent
+    | ActorStateEvent
+    | NeedWorkerEvent
+    | TaskInfeasibleEvent
+    | MissingDependenciesEvent
+    | WorkerLostEvent
+)
+
+class DispatchDecision(tuple[Any, ...]):
+    """The scheduler sends a task to a worker; ``instances``: (name, index, amount)."""
+
+    kind: Literal["dispatch"]
+    worker: int
+    task_id: bytes
+    instances: list[tuple[str, int, float]]
+
+SchedulerDecision: TypeAlias = (
+    DispatchDecision
+    | NeedWorkerEvent
+    | TaskInfeasibleEvent
+    | MissingDependenciesEvent
+    | WorkerLostEvent
+)
+
+class DispatchTaskDecision(tuple[Any, ...]):
+    kind: Literal["dispatch_task"]
+    worker: int
+    task_id: bytes
+    retries_left: int
+    attempt: int
+
+class StoreErrorDecision(tuple[Any, ...]):
+    """Store an error object: ``message`` as data, ``tag`` as metadata."""
+
+    kind: Literal["store_error"]
+    object_id: bytes
+    tag: str
+    message: str
+
+class ReleasePinsDecision(tuple[Any, ...]):
+    kind: Literal["release_pins"]
+    object_ids: list[bytes]
+
+class KillWorkerDecision(tuple[Any, ...]):
+    kind: Literal["kill_worker"]
+    worker: int
+
+class InterruptWorkerDecision(tuple[Any, ...]):
+    kind: Literal["interrupt_worker"]
+    worker: int
+
+TaskDecision: TypeAlias = (
+    DispatchTaskDecision
+    | StoreErrorDecision
+    | ReleasePinsDecision
+    | KillWorkerDecision
+    | InterruptWorkerDecision
+    | NodeEvent
+)
+
 class NodeServer:
     def __init__(
         self,
@@ -135,7 +307,7 @@ class NodeServer:
     def spill_directory(self) -> str | None: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
-    def poll_events(self, timeout_s: float | None = 0.0) -> list[tuple[Any, ...]]: ...
+    def poll_events(self, timeout_s: float | None = 0.0) -> list[NodeEvent]: ...
     def stats(self) -> dict[str, int]: ...
     def list_objects(self) -> list[dict[str, Any]]: ...
     def scheduler_snapshot(self) -> dict[str, Any]: ...
@@ -170,9 +342,71 @@ class SchedulerState:
     def set_worker_blocked(self, worker: int, blocked: bool) -> None: ...
     def set_total(self, total: dict[str, float]) -> None: ...
     def take_task(self, task_id: bytes) -> dict[str, Any] | None: ...
-    def decisions(self) -> list[tuple[Any, ...]]: ...
+    def decisions(self) -> list[SchedulerDecision]: ...
     def total(self) -> dict[str, float]: ...
     def available(self) -> dict[str, float]: ...
+    def snapshot(self) -> dict[str, Any]: ...
+
+class TaskManagerState:
+    """The node's task and actor manager as a state machine (no sockets, no threads).
+
+    Objects count as local (for retried tasks and restarted actors) from
+    object_available() until object_deleted().
+    """
+
+    def __init__(self, total: dict[str, float], node_name: str = "node") -> None: ...
+    def submit(
+        self,
+        task_id: bytes,
+        resources: dict[str, float] | None = None,
+        dependencies: Sequence[bytes] = (),
+        missing: Sequence[bytes] = (),
+        actor_id: bytes | None = None,
+        actor_creation: bool = False,
+        max_concurrency: int = 1,
+        caller_id: bytes | None = None,
+        sequence_no: int = 0,
+        payload: bytes = b"",
+        resume_sequence: bool = False,
+        *,
+        return_ids: Sequence[bytes] = (),
+        pins: Sequence[bytes] = (),
+        max_retries: int = 0,
+        actor_handles: Sequence[bytes] = (),
+        parent_worker: int = 0,
+        owner: int = 0,
+        detached: bool = False,
+    ) -> None: ...
+    def worker_registered(self, worker: int, pid: int = 0) -> None: ...
+    def task_done(
+        self, worker: int, task_id: bytes, retry: bool = False, exiting: bool = False
+    ) -> None: ...
+    def set_worker_blocked(self, worker: int, blocked: bool) -> None: ...
+    def client_gone(
+        self, client: int, worker: bool = False, driver: bool = False, pid: int = 0
+    ) -> None: ...
+    def object_available(self, object_id: bytes) -> None: ...
+    def object_deleted(self, object_id: bytes) -> None: ...
+    def actor_handles(
+        self,
+        client: int,
+        actor_ids: Sequence[bytes],
+        add: bool,
+        scoped: bool = False,
+        object_id: bytes | None = None,
+    ) -> None: ...
+    def set_kill_reason(self, worker: int, tag: str, message: str) -> None: ...
+    def cancel_task(
+        self, task_id: bytes, force: bool = False, recursive: bool = False, query: bool = False
+    ) -> str: ...
+    def kill_actor(self, actor_id: bytes, no_restart: bool = True) -> None: ...
+    def cancel_job(self, prefix: bytes, reason: str) -> int: ...
+    def end_actor(self, actor_id: bytes, reason: str) -> str: ...
+    def take_task(self, task_id: bytes, keeper: int = 0) -> dict[str, Any] | None: ...
+    def set_total(self, total: dict[str, float]) -> None: ...
+    def decisions(self, scheduler: bool = True) -> list[TaskDecision]: ...
+    def actors_held(self, actor_ids: Sequence[bytes]) -> list[bool]: ...
+    def running_tasks(self) -> list[dict[str, Any]]: ...
     def snapshot(self) -> dict[str, Any]: ...
 
 class AllocatorState:
