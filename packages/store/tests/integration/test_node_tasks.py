@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from rayfield.store import StoreClient
+from rayfield.store._native import ClientDisconnectedEvent, WorkerRegisteredEvent
 
 
 def oid() -> bytes:
@@ -243,3 +244,27 @@ def test_recursive_cancel_reaches_what_the_task_submitted(node: Any) -> None:
                 assert buf is None
                 assert w.next_task(timeout_s=5)["task_id"] == child
                 w.task_done(child)
+
+
+def _next_event(node: Any, kind: str) -> Any:
+    """The first event of `kind` from the node (others are skipped), within 10 s."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for event in node.poll_events(timeout_s=0.5):
+            if event.kind == kind:
+                return event
+    raise AssertionError(f"no {kind} event within 10 s")
+
+
+def test_node_events_are_typed_and_keep_their_tuple_form(node: Any) -> None:
+    worker = _worker(node.socket_path)
+    registered = _next_event(node, "worker_registered")
+    assert isinstance(registered, WorkerRegisteredEvent)
+    assert registered.pid == os.getpid() and registered.client > 0
+    assert registered == ("worker_registered", registered.client, os.getpid())
+    kind, client, pid = registered  # the positional form still unpacks
+    assert (kind, registered[1], pid) == ("worker_registered", client, os.getpid())
+    worker.close()
+    gone = _next_event(node, "client_disconnected")
+    assert isinstance(gone, ClientDisconnectedEvent)
+    assert (gone.client, gone.pid, gone.driver) == (client, os.getpid(), False)
