@@ -1,9 +1,12 @@
-// Per-connection state of the node event loop, shared by its files (node_server.h).
+// Per-connection state of the node event loop and the headers its parts share
+// (node_server.h).
 #pragma once
 
 #include <string>
 
 #include "node_server.h"
+#include "spill.h"
+#include "task_manager.h"
 
 namespace rayfield {
 

@@ -40,10 +40,12 @@
 #include "object_store.h"
 #include "protocol.h"
 #include "scheduler.h"
-#include "spill.h"
-#include "task_manager.h"
 
 namespace rayfield {
+
+class SpillFiles;
+class TaskManager;
+struct DispatchToWorker;
 
 struct NodeOptions {
   std::string socket_path;
