@@ -14,10 +14,11 @@ import os
 import threading
 from typing import Any
 
-from rayfield._private import options as opt
-from rayfield._private import serialization
-from rayfield._private.cluster import names
-from rayfield._private.runtime import get_runtime
+from rayfield._private import context
+from rayfield._private.common import options as opt
+from rayfield._private.common import serialization
+from rayfield._private.driver import names
+from rayfield._private.runtime.runtime import get_runtime
 
 __all__ = ["ActorClass", "ActorHandle", "exit_actor", "method"]
 
@@ -116,7 +117,7 @@ class ActorClass:
         if self._exported is None or self._exported[0] is not rt:
             self._exported = (rt, rt.export(self._cls))
         actor_id = rt.ids.task_id()
-        cluster = names.gcs_address()
+        cluster = context.gcs_address()
         if cluster is not None:  # every actor in the GCS; a name is taken there first
             names.register(
                 cluster,
@@ -172,16 +173,16 @@ class _BoundActorOptions:
 
 def _in_cluster() -> bool:
     """Whether this process's node belongs to a cluster."""
-    return names.gcs_address() is not None
+    return context.gcs_address() is not None
 
 
 def _lookup(name: str, namespace: str) -> ActorHandle | None:
-    cluster = names.gcs_address()
+    cluster = context.gcs_address()
     if cluster is not None:  # the GCS knows every live named actor, and only live ones
         found = names.lookup(cluster, name, namespace)
         return None if found is None else ActorHandle(*found)
     rt = get_runtime()
-    from rayfield._private.object_ref import ObjectRef
+    from rayfield._private.runtime.object_ref import ObjectRef
 
     ref = ObjectRef(name_id(name, namespace))
     if rt.client.contains(ref.binary()):

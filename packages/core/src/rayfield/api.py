@@ -13,9 +13,12 @@ from typing import Any
 
 import psutil
 
-from rayfield._private import runtime as _rt
-from rayfield._private.events import EventLog
-from rayfield._private.object_ref import ObjectRef
+from rayfield._private import context
+from rayfield._private.common.events import EventLog
+from rayfield._private.common.ids import task_of
+from rayfield._private.context import Mode, ProcessContext
+from rayfield._private.runtime import runtime as _rt
+from rayfield._private.runtime.object_ref import ObjectRef
 from rayfield.actor import ActorClass, ActorHandle, _lookup
 from rayfield.remote_function import RemoteFunction
 
@@ -34,8 +37,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("rayfield")
-_node: Any = None
-_info: dict[str, Any] = {}
 
 
 def _detect_gpus() -> int:
@@ -97,13 +98,13 @@ def init(
         UnsafeSessionError: the root, or a session file found there, is not this user's
             alone (another user created it, or others can write it).
     """
-    global _node, _info
     address = address or redis_address or os.environ.get("RAYFIELD_ADDRESS")
     if unsupported:
         raise TypeError(f"init() got unsupported arguments: {', '.join(sorted(unsupported))}")
-    if is_initialized():
+    ctx = context.current()
+    if ctx is not None:
         if ignore_reinit_error:
-            return _info
+            return ctx.info
         raise RuntimeError(
             "rayfield.init() was called twice. Pass ignore_reinit_error=True or call "
             "rayfield.shutdown() first."
@@ -127,36 +128,35 @@ def init(
         if name in ("CPU", "GPU"):
             raise ValueError(f"use num_cpus/num_gpus instead of resources[{name!r}]")
         node_resources[name] = float(amount)
-    from rayfield._private.options import check_node_resources
+    from rayfield._private.common.options import check_node_resources
 
     check_node_resources(node_resources)
     if local_mode:
-        from rayfield._private.local_mode import LocalRuntime
+        from rayfield._private.runtime.local_mode import LocalRuntime
 
-        _rt.set_runtime(LocalRuntime(node_resources))  # type: ignore[arg-type,unused-ignore]
-        _info = {"node_ip_address": "127.0.0.1", "local_mode": True}
-        return _info
+        info = {"node_ip_address": "127.0.0.1", "local_mode": True}
+        context.install(ProcessContext(Mode.LOCAL, LocalRuntime(node_resources), info))
+        return info
     memory = object_store_memory or min(int(psutil.virtual_memory().total * 0.3), 20 * 10**9)
-    from rayfield._private import session_files
+    from rayfield._private.common import session_files
     from rayfield._private.node import LocalNode
 
     session = session_files.new_session_dir(Path(temp_dir) if temp_dir else None)
-    _node = LocalNode(session, node_resources, memory, plasma_directory, huge_pages, log_to_driver)
+    node = LocalNode(session, node_resources, memory, plasma_directory, huge_pages, log_to_driver)
     try:
-        runtime = _rt.Runtime(_node.socket_path, is_worker=False)
+        runtime = _rt.Runtime(node.socket_path, is_worker=False)
         runtime.events = EventLog(session / "logs")
-        _rt.set_runtime(runtime)
     except BaseException:
-        _node.shutdown()
-        _node = None
+        node.shutdown()
         raise
-    _info = {
+    info = {
         "node_ip_address": "127.0.0.1",
         "session_dir": str(session),
-        "object_store_address": _node.socket_path,
+        "object_store_address": node.socket_path,
         "webui_url": None,
     }
-    return _info
+    context.install(ProcessContext(Mode.EMBEDDED, runtime, info, node, runtime.ids.job_id))
+    return info
 
 
 def _local_node_of_cluster(address: str, root: Path) -> tuple[str, Path]:
@@ -180,7 +180,7 @@ def _local_node_of_cluster(address: str, root: Path) -> tuple[str, Path]:
 
 
 def _own_socket(path: str) -> bool:
-    from rayfield._private import session_files
+    from rayfield._private.common import session_files
 
     try:
         session_files.check_socket(path)
@@ -207,8 +207,7 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
     """Connect this driver to a node started elsewhere (``node_main``, later ``rayfield
     start``): ``"auto"`` (the latest session under `temp_dir`), a session directory, or the
     node's socket path."""
-    global _info
-    from rayfield._private import session_files
+    from rayfield._private.common import session_files
 
     root = Path(temp_dir) if temp_dir else session_files.default_root()
     cluster: dict[str, str] = {}
@@ -221,8 +220,7 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
             cluster = {"gcs_address": node["gcs_address"], "temp_dir": str(root)}
     runtime = _rt.Runtime(socket_path, is_worker=False)
     runtime.events = EventLog(session / "logs")
-    _rt.set_runtime(runtime)
-    _info = {
+    info = {
         "node_ip_address": "127.0.0.1",
         "session_dir": str(session),
         "object_store_address": socket_path,
@@ -230,27 +228,26 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
         "connected": True,
         **cluster,
     }
+    context.install(ProcessContext(Mode.CONNECTED, runtime, info, None, runtime.ids.job_id))
     if cluster:
-        from rayfield._private.cluster import jobs
+        from rayfield._private.driver import jobs
 
         jobs.start(cluster["gcs_address"], runtime.ids.job_id, runtime.client.node_id)
-    return _info
+    return info
 
 
 def shutdown(exiting_interpreter: bool = False) -> None:
     """Disconnect and stop everything ``init()`` started. Safe to call twice."""
-    global _node
-    runtime = _rt._runtime
-    if runtime is not None:
-        _rt.set_runtime(None)
-        runtime.close()
-        if _info.get("gcs_address") and not runtime.is_worker:
-            from rayfield._private.cluster import jobs
+    ctx = context.clear()
+    if ctx is None:
+        return
+    ctx.runtime.close()
+    if ctx.info.get("gcs_address") and ctx.mode is Mode.CONNECTED:
+        from rayfield._private.driver import jobs
 
-            jobs.finish(_info["gcs_address"], runtime.ids.job_id)
-    if _node is not None:
-        _node.shutdown()
-        _node = None
+        jobs.finish(ctx.info["gcs_address"], ctx.job_id)
+    if ctx.node is not None:
+        ctx.node.shutdown()
 
 
 atexit.register(shutdown, True)
@@ -258,7 +255,7 @@ atexit.register(shutdown, True)
 
 def is_initialized() -> bool:
     """True between ``init()`` and ``shutdown()``."""
-    return _rt._runtime is not None
+    return context.current() is not None
 
 
 def remote(*args: Any, **options: Any) -> Any:
@@ -396,10 +393,10 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     """
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() takes an actor handle, got {type(actor).__name__}")
-    from rayfield._private.cluster import names
+    from rayfield._private.driver import names
     from rayfield.store.errors import ObjectNotFoundError
 
-    cluster = names.gcs_address()
+    cluster = context.gcs_address()
     try:
         _rt.get_runtime().client.kill_actor(actor._actor_id, no_restart)
     except ObjectNotFoundError:
@@ -434,14 +431,12 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     """
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() takes an ObjectRef, got {type(object_ref).__name__}")
-    task_id = object_ref.binary()[:16] + bytes(4)
+    task_id = task_of(object_ref.binary())
     client = _rt.get_runtime().client
     state = client.cancel_task(task_id, force, recursive)
     if state != "done" or client.contains(object_ref.binary()):
         return
-    from rayfield._private.cluster import names
-
-    if names.gcs_address() is not None:  # not on this node: maybe forwarded to another
+    if context.gcs_address() is not None:  # not on this node: maybe forwarded to another
         from rayfield._private.cluster.lifecycle import cancel_elsewhere
 
         cancel_elsewhere(client.node_id, task_id, force, recursive)
@@ -464,7 +459,7 @@ def register_custom_serializer(
     Raises:
         ValueError: not exactly one of serializer/deserializer, use_pickle, use_dict.
     """
-    from rayfield._private import serialization
+    from rayfield._private.common import serialization
 
     modes = [serializer is not None or deserializer is not None, use_pickle, use_dict]
     if sum(modes) != 1 or (modes[0] and (serializer is None or deserializer is None)):

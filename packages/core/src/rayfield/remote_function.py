@@ -5,9 +5,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from rayfield._private import options as opt
-from rayfield._private import task_retry
-from rayfield._private.runtime import get_runtime
+from rayfield._private.common import options as opt
+from rayfield._private.common import task_retry
+from rayfield._private.runtime.runtime import get_runtime
 
 __all__ = ["RemoteFunction"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rayfield._private import runtime as _rt
+from rayfield._private.runtime import runtime as _rt
 
 __all__ = ["RuntimeContext", "get_runtime_context"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rayfield._private.object_ref import ObjectRef
+from rayfield._private.runtime.object_ref import ObjectRef
 
 __all__ = ["as_future"]
 

@@ -15,21 +15,22 @@ from __future__ import annotations
 
 import os
 import pickle
-import struct
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from rayfield import exceptions
-from rayfield._private import serialization
-from rayfield._private.actor_scope import HandleCounter
-from rayfield._private.cluster import code_exports
-from rayfield._private.object_ref import ObjectRef, RefTracker, set_tracker
+import rayfield.exceptions as exceptions
+from rayfield._private import context
+from rayfield._private.common import code, serialization
+from rayfield._private.common.actor_scope import HandleCounter
+from rayfield._private.common.ids import IdGenerator
+from rayfield._private.driver import code_exports
+from rayfield._private.runtime.object_ref import ObjectRef, RefTracker, set_tracker
 from rayfield.store import GetTimeoutError as StoreGetTimeout
 from rayfield.store import ObjectExistsError, StoreClient
 
-__all__ = ["ArgRef", "Runtime", "get_runtime", "set_runtime"]
+__all__ = ["ArgRef", "Runtime", "get_runtime"]
 
 INLINE_ARGS_BYTES = 100 << 10  # larger arguments travel through the store
 STAGED_RESULT_BYTES = 64 << 10  # a worker's results up to this size travel with task_done
@@ -48,48 +49,6 @@ class ArgRef:
 
     def __reduce__(self) -> Any:
         return (ArgRef, (self.object_id,))
-
-
-ORIGIN_BYTES = 6
-"""Ids start with this many bytes of the id of the node where they were made."""
-
-
-def origin_of(object_id: bytes) -> bytes:
-    """The node-id prefix of the node whose process made ``object_id`` (a put, or the
-    task whose return it is): the node that owns it."""
-    return object_id[:ORIGIN_BYTES]
-
-
-class IdGenerator:
-    """Unique 20-byte ids: the first 6 bytes of the node's id (so any node can tell which
-    node made an object), 6 random bytes per process, a counter, and an index."""
-
-    def __init__(self, node_id: bytes = b"") -> None:
-        origin = node_id[:ORIGIN_BYTES] if len(node_id) >= ORIGIN_BYTES else os.urandom(6)
-        self._prefix = origin + os.urandom(12 - ORIGIN_BYTES)
-        self._counter = 0
-        self._lock = threading.Lock()
-
-    @property
-    def job_id(self) -> bytes:
-        """The 12-byte prefix of this process's ids (a driver's job id)."""
-        return self._prefix
-
-    def task_id(self) -> bytes:
-        with self._lock:
-            self._counter += 1
-            n = self._counter
-        return self._prefix + struct.pack("<II", n, 0)
-
-    @staticmethod
-    def return_id(task_id: bytes, index: int) -> bytes:
-        return task_id[:16] + struct.pack("<I", index + 1)
-
-    def put_id(self) -> bytes:
-        with self._lock:
-            self._counter += 1
-            n = self._counter
-        return self._prefix + struct.pack("<II", n, 0xFFFFFFFF)
 
 
 class Runtime:
@@ -264,13 +223,13 @@ class Runtime:
 
     def export(self, obj: Any) -> bytes:
         """Put a function or class into the store once, and in a cluster into the GCS
-        (``cluster/code_exports.py``); its id is its content hash."""
-        blob = code_exports.pack(obj)
-        fid = code_exports.code_id(blob)
+        (``common/code.py``, ``driver/code_exports.py``); its id is its content hash."""
+        blob = code.pack(obj)
+        fid = code.code_id(blob)
         if fid not in self.exported:
             self.client.pin([fid])  # kept for the whole session
             try:
-                self.client.put(fid, blob, code_exports.CODE_META)
+                self.client.put(fid, blob, code.CODE_META)
             except ObjectExistsError:
                 pass  # exported before (same content, same id)
             code_exports.publish(fid, blob)
@@ -283,7 +242,7 @@ class Runtime:
             [buf] = self.client.get([function_id], timeout_s=60)
             if buf is None:
                 raise RuntimeError(f"function {function_id.hex()} was not exported")
-            fn = code_exports.unpack(bytes(buf))
+            fn = code.unpack(bytes(buf))
             buf.release()
             self.functions[function_id] = fn
         return fn
@@ -381,16 +340,11 @@ class Runtime:
         return list(args), kwargs
 
 
-_runtime: Runtime | None = None
-
-
 def get_runtime() -> Runtime:
-    """The current process's runtime; raises if rayfield.init() was not called."""
-    if _runtime is None:
-        raise exceptions.RayfieldError("rayfield is not initialized: call rayfield.init() first")
-    return _runtime
+    """The runtime of this process (``LocalRuntime`` in local mode, which has the same
+    interface).
 
-
-def set_runtime(runtime: Runtime | None) -> None:
-    global _runtime
-    _runtime = runtime
+    Raises:
+        RayfieldError: rayfield is not initialized.
+    """
+    return cast(Runtime, context.require().runtime)

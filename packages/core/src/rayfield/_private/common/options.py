@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rayfield._private import task_retry
+from rayfield._private.common import task_retry
 
 TASK_OPTIONS = {
     "num_returns",

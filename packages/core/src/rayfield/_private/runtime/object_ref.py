@@ -19,7 +19,8 @@ import concurrent.futures
 import threading
 from typing import Any
 
-from rayfield._private import serialization
+from rayfield._private import context
+from rayfield._private.common import serialization
 
 __all__ = ["ObjectRef", "RefTracker"]
 
@@ -160,13 +161,11 @@ class ObjectRef:
 
     def future(self) -> concurrent.futures.Future[Any]:
         """A concurrent.futures.Future that resolves to the value (or its error)."""
-        from rayfield._private.runtime import get_runtime
-
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
         def resolve() -> None:
             try:
-                fut.set_result(get_runtime().get([self], None)[0])
+                fut.set_result(context.require().runtime.get([self], None)[0])
             except BaseException as exc:
                 fut.set_exception(exc)
 

@@ -1,6 +1,6 @@
 """A worker process: runs the tasks its node dispatches to it, or hosts one actor.
 
-Started by the node as ``python -m rayfield._private.worker_main SOCKET``. It imports
+Started by the node as ``python -m rayfield._private.runtime.worker_main SOCKET``. It imports
 nothing heavy (no grpc) so a warm pool fills quickly. It exits when the node closes the
 connection, or after ``max_calls`` runs of a function.
 """
@@ -18,19 +18,21 @@ import traceback
 from collections.abc import Generator
 from typing import Any
 
-from rayfield import exceptions
-from rayfield._private import serialization, task_retry
-from rayfield._private.events import EventLog
-from rayfield._private.interrupts import Interrupts
-from rayfield._private.runtime import Runtime, set_runtime
-from rayfield._private.task_context import TaskContext
+import rayfield.exceptions as exceptions
+from rayfield._private import context
+from rayfield._private.common import serialization, task_retry
+from rayfield._private.common.events import EventLog
+from rayfield._private.runtime import signals
+from rayfield._private.runtime.interrupts import Interrupts
+from rayfield._private.runtime.runtime import Runtime
+from rayfield._private.runtime.task_context import TaskContext
 from rayfield.store import StoreConnectionError
 
 
 class Worker:
     def __init__(self, socket_path: str) -> None:
         self.rt = Runtime(socket_path, is_worker=True)
-        set_runtime(self.rt)
+        context.install(context.ProcessContext(context.Mode.WORKER, self.rt))
         self.rt.local = TaskContext()
         self.rt.client.register_worker(self.rt.worker_id)
         self.interrupts = Interrupts(self.rt.client)
@@ -47,12 +49,10 @@ class Worker:
 
     def send_error_signal(self, err: BaseException) -> None:
         """Send the signal API's ErrorSignal for the failed task or actor."""
-        from rayfield.experimental import signal
-
         ctx = self.rt.local
         source = ctx.actor_id or ctx.task_id
         try:
-            signal._send_from(bytes(source), signal.ErrorSignal(err))
+            signals.send_from(bytes(source), signals.ErrorSignal(err))
         except Exception:  # an error that cannot be stored is still in the task's result
             pass
 

@@ -13,9 +13,9 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from rayfield import exceptions
-from rayfield._private.object_ref import ObjectRef
-from rayfield._private.runtime import IdGenerator
+import rayfield.exceptions as exceptions
+from rayfield._private.common.ids import IdGenerator
+from rayfield._private.runtime.object_ref import ObjectRef
 
 
 class LocalRuntime:
