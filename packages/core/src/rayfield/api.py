@@ -7,9 +7,9 @@ import inspect
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import psutil
 
@@ -37,6 +37,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("rayfield")
+T = TypeVar("T")
+R = TypeVar("R")
+C = TypeVar("C")
 
 
 def _detect_gpus() -> int:
@@ -67,12 +70,14 @@ def init(
     redis_address: str | None = None,
     **unsupported: Any,
 ) -> dict[str, Any]:
-    """Start a local cluster (the embedded default) and connect this process to it.
+    """Start a local cluster (the embedded default) and connect this process to it (Ray's
+    ``ray.init``).
 
     Args:
         address: a running node to connect to instead of starting one (classic
-            ``redis_address``): ``"auto"`` for the latest session under `temp_dir`, a
-            session directory, or the node's socket path.
+            ``redis_address``; default ``RAYFIELD_ADDRESS``): a cluster's GCS address
+            ``host:port`` (a node of it must run on this machine), ``"auto"`` for the latest
+            session under `temp_dir`, a session directory, or the node's socket path.
         num_cpus, num_gpus: the node's CPUs and GPUs (detected when None; GPUs from
             ``CUDA_VISIBLE_DEVICES`` or the NVIDIA driver, else 0).
         resources: custom resources, e.g. ``{"accelerator": 2}``.
@@ -83,6 +88,8 @@ def init(
             created mode 0700). It must be this user's and not writable by others.
         plasma_directory, huge_pages: where the store's memory comes from.
         log_to_driver: print worker output here, prefixed with ``(pid=..., ip=...)``.
+        logging_level, configure_logging: the level of the root logger, which ``init``
+            sets up (``logging.basicConfig``) unless ``configure_logging`` is False.
         include_dashboard: (classic ``include_webui``) the dashboard is served by a
             cluster's head, not by ``init``: a true value only logs a warning saying how to
             start one (``rayfield start --head --include-dashboard``).
@@ -92,6 +99,7 @@ def init(
 
     Raises:
         RuntimeError: already initialized (unless ``ignore_reinit_error``).
+        TypeError: an argument rayfield does not know (``**unsupported``).
         ValueError: resource arguments given together with ``address``, or an amount
             that is negative or not finite.
         ConnectionError: no running node at ``address``.
@@ -204,9 +212,10 @@ def _warn_no_dashboard(connecting: bool) -> None:
 
 
 def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
-    """Connect this driver to a node started elsewhere (``node_main``, later ``rayfield
-    start``): ``"auto"`` (the latest session under `temp_dir`), a session directory, or the
-    node's socket path."""
+    """Connect this driver to a node started elsewhere (``rayfield start``, or ``python -m
+    rayfield._private.node_main``): a GCS address ``host:port`` (a node of that cluster on
+    this machine), ``"auto"`` (the latest session under `temp_dir`), a session directory,
+    or the node's socket path."""
     from rayfield._private.common import session_files
 
     root = Path(temp_dir) if temp_dir else session_files.default_root()
@@ -237,7 +246,14 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
 
 
 def shutdown(exiting_interpreter: bool = False) -> None:
-    """Disconnect and stop everything ``init()`` started. Safe to call twice."""
+    """Disconnect and stop everything ``init()`` started (Ray's ``ray.shutdown``).
+
+    A driver connected to a cluster marks its job finished; the node ``init()`` started
+    (with its workers) stops. Calling it again, or without ``init()``, does nothing.
+
+    Args:
+        exiting_interpreter: accepted for Ray's programs (set when called at exit).
+    """
     ctx = context.clear()
     if ctx is None:
         return
@@ -254,16 +270,44 @@ atexit.register(shutdown, True)
 
 
 def is_initialized() -> bool:
-    """True between ``init()`` and ``shutdown()``."""
+    """True between ``init()`` and ``shutdown()``, and in a worker (Ray's
+    ``ray.is_initialized``)."""
     return context.current() is not None
 
 
-def remote(*args: Any, **options: Any) -> Any:
-    """Make a function a remote function, or a class an actor class.
+@overload
+def remote(target: type[C], /) -> ActorClass[C]: ...  # type: ignore[overload-overlap]
 
-    ``@remote``, ``@remote(num_cpus=2, num_returns=2)``, ``remote(fn)``. See
-    :class:`~rayfield.remote_function.RemoteFunction` and :class:`~rayfield.actor.ActorClass`
-    for the options.
+
+@overload
+def remote(target: Callable[..., R], /) -> RemoteFunction[R]: ...
+
+
+@overload
+def remote(**options: Any) -> Callable[[Any], Any]: ...
+
+
+def remote(*args: Any, **options: Any) -> Any:
+    """Make a function a remote function, or a class an actor class (Ray's ``ray.remote``).
+
+    ``@remote``, ``@remote(num_cpus=2, num_returns=2)``, ``remote(fn)``.
+
+    Args:
+        *args: the function or class, when used as ``@remote`` or ``remote(fn)``.
+        **options: task options (:class:`~rayfield.remote_function.RemoteFunction`:
+            ``num_returns``, ``num_cpus``, ``num_gpus``, ``resources``, ``memory`` in
+            bytes, ``max_calls``, ``max_retries``, ``retry_exceptions``, ``name``) or actor
+            options (:class:`~rayfield.actor.ActorClass`: ``max_restarts``,
+            ``max_concurrency``, ``name``, ``namespace``, ``lifetime``...).
+
+    Returns:
+        A :class:`~rayfield.remote_function.RemoteFunction` for a function, an
+        :class:`~rayfield.actor.ActorClass` for a class, or a decorator making one.
+
+    Raises:
+        TypeError: the target is neither a function nor a class, or positional arguments
+            were given together with options.
+        ValueError: an unknown option, or an option with a bad value.
     """
 
     def wrap(target: Any) -> Any:
@@ -280,20 +324,50 @@ def remote(*args: Any, **options: Any) -> Any:
     return wrap
 
 
-def put(value: Any) -> ObjectRef:
-    """Store `value` in the object store; returns its ObjectRef."""
+def put(value: T) -> ObjectRef[T]:
+    """Store ``value`` in the object store (Ray's ``ray.put``).
+
+    Args:
+        value: any picklable value; numpy arrays and buffers are stored without a copy of
+            their data in pickle and read back zero-copy.
+
+    Returns:
+        The new object's ref; the object lives while a ref to it does.
+
+    Raises:
+        RayfieldError: rayfield is not initialized.
+        TypeError: ``value`` cannot be serialized (``put`` of an ObjectRef is refused too).
+        rayfield.store.StoreFullError: the store has no room for it, even after
+            spilling (a MemoryError).
+    """
     return _rt.get_runtime().put(value)
 
 
 _GET_TAKES = "get() takes an ObjectRef or a list of ObjectRefs, got "
 
 
+@overload
+def get(object_refs: ObjectRef[T], *, timeout: float | None = None) -> T: ...
+
+
+@overload
+def get(object_refs: Sequence[ObjectRef[T]], *, timeout: float | None = None) -> list[T]: ...
+
+
 def get(object_refs: Any, *, timeout: float | None = None) -> Any:
-    """The value of an ObjectRef, or the values of a list of them (same order).
+    """The value of an ObjectRef, or the values of a list of them (Ray's ``ray.get``).
 
     Blocks until they are ready. Numpy arrays are zero-copy, read-only views of the store.
 
+    Args:
+        object_refs: one ref, or a list (any iterable) of refs.
+        timeout: seconds to wait at most; None waits as long as it takes.
+
+    Returns:
+        The value of the ref, or a list of the values in the order of the refs.
+
     Raises:
+        RayfieldError: rayfield is not initialized.
         TaskError: the task raised (also an instance of the original exception's class).
         WorkerCrashedError, ActorDiedError: the process running the task died.
         GetTimeoutError: ``timeout`` seconds passed first.
@@ -311,12 +385,12 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
 
 
 def wait(
-    object_refs: Sequence[ObjectRef],
+    object_refs: Sequence[ObjectRef[T]],
     num_returns: int = 1,
     timeout: float | None = None,
     *,
     fetch_local: bool = True,
-) -> tuple[list[ObjectRef], list[ObjectRef]]:
+) -> tuple[list[ObjectRef[T]], list[ObjectRef[T]]]:
     """Wait until `num_returns` refs are ready or `timeout` seconds pass.
 
     Ray's ``wait(object_refs, num_returns=1, timeout=None, fetch_local=True)``; the
@@ -353,7 +427,19 @@ def wait(
 
 
 def get_actor(name: str, namespace: str = "") -> ActorHandle:
-    """The handle of the actor created with ``name=...``. Raises ValueError if none."""
+    """The handle of the live actor created with ``name=...`` (Ray's ``ray.get_actor``).
+
+    Args:
+        name: the actor's name.
+        namespace: its namespace (``""``: the default one every job shares).
+
+    Returns:
+        A handle to the actor; in a cluster, also to an actor another driver created.
+
+    Raises:
+        ValueError: no live actor has that name in that namespace.
+        RayfieldError: rayfield is not initialized.
+    """
     handle = _lookup(name, namespace)
     if handle is None:
         raise ValueError(f"no actor named {name!r}")
@@ -379,7 +465,12 @@ def get_resource_ids() -> dict[str, list[tuple[int, float]]]:
 
 
 def get_gpu_ids() -> list[int]:
-    """GPU ids reserved for the current task or actor (``CUDA_VISIBLE_DEVICES`` is set to them)."""
+    """GPU ids reserved for the current task or actor (Ray's ``ray.get_gpu_ids``);
+    ``CUDA_VISIBLE_DEVICES`` is set to them. Empty in a driver.
+
+    Raises:
+        RayfieldError: rayfield is not initialized.
+    """
     return [i for i, _ in get_resource_ids().get("GPU", [])]
 
 
@@ -410,7 +501,7 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
         names.mark_dead(cluster, actor._actor_id)  # its name, if any, is free again
 
 
-def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+def cancel(object_ref: ObjectRef[Any], *, force: bool = False, recursive: bool = True) -> None:
     """Cancel the task that returns `object_ref` (Ray's ``ray.cancel``).
 
     A queued task never runs. A running task gets ``KeyboardInterrupt`` raised in its code

@@ -24,9 +24,11 @@ class HexID(str):
     """A hex id string that also answers ``hex()`` and ``binary()`` like Ray's ID classes."""
 
     def hex(self) -> str:
+        """The id as hex (the string itself)."""
         return str(self)
 
     def binary(self) -> bytes:
+        """The id's bytes."""
         return bytes.fromhex(self)
 
 

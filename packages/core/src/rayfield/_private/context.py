@@ -55,7 +55,8 @@ class NodeHandle(Protocol):
 
     socket_path: str
 
-    def shutdown(self) -> None: ...
+    def shutdown(self) -> None:
+        """Stop the node and its workers."""
 
 
 @dataclass

@@ -10,7 +10,7 @@ from rayfield._private.runtime.object_ref import ObjectRef
 __all__ = ["as_future"]
 
 
-def as_future(object_ref: ObjectRef) -> asyncio.Future[Any]:
+def as_future(object_ref: ObjectRef[Any]) -> asyncio.Future[Any]:
     """An asyncio future for the value of `object_ref`, for ``asyncio.gather`` and friends.
 
     Raises:

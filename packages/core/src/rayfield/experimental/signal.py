@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rayfield._private.common.ids import task_of
 from rayfield._private.runtime import runtime as _rt
 from rayfield._private.runtime.object_ref import ObjectRef
 from rayfield._private.runtime.signals import ErrorSignal, Signal, send_from, signal_id
@@ -49,7 +50,7 @@ def send(signal: Signal) -> None:
 
 def _source_id(source: Any) -> bytes:
     if isinstance(source, ObjectRef):
-        return source.binary()[:16] + bytes(4)  # the task that returns it
+        return task_of(source.binary())  # the task that returns it
     if isinstance(source, ActorHandle):
         return source._actor_id
     raise TypeError(

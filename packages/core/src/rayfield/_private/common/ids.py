@@ -78,7 +78,7 @@ class IdGenerator:
     """
 
     def __init__(self, node_id: bytes = b"") -> None:
-        origin = node_id[:ORIGIN_BYTES] if len(node_id) >= ORIGIN_BYTES else os.urandom(6)
+        origin = origin_of(node_id) if len(node_id) >= ORIGIN_BYTES else os.urandom(ORIGIN_BYTES)
         self._prefix = origin + os.urandom(JOB_ID_BYTES - ORIGIN_BYTES)
         self._counter = 0
         self._lock = threading.Lock()

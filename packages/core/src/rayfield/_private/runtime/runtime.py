@@ -1,6 +1,7 @@
 """The per-process runtime of a driver or a worker: objects, tasks and exported code.
 
-There is one Runtime per connected process, reached through :func:`get_runtime`. It owns
+There is one Runtime per connected process, held by its process context
+(``_private/context.py``) and reached through :func:`get_runtime`. It owns
 the connection to the node (a ``rayfield.store.StoreClient``) and implements put, get,
 wait and task submission over it.
 
@@ -24,7 +25,7 @@ import rayfield.exceptions as exceptions
 from rayfield._private import context
 from rayfield._private.common import code, serialization
 from rayfield._private.common.actor_scope import HandleCounter
-from rayfield._private.common.ids import IdGenerator
+from rayfield._private.common.ids import ID_SIZE, IdGenerator
 from rayfield._private.driver import code_exports
 from rayfield._private.runtime.object_ref import ObjectRef, RefTracker, set_tracker
 from rayfield.store import GetTimeoutError as StoreGetTimeout
@@ -67,10 +68,11 @@ class Runtime:
         self.local = threading.local()  # current task (worker side)
         self.events: Any = None  # EventLog, set by the driver or the worker
         self.serializer_ids: tuple[bytes, ...] = ()  # custom serializers for workers
-        self.worker_id = os.urandom(20)  # a worker registers with it (get_worker_id())
+        self.worker_id = os.urandom(ID_SIZE)  # a worker registers with it (get_worker_id())
         set_tracker(self.refs)
 
     def close(self) -> None:
+        """Stop counting refs and close the connection to the node."""
         set_tracker(None)
         self.client.close()
 
@@ -114,6 +116,8 @@ class Runtime:
     def store_serialized(
         self, object_id: bytes, obj: serialization.SerializedObject, *, exist_ok: bool = True
     ) -> None:
+        """Store the serialized ``obj`` under ``object_id`` (its handles held by the node while it
+        lives)."""
         try:
             if obj.total_bytes <= INLINE_ARGS_BYTES:
                 # A worker's results need no reply: its task_done follows on the same socket.
@@ -127,18 +131,21 @@ class Runtime:
             if not exist_ok:
                 raise
 
-    def put(self, value: Any) -> ObjectRef:
+    def put(self, value: Any) -> ObjectRef[Any]:
+        """``rayfield.put``: store ``value`` under a new id owned by this process."""
         if isinstance(value, ObjectRef):
             raise TypeError("put() of an ObjectRef: pass the ref itself instead")
         self.refs.flush()  # dropped refs first: their space may be needed now
         oid = self.ids.put_id()
         self.client.pin([oid])  # the owner's pin, before the object exists
-        ref = ObjectRef(oid, _pinned=True)
+        ref: ObjectRef[Any] = ObjectRef(oid, _pinned=True)
         self.refs.own(oid)
         self.store_value(oid, value)
         return ref
 
-    def get(self, refs: Sequence[ObjectRef], timeout_s: float | None) -> list[Any]:
+    def get(self, refs: Sequence[ObjectRef[Any]], timeout_s: float | None) -> list[Any]:
+        """The values of ``refs``, in order; raises the error a task stored. ``timeout_s``: seconds,
+        None for no limit."""
         ids = [r.binary() for r in refs]
         self.refs.flush()
         bufs = self.client.get(ids, timeout_s=0 if self.is_worker else timeout_s)
@@ -200,6 +207,8 @@ class Runtime:
     def wait(
         self, refs: Sequence[ObjectRef], num_returns: int, timeout_s: float | None
     ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        """``rayfield.wait``: (ready, not ready) refs once ``num_returns`` are ready or
+        ``timeout_s`` passed."""
         self.refs.flush()
         ids = [r.binary() for r in refs]
         # A worker waits in slices, as in _blocking_get, so that a cancel reaches its task.
@@ -237,6 +246,7 @@ class Runtime:
         return fid
 
     def load(self, function_id: bytes) -> Any:
+        """The function or class exported under ``function_id`` (unpickled once per process)."""
         fn = self.functions.get(function_id)
         if fn is None:
             [buf] = self.client.get([function_id], timeout_s=60)
@@ -267,6 +277,8 @@ class Runtime:
         max_concurrency: int = 1,
         detached: bool = False,
     ) -> list[ObjectRef]:
+        """Submit a task, an actor creation or an actor call to the node; returns the refs of its
+        results."""
         deps: list[bytes] = []
         marked = [ArgRef(a.binary()) if isinstance(a, ObjectRef) else a for a in args]
         for a in marked:

@@ -30,6 +30,9 @@ from rayfield.store import StoreConnectionError
 
 
 class Worker:
+    """The worker loop of one process: connects to its node (``socket_path``), takes its tasks one
+    by one and stores their results or errors."""
+
     def __init__(self, socket_path: str) -> None:
         self.rt = Runtime(socket_path, is_worker=True)
         context.install(context.ProcessContext(context.Mode.WORKER, self.rt))
@@ -67,6 +70,7 @@ class Worker:
                 self.serializers.add(sid)
 
     def run(self) -> None:
+        """Run tasks until the node closes the connection or ``max_calls`` is reached."""
         while not self.exit_after:
             try:
                 task = self.rt.client.next_task(timeout_s=None)
@@ -235,6 +239,8 @@ class Worker:
         kwargs: dict[str, Any],
         options: dict[str, Any],
     ) -> Any:
+        """Run one task's code: the function, the actor's constructor (the worker then hosts the
+        actor) or an actor method; returns its value."""
         if kind == "task":
             return self.rt.load(fid)(*args, **kwargs)
         if kind == "actor_create":
@@ -250,6 +256,8 @@ class Worker:
         return getattr(self.actor, name.rsplit(".", 1)[-1])(*args, **kwargs)
 
     def setup_concurrency(self, cls: type, max_concurrency: int) -> None:
+        """Start the event loop of an async actor, or the extra threads of a threaded actor
+        (``max_concurrency`` > 1)."""
         is_async = any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(cls))
         if is_async:
             self.loop = asyncio.new_event_loop()
@@ -285,6 +293,7 @@ class _FailedActor:
 
 
 def main() -> None:
+    """Entry point: ``python -m rayfield._private.runtime.worker_main SOCKET``."""
     worker = Worker(sys.argv[1])
     try:
         worker.run()
