@@ -42,13 +42,13 @@ class LocalRuntime:
         self.code[fid] = obj
         return fid
 
-    def put(self, value: Any) -> ObjectRef:
+    def put(self, value: Any) -> ObjectRef[Any]:
         """A deep copy of ``value`` under a new ref."""
         oid = self.ids.put_id()
         self.values[oid] = (False, copy.deepcopy(value))
         return ObjectRef(oid)
 
-    def get(self, refs: Sequence[ObjectRef], timeout_s: float | None) -> list[Any]:
+    def get(self, refs: Sequence[ObjectRef[Any]], timeout_s: float | None) -> list[Any]:
         """The values of ``refs``; raises a task's error as it was raised."""
         out = []
         for r in refs:
@@ -60,7 +60,9 @@ class LocalRuntime:
             out.append(value)
         return out
 
-    def wait(self, refs: Sequence[ObjectRef], num_returns: int, timeout_s: float | None) -> Any:
+    def wait(
+        self, refs: Sequence[ObjectRef[Any]], num_returns: int, timeout_s: float | None
+    ) -> Any:
         """Every task has run already: the first ``num_returns`` refs are ready."""
         return list(refs[:num_returns]), list(refs[num_returns:])
 

@@ -19,7 +19,7 @@ import pickle
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import rayfield.exceptions as exceptions
 from rayfield._private import context
@@ -182,7 +182,7 @@ class Runtime:
             if None not in bufs or (left is not None and left <= step):
                 return bufs
 
-    def _decode(self, ref: ObjectRef, buf: Any) -> Any:
+    def _decode(self, ref: ObjectRef[Any], buf: Any) -> Any:
         meta = buf.metadata
         if meta in ERROR_TAGS:
             if meta == b"ERROR":
@@ -205,8 +205,8 @@ class Runtime:
         return serialization.deserialize(memoryview(buf), meta)
 
     def wait(
-        self, refs: Sequence[ObjectRef], num_returns: int, timeout_s: float | None
-    ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        self, refs: Sequence[ObjectRef[Any]], num_returns: int, timeout_s: float | None
+    ) -> tuple[list[ObjectRef[Any]], list[ObjectRef[Any]]]:
         """``rayfield.wait``: (ready, not ready) refs once ``num_returns`` are ready or
         ``timeout_s`` passed."""
         self.refs.flush()
@@ -276,7 +276,7 @@ class Runtime:
         sequence_no: int = 0,
         max_concurrency: int = 1,
         detached: bool = False,
-    ) -> list[ObjectRef]:
+    ) -> list[ObjectRef[Any]]:
         """Submit a task, an actor creation or an actor call to the node; returns the refs of its
         results."""
         deps: list[bytes] = []
@@ -359,4 +359,5 @@ def get_runtime() -> Runtime:
     Raises:
         RayfieldError: rayfield is not initialized.
     """
-    return cast(Runtime, context.require().runtime)
+    runtime: Runtime = context.require().runtime
+    return runtime
