@@ -3,7 +3,7 @@
 Every package answers to the same sessions. Packages are handled in dependency
 order; a package folder that does not exist yet is skipped.
 
-    lint        ruff check and ruff format --check
+    lint        ruff check, ruff format --check, and the import layers (tools/check_layers.py)
     typecheck   mypy on every package's src/
     tests       install each package as a user would (built wheel), run its tests
     protocol    regenerate the flatbuffers code, fail if the committed copy differs
@@ -68,9 +68,11 @@ def install_packages(session: nox.Session, extras: str = "test") -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    session.install("ruff>=0.6")
+    session.install("ruff>=0.6", "import-linter>=2.16")
     session.run("ruff", "check", "packages", "tools", "noxfile.py")
     session.run("ruff", "format", "--check", "packages", "tools", "noxfile.py")
+    # rayfield-core's layers and the public API boundary (.importlinter), no import cycle
+    session.run("python", "tools/check_layers.py")
 
 
 @nox.session(python=PYTHON)

@@ -19,8 +19,8 @@ from typing import Any
 
 __path__ = extend_path(__path__, __name__)
 
-from rayfield import exceptions
-from rayfield._private.object_ref import ObjectID, ObjectRef
+import rayfield.exceptions as exceptions
+from rayfield._private.runtime.object_ref import ObjectID, ObjectRef
 from rayfield.actor import ActorClass, ActorHandle, method
 from rayfield.api import (
     cancel,

@@ -1,7 +1,7 @@
 """Actors: ``@rayfield.remote`` on a class, actor handles and ``@method``.
 
 An unnamed, non-detached actor lives while a handle to it exists anywhere in the cluster
-or until the driver that created it exits (``_private/actor_scope.py`` has the design):
+or until the driver that created it exits (``_private/common/actor_scope.py`` has the design):
 every ``ActorHandle`` object counts in its process, a handle pickled into task arguments
 or into an object is counted by the node until the task finishes or the object is gone.
 """
@@ -12,24 +12,38 @@ import hashlib
 import inspect
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
-from rayfield._private import options as opt
-from rayfield._private import serialization
-from rayfield._private.cluster import names
-from rayfield._private.runtime import get_runtime
+from rayfield._private import context
+from rayfield._private.common import options as opt
+from rayfield._private.common import serialization
+from rayfield._private.common.ids import ID_SIZE
+from rayfield._private.driver import names
+from rayfield._private.runtime.runtime import get_runtime
 
 __all__ = ["ActorClass", "ActorHandle", "exit_actor", "method"]
 
-_NO_FUNCTION = bytes(20)
+_NO_FUNCTION = bytes(ID_SIZE)
+C = TypeVar("C")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def method(*, num_returns: int = 1, num_return_vals: int | None = None) -> Any:
-    """Declare how many ObjectRefs an actor method returns: ``@method(num_returns=2)``."""
+def method(*, num_returns: int = 1, num_return_vals: int | None = None) -> Callable[[F], F]:
+    """Declare how many ObjectRefs an actor method returns (Ray's ``ray.method``):
+    ``@method(num_returns=2)``.
+
+    Args:
+        num_returns: refs per call of the method (1: one ref; n > 1: a list of n).
+        num_return_vals: the classic name of ``num_returns`` (wins when given).
+
+    Returns:
+        A decorator that marks the method and returns it unchanged.
+    """
     n = num_return_vals if num_return_vals is not None else num_returns
 
-    def decorate(fn: Any) -> Any:
-        fn.__rayfield_num_returns__ = n
+    def decorate(fn: F) -> F:
+        fn.__rayfield_num_returns__ = n  # type: ignore[attr-defined]
         return fn
 
     return decorate
@@ -69,16 +83,26 @@ def name_id(name: str, namespace: str = "") -> bytes:
     return hashlib.sha1(f"rayfield-actor:{namespace}:{name}".encode()).digest()
 
 
-class ActorClass:
-    """A class whose instances live in their own worker process.
+class ActorClass(Generic[C]):
+    """A class whose instances live in their own worker process (Ray's ``ActorClass``);
+    ``C`` is the class.
 
-    Options: ``num_cpus``, ``num_gpus``, ``resources``, ``memory`` (held for the actor's
-    lifetime; with none given the actor holds nothing), ``max_restarts`` (classic
-    ``max_reconstructions``), ``max_concurrency`` (threaded actor), ``name`` (then
-    ``rayfield.get_actor(name)`` finds it), ``lifetime="detached"``.
+    Options: ``num_cpus``, ``num_gpus``, ``resources``, ``memory`` (bytes; held for the
+    actor's lifetime; with none given the actor holds nothing), ``max_restarts`` (classic
+    ``max_reconstructions``), ``max_task_retries``, ``max_concurrency`` (threaded actor),
+    ``name``, ``namespace`` and ``get_if_exists`` (then ``rayfield.get_actor(name)`` finds
+    it), ``lifetime="detached"``.
+
+    Args:
+        cls: the class.
+        options: its options (above), checked here.
+
+    Raises:
+        TypeError: an unknown option.
+        ValueError: an option with a bad value.
     """
 
-    def __init__(self, cls: type, options: dict[str, Any]) -> None:
+    def __init__(self, cls: type[C], options: dict[str, Any]) -> None:
         self._cls = cls
         self._options = opt.normalize(options, actor=True)
         self._methods = _methods(cls)
@@ -96,13 +120,42 @@ class ActorClass:
         )
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        """Create an actor: its constructor runs on ``args`` and ``kwargs`` in a worker
+        of its own (Ray's ``Cls.remote``); returns at once.
+
+        Args:
+            *args: constructor arguments; ObjectRefs among them are replaced by their
+                values.
+            **kwargs: keyword arguments, likewise.
+
+        Returns:
+            The handle of the new actor (or of the live one named so, with
+            ``get_if_exists``); calls through it wait for the constructor.
+
+        Raises:
+            RayfieldError: rayfield is not initialized.
+            ValueError: ``name`` is taken by a live actor (without ``get_if_exists``).
+        """
         return self._create(args, kwargs, self._options)
 
     def options(self, **options: Any) -> _BoundActorOptions:
-        return _BoundActorOptions(self, {**self._options, **opt.normalize(options, actor=True)})
+        """The class with other options for the actors created through the result (Ray's
+        ``Cls.options``): ``Cls.options(name="a", num_gpus=1).remote()``.
+
+        Args:
+            **options: actor options (see the class; ``ActorOptions`` lists their
+                types), over the class's own.
+
+        Raises:
+            TypeError: an unknown option.
+            ValueError: an option with a bad value.
+        """
+        merged = {**self._options, **opt.normalize(dict(options), actor=True)}
+        return _BoundActorOptions(self, merged)
 
     def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> ActorHandle:
-        merged = {**self._options, **opt.normalize(options, actor=True)}
+        """The classic form: ``Cls._remote(args=[...], kwargs={...}, num_cpus=1)``."""
+        merged = {**self._options, **opt.normalize(dict(options), actor=True)}
         return self._create(tuple(args or ()), dict(kwargs or {}), merged)
 
     def _create(
@@ -116,7 +169,7 @@ class ActorClass:
         if self._exported is None or self._exported[0] is not rt:
             self._exported = (rt, rt.export(self._cls))
         actor_id = rt.ids.task_id()
-        cluster = names.gcs_address()
+        cluster = context.gcs_address()
         if cluster is not None:  # every actor in the GCS; a name is taken there first
             names.register(
                 cluster,
@@ -163,27 +216,30 @@ class ActorClass:
 
 
 class _BoundActorOptions:
-    def __init__(self, cls: ActorClass, options: dict[str, Any]) -> None:
+    """An actor class with the options of one ``.options(...)`` call."""
+
+    def __init__(self, cls: ActorClass[Any], options: dict[str, Any]) -> None:
         self._cls, self._options = cls, options
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        """Create an actor with these options; as :meth:`ActorClass.remote`."""
         return self._cls._create(args, kwargs, self._options)
 
 
 def _in_cluster() -> bool:
     """Whether this process's node belongs to a cluster."""
-    return names.gcs_address() is not None
+    return context.gcs_address() is not None
 
 
 def _lookup(name: str, namespace: str) -> ActorHandle | None:
-    cluster = names.gcs_address()
+    cluster = context.gcs_address()
     if cluster is not None:  # the GCS knows every live named actor, and only live ones
         found = names.lookup(cluster, name, namespace)
         return None if found is None else ActorHandle(*found)
     rt = get_runtime()
-    from rayfield._private.object_ref import ObjectRef
+    from rayfield._private.runtime.object_ref import ObjectRef
 
-    ref = ObjectRef(name_id(name, namespace))
+    ref: ObjectRef[Any] = ObjectRef(name_id(name, namespace))
     if rt.client.contains(ref.binary()):
         [handle] = rt.get([ref], 10)
         return handle  # type: ignore[no-any-return,unused-ignore]
@@ -263,15 +319,33 @@ class ActorHandle:
 
 
 class ActorMethod:
-    """``handle.method.remote(*args)``; ``.options(num_returns=...)`` per call."""
+    """``handle.method.remote(*args)``; ``.options(num_returns=...)`` per call (Ray's
+    ``ActorMethod``)."""
 
     def __init__(self, handle: ActorHandle, name: str, num_returns: int) -> None:
         self._handle, self._name, self._num_returns = handle, name, num_returns
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the method on the actor (Ray's ``handle.method.remote``); returns at
+        once. Calls through one handle run in the order made.
+
+        Args:
+            *args: the method's arguments; ObjectRefs among them are replaced by their
+                values.
+            **kwargs: keyword arguments, likewise.
+
+        Returns:
+            The ``ObjectRef`` of the result, or a list of ``num_returns`` refs (the
+            method's value type is not known statically: annotate the result).
+
+        Raises:
+            RayfieldError: rayfield is not initialized.
+        """
         return self._handle._call(self._name, args, kwargs, self._num_returns)
 
     def options(self, *, num_returns: int | None = None, **_: Any) -> ActorMethod:
+        """The method with another ``num_returns`` for the calls through the result
+        (Ray's ``handle.method.options``); other options are accepted and ignored."""
         return ActorMethod(self._handle, self._name, num_returns or self._num_returns)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

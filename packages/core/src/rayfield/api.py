@@ -7,15 +7,18 @@ import inspect
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import psutil
 
-from rayfield._private import runtime as _rt
-from rayfield._private.events import EventLog
-from rayfield._private.object_ref import ObjectRef
+from rayfield._private import context
+from rayfield._private.common.events import EventLog
+from rayfield._private.common.ids import task_of
+from rayfield._private.context import Mode, ProcessContext
+from rayfield._private.runtime import runtime as _rt
+from rayfield._private.runtime.object_ref import ObjectRef
 from rayfield.actor import ActorClass, ActorHandle, _lookup
 from rayfield.remote_function import RemoteFunction
 
@@ -34,8 +37,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("rayfield")
-_node: Any = None
-_info: dict[str, Any] = {}
+T = TypeVar("T")
+R = TypeVar("R")
+C = TypeVar("C")
 
 
 def _detect_gpus() -> int:
@@ -66,12 +70,14 @@ def init(
     redis_address: str | None = None,
     **unsupported: Any,
 ) -> dict[str, Any]:
-    """Start a local cluster (the embedded default) and connect this process to it.
+    """Start a local cluster (the embedded default) and connect this process to it (Ray's
+    ``ray.init``).
 
     Args:
         address: a running node to connect to instead of starting one (classic
-            ``redis_address``): ``"auto"`` for the latest session under `temp_dir`, a
-            session directory, or the node's socket path.
+            ``redis_address``; default ``RAYFIELD_ADDRESS``): a cluster's GCS address
+            ``host:port`` (a node of it must run on this machine), ``"auto"`` for the latest
+            session under `temp_dir`, a session directory, or the node's socket path.
         num_cpus, num_gpus: the node's CPUs and GPUs (detected when None; GPUs from
             ``CUDA_VISIBLE_DEVICES`` or the NVIDIA driver, else 0).
         resources: custom resources, e.g. ``{"accelerator": 2}``.
@@ -82,6 +88,8 @@ def init(
             created mode 0700). It must be this user's and not writable by others.
         plasma_directory, huge_pages: where the store's memory comes from.
         log_to_driver: print worker output here, prefixed with ``(pid=..., ip=...)``.
+        logging_level, configure_logging: the level of the root logger, which ``init``
+            sets up (``logging.basicConfig``) unless ``configure_logging`` is False.
         include_dashboard: (classic ``include_webui``) the dashboard is served by a
             cluster's head, not by ``init``: a true value only logs a warning saying how to
             start one (``rayfield start --head --include-dashboard``).
@@ -91,19 +99,20 @@ def init(
 
     Raises:
         RuntimeError: already initialized (unless ``ignore_reinit_error``).
+        TypeError: an argument rayfield does not know (``**unsupported``).
         ValueError: resource arguments given together with ``address``, or an amount
             that is negative or not finite.
         ConnectionError: no running node at ``address``.
         UnsafeSessionError: the root, or a session file found there, is not this user's
             alone (another user created it, or others can write it).
     """
-    global _node, _info
     address = address or redis_address or os.environ.get("RAYFIELD_ADDRESS")
     if unsupported:
         raise TypeError(f"init() got unsupported arguments: {', '.join(sorted(unsupported))}")
-    if is_initialized():
+    ctx = context.current()
+    if ctx is not None:
         if ignore_reinit_error:
-            return _info
+            return ctx.info
         raise RuntimeError(
             "rayfield.init() was called twice. Pass ignore_reinit_error=True or call "
             "rayfield.shutdown() first."
@@ -127,36 +136,35 @@ def init(
         if name in ("CPU", "GPU"):
             raise ValueError(f"use num_cpus/num_gpus instead of resources[{name!r}]")
         node_resources[name] = float(amount)
-    from rayfield._private.options import check_node_resources
+    from rayfield._private.common.options import check_node_resources
 
     check_node_resources(node_resources)
     if local_mode:
-        from rayfield._private.local_mode import LocalRuntime
+        from rayfield._private.runtime.local_mode import LocalRuntime
 
-        _rt.set_runtime(LocalRuntime(node_resources))  # type: ignore[arg-type,unused-ignore]
-        _info = {"node_ip_address": "127.0.0.1", "local_mode": True}
-        return _info
+        info = {"node_ip_address": "127.0.0.1", "local_mode": True}
+        context.install(ProcessContext(Mode.LOCAL, LocalRuntime(node_resources), info))
+        return info
     memory = object_store_memory or min(int(psutil.virtual_memory().total * 0.3), 20 * 10**9)
-    from rayfield._private import session_files
+    from rayfield._private.common import session_files
     from rayfield._private.node import LocalNode
 
     session = session_files.new_session_dir(Path(temp_dir) if temp_dir else None)
-    _node = LocalNode(session, node_resources, memory, plasma_directory, huge_pages, log_to_driver)
+    node = LocalNode(session, node_resources, memory, plasma_directory, huge_pages, log_to_driver)
     try:
-        runtime = _rt.Runtime(_node.socket_path, is_worker=False)
+        runtime = _rt.Runtime(node.socket_path, is_worker=False)
         runtime.events = EventLog(session / "logs")
-        _rt.set_runtime(runtime)
     except BaseException:
-        _node.shutdown()
-        _node = None
+        node.shutdown()
         raise
-    _info = {
+    info = {
         "node_ip_address": "127.0.0.1",
         "session_dir": str(session),
-        "object_store_address": _node.socket_path,
+        "object_store_address": node.socket_path,
         "webui_url": None,
     }
-    return _info
+    context.install(ProcessContext(Mode.EMBEDDED, runtime, info, node, runtime.ids.job_id))
+    return info
 
 
 def _local_node_of_cluster(address: str, root: Path) -> tuple[str, Path]:
@@ -180,7 +188,7 @@ def _local_node_of_cluster(address: str, root: Path) -> tuple[str, Path]:
 
 
 def _own_socket(path: str) -> bool:
-    from rayfield._private import session_files
+    from rayfield._private.common import session_files
 
     try:
         session_files.check_socket(path)
@@ -204,11 +212,11 @@ def _warn_no_dashboard(connecting: bool) -> None:
 
 
 def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
-    """Connect this driver to a node started elsewhere (``node_main``, later ``rayfield
-    start``): ``"auto"`` (the latest session under `temp_dir`), a session directory, or the
-    node's socket path."""
-    global _info
-    from rayfield._private import session_files
+    """Connect this driver to a node started elsewhere (``rayfield start``, or ``python -m
+    rayfield._private.node_main``): a GCS address ``host:port`` (a node of that cluster on
+    this machine), ``"auto"`` (the latest session under `temp_dir`), a session directory,
+    or the node's socket path."""
+    from rayfield._private.common import session_files
 
     root = Path(temp_dir) if temp_dir else session_files.default_root()
     cluster: dict[str, str] = {}
@@ -221,8 +229,7 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
             cluster = {"gcs_address": node["gcs_address"], "temp_dir": str(root)}
     runtime = _rt.Runtime(socket_path, is_worker=False)
     runtime.events = EventLog(session / "logs")
-    _rt.set_runtime(runtime)
-    _info = {
+    info = {
         "node_ip_address": "127.0.0.1",
         "session_dir": str(session),
         "object_store_address": socket_path,
@@ -230,43 +237,77 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
         "connected": True,
         **cluster,
     }
+    context.install(ProcessContext(Mode.CONNECTED, runtime, info, None, runtime.ids.job_id))
     if cluster:
-        from rayfield._private.cluster import jobs
+        from rayfield._private.driver import jobs
 
         jobs.start(cluster["gcs_address"], runtime.ids.job_id, runtime.client.node_id)
-    return _info
+    return info
 
 
 def shutdown(exiting_interpreter: bool = False) -> None:
-    """Disconnect and stop everything ``init()`` started. Safe to call twice."""
-    global _node
-    runtime = _rt._runtime
-    if runtime is not None:
-        _rt.set_runtime(None)
-        runtime.close()
-        if _info.get("gcs_address") and not runtime.is_worker:
-            from rayfield._private.cluster import jobs
+    """Disconnect and stop everything ``init()`` started (Ray's ``ray.shutdown``).
 
-            jobs.finish(_info["gcs_address"], runtime.ids.job_id)
-    if _node is not None:
-        _node.shutdown()
-        _node = None
+    A driver connected to a cluster marks its job finished; the node ``init()`` started
+    (with its workers) stops. Calling it again, or without ``init()``, does nothing.
+
+    Args:
+        exiting_interpreter: accepted for Ray's programs (set when called at exit).
+    """
+    ctx = context.clear()
+    if ctx is None:
+        return
+    ctx.runtime.close()
+    if ctx.info.get("gcs_address") and ctx.mode is Mode.CONNECTED:
+        from rayfield._private.driver import jobs
+
+        jobs.finish(ctx.info["gcs_address"], ctx.job_id)
+    if ctx.node is not None:
+        ctx.node.shutdown()
 
 
 atexit.register(shutdown, True)
 
 
 def is_initialized() -> bool:
-    """True between ``init()`` and ``shutdown()``."""
-    return _rt._runtime is not None
+    """True between ``init()`` and ``shutdown()``, and in a worker (Ray's
+    ``ray.is_initialized``)."""
+    return context.current() is not None
+
+
+@overload
+def remote(target: type[C], /) -> ActorClass[C]: ...  # type: ignore[overload-overlap]
+
+
+@overload
+def remote(target: Callable[..., R], /) -> RemoteFunction[R]: ...
+
+
+@overload
+def remote(**options: Any) -> Callable[[Any], Any]: ...
 
 
 def remote(*args: Any, **options: Any) -> Any:
-    """Make a function a remote function, or a class an actor class.
+    """Make a function a remote function, or a class an actor class (Ray's ``ray.remote``).
 
-    ``@remote``, ``@remote(num_cpus=2, num_returns=2)``, ``remote(fn)``. See
-    :class:`~rayfield.remote_function.RemoteFunction` and :class:`~rayfield.actor.ActorClass`
-    for the options.
+    ``@remote``, ``@remote(num_cpus=2, num_returns=2)``, ``remote(fn)``.
+
+    Args:
+        *args: the function or class, when used as ``@remote`` or ``remote(fn)``.
+        **options: task options (:class:`~rayfield.remote_function.RemoteFunction`:
+            ``num_returns``, ``num_cpus``, ``num_gpus``, ``resources``, ``memory`` in
+            bytes, ``max_calls``, ``max_retries``, ``retry_exceptions``, ``name``) or actor
+            options (:class:`~rayfield.actor.ActorClass`: ``max_restarts``,
+            ``max_concurrency``, ``name``, ``namespace``, ``lifetime``...).
+
+    Returns:
+        A :class:`~rayfield.remote_function.RemoteFunction` for a function, an
+        :class:`~rayfield.actor.ActorClass` for a class, or a decorator making one.
+
+    Raises:
+        TypeError: the target is neither a function nor a class, or positional arguments
+            were given together with options.
+        ValueError: an unknown option, or an option with a bad value.
     """
 
     def wrap(target: Any) -> Any:
@@ -283,20 +324,50 @@ def remote(*args: Any, **options: Any) -> Any:
     return wrap
 
 
-def put(value: Any) -> ObjectRef:
-    """Store `value` in the object store; returns its ObjectRef."""
+def put(value: T) -> ObjectRef[T]:
+    """Store ``value`` in the object store (Ray's ``ray.put``).
+
+    Args:
+        value: any picklable value; numpy arrays and buffers are stored without a copy of
+            their data in pickle and read back zero-copy.
+
+    Returns:
+        The new object's ref; the object lives while a ref to it does.
+
+    Raises:
+        RayfieldError: rayfield is not initialized.
+        TypeError: ``value`` cannot be serialized (``put`` of an ObjectRef is refused too).
+        rayfield.store.StoreFullError: the store has no room for it, even after
+            spilling (a MemoryError).
+    """
     return _rt.get_runtime().put(value)
 
 
 _GET_TAKES = "get() takes an ObjectRef or a list of ObjectRefs, got "
 
 
+@overload
+def get(object_refs: ObjectRef[T], *, timeout: float | None = None) -> T: ...
+
+
+@overload
+def get(object_refs: Sequence[ObjectRef[T]], *, timeout: float | None = None) -> list[T]: ...
+
+
 def get(object_refs: Any, *, timeout: float | None = None) -> Any:
-    """The value of an ObjectRef, or the values of a list of them (same order).
+    """The value of an ObjectRef, or the values of a list of them (Ray's ``ray.get``).
 
     Blocks until they are ready. Numpy arrays are zero-copy, read-only views of the store.
 
+    Args:
+        object_refs: one ref, or a list (any iterable) of refs.
+        timeout: seconds to wait at most; None waits as long as it takes.
+
+    Returns:
+        The value of the ref, or a list of the values in the order of the refs.
+
     Raises:
+        RayfieldError: rayfield is not initialized.
         TaskError: the task raised (also an instance of the original exception's class).
         WorkerCrashedError, ActorDiedError: the process running the task died.
         GetTimeoutError: ``timeout`` seconds passed first.
@@ -314,12 +385,12 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
 
 
 def wait(
-    object_refs: Sequence[ObjectRef],
+    object_refs: Sequence[ObjectRef[T]],
     num_returns: int = 1,
     timeout: float | None = None,
     *,
     fetch_local: bool = True,
-) -> tuple[list[ObjectRef], list[ObjectRef]]:
+) -> tuple[list[ObjectRef[T]], list[ObjectRef[T]]]:
     """Wait until `num_returns` refs are ready or `timeout` seconds pass.
 
     Ray's ``wait(object_refs, num_returns=1, timeout=None, fetch_local=True)``; the
@@ -356,7 +427,19 @@ def wait(
 
 
 def get_actor(name: str, namespace: str = "") -> ActorHandle:
-    """The handle of the actor created with ``name=...``. Raises ValueError if none."""
+    """The handle of the live actor created with ``name=...`` (Ray's ``ray.get_actor``).
+
+    Args:
+        name: the actor's name.
+        namespace: its namespace (``""``: the default one every job shares).
+
+    Returns:
+        A handle to the actor; in a cluster, also to an actor another driver created.
+
+    Raises:
+        ValueError: no live actor has that name in that namespace.
+        RayfieldError: rayfield is not initialized.
+    """
     handle = _lookup(name, namespace)
     if handle is None:
         raise ValueError(f"no actor named {name!r}")
@@ -382,7 +465,12 @@ def get_resource_ids() -> dict[str, list[tuple[int, float]]]:
 
 
 def get_gpu_ids() -> list[int]:
-    """GPU ids reserved for the current task or actor (``CUDA_VISIBLE_DEVICES`` is set to them)."""
+    """GPU ids reserved for the current task or actor (Ray's ``ray.get_gpu_ids``);
+    ``CUDA_VISIBLE_DEVICES`` is set to them. Empty in a driver.
+
+    Raises:
+        RayfieldError: rayfield is not initialized.
+    """
     return [i for i, _ in get_resource_ids().get("GPU", [])]
 
 
@@ -396,10 +484,10 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     """
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() takes an actor handle, got {type(actor).__name__}")
-    from rayfield._private.cluster import names
+    from rayfield._private.driver import names
     from rayfield.store.errors import ObjectNotFoundError
 
-    cluster = names.gcs_address()
+    cluster = context.gcs_address()
     try:
         _rt.get_runtime().client.kill_actor(actor._actor_id, no_restart)
     except ObjectNotFoundError:
@@ -413,7 +501,7 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
         names.mark_dead(cluster, actor._actor_id)  # its name, if any, is free again
 
 
-def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+def cancel(object_ref: ObjectRef[Any], *, force: bool = False, recursive: bool = True) -> None:
     """Cancel the task that returns `object_ref` (Ray's ``ray.cancel``).
 
     A queued task never runs. A running task gets ``KeyboardInterrupt`` raised in its code
@@ -434,14 +522,12 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     """
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() takes an ObjectRef, got {type(object_ref).__name__}")
-    task_id = object_ref.binary()[:16] + bytes(4)
+    task_id = task_of(object_ref.binary())
     client = _rt.get_runtime().client
     state = client.cancel_task(task_id, force, recursive)
     if state != "done" or client.contains(object_ref.binary()):
         return
-    from rayfield._private.cluster import names
-
-    if names.gcs_address() is not None:  # not on this node: maybe forwarded to another
+    if context.gcs_address() is not None:  # not on this node: maybe forwarded to another
         from rayfield._private.cluster.lifecycle import cancel_elsewhere
 
         cancel_elsewhere(client.node_id, task_id, force, recursive)
@@ -464,7 +550,7 @@ def register_custom_serializer(
     Raises:
         ValueError: not exactly one of serializer/deserializer, use_pickle, use_dict.
     """
-    from rayfield._private import serialization
+    from rayfield._private.common import serialization
 
     modes = [serializer is not None or deserializer is not None, use_pickle, use_dict]
     if sum(modes) != 1 or (modes[0] and (serializer is None or deserializer is None)):

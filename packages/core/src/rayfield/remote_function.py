@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
-from rayfield._private import options as opt
-from rayfield._private import task_retry
-from rayfield._private.runtime import get_runtime
+from rayfield._private.common import options as opt
+from rayfield._private.common import task_retry
+from rayfield._private.runtime.object_ref import ObjectRef
+from rayfield._private.runtime.runtime import get_runtime
 
 __all__ = ["RemoteFunction"]
 
+R = TypeVar("R")
 
-class RemoteFunction:
-    """A function that runs as a task: ``f.remote(*args)`` returns ObjectRef(s) at once.
+
+class RemoteFunction(Generic[R]):
+    """A function that runs as a task (Ray's ``RemoteFunction``): ``f.remote(*args)``
+    returns ObjectRef(s) at once; ``R`` is the function's return type.
 
     Options (``@remote(...)`` or ``f.options(...)``): ``num_returns`` (classic
     ``num_return_vals``), ``num_cpus`` (default 1), ``num_gpus``, ``resources``, ``memory``
@@ -23,9 +28,17 @@ class RemoteFunction:
     exception the task raises, a list of exception classes only those; default False:
     exceptions are not retried, and when retries run out ``get`` raises the last one),
     ``name``.
+
+    Args:
+        function: the function to run remotely.
+        options: its options (above), checked here.
+
+    Raises:
+        TypeError: an unknown option, or a bad ``retry_exceptions``.
+        ValueError: an option with a bad value (a negative amount, a bad count).
     """
 
-    def __init__(self, function: Any, options: dict[str, Any]) -> None:
+    def __init__(self, function: Callable[..., R], options: dict[str, Any]) -> None:
         self._function = function
         self._options = opt.normalize(options, actor=False)
         self._exported: tuple[Any, bytes] | None = None
@@ -41,14 +54,43 @@ class RemoteFunction:
             f"try '{name}.remote()'."
         )
 
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
+    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[R]:
+        """Submit a task running the function on ``args`` and ``kwargs`` (Ray's
+        ``f.remote``); returns at once.
+
+        Args:
+            *args: positional arguments; an ObjectRef among them is replaced by its
+                value before the task runs (the task waits for it).
+            **kwargs: keyword arguments, likewise.
+
+        Returns:
+            The ref of the task's result; with ``num_returns=n`` above 1, a list of ``n``
+            refs (typed as one ref, as in Ray: annotate the result as a list).
+
+        Raises:
+            RayfieldError: rayfield is not initialized.
+            TypeError: an argument cannot be serialized.
+        """
         return self._submit(args, kwargs, self._options)
 
-    def options(self, **options: Any) -> _BoundOptions:
-        return _BoundOptions(self, {**self._options, **opt.normalize(options, actor=False)})
+    def options(self, **options: Any) -> _BoundOptions[R]:
+        """The function with other options for the calls made through the result
+        (Ray's ``f.options``): ``f.options(num_cpus=2).remote(x)``.
 
-    def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
-        merged = {**self._options, **opt.normalize(options, actor=False)}
+        Args:
+            **options: task options (see the class; ``TaskOptions`` lists their types),
+                over the function's own.
+
+        Raises:
+            TypeError: an unknown option.
+            ValueError: an option with a bad value.
+        """
+        merged = {**self._options, **opt.normalize(dict(options), actor=False)}
+        return _BoundOptions(self, merged)
+
+    def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> ObjectRef[R]:
+        """The classic form: ``f._remote(args=[...], kwargs={...}, num_cpus=2)``."""
+        merged = {**self._options, **opt.normalize(dict(options), actor=False)}
         return self._submit(tuple(args or ()), dict(kwargs or {}), merged)
 
     def _submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], o: dict[str, Any]) -> Any:
@@ -81,9 +123,12 @@ def _payload_options(o: dict[str, Any]) -> dict[str, Any] | None:
     return out or None
 
 
-class _BoundOptions:
-    def __init__(self, fn: RemoteFunction, options: dict[str, Any]) -> None:
+class _BoundOptions(Generic[R]):
+    """A remote function with the options of one ``.options(...)`` call."""
+
+    def __init__(self, fn: RemoteFunction[R], options: dict[str, Any]) -> None:
         self._fn, self._options = fn, options
 
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
+    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[R]:
+        """Submit a task with these options; as :meth:`RemoteFunction.remote`."""
         return self._fn._submit(args, kwargs, self._options)

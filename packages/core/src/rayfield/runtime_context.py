@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rayfield._private import runtime as _rt
+from rayfield._private.runtime import runtime as _rt
 
 __all__ = ["RuntimeContext", "get_runtime_context"]
 
@@ -24,9 +24,11 @@ class HexID(str):
     """A hex id string that also answers ``hex()`` and ``binary()`` like Ray's ID classes."""
 
     def hex(self) -> str:
+        """The id as hex (the string itself)."""
         return str(self)
 
     def binary(self) -> bytes:
+        """The id's bytes."""
         return bytes.fromhex(self)
 
 

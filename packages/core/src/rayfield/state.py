@@ -22,8 +22,9 @@ from typing import Any
 
 import psutil
 
-from rayfield._private import events as _events
-from rayfield._private import runtime as _rt
+from rayfield._private import context
+from rayfield._private.common import events as _events
+from rayfield._private.runtime import runtime as _rt
 
 __all__ = [
     "actors",
@@ -43,10 +44,9 @@ __all__ = [
 
 
 def _logs_dir() -> str:
-    from rayfield import api
-
-    if api._info.get("session_dir"):
-        return os.path.join(api._info["session_dir"], "logs")
+    ctx = context.current()
+    if ctx is not None and ctx.info.get("session_dir"):
+        return os.path.join(ctx.info["session_dir"], "logs")
     logs = os.environ.get("RAYFIELD_LOGS_DIR")
     if logs:
         return logs
@@ -54,11 +54,10 @@ def _logs_dir() -> str:
 
 
 def _node() -> Any:
-    from rayfield import api
-
-    if api._node is None:
+    ctx = context.current()
+    if ctx is None or ctx.node is None:
         raise RuntimeError("pending_tasks() runs in the driver whose init() started the node")
-    return api._node
+    return ctx.node
 
 
 def _flush_own_events() -> None:
@@ -69,13 +68,11 @@ def _flush_own_events() -> None:
 
 def _cluster() -> str | None:
     """The GCS address of this process's cluster; None for a local ``init()``."""
-    from rayfield._private.cluster.names import gcs_address
-
-    return gcs_address()
+    return context.gcs_address()
 
 
 def _gcs_nodes(address: str) -> list[Any]:
-    from rayfield._private.cluster.names import client
+    from rayfield._private.driver.names import client
 
     return list(client(address).get_nodes())
 
@@ -159,8 +156,8 @@ def _task_events() -> list[dict[str, Any]]:
     address = _cluster()
     if address is None:
         return local
-    from rayfield._private.cluster.names import client
     from rayfield._private.cluster.state_client import decode_events
+    from rayfield._private.driver.names import client
 
     mine = _rt.get_runtime().client.node_id.hex()
     remote = decode_events(client(address).get_task_events())
@@ -208,8 +205,8 @@ def list_actors() -> list[dict[str, Any]]:
     DEAD; in a cluster also RESTARTING or PENDING_CREATION, and ``name`` and ``node``)."""
     address = _cluster()
     if address is not None:
-        from rayfield._private.cluster.names import sessions_root
         from rayfield._private.cluster.state_client import StateClient
+        from rayfield._private.context import sessions_root
 
         with StateClient(address, temp_dir=sessions_root()) as client:
             return client.actors()

@@ -387,7 +387,7 @@ def test_infeasible_work_waits_with_a_warning(
 def test_objects_are_freed_when_their_last_ref_goes(cluster: Any) -> None:
     import gc
 
-    client = rf._private.runtime.get_runtime().client
+    client = rf._private.runtime.runtime.get_runtime().client
 
     def stored(oid: bytes) -> bool:
         return any(o["object_id"] == oid for o in client.list_objects())

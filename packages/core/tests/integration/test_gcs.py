@@ -449,7 +449,7 @@ def test_tls_refuses_plaintext_and_accepts_the_right_certs(
 
 def test_workers_and_rayfield_do_not_import_grpc() -> None:
     code = (
-        "import sys, rayfield, rayfield._private.worker_main\n"
+        "import sys, rayfield, rayfield._private.runtime.worker_main\n"
         "assert 'grpc' not in sys.modules, 'grpc imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env=_env(), timeout=60)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rayfield._private.actor_scope import ActorScopes, HandleCounter
+from rayfield._private.common.actor_scope import ActorScopes, HandleCounter
 
 HOME = b"home00"
 MINE = HOME + bytes(14)

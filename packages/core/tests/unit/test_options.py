@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import rayfield as rf
-from rayfield._private import options as opt
+from rayfield._private.common import options as opt
 
 
 def fn() -> int:

@@ -1,4 +1,4 @@
-"""Unit tests of rayfield._private.serialization (no processes, except one by-value check)."""
+"""Unit tests of rayfield._private.common.serialization (no processes but one by-value check)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rayfield._private import serialization as ser
-from rayfield._private.serialization import (
+from rayfield._private.common import serialization as ser
+from rayfield._private.common.serialization import (
     SerializationError,
     current_context,
     current_deserialization_context,
@@ -168,7 +168,7 @@ def test_main_module_functions_are_pickled_by_value(tmp_path: Any) -> None:
     script = textwrap.dedent(
         """
         import sys
-        from rayfield._private.serialization import serialize
+        from rayfield._private.common.serialization import serialize
 
         class Point:
             def __init__(self, x):
@@ -297,7 +297,7 @@ def test_pyarrow_table_and_array_zero_copy() -> None:
 
 def test_heavy_modules_not_imported_eagerly() -> None:
     code = (
-        "import sys, rayfield._private.serialization; "
+        "import sys, rayfield._private.common.serialization; "
         "print('pyarrow' in sys.modules, 'numpy' in sys.modules)"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rayfield._private import session_files as sf
+from rayfield._private.common import session_files as sf
 from rayfield.exceptions import RayfieldError, UnsafeSessionError
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from rayfield._private import task_retry
-from rayfield._private.interrupts import Interrupts
+from rayfield._private.common import task_retry
+from rayfield._private.runtime.interrupts import Interrupts
 from rayfield.exceptions import TaskError
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 import psutil
 
-from rayfield._private import session_files
 from rayfield._private.cluster import launch
+from rayfield._private.common import session_files
 from rayfield.cli._common import Cluster, cluster_options
 
 START_HINT = "start the head with `rayfield start --head --include-dashboard`"

@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 import psutil
 
-from rayfield._private import session_files
 from rayfield._private.cluster import launch
+from rayfield._private.common import session_files
 from rayfield.cli._common import console
 
 

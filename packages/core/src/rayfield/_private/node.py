@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rayfield._private import session_files
-from rayfield._private.actor_scope import NO_HANDLE_LEFT, ActorScopes
+from rayfield._private.common import session_files
+from rayfield._private.common.actor_scope import NO_HANDLE_LEFT, ActorScopes
+from rayfield._private.common.ids import origin_of
 from rayfield._private.memory_monitor import MemoryMonitor
-from rayfield._private.runtime import origin_of
 from rayfield.store import NodeServer
 
 logger = logging.getLogger("rayfield")
@@ -61,7 +61,7 @@ class WorkerPool:
         )
         for _ in range(max(0, n)):
             proc = subprocess.Popen(
-                [sys.executable, "-m", "rayfield._private.worker_main", self.socket_path],
+                [sys.executable, "-m", "rayfield._private.runtime.worker_main", self.socket_path],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from rayfield._private import session_files
+from rayfield._private.common import session_files
 from rayfield._private.node import LocalNode
 
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from rayfield._private import session_files
 from rayfield._private.cluster.state_client import StateClient
+from rayfield._private.common import session_files
 from rayfield._private.gcs.auth import TlsConfig, read_token
 from rayfield.dashboard import DEFAULT_PORT, KV_CERT_KEY, KV_KEY, KV_NAMESPACE, security
 from rayfield.dashboard.api import StateApi

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rayfield._private.object_ref import ObjectRef
+from rayfield._private.runtime.object_ref import ObjectRef
 
 __all__ = ["as_future"]
 
 
-def as_future(object_ref: ObjectRef) -> asyncio.Future[Any]:
+def as_future(object_ref: ObjectRef[Any]) -> asyncio.Future[Any]:
     """An asyncio future for the value of `object_ref`, for ``asyncio.gather`` and friends.
 
     Raises:

@@ -12,38 +12,18 @@ sending process.
 
 from __future__ import annotations
 
-import hashlib
-import threading
 from typing import Any
 
-from rayfield._private import runtime as _rt
-from rayfield._private.object_ref import ObjectRef
+from rayfield._private.common.ids import task_of
+from rayfield._private.runtime import runtime as _rt
+from rayfield._private.runtime.object_ref import ObjectRef
+from rayfield._private.runtime.signals import ErrorSignal, Signal, send_from, signal_id
 from rayfield.actor import ActorHandle
 
 __all__ = ["ErrorSignal", "Signal", "receive", "reset", "send"]
 
 
-class Signal:
-    """Base class of user signals: subclass it and add fields."""
-
-
-class ErrorSignal(Signal):
-    """Sent automatically when a task or actor method raises."""
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-    def get_error(self) -> BaseException:
-        return self.error
-
-
-_lock = threading.Lock()
-_sent: dict[bytes, int] = {}
 _cursors: dict[bytes, int] = {}
-
-
-def _signal_id(source: bytes, index: int) -> bytes:
-    return hashlib.sha1(b"rayfield-signal:" + source + index.to_bytes(8, "little")).digest()
 
 
 def _current_source() -> bytes:
@@ -57,16 +37,6 @@ def _current_source() -> bytes:
     raise RuntimeError("signal.send() is for tasks and actor methods, not the driver")
 
 
-def _send_from(source: bytes, signal: Signal) -> None:
-    rt = _rt.get_runtime()
-    with _lock:
-        index = _sent.get(source, 0) + 1
-        _sent[source] = index
-    sid = _signal_id(source, index)
-    rt.client.pin([sid])  # kept while this process lives
-    rt.store_value(sid, signal)
-
-
 def send(signal: Signal) -> None:
     """Send `signal` from the calling task or actor.
 
@@ -75,12 +45,12 @@ def send(signal: Signal) -> None:
     """
     if not isinstance(signal, Signal):
         raise TypeError(f"send() takes a Signal, got {type(signal).__name__}")
-    _send_from(_current_source(), signal)
+    send_from(_current_source(), signal)
 
 
 def _source_id(source: Any) -> bytes:
     if isinstance(source, ObjectRef):
-        return source.binary()[:16] + bytes(4)  # the task that returns it
+        return task_of(source.binary())  # the task that returns it
     if isinstance(source, ActorHandle):
         return source._actor_id
     raise TypeError(
@@ -100,7 +70,7 @@ def receive(sources: list[Any], timeout: float | None = None) -> list[tuple[Any,
     """
     rt = _rt.get_runtime()
     ids = [_source_id(s) for s in sources]
-    nxt = [_signal_id(i, _cursors.get(i, 0) + 1) for i in ids]
+    nxt = [signal_id(i, _cursors.get(i, 0) + 1) for i in ids]
     unique = list(dict.fromkeys(nxt))
     ready_flags = rt.client.wait(unique, 1, timeout)
     if not any(ready_flags):
@@ -109,7 +79,7 @@ def receive(sources: list[Any], timeout: float | None = None) -> list[tuple[Any,
     for source, sid in zip(sources, ids):
         while True:
             index = _cursors.get(sid, 0) + 1
-            oid = _signal_id(sid, index)
+            oid = signal_id(sid, index)
             if not rt.client.contains(oid):
                 break
             [value] = rt.get([ObjectRef(oid)], 10)

@@ -28,7 +28,7 @@ class AsyncResult:
 
     def __init__(
         self,
-        refs: list[ObjectRef],
+        refs: list[ObjectRef[Any]],
         chunked: bool,
         callback: Callable[[Any], Any] | None = None,
         error_callback: Callable[[BaseException], Any] | None = None,
@@ -100,7 +100,7 @@ def _flatten(chunks: list[list[Any]]) -> list[Any]:
 class IMapIterator:
     """Iterator over ``imap`` (in order) or ``imap_unordered`` (as ready) results."""
 
-    def __init__(self, refs: list[ObjectRef], ordered: bool) -> None:
+    def __init__(self, refs: list[ObjectRef[Any]], ordered: bool) -> None:
         self._refs, self._ordered = list(refs), ordered
         self._buffer: list[Any] = []
 
@@ -148,6 +148,7 @@ class ResultWatcher:
         self._thread: threading.Thread | None = None
 
     def add(self, result: AsyncResult) -> None:
+        """Watch ``result`` until its refs are ready, then fill it and run its callbacks."""
         if not result._refs:  # nothing to wait for (an empty map)
             result._run_callbacks()
             return

@@ -27,11 +27,11 @@ __all__ = ["ActorPool"]
 SubmitFn = Callable[[Any, Any], Any]
 
 
-def _first_ref(future: Any) -> ObjectRef:
+def _first_ref(future: Any) -> ObjectRef[Any]:
     return future[0] if isinstance(future, (list, tuple)) else future
 
 
-def _all_refs(future: Any) -> list[ObjectRef]:
+def _all_refs(future: Any) -> list[ObjectRef[Any]]:
     return list(future) if isinstance(future, (list, tuple)) else [future]
 
 

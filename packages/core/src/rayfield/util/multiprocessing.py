@@ -107,12 +107,12 @@ class Pool:
     def _new_actor(self) -> Any:
         return _RemotePoolActor.options(**self._options).remote(*self._init_args)
 
-    def _submit(self, method: str, *args: Any) -> ObjectRef:
+    def _submit(self, method: str, *args: Any) -> ObjectRef[Any]:
         with self._lock:
             if self._state != "RUN":
                 raise ValueError("Pool not running")
             i = next(self._next)
-            ref: ObjectRef = getattr(self._actors[i], method).remote(*args)
+            ref: ObjectRef[Any] = getattr(self._actors[i], method).remote(*args)
             self._calls[i] += 1
             if self._maxtasks is not None and self._calls[i] >= self._maxtasks:
                 self._actors[i].exit.remote()  # runs after the calls queued before it
@@ -135,7 +135,9 @@ class Pool:
             for i in range(0, len(items), size)
         ]
 
-    def _async(self, refs: list[ObjectRef], chunked: bool, cb: Any, err_cb: Any) -> AsyncResult:
+    def _async(
+        self, refs: list[ObjectRef[Any]], chunked: bool, cb: Any, err_cb: Any
+    ) -> AsyncResult:
         result = AsyncResult(refs, chunked, cb, err_cb)
         if cb is not None or err_cb is not None:
             self._watcher.add(result)

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rayfield._private.cluster.names import gcs_address, sessions_root
 from rayfield._private.cluster.state_client import StateClient, StateError
+from rayfield._private.context import gcs_address, sessions_root
 
 __all__ = [
     "StateClient",

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from rayfield._private.cluster.code_exports import fetch_into, is_code
 from rayfield._private.cluster.event_shipper import EventShipper
 from rayfield._private.cluster.forwarding import SEND_ATTEMPTS, AcceptedTasks, Forwarder, batches
 from rayfield._private.cluster.introspect import Introspector
@@ -46,10 +45,11 @@ from rayfield._private.cluster.object_push import INLINE_MAX_BYTES, ObjectPusher
 from rayfield._private.cluster.placement import PeerLoad, fits, plan_moves
 from rayfield._private.cluster.recovery import Recovery
 from rayfield._private.cluster.transfer import keep_freed_memory, store_whole, write_chunks
+from rayfield._private.common.code import fetch_into, is_code
+from rayfield._private.common.ids import ORIGIN_BYTES, origin_of
 from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, auth_metadata, open_channel
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.gcs.types import ActorInfo, ActorState, NodeInfo, ResourceDemand
-from rayfield._private.runtime import ORIGIN_BYTES, origin_of
 from rayfield.store import StoreClient
 
 if TYPE_CHECKING:

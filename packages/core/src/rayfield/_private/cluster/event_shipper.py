@@ -1,7 +1,7 @@
 """Sends a node's task events to the GCS, so that the cluster's timeline is in one place.
 
 Every process on a node appends its finished tasks, actor calls and ``profile()`` spans
-to ``<session>/logs/events-<pid>.jsonl`` (``rayfield._private.events``). The node's
+to ``<session>/logs/events-<pid>.jsonl`` (``rayfield._private.common.events``). The node's
 ``EventShipper`` tails those files every ``interval_s``, stamps each event with the
 node (``node`` = the node's gRPC address, ``node_id`` = its hex id) and sends complete
 lines to the GCS (``AddTaskEvents``) in batches. A batch the GCS did not take is sent

@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from rayfield._private import session_files
+from rayfield._private.common import session_files
 
 ENV_TOKEN = "RAYFIELD_TOKEN"
 PROCESS_MODULES = (

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from rayfield._private.actor_scope import NO_HANDLE_LEFT, Decision
+from rayfield._private.common.actor_scope import NO_HANDLE_LEFT, Decision
 from rayfield._private.gcs.errors import GcsNotFoundError
 from rayfield._private.gcs.types import ActorState
 
@@ -202,7 +202,7 @@ class Lifecycle:
         self._submit(self._driver_gone, pid)
 
     def _driver_gone(self, pid: int) -> None:
-        from rayfield._private.cluster.jobs import finish_on_node
+        from rayfield._private.driver.jobs import finish_on_node
 
         for job_id in finish_on_node(self.agent.gcs, self.agent.node_id, pid):
             n = self.cancel_job(job_id)
@@ -292,8 +292,8 @@ def cancel_elsewhere(node_id: bytes, task_id: bytes, force: bool, recursive: boo
         What the node running it answered (see ``Lifecycle.cancel``); ``"done"`` outside a
         cluster or when the node cannot be asked.
     """
-    from rayfield._private.cluster.names import gcs_address, sessions_root
     from rayfield._private.cluster.state_client import StateClient, StateError
+    from rayfield._private.context import gcs_address, sessions_root
 
     address = gcs_address()
     if not address:

@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 import grpc
 
-from rayfield._private import events as _events
 from rayfield._private.cluster import launch
 from rayfield._private.cluster.node_service import NodeStub
+from rayfield._private.common import events as _events
 from rayfield._private.gcs.auth import TlsConfig, auth_metadata, open_channel
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.gcs.types import ActorState, NodeInfo
@@ -461,7 +461,7 @@ def kill_actor_elsewhere(actor_id: bytes, no_restart: bool) -> bool:
     node's (``RAYFIELD_GCS_ADDRESS``, with the token in ``RAYFIELD_TOKEN``). False when
     this process is not in a cluster or no node hosts the actor.
     """
-    from rayfield._private.cluster.names import gcs_address, sessions_root
+    from rayfield._private.context import gcs_address, sessions_root
 
     address = gcs_address()
     if not address:

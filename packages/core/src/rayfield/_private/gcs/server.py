@@ -29,12 +29,12 @@ from typing import Any
 
 import grpc
 
+from rayfield._private.common.session_files import ERROR_MARK, write_private
 from rayfield._private.gcs import codec
 from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, create_token_file, read_token
 from rayfield._private.gcs.errors import GcsError
 from rayfield._private.gcs.pubsub import PubSub
 from rayfield._private.gcs.service import GcsService
-from rayfield._private.session_files import ERROR_MARK, write_private
 
 __all__ = ["GcsServer", "main"]
 

@@ -13,9 +13,9 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from rayfield import exceptions
-from rayfield._private.object_ref import ObjectRef
-from rayfield._private.runtime import IdGenerator
+import rayfield.exceptions as exceptions
+from rayfield._private.common.ids import IdGenerator
+from rayfield._private.runtime.object_ref import ObjectRef
 
 
 class LocalRuntime:
@@ -33,19 +33,23 @@ class LocalRuntime:
         self.local = threading.local()
 
     def close(self) -> None:
+        """Drop every value."""
         self.values.clear()
 
     def export(self, obj: Any) -> bytes:
+        """Keep ``obj`` (a function or class) under a new id; returns the id."""
         fid = self.ids.put_id()
         self.code[fid] = obj
         return fid
 
-    def put(self, value: Any) -> ObjectRef:
+    def put(self, value: Any) -> ObjectRef[Any]:
+        """A deep copy of ``value`` under a new ref."""
         oid = self.ids.put_id()
         self.values[oid] = (False, copy.deepcopy(value))
         return ObjectRef(oid)
 
-    def get(self, refs: Sequence[ObjectRef], timeout_s: float | None) -> list[Any]:
+    def get(self, refs: Sequence[ObjectRef[Any]], timeout_s: float | None) -> list[Any]:
+        """The values of ``refs``; raises a task's error as it was raised."""
         out = []
         for r in refs:
             if r.binary() not in self.values:
@@ -56,7 +60,10 @@ class LocalRuntime:
             out.append(value)
         return out
 
-    def wait(self, refs: Sequence[ObjectRef], num_returns: int, timeout_s: float | None) -> Any:
+    def wait(
+        self, refs: Sequence[ObjectRef[Any]], num_returns: int, timeout_s: float | None
+    ) -> Any:
+        """Every task has run already: the first ``num_returns`` refs are ready."""
         return list(refs[:num_returns]), list(refs[num_returns:])
 
     def submit(
@@ -70,8 +77,11 @@ class LocalRuntime:
         resources: dict[str, float],
         **kw: Any,
     ) -> list[Any]:
+        """Run the task now, in this thread; returns the refs of its results."""
         task_id = self.ids.task_id()
-        refs = [ObjectRef(IdGenerator.return_id(task_id, i)) for i in range(num_returns)]
+        refs: list[ObjectRef[Any]] = [
+            ObjectRef(IdGenerator.return_id(task_id, i)) for i in range(num_returns)
+        ]
         resolved = [
             self.get([a], None)[0] if isinstance(a, ObjectRef) else copy.deepcopy(a) for a in args
         ]

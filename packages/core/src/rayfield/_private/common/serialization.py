@@ -43,7 +43,7 @@ from typing import Any
 
 import cloudpickle
 
-from rayfield._private.serialization_errors import (
+from rayfield._private.common.serialization_errors import (
     SerializationError,
     describe_failure,
     substitute_error,

@@ -43,12 +43,15 @@ class EventLog:
                 self.flush()
 
     def record(self, event: dict[str, Any]) -> None:
+        """Append ``event`` (a dict of JSON values) to the buffer; flushes when the last flush is
+        over 0.2 s old."""
         with self._lock:
             self._buffer.append(event)
         if time.monotonic() - self._last_flush > 0.2:
             self.flush()
 
     def flush(self) -> None:
+        """Append the buffered events to this process's events file now."""
         with self._lock:
             batch, self._buffer = self._buffer, []
             self._last_flush = time.monotonic()

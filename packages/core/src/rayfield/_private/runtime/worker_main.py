@@ -1,6 +1,6 @@
 """A worker process: runs the tasks its node dispatches to it, or hosts one actor.
 
-Started by the node as ``python -m rayfield._private.worker_main SOCKET``. It imports
+Started by the node as ``python -m rayfield._private.runtime.worker_main SOCKET``. It imports
 nothing heavy (no grpc) so a warm pool fills quickly. It exits when the node closes the
 connection, or after ``max_calls`` runs of a function.
 """
@@ -18,19 +18,24 @@ import traceback
 from collections.abc import Generator
 from typing import Any
 
-from rayfield import exceptions
-from rayfield._private import serialization, task_retry
-from rayfield._private.events import EventLog
-from rayfield._private.interrupts import Interrupts
-from rayfield._private.runtime import Runtime, set_runtime
-from rayfield._private.task_context import TaskContext
+import rayfield.exceptions as exceptions
+from rayfield._private import context
+from rayfield._private.common import serialization, task_retry
+from rayfield._private.common.events import EventLog
+from rayfield._private.runtime import signals
+from rayfield._private.runtime.interrupts import Interrupts
+from rayfield._private.runtime.runtime import Runtime
+from rayfield._private.runtime.task_context import TaskContext
 from rayfield.store import StoreConnectionError
 
 
 class Worker:
+    """The worker loop of one process: connects to its node (``socket_path``), takes its tasks one
+    by one and stores their results or errors."""
+
     def __init__(self, socket_path: str) -> None:
         self.rt = Runtime(socket_path, is_worker=True)
-        set_runtime(self.rt)
+        context.install(context.ProcessContext(context.Mode.WORKER, self.rt))
         self.rt.local = TaskContext()
         self.rt.client.register_worker(self.rt.worker_id)
         self.interrupts = Interrupts(self.rt.client)
@@ -47,12 +52,10 @@ class Worker:
 
     def send_error_signal(self, err: BaseException) -> None:
         """Send the signal API's ErrorSignal for the failed task or actor."""
-        from rayfield.experimental import signal
-
         ctx = self.rt.local
         source = ctx.actor_id or ctx.task_id
         try:
-            signal._send_from(bytes(source), signal.ErrorSignal(err))
+            signals.send_from(bytes(source), signals.ErrorSignal(err))
         except Exception:  # an error that cannot be stored is still in the task's result
             pass
 
@@ -67,6 +70,7 @@ class Worker:
                 self.serializers.add(sid)
 
     def run(self) -> None:
+        """Run tasks until the node closes the connection or ``max_calls`` is reached."""
         while not self.exit_after:
             try:
                 task = self.rt.client.next_task(timeout_s=None)
@@ -235,6 +239,8 @@ class Worker:
         kwargs: dict[str, Any],
         options: dict[str, Any],
     ) -> Any:
+        """Run one task's code: the function, the actor's constructor (the worker then hosts the
+        actor) or an actor method; returns its value."""
         if kind == "task":
             return self.rt.load(fid)(*args, **kwargs)
         if kind == "actor_create":
@@ -250,6 +256,8 @@ class Worker:
         return getattr(self.actor, name.rsplit(".", 1)[-1])(*args, **kwargs)
 
     def setup_concurrency(self, cls: type, max_concurrency: int) -> None:
+        """Start the event loop of an async actor, or the extra threads of a threaded actor
+        (``max_concurrency`` > 1)."""
         is_async = any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(cls))
         if is_async:
             self.loop = asyncio.new_event_loop()
@@ -285,6 +293,7 @@ class _FailedActor:
 
 
 def main() -> None:
+    """Entry point: ``python -m rayfield._private.runtime.worker_main SOCKET``."""
     worker = Worker(sys.argv[1])
     try:
         worker.run()

@@ -13,7 +13,8 @@ methods with their ``num_returns``, class name): nothing is unpickled. ``kill`` 
 actor DEAD, which frees its name.
 
 The cluster is the one the driver joined (``init(address=...)``) or, in a worker, its
-node's (``RAYFIELD_GCS_ADDRESS``; the token in ``RAYFIELD_TOKEN``, set by the node).
+node's (``RAYFIELD_GCS_ADDRESS``; the token in ``RAYFIELD_TOKEN``, set by the node):
+``context.gcs_address()``.
 """
 
 from __future__ import annotations
@@ -21,28 +22,14 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
-from pathlib import Path
 from typing import Any
+
+from rayfield._private.common.ids import short
+from rayfield._private.context import sessions_root
 
 logger = logging.getLogger("rayfield")
 
-__all__ = ["client", "gcs_address", "lookup", "mark_dead", "register", "sessions_root"]
-
-
-def gcs_address() -> str | None:
-    """The GCS of this process's cluster, or None outside a cluster."""
-    from rayfield import api
-
-    return os.environ.get("RAYFIELD_GCS_ADDRESS") or api._info.get("gcs_address") or None
-
-
-def sessions_root() -> Path | None:
-    """Where the driver looked for the cluster's sessions (its token), if it said."""
-    from rayfield import api
-
-    temp_dir = api._info.get("temp_dir")
-    return Path(temp_dir) if temp_dir else None
+__all__ = ["client", "lookup", "mark_dead", "register"]
 
 
 @functools.cache
@@ -93,7 +80,7 @@ def register(
     except Exception as exc:
         if name:
             raise
-        logger.warning("could not record actor %s in the GCS: %s", actor_id.hex()[:16], exc)
+        logger.warning("could not record actor %s in the GCS: %s", short(actor_id), exc)
 
 
 def lookup(address: str, name: str, namespace: str) -> tuple[bytes, dict[str, int], str] | None:

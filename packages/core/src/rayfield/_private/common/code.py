@@ -1,15 +1,15 @@
-"""Function and class exports in the GCS, so code outlives the node that exported it.
+"""Code packing: exported functions and classes, their ids, and their copies in the GCS.
 
 A process exports a remote function or actor class once (``Runtime.export``): the
 cloudpickled code goes into its node's store under a *code id*, which is
 ``CODE_ORIGIN`` followed by 14 bytes of the SHA-1 of the code, so the same code always
 gets the same id and any node can tell a code id from an object id (object ids start
 with 6 bytes of the id of the node that made them). In a cluster the process also
-stores the code in the GCS key-value table, namespace ``functions``, under the code
-id (``publish``). A node that needs code it lacks (a worker loads the function of a
-task forwarded there) reads it from the GCS first (``fetch_into``) and only then asks
-the other nodes; so a task or an actor restart still finds its code after the
-exporting node died.
+stores the code in the GCS key-value table, namespace ``functions``, under the code id
+(``driver/code_exports.publish``). A node that needs code it lacks (a worker loads the
+function of a task forwarded there) reads it from the GCS first (``fetch_into``) and
+only then asks the other nodes; so a task or an actor restart still finds its code after
+the exporting node died.
 
 The GCS keeps code up to ``MAX_GCS_CODE_BYTES``; larger code (a function that closes
 over a big array) travels between nodes like any object and is lost with its node: put
@@ -40,14 +40,13 @@ __all__ = [
     "fetch_into",
     "is_code",
     "pack",
-    "publish",
     "unpack",
 ]
 
 logger = logging.getLogger("rayfield")
 
 CODE_ORIGIN = b"\x00CODE\x00"
-"""The first 6 bytes of every code id (``runtime.ORIGIN_BYTES`` long)."""
+"""The first 6 bytes of every code id (``ids.ORIGIN_BYTES`` long)."""
 NAMESPACE = "functions"
 MAX_GCS_CODE_BYTES = 16 << 20
 CODE_META = b"CODE"
@@ -79,33 +78,6 @@ def code_id(blob: bytes) -> bytes:
 def is_code(object_id: bytes) -> bool:
     """Whether ``object_id`` names exported code rather than an object."""
     return object_id[: len(CODE_ORIGIN)] == CODE_ORIGIN
-
-
-def publish(function_id: bytes, blob: bytes) -> None:
-    """Store exported code in the GCS of this process's cluster; nothing outside one.
-
-    Failures are logged, not raised: the code is in this node's store as well, where the
-    other nodes find it while this node lives.
-    """
-    from rayfield._private.cluster import names
-
-    address = names.gcs_address()
-    if address is None:
-        return
-    if len(blob) > MAX_GCS_CODE_BYTES:
-        logger.warning(
-            "exported code %s is %.1f MiB, over the %d MiB the GCS keeps: other nodes fetch "
-            "it from this node only, so it is lost if this node dies. Pass big data as "
-            "rayfield.put() refs instead of capturing it in the function or class.",
-            function_id.hex(),
-            len(blob) / 2**20,
-            MAX_GCS_CODE_BYTES >> 20,
-        )
-        return
-    try:
-        names.client(address).kv_put(NAMESPACE, function_id, blob, overwrite=False)
-    except Exception as exc:
-        logger.warning("could not store exported code in the GCS at %s: %s", address, exc)
 
 
 def fetch_into(gcs: Any, store: Any, function_id: bytes) -> bool:

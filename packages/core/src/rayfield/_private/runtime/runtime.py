@@ -1,6 +1,7 @@
 """The per-process runtime of a driver or a worker: objects, tasks and exported code.
 
-There is one Runtime per connected process, reached through :func:`get_runtime`. It owns
+There is one Runtime per connected process, held by its process context
+(``_private/context.py``) and reached through :func:`get_runtime`. It owns
 the connection to the node (a ``rayfield.store.StoreClient``) and implements put, get,
 wait and task submission over it.
 
@@ -15,21 +16,22 @@ from __future__ import annotations
 
 import os
 import pickle
-import struct
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from rayfield import exceptions
-from rayfield._private import serialization
-from rayfield._private.actor_scope import HandleCounter
-from rayfield._private.cluster import code_exports
-from rayfield._private.object_ref import ObjectRef, RefTracker, set_tracker
+import rayfield.exceptions as exceptions
+from rayfield._private import context
+from rayfield._private.common import code, serialization
+from rayfield._private.common.actor_scope import HandleCounter
+from rayfield._private.common.ids import ID_SIZE, IdGenerator
+from rayfield._private.driver import code_exports
+from rayfield._private.runtime.object_ref import ObjectRef, RefTracker, set_tracker
 from rayfield.store import GetTimeoutError as StoreGetTimeout
 from rayfield.store import ObjectExistsError, StoreClient
 
-__all__ = ["ArgRef", "Runtime", "get_runtime", "set_runtime"]
+__all__ = ["ArgRef", "Runtime", "get_runtime"]
 
 INLINE_ARGS_BYTES = 100 << 10  # larger arguments travel through the store
 STAGED_RESULT_BYTES = 64 << 10  # a worker's results up to this size travel with task_done
@@ -50,48 +52,6 @@ class ArgRef:
         return (ArgRef, (self.object_id,))
 
 
-ORIGIN_BYTES = 6
-"""Ids start with this many bytes of the id of the node where they were made."""
-
-
-def origin_of(object_id: bytes) -> bytes:
-    """The node-id prefix of the node whose process made ``object_id`` (a put, or the
-    task whose return it is): the node that owns it."""
-    return object_id[:ORIGIN_BYTES]
-
-
-class IdGenerator:
-    """Unique 20-byte ids: the first 6 bytes of the node's id (so any node can tell which
-    node made an object), 6 random bytes per process, a counter, and an index."""
-
-    def __init__(self, node_id: bytes = b"") -> None:
-        origin = node_id[:ORIGIN_BYTES] if len(node_id) >= ORIGIN_BYTES else os.urandom(6)
-        self._prefix = origin + os.urandom(12 - ORIGIN_BYTES)
-        self._counter = 0
-        self._lock = threading.Lock()
-
-    @property
-    def job_id(self) -> bytes:
-        """The 12-byte prefix of this process's ids (a driver's job id)."""
-        return self._prefix
-
-    def task_id(self) -> bytes:
-        with self._lock:
-            self._counter += 1
-            n = self._counter
-        return self._prefix + struct.pack("<II", n, 0)
-
-    @staticmethod
-    def return_id(task_id: bytes, index: int) -> bytes:
-        return task_id[:16] + struct.pack("<I", index + 1)
-
-    def put_id(self) -> bytes:
-        with self._lock:
-            self._counter += 1
-            n = self._counter
-        return self._prefix + struct.pack("<II", n, 0xFFFFFFFF)
-
-
 class Runtime:
     """A driver's or worker's connection to its node and everything built on it."""
 
@@ -108,10 +68,11 @@ class Runtime:
         self.local = threading.local()  # current task (worker side)
         self.events: Any = None  # EventLog, set by the driver or the worker
         self.serializer_ids: tuple[bytes, ...] = ()  # custom serializers for workers
-        self.worker_id = os.urandom(20)  # a worker registers with it (get_worker_id())
+        self.worker_id = os.urandom(ID_SIZE)  # a worker registers with it (get_worker_id())
         set_tracker(self.refs)
 
     def close(self) -> None:
+        """Stop counting refs and close the connection to the node."""
         set_tracker(None)
         self.client.close()
 
@@ -155,6 +116,8 @@ class Runtime:
     def store_serialized(
         self, object_id: bytes, obj: serialization.SerializedObject, *, exist_ok: bool = True
     ) -> None:
+        """Store the serialized ``obj`` under ``object_id`` (its handles held by the node while it
+        lives)."""
         try:
             if obj.total_bytes <= INLINE_ARGS_BYTES:
                 # A worker's results need no reply: its task_done follows on the same socket.
@@ -168,18 +131,21 @@ class Runtime:
             if not exist_ok:
                 raise
 
-    def put(self, value: Any) -> ObjectRef:
+    def put(self, value: Any) -> ObjectRef[Any]:
+        """``rayfield.put``: store ``value`` under a new id owned by this process."""
         if isinstance(value, ObjectRef):
             raise TypeError("put() of an ObjectRef: pass the ref itself instead")
         self.refs.flush()  # dropped refs first: their space may be needed now
         oid = self.ids.put_id()
         self.client.pin([oid])  # the owner's pin, before the object exists
-        ref = ObjectRef(oid, _pinned=True)
+        ref: ObjectRef[Any] = ObjectRef(oid, _pinned=True)
         self.refs.own(oid)
         self.store_value(oid, value)
         return ref
 
-    def get(self, refs: Sequence[ObjectRef], timeout_s: float | None) -> list[Any]:
+    def get(self, refs: Sequence[ObjectRef[Any]], timeout_s: float | None) -> list[Any]:
+        """The values of ``refs``, in order; raises the error a task stored. ``timeout_s``: seconds,
+        None for no limit."""
         ids = [r.binary() for r in refs]
         self.refs.flush()
         bufs = self.client.get(ids, timeout_s=0 if self.is_worker else timeout_s)
@@ -216,7 +182,7 @@ class Runtime:
             if None not in bufs or (left is not None and left <= step):
                 return bufs
 
-    def _decode(self, ref: ObjectRef, buf: Any) -> Any:
+    def _decode(self, ref: ObjectRef[Any], buf: Any) -> Any:
         meta = buf.metadata
         if meta in ERROR_TAGS:
             if meta == b"ERROR":
@@ -239,8 +205,10 @@ class Runtime:
         return serialization.deserialize(memoryview(buf), meta)
 
     def wait(
-        self, refs: Sequence[ObjectRef], num_returns: int, timeout_s: float | None
-    ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        self, refs: Sequence[ObjectRef[Any]], num_returns: int, timeout_s: float | None
+    ) -> tuple[list[ObjectRef[Any]], list[ObjectRef[Any]]]:
+        """``rayfield.wait``: (ready, not ready) refs once ``num_returns`` are ready or
+        ``timeout_s`` passed."""
         self.refs.flush()
         ids = [r.binary() for r in refs]
         # A worker waits in slices, as in _blocking_get, so that a cancel reaches its task.
@@ -264,13 +232,13 @@ class Runtime:
 
     def export(self, obj: Any) -> bytes:
         """Put a function or class into the store once, and in a cluster into the GCS
-        (``cluster/code_exports.py``); its id is its content hash."""
-        blob = code_exports.pack(obj)
-        fid = code_exports.code_id(blob)
+        (``common/code.py``, ``driver/code_exports.py``); its id is its content hash."""
+        blob = code.pack(obj)
+        fid = code.code_id(blob)
         if fid not in self.exported:
             self.client.pin([fid])  # kept for the whole session
             try:
-                self.client.put(fid, blob, code_exports.CODE_META)
+                self.client.put(fid, blob, code.CODE_META)
             except ObjectExistsError:
                 pass  # exported before (same content, same id)
             code_exports.publish(fid, blob)
@@ -278,12 +246,13 @@ class Runtime:
         return fid
 
     def load(self, function_id: bytes) -> Any:
+        """The function or class exported under ``function_id`` (unpickled once per process)."""
         fn = self.functions.get(function_id)
         if fn is None:
             [buf] = self.client.get([function_id], timeout_s=60)
             if buf is None:
                 raise RuntimeError(f"function {function_id.hex()} was not exported")
-            fn = code_exports.unpack(bytes(buf))
+            fn = code.unpack(bytes(buf))
             buf.release()
             self.functions[function_id] = fn
         return fn
@@ -307,7 +276,9 @@ class Runtime:
         sequence_no: int = 0,
         max_concurrency: int = 1,
         detached: bool = False,
-    ) -> list[ObjectRef]:
+    ) -> list[ObjectRef[Any]]:
+        """Submit a task, an actor creation or an actor call to the node; returns the refs of its
+        results."""
         deps: list[bytes] = []
         marked = [ArgRef(a.binary()) if isinstance(a, ObjectRef) else a for a in args]
         for a in marked:
@@ -381,16 +352,12 @@ class Runtime:
         return list(args), kwargs
 
 
-_runtime: Runtime | None = None
-
-
 def get_runtime() -> Runtime:
-    """The current process's runtime; raises if rayfield.init() was not called."""
-    if _runtime is None:
-        raise exceptions.RayfieldError("rayfield is not initialized: call rayfield.init() first")
-    return _runtime
+    """The runtime of this process (``LocalRuntime`` in local mode, which has the same
+    interface).
 
-
-def set_runtime(runtime: Runtime | None) -> None:
-    global _runtime
-    _runtime = runtime
+    Raises:
+        RayfieldError: rayfield is not initialized.
+    """
+    runtime: Runtime = context.require().runtime
+    return runtime

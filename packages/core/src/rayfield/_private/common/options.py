@@ -3,35 +3,72 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
-from rayfield._private import task_retry
+from rayfield._private.common import task_retry
 
-TASK_OPTIONS = {
-    "num_returns",
-    "num_cpus",
-    "num_gpus",
-    "resources",
-    "memory",
-    "max_calls",
-    "max_retries",
-    "retry_exceptions",
-    "name",
-}
-ACTOR_OPTIONS = {
-    "num_cpus",
-    "num_gpus",
-    "resources",
-    "memory",
-    "max_restarts",
-    "max_concurrency",
-    "name",
-    "lifetime",
-    "max_task_retries",
-    "namespace",
-    "get_if_exists",
-}
+__all__ = [
+    "ACTOR_OPTIONS",
+    "TASK_OPTIONS",
+    "ActorOptions",
+    "TaskOptions",
+    "actor_resources",
+    "check_node_resources",
+    "normalize",
+    "task_resources",
+]
+
+
+class TaskOptions(TypedDict, total=False):
+    """Options of a remote function (``@remote(...)``, ``f.options(...)``).
+
+    ``num_returns``: refs per call (classic ``num_return_vals``); ``num_cpus``,
+    ``num_gpus``: amounts (fractions up to 1, whole numbers above); ``resources``: custom
+    amounts; ``memory``: bytes; ``max_calls``: calls before the worker exits;
+    ``max_retries``: runs after the first (-1: without end); ``retry_exceptions``: True
+    or the exception classes that are retried; ``name``: shown in the state API.
+    """
+
+    num_returns: int
+    num_return_vals: int
+    num_cpus: float | None
+    num_gpus: float | None
+    resources: dict[str, float] | None
+    memory: float | None
+    max_calls: int
+    max_retries: int
+    retry_exceptions: bool | list[type[BaseException]] | tuple[type[BaseException], ...]
+    name: str | None
+
+
+class ActorOptions(TypedDict, total=False):
+    """Options of an actor class (``@remote(...)`` on a class, ``Cls.options(...)``).
+
+    ``num_cpus``, ``num_gpus``, ``resources``, ``memory`` (bytes): held for the actor's
+    life; ``max_restarts`` (classic ``max_reconstructions``) and ``max_task_retries``
+    (-1: without end); ``max_concurrency``: calls at once (threaded or async actor);
+    ``name``, ``namespace``, ``get_if_exists``: a named actor; ``lifetime="detached"``:
+    outlives its driver.
+    """
+
+    num_cpus: float | None
+    num_gpus: float | None
+    resources: dict[str, float] | None
+    memory: float | None
+    max_restarts: int
+    max_reconstructions: int
+    max_task_retries: int
+    max_concurrency: int | None
+    name: str | None
+    namespace: str
+    get_if_exists: bool
+    lifetime: str | None
+
+
 CLASSIC = {"num_return_vals": "num_returns", "max_reconstructions": "max_restarts"}
+"""Classic option names and their modern ones."""
+TASK_OPTIONS = frozenset(TaskOptions.__annotations__) - CLASSIC.keys()
+ACTOR_OPTIONS = frozenset(ActorOptions.__annotations__) - CLASSIC.keys()
 MAX_RESOURCE = 1e9
 RETRY_COUNTS = ("max_retries", "max_restarts", "max_task_retries")  # -1: without end
 

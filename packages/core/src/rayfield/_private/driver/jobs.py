@@ -24,7 +24,7 @@ logger = logging.getLogger("rayfield")
 def start(address: str, job_id: bytes, node_id: bytes) -> None:
     """Record the calling driver as a running job of the cluster at ``address``; a GCS
     that does not answer is logged, not raised (the job runs without its record)."""
-    from rayfield._private.cluster.names import client
+    from rayfield._private.driver.names import client
 
     entrypoint = " ".join([Path(sys.argv[0]).name if sys.argv else "python", *sys.argv[1:]])
     try:
@@ -36,7 +36,7 @@ def start(address: str, job_id: bytes, node_id: bytes) -> None:
 def finish(address: str, job_id: bytes) -> None:
     """Mark the job finished; waits at most about 2 s for the GCS (this runs at exit)."""
     from rayfield._private.cluster.launch import find_token
-    from rayfield._private.cluster.names import sessions_root
+    from rayfield._private.context import sessions_root
     from rayfield._private.gcs.client import GcsClient
 
     try:

@@ -17,9 +17,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any
+from collections.abc import Generator
+from typing import Any, Generic, TypeVar
 
-from rayfield._private import serialization
+from rayfield._private import context
+from rayfield._private.common import serialization
+from rayfield._private.common.ids import ID_SIZE
 
 __all__ = ["ObjectRef", "RefTracker"]
 
@@ -47,6 +50,8 @@ class RefTracker:
         self._escaped.add(oid)
 
     def add(self, oid: bytes, pinned: bool) -> None:
+        """Count a new ref to ``oid`` in this process; the first one pins the object unless
+        ``pinned`` (its pin was sent already)."""
         with self._lock:
             n = self._counts.get(oid, 0)
             self._counts[oid] = n + 1
@@ -62,6 +67,8 @@ class RefTracker:
             self._to_release.append(oid)
 
     def remove(self, oid: bytes) -> None:
+        """Uncount a ref; the last one releases the object (frees it when this process owns it and
+        it did not escape)."""
         with self._lock:
             n = self._counts.get(oid, 0) - 1
             if n > 0:
@@ -83,6 +90,8 @@ class RefTracker:
             self.flush()
 
     def flush(self) -> None:
+        """Send the releases and frees batched so far to the node (nothing once the
+        connection is closed)."""
         with self._lock:
             batch, self._to_release = self._to_release, []
             free, self._to_free = self._to_free, []
@@ -94,27 +103,36 @@ class RefTracker:
             self._client.unpin(free, True)
 
 
+T = TypeVar("T")
 _tracker: RefTracker | None = None
 
 
 def set_tracker(tracker: RefTracker | None) -> None:
+    """Make ``tracker`` count this process's refs (None: refs are not counted)."""
     global _tracker
     _tracker = tracker
 
 
-class ObjectRef:
-    """A reference to an immutable object in the object store (classic name: ObjectID).
+class ObjectRef(Generic[T]):
+    """A reference to an immutable object in the object store (Ray's ``ObjectRef``,
+    classic name ``ObjectID``); ``T`` is the type of the object's value.
 
     Hashable, comparable, printable and picklable (a ref nested inside another object or
     passed to another process stays a ref). ``await ref`` and ``ref.future()`` give its
     value asynchronously.
+
+    Args:
+        object_id: the 20-byte id (``binary()`` of another ref).
+
+    Raises:
+        ValueError: ``object_id`` is not 20 bytes long.
     """
 
     __slots__ = ("__weakref__", "_counted", "_id")
 
     def __init__(self, object_id: bytes, *, _pinned: bool = False) -> None:
-        if len(object_id) != 20:
-            raise ValueError(f"an ObjectRef id is 20 bytes, got {len(object_id)}")
+        if len(object_id) != ID_SIZE:
+            raise ValueError(f"an ObjectRef id is {ID_SIZE} bytes, got {len(object_id)}")
         self._id = object_id
         tracker = _tracker
         self._counted = tracker is not None
@@ -158,22 +176,20 @@ class ObjectRef:
             tracker.escaped(self._id)
         return (ObjectRef, (self._id,))
 
-    def future(self) -> concurrent.futures.Future[Any]:
+    def future(self) -> concurrent.futures.Future[T]:
         """A concurrent.futures.Future that resolves to the value (or its error)."""
-        from rayfield._private.runtime import get_runtime
-
-        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def resolve() -> None:
             try:
-                fut.set_result(get_runtime().get([self], None)[0])
+                fut.set_result(context.require().runtime.get([self], None)[0])
             except BaseException as exc:
                 fut.set_exception(exc)
 
         threading.Thread(target=resolve, daemon=True, name="rayfield-future").start()
         return fut
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[Any, None, T]:
         return asyncio.wrap_future(self.future()).__await__()
 
 
