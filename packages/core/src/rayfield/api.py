@@ -138,7 +138,7 @@ def init(
         return _info
     memory = object_store_memory or min(int(psutil.virtual_memory().total * 0.3), 20 * 10**9)
     from rayfield._private import session_files
-    from rayfield._private.node import LocalNode
+    from rayfield._private.node_manager.node import Node as LocalNode
 
     session = session_files.new_session_dir(Path(temp_dir) if temp_dir else None)
     _node = LocalNode(session, node_resources, memory, plasma_directory, huge_pages, log_to_driver)
@@ -442,7 +442,7 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     from rayfield._private.cluster import names
 
     if names.gcs_address() is not None:  # not on this node: maybe forwarded to another
-        from rayfield._private.cluster.lifecycle import cancel_elsewhere
+        from rayfield._private.cluster.remote_cancel import cancel_elsewhere
 
         cancel_elsewhere(client.node_id, task_id, force, recursive)
 

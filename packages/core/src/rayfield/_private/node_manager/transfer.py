@@ -1,6 +1,7 @@
 """Objects from other nodes into the local store: a pull's chunks or a whole object.
 
-The agent (``agent.py``) decides what to fetch and from where; this module only copies
+The object manager (``object_manager.py``) decides what to fetch and from where; this
+module only copies
 bytes that came over gRPC (``PullObject``'s stream, a ``PushObject`` or a
 ``FetchObjects`` reply) into a ``create``d buffer of the local store and seals it, or
 aborts it when the copy does not complete. It also sets the process's malloc up for
@@ -48,7 +49,7 @@ def write_chunks(client: StoreClient, object_id: bytes, chunks: Iterable[bytes])
         pulled meanwhile); False when the holder does not have it.
 
     Raises:
-        Whatever iterating ``chunks`` raises (e.g. ``grpc.RpcError``): the partly
+        Whatever iterating ``chunks`` raises (e.g. ``node_service.PeerError``): the partly
         written object is aborted first.
     """
     view = None
