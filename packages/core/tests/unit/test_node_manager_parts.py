@@ -3,6 +3,9 @@ typed task specs and node events (no processes, no sockets)."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from rayfield._private.gcs.types import NodeInfo
@@ -179,3 +182,37 @@ def test_native_events_become_typed_events() -> None:
     )
     assert ev.from_native(("dispatch", tid(1))) is None  # handled by the native core
     assert ev.from_native(()) is None
+
+
+# ---- the package's boundaries ------------------------------------------------------------
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, at the top or inside functions."""
+    found = set()
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.Import):
+            found.update(a.name for a in n.names)
+        elif isinstance(n, ast.ImportFrom) and n.module:
+            found.add(n.module)
+    return found
+
+
+def test_only_node_service_imports_grpc_and_nothing_imports_the_layers_above() -> None:
+    import rayfield._private.node_manager as nm
+
+    above = (
+        "rayfield.api",
+        "rayfield.actor",
+        "rayfield.remote_function",
+        "rayfield._private.runtime",
+    )
+    files = sorted(Path(nm.__file__).parent.glob("*.py"))
+    assert len(files) > 15
+    for path in files:
+        modules = imported_modules(path)
+        grpc = {m for m in modules if m == "grpc" or m.startswith("grpc.")}
+        assert not grpc or path.name == "node_service.py", f"{path.name} imports grpc"
+        bad = {m for m in modules if m.startswith(above)}
+        assert not bad, f"{path.name} imports {bad}, a layer above the node manager"
+        assert len(path.read_text().splitlines()) <= 600, f"{path.name} is over 600 lines"

@@ -183,9 +183,9 @@ class ObjectManager:
             try:
                 self.flush()
                 self._round()
-            except RuntimeError:  # the transfer pool is shut down: the node is stopping
-                return
             except Exception:
+                if self._stop.is_set():
+                    return
                 logger.exception("the fetch loop failed")
 
     def _round(self) -> None:
