@@ -4,13 +4,15 @@ typed task specs and node events (no processes, no sockets)."""
 from __future__ import annotations
 
 import ast
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rayfield._private.gcs.types import NodeInfo
 from rayfield._private.node_manager import events as ev
-from rayfield._private.node_manager.actor_routing import ActorTable
+from rayfield._private.node_manager.actor_routing import ActorRouter, ActorTable
 from rayfield._private.node_manager.arg_pins import ArgPins
 from rayfield._private.node_manager.membership import PeerView
 from rayfield._private.node_manager.placement import (
@@ -19,6 +21,7 @@ from rayfield._private.node_manager.placement import (
     SpillTable,
     spill_order,
 )
+from rayfield._private.node_manager.spillback import Spillback
 from rayfield._private.node_manager.task_spec import TakenTask, TaskSpec
 
 
@@ -216,3 +219,142 @@ def test_only_node_service_imports_grpc_and_nothing_imports_the_layers_above() -
         bad = {m for m in modules if m.startswith(above)}
         assert not bad, f"{path.name} imports {bad}, a layer above the node manager"
         assert len(path.read_text().splitlines()) <= 600, f"{path.name} is over 600 lines"
+
+
+# ---- actor routing and spillback with fake collaborators ----------------------------------
+
+
+class FakeGcs:
+    def __init__(self) -> None:
+        self.actors: dict[bytes, Any] = {}
+
+    def get_actor(self, actor_id: bytes) -> Any:
+        return self.actors.get(actor_id)
+
+    def register_actor(self, info: Any) -> None:
+        self.actors[info.actor_id] = info
+
+
+def router(refuse_from: int = -1, dead: str | None = None) -> tuple[ActorRouter, list[Any]]:
+    log: list[Any] = []
+    me, home = b"A" * 20, b"B" * 20
+    peers = PeerView(me, "a:1")
+    peers.update([NodeInfo(node_id=me, address="a:1"), NodeInfo(node_id=home, address="b:1")])
+
+    def send(address: str, calls: list[TakenTask]) -> list[str | None]:
+        out: list[str | None] = []
+        for c in calls:
+            n = int.from_bytes(c.spec.task_id, "big")
+            out.append("busy" if 0 <= refuse_from <= n else None)
+            log.append(("sent", address, n))
+        return out
+
+    r = ActorRouter(
+        me,
+        FakeGcs(),  # type: ignore[arg-type]
+        peers,
+        dead=lambda actor_id: dead,
+        fail=lambda ids, tag, why: log.append(("fail", tag, list(ids))),
+        send=send,
+        sent=lambda c, address: log.append(("ok", int.from_bytes(c.spec.task_id, "big"))),
+        drop=lambda c: log.append(("drop", int.from_bytes(c.spec.task_id, "big"))),
+    )
+    return r, log
+
+
+ACTOR = b"B" * 6 + bytes(14)  # homed on node B, never moved
+
+
+def actor_call(i: int) -> TakenTask:
+    spec = TaskSpec(task_id=tid(i), payload=b"", actor_id=ACTOR, return_ids=(tid(100 + i),))
+    return TakenTask(spec)
+
+
+def test_calls_of_an_actor_that_never_moved_go_to_its_home_in_order() -> None:
+    r, log = router()
+    for i in range(3):
+        r.call_elsewhere(ACTOR, actor_call(i))
+    assert [e for e in log if e[0] == "ok"] == [("ok", 0), ("ok", 1), ("ok", 2)]
+    assert r.table.location(ACTOR) == "b:1" and r.table.waiting() == []
+
+
+def test_a_refused_call_is_held_with_those_after_it_until_the_next_try() -> None:
+    r, log = router(refuse_from=1)
+    r.call_elsewhere(ACTOR, actor_call(0))
+    r.call_elsewhere(ACTOR, actor_call(1))
+    r.call_elsewhere(ACTOR, actor_call(2))
+    held = [c.spec.task_id for c in r.table.calls[ACTOR]]
+    assert held == [tid(1), tid(2)] and ("ok", 0) in log and ("ok", 1) not in log
+
+
+def test_calls_of_a_dead_actor_fail_and_release_what_they_held() -> None:
+    r, log = router(dead="the actor's node died")
+    r.call_elsewhere(ACTOR, actor_call(0))
+    assert log == [("fail", "ACTOR_DIED", [tid(100)]), ("drop", 0)]
+
+
+class FakeQueue:
+    def __init__(self) -> None:
+        self.queued = {tid(1): {"task_id": tid(1), "payload": b"", "kept_pins": [tid(50)]}}
+
+    def take_task(self, task_id: bytes, pin_for: int = 0) -> dict[str, Any] | None:
+        return self.queued.pop(task_id, None)
+
+    def scheduler_snapshot(self) -> dict[str, Any]:
+        return {"available": {}, "ready_tasks": []}
+
+
+class FakeForwarder:
+    def __init__(self, refuse: set[str]) -> None:
+        self.refuse = refuse
+        self.tried: list[str] = []
+
+    def submit(self, address: str, spec: TaskSpec, pushed: list[bytes], done: Any) -> None:
+        self.tried.append(address)
+        done("full" if address in self.refuse else None)
+
+
+def spillback(refuse: set[str]) -> tuple[Spillback, FakeForwarder, list[Any]]:
+    log: list[Any] = []
+    peers = PeerView(b"me", "a:1")
+    peers.update(
+        [
+            node("small:1", {"CPU": 1.0}, {"CPU": 1.0}),
+            node("big:1", {"GPU": 2.0}, {"GPU": 2.0}),
+            node("big:2", {"GPU": 2.0}, {"GPU": 1.0}),
+        ]
+    )
+    fwd = FakeForwarder(refuse)
+    s = Spillback(
+        FakeQueue(),
+        client_id=7,
+        peers=peers,
+        forwarder=fwd,  # type: ignore[arg-type]
+        push_args=lambda address, spec: [],
+        on_sent=lambda taken, peer: log.append(("sent", peer.address)),
+        give_back=lambda taken: log.append(("back", taken.kept_pins)),
+        stay=set,
+    )
+    return s, fwd, log
+
+
+def test_an_infeasible_task_is_forwarded_to_the_fitting_node_with_most_free() -> None:
+    s, fwd, log = spillback(refuse={"big:1"})
+    assert s.spill(tid(1), {"GPU": 1.0})
+    assert fwd.tried == ["big:1", "big:2"] and log == [("sent", "big:2")]
+    assert s.demands() == []
+
+
+def test_a_task_every_node_refuses_is_queued_here_again_and_waits() -> None:
+    s, fwd, log = spillback(refuse={"big:1", "big:2"})
+    assert s.spill(tid(1), {"GPU": 1.0})
+    assert fwd.tried == ["big:1", "big:2"] and log == [
+        ("back", (tid(50),))
+    ]  # its argument pins go back with it
+    assert s.table.retry_later(tid(1), time.monotonic())
+
+
+def test_a_task_no_node_fits_waits_and_is_reported_as_demand() -> None:
+    s, fwd, log = spillback(refuse=set())
+    assert not s.spill(tid(1), {"TPU": 1.0})
+    assert s.demands() == [{"TPU": 1.0}] and fwd.tried == [] and log == []

@@ -27,10 +27,10 @@ def keep_freed_memory() -> None:
 
     gRPC copies each chunk of an object through several fresh buffers of megabytes;
     glibc maps such buffers anew and gives them back to the kernel when freed, so every
-    chunk page-faulted again (on the two-core VMs of this project, a 200 MB transfer ran
-    at about 0.6 GB/s that way, against about 1 GB/s with the buffers kept). Buffers up
-    to 32 MiB now come from the heap, and up to 256 MiB of freed heap is kept. Does
-    nothing where the C library is not glibc.
+    chunk would page-fault again (on a two-core VM a 200 MB transfer runs at about
+    0.6 GB/s that way, about 1 GB/s with the buffers kept). Buffers up to 32 MiB come from
+    the heap, and up to 256 MiB of freed heap is kept. Does nothing where the C library
+    is not glibc.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
