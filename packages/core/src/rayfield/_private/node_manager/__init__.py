@@ -1,7 +1,10 @@
 """The node manager: everything that runs in a node's process.
 
-Layer: it imports only the common modules below it (``_private`` basics, the protocol
-messages), the GCS client, ``rayfield.store`` and ``rayfield.exceptions``.
+Layer: it imports the common modules below it (``session_files``, ``actor_scope``, the
+protocol messages ``cluster/messages.py``), the GCS client and its types,
+``rayfield.store``, and three node-side helpers kept in ``_private/cluster/``
+(``introspect.Introspector``, ``jobs.finish_on_node``, ``code_exports.is_code`` and
+``fetch_into``); never the runtime or the public API.
 
 Modules:
     node: :class:`~.node.Node`, the native core, its worker pool (``worker_pool``), the
