@@ -45,7 +45,7 @@ def node_processes(temp_dir: Path) -> dict[str, psutil.Process]:
     out = {}
     for p in rayfield_processes(temp_dir):
         cmd = p.cmdline()
-        if "rayfield._private.node_main" in cmd:
+        if "rayfield._private.node_manager.node_main" in cmd:
             out[cmd[cmd.index("--session-dir") + 1]] = p
     return out
 

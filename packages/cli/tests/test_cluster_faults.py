@@ -140,7 +140,7 @@ def test_object_of_a_dead_node_raises_object_lost_not_a_hang(tmp_path: Path) -> 
         [victim] = [
             p
             for p in rayfield_processes(tmp_path)
-            if "rayfield._private.node_main" in p.cmdline() and p.pid != head
+            if "rayfield._private.node_manager.node_main" in p.cmdline() and p.pid != head
         ]
         for p in [victim, *victim.children(recursive=True)]:
             p.send_signal(signal.SIGKILL)

@@ -99,7 +99,8 @@ def test_a_named_actor_whose_node_dies_frees_its_name(tmp_path: Path) -> None:
         [node_b] = [
             p
             for p in rayfield_processes(tmp_path)
-            if "rayfield._private.node_main" in p.cmdline() and "--head" not in p.cmdline()
+            if "rayfield._private.node_manager.node_main" in p.cmdline()
+            and "--head" not in p.cmdline()
         ]
         for p in [*node_b.children(recursive=True), node_b]:
             p.send_signal(signal.SIGKILL)

@@ -120,7 +120,7 @@ def test_timeline_has_phases_on_both_nodes(workload: dict[str, Any], tmp_path: P
 def test_introspection_needs_the_token_and_serves_only_log_files(
     driver_cluster: tuple[str, Path], workload: dict[str, Any]
 ) -> None:
-    from rayfield._private.cluster.node_service import NodeStub
+    from rayfield._private.node_manager.node_service import NodeStub
 
     address, temp_dir = driver_cluster
     node = state.list_nodes()[0]["address"]

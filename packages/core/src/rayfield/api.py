@@ -147,7 +147,7 @@ def init(
         return info
     memory = object_store_memory or min(int(psutil.virtual_memory().total * 0.3), 20 * 10**9)
     from rayfield._private.common import session_files
-    from rayfield._private.node import LocalNode
+    from rayfield._private.node_manager.node import Node as LocalNode
 
     session = session_files.new_session_dir(Path(temp_dir) if temp_dir else None)
     node = LocalNode(session, node_resources, memory, plasma_directory, huge_pages, log_to_driver)
@@ -213,7 +213,7 @@ def _warn_no_dashboard(connecting: bool) -> None:
 
 def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
     """Connect this driver to a node started elsewhere (``rayfield start``, or ``python -m
-    rayfield._private.node_main``): a GCS address ``host:port`` (a node of that cluster on
+    rayfield._private.node_manager.node_main``): a GCS address ``host:port`` (a node of that cluster on
     this machine), ``"auto"`` (the latest session under `temp_dir`), a session directory,
     or the node's socket path."""
     from rayfield._private.common import session_files
@@ -505,7 +505,7 @@ def cancel(object_ref: ObjectRef[Any], *, force: bool = False, recursive: bool =
     """Cancel the task that returns `object_ref` (Ray's ``ray.cancel``).
 
     A queued task never runs. A running task gets ``KeyboardInterrupt`` raised in its code
-    and its worker goes on with other tasks (``_private/interrupts.py``); with
+    and its worker goes on with other tasks (``_private/runtime/interrupts.py``); with
     ``force=True`` its worker process is killed instead. ``get`` on its results then raises
     TaskCancelledError. With ``recursive`` (the default) the tasks it submitted are
     cancelled too, also those that were forwarded to other nodes. Cancelling a finished
@@ -528,7 +528,7 @@ def cancel(object_ref: ObjectRef[Any], *, force: bool = False, recursive: bool =
     if state != "done" or client.contains(object_ref.binary()):
         return
     if context.gcs_address() is not None:  # not on this node: maybe forwarded to another
-        from rayfield._private.cluster.lifecycle import cancel_elsewhere
+        from rayfield._private.driver.remote_cancel import cancel_elsewhere
 
         cancel_elsewhere(client.node_id, task_id, force, recursive)
 

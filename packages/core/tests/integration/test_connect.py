@@ -23,7 +23,7 @@ def node_process(tmp_path: Path) -> Iterator[Path]:
         [
             sys.executable,
             "-m",
-            "rayfield._private.node_main",
+            "rayfield._private.node_manager.node_main",
             "--num-cpus",
             "2",
             "--resources",

@@ -17,7 +17,11 @@ import psutil
 import pytest
 
 import rayfield as rf
-from rayfield._private.memory_monitor import ENV_REFRESH_MS, ENV_THRESHOLD, memory_usage
+from rayfield._private.node_manager.memory_monitor import (
+    ENV_REFRESH_MS,
+    ENV_THRESHOLD,
+    memory_usage,
+)
 from rayfield.exceptions import OutOfMemoryError, WorkerCrashedError
 
 MARGIN_BYTES = 1200 << 20  # the threshold's distance above the usage at the start

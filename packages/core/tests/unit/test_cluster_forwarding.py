@@ -10,23 +10,28 @@ from typing import Any
 import grpc
 import pytest
 
-from rayfield._private.cluster import forwarding, messages
-from rayfield._private.cluster.forwarding import AcceptedTasks, Forwarder, batches
-from rayfield._private.cluster.node_service import NodeService
+from rayfield._private.cluster import messages
+from rayfield._private.gcs.types import NodeInfo
+from rayfield._private.node_manager import forwarding
+from rayfield._private.node_manager.fetch_state import FetchState, Wake
+from rayfield._private.node_manager.forwarding import AcceptedTasks, Forwarder, batches
+from rayfield._private.node_manager.membership import PeerView
+from rayfield._private.node_manager.node_service import NodeService, PeerError
+from rayfield._private.node_manager.task_spec import TaskSpec
 
 
 def tid(i: int) -> bytes:
     return i.to_bytes(20, "little")
 
 
-def spec(i: int, payload: bytes = b"p") -> dict[str, Any]:
-    return {
-        "task_id": tid(i),
-        "payload": payload,
-        "resources": {"CPU": 1.0},
-        "dependencies": [tid(1000 + i)],
-        "return_ids": [tid(2000 + i)],
-    }
+def spec(i: int, payload: bytes = b"p") -> TaskSpec:
+    return TaskSpec(
+        task_id=tid(i),
+        payload=payload,
+        resources={"CPU": 1.0},
+        dependencies=(tid(1000 + i),),
+        return_ids=(tid(2000 + i),),
+    )
 
 
 def test_id_vectors_round_trip_and_a_short_vector_is_malformed() -> None:
@@ -43,11 +48,12 @@ def test_id_vectors_round_trip_and_a_short_vector_is_malformed() -> None:
 
 
 def test_forward_batch_round_trip() -> None:
-    tasks = [(spec(1), [tid(1001)]), (spec(2, b"x" * 100), [])]
+    tasks = [(spec(1).to_native(), [tid(1001)]), (spec(2, b"x" * 100).to_native(), [])]
     decoded, in_order = messages.decode_forward_batch(
         messages.encode_forward_batch("a:1", tasks, in_order=True)
     )
     assert in_order is True
+    assert TaskSpec.from_native(decoded[0][1]) == spec(1)
     assert [(o, s["task_id"], s["payload"], p) for o, s, p in decoded] == [
         ("a:1", tid(1), b"p", [tid(1001)]),
         ("a:1", tid(2), b"x" * 100, []),
@@ -75,7 +81,7 @@ def test_batches_cut_by_count_and_bytes(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(forwarding, "MAX_BATCH_TASKS", 3)
     monkeypatch.setattr(forwarding, "MAX_BATCH_BYTES", 10)
     specs = [spec(i, b"x" * n) for i, n in enumerate([1, 1, 1, 1, 20, 4, 4, 4])]
-    sizes = [[len(s["payload"]) for s in b] for b in batches(specs)]
+    sizes = [[len(s.payload) for s in b] for b in batches(specs, lambda s: s)]
     assert sizes == [[1, 1, 1], [1], [20], [4, 4], [4]]
 
 
@@ -89,12 +95,12 @@ class FakePeer:
         self.fail = fail
         self.release = threading.Event()
 
-    def send(self, address: str, tasks: Sequence[tuple[dict[str, Any], list[bytes]]]) -> Any:
+    def send(self, address: str, tasks: Sequence[tuple[TaskSpec, list[bytes]]]) -> Any:
         self.release.wait(5)
-        self.batches.append([s["task_id"] for s, _ in tasks])
+        self.batches.append([s.task_id for s, _ in tasks])
         if self.fail:
             raise ConnectionError("peer gone")
-        return [("no" if s["task_id"] in self.refuse else None) for s, _ in tasks]
+        return [("no" if s.task_id in self.refuse else None) for s, _ in tasks]
 
 
 def wait_until(cond: Any, timeout_s: float = 5.0) -> None:
@@ -139,17 +145,19 @@ class FakeAgent:
         self.refuse = refuse
         self.accepted: list[bytes] = []
 
-    def accept_forwarded(self, origin: str, spec: dict[str, Any], pushed: list[bytes]) -> None:
-        if spec["task_id"] == self.refuse:
+    def accept_forwarded(self, origin: str, spec: TaskSpec, pushed: list[bytes]) -> None:
+        if spec.task_id == self.refuse:
             raise RuntimeError("store full")
-        self.accepted.append(spec["task_id"])
+        self.accepted.append(spec.task_id)
 
 
 @pytest.mark.parametrize("in_order", [False, True])
 def test_forward_tasks_refuses_one_task_or_with_in_order_the_rest(in_order: bool) -> None:
     agent = FakeAgent(refuse=tid(2))
     service = NodeService(agent)  # type: ignore[arg-type]
-    raw = messages.encode_forward_batch("a:1", [(spec(i), []) for i in range(1, 5)], in_order)
+    raw = messages.encode_forward_batch(
+        "a:1", [(spec(i).to_native(), []) for i in range(1, 5)], in_order
+    )
     replies = messages.decode_forward_batch_reply(service.forward_tasks(raw))
     assert replies[0] is None and replies[1] == "RuntimeError: store full"
     if in_order:  # calls of one actor: none runs before a call that came before it
@@ -162,17 +170,11 @@ def test_forward_tasks_refuses_one_task_or_with_in_order_the_rest(in_order: bool
 def test_an_argument_announced_before_its_task_came_is_fetched_at_once() -> None:
     # A large argument's announce (PushObject without data) may beat the ForwardTask
     # naming it; the task's arrival must not then wait PUSH_FALLBACK_S for a push.
-    from rayfield._private.cluster.agent import NodeAgent
-
-    agent = NodeAgent.__new__(NodeAgent)
-    agent._lock = threading.Lock()
-    agent._wake = threading.Event()
-    agent.inflight, agent.wanted, agent.forwarded = set(), {}, {}
-    agent._announced = {tid(1)}
-    agent.want(tid(1), "origin:1", delay_s=1.0)
-    agent.want(tid(2), "origin:1", delay_s=1.0)
-    assert agent.wanted[tid(1)][0] <= time.monotonic() < agent.wanted[tid(2)][0]
-    assert agent._wake.is_set()
+    state = FetchState(is_code=lambda oid: False)
+    state.announced_by(tid(1), "origin:1")
+    assert state.want(tid(1), 5.0, "origin:1", delay_s=1.0) == [Wake()]
+    assert state.want(tid(2), 5.0, "origin:1", delay_s=1.0) == []
+    assert state.wanted[tid(1)][0] == 5.0 < state.wanted[tid(2)][0]
 
 
 def test_accepted_tasks_tell_a_retry_apart_and_stay_bounded() -> None:
@@ -194,15 +196,15 @@ class LateAgent:
         self.accepted = AcceptedTasks()
         self.queued: list[bytes] = []
 
-    def accept_forwarded(self, origin: str, spec: dict[str, Any], pushed: list[bytes]) -> None:
-        if self.accepted.take(spec["task_id"]):
-            self.queued.append(spec["task_id"])
+    def accept_forwarded(self, origin: str, spec: TaskSpec, pushed: list[bytes]) -> None:
+        if self.accepted.take(spec.task_id):
+            self.queued.append(spec.task_id)
 
 
 def test_a_retried_forward_call_queues_no_task_twice() -> None:
     agent = LateAgent()
     service = NodeService(agent)  # type: ignore[arg-type]
-    raw = messages.encode_forward_batch("a:1", [(spec(i), []) for i in range(1, 4)])
+    raw = messages.encode_forward_batch("a:1", [(spec(i).to_native(), []) for i in range(1, 4)])
     first = messages.decode_forward_batch_reply(service.forward_tasks(raw))
     again = messages.decode_forward_batch_reply(service.forward_tasks(raw))  # reply was lost
     assert first == again == [None, None, None]
@@ -218,40 +220,36 @@ class FlakyStub:
     def forward_batch(self, origin: str, tasks: Any, in_order: bool) -> list[str | None]:
         self.calls += 1
         if self.calls <= self.fail:
-            raise FakeRpcError(self.code)
+            raise PeerError(self.code, "late")
         return [None] * len(tasks)
 
 
-class FakeRpcError(grpc.RpcError):
-    def __init__(self, code: Any) -> None:
-        self._code = code
+class FakeChannels:
+    def __init__(self, stub: FlakyStub) -> None:
+        self._stub = stub
 
-    def code(self) -> Any:
-        return self._code
-
-    def details(self) -> str:
-        return "late"
+    def stub(self, address: str) -> FlakyStub:
+        return self._stub
 
 
 def agent_with(stub: FlakyStub, alive: bool = True) -> Any:
-    from rayfield._private.cluster.agent import NodeAgent
-    from rayfield._private.gcs.types import NodeInfo
+    from rayfield._private.node_manager.agent import NodeAgent
 
     agent = NodeAgent.__new__(NodeAgent)
-    agent._lock = threading.Lock()
     agent.address = "a:1"
-    agent.peers = {b"p": NodeInfo(node_id=b"p", address="p:1", alive=alive)}
-    agent._stub = lambda address: stub  # type: ignore[method-assign]
+    agent.peers = PeerView(b"me", "a:1")
+    agent.peers.update([NodeInfo(node_id=b"p", address="p:1", alive=alive)])
+    agent.channels = FakeChannels(stub)  # type: ignore[assignment]
     return agent
 
 
 def test_a_call_that_timed_out_is_made_again_while_the_peer_lives() -> None:
     stub = FlakyStub(fail=2, code=grpc.StatusCode.DEADLINE_EXCEEDED)
-    assert agent_with(stub)._send_batch("p:1", [(spec(1), [])]) == [None]
+    assert agent_with(stub).send_batch("p:1", [(spec(1), [])]) == [None]
     assert stub.calls == 3
     stub = FlakyStub(fail=9, code=grpc.StatusCode.DEADLINE_EXCEEDED)
-    outcome = agent_with(stub, alive=False)._send_batch("p:1", [(spec(1), [])])
+    outcome = agent_with(stub, alive=False).send_batch("p:1", [(spec(1), [])])
     assert stub.calls == 1 and outcome[0] is not None and "DEADLINE_EXCEEDED" in outcome[0]
     stub = FlakyStub(fail=1, code=grpc.StatusCode.INVALID_ARGUMENT)  # a refusal: not retried
-    assert agent_with(stub)._send_batch("p:1", [(spec(1), [])])[0] is not None
+    assert agent_with(stub).send_batch("p:1", [(spec(1), [])])[0] is not None
     assert stub.calls == 1

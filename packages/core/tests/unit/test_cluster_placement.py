@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rayfield._private.cluster import messages
-from rayfield._private.cluster.placement import PeerLoad, plan_moves
+from rayfield._private.node_manager.placement import PeerLoad, plan_moves
 
 
 def tid(i: int) -> bytes:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rayfield._private import memory_monitor as mm
+from rayfield._private.node_manager import memory_monitor as mm
 
 
 def task(pid: int, seq: int, retriable: bool, actor: bool = False) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from rayfield._private.common import session_files
 
 ENV_TOKEN = "RAYFIELD_TOKEN"
 PROCESS_MODULES = (
-    "rayfield._private.node_main",
+    "rayfield._private.node_manager.node_main",
     "rayfield._private.gcs.server",
     "rayfield.dashboard",
 )
@@ -173,7 +173,7 @@ def start_node(
     timeout_s: float = 60,
 ) -> dict[str, Any]:
     """Start a node process that joins the cluster at ``gcs_address``; its node.json."""
-    args = ["rayfield._private.node_main", "--session-dir", str(session)]
+    args = ["rayfield._private.node_manager.node_main", "--session-dir", str(session)]
     args += ["--temp-dir", str(opts.temp_dir), "--gcs-address", gcs_address]
     args += ["--node-ip-address", opts.node_ip_address]
     args += ["--node-manager-port", str(opts.node_manager_port)]
@@ -304,7 +304,7 @@ def stop_all(
     procs = rayfield_processes(temp_dir)
     # Nodes first (they stop their workers and leave the cluster), then the dashboard
     # (it reads the GCS), then the GCS.
-    nodes = [p for p in procs if "rayfield._private.node_main" in p.cmdline()]
+    nodes = [p for p in procs if "rayfield._private.node_manager.node_main" in p.cmdline()]
     dashboards = [p for p in procs if "rayfield.dashboard" in p.cmdline()]
     gcs = [p for p in procs if p not in nodes and p not in dashboards]
     stopped = 0

@@ -22,11 +22,11 @@ from typing import Any, TypeVar
 import grpc
 
 from rayfield._private.cluster import launch
-from rayfield._private.cluster.node_service import NodeStub
 from rayfield._private.common import events as _events
 from rayfield._private.gcs.auth import TlsConfig, auth_metadata, open_channel
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.gcs.types import ActorState, NodeInfo
+from rayfield._private.node_manager.node_service import NodeStub
 
 __all__ = ["StateClient", "StateError", "decode_events", "kill_actor_elsewhere", "pin_reason"]
 

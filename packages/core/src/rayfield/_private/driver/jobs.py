@@ -4,7 +4,8 @@
 first 12 bytes of every task and object id the driver makes, and
 ``get_runtime_context().get_job_id()``), with the driver's pid, node and command line.
 ``shutdown()`` marks it finished (``finish``); so does the driver's node when the
-driver's connection drops without one (the process was killed: ``finish_on_node``).
+driver's connection drops without one (the process was killed: the node manager's
+``jobs.finish_on_node``).
 ``rayfield list jobs`` and ``rayfield.util.state.list_jobs`` show them.
 """
 
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["finish", "finish_on_node", "start"]
+__all__ = ["finish", "start"]
 
 logger = logging.getLogger("rayfield")
 
@@ -45,17 +46,3 @@ def finish(address: str, job_id: bytes) -> None:
             gcs.mark_job_finished(job_id)
     except Exception as exc:
         logger.debug("could not mark job %s finished: %s", job_id.hex(), exc)
-
-
-def finish_on_node(gcs: Any, node_id: bytes, driver_pid: int) -> list[bytes]:
-    """(On a node.) The driver ``driver_pid`` of this node disconnected: mark its
-    running jobs finished; returns their ids (empty after a clean ``shutdown()``)."""
-    ended = []
-    try:
-        for job in gcs.list_jobs():
-            if job.node_id == node_id and job.driver_pid == driver_pid and not job.finished:
-                gcs.mark_job_finished(job.job_id)
-                ended.append(job.job_id)
-    except Exception as exc:
-        logger.debug("could not mark the jobs of driver %d finished: %s", driver_pid, exc)
-    return ended

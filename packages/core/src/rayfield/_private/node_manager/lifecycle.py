@@ -1,6 +1,6 @@
 """How actors and tasks end across nodes: final actor deaths, fate-sharing, remote cancel.
 
-A node's agent (``agent.py``) hands this module three kinds of end:
+A node's agent (``agent.py``) hands this module these kinds of end:
 
 * **An actor dies for good** (the native node's ``actor_died`` event: no restart left, killed,
   or it exited; or ``recovery.py`` cannot restart it after its node died): its GCS record
@@ -13,16 +13,17 @@ A node's agent (``agent.py``) hands this module three kinds of end:
   ended without one, the tasks it submitted that have not started are cancelled on every
   node (``CancelJob``: task ids start with the job id; a node refuses to run those
   forwarded to it later).
-* **An actor's last handle goes** (``_private/actor_scope.py``): the actor's home node (the
+* **An actor's last handle goes** (``_private/common/actor_scope.py``): the actor's home node (the
   node of the process that created it) asks every alive node whether it still holds a
   handle (``ActorsHeld``) and ends the actor when none does, where it lives; a node that
   drops its last handle to an actor of another home says so (``ActorsReleased``), and the
   death of a node makes the homes ask again.
 * **A task is cancelled** that this node forwarded to another node: ``rayfield.cancel``
   finds no such task in its node's scheduler and asks its node's agent
-  (``CancelTask`` of the node service, ``cancel_elsewhere``), which cancels it where it was
-  forwarded (following forwards up to ``MAX_HOPS`` nodes). The node running it seals
-  ``CANCELLED`` error objects under its returns; the origin fetches them as any result.
+  (``CancelTask`` of the node service, from ``_private/cluster/remote_cancel.py``), which
+  cancels it where it was forwarded (following forwards up to ``MAX_HOPS`` nodes). The
+  node running it seals ``CANCELLED`` error objects under its returns; the origin
+  fetches them as any result.
 """
 
 from __future__ import annotations
@@ -31,34 +32,98 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-import grpc
-
-from rayfield._private.common.actor_scope import NO_HANDLE_LEFT, Decision
+from rayfield._private.common.actor_scope import NO_HANDLE_LEFT, ActorScopes, Decision
+from rayfield._private.gcs.client import GcsClient
+from rayfield._private.node_manager.jobs import finish_on_node
 from rayfield._private.gcs.errors import GcsNotFoundError
-from rayfield._private.gcs.types import ActorState
-
-if TYPE_CHECKING:
-    from rayfield._private.cluster.agent import NodeAgent
+from rayfield._private.gcs.types import ActorInfo, ActorState
+from rayfield._private.node_manager.actor_routing import ActorRouter
+from rayfield._private.node_manager.membership import PeerView
+from rayfield._private.node_manager.node_service import PeerChannels, PeerError
+from rayfield._private.node_manager.recovery import Recovery
+from rayfield.store import StoreClient
 
 logger = logging.getLogger("rayfield")
 
-__all__ = ["MAX_HOPS", "Lifecycle", "cancel_elsewhere", "job_cancelled"]
+__all__ = ["MAX_HOPS", "EndedJobs", "Lifecycle", "job_cancelled"]
 
 MAX_HOPS = 4  # a forwarded task is not moved again; this only bounds a pathological chain
+MAX_ENDED_JOBS = 1000  # jobs whose driver exited, remembered: their tasks are refused
+
+
+class NativeActors(Protocol):
+    """What the lifecycle asks of the native core (``rayfield.store.NodeServer``)."""
+
+    def end_actor(self, actor_id: bytes, reason: str) -> str: ...
+    def cancel_job(self, prefix: bytes, reason: str) -> int: ...
+
+
+class EndedJobs:
+    """The jobs whose driver exited (the newest ``max_jobs``): their tasks never run.
+
+    No lock: callers hold theirs.
+    """
+
+    def __init__(self, max_jobs: int = MAX_ENDED_JOBS) -> None:
+        self.max_jobs = max_jobs
+        self._jobs: dict[bytes, None] = {}  # oldest first
+
+    def add(self, job_id: bytes) -> None:
+        self._jobs[job_id] = None
+        while len(self._jobs) > self.max_jobs:
+            del self._jobs[next(iter(self._jobs))]
+
+    def of(self, task_id: bytes) -> bytes | None:
+        """The ended job ``task_id`` belongs to (task ids start with their job's id)."""
+        if not self._jobs:
+            return None
+        return next((j for j in self._jobs if task_id.startswith(j)), None)
 
 
 class Lifecycle:
     """The ends of actors and tasks that involve other nodes, for one node's agent.
 
     Args:
-        agent: the node's agent (its GCS client, store client, peers and records).
+        node_id: this node's id.
+        gcs: the cluster's GCS client (actor table, jobs).
+        client: the agent's store client (kills, cancels).
+        native: the native core (ends actors, cancels jobs).
+        scopes: the node's actor-handle decisions.
+        peers: the cluster's nodes.
+        channels: stubs of the other nodes.
+        recovery: records of work sent elsewhere.
+        actors: routes calls of actors hosted elsewhere.
+        submit: runs a function in the background (the agent's transfer pool); raises
+            RuntimeError once the node is stopping.
     """
 
-    def __init__(self, agent: NodeAgent) -> None:
-        self.agent = agent
-        self.scopes = agent.node.scopes  # the handle decisions (pure; under _scope_lock)
+    def __init__(
+        self,
+        node_id: bytes,
+        gcs: GcsClient,
+        client: StoreClient,
+        native: NativeActors,
+        scopes: ActorScopes,
+        peers: PeerView,
+        channels: PeerChannels,
+        recovery: Recovery,
+        actors: ActorRouter,
+        submit: Callable[..., None],
+    ) -> None:
+        self.node_id = node_id
+        self.gcs = gcs
+        self.client = client
+        self.native = native
+        self.scopes = scopes  # the handle decisions (pure; under _scope_lock)
+        self.peers = peers
+        self.channels = channels
+        self.recovery = recovery
+        self.actors = actors
+        self._background = submit
+        self.ended_jobs = EndedJobs()
+        self._jobs_lock = threading.Lock()
         self._scope_lock = threading.Lock()
         # Handle questions go to other nodes one at a time, off the event thread:
         self._scope_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayfield-scope")
@@ -93,22 +158,22 @@ class Lifecycle:
 
     def _report(self, actor_id: bytes) -> None:
         """Tell the actor's home node that this node dropped its last handle to it."""
-        home = self.agent.home_of(actor_id)
+        home = self.peers.home_of(actor_id)
         if home is None:
             return
         try:
-            self.agent._stub(home).actors_released([actor_id])
-        except grpc.RpcError as exc:
+            self.channels.stub(home).actors_released([actor_id])
+        except PeerError as exc:
             logger.debug("could not tell %s of a released actor handle: %s", home, exc)
 
     def _confirm(self, actor_id: bytes) -> None:
         """Ask every alive node whether it holds a handle to ``actor_id``; end it if none
         does (a node that does not answer may hold one)."""
         held = False
-        for peer in self.agent.alive_peers():
+        for peer in self.peers.alive_peers():
             try:
-                held = self.agent._stub(peer.address).actors_held([actor_id])[0]
-            except (grpc.RpcError, IndexError) as exc:
+                held = self.channels.stub(peer.address).actors_held([actor_id])[0]
+            except (PeerError, IndexError) as exc:
                 logger.info("node %s did not say whether it holds a handle: %s", peer.address, exc)
                 held = True
             if held:
@@ -117,7 +182,7 @@ class Lifecycle:
             decisions = self.scopes.confirmed(actor_id, held)
         if not decisions:
             return
-        outcome = self.agent.node.server.end_actor(actor_id, NO_HANDLE_LEFT)
+        outcome = self.native.end_actor(actor_id, NO_HANDLE_LEFT)
         logger.info("actor %s has no handle left: %s", actor_id.hex()[:16], outcome)
         if outcome == "held":
             with self._scope_lock:
@@ -130,7 +195,7 @@ class Lifecycle:
     def actor_died(self, actor_id: bytes, reason: str) -> None:
         """Record in the GCS that ``actor_id`` is dead for good (its name is free again).
 
-        Runs the GCS call on the agent's transfer pool, off the caller's thread. An actor
+        Runs the GCS call in the background, off the caller's thread. An actor
         the GCS never recorded (unnamed, never moved) is skipped.
         """
         logger.info("actor %s is dead: %s", actor_id.hex()[:16], reason)
@@ -140,7 +205,7 @@ class Lifecycle:
 
     def _mark_dead(self, actor_id: bytes) -> None:
         try:
-            self.agent.gcs.update_actor(actor_id, ActorState.DEAD)
+            self.gcs.update_actor(actor_id, ActorState.DEAD)
         except GcsNotFoundError:
             pass
         except Exception as exc:
@@ -154,11 +219,9 @@ class Lifecycle:
         self._submit(self._record, actor_id, state)
 
     def _record(self, actor_id: bytes, state: ActorState) -> None:
-        from rayfield._private.gcs.types import ActorInfo
-
-        info = ActorInfo(actor_id=actor_id, node_id=self.agent.node_id, state=state)
+        info = ActorInfo(actor_id=actor_id, node_id=self.node_id, state=state)
         try:
-            self.agent.gcs.register_actor(info)
+            self.gcs.register_actor(info)
         except Exception as exc:
             logger.warning("could not record actor %s %s: %s", actor_id.hex()[:16], state.name, exc)
 
@@ -168,7 +231,7 @@ class Lifecycle:
         them)."""
         for actor_id in actor_ids:
             try:
-                self.agent.gcs.update_actor(actor_id, ActorState.ALIVE, self.agent.node_id)
+                self.gcs.update_actor(actor_id, ActorState.ALIVE, self.node_id)
             except GcsNotFoundError:
                 pass
             except Exception as exc:
@@ -177,15 +240,15 @@ class Lifecycle:
     def cancel_forwarded(self, task_ids: list[bytes], force: bool) -> None:
         """A recursive cancel on this node reached ``task_ids``, tasks the cancelled one
         submitted that this node no longer holds: cancel (recursively) those it forwarded,
-        on the nodes it sent them to (on the agent's transfer pool)."""
+        on the nodes it sent them to (in the background)."""
         for task_id in task_ids:
-            if task_id in self.agent.recovery.sent:
+            if self.recovery.where_sent(task_id) is not None:
                 self._submit(self.cancel, task_id, force)
 
     def owner_died(self, pid: int, actor_ids: list[bytes]) -> None:
         """The driver ``pid`` of this node disconnected; ``actor_ids`` are the non-detached
-        actors it created that were moved to other nodes: kill them there (on the
-        agent's transfer pool)."""
+        actors it created that were moved to other nodes: kill them there (in the
+        background)."""
         logger.info(
             "driver pid %d exited: killing its %d actor(s) on other nodes", pid, len(actor_ids)
         )
@@ -202,14 +265,12 @@ class Lifecycle:
         self._submit(self._driver_gone, pid)
 
     def _driver_gone(self, pid: int) -> None:
-        from rayfield._private.driver.jobs import finish_on_node
-
-        for job_id in finish_on_node(self.agent.gcs, self.agent.node_id, pid):
+        for job_id in finish_on_node(self.gcs, self.node_id, pid):
             n = self.cancel_job(job_id)
-            for peer in self.agent.alive_peers():
+            for peer in self.peers.alive_peers():
                 try:
-                    n += self.agent._stub(peer.address).cancel_job(job_id)
-                except grpc.RpcError as exc:
+                    n += self.channels.stub(peer.address).cancel_job(job_id)
+                except PeerError as exc:
                     logger.info(
                         "could not cancel job %s on %s: %s", job_id.hex(), peer.address, exc
                     )
@@ -218,27 +279,32 @@ class Lifecycle:
     def cancel_job(self, job_id: bytes) -> int:
         """The driver of ``job_id`` is gone: cancel its tasks queued here, and those
         forwarded here from now on. Returns how many were cancelled."""
-        self.agent.job_ended(job_id)
-        return self.agent.node.server.cancel_job(job_id, job_cancelled(job_id))
+        with self._jobs_lock:
+            self.ended_jobs.add(job_id)
+        return self.native.cancel_job(job_id, job_cancelled(job_id))
+
+    def job_ended_of(self, task_id: bytes) -> bytes | None:
+        """The job of ``task_id`` when its driver exited (the task must not run)."""
+        with self._jobs_lock:
+            return self.ended_jobs.of(task_id)
 
     def close(self) -> None:
         self._scope_pool.shutdown(wait=False, cancel_futures=True)
 
-    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
+    def _submit(self, fn: Callable[..., object], *args: Any) -> None:
         try:
-            self.agent._pool.submit(fn, *args)
+            self._background(fn, *args)
         except RuntimeError:  # the agent is shutting down (its pool is closed)
             logger.debug("not run, the node is stopping: %s", getattr(fn, "__name__", fn))
 
     def _kill_orphan(self, actor_id: bytes, why: str) -> None:
-        agent = self.agent
-        agent.recovery.forget_actor(actor_id, why)  # not created again if its node dies
-        agent.route_calls(actor_id)  # calls held here fail now
-        address = agent._actor_address(actor_id)
+        self.recovery.forget_actor(actor_id, why)  # not created again if its node dies
+        self.actors.route(actor_id)  # calls held here fail now
+        address = self.actors.address_of(actor_id)
         try:
             if address is None:  # created here again (its node died): kill it here
-                agent.client.kill_actor(actor_id, True)
-            elif not agent._stub(address).kill_actor(actor_id, True):
+                self.client.kill_actor(actor_id, True)
+            elif not self.channels.stub(address).kill_actor(actor_id, True):
                 logger.info("actor %s was not on %s any more", actor_id.hex()[:16], address)
         except Exception as exc:
             logger.info("could not kill actor %s: %s", actor_id.hex()[:16], exc)
@@ -257,18 +323,18 @@ class Lifecycle:
             ``"queued"`` (it will not run), ``"running"`` (running; stopped only with
             ``force``), or ``"done"`` (finished, or unknown to every node asked).
         """
-        state = self.agent.client.cancel_task(task_id, force, recursive)
+        state = self.client.cancel_task(task_id, force, recursive)
         if state != "done" or hops <= 0:
             return state
-        sent = self.agent.recovery.sent.get(task_id)
-        if sent is None:
+        address = self.recovery.where_sent(task_id)
+        if address is None:
             return state
         try:
-            return self.agent._stub(sent.address).cancel_task(
+            return self.channels.stub(address).cancel_task(
                 task_id, force, hops - 1, recursive=recursive
             )
-        except grpc.RpcError as exc:
-            logger.info("cancel of task %s on %s failed: %s", task_id.hex()[:16], sent.address, exc)
+        except PeerError as exc:
+            logger.info("cancel of task %s on %s failed: %s", task_id.hex()[:16], address, exc)
             return state
 
 
@@ -278,32 +344,3 @@ def job_cancelled(job_id: bytes) -> str:
         f"the task was cancelled before it ran: the driver of job {job_id.hex()} that "
         "submitted it exited"
     )
-
-
-def cancel_elsewhere(node_id: bytes, task_id: bytes, force: bool, recursive: bool = True) -> str:
-    """``rayfield.cancel`` of a task this process's node no longer holds: ask that node's
-    agent, which cancels it on the node it was forwarded to.
-
-    Args:
-        node_id: this process's node (where the task was submitted).
-        recursive: also cancel the tasks it submitted.
-
-    Returns:
-        What the node running it answered (see ``Lifecycle.cancel``); ``"done"`` outside a
-        cluster or when the node cannot be asked.
-    """
-    from rayfield._private.cluster.state_client import StateClient, StateError
-    from rayfield._private.context import gcs_address, sessions_root
-
-    address = gcs_address()
-    if not address:
-        return "done"
-    try:
-        with StateClient(address, temp_dir=sessions_root()) as client:
-            node = next((n for n in client.gcs.get_nodes() if n.node_id == node_id), None)
-            if node is None or not node.alive:
-                return "done"
-            return client.node(node.address).cancel_task(task_id, force, recursive=recursive)
-    except (StateError, grpc.RpcError) as exc:
-        logger.warning("could not cancel task %s in the cluster: %s", task_id.hex()[:16], exc)
-        return "done"

@@ -9,12 +9,12 @@ is on the wire) and reports each task's outcome, in the order the tasks were que
 to the callback given with it. A call that fails as a whole (the peer is gone, a
 timeout) is a refusal of each of its tasks, with the gRPC error as the reason.
 
-The callbacks hold the per-task semantics (``agent.py``): an accepted task's
+The callbacks hold the per-task semantics (``spillback.py``): an accepted task's
 bookkeeping, a refused one tried on the next candidate or submitted again here.
 
 Retries never run a task twice. A call whose reply is lost or late (a timeout, the peer
 unreachable for a moment) may have been carried out in part, so the sender repeats the
-same call to the same peer (``agent._send_batch``, up to ``SEND_ATTEMPTS`` times) before it
+same call to the same peer (``NodeAgent.send_batch``, up to ``SEND_ATTEMPTS`` times) before it
 treats the batch as refused; the peer remembers the tasks it accepted
 (:class:`AcceptedTasks`: their ids, bounded by count and age) and answers a task it took
 already with "accepted" without queueing it again.
@@ -27,7 +27,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
+
+from rayfield._private.node_manager.task_spec import TaskSpec
 
 logger = logging.getLogger("rayfield")
 
@@ -38,18 +40,22 @@ MAX_ACCEPTED = 100_000  # ids of tasks a node accepted from others, remembered
 ACCEPTED_MAX_AGE_S = 600.0  # and for at most this long (a retry comes within seconds)
 
 # send(address, [(spec, pushed), ...]) -> one outcome a task: None (accepted) or why not
-SendBatchFn = Callable[[str, Sequence[tuple[dict[str, Any], list[bytes]]]], list[str | None]]
+SendBatchFn = Callable[[str, Sequence[tuple[TaskSpec, list[bytes]]]], list[str | None]]
 # done(why): None when the peer took the task, else the reason it did not
 DoneFn = Callable[[str | None], None]
 
 
-def batches(specs: Sequence[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-    """``specs`` in order, cut into batches of at most ``MAX_BATCH_TASKS`` tasks and
-    ``MAX_BATCH_BYTES`` of payloads (a larger task goes alone)."""
-    batch: list[dict[str, Any]] = []
+T = TypeVar("T")
+
+
+def batches(items: Sequence[T], spec_of: Callable[[T], TaskSpec]) -> Iterator[list[T]]:
+    """``items`` (a task each, its spec ``spec_of(item)``) in order, cut into batches of
+    at most ``MAX_BATCH_TASKS`` tasks and ``MAX_BATCH_BYTES`` of payloads (a larger task
+    goes alone)."""
+    batch: list[T] = []
     size = 0
-    for spec in specs:
-        n = len(spec.get("payload", b""))
+    for spec in items:
+        n = len(spec_of(spec).payload)
         if batch and (len(batch) >= MAX_BATCH_TASKS or size + n > MAX_BATCH_BYTES):
             yield batch
             batch, size = [], 0
@@ -114,9 +120,13 @@ class AcceptedTasks:
 
 @dataclass
 class _Item:
-    spec: dict[str, Any]
+    spec: TaskSpec
     pushed: list[bytes]
     done: DoneFn
+
+
+def _spec_of_item(item: _Item) -> TaskSpec:
+    return item.spec
 
 
 class Forwarder:
@@ -135,7 +145,7 @@ class Forwarder:
         self._busy: set[str] = set()
         self._closed = False
 
-    def submit(self, address: str, spec: dict[str, Any], pushed: list[bytes], done: DoneFn) -> None:
+    def submit(self, address: str, spec: TaskSpec, pushed: list[bytes], done: DoneFn) -> None:
         """Queue ``spec`` for the node at ``address``; ``done(why)`` is called on that
         peer's sender thread once it is known whether the peer took it."""
         with self._cond:
@@ -168,7 +178,7 @@ class Forwarder:
             if not queue:
                 self._busy.discard(address)
                 return None  # closed
-            n = len(next(iter(batches([i.spec for i in queue[:MAX_BATCH_TASKS]]))))
+            n = len(next(iter(batches(queue[:MAX_BATCH_TASKS], _spec_of_item))))
             batch = queue[:n]
             del queue[:n]
             self._busy.add(address)

@@ -1,6 +1,6 @@
 """The memory monitor: kills a worker before the machine runs out of memory, and says so.
 
-A thread of the node's host process (:class:`~rayfield._private.node.LocalNode`) reads
+A thread of the node's host process (:class:`~rayfield._private.node_manager.node.Node`) reads
 the memory usage every ``interval_s``: the machine's (psutil ``virtual_memory()``, used
 = total - available) and, when the process runs in a cgroup v2 with a limit
 (``/sys/fs/cgroup/memory.max``), the cgroup's (``memory.current`` less the reclaimable

@@ -1,6 +1,7 @@
 """Objects from other nodes into the local store: a pull's chunks or a whole object.
 
-The agent (``agent.py``) decides what to fetch and from where; this module only copies
+The object manager (``object_manager.py``) decides what to fetch and from where; this
+module only copies
 bytes that came over gRPC (``PullObject``'s stream, a ``PushObject`` or a
 ``FetchObjects`` reply) into a ``create``d buffer of the local store and seals it, or
 aborts it when the copy does not complete. It also sets the process's malloc up for
@@ -26,10 +27,10 @@ def keep_freed_memory() -> None:
 
     gRPC copies each chunk of an object through several fresh buffers of megabytes;
     glibc maps such buffers anew and gives them back to the kernel when freed, so every
-    chunk page-faulted again (on the two-core VMs of this project, a 200 MB transfer ran
-    at about 0.6 GB/s that way, against about 1 GB/s with the buffers kept). Buffers up
-    to 32 MiB now come from the heap, and up to 256 MiB of freed heap is kept. Does
-    nothing where the C library is not glibc.
+    chunk would page-fault again (on a two-core VM a 200 MB transfer runs at about
+    0.6 GB/s that way, about 1 GB/s with the buffers kept). Buffers up to 32 MiB come from
+    the heap, and up to 256 MiB of freed heap is kept. Does nothing where the C library
+    is not glibc.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -48,7 +49,7 @@ def write_chunks(client: StoreClient, object_id: bytes, chunks: Iterable[bytes])
         pulled meanwhile); False when the holder does not have it.
 
     Raises:
-        Whatever iterating ``chunks`` raises (e.g. ``grpc.RpcError``): the partly
+        Whatever iterating ``chunks`` raises (e.g. ``node_service.PeerError``): the partly
         written object is aborted first.
     """
     view = None

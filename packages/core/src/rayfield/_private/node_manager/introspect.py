@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 if TYPE_CHECKING:
-    from rayfield._private.node import LocalNode
+    from rayfield._private.node_manager.node import Node as LocalNode
 
 MAX_LOG_READ = 4 << 20  # bytes one ReadLog answers at most
 

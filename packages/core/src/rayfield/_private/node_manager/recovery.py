@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
+from rayfield._private.node_manager.task_spec import TaskSpec
 from rayfield.store import StoreClient
 
 logger = logging.getLogger("rayfield")
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Sent:
-    spec: dict[str, Any]
+    """A task another node accepted: its spec and that node's address."""
+
+    spec: TaskSpec
     address: str
 
 
@@ -47,7 +49,7 @@ class Recovery:
     def __init__(
         self,
         client: StoreClient,
-        resubmit: Callable[[dict[str, Any]], None],
+        resubmit: Callable[[TaskSpec], None],
         on_actor_dead: Callable[[bytes, str], None] | None = None,
     ) -> None:
         self.client = client
@@ -58,21 +60,27 @@ class Recovery:
         self.by_return: dict[bytes, bytes] = {}  # return id -> task id
         self.dead_actors: dict[bytes, str] = {}  # actor id -> why
 
-    def record(self, spec: dict[str, Any], address: str) -> None:
+    def record(self, spec: TaskSpec, address: str) -> None:
         """``spec`` was accepted by the node at ``address``."""
         with self._lock:
-            self.sent[spec["task_id"]] = Sent(spec, address)
-            for rid in spec["return_ids"]:
-                self.by_return[rid] = spec["task_id"]
+            self.sent[spec.task_id] = Sent(spec, address)
+            for rid in spec.return_ids:
+                self.by_return[rid] = spec.task_id
+
+    def where_sent(self, task_id: bytes) -> str | None:
+        """The address of the node that accepted ``task_id`` from this node, if any."""
+        with self._lock:
+            sent = self.sent.get(task_id)
+        return None if sent is None else sent.address
 
     def result_here(self, object_id: bytes) -> None:
         """A result of sent work reached this node: its task need not run again."""
         with self._lock:
             task_id = self.by_return.pop(object_id, None)
             sent = self.sent.get(task_id) if task_id is not None else None
-            if sent is None or sent.spec.get("actor_creation"):
+            if sent is None or sent.spec.actor_creation:
                 return  # a creation stays: the actor may have to be recreated
-            if not any(r in self.by_return for r in sent.spec["return_ids"]):
+            if not any(r in self.by_return for r in sent.spec.return_ids):
                 del self.sent[task_id]  # type: ignore[arg-type]
 
     def node_died(self, address: str) -> list[bytes]:
@@ -81,41 +89,38 @@ class Recovery:
         with self._lock:
             lost = [s for s in self.sent.values() if s.address == address]
             for s in lost:
-                del self.sent[s.spec["task_id"]]
-                for rid in s.spec["return_ids"]:
+                del self.sent[s.spec.task_id]
+                for rid in s.spec.return_ids:
                     self.by_return.pop(rid, None)
         restarted = []
         why = f"the node {address} that ran it died"
         for s in lost:
             spec = s.spec
-            if spec.get("actor_creation"):
+            if spec.actor_creation and spec.actor_id is not None:
                 if self._restart_actor(spec, address):
-                    restarted.append(spec["actor_id"])
-            elif spec.get("actor_id"):
-                self.fail(spec["return_ids"], "ACTOR_DIED", f"the actor's node {address} died")
-            elif spec.get("max_retries", 0) != 0:
-                if spec["max_retries"] > 0:
-                    spec["max_retries"] -= 1
-                logger.warning("task %s is run again: %s", spec["task_id"].hex()[:16], why)
-                self.resubmit(spec)
+                    restarted.append(spec.actor_id)
+            elif spec.actor_id:
+                self.fail(list(spec.return_ids), "ACTOR_DIED", f"the actor's node {address} died")
+            elif spec.max_retries != 0:
+                logger.warning("task %s is run again: %s", spec.task_id.hex()[:16], why)
+                self.resubmit(spec.replace(max_retries=_one_less(spec.max_retries)))
             else:
-                self.fail(spec["return_ids"], "WORKER_DIED", f"{why}; no retries left")
+                self.fail(list(spec.return_ids), "WORKER_DIED", f"{why}; no retries left")
         return restarted
 
-    def _restart_actor(self, spec: dict[str, Any], address: str) -> bool:
-        actor_id = spec["actor_id"]
-        if spec.get("max_retries", 0) == 0:
+    def _restart_actor(self, spec: TaskSpec, address: str) -> bool:
+        actor_id = spec.actor_id
+        assert actor_id is not None
+        if spec.max_retries == 0:
             why = f"the actor is dead: its node {address} died and no restart is left"
             with self._lock:
                 self.dead_actors[actor_id] = why
             if self.on_actor_dead is not None:
                 self.on_actor_dead(actor_id, why)
             return False
-        if spec["max_retries"] > 0:
-            spec["max_retries"] -= 1
         logger.warning("actor %s is created again: its node %s died", actor_id.hex()[:16], address)
         # Its first result was awaited once; a restart's result is not.
-        self.resubmit(dict(spec, return_ids=[]))
+        self.resubmit(spec.replace(max_retries=_one_less(spec.max_retries), return_ids=()))
         return True
 
     def forget_actor(self, actor_id: bytes, why: str) -> None:
@@ -126,16 +131,16 @@ class Recovery:
             for task_id in [
                 t
                 for t, s in self.sent.items()
-                if s.spec.get("actor_creation") and s.spec.get("actor_id") == actor_id
+                if s.spec.actor_creation and s.spec.actor_id == actor_id
             ]:
-                for rid in self.sent.pop(task_id).spec["return_ids"]:
+                for rid in self.sent.pop(task_id).spec.return_ids:
                     self.by_return.pop(rid, None)
 
     def actor_dead(self, actor_id: bytes) -> str | None:
         with self._lock:
             return self.dead_actors.get(actor_id)
 
-    def fail(self, object_ids: list[bytes], tag: str, message: str) -> None:
+    def fail(self, object_ids: Iterable[bytes], tag: str, message: str) -> None:
         """Store an error object (``tag`` as metadata) under each id not stored yet."""
         for oid in object_ids:
             logger.debug("%s error for %s: %s", tag, oid.hex(), message)
@@ -143,3 +148,8 @@ class Recovery:
                 self.client.put(oid, message.encode(), tag.encode())
             except Exception as exc:
                 logger.debug("error object for %s: %s", oid.hex()[:16], exc)
+
+
+def _one_less(max_retries: int) -> int:
+    """Retries left after one (-1: no limit, stays -1)."""
+    return max_retries - 1 if max_retries > 0 else max_retries

@@ -4,14 +4,14 @@ Pulling an object that is still being made costs a node a long poll and a pull a
 is sealed, plus the wake-up of its fetch loop. A node therefore pushes the arguments of
 a task it forwards to the node the task goes to (the pushed ids travel in the forward
 request, so the receiver does not poll for them). Results of forwarded tasks are not
-pushed: the origin's long poll (``FetchObjects``) brings small ones back in its reply
-(see ``NodeAgent.accept_forwarded`` for why).
+pushed: the origin pulls them (its long poll, ``FetchObjects``, brings small ones back in
+its reply), and the node that made them keeps them pinned until then.
 
 An object up to ``inline_max_bytes`` travels inside the ``PushObject`` call; a larger one
 is announced only, and the receiver pulls it in chunks when a client there needs it. The
 pusher watches seals on its own store connection (notifications), so an object is pushed
 the moment it exists, with no polling. A receiver that gets no push (the sender died, its
-store was full) falls back to asking, later, as before.
+store was full) asks for the object after a delay (``agent.PUSH_FALLBACK_S``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A node in its own process, that drivers connect to with ``init(address=...)``.
 
-    python -m rayfield._private.node_main [--num-cpus N] [--num-gpus N]
+    python -m rayfield._private.node_manager.node_main [--num-cpus N] [--num-gpus N]
         [--resources JSON] [--object-store-memory BYTES] [--temp-dir DIR]
         [--session-dir DIR] [--gcs-address HOST:PORT --token-file PATH
          [--node-ip-address IP] [--node-manager-port P] [--tls-cert F --tls-key F --tls-ca F]]
@@ -8,7 +8,7 @@
 It creates a session directory (or uses ``--session-dir``), writes ``<session>/node.json``
 (socket path, resources, pid, and in a cluster the node's gRPC address) and, unless it
 joins a cluster as a non-head node, points ``<temp_dir>/session_latest`` at the session.
-With ``--gcs-address`` it joins that cluster (``cluster.agent.NodeAgent``). It prints one
+With ``--gcs-address`` it joins that cluster (``agent.NodeAgent``). It prints one
 line with the session directory and serves until SIGTERM or SIGINT, then stops its
 workers, leaves the cluster and removes its socket. ``rayfield start`` runs it.
 """
@@ -27,14 +27,14 @@ from pathlib import Path
 import psutil
 
 from rayfield._private.common import session_files
-from rayfield._private.node import LocalNode
+from rayfield._private.node_manager.node import Node
 
 
-def join_cluster(node: LocalNode, args: argparse.Namespace) -> dict[str, str]:
+def join_cluster(node: Node, args: argparse.Namespace) -> dict[str, str]:
     """Start the node's cluster agent (imports grpc only here: plain nodes never need it)."""
-    from rayfield._private.cluster.agent import NodeAgent
     from rayfield._private.gcs.auth import TlsConfig, read_token
     from rayfield._private.gcs.client import GcsClient
+    from rayfield._private.node_manager.agent import NodeAgent
 
     token = os.environ.get("RAYFIELD_TOKEN") or read_token(args.token_file)
     tls = TlsConfig(args.tls_cert, args.tls_key, args.tls_ca) if args.tls_cert else None
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
             os.environ[ENV_TLS_CERT], os.environ[ENV_TLS_KEY] = args.tls_cert, args.tls_key
             os.environ[ENV_TLS_CA] = args.tls_ca
-    node = LocalNode(
+    node = Node(
         session, resources, memory, args.plasma_directory, args.huge_pages, log_to_driver=False
     )
     info = {

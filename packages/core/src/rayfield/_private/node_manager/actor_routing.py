@@ -1,0 +1,192 @@
+"""Calls of actors that live on other nodes: where each actor is, and its held calls.
+
+A call submitted here for an actor another node hosts (the native core's
+``actor_task_elsewhere`` event) is taken out of the local queue and held in
+:class:`ActorTable` until the actor's node is known, then forwarded there in order, in
+batches, by :class:`ActorRouter`. A call the node refuses stays held, with those after
+it, and is tried again after the next heartbeat. Calls of an actor that is dead for good
+fail with ``ACTOR_DIED``.
+
+An actor's node is, in order: where this node sent its creation, the GCS actor table,
+or (never moved) its home, the node whose process created it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from rayfield._private.gcs.client import GcsClient
+from rayfield._private.gcs.types import ActorInfo, ActorState, NodeInfo
+from rayfield._private.node_manager.forwarding import batches
+from rayfield._private.node_manager.membership import PeerView
+from rayfield._private.node_manager.task_spec import TakenTask, TaskSpec
+
+__all__ = ["ActorRouter", "ActorTable"]
+
+logger = logging.getLogger("rayfield")
+
+
+def _spec_of(call: TakenTask) -> TaskSpec:
+    return call.spec
+
+
+class ActorTable:
+    """Where actors hosted elsewhere live, and the calls held for them, in order.
+
+    No I/O and no lock (:class:`ActorRouter` holds its lock around each call).
+    """
+
+    def __init__(self) -> None:
+        self.locations: dict[bytes, str] = {}  # actor id -> address of its node
+        self.calls: dict[bytes, list[TakenTask]] = {}  # actor id -> held calls, in order
+
+    def hold(self, actor_id: bytes, call: TakenTask) -> None:
+        """Hold ``call`` until it can be sent (after those held already)."""
+        self.calls.setdefault(actor_id, []).append(call)
+
+    def take(self, actor_id: bytes) -> list[TakenTask]:
+        """The held calls of ``actor_id``, in order; none are held after."""
+        return self.calls.pop(actor_id, [])
+
+    def put_back(self, actor_id: bytes, unsent: list[TakenTask]) -> None:
+        """Hold ``unsent`` again, before the calls held since they were taken."""
+        if unsent:
+            self.calls[actor_id] = unsent + self.calls.get(actor_id, [])
+
+    def waiting(self) -> list[bytes]:
+        """The actors with calls held."""
+        return [a for a, calls in self.calls.items() if calls]
+
+    def located(self, actor_id: bytes, address: str) -> None:
+        self.locations[actor_id] = address
+
+    def location(self, actor_id: bytes) -> str | None:
+        return self.locations.get(actor_id)
+
+    def node_died(self, address: str) -> None:
+        """The node at ``address`` died: its actors' locations are unknown again."""
+        for aid in [a for a, addr in self.locations.items() if addr == address]:
+            del self.locations[aid]
+
+
+class ActorRouter:
+    """Sends held actor calls to the actor's node; see the module docstring.
+
+    Args:
+        node_id: this node's id.
+        gcs: the cluster's GCS client (actor table).
+        peers: the cluster's nodes.
+        dead: why an actor is dead for good, or None (``Recovery.actor_dead``).
+        fail: stores error objects ``(ids, tag, message)`` (``Recovery.fail``).
+        send: forwards calls in order to a node in one call; one outcome a call, None
+            when taken (``NodeAgent.send_batch``).
+        sent: bookkeeping of a call a node took (where its results are made).
+        drop: releases what the native core handed over with a call that is not sent.
+    """
+
+    def __init__(
+        self,
+        node_id: bytes,
+        gcs: GcsClient,
+        peers: PeerView,
+        dead: Callable[[bytes], str | None],
+        fail: Callable[[list[bytes], str, str], None],
+        send: Callable[[str, list[TakenTask]], list[str | None]],
+        sent: Callable[[TakenTask, str], None],
+        drop: Callable[[TakenTask], None],
+    ) -> None:
+        self.node_id = node_id
+        self.gcs = gcs
+        self.peers = peers
+        self.dead = dead
+        self.fail = fail
+        self.send = send
+        self.sent = sent
+        self.drop = drop
+        self.table = ActorTable()
+        self._lock = threading.Lock()
+
+    def call_elsewhere(self, actor_id: bytes, call: TakenTask) -> None:
+        """Hold ``call`` (taken from the local queue) and send what can be sent now."""
+        with self._lock:
+            self.table.hold(actor_id, call)
+        self.route(actor_id)
+
+    def moved(self, actor_id: bytes, peer: NodeInfo) -> None:
+        """The creation of ``actor_id`` was taken by ``peer``: record its new node here
+        and in the GCS, and send its held calls there."""
+        with self._lock:
+            self.table.located(actor_id, peer.address)
+        try:
+            info = ActorInfo(
+                actor_id=actor_id,
+                owner_node_id=self.node_id,
+                node_id=peer.node_id,
+                state=ActorState.ALIVE,
+            )
+            self.gcs.register_actor(info)
+        except Exception as exc:
+            logger.warning("could not record actor %s in the GCS: %s", actor_id.hex()[:16], exc)
+        self.route(actor_id)
+
+    def node_died(self, address: str) -> None:
+        with self._lock:
+            self.table.node_died(address)
+
+    def retry_waiting(self) -> None:
+        """Send the held calls of every actor (after a heartbeat)."""
+        with self._lock:
+            waiting = self.table.waiting()
+        for actor_id in waiting:
+            self.route(actor_id)
+
+    def address_of(self, actor_id: bytes) -> str | None:
+        """The address of the alive node hosting ``actor_id``; None when it is this node,
+        or not known (yet)."""
+        with self._lock:
+            address = self.table.location(actor_id)
+        if address is not None:
+            return address
+        try:
+            info = self.gcs.get_actor(actor_id)
+        except Exception as exc:
+            logger.debug("actor lookup failed: %s", exc)
+            return None
+        if info is not None and (not info.node_id or info.node_id == self.node_id):
+            return None
+        # Never moved (no GCS record): it lives on the node whose process created it.
+        peer = self.peers.get(info.node_id) if info is not None else self.peers.maker_of(actor_id)
+        if peer is None or not peer.alive or peer.node_id == self.node_id:
+            return None
+        with self._lock:
+            self.table.located(actor_id, peer.address)
+        return peer.address
+
+    def route(self, actor_id: bytes) -> None:
+        """Forward the held calls of ``actor_id`` to its node, in order; what cannot be
+        sent now stays held. Calls of an actor dead for good fail."""
+        dead = self.dead(actor_id)
+        address = None if dead else self.address_of(actor_id)
+        if address is None and not dead:
+            return  # not known yet
+        with self._lock:
+            calls = self.table.take(actor_id)
+        if dead:
+            for call in calls:
+                self.fail(list(call.spec.return_ids), "ACTOR_DIED", dead)
+                self.drop(call)
+            return
+        assert address is not None
+        done = 0
+        for chunk in batches(calls, _spec_of):
+            outcomes = self.send(address, chunk)
+            for call, why in zip(chunk, outcomes, strict=True):
+                if why is not None:
+                    logger.warning("could not forward an actor call to %s: %s", address, why)
+                    with self._lock:
+                        self.table.put_back(actor_id, calls[done:])
+                    return
+                done += 1
+                self.sent(call, address)

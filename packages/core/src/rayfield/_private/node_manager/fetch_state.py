@@ -1,0 +1,334 @@
+"""The object fetch logic of a node as a pure state machine: events in, actions out.
+
+A node fetches objects a local client waits for but the node lacks. :class:`FetchState`
+holds what is wanted, what is being fetched, and where objects are being made; each of
+its methods takes one event (a client waits for an object, a long poll answered, a pull
+ended, the directory answered...) with the current time, updates the state and returns
+the actions the caller must carry out: :class:`Wake` the fetch loop, :class:`Poll` a node
+(a long poll of the node making the objects), :class:`Fetch` an object from given nodes,
+:class:`LookUp` objects in the GCS directory, :class:`Lost` (fail an object nobody can
+make again), :class:`Recorded` (a copy is here now: record it in the directory) and
+:class:`Release` (the node that made a result may drop it). It does no I/O, starts no
+thread and takes no lock: ``object_manager.py`` drives it under its lock, and the unit
+tests drive it with plain calls.
+
+Where an object is asked for, in order:
+
+* the node a task was forwarded to for its results (``made_at``), by a long poll that
+  brings small objects back whole;
+* code ids (``is_code``): the GCS key-value store, then every node;
+* the GCS object directory, then every alive node (``LookUp``).
+
+An object found nowhere is asked for again after a delay that doubles from
+``FIRST_LOOKUP_S`` to ``MAX_BACKOFF_S``. One whose owner node (the node of the process that
+made it) is dead is failed as lost once two rounds agree that no alive node has it.
+
+Sources:
+    The event/action split follows the worker state machine of dask.distributed
+    (``distributed.worker_state_machine.WorkerState``): Dask Development Team, *Dask:
+    Library for dynamic task scheduling*, 2016, https://dask.org.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+__all__ = [
+    "FIRST_LOOKUP_S",
+    "LOST_ROUNDS",
+    "MAX_BACKOFF_S",
+    "Action",
+    "Fetch",
+    "FetchState",
+    "LookUp",
+    "Lost",
+    "Poll",
+    "Recorded",
+    "Release",
+    "Wake",
+]
+
+FIRST_LOOKUP_S = 0.1  # most objects a client waits for are being made here
+MAX_BACKOFF_S = 2.0
+LOST_ROUNDS = 2  # rounds that must find an orphaned object nowhere before it is lost
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """Run the fetch loop now (something is due)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Poll:
+    """Long-poll the node at ``address`` for ``object_ids`` it is making; report with
+    :meth:`FetchState.poll_done`."""
+
+    address: str
+    object_ids: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """Copy ``object_id`` from the first of ``addresses`` that has it (none given: a code
+    id, from the GCS first); report with :meth:`FetchState.fetch_done`."""
+
+    object_id: bytes
+    addresses: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LookUp:
+    """Find ``object_ids`` in the GCS directory, else by asking every alive node; report
+    with :meth:`FetchState.found` and :meth:`FetchState.not_found`."""
+
+    object_ids: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """No alive node holds ``object_id`` and its owner node is dead: store a LOST error."""
+
+    object_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """``object_id`` is here now: record this node in the GCS object directory."""
+
+    object_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """The node at ``address`` may drop its hold on ``object_id`` (a pulled result)."""
+
+    address: str
+    object_id: bytes
+
+
+Action = Wake | Poll | Fetch | LookUp | Lost | Recorded | Release
+
+
+class FetchState:
+    """What this node wants, fetches and expects; see the module docstring.
+
+    Args:
+        is_code: whether an id is a code id (``code_exports.is_code``).
+    """
+
+    def __init__(self, is_code: Callable[[bytes], bool]) -> None:
+        self.is_code = is_code
+        self.wanted: dict[bytes, tuple[float, float]] = {}  # id -> (next try, backoff)
+        self.inflight: set[bytes] = set()  # ids a Fetch runs for
+        self.backoff: dict[bytes, float] = {}  # id -> its backoff, while its Fetch runs
+        self.polling: set[str] = set()  # addresses a Poll runs for
+        self.made_at_: dict[bytes, str] = {}  # id -> address of the node making it
+        self.held: set[bytes] = set()  # results made here for other nodes' tasks
+        self.announced: set[bytes] = set()  # large objects a peer said it holds for us
+        self.code_from_peers: set[bytes] = set()  # code ids the GCS did not have
+        self.lost_strikes: dict[bytes, int] = {}  # id -> rounds found nowhere, owner dead
+
+    # ---- what is wanted ---------------------------------------------------------------
+
+    def missing(self, object_id: bytes, now: float) -> list[Action]:
+        """A local client waits for ``object_id``, which the node lacks."""
+        if object_id in self.held:
+            return []  # made here, by a forwarded task
+        return self.want(object_id, now, self.made_at_.get(object_id))
+
+    def want(
+        self, object_id: bytes, now: float, hint: str | None = None, delay_s: float = 0.0
+    ) -> list[Action]:
+        """Fetch ``object_id`` (from the node at ``hint`` first, if given) after
+        ``delay_s`` seconds; an object being fetched or wanted already is left as it is.
+
+        Without a hint the first try waits at least ``FIRST_LOOKUP_S`` (the object may be
+        being made here), except for code, which is asked of the GCS at once. An object
+        whose holder announced it (``announced``) is asked for at once.
+        """
+        if object_id in self.inflight or object_id in self.wanted:
+            return []
+        if object_id in self.announced:
+            delay_s = 0.0
+        if hint is not None:
+            self.made_at_.setdefault(object_id, hint)
+        elif not self.is_code(object_id):
+            delay_s = max(delay_s, FIRST_LOOKUP_S)
+        self.wanted[object_id] = (now + delay_s, FIRST_LOOKUP_S)
+        return [Wake()] if delay_s <= 0 else []
+
+    def made_at(self, object_id: bytes, address: str, now: float) -> list[Action]:
+        """``object_id`` will be made by the node at ``address``: ask there, now, if it
+        is wanted."""
+        self.made_at_[object_id] = address
+        if object_id in self.wanted:
+            self.wanted[object_id] = (now, FIRST_LOOKUP_S)
+            return [Wake()]
+        return []
+
+    def hold(self, object_ids: Iterable[bytes]) -> None:
+        """``object_ids`` are results this node makes for another node's task."""
+        self.held.update(object_ids)
+
+    def unhold(self, object_ids: Iterable[bytes]) -> list[bytes]:
+        """Those of ``object_ids`` held here, no longer held (the caller unpins them)."""
+        mine = [oid for oid in object_ids if oid in self.held]
+        self.held.difference_update(mine)
+        return mine
+
+    def announced_by(self, object_id: bytes, sender: str) -> list[Action]:
+        """The node at ``sender`` holds ``object_id`` for this node (too large to push):
+        fetch it now if it is wanted, else at once when it is."""
+        self.made_at_.setdefault(object_id, sender)
+        if object_id in self.wanted:
+            return self.start_fetch(object_id, [sender])
+        self.announced.add(object_id)
+        return []
+
+    def here(self, object_id: bytes) -> None:
+        """``object_id`` was found in the local store: it is no longer wanted."""
+        self.wanted.pop(object_id, None)
+
+    # ---- the fetch loop -----------------------------------------------------------------
+
+    def due(self, now: float) -> tuple[list[bytes], list[bytes]]:
+        """The wanted ids due now, split into ``(hinted, to_check)``: those whose maker is
+        known, and those the caller checks in the local store first (it reports the ones
+        found with :meth:`here`). Ids whose maker's long poll runs wait for the next one."""
+        hinted, to_check = [], []
+        for oid, (t, _) in self.wanted.items():
+            if t > now:
+                continue
+            hint = self.made_at_.get(oid)
+            if hint is None:
+                to_check.append(oid)
+            elif hint not in self.polling:
+                hinted.append(oid)
+        return hinted, to_check
+
+    def plan(self, due: Iterable[bytes]) -> list[Action]:
+        """Actions for the ``due`` ids (from :meth:`due`, those found here dropped): code
+        is fetched (GCS first), an object being made at a known node is long-polled there
+        (one poll a node), the rest is looked up."""
+        actions: list[Action] = []
+        by_hint: dict[str, list[bytes]] = {}
+        rest: list[bytes] = []
+        for oid in due:
+            if oid not in self.wanted:
+                continue
+            if self.is_code(oid) and oid not in self.code_from_peers:
+                actions += self.start_fetch(oid, [])
+                continue
+            hint = self.made_at_.get(oid)
+            if hint is not None:
+                by_hint.setdefault(hint, []).append(oid)
+            else:
+                rest.append(oid)
+        for address, ids in by_hint.items():
+            if address in self.polling:
+                continue  # its long poll is running; these wait for the next one
+            self.polling.add(address)
+            for oid in ids:
+                self.wanted.pop(oid, None)
+            actions.append(Poll(address, tuple(ids)))
+        if rest:
+            actions.append(LookUp(tuple(rest)))
+        return actions
+
+    def found(self, object_id: bytes, addresses: Iterable[str]) -> list[Action]:
+        """The directory, or an alive node asked, says ``addresses`` hold ``object_id``."""
+        addresses = list(addresses)
+        return self.start_fetch(object_id, addresses) if addresses else []
+
+    def not_found(
+        self, object_ids: Iterable[bytes], orphaned: set[bytes], now: float
+    ) -> list[Action]:
+        """``object_ids`` were found nowhere this round; ``orphaned``: those of them whose
+        owner node is dead and that are not here. An orphaned one found nowhere in
+        ``LOST_ROUNDS`` rounds in a row is :class:`Lost`; the others are asked for again
+        after a doubled delay."""
+        actions: list[Action] = []
+        for oid in object_ids:
+            if oid not in orphaned or oid not in self.wanted or oid in self.made_at_:
+                self.lost_strikes.pop(oid, None)
+            else:
+                strikes = self.lost_strikes[oid] = self.lost_strikes.get(oid, 0) + 1
+                if strikes >= LOST_ROUNDS:
+                    del self.lost_strikes[oid]
+                    del self.wanted[oid]
+                    actions.append(Lost(oid))
+                    continue
+            if oid in self.wanted:
+                backoff = min(MAX_BACKOFF_S, self.wanted[oid][1] * 2)
+                self.wanted[oid] = (now + backoff, backoff)
+        return actions
+
+    # ---- fetches and polls --------------------------------------------------------------
+
+    def start_fetch(self, object_id: bytes, addresses: Iterable[str]) -> list[Action]:
+        """Fetch ``object_id`` from ``addresses`` unless a fetch of it runs already."""
+        if object_id in self.inflight:
+            return []
+        entry = self.wanted.pop(object_id, None)
+        if entry is not None:
+            self.backoff[object_id] = entry[1]
+        self.inflight.add(object_id)
+        return [Fetch(object_id, tuple(addresses))]
+
+    def code_not_in_gcs(self, object_id: bytes) -> None:
+        """The GCS does not have the code ``object_id`` (too big to export): from now on it
+        is looked up on the nodes like any object."""
+        self.code_from_peers.add(object_id)
+
+    def fetch_done(
+        self, object_id: bytes, got: bool, now: float, retry: bool = True
+    ) -> list[Action]:
+        """A :class:`Fetch` ended: ``got`` the object (or it was made here meanwhile), or
+        not; one that did not get it is wanted again after a doubled delay (``retry``
+        False: not, the fetch failed unexpectedly)."""
+        self.inflight.discard(object_id)
+        backoff = self.backoff.pop(object_id, FIRST_LOOKUP_S / 2)
+        if not got and retry:
+            delay = min(MAX_BACKOFF_S, 2 * backoff)
+            self.wanted[object_id] = (now + delay, delay)
+        return []
+
+    def poll_done(
+        self, address: str, present: dict[bytes, bool], stored: set[bytes], now: float
+    ) -> list[Action]:
+        """A :class:`Poll` of the node at ``address`` answered: ``present`` tells, for each
+        id asked, whether that node holds it; ``stored``: those that came whole in the
+        reply and are stored here now (the caller reported them with :meth:`arrived`).
+        Those present but not stored are fetched from there; the others are wanted again:
+        at once when something came (more are likely done), else shortly."""
+        self.polling.discard(address)
+        got = any(present.values())
+        soon = now + (0.0 if got else 0.01)
+        actions: list[Action] = []
+        for oid, is_there in present.items():
+            if oid in stored:
+                continue
+            if is_there:
+                actions += self.start_fetch(oid, [address])
+            elif oid not in self.inflight:
+                self.wanted.setdefault(oid, (soon, FIRST_LOOKUP_S))
+        if got:
+            actions.append(Wake())
+        return actions
+
+    def arrived(self, object_id: bytes, address: str, release: bool) -> list[Action]:
+        """``object_id`` came from the node at ``address`` and is stored here: record the
+        copy and, for a pulled result of a task forwarded there (``release``), let that
+        node drop it."""
+        self.wanted.pop(object_id, None)
+        self.announced.discard(object_id)
+        actions: list[Action] = [Recorded(object_id)]
+        if self.made_at_.pop(object_id, None) == address and release:
+            actions.append(Release(address, object_id))
+        return actions
+
+    def node_died(self, address: str) -> None:
+        """The node at ``address`` died: what it was making is looked up anew."""
+        for oid in [o for o, a in self.made_at_.items() if a == address]:
+            del self.made_at_[oid]

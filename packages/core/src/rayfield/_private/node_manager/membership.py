@@ -1,0 +1,164 @@
+"""A node's membership in the cluster: its heartbeat and its view of the other nodes.
+
+Every ``heartbeat_s`` the node tells the GCS its free resources and its pending demand
+(ready work by resource shape, and the tasks no node fits yet), and reads back every
+node's record. A node that was alive and is not any more is reported to ``on_died``
+once; ``after_round`` runs after each round (work waiting for a fitting node, actor
+calls waiting for their actor's node, are tried again then).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from rayfield._private.gcs.client import GcsClient
+from rayfield._private.gcs.types import NodeInfo, ResourceDemand
+from rayfield._private.common.ids import ORIGIN_BYTES, origin_of
+
+__all__ = ["Membership", "PeerView"]
+
+logger = logging.getLogger("rayfield")
+
+
+class PeerView:
+    """The nodes of the cluster as the GCS last listed them, seen from node ``self_id``.
+
+    Thread-safe: each read and :meth:`update` holds its lock.
+    """
+
+    def __init__(self, self_id: bytes, self_address: str = "") -> None:
+        self.self_id = self_id
+        self.self_address = self_address
+        self._lock = threading.Lock()
+        self._nodes: dict[bytes, NodeInfo] = {}
+
+    def update(self, nodes: Iterable[NodeInfo]) -> list[NodeInfo]:
+        """Take ``nodes`` as the cluster's nodes; returns those that were alive and are
+        not any more."""
+        nodes = list(nodes)
+        with self._lock:
+            was_alive = {i for i, n in self._nodes.items() if n.alive}
+            self._nodes = {n.node_id: n for n in nodes}
+        return [n for n in nodes if n.node_id in was_alive and not n.alive]
+
+    def alive_peers(self) -> list[NodeInfo]:
+        """The alive nodes other than this one."""
+        with self._lock:
+            return [n for n in self._nodes.values() if n.alive and n.node_id != self.self_id]
+
+    def alive_by_address(self) -> dict[str, NodeInfo]:
+        """The alive nodes other than this one, by address."""
+        with self._lock:
+            alive = {n.address: n for n in self._nodes.values() if n.alive}
+        alive.pop(self.self_address, None)
+        return alive
+
+    def is_alive(self, address: str) -> bool:
+        """Whether an alive node has ``address``."""
+        with self._lock:
+            return any(n.alive for n in self._nodes.values() if n.address == address)
+
+    def get(self, node_id: bytes) -> NodeInfo | None:
+        with self._lock:
+            return self._nodes.get(node_id)
+
+    def maker_of(self, object_id: bytes) -> NodeInfo | None:
+        """The node whose processes made ``object_id`` (its id starts with that node's
+        id prefix), alive or dead; None when no node listed has that prefix."""
+        origin = origin_of(object_id)
+        with self._lock:
+            return next(
+                (n for n in self._nodes.values() if n.node_id[:ORIGIN_BYTES] == origin), None
+            )
+
+    def home_of(self, actor_id: bytes) -> str | None:
+        """The address of the alive node whose process created ``actor_id`` (None: this
+        node, or that node is gone)."""
+        peer = self.maker_of(actor_id)
+        if peer is None or not peer.alive or peer.node_id == self.self_id:
+            return None
+        return peer.address
+
+
+class Membership:
+    """Sends the node's heartbeat and keeps ``peers`` current, on its own thread.
+
+    Args:
+        gcs: the cluster's GCS client.
+        info: this node's record (registered again when the GCS lost it).
+        peers: the view to update.
+        snapshot: the native scheduler's snapshot (``available``, ``ready_by_shape``).
+        infeasible: the demands no node fits yet (resource name -> amount, one a task).
+        on_died: called with each node found dead.
+        after_round: called after each heartbeat round.
+        heartbeat_s: seconds between heartbeats.
+    """
+
+    def __init__(
+        self,
+        gcs: GcsClient,
+        info: NodeInfo,
+        peers: PeerView,
+        snapshot: Callable[[], Mapping[str, Any]],
+        infeasible: Callable[[], list[dict[str, float]]],
+        on_died: Callable[[NodeInfo], None],
+        after_round: Callable[[], None],
+        heartbeat_s: float = 0.5,
+    ) -> None:
+        self.gcs = gcs
+        self.info = info
+        self.peers = peers
+        self.snapshot = snapshot
+        self.infeasible = infeasible
+        self.on_died = on_died
+        self.after_round = after_round
+        self.heartbeat_s = heartbeat_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="rayfield-heartbeat")
+
+    def start(self) -> None:
+        self.gcs.register_node(self.info)
+        self._thread.start()
+
+    def beat(self) -> bool:
+        """One heartbeat round; False when the GCS could not be reached."""
+        try:
+            snap = self.snapshot()
+            demand = [
+                ResourceDemand(shape=dict(shape), count=int(n))
+                for shape, n in snap.get("ready_by_shape", [])
+            ]
+            demand += [ResourceDemand(d, 1, True) for d in self.infeasible()]
+            if self.gcs.heartbeat(self.info.node_id, dict(snap["available"]), demand):
+                self.gcs.register_node(self.info)
+            nodes = self.gcs.get_nodes()
+        except Exception as exc:
+            logger.debug("heartbeat failed: %s", exc)
+            return False
+        try:
+            for node in self.peers.update(nodes):
+                self.on_died(node)
+            self.after_round()
+        except Exception:
+            logger.exception("acting on the heartbeat's node list failed")
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            self.beat()
+
+    def stop(self) -> None:
+        """Stop the heartbeat."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+
+    def leave(self) -> None:
+        """Tell the GCS this node leaves the cluster."""
+        try:
+            self.gcs.unregister_node(self.info.node_id)
+        except Exception as exc:
+            logger.debug("unregister failed: %s", exc)

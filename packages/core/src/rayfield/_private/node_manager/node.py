@@ -1,0 +1,160 @@
+"""The node: the native core, its worker pool, and the thread acting on its events.
+
+Every node is a :class:`Node`: ``rayfield.init()`` without an address hosts one in the
+driver's process, and ``rayfield start`` hosts one in its own process (``node_main.py``),
+which also joins it to a cluster (an agent, ``agent.py``). A node is the native core
+(object store, scheduler and event loop, all in C++ threads), a :class:`WorkerPool`
+(``worker_pool.py``), a memory monitor, and one Python thread that reads the core's events
+(``events.py``): it starts workers when work lacks one, warns about infeasible work and a
+full store, ends actors that lost their last handle, and hands the other events to the
+node's agent when it has one. ``shutdown()`` stops the agent, the workers, the native
+core, and removes the socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Protocol
+
+from rayfield._private.common import session_files
+from rayfield._private.common.actor_scope import NO_HANDLE_LEFT, ActorScopes
+from rayfield._private.node_manager import events as ev
+from rayfield._private.common.ids import origin_of
+from rayfield._private.node_manager.memory_monitor import MemoryMonitor
+from rayfield._private.node_manager.worker_pool import WorkerPool
+from rayfield.store import NodeServer
+
+__all__ = ["ClusterAgent", "Node", "WorkerPool"]
+
+logger = logging.getLogger("rayfield")
+
+
+class ClusterAgent(Protocol):
+    """What a node in a cluster hands its events to (``agent.NodeAgent``)."""
+
+    address: str
+
+    def on_event(self, event: ev.NodeEvent) -> bool:
+        """Act on a cluster event; True when it was handled (an infeasible task that was
+        forwarded elsewhere), False when the node acts on it alone."""
+        ...
+
+    def shutdown(self) -> None:
+        """Leave the cluster and stop the agent's threads."""
+        ...
+
+
+class Node:
+    """A node in this process: native core, worker pool and the thread acting on its events.
+
+    Args:
+        session_dir: the session's directory (logs, sockets, spill files go under it).
+        resources: the node's total resources, e.g. ``{"CPU": 4.0}``.
+        object_store_memory: bytes of shared memory for the object store.
+        plasma_directory: where the store's memory file lives (None: the default).
+        huge_pages: back the store with huge pages.
+        log_to_driver: copy worker output to this process's stdout.
+    """
+
+    def __init__(
+        self,
+        session_dir: Path,
+        resources: dict[str, float],
+        object_store_memory: int,
+        plasma_directory: str | None,
+        huge_pages: bool,
+        log_to_driver: bool,
+    ) -> None:
+        self.session_dir = session_dir
+        self.resources = resources
+        session_files.private_dir(session_dir / "logs")
+        self.sockets_dir = session_files.private_dir(session_dir / "sockets")
+        if len(str(self.sockets_dir / "node.sock")) > 100:  # Unix socket paths hold 107 bytes
+            self.sockets_dir = Path(tempfile.mkdtemp(prefix="rayfield-"))
+        self.socket_path = str(self.sockets_dir / "node.sock")
+        self.server = NodeServer(
+            self.socket_path,
+            object_store_memory,
+            plasma_directory=plasma_directory,
+            huge_pages=huge_pages,
+            prefault=False,  # pages are mapped as objects are created
+            resources=resources,
+            spill_directory=session_dir / "spill",  # referenced objects past the store's size
+        )
+        self.server.start()
+        num_cpus = max(1, int(resources.get("CPU", 1)))
+        self.pool = WorkerPool(
+            self.socket_path,
+            session_dir / "logs",
+            cap=4 * num_cpus + 64,
+            log_to_driver=log_to_driver,
+        )
+        self.pool.start(num_cpus)  # warm pool
+        self.memory_monitor = MemoryMonitor.from_env(self.server)  # kills workers near OOM
+        self.memory_monitor.start()
+        self.warned: set[bytes] = set()
+        self.agent: ClusterAgent | None = None  # set by node_main when the node joins a cluster
+        home = origin_of(self.server.node_id)  # ids made by this node's processes start so
+        self.scopes = ActorScopes(lambda actor_id: origin_of(actor_id) == home)
+        self._stop = threading.Event()
+        self._events = threading.Thread(
+            target=self._handle_events, daemon=True, name="rayfield-node"
+        )
+        self._events.start()
+
+    def _handle_events(self) -> None:
+        while not self._stop.is_set():
+            for raw in self.server.poll_events(timeout_s=0.2):
+                event = ev.from_native(raw)
+                if event is not None:
+                    self._handle(event)
+
+    def _handle(self, event: ev.NodeEvent) -> None:
+        if isinstance(event, ev.NeedWorker):
+            with self.pool.lock:
+                starting = self.pool.starting
+            if starting < event.num_waiting:
+                self.pool.start(event.num_waiting - starting)
+        elif isinstance(event, ev.WorkerRegistered):
+            self.pool.registered()
+        elif isinstance(event, ev.StoreFull):
+            logger.warning(
+                "object store full, spilling did not make room: %d bytes requested, "
+                "%d of %d in use",
+                event.requested_bytes,
+                event.used_bytes,
+                event.capacity_bytes,
+            )
+        elif self.agent is not None and self.agent.on_event(event):
+            return
+        elif isinstance(event, ev.ActorHandlesChanged):
+            self._handles_changed(event)
+        elif isinstance(event, ev.TaskInfeasible) and event.task_id not in self.warned:
+            self.warned.add(event.task_id)
+            logger.warning(
+                "a task cannot be scheduled: %s. It waits until a node with these resources joins.",
+                event.reason,
+            )
+
+    def _handles_changed(self, event: ev.ActorHandlesChanged) -> None:
+        """This node's count of handles to an actor changed, and the node is alone: it
+        ends an actor that lost its last handle itself."""
+        for what, aid in self.scopes.local(event.actor_id, event.held, event.scoped):
+            ended = what == "confirm" and self.scopes.confirmed(aid, False)
+            if ended and self.server.end_actor(aid, NO_HANDLE_LEFT) == "held":
+                self.scopes.end_refused(aid)
+
+    def shutdown(self) -> None:
+        if self.agent is not None:
+            self.agent.shutdown()
+        self._stop.set()
+        self._events.join(timeout=2)
+        self.memory_monitor.stop()
+        self.pool.stop()
+        self.server.stop()
+        shutil.rmtree(self.session_dir / "sockets", ignore_errors=True)
+        shutil.rmtree(self.sockets_dir, ignore_errors=True)

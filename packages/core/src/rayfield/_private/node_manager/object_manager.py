@@ -1,0 +1,358 @@
+"""Objects between this node and the others: fetches, long polls, pushes received.
+
+:class:`ObjectManager` carries out what the pure :class:`~.fetch_state.FetchState` decides
+(see ``fetch_state.py`` for the rules): its fetch thread wakes when something is due,
+long-polls the nodes making wanted results (``FetchObjects``, whose reply carries the
+small ones whole), looks objects up in the GCS directory and asks every alive node, and
+pulls objects in chunks (``PullObject``) on a pool of transfer threads, writing them
+straight into the local store (``transfer.py``). New copies are recorded in the GCS
+directory, and pulled results released on the node that made them, in batches from the
+fetch thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rayfield._private.common.code import fetch_into, is_code
+from rayfield._private.gcs.client import GcsClient
+from rayfield._private.node_manager import fetch_state as fs
+from rayfield._private.node_manager.membership import PeerView
+from rayfield._private.node_manager.node_service import PeerChannels, PeerError
+from rayfield._private.node_manager.object_push import INLINE_MAX_BYTES
+from rayfield._private.node_manager.transfer import store_whole, write_chunks
+from rayfield.store import StoreClient
+
+__all__ = ["ObjectManager"]
+
+logger = logging.getLogger("rayfield")
+
+# How long a holder waits for an object still being made before answering "not here":
+# short, so waiting pulls never tie up the transfer threads of either node; the puller
+# asks again with a growing delay (fetch_state.FIRST_LOOKUP_S doubling to MAX_BACKOFF_S).
+PULL_WAIT_MS = 200
+POLL_WAIT_MS = 1000  # how long one FetchObjects long poll waits for a result being made
+LOOP_WAIT_S = 0.05  # the fetch thread runs at least this often
+
+
+class ObjectManager:
+    """Fetches the objects local clients wait for; see the module docstring.
+
+    Args:
+        node_id: this node's id (recorded as the new copies' location).
+        address: this node's service address.
+        client: the agent's store client.
+        gcs: the cluster's GCS client (object directory, code exports).
+        peers: the cluster's nodes.
+        channels: stubs of the other nodes.
+        on_arrival: told each object that came from another node (its task need not
+            run again; arguments pinned for it may go).
+        fail: stores error objects ``(ids, tag, message)`` (``Recovery.fail``).
+    """
+
+    def __init__(
+        self,
+        node_id: bytes,
+        address: str,
+        client: StoreClient,
+        gcs: GcsClient,
+        peers: PeerView,
+        channels: PeerChannels,
+        on_arrival: Callable[[bytes], None],
+        fail: Callable[[list[bytes], str, str], None],
+    ) -> None:
+        self.node_id = node_id
+        self.address = address
+        self.client = client
+        self.gcs = gcs
+        self.peers = peers
+        self.channels = channels
+        self.on_arrival = on_arrival
+        self.fail = fail
+        self.state = fs.FetchState(is_code)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._new_locations: dict[bytes, list[bytes]] = {}  # node id -> ids to record
+        self._to_release: dict[str, list[bytes]] = {}  # address -> ids it may drop
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rayfield-transfer")
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="rayfield-fetch")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the transfer pool.
+
+        Raises:
+            RuntimeError: the pool is shut down (the node is stopping).
+        """
+        self._pool.submit(fn, *args)
+
+    # ---- events -------------------------------------------------------------------
+
+    def missing(self, object_id: bytes) -> None:
+        """A local client waits for ``object_id``, which the node lacks."""
+        with self._lock:
+            actions = self.state.missing(object_id, time.monotonic())
+        self._act(actions)
+
+    def want(self, object_id: bytes, hint: str | None = None, delay_s: float = 0.0) -> None:
+        """Fetch ``object_id`` (from ``hint`` first) after ``delay_s`` (an object on its
+        way here by a push is asked for only if it does not come)."""
+        with self._lock:
+            actions = self.state.want(object_id, time.monotonic(), hint, delay_s)
+        self._act(actions)
+
+    def made_at(
+        self, object_ids: Iterable[bytes], address: str, node_id: bytes | None = None
+    ) -> None:
+        """``object_ids`` are being made by the node at ``address``; with ``node_id``
+        (that node's id), record that node as their location in the GCS directory."""
+        ids = list(object_ids)
+        now = time.monotonic()
+        with self._lock:
+            actions = [a for oid in ids for a in self.state.made_at(oid, address, now)]
+            if node_id is not None:
+                self._new_locations.setdefault(node_id, []).extend(ids)
+        self._act(actions)
+
+    def hold(self, object_ids: Iterable[bytes]) -> None:
+        """``object_ids`` are made here for another node's task: not fetched here."""
+        with self._lock:
+            self.state.hold(object_ids)
+
+    def is_held(self, object_id: bytes) -> bool:
+        with self._lock:
+            return object_id in self.state.held
+
+    def release_held(self, object_ids: Iterable[bytes]) -> None:
+        """The node that wanted ``object_ids`` has its copies: unpin them here."""
+        with self._lock:
+            mine = self.state.unhold(object_ids)
+        if mine:
+            self.client.unpin(mine)
+
+    def receive_push(
+        self, object_id: bytes, sender: str, size: int, meta: bytes, data: Any
+    ) -> bool:
+        """Store an object the node at ``sender`` pushed. ``data`` None (a large object):
+        pull it now if a client here waits for it, else when one does. Returns whether
+        it is here now."""
+        if data is None:
+            with self._lock:
+                actions = self.state.announced_by(object_id, sender)
+            self._act(actions)
+            return False
+        return self._store_whole(object_id, sender, size, meta, data, release=False)
+
+    def node_died(self, address: str) -> None:
+        with self._lock:
+            self.state.node_died(address)
+
+    # ---- carrying out actions -----------------------------------------------------
+
+    def _act(self, actions: list[fs.Action]) -> None:
+        for action in actions:
+            if isinstance(action, fs.Wake):
+                self._wake.set()
+            elif isinstance(action, fs.Fetch):
+                self._pool.submit(self._fetch, action.object_id, action.addresses)
+            elif isinstance(action, fs.Poll):
+                self._pool.submit(self._poll, action.address, list(action.object_ids))
+            elif isinstance(action, fs.LookUp):
+                self._look_up(list(action.object_ids))
+            elif isinstance(action, fs.Lost):
+                self._lost(action.object_id)
+            elif isinstance(action, fs.Recorded):
+                with self._lock:
+                    self._new_locations.setdefault(self.node_id, []).append(action.object_id)
+            elif isinstance(action, fs.Release):
+                with self._lock:
+                    self._to_release.setdefault(action.address, []).append(action.object_id)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(LOOP_WAIT_S)
+            self._wake.clear()
+            try:
+                self.flush()
+                self._round()
+            except Exception:
+                if self._stop.is_set():
+                    return
+                logger.exception("the fetch loop failed")
+
+    def _round(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            hinted, to_check = self.state.due(now)
+        here = {oid for oid in to_check if self.client.contains(oid)}
+        with self._lock:
+            for oid in here:
+                self.state.here(oid)
+            actions = self.state.plan(hinted + [o for o in to_check if o not in here])
+        self._act(actions)
+
+    def _look_up(self, ids: list[bytes]) -> None:
+        """Find ``ids`` in the directory, else by asking every alive node."""
+        try:
+            locations = self.gcs.get_object_locations(ids)
+        except Exception as exc:
+            logger.debug("object directory lookup failed: %s", exc)
+            locations = {}
+        addresses = {n.node_id: n.address for n in self.peers.alive_peers()}
+        actions: list[fs.Action] = []
+        unknown = []
+        with self._lock:
+            for oid in ids:
+                found = [addresses[n] for n in locations.get(oid, []) if n in addresses]
+                if found:
+                    actions += self.state.found(oid, found)
+                else:
+                    unknown.append(oid)
+        for address in set(addresses.values()) if unknown else ():
+            try:
+                present = self.channels.stub(address).has_objects(unknown)
+            except PeerError:
+                continue
+            with self._lock:
+                for oid, is_there in zip(unknown, present, strict=False):
+                    if is_there:
+                        actions += self.state.found(oid, [address])
+        orphaned = set()
+        for oid in unknown:  # made by a dead node, and not here
+            maker = self.peers.maker_of(oid)
+            if maker is not None and not maker.alive and not self.client.contains(oid):
+                orphaned.add(oid)
+        with self._lock:
+            actions += self.state.not_found(unknown, orphaned, time.monotonic())
+        self._act(actions)
+
+    def _lost(self, object_id: bytes) -> None:
+        maker = self.peers.maker_of(object_id)
+        where = (
+            f"node {maker.node_id.hex()[:12]} ({maker.address}), which died "
+            f"({maker.death_reason or 'no heartbeat'})"
+            if maker is not None
+            else "a node that died"
+        )
+        logger.warning("object %s is lost: its owner node died", object_id.hex())
+        self.fail(
+            [object_id],
+            "LOST",
+            f"object {object_id.hex()} is lost: it was made on {where}, and no alive node "
+            "holds a copy. Objects made by rf.put() cannot be rebuilt; return them from a "
+            "task with max_retries to have them recomputed.",
+        )
+
+    def _poll(self, address: str, ids: list[bytes]) -> None:
+        """Long-poll the node at ``address`` until one of ``ids`` is there; store those
+        that came whole in the reply (small ones)."""
+        present: dict[bytes, bool] = dict.fromkeys(ids, False)
+        stored: set[bytes] = set()
+        try:
+            try:
+                found, whole = self.channels.stub(address).fetch_objects(
+                    ids, POLL_WAIT_MS, INLINE_MAX_BYTES
+                )
+                present = dict(zip(ids, found, strict=False))
+            except PeerError:
+                whole = {}
+            for oid, (meta, data) in whole.items():
+                if present.get(oid) and self._store_whole(
+                    oid, address, len(data), meta, data, release=True
+                ):
+                    stored.add(oid)
+        except Exception:
+            logger.exception("polling %s failed", address)
+        finally:
+            with self._lock:
+                actions = self.state.poll_done(address, present, stored, time.monotonic())
+            self._act(actions)
+
+    def _store_whole(
+        self, object_id: bytes, sender: str, size: int, meta: bytes, data: Any, release: bool
+    ) -> bool:
+        """Store an object that came whole from the node at ``sender``; whether it is
+        here now (``release``: see ``FetchState.arrived``)."""
+        stored = store_whole(self.client, object_id, size, meta, data)
+        if stored:
+            self._arrived(object_id, sender, release)
+        return stored is not False  # None: pulled meanwhile, or made here
+
+    def _fetch(self, object_id: bytes, addresses: tuple[str, ...]) -> None:
+        got, retry = False, True
+        try:
+            if is_code(object_id):
+                got = fetch_into(self.gcs, self.client, object_id)
+                if not got:  # not exported to the GCS (too big): from a peer
+                    with self._lock:
+                        self.state.code_not_in_gcs(object_id)
+            for address in addresses if not got else ():
+                if self.pull(object_id, address):
+                    got = True
+                    break
+        except Exception:
+            logger.exception("fetching object %s failed", object_id.hex())
+            retry = False
+        finally:
+            with self._lock:
+                self.state.fetch_done(object_id, got, time.monotonic(), retry)
+
+    def pull(self, object_id: bytes, address: str, wait_ms: int = PULL_WAIT_MS) -> bool:
+        """Copy ``object_id`` from the node at ``address`` into the local store.
+
+        Returns:
+            True when the object is here (pulled now, or made here meanwhile); False when
+            that node does not have it (within ``wait_ms``) or cannot be reached.
+        """
+        try:
+            stored = write_chunks(
+                self.client, object_id, self.channels.stub(address).pull(object_id, wait_ms)
+            )
+        except PeerError as exc:
+            logger.info("pulling %s from %s failed: %s", object_id.hex()[:16], address, exc)
+            return False
+        if stored:
+            self._arrived(object_id, address, release=True)
+        return stored is not False
+
+    def _arrived(self, object_id: bytes, address: str, release: bool) -> None:
+        self.on_arrival(object_id)
+        with self._lock:
+            actions = self.state.arrived(object_id, address, release)
+        self._act(actions)
+
+    def flush(self) -> None:
+        """Record new object locations in the GCS and release pulled objects, in batches."""
+        with self._lock:
+            locations, self._new_locations = self._new_locations, {}
+            releases, self._to_release = self._to_release, {}
+        for node_id, ids in locations.items():
+            try:
+                self.gcs.add_object_locations(node_id, ids)
+            except Exception as exc:
+                logger.debug("object directory update failed: %s", exc)
+        for address, ids in releases.items():
+            try:
+                self.channels.stub(address).release(ids)
+            except Exception as exc:
+                logger.debug("releasing %d objects on %s failed: %s", len(ids), address, exc)
+
+    def stop(self) -> None:
+        """Stop the fetch thread and send what it had batched."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+        self.flush()
+
+    def close(self) -> None:
+        """Drop the transfers not started (after :meth:`stop`)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

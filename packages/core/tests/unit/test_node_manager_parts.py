@@ -1,0 +1,360 @@
+"""The node manager's pure parts: argument pins, the actor table, spillback decisions,
+typed task specs and node events (no processes, no sockets)."""
+
+from __future__ import annotations
+
+import ast
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rayfield._private.gcs.types import NodeInfo
+from rayfield._private.node_manager import events as ev
+from rayfield._private.node_manager.actor_routing import ActorRouter, ActorTable
+from rayfield._private.node_manager.arg_pins import ArgPins
+from rayfield._private.node_manager.membership import PeerView
+from rayfield._private.node_manager.placement import (
+    REFUSED_RETRY_S,
+    SENT_MEMORY_S,
+    SpillTable,
+    spill_order,
+)
+from rayfield._private.node_manager.spillback import Spillback
+from rayfield._private.node_manager.task_spec import TakenTask, TaskSpec
+
+
+def tid(i: int) -> bytes:
+    return i.to_bytes(20, "big")
+
+
+# ---- argument pins --------------------------------------------------------------------
+
+
+def test_arg_pins_are_dropped_once_every_result_is_back() -> None:
+    pins = ArgPins()
+    pins.hold(tid(1), "b:1", (tid(100), tid(101)), (tid(10), tid(11)))
+    assert pins.result_back(tid(10)) == ()
+    assert pins.result_back(tid(10)) == ()  # a second copy of a result: nothing
+    assert pins.result_back(tid(11)) == (tid(100), tid(101))
+    assert len(pins) == 0 and pins.result_back(tid(11)) == ()
+
+
+def test_arg_pins_of_tasks_sent_to_a_dead_node_are_dropped_one_task_at_a_time() -> None:
+    pins = ArgPins()
+    pins.hold(tid(1), "b:1", (tid(100),), (tid(10),))
+    pins.hold(tid(2), "b:1", (tid(100),), (tid(20),))  # the same argument, pinned twice
+    pins.hold(tid(3), "c:1", (tid(300),), (tid(30),))
+    assert sorted(pins.node_died("b:1")) == [(tid(100),), (tid(100),)]
+    assert pins.result_back(tid(10)) == ()  # forgotten with its node
+    assert pins.result_back(tid(30)) == (tid(300),)
+
+
+def test_a_task_without_results_cannot_hold_its_arguments() -> None:
+    with pytest.raises(ValueError, match="without results"):
+        ArgPins().hold(tid(1), "b:1", (tid(100),), ())
+
+
+# ---- actor routing table -----------------------------------------------------------------
+
+
+def call(i: int) -> TakenTask:
+    return TakenTask(TaskSpec(task_id=tid(i), payload=b"", actor_id=tid(99)))
+
+
+def test_actor_calls_are_held_in_order_and_unsent_ones_go_back_first() -> None:
+    table = ActorTable()
+    for i in range(3):
+        table.hold(tid(99), call(i))
+    calls = table.take(tid(99))
+    assert [c.spec.task_id for c in calls] == [tid(0), tid(1), tid(2)]
+    assert table.waiting() == []
+    table.hold(tid(99), call(3))  # submitted while the first ones were on their way
+    table.put_back(tid(99), calls[1:])  # the node refused the second call
+    assert [c.spec.task_id for c in table.take(tid(99))] == [tid(1), tid(2), tid(3)]
+
+
+def test_actor_locations_are_forgotten_with_their_node() -> None:
+    table = ActorTable()
+    table.located(tid(1), "b:1")
+    table.located(tid(2), "c:1")
+    table.node_died("b:1")
+    assert table.location(tid(1)) is None and table.location(tid(2)) == "c:1"
+
+
+def test_peer_view_tells_deaths_once_and_finds_an_actors_home() -> None:
+    me, b = b"A" * 20, b"B" * 20
+    view = PeerView(me, "a:1")
+    alive = [NodeInfo(node_id=me, address="a:1"), NodeInfo(node_id=b, address="b:1")]
+    assert view.update(alive) == []
+    assert [n.address for n in view.alive_peers()] == ["b:1"]
+    assert view.home_of(b"B" * 6 + bytes(14)) == "b:1"
+    assert view.home_of(b"A" * 6 + bytes(14)) is None  # homed here
+    dead = [alive[0], NodeInfo(node_id=b, address="b:1", alive=False)]
+    assert [n.address for n in view.update(dead)] == ["b:1"]
+    assert view.update(dead) == []  # told once
+    assert view.home_of(b"B" * 6 + bytes(14)) is None and not view.is_alive("b:1")
+
+
+# ---- spillback decisions -----------------------------------------------------------------
+
+
+def node(address: str, total: dict[str, float], free: dict[str, float]) -> NodeInfo:
+    return NodeInfo(
+        node_id=address.encode(),
+        address=address,
+        resources_total=total,
+        resources_available=free,
+    )
+
+
+def test_an_infeasible_task_goes_to_fitting_nodes_most_free_first() -> None:
+    nodes = [
+        node("small:1", {"CPU": 1}, {"CPU": 1}),
+        node("busy:1", {"CPU": 8, "GPU": 1}, {"CPU": 0, "GPU": 0}),
+        node("idle:1", {"CPU": 8, "GPU": 1}, {"CPU": 6, "GPU": 1}),
+    ]
+    order = spill_order({"CPU": 2, "GPU": 1}, nodes)
+    assert [n.address for n in order] == ["idle:1", "busy:1"]
+    assert spill_order({"TPU": 1}, nodes) == []
+
+
+def test_spill_table_waits_out_a_refusal_and_reports_waiting_demand() -> None:
+    table = SpillTable()
+    table.waiting(tid(1), {"GPU": 1})
+    assert table.demands() == [{"GPU": 1}] and table.to_retry() == [(tid(1), {"GPU": 1})]
+    table.taken(tid(1))
+    assert table.demands() == []
+    table.refused(tid(1), now=10.0)
+    assert table.retry_later(tid(1), 10.0 + REFUSED_RETRY_S / 2)
+    assert not table.retry_later(tid(1), 10.0 + REFUSED_RETRY_S)
+    table.accepted(tid(1))
+    assert not table.retry_later(tid(1), 10.0)
+
+
+def test_recently_sent_work_counts_against_a_peers_free_resources() -> None:
+    table = SpillTable()
+    entry = (0.0, "b:1", {"CPU": 2.0})
+    table.record_sent(entry)
+    free = {"b:1": {"CPU": 3.0}, "c:1": {"CPU": 2.0}}
+    loads = table.loads(free, now=0.5)
+    assert [(p.address, p.available["CPU"]) for p in loads] == [("c:1", 2.0), ("b:1", 1.0)]
+    table.sent_refused(entry)  # the peer refused it: it does not count any more
+    assert table.loads(free, now=0.5)[0].available["CPU"] == 3.0
+    table.record_sent(entry)
+    assert table.loads(free, now=SENT_MEMORY_S)[0].available["CPU"] == 3.0  # forgotten
+
+
+# ---- typed specs and events --------------------------------------------------------------
+
+
+def test_a_native_spec_round_trips_and_reads_as_fields() -> None:
+    native = {
+        "task_id": tid(1),
+        "payload": b"call",
+        "resources": {"CPU": 1.0},
+        "dependencies": [tid(2)],
+        "actor_id": tid(3),
+        "actor_creation": False,
+        "max_concurrency": 1,
+        "caller_id": tid(4),
+        "sequence_no": 7,
+        "return_ids": [tid(5)],
+        "max_retries": -1,
+        "actor_handles": [tid(3)],
+    }
+    taken = TakenTask.from_native(dict(native, kept_pins=[tid(2)], kept_handles=[]))
+    spec = taken.spec
+    assert spec.is_actor_call and spec.involves_actors and spec.sequence_no == 7
+    assert taken.kept_pins == (tid(2),) and taken.kept_handles == ()
+    assert spec.to_native() == native
+    assert spec.replace(max_retries=0).max_retries == 0 and spec.max_retries == -1
+    with pytest.raises(KeyError):
+        TaskSpec.from_native({"payload": b""})
+
+
+def test_native_events_become_typed_events() -> None:
+    assert ev.from_native(("task_infeasible", tid(1), {"GPU": 1.0}, "no GPU")) == (
+        ev.TaskInfeasible(tid(1), {"GPU": 1.0}, "no GPU")
+    )
+    assert ev.from_native(("owner_died", 3, 42, [tid(1)])) == ev.OwnerDied(3, 42, (tid(1),))
+    assert ev.from_native(("store_full", 10, 100, 95)) == ev.StoreFull(10, 100, 95)
+    assert ev.from_native(("client_disconnected", 3, 42, True)) == ev.ClientDisconnected(
+        3, 42, True
+    )
+    assert ev.from_native(("dispatch", tid(1))) is None  # handled by the native core
+    assert ev.from_native(()) is None
+
+
+# ---- the package's boundaries ------------------------------------------------------------
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, at the top or inside functions."""
+    found = set()
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.Import):
+            found.update(a.name for a in n.names)
+        elif isinstance(n, ast.ImportFrom) and n.module:
+            found.add(n.module)
+    return found
+
+
+def test_only_node_service_imports_grpc_and_nothing_imports_the_layers_above() -> None:
+    import rayfield._private.node_manager as nm
+
+    above = (
+        "rayfield.api",
+        "rayfield.actor",
+        "rayfield.remote_function",
+        "rayfield._private.runtime",
+    )
+    files = sorted(Path(nm.__file__).parent.glob("*.py"))
+    assert len(files) > 15
+    for path in files:
+        modules = imported_modules(path)
+        grpc = {m for m in modules if m == "grpc" or m.startswith("grpc.")}
+        assert not grpc or path.name == "node_service.py", f"{path.name} imports grpc"
+        bad = {m for m in modules if m.startswith(above)}
+        assert not bad, f"{path.name} imports {bad}, a layer above the node manager"
+        assert len(path.read_text().splitlines()) <= 600, f"{path.name} is over 600 lines"
+
+
+# ---- actor routing and spillback with fake collaborators ----------------------------------
+
+
+class FakeGcs:
+    def __init__(self) -> None:
+        self.actors: dict[bytes, Any] = {}
+
+    def get_actor(self, actor_id: bytes) -> Any:
+        return self.actors.get(actor_id)
+
+    def register_actor(self, info: Any) -> None:
+        self.actors[info.actor_id] = info
+
+
+def router(refuse_from: int = -1, dead: str | None = None) -> tuple[ActorRouter, list[Any]]:
+    log: list[Any] = []
+    me, home = b"A" * 20, b"B" * 20
+    peers = PeerView(me, "a:1")
+    peers.update([NodeInfo(node_id=me, address="a:1"), NodeInfo(node_id=home, address="b:1")])
+
+    def send(address: str, calls: list[TakenTask]) -> list[str | None]:
+        out: list[str | None] = []
+        for c in calls:
+            n = int.from_bytes(c.spec.task_id, "big")
+            out.append("busy" if 0 <= refuse_from <= n else None)
+            log.append(("sent", address, n))
+        return out
+
+    r = ActorRouter(
+        me,
+        FakeGcs(),  # type: ignore[arg-type]
+        peers,
+        dead=lambda actor_id: dead,
+        fail=lambda ids, tag, why: log.append(("fail", tag, list(ids))),
+        send=send,
+        sent=lambda c, address: log.append(("ok", int.from_bytes(c.spec.task_id, "big"))),
+        drop=lambda c: log.append(("drop", int.from_bytes(c.spec.task_id, "big"))),
+    )
+    return r, log
+
+
+ACTOR = b"B" * 6 + bytes(14)  # homed on node B, never moved
+
+
+def actor_call(i: int) -> TakenTask:
+    spec = TaskSpec(task_id=tid(i), payload=b"", actor_id=ACTOR, return_ids=(tid(100 + i),))
+    return TakenTask(spec)
+
+
+def test_calls_of_an_actor_that_never_moved_go_to_its_home_in_order() -> None:
+    r, log = router()
+    for i in range(3):
+        r.call_elsewhere(ACTOR, actor_call(i))
+    assert [e for e in log if e[0] == "ok"] == [("ok", 0), ("ok", 1), ("ok", 2)]
+    assert r.table.location(ACTOR) == "b:1" and r.table.waiting() == []
+
+
+def test_a_refused_call_is_held_with_those_after_it_until_the_next_try() -> None:
+    r, log = router(refuse_from=1)
+    r.call_elsewhere(ACTOR, actor_call(0))
+    r.call_elsewhere(ACTOR, actor_call(1))
+    r.call_elsewhere(ACTOR, actor_call(2))
+    held = [c.spec.task_id for c in r.table.calls[ACTOR]]
+    assert held == [tid(1), tid(2)] and ("ok", 0) in log and ("ok", 1) not in log
+
+
+def test_calls_of_a_dead_actor_fail_and_release_what_they_held() -> None:
+    r, log = router(dead="the actor's node died")
+    r.call_elsewhere(ACTOR, actor_call(0))
+    assert log == [("fail", "ACTOR_DIED", [tid(100)]), ("drop", 0)]
+
+
+class FakeQueue:
+    def __init__(self) -> None:
+        self.queued = {tid(1): {"task_id": tid(1), "payload": b"", "kept_pins": [tid(50)]}}
+
+    def take_task(self, task_id: bytes, pin_for: int = 0) -> dict[str, Any] | None:
+        return self.queued.pop(task_id, None)
+
+    def scheduler_snapshot(self) -> dict[str, Any]:
+        return {"available": {}, "ready_tasks": []}
+
+
+class FakeForwarder:
+    def __init__(self, refuse: set[str]) -> None:
+        self.refuse = refuse
+        self.tried: list[str] = []
+
+    def submit(self, address: str, spec: TaskSpec, pushed: list[bytes], done: Any) -> None:
+        self.tried.append(address)
+        done("full" if address in self.refuse else None)
+
+
+def spillback(refuse: set[str]) -> tuple[Spillback, FakeForwarder, list[Any]]:
+    log: list[Any] = []
+    peers = PeerView(b"me", "a:1")
+    peers.update(
+        [
+            node("small:1", {"CPU": 1.0}, {"CPU": 1.0}),
+            node("big:1", {"GPU": 2.0}, {"GPU": 2.0}),
+            node("big:2", {"GPU": 2.0}, {"GPU": 1.0}),
+        ]
+    )
+    fwd = FakeForwarder(refuse)
+    s = Spillback(
+        FakeQueue(),
+        client_id=7,
+        peers=peers,
+        forwarder=fwd,  # type: ignore[arg-type]
+        push_args=lambda address, spec: [],
+        on_sent=lambda taken, peer: log.append(("sent", peer.address)),
+        give_back=lambda taken: log.append(("back", taken.kept_pins)),
+        stay=set,
+    )
+    return s, fwd, log
+
+
+def test_an_infeasible_task_is_forwarded_to_the_fitting_node_with_most_free() -> None:
+    s, fwd, log = spillback(refuse={"big:1"})
+    assert s.spill(tid(1), {"GPU": 1.0})
+    assert fwd.tried == ["big:1", "big:2"] and log == [("sent", "big:2")]
+    assert s.demands() == []
+
+
+def test_a_task_every_node_refuses_is_queued_here_again_and_waits() -> None:
+    s, fwd, log = spillback(refuse={"big:1", "big:2"})
+    assert s.spill(tid(1), {"GPU": 1.0})
+    assert fwd.tried == ["big:1", "big:2"] and log == [
+        ("back", (tid(50),))
+    ]  # its argument pins go back with it
+    assert s.table.retry_later(tid(1), time.monotonic())
+
+
+def test_a_task_no_node_fits_waits_and_is_reported_as_demand() -> None:
+    s, fwd, log = spillback(refuse=set())
+    assert not s.spill(tid(1), {"TPU": 1.0})
+    assert s.demands() == [{"TPU": 1.0}] and fwd.tried == [] and log == []
