@@ -161,7 +161,7 @@ def init(
 
 def _local_node_of_cluster(address: str, root: Path) -> tuple[str, Path]:
     """The socket and session of a node of the cluster at ``address`` on this machine."""
-    from rayfield._private.cluster.launch import find_token
+    from rayfield._private.driver.launch import find_token
     from rayfield._private.gcs.client import GcsClient
 
     gcs = GcsClient(address, find_token(address, root), retry_deadline_s=10)
@@ -405,7 +405,7 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     except ObjectNotFoundError:
         if cluster is None:
             raise
-        from rayfield._private.cluster.state_client import kill_actor_elsewhere
+        from rayfield._private.driver.state_client import kill_actor_elsewhere
 
         if not kill_actor_elsewhere(actor._actor_id, no_restart):  # it lives on another node
             raise

@@ -87,7 +87,7 @@ def list_nodes() -> list[dict[str, Any]]:
     (store statistics; this driver's node only, else None).
 
     Raises:
-        rayfield._private.gcs.errors.GcsError: in a cluster whose GCS cannot be reached.
+        rayfield._private.protocol.errors.GcsError: in a cluster whose GCS cannot be reached.
     """
     rt = _rt.get_runtime()
     address = _cluster()
@@ -160,7 +160,7 @@ def _task_events() -> list[dict[str, Any]]:
     if address is None:
         return local
     from rayfield._private.cluster.names import client
-    from rayfield._private.cluster.state_client import decode_events
+    from rayfield._private.driver.state_client import decode_events
 
     mine = _rt.get_runtime().client.node_id.hex()
     remote = decode_events(client(address).get_task_events())
@@ -209,7 +209,7 @@ def list_actors() -> list[dict[str, Any]]:
     address = _cluster()
     if address is not None:
         from rayfield._private.cluster.names import sessions_root
-        from rayfield._private.cluster.state_client import StateClient
+        from rayfield._private.driver.state_client import StateClient
 
         with StateClient(address, temp_dir=sessions_root()) as client:
             return client.actors()

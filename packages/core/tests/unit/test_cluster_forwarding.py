@@ -10,9 +10,10 @@ from typing import Any
 import grpc
 import pytest
 
-from rayfield._private.cluster import forwarding, messages
+from rayfield._private.cluster import forwarding
 from rayfield._private.cluster.forwarding import AcceptedTasks, Forwarder, batches
 from rayfield._private.cluster.node_service import NodeService
+from rayfield._private.protocol import messages
 
 
 def tid(i: int) -> bytes:
@@ -235,7 +236,7 @@ class FakeRpcError(grpc.RpcError):
 
 def agent_with(stub: FlakyStub, alive: bool = True) -> Any:
     from rayfield._private.cluster.agent import NodeAgent
-    from rayfield._private.gcs.types import NodeInfo
+    from rayfield._private.protocol.types import NodeInfo
 
     agent = NodeAgent.__new__(NodeAgent)
     agent._lock = threading.Lock()

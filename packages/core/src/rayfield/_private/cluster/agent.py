@@ -46,10 +46,10 @@ from rayfield._private.cluster.object_push import INLINE_MAX_BYTES, ObjectPusher
 from rayfield._private.cluster.placement import PeerLoad, fits, plan_moves
 from rayfield._private.cluster.recovery import Recovery
 from rayfield._private.cluster.transfer import keep_freed_memory, store_whole, write_chunks
-from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, auth_metadata, open_channel
 from rayfield._private.gcs.client import GcsClient
-from rayfield._private.gcs.types import ActorInfo, ActorState, NodeInfo, ResourceDemand
+from rayfield._private.protocol.types import ActorInfo, ActorState, NodeInfo, ResourceDemand
 from rayfield._private.runtime import ORIGIN_BYTES, origin_of
+from rayfield._private.transport import TlsConfig, TokenInterceptor, auth_metadata, open_channel
 from rayfield.store import StoreClient
 
 if TYPE_CHECKING:

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from rayfield._private.actor_scope import NO_HANDLE_LEFT, Decision
-from rayfield._private.gcs.errors import GcsNotFoundError
-from rayfield._private.gcs.types import ActorState
+from rayfield._private.protocol.errors import GcsNotFoundError
+from rayfield._private.protocol.types import ActorState
 
 if TYPE_CHECKING:
     from rayfield._private.cluster.agent import NodeAgent
@@ -154,7 +154,7 @@ class Lifecycle:
         self._submit(self._record, actor_id, state)
 
     def _record(self, actor_id: bytes, state: ActorState) -> None:
-        from rayfield._private.gcs.types import ActorInfo
+        from rayfield._private.protocol.types import ActorInfo
 
         info = ActorInfo(actor_id=actor_id, node_id=self.agent.node_id, state=state)
         try:
@@ -293,7 +293,7 @@ def cancel_elsewhere(node_id: bytes, task_id: bytes, force: bool, recursive: boo
         cluster or when the node cannot be asked.
     """
     from rayfield._private.cluster.names import gcs_address, sessions_root
-    from rayfield._private.cluster.state_client import StateClient, StateError
+    from rayfield._private.driver.state_client import StateClient, StateError
 
     address = gcs_address()
     if not address:

@@ -40,10 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from rayfield._private.cluster import messages
 from rayfield._private.cluster.introspect import LogAccessError
-from rayfield._private.gcs import codec
-from rayfield._private.gcs.errors import GcsInvalidRequestError
+from rayfield._private.protocol import codec, messages
+from rayfield._private.protocol.errors import GcsInvalidRequestError
 from rayfield.store.errors import ObjectNotFoundError
 
 if TYPE_CHECKING:

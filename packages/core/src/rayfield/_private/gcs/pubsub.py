@@ -12,8 +12,8 @@ from __future__ import annotations
 import queue
 import threading
 
-from rayfield._private.gcs.errors import GcsError
-from rayfield._private.gcs.types import GcsMessage
+from rayfield._private.protocol.errors import GcsError
+from rayfield._private.protocol.types import GcsMessage
 
 __all__ = ["GcsTooManySubscribersError", "PubSub", "Subscription"]
 

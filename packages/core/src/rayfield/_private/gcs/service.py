@@ -12,11 +12,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rayfield._private.gcs import codec
-from rayfield._private.gcs.errors import GcsInvalidRequestError
 from rayfield._private.gcs.pubsub import PubSub
 from rayfield._private.gcs.tables import GcsTables
-from rayfield._private.gcs.types import ActorInfo, ActorState, JobInfo, NodeInfo
+from rayfield._private.protocol import codec
+from rayfield._private.protocol.errors import GcsInvalidRequestError
+from rayfield._private.protocol.types import ActorInfo, ActorState, JobInfo, NodeInfo
 
 __all__ = ["GcsService"]
 

@@ -1,5 +1,11 @@
 """Encode and decode the node-to-node messages of ``schema/cluster.fbs``.
 
+These are the hot messages between nodes (tasks forwarded, objects fetched, pushed and
+pulled); each is built by a function written for its table, on the codec's primitives
+for ids, resources and vectors (``codec.id_vector``, ``resource_vector``,
+``offset_vector``), so both encoders write those the same way. The node's other
+messages (introspection, logs, kill, cancel) go through ``codec.encode`` and ``SPECS``.
+
 Every ``decode_*`` raises :class:`MalformedMessage` for a payload that is not a valid
 message of its type (truncated, out-of-range offsets, missing fields), never another
 exception, so a service can answer ``INVALID_ARGUMENT`` and go on serving.
@@ -12,6 +18,8 @@ from typing import Any
 
 import flatbuffers
 
+from rayfield._private.protocol.codec import id_vector, offset_vector, resource_vector
+from rayfield._private.protocol.constants import ID_SIZE, RESOURCE_UNIT
 from rayfield.store.protocol.fb import (
     FetchedObject,
     FetchObjectsReply,
@@ -25,13 +33,11 @@ from rayfield.store.protocol.fb import (
     ObjectIdsRequest,
     PullObjectRequest,
     PushObjectRequest,
-    ResourceAmount,
     SubmitTaskRequest,
     UniqueID,
 )
 
-RESOURCE_UNIT = 10000  # fixed point of ResourceAmount.amount (as the native scheduler)
-ID_SIZE = 20
+__all__ = ["ID_SIZE", "RESOURCE_UNIT", "MalformedMessage"]
 
 
 # flatc 25.12.19 names this CreateUniqueId in the module and CreateUniqueID in its stub.
@@ -58,18 +64,6 @@ def _decoder(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _id_vector(b: flatbuffers.Builder, start: Callable[..., Any], ids: Sequence[bytes]) -> int:
-    """A vector of UniqueID structs, written as one block (ids are 20 bytes, alignment 1):
-    struct by struct, the builder takes about 20 us an id, a long poll's thousand ids 20 ms."""
-    block = b"".join(ids)
-    if len(block) != ID_SIZE * len(ids):
-        raise ValueError(f"ids must be {ID_SIZE} bytes each")
-    start(b, len(ids))
-    b.head = b.head - len(block)
-    b.Bytes[b.head : b.head + len(block)] = block
-    return int(b.EndVector())
-
-
 def _check_id(oid: bytes) -> bytes:
     if len(oid) != ID_SIZE:
         raise MalformedMessage(f"an id must be {ID_SIZE} bytes, got {len(oid)}")
@@ -93,14 +87,6 @@ def _read_ids(n: int, get: Callable[[int], Any]) -> list[bytes]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _vector(b: flatbuffers.Builder, start: Callable[..., Any], offsets: list[int]) -> int:
-    """A vector of the tables at ``offsets`` (``start``: the generated StartXVector)."""
-    start(b, len(offsets))
-    for off in reversed(offsets):
-        b.PrependUOffsetTRelative(off)
-    return int(b.EndVector())
 
 
 def _finish(b: flatbuffers.Builder, root: int) -> bytes:
@@ -164,20 +150,13 @@ def _build_forward(
     b: flatbuffers.Builder, origin_off: int, spec: dict[str, Any], pushed: Sequence[bytes]
 ) -> int:
     payload: bytes = spec["payload"]
-    pushed_off = _id_vector(b, ForwardTaskRequest.StartPushedVector, pushed)
+    pushed_off = id_vector(b, pushed)
     payload_off = b.CreateByteVector(payload)
-    res_offs = []
-    for name, amount in spec.get("resources", {}).items():
-        name_off = b.CreateString(name)
-        ResourceAmount.ResourceAmountStart(b)
-        ResourceAmount.ResourceAmountAddName(b, name_off)
-        ResourceAmount.ResourceAmountAddAmount(b, round(float(amount) * RESOURCE_UNIT))
-        res_offs.append(ResourceAmount.ResourceAmountEnd(b))
-    resources = _vector(b, SubmitTaskRequest.SubmitTaskRequestStartResourcesVector, res_offs)
-    deps = _id_vector(b, SubmitTaskRequest.StartDependenciesVector, spec.get("dependencies", []))
-    rets = _id_vector(b, SubmitTaskRequest.StartReturnIdsVector, spec.get("return_ids", []))
+    resources = resource_vector(b, spec.get("resources", {}))
+    deps = id_vector(b, spec.get("dependencies", []))
+    rets = id_vector(b, spec.get("return_ids", []))
     handles = spec.get("actor_handles") or []
-    handles_off = _id_vector(b, SubmitTaskRequest.StartActorHandlesVector, handles)
+    handles_off = id_vector(b, handles)
     SubmitTaskRequest.SubmitTaskRequestStart(b)
     SubmitTaskRequest.SubmitTaskRequestAddTaskId(b, _create_id(b, spec["task_id"]))
     SubmitTaskRequest.SubmitTaskRequestAddResources(b, resources)
@@ -240,7 +219,7 @@ def encode_forward_batch(
     b = flatbuffers.Builder(size + 64)
     origin_off = b.CreateString(origin)
     offs = [_build_forward(b, origin_off, spec, pushed) for spec, pushed in tasks]
-    vec = _vector(b, ForwardBatchRequest.StartTasksVector, offs)
+    vec = offset_vector(b, offs)
     ForwardBatchRequest.ForwardBatchRequestStart(b)
     ForwardBatchRequest.ForwardBatchRequestAddTasks(b, vec)
     ForwardBatchRequest.ForwardBatchRequestAddInOrder(b, in_order)
@@ -271,7 +250,7 @@ def encode_forward_batch_reply(replies: Sequence[str | None]) -> bytes:
         ForwardTaskReply.ForwardTaskReplyAddAccepted(b, why is None)
         ForwardTaskReply.ForwardTaskReplyAddMessage(b, msg)
         offs.append(ForwardTaskReply.ForwardTaskReplyEnd(b))
-    vec = _vector(b, ForwardBatchReply.StartRepliesVector, offs)
+    vec = offset_vector(b, offs)
     ForwardBatchReply.ForwardBatchReplyStart(b)
     ForwardBatchReply.ForwardBatchReplyAddReplies(b, vec)
     return _finish(b, ForwardBatchReply.ForwardBatchReplyEnd(b))
@@ -343,7 +322,7 @@ def decode_push(buf: bytes) -> tuple[bytes, str, int, bytes, memoryview | None]:
 
 def encode_ids(ids: Sequence[bytes], wait_ms: int = 0) -> bytes:
     b = flatbuffers.Builder(32 + 24 * len(ids))
-    vec = _id_vector(b, ObjectIdsRequest.StartObjectIdsVector, ids)
+    vec = id_vector(b, ids)
     ObjectIdsRequest.ObjectIdsRequestStart(b)
     ObjectIdsRequest.ObjectIdsRequestAddObjectIds(b, vec)
     ObjectIdsRequest.ObjectIdsRequestAddWaitMs(b, wait_ms)
@@ -377,7 +356,7 @@ def decode_present(buf: bytes) -> list[bool]:
 
 def encode_fetch(ids: Sequence[bytes], wait_ms: int, inline_max_bytes: int) -> bytes:
     b = flatbuffers.Builder(48 + 24 * len(ids))
-    vec = _id_vector(b, FetchObjectsRequest.StartObjectIdsVector, ids)
+    vec = id_vector(b, ids)
     FetchObjectsRequest.FetchObjectsRequestStart(b)
     FetchObjectsRequest.FetchObjectsRequestAddObjectIds(b, vec)
     FetchObjectsRequest.FetchObjectsRequestAddWaitMs(b, wait_ms)
@@ -409,7 +388,7 @@ def encode_fetch_reply(
         FetchedObject.FetchedObjectAddMetadata(b, meta_off)
         FetchedObject.FetchedObjectAddData(b, data_off)
         offs.append(FetchedObject.FetchedObjectEnd(b))
-    objects_vec = _vector(b, FetchObjectsReply.StartObjectsVector, offs)
+    objects_vec = offset_vector(b, offs)
     present_vec = b.CreateByteVector(bytes(bytearray(1 if p else 0 for p in present)))
     FetchObjectsReply.FetchObjectsReplyStart(b)
     FetchObjectsReply.FetchObjectsReplyAddPresent(b, present_vec)

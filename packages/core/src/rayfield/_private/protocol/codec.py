@@ -12,7 +12,7 @@ into ``GcsInvalidRequestError``.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -22,16 +22,25 @@ import flatbuffers
 from flatbuffers import encode as fb_encode
 from flatbuffers import packer
 
-from rayfield._private.gcs.errors import GcsInvalidRequestError
-from rayfield._private.gcs.types import ActorInfo, JobInfo, NodeInfo, ResourceDemand
+from rayfield._private.protocol.constants import ID_SIZE, RESOURCE_UNIT
+from rayfield._private.protocol.errors import GcsInvalidRequestError
+from rayfield._private.protocol.types import ActorInfo, JobInfo, NodeInfo, ResourceDemand
 
-__all__ = ["METHODS", "RESOURCE_UNIT", "SERVICE", "SPECS", "decode", "decode_record", "encode"]
+__all__ = [
+    "ID_SIZE",
+    "METHODS",
+    "RESOURCE_UNIT",
+    "SERVICE",
+    "SPECS",
+    "decode",
+    "decode_record",
+    "encode",
+    "id_vector",
+    "offset_vector",
+    "resource_vector",
+]
 
 _FB_PACKAGE = "rayfield.store.protocol.fb"
-RESOURCE_UNIT = 10000
-"""Resource amounts travel as integers in units of 1/RESOURCE_UNIT (ResourceAmount)."""
-ID_SIZE = 20
-"""Size of a UniqueID (object ids) in bytes."""
 
 STR, BYTES, BOOL, INT, FLOAT, RES, IDS, STRS, BLOBS = (
     "str",
@@ -210,14 +219,21 @@ def _get(values: Any, field: str) -> Any:
 # ---- encoding -----------------------------------------------------------------
 
 
-def _offset_vector(b: flatbuffers.Builder, offsets: list[int]) -> int:
+def offset_vector(b: flatbuffers.Builder, offsets: list[int]) -> int:
+    """A vector of the tables (or strings) at ``offsets``, in order."""
     b.StartVector(4, len(offsets), 4)
     for off in reversed(offsets):
         b.PrependUOffsetTRelative(off)
     return int(b.EndVector())
 
 
-def _id_vector(b: flatbuffers.Builder, ids: list[bytes]) -> int:
+def id_vector(b: flatbuffers.Builder, ids: Sequence[bytes]) -> int:
+    """A vector of UniqueID structs, written as one block (ids are ID_SIZE bytes, alignment
+    1): struct by struct, the builder takes about 20 us an id, a thousand ids 20 ms.
+
+    Raises:
+        GcsInvalidRequestError: when an id is not ID_SIZE bytes.
+    """
     for oid in ids:
         if len(oid) != ID_SIZE:
             raise GcsInvalidRequestError(
@@ -230,7 +246,8 @@ def _id_vector(b: flatbuffers.Builder, ids: list[bytes]) -> int:
     return int(b.EndVector())
 
 
-def _resources(b: flatbuffers.Builder, amounts: dict[str, float]) -> int:
+def resource_vector(b: flatbuffers.Builder, amounts: dict[str, float]) -> int:
+    """A vector of ResourceAmount tables: each amount in units of 1/RESOURCE_UNIT."""
     mod = _module("ResourceAmount")
     offsets = []
     for name, amount in amounts.items():
@@ -239,7 +256,7 @@ def _resources(b: flatbuffers.Builder, amounts: dict[str, float]) -> int:
         mod.AddName(b, name_off)
         mod.AddAmount(b, round(float(amount) * RESOURCE_UNIT))
         offsets.append(mod.End(b))
-    return _offset_vector(b, offsets)
+    return offset_vector(b, offsets)
 
 
 def _build(b: flatbuffers.Builder, table: str, values: Any) -> int:
@@ -254,16 +271,16 @@ def _build(b: flatbuffers.Builder, table: str, values: Any) -> int:
         elif kind == BYTES:
             offsets[field] = b.CreateByteVector(bytes(value))
         elif kind == RES:
-            offsets[field] = _resources(b, value)
+            offsets[field] = resource_vector(b, value)
         elif kind == IDS:
-            offsets[field] = _id_vector(b, list(value))
+            offsets[field] = id_vector(b, list(value))
         elif kind == STRS:
-            offsets[field] = _offset_vector(b, [b.CreateString(s) for s in value])
+            offsets[field] = offset_vector(b, [b.CreateString(s) for s in value])
         elif kind == BLOBS:
             blobs = [_build(b, "GcsBlob", {"data": bytes(x)}) for x in value]
-            offsets[field] = _offset_vector(b, blobs)
+            offsets[field] = offset_vector(b, blobs)
         elif isinstance(kind, Table) and kind.many:
-            offsets[field] = _offset_vector(b, [_build(b, kind.name, x) for x in value])
+            offsets[field] = offset_vector(b, [_build(b, kind.name, x) for x in value])
         elif isinstance(kind, Table):
             offsets[field] = _build(b, kind.name, value)
     mod = _module(table)
