@@ -21,6 +21,8 @@ subclasses) when the GCS does not answer within 10 s or refuses the token.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rayfield._private.cluster.names import client, gcs_address
 
 __all__ = [
@@ -53,7 +55,7 @@ def _namespace(namespace: Key | None) -> str:
     return namespace.decode() if isinstance(namespace, bytes) else str(namespace)
 
 
-def _gcs():  # type: ignore[no-untyped-def]
+def _gcs() -> Any:
     address = gcs_address()
     if address is None:
         raise RuntimeError(
@@ -70,7 +72,7 @@ def _internal_kv_initialized() -> bool:
 
 def _internal_kv_get(key: Key, *, namespace: Key | None = None) -> bytes | None:
     """The value under ``key``, or None when there is none."""
-    return _gcs().kv_get(_namespace(namespace), _bytes(key, "key"))  # type: ignore[no-any-return]
+    return _gcs().kv_get(_namespace(namespace), _bytes(key, "key"))
 
 
 def _internal_kv_exists(key: Key, *, namespace: Key | None = None) -> bool:
