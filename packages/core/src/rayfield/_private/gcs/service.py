@@ -15,6 +15,7 @@ from typing import Any
 from rayfield._private.gcs.pubsub import PubSub
 from rayfield._private.gcs.tables import GcsTables
 from rayfield._private.protocol import codec
+from rayfield._private.protocol.constants import MAX_MESSAGE_BYTES
 from rayfield._private.protocol.errors import GcsInvalidRequestError
 from rayfield._private.protocol.types import ActorInfo, ActorState, JobInfo, NodeInfo
 
@@ -76,7 +77,7 @@ class GcsService:
         self,
         db_path: str,
         heartbeat_timeout_s: float = 3.0,
-        max_reply_bytes: int = 64 << 20,
+        max_reply_bytes: int = MAX_MESSAGE_BYTES,
         pubsub: PubSub | None = None,
     ) -> None:
         self.pubsub = pubsub or PubSub()

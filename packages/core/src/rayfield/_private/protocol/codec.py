@@ -1,16 +1,20 @@
-"""Flatbuffers encoding of GCS messages (the one GCS module using the generated classes).
+"""Flatbuffers encoding of the cluster's messages: the one encoder of the GCS's and the
+nodes' tables (``gcs.fbs``, ``cluster.fbs``, ``node.fbs``).
 
-Each table of ``gcs.fbs`` that the service uses is described once in ``SPECS``
-(field name -> kind); ``encode`` and ``decode`` walk that description and call
-the generated builder functions and accessors by name, so a field missing from
-the schema fails loudly. Nested tables listed in ``RECORDS`` decode to the typed
-records of ``types.py``; other tables decode to dicts. Decoding never trusts
-the buffer: sizes and vector lengths are checked and every exception is turned
+Each table is described once in ``schema.SPECS`` (field name -> kind, in the order the
+fields are added); ``encode`` and ``decode`` walk that description and call the
+generated builder functions and accessors by name, so a field missing from the schema
+fails loudly. Each table's plan (its generated functions, its children's order from
+``schema.CREATE_ORDER``) is looked up once and cached. Children (strings, vectors,
+nested tables) are written before their table. Tables listed in ``schema.RECORDS``
+decode to the typed records of ``types.py``; others decode to dicts. Decoding never
+trusts the buffer: sizes and vector lengths are checked and every exception is turned
 into ``GcsInvalidRequestError``.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +28,27 @@ from flatbuffers import packer
 
 from rayfield._private.protocol.constants import ID_SIZE, RESOURCE_UNIT
 from rayfield._private.protocol.errors import GcsInvalidRequestError
-from rayfield._private.protocol.types import ActorInfo, JobInfo, NodeInfo, ResourceDemand
+from rayfield._private.protocol.schema import (
+    BLOBS,
+    BOOL,
+    BYTES,
+    CREATE_ORDER,
+    FLAGS,
+    FLOAT,
+    ID,
+    IDS,
+    INT,
+    METHODS,
+    RECORDS,
+    RES,
+    SERVICE,
+    SHARED_STR,
+    SPECS,
+    STR,
+    STREAMING_METHODS,
+    STRS,
+    Table,
+)
 
 __all__ = [
     "ID_SIZE",
@@ -32,172 +56,20 @@ __all__ = [
     "RESOURCE_UNIT",
     "SERVICE",
     "SPECS",
+    "STREAMING_METHODS",
     "decode",
     "decode_record",
     "encode",
+    "id_struct",
     "id_vector",
     "offset_vector",
     "resource_vector",
 ]
 
 _FB_PACKAGE = "rayfield.store.protocol.fb"
-
-STR, BYTES, BOOL, INT, FLOAT, RES, IDS, STRS, BLOBS = (
-    "str",
-    "bytes",
-    "bool",
-    "int",
-    "float",
-    "resources",
-    "ids",
-    "strings",
-    "blobs",
-)
-
-
-@dataclass(frozen=True)
-class Table:
-    """A nested table field (``many``: a vector of them)."""
-
-    name: str
-    many: bool = False
-
-
-_DEMANDS = Table("GcsResourceDemand", many=True)
-SPECS: dict[str, dict[str, Any]] = {
-    "GcsEmpty": {},
-    "GcsBlob": {"data": BYTES},
-    "GcsResourceDemand": {"shape": RES, "count": INT, "infeasible": BOOL},
-    "GcsNodeInfo": {
-        "node_id": BYTES,
-        "address": STR,
-        "socket_path": STR,
-        "session_dir": STR,
-        "hostname": STR,
-        "resources_total": RES,
-        "resources_available": RES,
-        "demand": _DEMANDS,
-        "alive": BOOL,
-        "last_heartbeat_s": FLOAT,
-        "registered_s": FLOAT,
-        "death_reason": STR,
-    },
-    "GcsActorInfo": {
-        "actor_id": BYTES,
-        "name": STR,
-        "namespace": STR,
-        "detached": BOOL,
-        "owner_node_id": BYTES,
-        "node_id": BYTES,
-        "state": INT,
-        "payload": BYTES,
-    },
-    "GcsJobInfo": {
-        "job_id": BYTES,
-        "driver_pid": INT,
-        "node_id": BYTES,
-        "entrypoint": STR,
-        "start_time_s": FLOAT,
-        "end_time_s": FLOAT,
-        "finished": BOOL,
-    },
-    "GcsRegisterNodeRequest": {"node": Table("GcsNodeInfo")},
-    "GcsHeartbeatRequest": {"node_id": BYTES, "resources_available": RES, "demand": _DEMANDS},
-    "GcsHeartbeatReply": {"reregister": BOOL},
-    "GcsGetNodesReply": {"nodes": Table("GcsNodeInfo", many=True)},
-    "GcsUnregisterNodeRequest": {"node_id": BYTES},
-    "GcsKvPutRequest": {"namespace": STR, "key": BYTES, "value": BYTES, "overwrite": BOOL},
-    "GcsKvPutReply": {"added": BOOL},
-    "GcsKvKeyRequest": {"namespace": STR, "key": BYTES},
-    "GcsKvGetReply": {"found": BOOL, "value": BYTES},
-    "GcsKvDelReply": {"deleted": BOOL},
-    "GcsKvKeysRequest": {"namespace": STR, "prefix": BYTES},
-    "GcsKvKeysReply": {"keys": BLOBS},
-    "GcsRegisterActorRequest": {"actor": Table("GcsActorInfo")},
-    "GcsUpdateActorRequest": {"actor_id": BYTES, "state": INT, "node_id": BYTES},
-    "GcsGetActorRequest": {"actor_id": BYTES, "name": STR, "namespace": STR},
-    "GcsGetActorReply": {"found": BOOL, "actor": Table("GcsActorInfo")},
-    "GcsListActorsReply": {"actors": Table("GcsActorInfo", many=True)},
-    "GcsObjectLocationsRequest": {"node_id": BYTES, "object_ids": IDS},
-    "GcsGetObjectLocationsRequest": {"object_ids": IDS},
-    "GcsObjectLocations": {"object_id": BYTES, "node_ids": BLOBS},
-    "GcsGetObjectLocationsReply": {"locations": Table("GcsObjectLocations", many=True)},
-    "GcsAddJobRequest": {"job": Table("GcsJobInfo")},
-    "GcsMarkJobFinishedRequest": {"job_id": BYTES},
-    "GcsListJobsReply": {"jobs": Table("GcsJobInfo", many=True)},
-    "GcsAddTaskEventsRequest": {"events": BLOBS},
-    "GcsGetTaskEventsRequest": {"limit": INT},
-    "GcsGetTaskEventsReply": {"events": BLOBS, "dropped": INT},
-    "GcsPubSubMessage": {"channel": STR, "key": BYTES, "payload": BYTES},
-    "GcsSubscribeRequest": {"channels": STRS},
-    # Node introspection (cluster.fbs), served by each node's /rayfield.Node service.
-    "NodeIntrospectRequest": {"objects": BOOL, "max_objects": INT},
-    "WorkerState": {
-        "pid": INT,
-        "state": STR,
-        "cpu_percent": FLOAT,
-        "rss_bytes": INT,
-        "started_s": FLOAT,
-    },
-    "RunningTask": {"task_id": BYTES, "pid": INT, "actor_task": BOOL},
-    "StoredObject": {
-        "object_id": BYTES,
-        "data_size": INT,
-        "metadata_size": INT,
-        "sealed": BOOL,
-        "ref_count": INT,
-        "pin_count": INT,
-        "buffer_count": INT,
-        "owner_pid": INT,
-        "spilled": BOOL,
-        "create_time_ms": INT,
-    },
-    "NodeIntrospectReply": {
-        "node_id": BYTES,
-        "address": STR,
-        "hostname": STR,
-        "session_dir": STR,
-        "cpu_percent": FLOAT,
-        "memory_used": INT,
-        "memory_total": INT,
-        "store_capacity": INT,
-        "store_used": INT,
-        "num_objects": INT,
-        "num_spilled": INT,
-        "spilled_bytes": INT,
-        "resources_total": RES,
-        "resources_available": RES,
-        "tasks_queued": INT,
-        "tasks_waiting": INT,
-        "tasks_infeasible": INT,
-        "actor_tasks_queued": INT,
-        "workers": Table("WorkerState", many=True),
-        "running": Table("RunningTask", many=True),
-        "objects": Table("StoredObject", many=True),
-    },
-    "LogFile": {"name": STR, "size": INT, "mtime_s": FLOAT},
-    "ListLogsReply": {"files": Table("LogFile", many=True)},
-    "ReadLogRequest": {"name": STR, "offset": INT, "max_bytes": INT},
-    "ReadLogReply": {"found": BOOL, "size": INT, "offset": INT, "data": BYTES},
-    "RemoteKillActorRequest": {"actor_id": BYTES, "no_restart": BOOL},
-    "RemoteKillActorReply": {"killed": BOOL, "message": STR},
-    "RemoteCancelTaskRequest": {
-        "task_id": BYTES,
-        "force": BOOL,
-        "hops": INT,
-        "recursive": BOOL,
-    },
-    "RemoteCancelTaskReply": {"state": STR},
-    "CancelJobRequest": {"job_id": BYTES},
-    "CancelJobReply": {"cancelled": INT},
-}
-
-RECORDS: dict[str, Callable[..., Any]] = {
-    "GcsResourceDemand": ResourceDemand,
-    "GcsNodeInfo": NodeInfo,
-    "GcsActorInfo": ActorInfo,
-    "GcsJobInfo": JobInfo,
-}
+_SCALARS = (BOOL, INT, FLOAT)
+_INLINE = (BOOL, INT, FLOAT, ID)  # written inside the table, not before it
+_SCALAR_TYPE: dict[str, Callable[[Any], Any]] = {BOOL: bool, INT: int, FLOAT: float}
 
 
 @cache
@@ -208,12 +80,6 @@ def _module(table: str) -> ModuleType:
 @cache
 def _camel(field: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in field.split("_"))
-
-
-def _get(values: Any, field: str) -> Any:
-    if isinstance(values, dict):
-        return values.get(field)
-    return getattr(values, field, None)
 
 
 # ---- encoding -----------------------------------------------------------------
@@ -239,7 +105,7 @@ def id_vector(b: flatbuffers.Builder, ids: Sequence[bytes]) -> int:
             raise GcsInvalidRequestError(
                 f"object ids are {ID_SIZE} bytes, got {len(oid)}: {bytes(oid)[:32]!r}"
             )
-    data = b"".join(bytes(oid) for oid in ids)
+    data = b"".join(ids)
     b.StartVector(ID_SIZE, len(ids), 1)
     b.head = b.head - len(data)
     b.Bytes[b.head : b.head + len(data)] = data
@@ -259,39 +125,89 @@ def resource_vector(b: flatbuffers.Builder, amounts: dict[str, float]) -> int:
     return offset_vector(b, offsets)
 
 
+def id_struct(b: flatbuffers.Builder, oid: bytes) -> int:
+    """An inline UniqueID struct (to pass to the table's ``Add`` right away).
+
+    Raises:
+        GcsInvalidRequestError: when ``oid`` is not ID_SIZE bytes.
+    """
+    if len(oid) != ID_SIZE:
+        raise GcsInvalidRequestError(f"an id must be {ID_SIZE} bytes, got {len(oid)}")
+    b.Prep(1, ID_SIZE)
+    b.head = b.head - ID_SIZE
+    b.Bytes[b.head : b.head + ID_SIZE] = oid
+    return int(b.Offset())
+
+
+def _attribute(record: Any, field: str) -> Any:
+    return getattr(record, field, None)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How to write one table: its children in creation order, its fields in add order
+    with the generated ``Add`` function of each, and its ``Start`` and ``End``."""
+
+    children: tuple[tuple[str, Any], ...]
+    fields: tuple[tuple[str, Any, Callable[..., Any]], ...]
+    start: Callable[[flatbuffers.Builder], None]
+    end: Callable[[flatbuffers.Builder], int]
+
+
+@cache
+def _plan(table: str) -> _Plan:
+    spec, mod = SPECS[table], _module(table)
+    order = CREATE_ORDER.get(table) or tuple(spec)
+    return _Plan(
+        children=tuple((f, spec[f]) for f in order if spec[f] not in _INLINE),
+        fields=tuple((f, kind, getattr(mod, f"{table}Add{_camel(f)}")) for f, kind in spec.items()),
+        start=getattr(mod, f"{table}Start"),
+        end=getattr(mod, f"{table}End"),
+    )
+
+
+def _child(b: flatbuffers.Builder, kind: Any, value: Any) -> int:
+    """Write a child (string, vector, nested table) of kind ``kind``; its offset."""
+    if kind == BYTES:
+        return int(b.CreateByteVector(bytes(value)))
+    if kind == IDS:
+        return id_vector(b, value)
+    if kind == STR:
+        return int(b.CreateString(value))
+    if kind == SHARED_STR:
+        return int(b.CreateSharedString(value))
+    if kind == RES:
+        return resource_vector(b, value)
+    if kind == FLAGS:
+        return int(b.CreateByteVector(bytes(bytearray(1 if v else 0 for v in value))))
+    if kind == STRS:
+        return offset_vector(b, [b.CreateString(s) for s in value])
+    if kind == BLOBS:
+        return offset_vector(b, [_build(b, "GcsBlob", {"data": bytes(x)}) for x in value])
+    assert isinstance(kind, Table)
+    if kind.many:
+        return offset_vector(b, [_build(b, kind.name, x) for x in value])
+    return _build(b, kind.name, value)
+
+
 def _build(b: flatbuffers.Builder, table: str, values: Any) -> int:
-    spec = SPECS[table]
+    plan = _plan(table)
+    get: Callable[[str], Any] = (
+        values.get if isinstance(values, dict) else functools.partial(_attribute, values)
+    )
+
     offsets: dict[str, int] = {}
-    for field, kind in spec.items():
-        value = _get(values, field)
-        if value is None or kind in (BOOL, INT, FLOAT):
-            continue
-        if kind == STR:
-            offsets[field] = b.CreateString(value)
-        elif kind == BYTES:
-            offsets[field] = b.CreateByteVector(bytes(value))
-        elif kind == RES:
-            offsets[field] = resource_vector(b, value)
-        elif kind == IDS:
-            offsets[field] = id_vector(b, list(value))
-        elif kind == STRS:
-            offsets[field] = offset_vector(b, [b.CreateString(s) for s in value])
-        elif kind == BLOBS:
-            blobs = [_build(b, "GcsBlob", {"data": bytes(x)}) for x in value]
-            offsets[field] = offset_vector(b, blobs)
-        elif isinstance(kind, Table) and kind.many:
-            offsets[field] = offset_vector(b, [_build(b, kind.name, x) for x in value])
-        elif isinstance(kind, Table):
-            offsets[field] = _build(b, kind.name, value)
-    mod = _module(table)
-    mod.Start(b)
-    for field, kind in spec.items():
-        add = getattr(mod, "Add" + _camel(field))
+    for field, kind in plan.children:
+        value = get(field)
+        if value is not None:
+            offsets[field] = _child(b, kind, value)
+    plan.start(b)
+    for field, kind, add in plan.fields:
         if field in offsets:
             add(b, offsets[field])
-        elif kind in (BOOL, INT, FLOAT) and (value := _get(values, field)) is not None:
-            add(b, {BOOL: bool, INT: int, FLOAT: float}[kind](value))
-    return int(mod.End(b))
+        elif kind in _INLINE and (value := get(field)) is not None:
+            add(b, id_struct(b, value) if kind == ID else _SCALAR_TYPE[kind](value))
+    return int(plan.end(b))
 
 
 def encode(table: str, values: Any = None) -> bytes:
@@ -335,21 +251,35 @@ def _element(obj: Any, name: str, j: int) -> Any:
     return item
 
 
-def _read_field(obj: Any, field: str, kind: Any) -> Any:
+def _reader(field: str, kind: Any) -> Callable[[Any], Any]:
+    """A function reading ``field`` (of kind ``kind``) from a generated table object."""
     name = _camel(field)
-    if kind == STR:
-        return _str(getattr(obj, name)())
+    if kind in (STR, SHARED_STR):
+        return lambda obj: _str(getattr(obj, name)())
     if kind == BYTES:
-        return _bytes(getattr(obj, name + "AsNumpy")())
-    if kind in (BOOL, INT, FLOAT):
-        return {BOOL: bool, INT: int, FLOAT: float}[kind](getattr(obj, name)())
+        return lambda obj: _bytes(getattr(obj, name + "AsNumpy")())
+    if kind in _SCALARS:
+        cast = _SCALAR_TYPE[kind]
+        return lambda obj: cast(getattr(obj, name)())
+    if kind == ID:
+
+        def read_id(obj: Any) -> bytes | None:
+            struct = getattr(obj, name)()
+            return None if struct is None else bytes(struct.BytesAsNumpy().tobytes())
+
+        return read_id
+    if isinstance(kind, Table) and not kind.many:
+
+        def read_table(obj: Any) -> Any:
+            sub = getattr(obj, name)()
+            return None if sub is None else _read(kind.name, sub)
+
+        return read_table
+    return lambda obj: _read_vector(obj, name, kind)
+
+
+def _read_vector(obj: Any, name: str, kind: Any) -> Any:
     n = _length(obj, name)
-    if kind == RES:
-        out = {}
-        for j in range(n):
-            item = _element(obj, name, j)
-            out[_str(item.Name())] = int(item.Amount()) / RESOURCE_UNIT
-        return out
     if kind == IDS:
         if n == 0:
             return []
@@ -358,6 +288,14 @@ def _read_field(obj: Any, field: str, kind: Any) -> Any:
         if len(raw) != ID_SIZE * n:
             raise ValueError(f"vector {name} runs past the end of the buffer")
         return [raw[i : i + ID_SIZE] for i in range(0, len(raw), ID_SIZE)]
+    if kind == FLAGS:
+        return [bool(v) for v in getattr(obj, name + "AsNumpy")().tobytes()] if n else []
+    if kind == RES:
+        out = {}
+        for j in range(n):
+            item = _element(obj, name, j)
+            out[_str(item.Name())] = int(item.Amount()) / RESOURCE_UNIT
+        return out
     if kind == STRS:
         return [_str(_element(obj, name, j)) for j in range(n)]
     if kind == BLOBS:
@@ -366,14 +304,13 @@ def _read_field(obj: Any, field: str, kind: Any) -> Any:
     return [_read(kind.name, _element(obj, name, j)) for j in range(n)]
 
 
+@cache
+def _readers(table: str) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    return tuple((field, _reader(field, kind)) for field, kind in SPECS[table].items())
+
+
 def _read(table: str, obj: Any) -> Any:
-    out = {}
-    for field, kind in SPECS[table].items():
-        if isinstance(kind, Table) and not kind.many:
-            sub = getattr(obj, _camel(field))()
-            out[field] = None if sub is None else _read(kind.name, sub)
-        else:
-            out[field] = _read_field(obj, field, kind)
+    out = {field: read(obj) for field, read in _readers(table)}
     record = RECORDS.get(table)
     return record(**out) if record is not None else out
 
@@ -414,34 +351,3 @@ def decode_record(table: str, buf: bytes) -> Any:
         return _read(table, _root(table, bytes(buf)))
     except Exception as exc:
         raise GcsInvalidRequestError(f"malformed {table} payload: {exc}") from None
-
-
-SERVICE = "rayfield.Gcs"
-"""gRPC service name: methods are called as ``/rayfield.Gcs/<Method>``."""
-
-METHODS: dict[str, tuple[str, str]] = {
-    "RegisterNode": ("GcsRegisterNodeRequest", "GcsEmpty"),
-    "Heartbeat": ("GcsHeartbeatRequest", "GcsHeartbeatReply"),
-    "GetNodes": ("GcsEmpty", "GcsGetNodesReply"),
-    "UnregisterNode": ("GcsUnregisterNodeRequest", "GcsEmpty"),
-    "KvPut": ("GcsKvPutRequest", "GcsKvPutReply"),
-    "KvGet": ("GcsKvKeyRequest", "GcsKvGetReply"),
-    "KvDel": ("GcsKvKeyRequest", "GcsKvDelReply"),
-    "KvKeys": ("GcsKvKeysRequest", "GcsKvKeysReply"),
-    "RegisterActor": ("GcsRegisterActorRequest", "GcsEmpty"),
-    "UpdateActor": ("GcsUpdateActorRequest", "GcsEmpty"),
-    "GetActor": ("GcsGetActorRequest", "GcsGetActorReply"),
-    "ListActors": ("GcsEmpty", "GcsListActorsReply"),
-    "AddObjectLocations": ("GcsObjectLocationsRequest", "GcsEmpty"),
-    "RemoveObjectLocations": ("GcsObjectLocationsRequest", "GcsEmpty"),
-    "GetObjectLocations": ("GcsGetObjectLocationsRequest", "GcsGetObjectLocationsReply"),
-    "AddJob": ("GcsAddJobRequest", "GcsEmpty"),
-    "MarkJobFinished": ("GcsMarkJobFinishedRequest", "GcsEmpty"),
-    "ListJobs": ("GcsEmpty", "GcsListJobsReply"),
-    "AddTaskEvents": ("GcsAddTaskEventsRequest", "GcsEmpty"),
-    "GetTaskEvents": ("GcsGetTaskEventsRequest", "GcsGetTaskEventsReply"),
-    "Publish": ("GcsPubSubMessage", "GcsEmpty"),
-    "Subscribe": ("GcsSubscribeRequest", "GcsPubSubMessage"),
-}
-"""Method name -> (request table, reply table). Subscribe streams its replies."""
-STREAMING_METHODS = frozenset({"Subscribe"})
