@@ -2,9 +2,11 @@
 
 Each Subscribe stream owns a ``Subscription``: a bounded queue that ``publish``
 fills without blocking. A subscriber that falls ``queue_size`` messages behind
-is closed (its stream ends and the client re-subscribes), so one slow reader
-never holds up the GCS. Messages published while a client is not subscribed
-(e.g. during a GCS restart) are not replayed.
+is closed (its stream ends; the subscriber may subscribe again), so one slow
+reader never holds up the GCS. Messages published while a client is not
+subscribed (e.g. during a GCS restart) are not replayed. No rayfield process
+subscribes (nodes poll ``GetNodes`` with every heartbeat); the stream is there for
+tools that watch the cluster.
 """
 
 from __future__ import annotations
