@@ -1,7 +1,8 @@
 """The GCS calls as plain Python: decoded request dict in, reply values out.
 
 ``GcsService`` binds each method of ``codec.METHODS`` to the tables; the gRPC
-layer (``server.py`` over ``transport.serve``) only decodes, calls and encodes. Server-side publishing
+layer (``server.py``, over ``transport.serve``) only decodes, calls and
+encodes. Server-side publishing
 (NODE_ALIVE, NODE_DEAD, ACTOR) encodes the record as the message payload.
 """
 
