@@ -83,3 +83,13 @@ def test_perf_rows_and_timed_rate() -> None:
     assert perf.UNITS["put_gigabytes"] == "GB/s"
     result = perf.timed_rate(lambda: None, 10, budget_s=0.02, warmup_s=0.0)
     assert result["calls"] >= 1 and result["rate"] > 0
+
+
+def test_session_dirs_are_private_and_per_user(tmp_path: Path) -> None:
+    assert cluster.default_temp_dir().name == f"rayfield-{os.getuid()}"
+    session = cluster.new_session_dir(tmp_path / "root")
+    assert session.name.startswith("session_") and (session / "logs").is_dir()
+    assert (session.stat().st_mode & 0o777) == 0o700
+    assert cluster.head_session(tmp_path / "root") is None  # no cluster.json: not a head
+    opts = cluster.NodeOptions()
+    assert opts.node_ip_address == "127.0.0.1" and opts.temp_dir == cluster.default_temp_dir()
