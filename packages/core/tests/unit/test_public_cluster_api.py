@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,14 @@ def test_session_dirs_are_private_and_per_user(tmp_path: Path) -> None:
     assert cluster.head_session(tmp_path / "root") is None  # no cluster.json: not a head
     opts = cluster.NodeOptions()
     assert opts.node_ip_address == "127.0.0.1" and opts.temp_dir == cluster.default_temp_dir()
+
+
+def test_the_cluster_module_loads_grpc_only_for_tls_and_tokens() -> None:
+    code = (
+        "import sys, rayfield.util.cluster as c\n"
+        "assert 'grpc' not in sys.modules, 'imported grpc'\n"
+        "assert c.TlsConfig('c', 'k', 'a').ca_path == 'a' and callable(c.read_token)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        cluster.nope  # noqa: B018

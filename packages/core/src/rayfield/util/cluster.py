@@ -16,6 +16,9 @@ Finding a cluster (Ray: ``ray.init(address="auto")`` and ``RAY_ADDRESS``):
   ``HOST:PORT`` as given.
 - ``find_token(address, temp_dir)``: ``$RAYFIELD_TOKEN``, else the head's token file.
 
+``TlsConfig`` (mutual TLS paths) and ``read_token`` (a token file) load grpc on first
+use, so the commands that never call the cluster start without it.
+
 Running processes: ``NodeOptions``, ``new_session_dir``, ``start_gcs``, ``start_node``,
 ``start_dashboard``, ``stop_all``, ``rayfield_processes``, ``clean_stopped_sessions``.
 
@@ -30,7 +33,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -51,9 +54,11 @@ from rayfield._private.driver.launch import (
     start_node,
     stop_all,
 )
-from rayfield._private.gcs.auth import read_token
 from rayfield._private.session_files import ERROR_MARK, UnsafeSessionError
-from rayfield._private.transport import TlsConfig
+
+if TYPE_CHECKING:
+    from rayfield._private.gcs.auth import read_token
+    from rayfield._private.transport import TlsConfig
 
 __all__ = [
     "ENV_TOKEN",
@@ -79,6 +84,19 @@ __all__ = [
     "stop_all",
     "write_private",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TlsConfig":
+        from rayfield._private.transport import TlsConfig
+
+        return TlsConfig
+    if name == "read_token":
+        from rayfield._private.gcs.auth import read_token
+
+        return read_token
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _HOST_PORT = re.compile(r"[^/\s:]+:\d+|\[[0-9a-fA-F:]+\]:\d+")
 
