@@ -27,6 +27,7 @@ from rayfield._private.protocol.errors import GcsAuthError
 
 __all__ = [
     "AUTH_METADATA_KEY",
+    "FAST_RECONNECT",
     "RpcError",
     "Server",
     "TlsConfig",
@@ -39,6 +40,12 @@ __all__ = [
 
 AUTH_METADATA_KEY = "authorization"
 ENV_TLS_CERT, ENV_TLS_KEY, ENV_TLS_CA = "RAYFIELD_TLS_CERT", "RAYFIELD_TLS_KEY", "RAYFIELD_TLS_CA"
+FAST_RECONNECT: tuple[tuple[str, Any], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+"""Channel options: reconnect 0.1 s after a failure, backing off to at most 1 s."""
 UNAVAILABLE_STATUSES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
 """Status names that mean the peer did not answer (as opposed to refused the call)."""
 

@@ -72,17 +72,11 @@ class GcsClient:
         self.retry_deadline_s = retry_deadline_s
         self.metadata = auth_metadata(token)
         tls_config = TlsConfig.from_env() if tls is None else tls
-        # Reconnect quickly once a restarted GCS listens again.
-        reconnect = [
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1000),
-        ]
-        self._channel = open_channel(
+        self._channel = open_channel(  # reconnects within 1 s once a restarted GCS listens
             address,
             tls_config if isinstance(tls_config, TlsConfig) else None,
             max_message_bytes,
-            reconnect,
+            transport.FAST_RECONNECT,
         )
         self._stubs: dict[str, Any] = {
             name: self._channel.unary_unary(f"/{codec.SERVICE}/{name}")
