@@ -40,7 +40,7 @@ class Accumulator:
 
 
 def node_processes(temp_dir: Path) -> dict[str, psutil.Process]:
-    from rayfield._private.cluster.launch import rayfield_processes
+    from rayfield.util.cluster import rayfield_processes
 
     out = {}
     for p in rayfield_processes(temp_dir):
@@ -88,8 +88,8 @@ def test_tasks_and_actors_survive_killed_workers_and_a_dead_node(tmp_path: Path)
         # Every actor is back (restarted on its node or on the surviving one).
         assert rf.get([a.add.remote(5) for a in actors], timeout=60) == [6] * 4
 
-        from rayfield._private.cluster.launch import find_token
         from rayfield._private.gcs.client import GcsClient
+        from rayfield.util.cluster import find_token
 
         gcs = GcsClient(address, find_token(address, tmp_path))
         deadline = time.monotonic() + 15

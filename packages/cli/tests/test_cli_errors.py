@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from clusterutil import rayfield_cmd, start_nodes
 
-from rayfield._private.cluster.launch import rayfield_processes
+from rayfield.util.cluster import rayfield_processes
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ class Cluster:
         return str(info["node_id"])[:12]
 
     def processes(self) -> list[psutil.Process]:
-        from rayfield._private.cluster.launch import rayfield_processes
+        from rayfield.util.cluster import rayfield_processes
 
         return rayfield_processes(self.temp_dir)
 
@@ -193,8 +193,8 @@ def test_nodes_listen_on_loopback_only(cluster: Cluster) -> None:
 def test_a_call_without_the_token_is_refused_and_the_node_keeps_serving(cluster: Cluster) -> None:
     import grpc
 
-    from rayfield._private.cluster.launch import find_token
     from rayfield._private.gcs.client import GcsClient
+    from rayfield.util.cluster import find_token
 
     token = find_token(cluster.address, cluster.temp_dir)
     gcs = GcsClient(cluster.address, token)

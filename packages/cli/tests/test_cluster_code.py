@@ -14,9 +14,9 @@ import psutil
 from clusterutil import add_node, rayfield_cmd, start_nodes, wait_for
 
 import rayfield as rf
-from rayfield._private.cluster.launch import find_token
 from rayfield._private.common.code import NAMESPACE, is_code
 from rayfield._private.gcs.client import GcsClient
+from rayfield.util.cluster import find_token
 
 
 @rf.remote(resources={"c": 1}, num_cpus=0)

@@ -16,11 +16,10 @@ import pytest
 from clusterutil import add_node, rayfield_cmd, start_nodes, wait_for
 
 import rayfield as rf
-from rayfield._private.cluster.certs import make_test_certificates
-from rayfield._private.cluster.launch import find_token, rayfield_processes
 from rayfield._private.gcs.client import GcsClient
-from rayfield._private.gcs.errors import GcsUnavailableError
+from rayfield._private.protocol.errors import GcsUnavailableError
 from rayfield.exceptions import ObjectLostError
+from rayfield.util.cluster import find_token, make_test_certificates, rayfield_processes
 
 
 @rf.remote(resources={"x": 1})

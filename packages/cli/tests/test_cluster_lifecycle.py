@@ -22,10 +22,10 @@ from clusterutil import rayfield_cmd, start_nodes, wait_for
 
 import rayfield as rf
 import rayfield.util.state
-from rayfield._private.cluster.launch import find_token, rayfield_processes
 from rayfield._private.gcs.client import GcsClient
 from rayfield.actor import exit_actor
 from rayfield.exceptions import ActorDiedError, TaskCancelledError
+from rayfield.util.cluster import find_token, rayfield_processes
 
 
 @pytest.fixture

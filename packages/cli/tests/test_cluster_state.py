@@ -16,9 +16,9 @@ import pytest
 from clusterutil import wait_for
 
 import rayfield as rf
-from rayfield._private.cluster.launch import find_token
-from rayfield._private.gcs.auth import auth_metadata, open_channel
+from rayfield._private.transport import auth_metadata, open_channel
 from rayfield.util import state
+from rayfield.util.cluster import find_token
 
 
 @rf.remote

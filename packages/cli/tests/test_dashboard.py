@@ -25,7 +25,7 @@ from clusterutil import rayfield_cmd, start_nodes, wait_for
 from playwright.sync_api import Browser, Page, sync_playwright
 
 import rayfield as rf
-from rayfield._private.cluster.state_client import StateClient
+from rayfield.util.state import StateClient
 
 TOOL = Path(__file__).resolve().parents[3] / "tools" / "install_browser.py"
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from clusterutil import rayfield_cmd, start_nodes
 
-from rayfield._private.cluster.certs import make_test_certificates
+from rayfield.util.cluster import make_test_certificates
 
 
 def fetch(url: str, ca: Path | None, token: str | None = None) -> tuple[int, Any]:

@@ -169,7 +169,7 @@ def init(
 
 def _local_node_of_cluster(address: str, root: Path) -> tuple[str, Path]:
     """The socket and session of a node of the cluster at ``address`` on this machine."""
-    from rayfield._private.cluster.launch import find_token
+    from rayfield._private.driver.launch import find_token
     from rayfield._private.gcs.client import GcsClient
 
     gcs = GcsClient(address, find_token(address, root), retry_deadline_s=10)
@@ -213,9 +213,9 @@ def _warn_no_dashboard(connecting: bool) -> None:
 
 def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
     """Connect this driver to a node started elsewhere (``rayfield start``, or ``python -m
-    rayfield._private.node_manager.node_main``): a GCS address ``host:port`` (a node of that cluster on
-    this machine), ``"auto"`` (the latest session under `temp_dir`), a session directory,
-    or the node's socket path."""
+    rayfield._private.node_manager.node_main``): a GCS address ``host:port`` (a node of
+    that cluster on this machine), ``"auto"`` (the latest session under `temp_dir`), a
+    session directory, or the node's socket path."""
     from rayfield._private.common import session_files
 
     root = Path(temp_dir) if temp_dir else session_files.default_root()
@@ -493,7 +493,7 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     except ObjectNotFoundError:
         if cluster is None:
             raise
-        from rayfield._private.cluster.state_client import kill_actor_elsewhere
+        from rayfield._private.driver.state_client import kill_actor_elsewhere
 
         if not kill_actor_elsewhere(actor._actor_id, no_restart):  # it lives on another node
             raise

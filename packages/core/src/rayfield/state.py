@@ -84,7 +84,7 @@ def list_nodes() -> list[dict[str, Any]]:
     (store statistics; this driver's node only, else None).
 
     Raises:
-        rayfield._private.gcs.errors.GcsError: in a cluster whose GCS cannot be reached.
+        rayfield._private.protocol.errors.GcsError: in a cluster whose GCS cannot be reached.
     """
     rt = _rt.get_runtime()
     address = _cluster()
@@ -156,8 +156,8 @@ def _task_events() -> list[dict[str, Any]]:
     address = _cluster()
     if address is None:
         return local
-    from rayfield._private.cluster.state_client import decode_events
     from rayfield._private.driver.names import client
+    from rayfield._private.driver.state_client import decode_events
 
     mine = _rt.get_runtime().client.node_id.hex()
     remote = decode_events(client(address).get_task_events())
@@ -205,8 +205,8 @@ def list_actors() -> list[dict[str, Any]]:
     DEAD; in a cluster also RESTARTING or PENDING_CREATION, and ``name`` and ``node``)."""
     address = _cluster()
     if address is not None:
-        from rayfield._private.cluster.state_client import StateClient
         from rayfield._private.context import sessions_root
+        from rayfield._private.driver.state_client import StateClient
 
         with StateClient(address, temp_dir=sessions_root()) as client:
             return client.actors()

@@ -10,14 +10,14 @@ from typing import Any
 import grpc
 import pytest
 
-from rayfield._private.cluster import messages
-from rayfield._private.gcs.types import NodeInfo
 from rayfield._private.node_manager import forwarding
 from rayfield._private.node_manager.fetch_state import FetchState, Wake
 from rayfield._private.node_manager.forwarding import AcceptedTasks, Forwarder, batches
 from rayfield._private.node_manager.membership import PeerView
 from rayfield._private.node_manager.node_service import NodeService, PeerError
 from rayfield._private.node_manager.task_spec import TaskSpec
+from rayfield._private.protocol import messages
+from rayfield._private.protocol.types import NodeInfo
 
 
 def tid(i: int) -> bytes:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rayfield._private.cluster import messages
 from rayfield._private.node_manager.placement import PeerLoad, plan_moves
+from rayfield._private.protocol import messages
 
 
 def tid(i: int) -> bytes:

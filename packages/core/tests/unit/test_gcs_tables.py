@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from rayfield._private.gcs import codec
-from rayfield._private.gcs.errors import GcsInvalidRequestError
 from rayfield._private.gcs.tables import GcsTables
-from rayfield._private.gcs.types import ActorInfo, ActorState, NodeInfo, ResourceDemand
+from rayfield._private.protocol import codec
+from rayfield._private.protocol.errors import GcsInvalidRequestError
+from rayfield._private.protocol.types import ActorInfo, ActorState, NodeInfo, ResourceDemand
 
 
 def test_codec_round_trip_and_garbage() -> None:

@@ -60,15 +60,7 @@ def test_the_core_keeps_its_layers_and_has_no_cycle(tmp_path: Path) -> None:
     result = run_check(REPO, core_layers_only(tmp_path))
     out = result.stdout + result.stderr
     assert "rayfield-core layers" in out and "KEPT" in out, out
-    # Cycles left only among the node's and the GCS's own modules (their owners' part of
-    # the rework) are listed apart; any cycle through another module fails.
-    others = ("rayfield._private.cluster.", "rayfield._private.gcs")
-    cycles = [
-        line.rsplit(": ", 1)[1].split(", ")
-        for line in out.splitlines()
-        if line.startswith("FAIL: import cycle")
-    ]
-    assert [c for c in cycles if not all(m.startswith(others) for m in c)] == [], out
+    assert result.returncode == 0, out
 
 
 def test_a_lower_layer_importing_a_higher_one_fails(repo_copy: Path, tmp_path: Path) -> None:

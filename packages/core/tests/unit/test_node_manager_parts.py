@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from rayfield._private.gcs.types import NodeInfo
 from rayfield._private.node_manager import events as ev
 from rayfield._private.node_manager.actor_routing import ActorRouter, ActorTable
 from rayfield._private.node_manager.arg_pins import ArgPins
@@ -23,6 +22,7 @@ from rayfield._private.node_manager.placement import (
 )
 from rayfield._private.node_manager.spillback import Spillback
 from rayfield._private.node_manager.task_spec import TakenTask, TaskSpec
+from rayfield._private.protocol.types import NodeInfo
 
 
 def tid(i: int) -> bytes:

@@ -23,7 +23,7 @@ import click
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from rayfield._private.cluster.state_client import StateClient
+    from rayfield.util.state import StateClient
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,11 +46,11 @@ class Cluster:
             click.ClickException: when no head runs here (and no address was given), no
                 process listens at the address, or the token cannot be found.
         """
-        from rayfield._private.cluster import launch
+        from rayfield.util import cluster
 
         try:
-            address = self.address or launch.find_gcs_address(self.temp_dir)
-        except launch.ClusterError as exc:
+            address = self.address or cluster.find_gcs_address(self.temp_dir)
+        except cluster.ClusterError as exc:
             raise click.ClickException(str(exc)) from None
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
@@ -67,15 +67,15 @@ class Cluster:
                 f"no rayfield cluster answers at {address} ({exc.strerror or exc}): {fix}"
             ) from None
         try:
-            token = self.token or launch.find_token(address, self.temp_dir)
-        except launch.ClusterError as exc:
+            token = self.token or cluster.find_token(address, self.temp_dir)
+        except cluster.ClusterError as exc:
             raise click.ClickException(str(exc)) from None
         return address, token
 
     @contextmanager
     def state(self) -> Iterator[StateClient]:
         """A connected ``StateClient``; state errors inside the block become click errors."""
-        from rayfield._private.cluster.state_client import StateClient
+        from rayfield.util.state import StateClient
 
         address, token = self.resolve()
         with translate_errors(address), StateClient(address, token, self.temp_dir) as client:
@@ -88,12 +88,9 @@ def translate_errors(address: str) -> Iterator[None]:
 
     Raises:
         click.ClickException: for ``StateError`` (its message), ``GcsError`` (the GCS does
-            not answer or refuses the token) and ``grpc.RpcError`` (a node does not).
+            not answer or refuses the token) and ``NodeCallError`` (a node does not).
     """
-    import grpc
-
-    from rayfield._private.cluster.state_client import StateError
-    from rayfield._private.gcs.errors import GcsAuthError, GcsError
+    from rayfield.util.state import GcsAuthError, GcsError, NodeCallError, StateError, call_status
 
     try:
         yield
@@ -108,9 +105,10 @@ def translate_errors(address: str) -> Iterator[None]:
         raise click.ClickException(
             f"cannot reach the cluster at {address}: {exc}; is it running (`rayfield status`)?"
         ) from None
-    except grpc.RpcError as exc:
+    except NodeCallError as exc:
+        code, details = call_status(exc)
         raise click.ClickException(
-            f"a node did not answer: {exc.code().name}: {exc.details()}; "
+            f"a node did not answer: {code}: {details}; "
             "`rayfield status` shows which nodes are alive"
         ) from None
 

@@ -11,18 +11,17 @@ from pathlib import Path
 import click
 import psutil
 
-from rayfield._private.cluster import launch
-from rayfield._private.common import session_files
 from rayfield.cli._common import Cluster, cluster_options
+from rayfield.util import cluster as clusters
 
 START_HINT = "start the head with `rayfield start --head --include-dashboard`"
 
 
 def _local_url(temp_dir: Path | None) -> tuple[str, bytes]:
-    session = launch.head_session(temp_dir)
+    session = clusters.head_session(temp_dir)
     if session is None:
         raise click.ClickException(f"no rayfield cluster runs on this machine: {START_HINT}")
-    info = session_files.read_json(session / "dashboard.json")
+    info = clusters.read_session_json(session / "dashboard.json")
     if info is None:
         raise click.ClickException(
             f"the cluster of {session} runs without a dashboard: stop it (`rayfield stop`) "
@@ -46,8 +45,8 @@ def _remote_url(cluster: Cluster) -> tuple[str, bytes]:
     from rayfield.dashboard import KV_CERT_KEY, KV_KEY, KV_NAMESPACE
 
     with cluster.state() as client:
-        value = client.gcs.kv_get(KV_NAMESPACE, KV_KEY)
-        cert = client.gcs.kv_get(KV_NAMESPACE, KV_CERT_KEY) or b""
+        value = client.kv_get(KV_NAMESPACE, KV_KEY)
+        cert = client.kv_get(KV_NAMESPACE, KV_CERT_KEY) or b""
     if value is None:
         raise click.ClickException(
             f"the cluster at {client.address} runs without a dashboard: {START_HINT}"

@@ -11,7 +11,7 @@ import click
 from rayfield.cli._common import Cluster, cluster_options, human_bytes, print_table
 
 if TYPE_CHECKING:
-    from rayfield._private.cluster.state_client import StateClient
+    from rayfield.util.state import StateClient
 
 CHUNK = 64 << 10  # first tail read; grows fourfold until it holds enough lines
 MAX_READ = 4 << 20  # what one ReadLog answers at most

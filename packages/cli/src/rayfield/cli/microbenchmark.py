@@ -12,7 +12,7 @@ from rayfield.cli._common import Cluster, cluster_options
 
 
 def _rows(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str]:
-    from rayfield._private import perf
+    from rayfield.util import perf
 
     known = [k for k, _ in perf.ROWS]
     if not value:
@@ -60,7 +60,7 @@ def microbenchmark(cluster: Cluster, rows: list[str], budget_s: float, num_cpus:
     the machine's load: compare runs made one after the other.
     """
     import rayfield as rf
-    from rayfield._private import perf
+    from rayfield.util import perf
 
     params = {**perf.QUICK_PARAMS, "budget_s": budget_s, "warmup_s": budget_s / 5}
     kwargs: dict[str, Any] = {"log_to_driver": False}

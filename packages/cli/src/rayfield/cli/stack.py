@@ -15,7 +15,7 @@ import click
 from rayfield.cli._common import Cluster, cluster_options
 
 if TYPE_CHECKING:
-    from rayfield._private.cluster.state_client import StateClient
+    from rayfield.util.state import StateClient
 
 PERMISSION_HINT = (
     "py-spy cannot attach to pid {pid} (permission denied): run it as root "
@@ -55,7 +55,7 @@ def local_workers(client: StateClient) -> list[dict[str, Any]]:
     """The workers of the cluster's alive nodes on this machine (same host name, process
     alive here), in node then pid order."""
     here = socket.gethostname()
-    local = {n.address for n in client.gcs.get_nodes() if n.alive and n.hostname == here}
+    local = {n["address"] for n in client.node_records() if n["alive"] and n["hostname"] == here}
     import psutil
 
     workers = [w for w in client.workers() if w["node"] in local and psutil.pid_exists(w["pid"])]

@@ -13,9 +13,9 @@ from typing import Any
 
 import click
 
-from rayfield._private.cluster import launch
 from rayfield.cli._common import waiting
 from rayfield.exceptions import UnsafeSessionError
+from rayfield.util import cluster
 
 # Flags of `ray start` (Ray 0.7) that mean nothing here: the message says what to do.
 REFUSED = {
@@ -279,8 +279,8 @@ def start(**kw: Any) -> None:
     tls_parts = [kw["tls_cert"], kw["tls_key"], kw["tls_ca"]]
     if any(tls_parts) and not all(tls_parts):
         raise click.UsageError("TLS needs all of --tls-cert, --tls-key and --tls-ca")
-    temp_dir = kw["temp_dir"] or launch.default_temp_dir()
-    opts = launch.NodeOptions(
+    temp_dir = kw["temp_dir"] or cluster.default_temp_dir()
+    opts = cluster.NodeOptions(
         num_cpus=kw["num_cpus"],
         num_gpus=kw["num_gpus"],
         resources=kw["resources"],
@@ -303,14 +303,14 @@ def start(**kw: Any) -> None:
     if address:
         host, port = _host_port(address)
         try:
-            token = kw["token"] or kw["redis_password"] or launch.find_token(address, temp_dir)
-        except launch.ClusterError as exc:
+            token = kw["token"] or kw["redis_password"] or cluster.find_token(address, temp_dir)
+        except cluster.ClusterError as exc:
             raise click.ClickException(str(exc)) from None
         _check_head_answers(address, host, port)
     if kw["node_manager_port"]:
         _check_port_free(kw["node_ip_address"], kw["node_manager_port"])
     try:
-        session = launch.new_session_dir(temp_dir)
+        session = cluster.new_session_dir(temp_dir)
     except OSError as exc:
         if isinstance(exc, UnsafeSessionError):
             raise  # a root another user could control: its own message, from the group
@@ -323,18 +323,18 @@ def start(**kw: Any) -> None:
         if head:
             port = 6379 if kw["port"] is None else kw["port"]
             with waiting("starting the GCS"):
-                address = launch.start_gcs(session, kw["node_ip_address"], port, opts)
+                address = cluster.start_gcs(session, kw["node_ip_address"], port, opts)
             token = (session / "token").read_text().strip()
         t0 = time.monotonic()
         with waiting("starting the node"):
-            info = launch.start_node(session, address, token, opts, head=head)
+            info = cluster.start_node(session, address, token, opts, head=head)
         if kw["include_dashboard"]:
             with waiting("starting the dashboard"):
-                dashboard_url = launch.start_dashboard(
+                dashboard_url = cluster.start_dashboard(
                     session, address, kw["dashboard_host"], kw["dashboard_port"], opts
                 )
-    except launch.ClusterError as exc:
-        launch.stop_all(5.0, temp_dir=session)  # what this command started before it failed
+    except cluster.ClusterError as exc:
+        cluster.stop_all(5.0, temp_dir=session)  # what this command started before it failed
         raise click.ClickException(str(exc)) from None
     click.echo(
         f"rayfield node started in {time.monotonic() - t0:.1f} s: {info['node_id'][:12]} "
@@ -413,5 +413,5 @@ def _block(pid: int) -> None:
             time.sleep(1)
     except KeyboardInterrupt:
         click.echo("stopping...", err=True)
-        launch.stop_all()
+        cluster.stop_all()
     os._exit(0)

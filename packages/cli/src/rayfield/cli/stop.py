@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import click
-import psutil
 
-from rayfield._private.cluster import launch
-from rayfield._private.common import session_files
 from rayfield.cli._common import console
+from rayfield.util import cluster
 
 
 @click.command()
@@ -36,7 +33,7 @@ def stop(temp_dir: Path | None, grace_period: float) -> None:
     memory goes with their processes. Logs stay in the session directories.
     """
     n = _stop_with_progress(grace_period, temp_dir)
-    cleaned = _clean_sessions(temp_dir)
+    cleaned = cluster.clean_stopped_sessions(temp_dir)
     if n == 0:
         click.echo("no rayfield processes were running")
     else:
@@ -46,51 +43,22 @@ def stop(temp_dir: Path | None, grace_period: float) -> None:
 
 
 def _stop_with_progress(grace_s: float, temp_dir: Path | None) -> int:
-    """``launch.stop_all`` with a progress bar of the processes stopped on stderr (its
+    """``cluster.stop_all`` with a progress bar of the processes stopped on stderr (its
     per-group lines only when stderr is not a terminal)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     out = console(stderr=True)
     if not out.is_terminal:
-        return launch.stop_all(
+        return cluster.stop_all(
             grace_s, on_progress=lambda m: click.echo(m, err=True), temp_dir=temp_dir
         )
-    total = len(launch.rayfield_processes(temp_dir))
+    total = len(cluster.rayfield_processes(temp_dir))
     columns = (TextColumn("stopping rayfield processes"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=out, transient=True) as progress:
         bar = progress.add_task("stop", total=total)
-        return launch.stop_all(
+        return cluster.stop_all(
             grace_s,
             on_progress=progress.console.print,
             temp_dir=temp_dir,
             on_exit=lambda _proc: progress.advance(bar),
         )
-
-
-def _clean_sessions(temp_dir: Path | None) -> int:
-    """Remove the sockets and node.json of stopped nodes under the session root, and a
-    ``session_latest`` left pointing at one; returns how many nodes were cleaned.
-
-    Raises:
-        UnsafeSessionError: the root or a node.json is not this user's alone (nothing
-            found there is acted on).
-    """
-    root = session_files.existing_root(temp_dir)
-    if root is None:
-        return 0
-    cleaned = 0
-    for node_json in root.glob("session_*/node.json"):
-        info = session_files.read_json(node_json)
-        if info is None:
-            continue
-        if psutil.pid_exists(int(info.get("pid", 0))):
-            continue
-        sockets = Path(info.get("socket", "")).parent
-        if sockets.name == "sockets" or sockets.name.startswith("rayfield-"):
-            shutil.rmtree(sockets, ignore_errors=True)
-        node_json.unlink(missing_ok=True)
-        cleaned += 1
-    latest = root / "session_latest"
-    if latest.is_symlink() and not (latest / "node.json").exists():
-        latest.unlink()
-    return cleaned

@@ -29,12 +29,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from rayfield._private.cluster.state_client import StateClient
-from rayfield._private.common import session_files
-from rayfield._private.gcs.auth import TlsConfig, read_token
 from rayfield.dashboard import DEFAULT_PORT, KV_CERT_KEY, KV_KEY, KV_NAMESPACE, security
 from rayfield.dashboard.api import StateApi
 from rayfield.dashboard.server import ALLOWED_HOSTS, make_app
+from rayfield.util.cluster import ERROR_MARK, TlsConfig, read_token, write_private
+from rayfield.util.state import StateClient
 
 log = logging.getLogger("rayfield.dashboard")
 
@@ -59,8 +58,7 @@ def https_context(cert: str, key: str) -> ssl.SSLContext:
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
         raise SystemExit(
-            f"{session_files.ERROR_MARK}the dashboard cannot serve HTTPS with {cert} and "
-            f"{key}: {exc}"
+            f"{ERROR_MARK}the dashboard cannot serve HTTPS with {cert} and {key}: {exc}"
         ) from None
     return context
 
@@ -82,7 +80,7 @@ async def serve(args: argparse.Namespace, tls: TlsConfig | None) -> None:
         api.close()
         client.close()
         raise SystemExit(
-            f"{session_files.ERROR_MARK}the dashboard cannot listen on {args.host}:"
+            f"{ERROR_MARK}the dashboard cannot listen on {args.host}:"
             f"{args.port} ({os.strerror(exc.errno) if exc.errno else exc}): pick another "
             "port with --dashboard-port "
             "(0: any free one)"
@@ -94,12 +92,12 @@ async def serve(args: argparse.Namespace, tls: TlsConfig | None) -> None:
     info = Path(args.session_dir) / "dashboard.json" if args.session_dir else None
     if info is not None:
         record = {"url": url, "pid": os.getpid(), "cert": cert}
-        session_files.write_private(info, json.dumps(record))
+        write_private(info, json.dumps(record))
     loop = asyncio.get_running_loop()
     pem = Path(cert).read_bytes() if cert else b""
     try:
-        await loop.run_in_executor(None, client.gcs.kv_put, KV_NAMESPACE, KV_CERT_KEY, pem)
-        await loop.run_in_executor(None, client.gcs.kv_put, KV_NAMESPACE, KV_KEY, url.encode())
+        await loop.run_in_executor(None, client.kv_put, KV_NAMESPACE, KV_CERT_KEY, pem)
+        await loop.run_in_executor(None, client.kv_put, KV_NAMESPACE, KV_KEY, url.encode())
     except Exception as exc:  # the page works without it; only `--address` lookups need it
         log.warning("could not publish the dashboard's URL in the GCS: %s", exc)
     print(f"dashboard listening on {url}", flush=True)
@@ -111,7 +109,7 @@ async def serve(args: argparse.Namespace, tls: TlsConfig | None) -> None:
         info.unlink(missing_ok=True)
     with contextlib.suppress(Exception):
         await asyncio.wait_for(
-            loop.run_in_executor(None, client.gcs.kv_del, KV_NAMESPACE, KV_KEY), timeout=2
+            loop.run_in_executor(None, client.kv_del, KV_NAMESPACE, KV_KEY), timeout=2
         )
     await runner.cleanup()
     api.close()

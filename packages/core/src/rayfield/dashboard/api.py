@@ -15,12 +15,10 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-import grpc
 from aiohttp import web
 
-from rayfield._private.cluster.state_client import StateClient, StateError
-from rayfield._private.gcs.errors import GcsError
 from rayfield.dashboard import query
+from rayfield.util.state import GcsError, NodeCallError, StateClient, StateError, call_status
 
 __all__ = ["StateApi"]
 
@@ -96,11 +94,11 @@ class StateApi:
             return await loop.run_in_executor(self._pool, fn, *args)
         except StateError as exc:
             raise _error(web.HTTPBadRequest, str(exc)) from None
-        except grpc.RpcError as exc:
-            code, details = exc.code(), exc.details()
-            if code == grpc.StatusCode.INVALID_ARGUMENT:
+        except NodeCallError as exc:
+            code, details = call_status(exc)
+            if code == "INVALID_ARGUMENT":
                 raise _error(web.HTTPBadRequest, details) from None
-            raise _error(web.HTTPBadGateway, f"{code.name}: {details}") from None
+            raise _error(web.HTTPBadGateway, f"{code}: {details}") from None
         except GcsError as exc:
             raise _error(web.HTTPBadGateway, f"the GCS did not answer: {exc}") from None
 

@@ -1,5 +1,9 @@
-"""Utilities on top of the core API: actor pools, a distributed queue, ``multiprocessing.Pool``
-and a joblib backend.
+"""Utilities on top of the core API: actor pools, a distributed queue, ``multiprocessing.Pool``,
+a joblib backend, and ``get_node_ip_address``.
+
+Public modules for tools and libraries: ``rayfield.util.state`` (the cluster's state),
+``rayfield.util.cluster`` (finding, starting and stopping a cluster), ``rayfield.util.perf``
+(the microbenchmark).
 
 ``rayfield.util.multiprocessing`` and ``rayfield.util.joblib`` are imported on first use, so
 ``import rayfield.util`` never imports joblib.
@@ -15,9 +19,18 @@ import importlib
 from typing import Any
 
 from rayfield.util.actor_pool import ActorPool
+from rayfield.util.network import get_node_ip_address
 from rayfield.util.queue import Empty, Full, Queue
 
-__all__ = ["ActorPool", "Empty", "Full", "Queue", "joblib", "multiprocessing"]
+__all__ = [
+    "ActorPool",
+    "Empty",
+    "Full",
+    "Queue",
+    "get_node_ip_address",
+    "joblib",
+    "multiprocessing",
+]
 
 _LAZY_SUBMODULES = ("joblib", "multiprocessing")
 

@@ -12,8 +12,14 @@ Example:
     ['127.0.0.1:40123', '127.0.0.1:40157']
 
 Every function raises ``StateError`` when no cluster is found (the message says how to
-start or name one) and ``rayfield._private.gcs.errors.GcsError`` subclasses when the GCS
-cannot be reached or refuses the token.
+start or name one) and ``GcsError`` subclasses (``GcsUnavailableError``,
+``GcsAuthError``) when the GCS cannot be reached or refuses the token.
+
+``StateClient`` is the same queries on one connection (what the CLI and the dashboard
+use): ``nodes()``, ``actors()``, ``jobs()``, ``tasks()``, ``objects()``, ``workers()``,
+``task_events()``, ``timeline()``, ``logs()``, ``find_log()``, ``read_log()``,
+``kill_actor()``, ``resource_demand()``, ``kv_get()``. A node that fails a call raises
+``NodeCallError``; ``call_status(exc)`` gives its status name and details.
 """
 
 from __future__ import annotations
@@ -23,20 +29,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rayfield._private.cluster.state_client import StateClient, StateError
 from rayfield._private.context import gcs_address, sessions_root
+from rayfield._private.driver.state_client import StateClient, StateError
+from rayfield._private.protocol.errors import GcsAuthError, GcsError, GcsUnavailableError
+from rayfield._private.transport import RpcError as NodeCallError
+from rayfield._private.transport import status as call_status
 
 __all__ = [
+    "GcsAuthError",
+    "GcsError",
+    "GcsUnavailableError",
+    "NodeCallError",
     "StateClient",
     "StateError",
+    "call_status",
     "get_log",
     "list_actors",
     "list_jobs",
     "list_logs",
     "list_nodes",
     "list_objects",
+    "list_task_events",
     "list_tasks",
     "list_workers",
+    "resource_demand",
     "timeline",
 ]
 
@@ -72,6 +88,25 @@ def list_tasks(address: str | None = None, limit: int = 0) -> list[dict[str, Any
     """Running tasks (state RUNNING) and finished ones (FINISHED, FAILED) with ``name``,
     ``node``, ``pid`` and ``duration_s``; ``limit`` keeps the most recent finished ones."""
     return _with_client(address, lambda c: c.tasks(limit))
+
+
+def list_task_events(address: str | None = None, limit: int = 0) -> list[dict[str, Any]]:
+    """The task events the cluster's GCS keeps (the most recent ``limit``; 0: all), oldest
+    first: one dict an event with ``kind``, ``name``, ``task``, ``node``, ``pid`` and the
+    phase times ``submit``, ``args``, ``run``, ``end`` (Unix seconds)."""
+    return _with_client(address, lambda c: c.task_events(limit))
+
+
+def resource_demand(address: str | None = None) -> list[dict[str, Any]]:
+    """Work the alive nodes cannot start yet, per node and resource shape, as each node
+    reported with its last heartbeat (at most 0.5 s old): what an autoscaler sizes for.
+
+    Returns:
+        One dict a (node, shape): ``node_id`` (hex), ``address``, ``shape`` (resource
+        name -> amount one task needs), ``count`` (tasks of that shape waiting) and
+        ``infeasible`` (True: no node of the cluster has the resources).
+    """
+    return _with_client(address, lambda c: c.resource_demand())
 
 
 def list_objects(address: str | None = None) -> list[dict[str, Any]]:

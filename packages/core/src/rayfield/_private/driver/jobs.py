@@ -15,7 +15,6 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 __all__ = ["finish", "start"]
 
@@ -36,8 +35,8 @@ def start(address: str, job_id: bytes, node_id: bytes) -> None:
 
 def finish(address: str, job_id: bytes) -> None:
     """Mark the job finished; waits at most about 2 s for the GCS (this runs at exit)."""
-    from rayfield._private.cluster.launch import find_token
     from rayfield._private.context import sessions_root
+    from rayfield._private.driver.launch import find_token
     from rayfield._private.gcs.client import GcsClient
 
     try:

@@ -36,7 +36,7 @@ __all__ = ["client", "lookup", "mark_dead", "register"]
 def client(address: str) -> Any:
     """A GCS client of the cluster at ``address``, one per process (TLS from
     ``RAYFIELD_TLS_*`` when set)."""
-    from rayfield._private.cluster.launch import find_token
+    from rayfield._private.driver.launch import find_token
     from rayfield._private.gcs.client import GcsClient
 
     return GcsClient(address, find_token(address, sessions_root()), retry_deadline_s=10)
@@ -61,8 +61,8 @@ def register(
         ValueError: when a live actor holds the name already.
         GcsError: when a named actor cannot be recorded.
     """
-    from rayfield._private.gcs.errors import GcsAlreadyExistsError
-    from rayfield._private.gcs.types import ActorInfo, ActorState
+    from rayfield._private.protocol.errors import GcsAlreadyExistsError
+    from rayfield._private.protocol.types import ActorInfo, ActorState
 
     payload = json.dumps({"methods": methods, "class_name": class_name}).encode()
     info = ActorInfo(
@@ -94,8 +94,8 @@ def lookup(address: str, name: str, namespace: str) -> tuple[bytes, dict[str, in
 
 def mark_dead(address: str, actor_id: bytes) -> None:
     """Record that the actor is dead (its name is free again); no-op if unregistered."""
-    from rayfield._private.gcs.errors import GcsNotFoundError
-    from rayfield._private.gcs.types import ActorState
+    from rayfield._private.protocol.errors import GcsNotFoundError
+    from rayfield._private.protocol.types import ActorState
 
     try:
         client(address).update_actor(actor_id, ActorState.DEAD)

@@ -28,7 +28,7 @@ def cancel_elsewhere(node_id: bytes, task_id: bytes, force: bool, recursive: boo
         cluster or when the node cannot be asked.
     """
     from rayfield._private.context import gcs_address, sessions_root
-    from rayfield._private.cluster.state_client import StateClient, StateError
+    from rayfield._private.driver.state_client import StateClient, StateError
 
     address = gcs_address()
     if not address:

@@ -5,7 +5,7 @@ to 1 s) until ``retry_deadline_s`` has passed since the first attempt, so a GCS
 that is restarted on the same address within that time is invisible to callers
 (a retried call may be applied twice: the calls are idempotent, except that a
 retried ``kv_put(overwrite=False)`` may answer False for a key it added).
-``subscribe`` re-subscribes the same way after the stream breaks.
+Calls go through ``rayfield._private.transport``.
 
 Example:
     >>> client = GcsClient("127.0.0.1:6379", token)          # doctest: +SKIP
@@ -18,19 +18,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import grpc
-
-from rayfield._private.gcs import codec
-from rayfield._private.gcs.auth import TlsConfig, auth_metadata, open_channel
-from rayfield._private.gcs.errors import GcsError, GcsUnavailableError, error_for_status
-from rayfield._private.gcs.subscription import GcsSubscription
-from rayfield._private.gcs.types import (
+from rayfield._private import transport
+from rayfield._private.protocol import codec
+from rayfield._private.protocol.constants import MAX_MESSAGE_BYTES
+from rayfield._private.protocol.errors import GcsError, GcsUnavailableError, error_for_status
+from rayfield._private.protocol.types import (
     ActorInfo,
     ActorState,
     JobInfo,
     NodeInfo,
     ResourceDemand,
 )
+from rayfield._private.transport import TlsConfig, auth_metadata, open_channel
 
 __all__ = ["GcsClient"]
 
@@ -66,33 +65,27 @@ class GcsClient:
         tls: TlsConfig | bool | None = None,
         timeout_s: float = 10.0,
         retry_deadline_s: float = 30.0,
-        max_message_bytes: int = 64 << 20,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.address = address
         self.timeout_s = timeout_s
         self.retry_deadline_s = retry_deadline_s
         self.metadata = auth_metadata(token)
         tls_config = TlsConfig.from_env() if tls is None else tls
-        # Reconnect quickly once a restarted GCS listens again.
-        reconnect = [
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1000),
-        ]
-        self._channel = open_channel(
+        self._channel = open_channel(  # reconnects within 1 s once a restarted GCS listens
             address,
             tls_config if isinstance(tls_config, TlsConfig) else None,
             max_message_bytes,
-            reconnect,
+            transport.FAST_RECONNECT,
         )
-        self._stubs: dict[str, Any] = {}
-        for name in codec.METHODS:
-            path = f"/{codec.SERVICE}/{name}"
-            kind = "unary_stream" if name in codec.STREAMING_METHODS else "unary_unary"
-            self._stubs[name] = getattr(self._channel, kind)(path)
+        self._stubs: dict[str, Any] = {
+            name: self._channel.unary_unary(f"/{codec.SERVICE}/{name}")
+            for name in codec.METHODS
+            if name not in codec.STREAMING_METHODS
+        }
 
     def close(self) -> None:
-        """Close the channel; open subscriptions end."""
+        """Close the channel."""
         self._channel.close()
 
     def __enter__(self) -> GcsClient:
@@ -101,16 +94,16 @@ class GcsClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def error(self, method: str, exc: grpc.RpcError) -> GcsError:
-        """The GcsError for a failed call."""
-        code, details = exc.code(), exc.details() or ""
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+    def error(self, method: str, exc: BaseException) -> GcsError:
+        """The GcsError for a failed call (``exc``: the ``transport.RpcError``)."""
+        code, details = transport.status(exc)
+        if code in transport.UNAVAILABLE_STATUSES:
             return GcsUnavailableError(
-                f"GCS at {self.address} unreachable ({method}: {code.name}, {details}) for "
+                f"GCS at {self.address} unreachable ({method}: {code}, {details}) for "
                 f"{self.retry_deadline_s:g} s: check that the GCS runs and listens there and "
                 "that its TLS settings match this client's (RAYFIELD_TLS_*)"
             )
-        return error_for_status(code.name, f"GCS {method} failed: {details}")
+        return error_for_status(code, f"GCS {method} failed: {details}")
 
     def call(self, method: str, values: Any = None) -> dict[str, Any]:
         """Call ``method`` with the request's values; return the decoded reply as a dict.
@@ -126,8 +119,8 @@ class GcsClient:
             try:
                 raw = self._stubs[method](payload, timeout=self.timeout_s, metadata=self.metadata)
                 return codec.decode(rep_table, raw)
-            except grpc.RpcError as exc:
-                retry = exc.code() == grpc.StatusCode.UNAVAILABLE
+            except transport.RpcError as exc:
+                retry = transport.status(exc)[0] == "UNAVAILABLE"
                 if not retry or time.monotonic() + delay > deadline:
                     raise self.error(method, exc) from None
             time.sleep(delay)
@@ -249,16 +242,5 @@ class GcsClient:
     # ---- pub/sub ----------------------------------------------------------------------
 
     def publish(self, channel: str, key: _KEY, payload: bytes) -> None:
-        """Publish a message to the subscribers of ``channel``."""
+        """Publish a message to the subscribers of ``channel`` (Subscribe streams)."""
         self.call("Publish", {"channel": channel, "key": _key(key), "payload": payload})
-
-    def subscribe(self, channels: list[str] | None = None) -> GcsSubscription:
-        """Subscribe to ``channels`` (None or empty: all); returns once subscribed.
-
-        The subscription is an iterator of ``GcsMessage`` (also ``get(timeout_s)``
-        and ``close()``); it re-subscribes when the GCS restarts.
-
-        Raises:
-            GcsUnavailableError: when no subscription is made within ``retry_deadline_s``.
-        """
-        return GcsSubscription(self, list(channels or ()))

@@ -2,9 +2,11 @@
 
 Each Subscribe stream owns a ``Subscription``: a bounded queue that ``publish``
 fills without blocking. A subscriber that falls ``queue_size`` messages behind
-is closed (its stream ends and the client re-subscribes), so one slow reader
-never holds up the GCS. Messages published while a client is not subscribed
-(e.g. during a GCS restart) are not replayed.
+is closed (its stream ends; the subscriber may subscribe again), so one slow
+reader never holds up the GCS. Messages published while a client is not
+subscribed (e.g. during a GCS restart) are not replayed. No rayfield process
+subscribes (nodes poll ``GetNodes`` with every heartbeat); the stream is there for
+tools that watch the cluster.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from __future__ import annotations
 import queue
 import threading
 
-from rayfield._private.gcs.errors import GcsError
-from rayfield._private.gcs.types import GcsMessage
+from rayfield._private.protocol.errors import GcsError
+from rayfield._private.protocol.types import GcsMessage
 
 __all__ = ["GcsTooManySubscribersError", "PubSub", "Subscription"]
 

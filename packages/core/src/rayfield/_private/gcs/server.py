@@ -1,9 +1,10 @@
 """The GCS server process: ``python -m rayfield._private.gcs.server``.
 
-One gRPC service, ``/rayfield.Gcs/<Method>``, served through grpcio's generic
-handlers with raw-bytes payloads (flatbuffers, ``gcs.fbs``). Every call passes
-the token check (``auth.TokenInterceptor``) before its payload is decoded; a
-payload that does not decode gets INVALID_ARGUMENT and the server keeps serving.
+One gRPC service, ``/rayfield.Gcs/<Method>``, served by ``transport.serve`` with
+raw-bytes payloads (flatbuffers, ``gcs.fbs``, encoded by ``protocol.codec``). Every
+call passes the token check (``transport.TokenInterceptor``) before its payload is
+decoded; a payload that does not decode gets INVALID_ARGUMENT and the server keeps
+serving.
 A thread declares nodes dead when their heartbeats stop.
 
 Usage::
@@ -23,56 +24,48 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-import grpc
-
+from rayfield._private import transport
 from rayfield._private.common.session_files import ERROR_MARK, write_private
-from rayfield._private.gcs import codec
-from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, create_token_file, read_token
-from rayfield._private.gcs.errors import GcsError
+from rayfield._private.gcs.auth import create_token_file, read_token
 from rayfield._private.gcs.pubsub import PubSub
 from rayfield._private.gcs.service import GcsService
+from rayfield._private.protocol import codec
+from rayfield._private.protocol.constants import MAX_MESSAGE_BYTES
+from rayfield._private.protocol.errors import GcsError
+from rayfield._private.transport import TlsConfig
 
 __all__ = ["GcsServer", "main"]
 
 log = logging.getLogger("rayfield.gcs")
-DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
+DEFAULT_MAX_MESSAGE_BYTES = MAX_MESSAGE_BYTES
 
 
-def _abort(context: grpc.ServicerContext, method: str, exc: Exception) -> None:
+def _error_status(method: str, exc: Exception) -> tuple[str, str]:
+    """The status a failed call of ``method`` answers: a GcsError's own, else INTERNAL."""
     if isinstance(exc, GcsError):
-        context.abort(grpc.StatusCode[exc.status], str(exc))
+        return exc.status, str(exc)
     log.exception("internal error in %s", method)
-    context.abort(grpc.StatusCode.INTERNAL, f"internal GCS error in {method}: {exc!r}")
+    return "INTERNAL", f"internal GCS error in {method}: {exc!r}"
 
 
-def _unary(method: str, fn: Callable[[dict[str, Any]], Any]) -> grpc.RpcMethodHandler:
+def _unary(method: str, fn: Callable[[dict[str, Any]], Any]) -> Callable[[bytes], bytes]:
+    req_table, rep_table = codec.METHODS[method]
+    return lambda raw: codec.encode(rep_table, fn(codec.decode(req_table, raw)))
+
+
+def _streaming(
+    method: str, fn: Callable[..., Iterator[Any]]
+) -> Callable[[bytes, Callable[[], bool]], Iterator[bytes]]:
     req_table, rep_table = codec.METHODS[method]
 
-    def handle(raw: bytes, context: grpc.ServicerContext) -> bytes:
-        try:
-            return codec.encode(rep_table, fn(codec.decode(req_table, raw)))
-        except Exception as exc:
-            _abort(context, method, exc)
-            raise  # unreachable: abort raises
+    def handle(raw: bytes, is_active: Callable[[], bool]) -> Iterator[bytes]:
+        for item in fn(codec.decode(req_table, raw), is_active):
+            yield codec.encode(rep_table, item)
 
-    return grpc.unary_unary_rpc_method_handler(handle)
-
-
-def _streaming(method: str, fn: Callable[..., Iterator[Any]]) -> grpc.RpcMethodHandler:
-    req_table, rep_table = codec.METHODS[method]
-
-    def handle(raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
-        try:
-            for item in fn(codec.decode(req_table, raw), context.is_active):
-                yield codec.encode(rep_table, item)
-        except Exception as exc:
-            _abort(context, method, exc)
-
-    return grpc.unary_stream_rpc_method_handler(handle)
+    return handle
 
 
 class GcsServer:
@@ -109,38 +102,33 @@ class GcsServer:
         )
         self._heartbeat_timeout_s = heartbeat_timeout_s
         self._stopped = threading.Event()
-        options = [
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.so_reuseport", 0),  # a second GCS must not share the port
-        ]
-        streaming = frozenset(f"/{codec.SERVICE}/{m}" for m in codec.STREAMING_METHODS)
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="gcs"),
-            interceptors=[TokenInterceptor(token, streaming)],
-            options=options,
-        )
-        handlers = {
-            name: _streaming(name, fn) if name in codec.STREAMING_METHODS else _unary(name, fn)
-            for name, fn in self.service.handlers().items()
+        handlers = self.service.handlers()
+        streaming = {
+            name: _streaming(name, fn)
+            for name, fn in handlers.items()
+            if name in codec.STREAMING_METHODS
         }
-        self._server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(codec.SERVICE, handlers),)
-        )
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        unary = {
+            name: _unary(name, fn)
+            for name, fn in handlers.items()
+            if name not in codec.STREAMING_METHODS
+        }
         try:
-            if tls is None:
-                self.port = self._server.add_insecure_port(address)
-            else:
-                self.port = self._server.add_secure_port(address, tls.server_credentials())
-        except RuntimeError:  # grpc's "Failed to bind": said below in words
-            self.port = 0
-        if not self.port:
-            self.service.close()
-            raise OSError(
-                f"the GCS cannot listen on {address}: the port is in use or not allowed "
-                "here; pick another with --port (0: any free one)"
+            self._server, self.port = transport.serve(
+                codec.SERVICE,
+                unary,
+                streaming,
+                _error_status,
+                token,
+                host,
+                port,
+                tls,
+                max_message_bytes,
+                max_workers,
             )
+        except OSError as exc:
+            self.service.close()
+            raise OSError(f"the GCS {exc}") from None
         self.host = host
         self._monitor = threading.Thread(
             target=self._check_heartbeats, name="gcs-heartbeats", daemon=True

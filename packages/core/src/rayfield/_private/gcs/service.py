@@ -1,7 +1,8 @@
 """The GCS calls as plain Python: decoded request dict in, reply values out.
 
 ``GcsService`` binds each method of ``codec.METHODS`` to the tables; the gRPC
-layer (``server.py``) only decodes, calls and encodes. Server-side publishing
+layer (``server.py``, over ``transport.serve``) only decodes, calls and
+encodes. Server-side publishing
 (NODE_ALIVE, NODE_DEAD, ACTOR) encodes the record as the message payload.
 """
 
@@ -12,11 +13,12 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rayfield._private.gcs import codec
-from rayfield._private.gcs.errors import GcsInvalidRequestError
 from rayfield._private.gcs.pubsub import PubSub
 from rayfield._private.gcs.tables import GcsTables
-from rayfield._private.gcs.types import ActorInfo, ActorState, JobInfo, NodeInfo
+from rayfield._private.protocol import codec
+from rayfield._private.protocol.constants import MAX_MESSAGE_BYTES
+from rayfield._private.protocol.errors import GcsInvalidRequestError
+from rayfield._private.protocol.types import ActorInfo, ActorState, JobInfo, NodeInfo
 
 __all__ = ["GcsService"]
 
@@ -76,7 +78,7 @@ class GcsService:
         self,
         db_path: str,
         heartbeat_timeout_s: float = 3.0,
-        max_reply_bytes: int = 64 << 20,
+        max_reply_bytes: int = MAX_MESSAGE_BYTES,
         pubsub: PubSub | None = None,
     ) -> None:
         self.pubsub = pubsub or PubSub()

@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from rayfield._private.gcs.errors import (
+from rayfield._private.protocol.errors import (
     GcsAlreadyExistsError,
     GcsInvalidRequestError,
     GcsNotFoundError,
 )
-from rayfield._private.gcs.types import (
+from rayfield._private.protocol.types import (
     CHANNEL_ACTOR,
     CHANNEL_NODE_ALIVE,
     CHANNEL_NODE_DEAD,

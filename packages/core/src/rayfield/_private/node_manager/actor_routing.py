@@ -18,10 +18,10 @@ import threading
 from collections.abc import Callable
 
 from rayfield._private.gcs.client import GcsClient
-from rayfield._private.gcs.types import ActorInfo, ActorState, NodeInfo
 from rayfield._private.node_manager.forwarding import batches
 from rayfield._private.node_manager.membership import PeerView
 from rayfield._private.node_manager.task_spec import TakenTask, TaskSpec
+from rayfield._private.protocol.types import ActorInfo, ActorState, NodeInfo
 
 __all__ = ["ActorRouter", "ActorTable"]
 

@@ -34,16 +34,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from rayfield._private.node_manager.introspect import Introspector
-from rayfield._private.gcs.auth import TlsConfig
+from rayfield._private.common.ids import ORIGIN_BYTES, origin_of
 from rayfield._private.gcs.client import GcsClient
-from rayfield._private.gcs.types import NodeInfo
 from rayfield._private.node_manager import events as ev
 from rayfield._private.node_manager.actor_routing import ActorRouter
 from rayfield._private.node_manager.arg_pins import ArgPins
 from rayfield._private.node_manager.event_shipper import EventShipper
 from rayfield._private.node_manager.forwarding import SEND_ATTEMPTS, AcceptedTasks, Forwarder
-from rayfield._private.common.ids import ORIGIN_BYTES, origin_of
+from rayfield._private.node_manager.introspect import Introspector
 from rayfield._private.node_manager.lifecycle import Lifecycle, job_cancelled
 from rayfield._private.node_manager.membership import Membership, PeerView
 from rayfield._private.node_manager.node import Node
@@ -54,6 +52,8 @@ from rayfield._private.node_manager.recovery import Recovery
 from rayfield._private.node_manager.spillback import Spillback
 from rayfield._private.node_manager.task_spec import TakenTask, TaskSpec
 from rayfield._private.node_manager.transfer import keep_freed_memory
+from rayfield._private.protocol.types import NodeInfo
+from rayfield._private.transport import TlsConfig
 from rayfield.store import StoreClient
 
 __all__ = ["NodeAgent"]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rayfield._private.gcs.client import GcsClient
-from rayfield._private.gcs.errors import GcsError
+from rayfield._private.protocol.errors import GcsError
 
 logger = logging.getLogger("rayfield")
 

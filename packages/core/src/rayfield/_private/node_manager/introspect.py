@@ -10,7 +10,7 @@ A node answers three calls of its ``/rayfield.Node`` service from here:
   that directory are served: no paths, no links out of it.
 
 Messages are the ``NodeIntrospect*``, ``ListLogsReply`` and ``ReadLog*`` tables of
-``schema/cluster.fbs``, encoded by ``rayfield._private.gcs.codec``.
+``schema/cluster.fbs``, encoded by ``rayfield._private.protocol.codec``.
 """
 
 from __future__ import annotations

@@ -36,13 +36,13 @@ from typing import Any, Protocol
 
 from rayfield._private.common.actor_scope import NO_HANDLE_LEFT, ActorScopes, Decision
 from rayfield._private.gcs.client import GcsClient
-from rayfield._private.node_manager.jobs import finish_on_node
-from rayfield._private.gcs.errors import GcsNotFoundError
-from rayfield._private.gcs.types import ActorInfo, ActorState
 from rayfield._private.node_manager.actor_routing import ActorRouter
+from rayfield._private.node_manager.jobs import finish_on_node
 from rayfield._private.node_manager.membership import PeerView
 from rayfield._private.node_manager.node_service import PeerChannels, PeerError
 from rayfield._private.node_manager.recovery import Recovery
+from rayfield._private.protocol.errors import GcsNotFoundError
+from rayfield._private.protocol.types import ActorInfo, ActorState
 from rayfield.store import StoreClient
 
 logger = logging.getLogger("rayfield")

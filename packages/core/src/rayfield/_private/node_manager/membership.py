@@ -14,9 +14,9 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from rayfield._private.gcs.client import GcsClient
-from rayfield._private.gcs.types import NodeInfo, ResourceDemand
 from rayfield._private.common.ids import ORIGIN_BYTES, origin_of
+from rayfield._private.gcs.client import GcsClient
+from rayfield._private.protocol.types import NodeInfo, ResourceDemand
 
 __all__ = ["Membership", "PeerView"]
 

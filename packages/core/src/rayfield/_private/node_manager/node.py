@@ -22,8 +22,8 @@ from typing import Protocol
 
 from rayfield._private.common import session_files
 from rayfield._private.common.actor_scope import NO_HANDLE_LEFT, ActorScopes
-from rayfield._private.node_manager import events as ev
 from rayfield._private.common.ids import origin_of
+from rayfield._private.node_manager import events as ev
 from rayfield._private.node_manager.memory_monitor import MemoryMonitor
 from rayfield._private.node_manager.worker_pool import WorkerPool
 from rayfield.store import NodeServer

@@ -32,9 +32,10 @@ from rayfield._private.node_manager.node import Node
 
 def join_cluster(node: Node, args: argparse.Namespace) -> dict[str, str]:
     """Start the node's cluster agent (imports grpc only here: plain nodes never need it)."""
-    from rayfield._private.gcs.auth import TlsConfig, read_token
+    from rayfield._private.gcs.auth import read_token
     from rayfield._private.gcs.client import GcsClient
     from rayfield._private.node_manager.agent import NodeAgent
+    from rayfield._private.transport import TlsConfig
 
     token = os.environ.get("RAYFIELD_TOKEN") or read_token(args.token_file)
     tls = TlsConfig(args.tls_cert, args.tls_key, args.tls_ca) if args.tls_cert else None
@@ -48,7 +49,7 @@ def join_cluster(node: Node, args: argparse.Namespace) -> dict[str, str]:
 def _join_failure(exc: BaseException, address: str) -> str | None:
     """One line saying why joining the cluster at ``address`` failed, for the failures
     with a known remedy; None for others (their traceback goes to the log)."""
-    from rayfield._private.gcs.errors import GcsAuthError, GcsUnavailableError
+    from rayfield._private.protocol.errors import GcsAuthError, GcsUnavailableError
 
     if isinstance(exc, GcsAuthError):
         return (
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.gcs_address:  # its workers know they are in a cluster (GCS, named actors)
         os.environ["RAYFIELD_GCS_ADDRESS"] = args.gcs_address
         if args.tls_cert:  # and reach its GCS with the node's certificate
-            from rayfield._private.gcs.auth import ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY
+            from rayfield._private.transport import ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY
 
             os.environ[ENV_TLS_CERT], os.environ[ENV_TLS_KEY] = args.tls_cert, args.tls_key
             os.environ[ENV_TLS_CA] = args.tls_ca

@@ -43,12 +43,11 @@ from typing import Any, Protocol
 
 import grpc
 
-from rayfield._private.cluster import messages
 from rayfield._private.node_manager.introspect import LogAccessError
-from rayfield._private.gcs import codec
-from rayfield._private.gcs.auth import TlsConfig, TokenInterceptor, auth_metadata, open_channel
-from rayfield._private.gcs.errors import GcsInvalidRequestError
 from rayfield._private.node_manager.task_spec import TaskSpec
+from rayfield._private.protocol import codec, messages
+from rayfield._private.protocol.errors import GcsInvalidRequestError
+from rayfield._private.transport import TlsConfig, TokenInterceptor, auth_metadata, open_channel
 from rayfield.store import StoreClient
 from rayfield.store.errors import ObjectNotFoundError
 

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from rayfield._private.gcs.types import NodeInfo
 from rayfield._private.node_manager.forwarding import Forwarder
 from rayfield._private.node_manager.membership import PeerView
 from rayfield._private.node_manager.placement import SpillTable, plan_moves, spill_order
 from rayfield._private.node_manager.task_spec import TakenTask, TaskSpec
+from rayfield._private.protocol.types import NodeInfo
 
 __all__ = ["PLACEMENT_S", "Spillback"]
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from rayfield._private.cluster import messages
+from rayfield._private.protocol import messages
 from rayfield.store import StoreClient
 from rayfield.store.errors import ObjectExistsError
 

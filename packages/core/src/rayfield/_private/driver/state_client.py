@@ -19,19 +19,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-import grpc
-
-from rayfield._private.cluster import launch
+from rayfield._private import transport
 from rayfield._private.common import events as _events
-from rayfield._private.gcs.auth import TlsConfig, auth_metadata, open_channel
+from rayfield._private.driver import launch
 from rayfield._private.gcs.client import GcsClient
-from rayfield._private.gcs.types import ActorState, NodeInfo
 from rayfield._private.node_manager.node_service import NodeStub
+from rayfield._private.protocol.constants import MAX_MESSAGE_BYTES
+from rayfield._private.protocol.types import ActorState, NodeInfo
+from rayfield._private.transport import TlsConfig, auth_metadata, open_channel
 
 __all__ = ["StateClient", "StateError", "decode_events", "kill_actor_elsewhere", "pin_reason"]
 
 T = TypeVar("T")
-MAX_MESSAGE_BYTES = 64 << 20
 _WORKER_LOG = re.compile(r"^worker-(\d+)\.out$")
 
 
@@ -107,7 +106,7 @@ class StateClient:
         self.gcs = GcsClient(self.address, token, tls=self.tls or False, retry_deadline_s=5)
         self.metadata = auth_metadata(token)
         self.node_timeout_s = node_timeout_s
-        self._channels: dict[str, grpc.Channel] = {}
+        self._channels: dict[str, Any] = {}  # address -> transport channel
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rayfield-state")
 
     def close(self) -> None:
@@ -140,8 +139,8 @@ class StateClient:
         def one(n: NodeInfo) -> tuple[NodeInfo, T | None, str]:
             try:
                 return n, fn(self.node(n.address)), ""
-            except grpc.RpcError as exc:
-                return n, None, f"{exc.code().name}: {exc.details()}"
+            except transport.RpcError as exc:
+                return n, None, "{}: {}".format(*transport.status(exc))
 
         return list(self._pool.map(one, alive))
 
@@ -209,6 +208,53 @@ class StateClient:
                 )
             out.append(row)
         return out
+
+    def node_records(self) -> list[dict[str, Any]]:
+        """Every node as the GCS records it, alive or dead, without asking the nodes:
+        ``node_id`` (hex), ``address``, ``alive``, ``death_reason``, ``hostname``,
+        ``resources_total``, ``resources_available``, ``demand`` (a list of ``shape``,
+        ``count``, ``infeasible``: the node's last heartbeat) and ``last_heartbeat_s``."""
+        return [
+            {
+                "node_id": n.node_id.hex(),
+                "address": n.address,
+                "alive": n.alive,
+                "death_reason": n.death_reason,
+                "hostname": n.hostname,
+                "resources_total": n.resources_total,
+                "resources_available": n.resources_available,
+                "demand": [
+                    {"shape": d.shape, "count": d.count, "infeasible": d.infeasible}
+                    for d in n.demand
+                ],
+                "last_heartbeat_s": n.last_heartbeat_s,
+            }
+            for n in self.gcs.get_nodes()
+        ]
+
+    def resource_demand(self) -> list[dict[str, Any]]:
+        """Pending work of the alive nodes by resource shape: ``node_id``, ``address``,
+        ``shape``, ``count``, ``infeasible`` (see ``rayfield.util.state.resource_demand``)."""
+        return [
+            {"node_id": n["node_id"], "address": n["address"], **d}
+            for n in self.node_records()
+            if n["alive"]
+            for d in n["demand"]
+        ]
+
+    def kv_get(self, namespace: str, key: str | bytes) -> bytes | None:
+        """The value under ``key`` in the GCS key-value store's ``namespace``, or None."""
+        return self.gcs.kv_get(namespace, key)
+
+    def kv_put(
+        self, namespace: str, key: str | bytes, value: bytes, overwrite: bool = True
+    ) -> bool:
+        """Store ``value`` under ``key`` in ``namespace``; True when the key was new."""
+        return self.gcs.kv_put(namespace, key, value, overwrite)
+
+    def kv_del(self, namespace: str, key: str | bytes) -> bool:
+        """Delete ``key`` from ``namespace``; True when it existed."""
+        return self.gcs.kv_del(namespace, key)
 
     def jobs(self) -> list[dict[str, Any]]:
         """Every job (connected driver) the GCS recorded, newest first: RUNNING, FINISHED,
@@ -386,7 +432,7 @@ class StateClient:
             try:
                 if self.node(n.address).kill_actor(actor_id, no_restart, self.node_timeout_s):
                     return True
-            except grpc.RpcError:
+            except transport.RpcError:
                 continue
         return False
 

@@ -1,6 +1,7 @@
 """Start the processes of a cluster node, find running clusters, stop them.
 
-``rayfield start`` (rayfield-cli) and the tests use these. A head is a GCS process
+Public as ``rayfield.util.cluster`` (used by ``rayfield start|stop`` of rayfield-cli and
+by the tests). A head is a GCS process
 (``gcs.server``) and a node process (``node_main``); any other node is a node process.
 Each node has its own session directory ``<temp_dir>/session_<time>_<pid>``; a head's
 also holds the cluster token (``token``), the GCS tables (``gcs.sqlite``) and

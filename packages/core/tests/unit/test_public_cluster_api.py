@@ -1,0 +1,108 @@
+"""The public cluster API without a cluster: addresses, tokens, sessions, the KV outside a
+cluster, the node IP and the microbenchmark's rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rayfield._private.common import session_files
+from rayfield.experimental import internal_kv as kv
+from rayfield.util import cluster, get_node_ip_address, perf
+
+
+def test_resolve_address_checks_its_input(tmp_path: Path) -> None:
+    assert cluster.resolve_address("10.0.0.1:6379") == "10.0.0.1:6379"
+    for bad in ("10.0.0.1", "http://h:1", "h:port", ""):
+        with pytest.raises(ValueError, match="HOST:PORT"):
+            cluster.resolve_address(bad)
+    with pytest.raises(cluster.ClusterError, match="no running rayfield cluster"):
+        cluster.resolve_address("auto", tmp_path / "empty")
+
+
+def test_find_token_prefers_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(cluster.ENV_TOKEN, "ab" * 32 + "\n")
+    assert cluster.find_token("127.0.0.1:1", tmp_path) == "ab" * 32
+    monkeypatch.delenv(cluster.ENV_TOKEN)
+    with pytest.raises(cluster.ClusterError, match="RAYFIELD_TOKEN"):
+        cluster.find_token("127.0.0.1:1", tmp_path)
+
+
+def test_clean_stopped_sessions_removes_what_dead_nodes_left(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    live, dead = session_files.new_session_dir(root), session_files.new_session_dir(root)
+    sockets = dead / "sockets"
+    sockets.mkdir()
+    (sockets / "node.sock").touch()
+    cluster.write_private(live / "node.json", json.dumps({"pid": os.getpid()}))
+    cluster.write_private(
+        dead / "node.json", json.dumps({"pid": 2**22 + 1, "socket": str(sockets / "node.sock")})
+    )
+    session_files.point_latest(root, dead)
+    assert cluster.clean_stopped_sessions(root) == 1
+    assert not sockets.exists() and not (dead / "node.json").exists()
+    assert (live / "node.json").exists()
+    assert not (root / "session_latest").is_symlink()
+    assert cluster.clean_stopped_sessions(tmp_path / "none") == 0
+
+
+def test_session_json_is_read_only_when_private(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    session = session_files.new_session_dir(root)
+    cluster.write_private(session / "x.json", json.dumps({"a": 1}))
+    assert cluster.read_session_json(session / "x.json") == {"a": 1}
+    (session / "x.json").chmod(0o666)
+    with pytest.raises(cluster.UnsafeSessionError):
+        cluster.read_session_json(session / "x.json")
+
+
+def test_internal_kv_outside_a_cluster_says_so() -> None:
+    assert kv._internal_kv_initialized() is False
+    with pytest.raises(RuntimeError, match="needs a cluster"):
+        kv._internal_kv_get("k")
+    with pytest.raises(RuntimeError, match="needs a cluster"):
+        kv._internal_kv_put("k", b"v")
+
+
+def test_get_node_ip_address() -> None:
+    assert get_node_ip_address("127.0.0.1:9") == "127.0.0.1"
+    parts = get_node_ip_address().split(".")
+    assert len(parts) == 4 and all(p.isdigit() for p in parts)
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        get_node_ip_address("localhost")
+
+
+def test_perf_rows_and_timed_rate() -> None:
+    keys = [k for k, _ in perf.ROWS]
+    assert set(perf.QUICK_ROWS) <= set(keys)
+    assert perf.UNITS["put_gigabytes"] == "GB/s"
+    result = perf.timed_rate(lambda: None, 10, budget_s=0.02, warmup_s=0.0)
+    assert result["calls"] >= 1 and result["rate"] > 0
+
+
+def test_session_dirs_are_private_and_per_user(tmp_path: Path) -> None:
+    assert cluster.default_temp_dir().name == f"rayfield-{os.getuid()}"
+    session = cluster.new_session_dir(tmp_path / "root")
+    assert session.name.startswith("session_") and (session / "logs").is_dir()
+    assert (session.stat().st_mode & 0o777) == 0o700
+    assert cluster.head_session(tmp_path / "root") is None  # no cluster.json: not a head
+    opts = cluster.NodeOptions()
+    assert opts.node_ip_address == "127.0.0.1" and opts.temp_dir == cluster.default_temp_dir()
+
+
+def test_the_cluster_module_loads_grpc_only_for_tls_and_tokens() -> None:
+    code = (
+        "import sys, rayfield.util.cluster as c\n"
+        "assert 'grpc' not in sys.modules, 'imported grpc'\n"
+        "assert c.TlsConfig('c', 'k', 'a').ca_path == 'a' and callable(c.read_token)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        cluster.nope  # noqa: B018
