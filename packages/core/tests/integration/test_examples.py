@@ -131,6 +131,7 @@ def test_run_all_rejects_unknown_names() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(660)  # the script's own 600 s limit, then the check of its output
 def test_run_all_every_example_passes() -> None:
     """The script as a user runs it: its own runtime, every example, exit status 0."""
     proc = subprocess.run(

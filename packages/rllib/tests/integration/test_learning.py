@@ -61,6 +61,7 @@ def test_learns_cartpole(example: str, run: str, target: float, budget: int) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a tuned example runs until its stated return: up to ~20 min
 @pytest.mark.parametrize(
     "example", ["cartpole-ppo", "cartpole-pg", "cartpole-a2c", "cartpole-a3c", "cartpole-dqn"]
 )
