@@ -37,6 +37,7 @@ from rayfield._private.gcs import (
     create_token_file,
     read_token,
 )
+from rayfield.testing import wait_for
 
 SERVICE = "rayfield.Gcs"
 
@@ -314,7 +315,7 @@ def test_restart_recovers_tables_and_retries(start_gcs: Callable[..., Gcs]) -> N
     result: dict[str, Any] = {}
     caller = threading.Thread(target=lambda: result.update(value=c.kv_get("ns", "k")))
     caller.start()  # issued while the GCS is down: retried until it is back
-    time.sleep(0.5)
+    caller.join(timeout=0.5)
     assert caller.is_alive()
     gcs2 = start_gcs(gcs.db, gcs.port, heartbeat_timeout_s=2.5)
     caller.join(timeout=20)
@@ -330,15 +331,14 @@ def test_restart_recovers_tables_and_retries(start_gcs: Callable[..., Gcs]) -> N
         c.publish("APP", "after-restart", b"x")
         message = sub.get(timeout_s=0.3)
     assert message is not None and message.key == b"after-restart"
+
     # A node that does not come back within the heartbeat timeout is declared dead.
-    deadline = time.monotonic() + 10
-    alive = {}
-    while time.monotonic() < deadline:
+    def n_gone_dead() -> dict[bytes, bool] | None:
         assert c.heartbeat(b"n-keep", {"CPU": 1.0}) is False
         alive = {n.node_id: n.alive for n in c.get_nodes()}
-        if not alive[b"n-gone"]:
-            break
-        time.sleep(0.1)
+        return None if alive[b"n-gone"] else alive
+
+    alive = wait_for(n_gone_dead, 10, "n-gone declared dead", interval=0.1)
     assert alive == {b"n-keep": True, b"n-gone": False}
     sub.close()
     c.close()

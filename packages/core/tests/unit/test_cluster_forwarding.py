@@ -13,6 +13,7 @@ import pytest
 from rayfield._private.cluster import forwarding, messages
 from rayfield._private.cluster.forwarding import AcceptedTasks, Forwarder, batches
 from rayfield._private.cluster.node_service import NodeService
+from rayfield.testing import wait_for
 
 
 def tid(i: int) -> bytes:
@@ -98,10 +99,7 @@ class FakePeer:
 
 
 def wait_until(cond: Any, timeout_s: float = 5.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.01)
+    wait_for(cond, timeout_s, "the forwarder's reports", interval=0.01)
 
 
 def test_forwarder_batches_what_queues_up_and_reports_each_task_in_order() -> None:
