@@ -10,8 +10,10 @@ The counterpart of Ray's ``ray._private.test_utils`` (``wait_for_condition``) an
 * :class:`LeakCheck` notes the process's threads, file descriptors, child processes and
   rayfield shared-memory files, and fails when a test leaves any behind.
 * The pytest fixtures ``rayfield_runtime`` (one runtime per test),
-  ``rayfield_module_runtime`` (one per test module) and ``rayfield_leak_check``. Enable
-  them in a top-level ``conftest.py``::
+  ``rayfield_module_runtime`` (one per test module), ``rayfield_leak_check`` and
+  ``rayfield_known_leaks`` (what the leak check tolerates suite-wide). Enable them in the
+  top-level ``conftest.py`` of a test suite (pytest accepts ``pytest_plugins`` only
+  there)::
 
       pytest_plugins = ["rayfield.testing"]
 
