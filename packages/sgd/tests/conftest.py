@@ -6,16 +6,14 @@ from typing import Any
 
 import pytest
 
-from rayfield.testing import RUNTIME_LEAKS
-
 pytest_plugins = ["rayfield.testing"]
 
 
 @pytest.fixture(scope="session")
-def rayfield_known_leaks() -> list[str]:
+def rayfield_known_leaks(rayfield_known_leaks: list[str]) -> list[str]:
     # Not rayfield's: torch starts its intra-op thread pool (and jemalloc its background
     # thread) in this process on first use and keeps them for the life of the process.
-    return [*RUNTIME_LEAKS, r"^native thread "]
+    return [*rayfield_known_leaks, r"^native thread "]
 
 
 @pytest.fixture(scope="module")
