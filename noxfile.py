@@ -259,7 +259,7 @@ def learning(session: nox.Session) -> None:
 def sanitize(session: nox.Session) -> None:
     """Build the store in place with ASan + UBSan and run its tests against it."""
     session.install("poetry-core>=2,<3", "setuptools>=68", FLATC, "flatbuffers==25.12.19")
-    session.install("pytest", "hypothesis", "numpy")
+    session.install("pytest", "pytest-timeout", "hypothesis", "numpy")
     env = {"RAYFIELD_SANITIZE": "1"}
     with session.chdir(pkg("store")):
         session.run("python", "build.py", env=env)
@@ -274,6 +274,8 @@ def sanitize(session: nox.Session) -> None:
         "no:cacheprovider",
         "-m",
         "not slow",
+        "-o",
+        "timeout=900",  # the sanitized build runs several times slower than a plain one
         *session.posargs,
         env={
             "PYTHONPATH": str(ROOT / "packages" / "store" / "src"),
@@ -298,5 +300,7 @@ def fuzz(session: nox.Session) -> None:
         str(ROOT / "packages" / "store" / "tests" / "integration" / "test_fuzz.py"),
         "-p",
         "no:cacheprovider",
+        "-o",
+        "timeout=3600",  # thousands of examples per fuzzer
         env={"RAYFIELD_FUZZ_EXAMPLES": os.environ.get("RAYFIELD_FUZZ_EXAMPLES", "5000")},
     )

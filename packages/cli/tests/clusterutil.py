@@ -2,6 +2,10 @@
 
 Every node is a separate process with its own store, socket and ports, listening on
 loopback; ``--temp-dir`` keeps each test's sessions apart from every other's.
+
+These multi-node helpers live here rather than in :mod:`rayfield.testing` because they
+run the `rayfield` command (rayfield-cli), which rayfield-core does not depend on; the
+waits come from :mod:`rayfield.testing`.
 """
 
 from __future__ import annotations
@@ -9,10 +13,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from rayfield import testing
 
 CLI = [sys.executable, "-m", "rayfield.cli.main"]
 
@@ -75,12 +80,6 @@ def add_node(address: str, temp_dir: Path, resources: str, *extra: str, **kw: An
 
 
 def wait_for(fn: Callable[[], Any], what: str, timeout_s: float = 20) -> Any:
-    """Poll ``fn`` until it returns something true, and return that; fail naming ``what``."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+    """Poll ``fn`` until it returns something true, and return that; raise TimeoutError
+    naming ``what`` (:func:`rayfield.testing.wait_for`, polling every 0.2 s)."""
+    return testing.wait_for(fn, timeout_s, what, interval=0.2)

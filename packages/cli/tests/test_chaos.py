@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from clusterutil import rayfield_cmd, start_nodes
+from clusterutil import rayfield_cmd, start_nodes, wait_for
 
 import rayfield as rf
 from rayfield.exceptions import ActorDiedError
@@ -62,8 +62,10 @@ def test_tasks_and_actors_survive_killed_workers_and_a_dead_node(tmp_path: Path)
         victim_session = next(s for s in nodes if s != head_session)
         victim = nodes[victim_session]
 
+        outcomes = {"ok": 0, "died": 0}
+
         def chaos() -> None:
-            time.sleep(0.5)
+            wait_for(lambda: outcomes["ok"] > 0, "actor calls under way", timeout_s=60)
             for node in nodes.values():  # every worker, once
                 for w in node.children(recursive=True):
                     w.send_signal(signal.SIGKILL)
@@ -72,7 +74,6 @@ def test_tasks_and_actors_survive_killed_workers_and_a_dead_node(tmp_path: Path)
 
         killer = threading.Thread(target=chaos)
         killer.start()
-        outcomes = {"ok": 0, "died": 0}
         deadline = time.monotonic() + 4
         while time.monotonic() < deadline:  # actor calls throughout the chaos
             for ref in [a.add.remote(1) for a in actors]:
@@ -92,21 +93,25 @@ def test_tasks_and_actors_survive_killed_workers_and_a_dead_node(tmp_path: Path)
         from rayfield.util.cluster import find_token
 
         gcs = GcsClient(address, find_token(address, tmp_path))
-        deadline = time.monotonic() + 15
-        while True:
-            alive = [n for n in gcs.get_nodes() if n.alive]
-            settled = len(alive) == 2 and all(
+        alive: list = []
+
+        def settled() -> bool:
+            alive[:] = [n for n in gcs.get_nodes() if n.alive]
+            return len(alive) == 2 and all(
                 n.resources_available.get(k) == pytest.approx(v)
                 for n in alive
                 for k, v in n.resources_total.items()
                 if k != "x"  # the 4 actors hold x
             )
-            if settled or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        gcs.close()
-        assert len(alive) == 2, "the killed node is declared dead"
-        assert settled, [(n.resources_total, n.resources_available) for n in alive]
+
+        try:
+            wait_for(
+                settled,
+                "the killed node declared dead and the 2 others' CPUs free",
+                timeout_s=15,
+            )
+        finally:
+            gcs.close()
         x_used = sum(
             n.resources_total.get("x", 0) - n.resources_available.get("x", 0) for n in alive
         )

@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -154,12 +153,12 @@ def test_work_no_node_fits_waits_and_status_shows_it(cluster: Cluster) -> None:
     ref = node_of.options(resources={"nowhere": 1}).remote()
     ready, _ = rf.wait([ref], timeout=1.0)
     assert ready == []
-    deadline = time.monotonic() + 10
-    while True:
+
+    def status_with_demand() -> str:
         out = rayfield_cmd("status", "--temp-dir", str(cluster.temp_dir)).stdout
-        if "nowhere" in out or time.monotonic() > deadline:
-            break
-        time.sleep(0.3)
+        return out if "nowhere" in out else ""
+
+    out = wait_for(status_with_demand, "the infeasible demand in rayfield status")
     assert "3 node(s) alive" in out
     assert "1 x 1 CPU, 1 nowhere: infeasible" in out
     assert "/3 CPU used" in out and "/2 b_res used" in out and "/1 c_res used" in out

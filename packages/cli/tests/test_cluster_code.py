@@ -9,11 +9,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 from clusterutil import add_node, rayfield_cmd, start_nodes, wait_for
 
 import rayfield as rf
+import rayfield.util.state
 from rayfield._private.common.code import NAMESPACE, is_code
 from rayfield._private.gcs.client import GcsClient
 from rayfield.util.cluster import find_token
@@ -38,6 +40,14 @@ def export_on_b(out: str) -> str:
     return "submitted"
 
 
+def node_row(resource: str, alive: bool = True) -> dict[str, Any]:
+    """The row of ``rayfield.util.state.list_nodes()`` of the node with ``resource`` (the
+    live one; with ``alive=False`` also a dead one)."""
+    rows = rayfield.util.state.list_nodes()
+    [row] = [r for r in rows if resource in r["resources_total"] and (r["alive"] or not alive)]
+    return row
+
+
 def test_code_exported_on_a_dead_node_comes_from_the_gcs(tmp_path: Path) -> None:
     address = start_nodes(tmp_path, "--heartbeat-timeout-s", "1.5", resources='{"b": 1}')
     add_node(address, tmp_path, '{"c": 1}', "--heartbeat-timeout-s", "1.5")
@@ -52,11 +62,12 @@ def test_code_exported_on_a_dead_node_comes_from_the_gcs(tmp_path: Path) -> None
             assert rf.get(export_on_b.remote(str(out))) == "submitted"
             new = set(gcs.kv_keys(NAMESPACE)) - before
             assert new and all(is_code(k) for k in new)  # export_on_b, write_on_c
-        time.sleep(1.0)  # write_on_c reaches node C, where it waits for "c"
+        wait_for(lambda: node_row("c")["tasks_queued"] == 1, "write_on_c queued on node C")
         node_b = psutil.Process(json.loads((Path(b_session) / "node.json").read_text())["pid"])
         for p in [node_b, *node_b.children(recursive=True)]:
             p.send_signal(signal.SIGKILL)
-        time.sleep(2.0)  # node B is declared dead; its store (and the code in it) is gone
+        # node B is declared dead; its store (and the code in it) is gone
+        wait_for(lambda: not node_row("b", alive=False)["alive"], "node B declared dead")
         go.touch()
         rf.get(blocker, timeout=30)
         text = wait_for(lambda: out.exists() and out.read_text(), "write_on_c on node C", 30)

@@ -69,10 +69,11 @@ def test_gcs_restart_mid_workload_loses_nothing(tmp_path: Path) -> None:
         assert rf.get(first + during + after, timeout=120) == [i * i for i in range(900)]
         with GcsClient(address, token) as gcs:
             assert gcs.kv_get("test", "acknowledged") == b"before the crash"
-            deadline = time.monotonic() + 15
-            while len([n for n in gcs.get_nodes() if n.alive]) != 2:
-                assert time.monotonic() < deadline, gcs.get_nodes()
-                time.sleep(0.2)
+            wait_for(
+                lambda: len([n for n in gcs.get_nodes() if n.alive]) == 2,
+                "both nodes alive in the restarted GCS",
+                timeout_s=15,
+            )
             actors = gcs.list_actors()
         assert len(actors) == 1 and actors[0].node_id  # the actor's record came back
         assert rf.get(counter.add.remote(1)) == 3  # and it kept its state

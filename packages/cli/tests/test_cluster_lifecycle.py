@@ -207,12 +207,19 @@ def on_b(seconds: float, started: str = "") -> str:
     return node_id()
 
 
+def queued_on_b() -> int:
+    """Tasks waiting for resources on node b (the node with b_res), from its own stats."""
+    rows = rayfield.util.state.list_nodes()
+    [b] = [n for n in rows if n["alive"] and "b_res" in n["resources_total"]]
+    return int(b.get("tasks_queued", 0))
+
+
 def test_cancel_reaches_a_task_on_the_other_node(cluster: str, tmp_path: Path) -> None:
     started = tmp_path / "started"
     busy = on_b.remote(60, str(started))  # takes node b's only CPU
     wait_for(started.exists, "the long task to start on node b")
     queued = on_b.remote(0)  # forwarded to node b, waits for its CPU there
-    time.sleep(1.0)  # (forwarding is asynchronous)
+    wait_for(lambda: queued_on_b() == 1, "the task forwarded and queued on node b")
     rf.cancel(queued)
     with pytest.raises(TaskCancelledError):
         rf.get(queued, timeout=30)
@@ -261,7 +268,7 @@ def test_recursive_cancel_reaches_the_children_on_the_other_node(
         parent = parent_of_b.remote(str(marker), str(child_id))
     wait_for(child_id.exists, "the parent to submit its child")
     child = rf.ObjectRef(bytes.fromhex(child_id.read_text()))
-    time.sleep(1.0)  # (forwarding is asynchronous)
+    wait_for(lambda: queued_on_b() == 1, "the child queued on node b")
     rf.cancel(parent, recursive=recursive)
     with pytest.raises(TaskCancelledError):
         rf.get(parent, timeout=30)

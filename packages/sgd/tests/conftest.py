@@ -1,24 +1,23 @@
-"""Shared fixtures: one local cluster per test module (2 CPUs), and small creators."""
+"""Shared fixtures: one local runtime per test module (2 CPUs), from :mod:`rayfield.testing`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-import rayfield as rf
+pytest_plugins = ["rayfield.testing"]
+
+
+@pytest.fixture(scope="session")
+def rayfield_known_leaks(rayfield_known_leaks: list[str]) -> list[str]:
+    # Not rayfield's: torch starts its intra-op thread pool (and jemalloc its background
+    # thread) in this process on first use and keeps them for the life of the process.
+    return [*rayfield_known_leaks, r"^native thread "]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: Any) -> Iterator[Any]:
-    """rf.init(num_cpus=2) in a private temp dir, shared by the tests of one module."""
-    info = rf.init(
-        num_cpus=2,
-        object_store_memory=256 << 20,
-        temp_dir=str(tmp_path_factory.mktemp("rf")),
-    )
-    try:
-        yield info
-    finally:
-        rf.shutdown()
+def cluster(rayfield_module_runtime: dict[str, Any]) -> dict[str, Any]:
+    """``rayfield.testing``'s module runtime (2 CPUs, a 256 MiB store, a private temp dir)
+    shared by the tests of one module; shut down and checked for leaks after it."""
+    return rayfield_module_runtime

@@ -7,10 +7,10 @@ tell which actors are alive: waits are on that observable state, never on a slee
 from __future__ import annotations
 
 import gc
-import time
 from typing import Any
 
 import rayfield as rf
+from rayfield.testing import wait_for
 
 
 @rf.remote(num_cpus=1)
@@ -47,13 +47,12 @@ def make_backend() -> Any:
 
 def free_cpus_become(n: float, timeout_s: float = 20.0) -> None:
     """Wait until the node has ``n`` free CPUs (the actors holding them ended or started)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def free() -> bool:
         gc.collect()
-        if rf.available_resources().get("CPU", 0.0) == n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"free CPUs stayed {rf.available_resources().get('CPU')}, not {n}")
+        return rf.available_resources().get("CPU", 0.0) == n
+
+    wait_for(free, timeout_s, f"{n} free CPUs (now {rf.available_resources().get('CPU')})")
 
 
 def test_a_handle_passed_to_a_constructor_keeps_the_actor(cluster: Any) -> None:

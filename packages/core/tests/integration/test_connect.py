@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,4 +96,3 @@ def test_connecting_without_a_node_is_a_clear_error(tmp_path: Path) -> None:
     assert not rf.is_initialized()
     with pytest.raises(ValueError, match="must not be given"):
         rf.init(address="auto", num_cpus=2)
-    time.sleep(0)

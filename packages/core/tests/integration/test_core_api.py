@@ -12,6 +12,7 @@ import pytest
 
 import rayfield as rf
 from rayfield.exceptions import GetTimeoutError, TaskError, WorkerCrashedError
+from rayfield.testing import wait_for
 
 
 @rf.remote
@@ -300,19 +301,22 @@ def test_local_mode_runs_serially_with_the_same_api() -> None:
         rf.shutdown()
 
 
-def test_kill_fails_pending_and_future_calls(cluster: Any) -> None:
+def test_kill_fails_pending_and_future_calls(cluster: Any, tmp_path: Path) -> None:
     from rayfield.exceptions import ActorDiedError
 
     @rf.remote
     class Slow:
-        def nap(self, s: float) -> float:
+        def nap(self, s: float, started: str = "") -> float:
+            if started:
+                Path(started).touch()
             time.sleep(s)
             return s
 
     a = Slow.remote()
     rf.get(a.nap.remote(0))
-    running, queued = a.nap.remote(5), a.nap.remote(0)
-    time.sleep(0.2)
+    started = tmp_path / "started"
+    running, queued = a.nap.remote(5, str(started)), a.nap.remote(0)
+    wait_for(started.exists, 10, "the first call to start running")
     rf.kill(a)
     for ref in (running, queued, a.nap.remote(0)):
         with pytest.raises(ActorDiedError):
@@ -323,10 +327,19 @@ def test_actor_restarts_after_its_process_dies(cluster: Any) -> None:
     c = Counter.options(max_restarts=1).remote()
     assert rf.get(c.inc.remote(), timeout=10) == 1
     rf.kill(c, no_restart=False)
-    time.sleep(0.5)  # calls in flight at the kill fail; later ones reach the new instance
-    assert rf.get(c.inc.remote(), timeout=10) == 1  # a fresh instance
+
+    def call() -> int | None:
+        try:
+            return rf.get(c.inc.remote(), timeout=10)  # type: ignore[no-any-return]
+        except rf.exceptions.ActorDiedError:
+            return None  # a call in flight at the kill fails
+
+    # later calls reach the new instance
+    assert wait_for(call, 20, "a call answered by the restarted actor") == 1  # a fresh one
     rf.kill(c, no_restart=False)  # no restart left now
-    time.sleep(0.5)
+    # the old instance may still answer a call sent just before its process dies;
+    # once it is gone, every call fails
+    wait_for(lambda: call() is None, 20, "the killed actor to fail its calls")
     with pytest.raises(rf.exceptions.ActorDiedError):
         rf.get(c.inc.remote(), timeout=10)
 
@@ -341,7 +354,7 @@ def test_cancel_queued_and_running_tasks(cluster: Any) -> None:
 
     busy = [nap.remote(3) for _ in range(2)]  # both CPUs
     queued = nap.remote(0)
-    time.sleep(0.3)
+    wait_for(lambda: rf.state.pending_tasks()["running"] == 2, 10, "both CPUs busy")
     rf.cancel(queued)
     with pytest.raises(TaskCancelledError):
         rf.get(queued, timeout=10)
@@ -373,9 +386,7 @@ def test_infeasible_work_waits_with_a_warning(
         return 1
 
     ref = needs_gpu.remote()
-    deadline = time.monotonic() + 10
-    while "cannot be scheduled" not in caplog.text and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: "cannot be scheduled" in caplog.text, 10, "the infeasible warning")
     assert "GPU" in caplog.text and "tpu" in caplog.text
     [pending] = rf.state.pending_tasks()["infeasible"]
     assert pending["demand"]["GPU"] == 1.0
@@ -400,10 +411,7 @@ def test_objects_are_freed_when_their_last_ref_goes(cluster: Any) -> None:
     assert stored(oid)  # the array still reads from the store
     del arr
     gc.collect()
-    deadline = time.monotonic() + 5
-    while stored(oid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not stored(oid)
+    wait_for(lambda: not stored(oid), 5, "the store to free the object")
     inner = rf.put(np.ones(10))
     outer = rf.put([inner])  # the ref escapes into another object: kept for its readers
     inner_id = inner.binary()

@@ -13,7 +13,6 @@ import importlib
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ pytest.importorskip("sklearn")
 pytest.importorskip("gymnasium")
 
 import rayfield as rf
+from rayfield.testing import wait_for
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 WORKER_ENV = ("PYTHONPATH", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -61,17 +61,14 @@ def example(name: str) -> ModuleType:
 
 
 def assert_no_child_processes(grace_s: float = 10.0) -> None:
-    deadline = time.monotonic() + grace_s
-    while True:
-        alive = [
+    def alive() -> list[psutil.Process]:
+        return [
             c
             for c in psutil.Process().children(recursive=True)
             if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
         ]
-        if not alive or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert not alive, alive
+
+    wait_for(lambda: not alive(), grace_s, "every child process to exit")
 
 
 @pytest.mark.usefixtures("runtime")
@@ -131,6 +128,7 @@ def test_run_all_rejects_unknown_names() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(660)  # the script's own 600 s limit, then the check of its output
 def test_run_all_every_example_passes() -> None:
     """The script as a user runs it: its own runtime, every example, exit status 0."""
     proc = subprocess.run(

@@ -41,6 +41,7 @@ from rayfield._private.gcs import (
     read_token,
 )
 from rayfield._private.protocol import codec
+from rayfield.testing import wait_for
 
 SERVICE = "rayfield.Gcs"
 _RECORD_OF_CHANNEL = {
@@ -366,7 +367,7 @@ def test_restart_recovers_tables_and_retries(start_gcs: Callable[..., Gcs]) -> N
     result: dict[str, Any] = {}
     caller = threading.Thread(target=lambda: result.update(value=c.kv_get("ns", "k")))
     caller.start()  # issued while the GCS is down: retried until it is back
-    time.sleep(0.5)
+    caller.join(timeout=0.5)
     assert caller.is_alive()
     gcs2 = start_gcs(gcs.db, gcs.port, heartbeat_timeout_s=2.5)
     caller.join(timeout=20)
@@ -375,15 +376,14 @@ def test_restart_recovers_tables_and_retries(start_gcs: Callable[..., Gcs]) -> N
     assert c.get_actor(name="named") is not None
     assert [j.job_id for j in c.list_jobs()] == [b"job"]
     assert c.get_object_locations([_oid(1)]) == {_oid(1): [b"n-keep"]}
+
     # A node that does not come back within the heartbeat timeout is declared dead.
-    deadline = time.monotonic() + 10
-    alive = {}
-    while time.monotonic() < deadline:
+    def n_gone_dead() -> dict[bytes, bool] | None:
         assert c.heartbeat(b"n-keep", {"CPU": 1.0}) is False
         alive = {n.node_id: n.alive for n in c.get_nodes()}
-        if not alive[b"n-gone"]:
-            break
-        time.sleep(0.1)
+        return None if alive[b"n-gone"] else alive
+
+    alive = wait_for(n_gone_dead, 10, "n-gone declared dead", interval=0.1)
     assert alive == {b"n-keep": True, b"n-gone": False}
     c.close()
     gcs2.proc.terminate()
@@ -436,7 +436,9 @@ def test_garbage_does_not_crash_the_server(shared_gcs: Gcs) -> None:
     for blob in (os.urandom(4096), b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + os.urandom(512), b""):
         with socket.create_connection(("127.0.0.1", shared_gcs.port), timeout=5) as s:
             s.sendall(blob)
-            time.sleep(0.05)
+            s.shutdown(socket.SHUT_WR)
+            while s.recv(4096):  # the server reads it all, then closes the connection
+                pass
     token = _bearer(shared_gcs.token)
     for method in ("RegisterNode", "KvPut", "GetObjectLocations", "AddTaskEvents", "Subscribe"):
         for payload in (b"", b"\x01\x02", os.urandom(64), b"\xff\xff\xff\x7f" + os.urandom(60)):

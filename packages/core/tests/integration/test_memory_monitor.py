@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 import rayfield as rf
+from rayfield import testing
 from rayfield._private.node_manager.memory_monitor import (
     ENV_REFRESH_MS,
     ENV_THRESHOLD,
@@ -84,10 +85,7 @@ def low_threshold_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
 
 
 def wait_for(path: Path, timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
+    testing.wait_for(path.exists, timeout_s, f"{path} to appear")
 
 
 def test_non_retriable_task_is_killed_and_raises(

@@ -14,6 +14,7 @@ import pytest
 
 import rayfield as rf
 from rayfield.exceptions import TaskCancelledError, TaskError
+from rayfield.testing import wait_for
 
 
 @pytest.fixture
@@ -131,11 +132,10 @@ def pid() -> int:
 
 
 def _wait_for(path: Path, timeout_s: float = 30) -> str:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists() or not path.read_text():
-        assert time.monotonic() < deadline, f"{path} was never written"
-        time.sleep(0.01)
-    return path.read_text()
+    def written() -> str:
+        return path.read_text() if path.exists() else ""
+
+    return wait_for(written, timeout_s, f"{path} to be written", interval=0.01)
 
 
 def test_cancel_interrupts_a_running_task_and_the_worker_survives(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from pathlib import Path
 
 import rayfield as rf
+from rayfield.testing import wait_for
 
 
 @rf.remote
@@ -24,10 +24,7 @@ def test_embedded_session_is_owner_only(tmp_path: Path) -> None:
         session = Path(info["session_dir"])
         assert session.parent == root
         worker_log = session / "logs" / f"worker-{pid}.out"
-        deadline = time.monotonic() + 20
-        while not worker_log.exists():  # the worker's output streams in
-            assert time.monotonic() < deadline, f"no {worker_log}"
-            time.sleep(0.05)
+        wait_for(worker_log.exists, 20, f"the worker's log {worker_log}")  # streamed in
         paths = [root, session, session / "logs", session / "sockets", worker_log]
         paths += [Path(info["object_store_address"])]
         for path in [*paths, *(session / "logs").glob("events-*.jsonl")]:

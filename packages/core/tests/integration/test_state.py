@@ -12,15 +12,7 @@ from typing import Any
 import pytest
 
 import rayfield as rf
-
-
-def _eventually(check: Any, timeout_s: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
+from rayfield.testing import wait_for
 
 
 def test_timeline_has_every_task_with_its_phases(cluster: Any, tmp_path: Path) -> None:
@@ -46,8 +38,7 @@ def test_timeline_has_every_task_with_its_phases(cluster: Any, tmp_path: Path) -
         running = [e for e in trace if e["args"].get("phase") == "running"]
         return trace if len(running) >= 6 else []
 
-    trace = _eventually(complete)
-    assert trace, "timeline never showed all 6 tasks and calls"
+    trace = wait_for(complete, 10, "the timeline to show all 6 tasks and calls")
     loaded = json.loads(out.read_text())
     assert loaded == trace
     work_running = [e for e in trace if e["name"] == "work" and e["cat"] == "task"]
@@ -82,10 +73,15 @@ def test_state_listings(cluster: Any) -> None:
     [node] = rf.nodes()
     assert node["Alive"] and node["Resources"]["CPU"] == 2.0
     assert rf.cluster_resources()["CPU"] == 2.0
-    assert _eventually(lambda: rf.available_resources().get("CPU") == 2.0)
-    tasks = _eventually(lambda: [t for t in rf.tasks() if t["name"] in ("ok", "bad")])
+    wait_for(lambda: rf.available_resources().get("CPU") == 2.0, 10, "both CPUs free")
+
+    def finished() -> list[dict[str, Any]]:
+        done = [t for t in rf.tasks() if t["name"] in ("ok", "bad")]
+        return done if len(done) == 2 else []
+
+    tasks = wait_for(finished, 10, "the tasks ok and bad in rf.tasks()")
     assert {(t["name"], t["state"]) for t in tasks} == {("ok", "FINISHED"), ("bad", "FAILED")}
-    actors = _eventually(lambda: rf.actors())
+    actors = wait_for(rf.actors, 10, "the actor in rf.actors()")
     assert [(a["class_name"], a["state"]) for a in actors] == [("Keeper", "ALIVE")]
     ref = rf.put(b"x" * 1000)
     sizes = {o["object_id"]: o["size_bytes"] for o in rf.objects()}
@@ -115,7 +111,7 @@ def test_worker_output_reaches_the_driver_with_a_prefix(
         return os.getpid()
 
     pid = rf.get(talk.remote())
-    out = _eventually(lambda: capfd.readouterr().out)
+    out = wait_for(lambda: capfd.readouterr().out, 10, "the worker's output")
     assert f"(pid={pid}, ip=127.0.0.1) hello from a worker" in out
 
 

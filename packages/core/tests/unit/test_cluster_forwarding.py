@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ from rayfield._private.node_manager.node_service import NodeService, PeerError
 from rayfield._private.node_manager.task_spec import TaskSpec
 from rayfield._private.protocol import messages
 from rayfield._private.protocol.types import NodeInfo
+from rayfield.testing import wait_for
 
 
 def tid(i: int) -> bytes:
@@ -104,10 +104,7 @@ class FakePeer:
 
 
 def wait_until(cond: Any, timeout_s: float = 5.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.01)
+    wait_for(cond, timeout_s, "the forwarder's reports", interval=0.01)
 
 
 def test_forwarder_batches_what_queues_up_and_reports_each_task_in_order() -> None:

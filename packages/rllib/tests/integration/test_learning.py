@@ -8,14 +8,15 @@ written until its stated return.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-import rayfield as rf
 from rayfield.rllib.agents.registry import get_trainer_class
+from rayfield.testing import local_runtime
 
 TUNED = Path(__file__).resolve().parents[2] / "tuned_examples"
 
@@ -61,6 +62,7 @@ def test_learns_cartpole(example: str, run: str, target: float, budget: int) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a tuned example runs until its stated return: up to ~20 min
 @pytest.mark.parametrize(
     "example", ["cartpole-ppo", "cartpole-pg", "cartpole-a2c", "cartpole-a3c", "cartpole-dqn"]
 )
@@ -69,11 +71,7 @@ def test_tuned_example_reaches_its_return(example: str, tmp_path: Path) -> None:
     target = exp["stop"]["episode_reward_mean"]
     budget = exp["stop"]["timesteps_total"]
     remote = exp["config"].get("num_workers", 0) > 0
-    if remote:  # the workers run on a private local cluster
-        rf.init(num_cpus=2, object_store_memory=256 << 20, temp_dir=str(tmp_path))
-    try:
+    # the workers run on a private local runtime
+    with local_runtime(temp_dir=tmp_path) if remote else contextlib.nullcontext():
         result = train_until(exp["run"], {**exp["config"], "seed": 1}, target, budget)
-    finally:
-        if remote:
-            rf.shutdown()
     assert result["episode_reward_mean"] >= target

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,16 +21,6 @@ CFG = {
     "model": {"fcnet_hiddens": [8]},
     "seed": 0,
 }
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    tmp: Path = tmp_path_factory.mktemp("rf")
-    info = rf.init(num_cpus=2, object_store_memory=256 << 20, temp_dir=str(tmp))
-    try:
-        yield info
-    finally:
-        rf.shutdown()
 
 
 def test_remote_sampling_weights_and_filters(cluster: Any) -> None:

@@ -16,6 +16,7 @@ from sgd_testing import line_data, linear_model
 import rayfield as rf
 from rayfield.sgd import PyTorchTrainer
 from rayfield.sgd.pytorch import training
+from rayfield.testing import wait_for
 
 
 def pausing_train(model: Any, loader: Any, criterion: Any, optimizer: Any, config: dict) -> dict:
@@ -61,10 +62,7 @@ def _kill_one_mid_epoch(trainer: PyTorchTrainer, tmp_path: Path, go: Path) -> An
     result: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: result.update(trainer.train()))
     thread.start()
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("marker-*"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert len(list(tmp_path.glob("marker-*"))) == 2, "the replicas never reached batch 1"
+    wait_for(lambda: len(list(tmp_path.glob("marker-*"))) == 2, 60, "both replicas at batch 1")
     os.kill(old_pids[1], signal.SIGKILL)
     return thread, result, old_pids
 

@@ -11,6 +11,14 @@ from rayfield.store import StoreClient
 from rayfield.store._native import ClientDisconnectedEvent, WorkerRegisteredEvent
 
 
+def _until(check: Any, what: str, timeout_s: float = 10.0) -> None:
+    """Poll ``check`` until it returns true; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
 def oid() -> bytes:
     return os.urandom(20)
 
@@ -82,7 +90,7 @@ def test_task_pins_arguments_until_done(node: Any) -> None:
         got = w.next_task(timeout_s=5)
         assert got["task_id"] == task
         w.task_done(task)
-        time.sleep(0.05)
+        _until(lambda: not node.running_tasks(), "the node to take the task as done")
         for _ in range(4):
             driver.put(oid(), b"c" * (20 << 20))
         assert not driver.contains(arg)
@@ -163,7 +171,7 @@ def test_idle_worker_thread_takes_a_call_left_while_the_other_blocks(node: Any) 
         caller = oid()
         for i in range(2):  # both dispatched before any thread waits (often in one frame)
             driver.submit_task(oid(), b"%d" % i, actor_id=actor, caller_id=caller, sequence_no=i)
-        time.sleep(0.2)
+        _until(lambda: len(node.running_tasks()) == 2, "both calls dispatched to the worker")
         got: list[bytes] = []
         release = threading.Event()
 
@@ -178,9 +186,7 @@ def test_idle_worker_thread_takes_a_call_left_while_the_other_blocks(node: Any) 
         threads = [threading.Thread(target=take) for _ in range(2)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 10
-        while b"1" not in got and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _until(lambda: b"1" in got, "the idle thread to take call 1")
         taken_while_blocked = list(got)
         release.set()
         for t in threads:

@@ -1,4 +1,4 @@
-"""One local rayfield cluster (2 CPUs) per test module."""
+"""One local rayfield runtime (2 CPUs) per test module."""
 
 from __future__ import annotations
 
@@ -8,17 +8,12 @@ from typing import Any
 
 import pytest
 
-import rayfield
-
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    temp_dir = tmp_path_factory.mktemp("rf")
-    info = rayfield.init(num_cpus=2, object_store_memory=256 << 20, temp_dir=str(temp_dir))
-    try:
-        yield info
-    finally:
-        rayfield.shutdown()
+def cluster(rayfield_module_runtime: dict[str, Any]) -> dict[str, Any]:
+    """``rayfield.testing``'s module runtime: 2 CPUs, a 256 MiB store, a private temp
+    dir; shut down and checked for leaks after the module."""
+    return rayfield_module_runtime
 
 
 @pytest.fixture(autouse=True)

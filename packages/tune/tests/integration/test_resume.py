@@ -7,11 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+
+from rayfield.testing import wait_for
 
 sys.path.insert(0, str(Path(__file__).parent))
 import resume_driver
@@ -40,21 +41,20 @@ def test_sigkill_the_driver_then_resume(tmp_path):
     )
     exp = results / "killed"
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            state = _state(exp)
-            done = [t for t in (state or {}).get("trials", []) if t["status"] == "TERMINATED"]
-            running = [
-                t
-                for t in (state or {}).get("trials", [])
-                if t["status"] == "RUNNING" and t["checkpoints"]
-            ]
-            if len(done) >= 2 and running:
-                break
-            assert driver.poll() is None, "the driver ended before it was killed"
-            time.sleep(0.05)
-        else:
-            pytest.fail("the experiment made no progress")
+
+        def progressed() -> bool:
+            trials = (_state(exp) or {}).get("trials", [])
+            done = [t for t in trials if t["status"] == "TERMINATED"]
+            running = [t for t in trials if t["status"] == "RUNNING" and t["checkpoints"]]
+            return len(done) >= 2 and bool(running)
+
+        # (an ended driver stops the wait at once, to fail below)
+        wait_for(
+            lambda: driver.poll() is not None or progressed(),
+            120,
+            "2 trials done and a running one with a checkpoint",
+        )
+        assert driver.poll() is None, "the driver ended before it was killed"
         workers = psutil.Process(driver.pid).children(recursive=True)
         driver.send_signal(signal.SIGKILL)
         driver.wait()

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from rayfield import tune
+from rayfield.testing import wait_for
 from rayfield.tune.web_server import TOKEN_FILE, TuneClient
 
 pytestmark = pytest.mark.usefixtures("cluster")
@@ -40,19 +41,17 @@ def test_client_lists_stops_and_adds_trials(tmp_path):
     driver = threading.Thread(target=run)
     driver.start()
     token_file = exp_dir / TOKEN_FILE
-    deadline = time.monotonic() + 60
-    while not token_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(token_file.exists, 60, "the server's token file")
     assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
     client = TuneClient.from_experiment_dir(str(exp_dir))
     with pytest.raises(tune.TuneError, match="401"):
         TuneClient(client.tune_address, client.port_forward, token="wrong").get_all_trials()
-    while time.monotonic() < deadline:
+
+    def running() -> list[dict]:
         trials = client.get_all_trials()
-        if trials and trials[0]["status"] == "RUNNING":
-            break
-        time.sleep(0.05)
-    [first] = trials
+        return trials if trials and trials[0]["status"] == "RUNNING" else []
+
+    [first] = wait_for(running, 60, "the first trial RUNNING in the server's list")
     assert first["config"] == {"a": 1}
     [added] = client.add_trial("more", {"run": "long_trial", "config": {"a": 2}, "stop": {"i": 3}})
     with pytest.raises(tune.TuneError, match="404"):

@@ -1,0 +1,108 @@
+"""rayfield.testing's helpers without a runtime: wait_for and the leak check."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from rayfield.testing import RUNTIME_LEAKS, LeakCheck, ResourceSnapshot, wait_for
+
+
+def test_wait_for_returns_the_first_true_value() -> None:
+    calls = iter([0, None, "", [7]])
+    assert wait_for(lambda: next(calls), 5, "the list", interval=0) == [7]
+
+
+def test_wait_for_times_out_naming_what_and_the_last_value() -> None:
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"after 0.1 s waiting for the answer \(last value: 0\)"):
+        wait_for(lambda: 0, 0.1, "the answer")
+    assert time.monotonic() - start < 2
+
+
+def test_wait_for_retries_exceptions_and_chains_the_last_one() -> None:
+    calls = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise KeyError("not yet")
+        return "ok"
+
+    assert wait_for(flaky, 5, interval=0) == "ok"
+    with pytest.raises(TimeoutError, match=r"waiting for broken \(last error: ") as info:
+
+        def broken() -> None:
+            raise ValueError("always")
+
+        wait_for(broken, 0.05)
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"predicate": 3}, TypeError, "callable"),
+        ({"predicate": bool, "timeout": 0}, ValueError, "timeout must be > 0"),
+        ({"predicate": bool, "interval": -1}, ValueError, "interval must be >= 0"),
+    ],
+)
+def test_wait_for_rejects_bad_arguments(kwargs: dict, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        wait_for(**kwargs)
+
+
+def test_leak_check_names_a_leftover_thread_and_passes_once_it_ends() -> None:
+    check = LeakCheck(grace_s=0.2)
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="left-running")
+    thread.start()
+    try:
+        with pytest.raises(AssertionError, match="thread 'left-running'"):
+            check.check()
+    finally:
+        stop.set()
+        thread.join()
+    check.check()
+
+
+def test_leak_check_names_a_leftover_fd_unless_allowed() -> None:
+    check = LeakCheck(grace_s=0.1)
+    tolerant = LeakCheck(allow=[r"-> pipe:"], grace_s=0.1)
+    read_end, write_end = os.pipe()
+    try:
+        with pytest.raises(AssertionError, match=rf"fd {read_end} -> pipe:"):
+            check.check()
+        tolerant.check()
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    check.check()
+
+
+def test_snapshot_difference_is_what_is_new() -> None:
+    before = ResourceSnapshot(threads=frozenset({"thread 'a' (1)"}))
+    after = ResourceSnapshot(
+        threads=frozenset({"thread 'a' (1)", "thread 'b' (2)"}),
+        shm=frozenset({"shared memory /dev/shm/rayfield-x"}),
+    )
+    assert after.new_since(before) == ["shared memory /dev/shm/rayfield-x", "thread 'b' (2)"]
+    assert before.new_since(after) == []
+
+
+def test_runtime_leak_patterns_match_only_their_leak() -> None:
+    import re
+
+    patterns = [re.compile(p) for p in RUNTIME_LEAKS]
+
+    def allowed(item: str) -> bool:
+        return any(p.search(item) for p in patterns)
+
+    assert allowed("thread 'rf-events' (123)")
+    assert allowed("fd 17 -> anon_inode:[eventfd]")
+    assert not allowed("thread 'rayfield-node' (5)")
+    assert not allowed("fd 3 -> /memfd:rayfield-arena (deleted)")
+    assert not allowed("fd 9 -> socket:[1234]")
