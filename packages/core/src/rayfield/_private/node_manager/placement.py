@@ -88,7 +88,7 @@ def plan_moves(
 
 
 class NodeResources(Protocol):
-    """What :func:`spill_order` reads of a node (``gcs.types.NodeInfo`` has it)."""
+    """What :func:`spill_order` reads of a node (``protocol.types.NodeInfo`` has it)."""
 
     resources_total: dict[str, float]
     resources_available: dict[str, float]
