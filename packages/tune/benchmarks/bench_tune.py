@@ -33,18 +33,44 @@ import time
 from typing import Any
 
 
+def _warm(remote: Any, get: Any, cpus: int) -> None:
+    """Run one trivial task per CPU: the timer starts once the cluster's workers are up."""
+
+    def noop() -> int:
+        return 0
+
+    task = remote(noop)
+    get([task.remote() for _ in range(cpus)])
+
+
+def _tree_cpu_s() -> float:
+    """CPU seconds (user + system) of this process and every live descendant."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
 def side_rayfield(trials: int, reports: int, cpus: int) -> dict[str, Any]:
     import rayfield
     from rayfield import tune
 
     rayfield.init(num_cpus=cpus, configure_logging=False)
+    _warm(rayfield.remote, rayfield.get, cpus)
     try:
 
         def trivial(config: dict[str, Any]) -> None:
             for i in range(reports):
                 tune.report(score=i * config["x"])
 
-        start = time.perf_counter()
+        cpu0, start = _tree_cpu_s(), time.perf_counter()
         analysis = tune.run(
             trivial,
             config={"x": tune.uniform(0, 1)},
@@ -54,7 +80,7 @@ def side_rayfield(trials: int, reports: int, cpus: int) -> dict[str, Any]:
         )
         wall = time.perf_counter() - start
         done = sum(1 for t in analysis if t.last_result.get("training_iteration") == reports)
-        return {"wall_s": wall, "complete_trials": done}
+        return {"wall_s": wall, "cpu_s": _tree_cpu_s() - cpu0, "complete_trials": done}
     finally:
         rayfield.shutdown()
 
@@ -67,13 +93,14 @@ def side_ray(trials: int, reports: int, cpus: int) -> dict[str, Any]:
         return {"skipped": f"ray[tune] not installed ({exc.name})"}
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     ray.init(num_cpus=cpus, include_dashboard=False, logging_level="ERROR")
+    _warm(ray.remote, ray.get, cpus)
     try:
 
         def trivial(config: dict[str, Any]) -> None:
             for i in range(reports):
                 tune.report({"score": i * config["x"]})
 
-        start = time.perf_counter()
+        cpu0, start = _tree_cpu_s(), time.perf_counter()
         tuner = tune.Tuner(
             trivial,
             param_space={"x": tune.uniform(0, 1)},
@@ -85,7 +112,7 @@ def side_ray(trials: int, reports: int, cpus: int) -> dict[str, Any]:
         grid = tuner.fit()
         wall = time.perf_counter() - start
         done = sum(1 for r in grid if r.metrics.get("training_iteration") == reports)
-        return {"wall_s": wall, "complete_trials": done}
+        return {"wall_s": wall, "cpu_s": _tree_cpu_s() - cpu0, "complete_trials": done}
     finally:
         ray.shutdown()
 
@@ -105,10 +132,14 @@ def side_optuna(trials: int, reports: int, cpus: int) -> dict[str, Any]:
             trial.report(score, i)
         return score
 
-    start = time.perf_counter()
+    cpu0, start = _tree_cpu_s(), time.perf_counter()
     study = optuna.create_study(direction="maximize")
     study.optimize(objective, n_trials=trials)
-    return {"wall_s": time.perf_counter() - start, "complete_trials": len(study.trials)}
+    return {
+        "wall_s": time.perf_counter() - start,
+        "cpu_s": _tree_cpu_s() - cpu0,
+        "complete_trials": len(study.trials),
+    }
 
 
 def side_rayfield_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:

@@ -44,10 +44,11 @@ def test_sigkill_the_driver_then_resume(tmp_path):
         while time.monotonic() < deadline:
             state = _state(exp)
             done = [t for t in (state or {}).get("trials", []) if t["status"] == "TERMINATED"]
-            running = [
+            running = [  # a trial with a checkpoint and reports still to make
                 t
                 for t in (state or {}).get("trials", [])
-                if t["status"] == "RUNNING" and t["checkpoints"]
+                if t["status"] == "RUNNING"
+                and any(c["result"].get("step", 5) < 5 for c in t["checkpoints"])
             ]
             if len(done) >= 2 and running:
                 break

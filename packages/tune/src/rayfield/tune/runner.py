@@ -99,6 +99,8 @@ class TrialRunner:
         self._outbox: list[Decision] = []
         self._stop_all = False
         self._stop_requests: list[str] = []
+        # trial_id -> (what the text depends on, the finished trial's encoded state)
+        self._encoded: dict[str, tuple[tuple[Any, ...], str]] = {}
 
     # -- queries (also used by schedulers) ---------------------------------------------
     def get_trials(self) -> list[Trial]:
@@ -401,6 +403,24 @@ class TrialRunner:
         return checkpoint
 
     # -- persistence ------------------------------------------------------------------------
+    def encode_state(self) -> str:
+        """:meth:`get_state` as JSON text; finished trials' parts are encoded once."""
+        from rayfield.tune.state import encode_state, trial_to_json
+
+        parts = []
+        for trial in self._trials:
+            if not trial.is_finished():
+                parts.append(encode_state(trial_to_json(trial)))
+                continue
+            key = (trial.status, trial.num_failures, id(trial.last_result))
+            hit = self._encoded.get(trial.trial_id)
+            if hit is None or hit[0] != key:
+                hit = (key, encode_state(trial_to_json(trial)))
+                self._encoded[trial.trial_id] = hit
+            parts.append(hit[1])
+        rest = encode_state({"search_alg": self.search_alg.get_state(), "timestamp": time.time()})
+        return '{"trials": [' + ", ".join(parts) + "], " + rest[1:]
+
     def get_state(self) -> dict[str, Any]:
         """The experiment's state for a resume (JSON-able; see :mod:`rayfield.tune.state`)."""
         from rayfield.tune.state import trial_to_json
