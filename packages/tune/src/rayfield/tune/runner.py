@@ -38,6 +38,7 @@ class Decision:
 
     * ``"start"``: start ``trial`` (restoring ``checkpoint`` if set) and train it;
     * ``"continue"``: run the next iteration of ``trial``;
+      for both, ``data`` is how many results the trial may return in one call;
     * ``"pause"``: save ``checkpoint`` (memory) from ``trial``, then release its actor;
     * ``"stop"``: release ``trial``'s actor (``error``: it failed, do not reuse it);
     * ``"save"``: save ``checkpoint`` from ``trial`` (memory: set ``checkpoint.value``;
@@ -220,7 +221,9 @@ class TrialRunner:
         checkpoint = trial.checkpoint
         self._hold(trial)
         trial.status = Trial.RUNNING
-        self._outbox.append(Decision("start", trial, checkpoint))
+        self._outbox.append(
+            Decision("start", trial, checkpoint, data=self._batch(trial, trial.last_result))
+        )
         for cb in self.callbacks:
             cb.on_trial_start(trial)
 
@@ -288,7 +291,18 @@ class TrialRunner:
         elif decision == TrialScheduler.PAUSE:
             self.pause_trial(trial)
         else:
-            self._outbox.append(Decision("continue", trial))
+            # Of a batch of this trial's results, the last one's decision counts.
+            self._outbox = [
+                d for d in self._outbox if not (d.kind == "continue" and d.trial is trial)
+            ]
+            self._outbox.append(Decision("continue", trial, data=self._batch(trial, result)))
+
+    def _batch(self, trial: Trial, result: dict[str, Any]) -> int:
+        """How many results ``trial`` may return in its next call (1 with checkpoint_freq:
+        checkpoints are taken between single results)."""
+        if trial.checkpoint_freq:
+            return 1
+        return max(1, int(self.scheduler.results_to_buffer(trial, result or {})))
 
     def _should_stop(self, trial: Trial, result: dict[str, Any]) -> bool:
         if trial.stopping_criterion:

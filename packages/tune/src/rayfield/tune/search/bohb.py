@@ -21,9 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from rayfield.tune.search.bayesopt import _domains, _Param
+from rayfield.tune.search.gp import UnitCubeSearcher, _domains, _Param
 from rayfield.tune.search.sample import Categorical
-from rayfield.tune.search.searcher import Searcher
 
 __all__ = ["TuneBOHB"]
 
@@ -87,7 +86,7 @@ def _reflect(u: np.ndarray) -> np.ndarray:
     return np.where(u > 1.0, 2.0 - u, u)
 
 
-class TuneBOHB(Searcher):
+class TuneBOHB(UnitCubeSearcher):
     """The BOHB sampler: a density model per budget of good and bad configs.
 
     Use it with :class:`~rayfield.tune.schedulers.HyperBandForBOHB`, which tells it each
@@ -143,13 +142,6 @@ class TuneBOHB(Searcher):
         # budget -> {trial_id: (unit-cube point, loss)}; losses are minimised.
         self._observations: dict[float, dict[str, tuple[np.ndarray, float]]] = {}
         self.model_budget: float | None = None
-
-    def set_search_properties(
-        self, metric: str | None, mode: str | None, config: dict[str, Any]
-    ) -> bool:
-        if not self._params and config:
-            self._params = _domains(config)
-        return super().set_search_properties(metric, mode, config)
 
     # -- encoding ------------------------------------------------------------------------
     def _levels(self) -> np.ndarray:
