@@ -20,8 +20,9 @@ cluster's workers included), which a loaded machine changes less than the wall t
 timer starts once one trivial task per CPU has run (the cluster's workers are up). Then
 ASHA (max_t 20, grace 1, reduction factor 3) over 40 ``SGDClassifier`` configs on digits:
 rayfield-tune, Ray Tune and Optuna (random sampler and successive-halving pruner, in
-process; it imports scikit-learn and loads the data before its timer, while the trial
-actors of the other two import scikit-learn inside it). Then the scale run:
+process). Every side loads the data and imports scikit-learn before its timer: Optuna in
+its process, the other two in the cluster's workers (through the warm-up tasks, whose
+workers the trial actors then take). Then the scale run:
 ``--scale-trials`` trials of a 10 ms trainable, with the per-trial time of the first and
 the last tenth, the driver's peak memory and the mean ``tune_overhead_s``. Nothing is
 asserted.
@@ -39,14 +40,20 @@ import time
 from typing import Any
 
 
-def _warm(remote: Any, get: Any, cpus: int) -> None:
-    """Run one trivial task per CPU: the timer starts once the cluster's workers are up."""
+def _warm(remote: Any, get: Any, cpus: int, imports: tuple[str, ...] = ()) -> None:
+    """Run one task per CPU at once: the timer starts once the cluster's workers are up
+    and have imported ``imports`` (as the in-process Optuna side has before its timer)."""
 
-    def noop() -> int:
-        return 0
+    def noop(names: tuple[str, ...]) -> int:
+        import importlib
+
+        for name in names:
+            importlib.import_module(name)
+        time.sleep(0.5)  # held long enough that each task gets a worker of its own
+        return os.getpid()
 
     task = remote(noop)
-    get([task.remote() for _ in range(cpus)])
+    get([task.remote(imports) for _ in range(cpus)])
 
 
 def _tree_cpu_s() -> float:
@@ -156,7 +163,7 @@ def side_rayfield_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:
     import asha_digits
 
     rayfield.init(num_cpus=cpus, configure_logging=False)
-    _warm(rayfield.remote, rayfield.get, cpus)
+    _warm(rayfield.remote, rayfield.get, cpus, ("sklearn.linear_model",))
     data = asha_digits.load_data()  # before the timer, as on the Optuna side
     try:
         start = time.perf_counter()
@@ -259,7 +266,7 @@ def side_ray_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:
             tune.report({"mean_accuracy": float(model.score(xv, yv))})
 
     ray.init(num_cpus=cpus, include_dashboard=False, logging_level="ERROR")
-    _warm(ray.remote, ray.get, cpus)
+    _warm(ray.remote, ray.get, cpus, ("sklearn.linear_model",))
     try:
         start = time.perf_counter()
         grid = tune.Tuner(
