@@ -3,6 +3,7 @@
 Usage::
 
     python bench_tune.py [--trials 200] [--reports 10] [--num-cpus 2] [--json OUT]
+        [--ray-python /path/to/ray-venv/bin/python] [--scale-trials 20000]
 
 Workload: ``--trials`` trials of a trivial function trainable that reports ``--reports``
 times (no work between reports), so the time is the framework's own overhead. Each
@@ -14,11 +15,17 @@ system runs in its own process (a fresh runtime):
 * Optuna: an in-process study of the same number of trials (no processes at all).
 
 Prints one row per system (wall seconds, per-trial and per-result milliseconds) and the
-ratio to rayfield-tune. Then ASHA (max_t 20, grace 1, reduction factor 3) over 40
-``SGDClassifier`` configs on digits, rayfield-tune next to Optuna (random sampler and
-successive-halving pruner, in process). Then the scale run: ``--scale-trials`` trials of a
-10 ms trainable, with the per-trial time of the first and the last tenth, the driver's peak
-memory and the mean ``tune_overhead_s``. Nothing is asserted.
+ratio to rayfield-tune, and the CPU seconds of the process and its descendants (the
+cluster's workers included), which a loaded machine changes less than the wall time. The
+timer starts once one trivial task per CPU has run (the cluster's workers are up). Then
+ASHA (max_t 20, grace 1, reduction factor 3) over 40 ``SGDClassifier`` configs on digits:
+rayfield-tune, Ray Tune and Optuna (random sampler and successive-halving pruner, in
+process). Every side loads the data and imports scikit-learn before its timer: Optuna in
+its process, the other two in the cluster's workers (through the warm-up tasks, whose
+workers the trial actors then take). Then the scale run:
+``--scale-trials`` trials of a 10 ms trainable, with the per-trial time of the first and
+the last tenth, the driver's peak memory and the mean ``tune_overhead_s``. Nothing is
+asserted.
 """
 
 from __future__ import annotations
@@ -33,18 +40,50 @@ import time
 from typing import Any
 
 
+def _warm(remote: Any, get: Any, cpus: int, imports: tuple[str, ...] = ()) -> None:
+    """Run one task per CPU at once: the timer starts once the cluster's workers are up
+    and have imported ``imports`` (as the in-process Optuna side has before its timer)."""
+
+    def noop(names: tuple[str, ...]) -> int:
+        import importlib
+
+        for name in names:
+            importlib.import_module(name)
+        time.sleep(0.5)  # held long enough that each task gets a worker of its own
+        return os.getpid()
+
+    task = remote(noop)
+    get([task.remote(imports) for _ in range(cpus)])
+
+
+def _tree_cpu_s() -> float:
+    """CPU seconds (user + system) of this process and every live descendant."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
 def side_rayfield(trials: int, reports: int, cpus: int) -> dict[str, Any]:
     import rayfield
     from rayfield import tune
 
     rayfield.init(num_cpus=cpus, configure_logging=False)
+    _warm(rayfield.remote, rayfield.get, cpus)
     try:
 
         def trivial(config: dict[str, Any]) -> None:
             for i in range(reports):
                 tune.report(score=i * config["x"])
 
-        start = time.perf_counter()
+        cpu0, start = _tree_cpu_s(), time.perf_counter()
         analysis = tune.run(
             trivial,
             config={"x": tune.uniform(0, 1)},
@@ -54,7 +93,7 @@ def side_rayfield(trials: int, reports: int, cpus: int) -> dict[str, Any]:
         )
         wall = time.perf_counter() - start
         done = sum(1 for t in analysis if t.last_result.get("training_iteration") == reports)
-        return {"wall_s": wall, "complete_trials": done}
+        return {"wall_s": wall, "cpu_s": _tree_cpu_s() - cpu0, "complete_trials": done}
     finally:
         rayfield.shutdown()
 
@@ -67,13 +106,14 @@ def side_ray(trials: int, reports: int, cpus: int) -> dict[str, Any]:
         return {"skipped": f"ray[tune] not installed ({exc.name})"}
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     ray.init(num_cpus=cpus, include_dashboard=False, logging_level="ERROR")
+    _warm(ray.remote, ray.get, cpus)
     try:
 
         def trivial(config: dict[str, Any]) -> None:
             for i in range(reports):
                 tune.report({"score": i * config["x"]})
 
-        start = time.perf_counter()
+        cpu0, start = _tree_cpu_s(), time.perf_counter()
         tuner = tune.Tuner(
             trivial,
             param_space={"x": tune.uniform(0, 1)},
@@ -85,7 +125,7 @@ def side_ray(trials: int, reports: int, cpus: int) -> dict[str, Any]:
         grid = tuner.fit()
         wall = time.perf_counter() - start
         done = sum(1 for r in grid if r.metrics.get("training_iteration") == reports)
-        return {"wall_s": wall, "complete_trials": done}
+        return {"wall_s": wall, "cpu_s": _tree_cpu_s() - cpu0, "complete_trials": done}
     finally:
         ray.shutdown()
 
@@ -105,10 +145,14 @@ def side_optuna(trials: int, reports: int, cpus: int) -> dict[str, Any]:
             trial.report(score, i)
         return score
 
-    start = time.perf_counter()
+    cpu0, start = _tree_cpu_s(), time.perf_counter()
     study = optuna.create_study(direction="maximize")
     study.optimize(objective, n_trials=trials)
-    return {"wall_s": time.perf_counter() - start, "complete_trials": len(study.trials)}
+    return {
+        "wall_s": time.perf_counter() - start,
+        "cpu_s": _tree_cpu_s() - cpu0,
+        "complete_trials": len(study.trials),
+    }
 
 
 def side_rayfield_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:
@@ -119,9 +163,11 @@ def side_rayfield_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:
     import asha_digits
 
     rayfield.init(num_cpus=cpus, configure_logging=False)
+    _warm(rayfield.remote, rayfield.get, cpus, ("sklearn.linear_model",))
+    data = asha_digits.load_data()  # before the timer, as on the Optuna side
     try:
         start = time.perf_counter()
-        out = asha_digits.main(num_samples=40)
+        out = asha_digits.main(num_samples=40, data=data)
         return {
             "wall_s": time.perf_counter() - start,
             "complete_trials": out["trials"],
@@ -186,6 +232,73 @@ def side_optuna_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:
     }
 
 
+def side_ray_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:
+    """The digits ASHA search in Ray Tune (same space, scheduler and data split)."""
+    try:
+        import ray
+        from ray import tune
+        from ray.tune.schedulers import ASHAScheduler
+    except ImportError as exc:
+        return {"skipped": f"ray[tune] not installed ({exc.name})"}
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    x, y = load_digits(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(x))
+    x, y, cut = x[order] / 16.0, y[order], int(len(x) * 0.75)
+
+    def train(config: dict[str, Any], data: Any = None) -> None:
+        from sklearn.linear_model import SGDClassifier
+
+        xt, yt, xv, yv = data
+        model = SGDClassifier(
+            loss=config["loss"],
+            alpha=config["alpha"],
+            learning_rate=config["learning_rate"],
+            eta0=config["eta0"],
+            random_state=0,
+        )
+        rng = np.random.default_rng(0)
+        for _ in range(20):
+            perm = rng.permutation(len(xt))
+            model.partial_fit(xt[perm], yt[perm], classes=np.arange(10))
+            tune.report({"mean_accuracy": float(model.score(xv, yv))})
+
+    ray.init(num_cpus=cpus, include_dashboard=False, logging_level="ERROR")
+    _warm(ray.remote, ray.get, cpus, ("sklearn.linear_model",))
+    try:
+        start = time.perf_counter()
+        grid = tune.Tuner(
+            tune.with_parameters(train, data=(x[:cut], y[:cut], x[cut:], y[cut:])),
+            param_space={
+                "loss": tune.choice(["hinge", "log_loss", "modified_huber"]),
+                "alpha": tune.loguniform(1e-6, 1e-1),
+                "learning_rate": tune.choice(["constant", "invscaling", "adaptive"]),
+                "eta0": tune.loguniform(1e-4, 1.0),
+            },
+            tune_config=tune.TuneConfig(
+                metric="mean_accuracy",
+                mode="max",
+                num_samples=40,
+                scheduler=ASHAScheduler(max_t=20, grace_period=1, reduction_factor=3),
+            ),
+            run_config=tune.RunConfig(
+                storage_path=tempfile.mkdtemp(prefix="bench-ray-asha-"), verbose=0
+            ),
+        ).fit()
+        wall = time.perf_counter() - start
+        best = grid.get_best_result()
+        return {
+            "wall_s": wall,
+            "complete_trials": len(grid),
+            "best_accuracy": best.metrics["mean_accuracy"],
+            "epochs": sum(r.metrics.get("training_iteration", 0) for r in grid),
+        }
+    finally:
+        ray.shutdown()
+
+
 def side_rayfield_scale(trials: int, reports: int, cpus: int) -> dict[str, Any]:
     """``trials`` trials of a 10 ms trainable: per-trial time of the first and last tenth,
     the driver's peak memory and the mean ``tune_overhead_s``."""
@@ -237,13 +350,15 @@ SIDES = {"rayfield-tune": side_rayfield, "ray-tune": side_ray, "optuna": side_op
 EXTRA = {
     "rayfield-asha-digits": side_rayfield_asha,
     "optuna-asha-digits": side_optuna_asha,
+    "ray-asha-digits": side_ray_asha,
     "rayfield-scale": side_rayfield_scale,
 }
 
 
 def run_side(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    python = args.ray_python if name.startswith("ray-") else sys.executable
     cmd = [
-        sys.executable,
+        python,
         __file__,
         "--side",
         name,
@@ -273,6 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=600)
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     parser.add_argument(
+        "--ray-python",
+        default=sys.executable,
+        help="the interpreter of an environment with ray[tune] (and scikit-learn, psutil)",
+    )
+    parser.add_argument(
         "--scale-trials",
         type=int,
         default=20_000,
@@ -291,7 +411,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.trials} trials x {args.reports} reports of a trivial function trainable, "
         f"{args.num_cpus} CPUs"
     )
-    print(f"{'system':15s} {'wall s':>8s} {'ms/trial':>9s} {'ms/result':>10s} {'x rayfield':>11s}")
+    print(
+        f"{'system':15s} {'wall s':>8s} {'cpu s':>7s} {'ms/trial':>9s} {'ms/result':>10s} "
+        f"{'x rayfield':>11s}"
+    )
     for name, row in rows.items():
         if "wall_s" not in row:
             print(f"{name:15s} {row.get('skipped') or row.get('error')}")
@@ -299,12 +422,14 @@ def main(argv: list[str] | None = None) -> int:
         wall = row["wall_s"]
         ratio = f"{wall / base:.2f}" if base else "-"
         print(
-            f"{name:15s} {wall:8.2f} {1000 * wall / args.trials:9.2f} "
+            f"{name:15s} {wall:8.2f} {row.get('cpu_s', float('nan')):7.2f} "
+            f"{1000 * wall / args.trials:9.2f} "
             f"{1000 * wall / results:10.3f} {ratio:>11s}  ({row['complete_trials']} complete)"
         )
     print()
     print("ASHA (max_t 20, grace 1, rf 3) over 40 SGDClassifier configs on digits")
-    asha = {name: run_side(name, args) for name in ("rayfield-asha-digits", "optuna-asha-digits")}
+    asha_sides = ("rayfield-asha-digits", "ray-asha-digits", "optuna-asha-digits")
+    asha = {name: run_side(name, args) for name in asha_sides}
     for name, row in asha.items():
         if "wall_s" not in row:
             print(f"{name:22s} {row.get('skipped') or row.get('error')}")

@@ -68,15 +68,20 @@ SPACE = {
 
 
 def main(
-    num_samples: int = 40, storage_path: str | None = None, seed: int = 0, verbose: int = 0
+    num_samples: int = 40,
+    storage_path: str | None = None,
+    seed: int = 0,
+    verbose: int = 0,
+    data: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Runs the search; returns the best config, its accuracy and how many epochs ran."""
+    """Runs the search (on ``data``, default :func:`load_data`); returns the best config,
+    its accuracy and how many epochs ran."""
     import random
 
     random.seed(seed)
     start = time.perf_counter()
     grid = tune.Tuner(
-        tune.with_parameters(train_sgd, data=load_data()),
+        tune.with_parameters(train_sgd, data=data if data is not None else load_data()),
         param_space=SPACE,
         tune_config=tune.TuneConfig(
             metric="mean_accuracy",

@@ -5,7 +5,7 @@ Usage::
     python packages/tune/examples/bayesopt_example.py [--smoke-test]
 
 ``easy_objective(config, reporter)`` reports a loss with its minimum at width=15,
-height=-40; ``BayesOptSearch`` (the built-in GP + expected improvement) proposes the next
+height=-40; ``GPSearch`` (the built-in GP + expected improvement, no extra) proposes the next
 point from the finished ones, two trials at a time, with ASHA stopping poor ones early.
 Exits 1 unless the best loss is below 1 (random search with 15 samples gets there about
 one time in five).
@@ -21,7 +21,7 @@ from _cli import run_example
 from rayfield import tune
 from rayfield.tune.schedulers import AsyncHyperBandScheduler
 from rayfield.tune.search import ConcurrencyLimiter
-from rayfield.tune.search.bayesopt import BayesOptSearch
+from rayfield.tune.search.gp import GPSearch
 
 
 def easy_objective(config: dict[str, Any], reporter: Any) -> None:
@@ -34,7 +34,7 @@ def easy_objective(config: dict[str, Any], reporter: Any) -> None:
 def main(smoke_test: bool = False, storage_path: str | None = None) -> dict[str, Any]:
     space = {"width": tune.uniform(0, 20), "height": tune.uniform(-100, 100)}
     search = ConcurrencyLimiter(
-        BayesOptSearch(space, metric="mean_loss", mode="min", random_state=0, n_initial_points=5),
+        GPSearch(space, metric="mean_loss", mode="min", random_state=0, n_initial_points=5),
         max_concurrent=2,
     )
     analysis = tune.run(

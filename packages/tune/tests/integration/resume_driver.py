@@ -36,6 +36,7 @@ def run(results_dir: str, sleep_s: float, resume: bool) -> tune.ExperimentAnalys
         local_dir=results_dir,
         resume=resume,
         verbose=0,
+        global_checkpoint_period=0.2,  # states mid-trial, so that a kill finds one
     )
 
 

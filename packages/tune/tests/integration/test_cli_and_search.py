@@ -84,7 +84,7 @@ def test_a_searcher_drives_tune_run_and_the_cli_lists_it(tmp_path, capsys):
 
 @pytest.mark.parametrize("searcher_name", ["gp", "optuna"])
 def test_model_based_searchers_through_tune_run(tmp_path, searcher_name):
-    from rayfield.tune.search.bayesopt import GPSearch
+    from rayfield.tune.search.gp import GPSearch
     from rayfield.tune.search.optuna import OptunaSearch
 
     searcher = (

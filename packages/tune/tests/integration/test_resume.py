@@ -45,14 +45,19 @@ def test_sigkill_the_driver_then_resume(tmp_path):
         def progressed() -> bool:
             trials = (_state(exp) or {}).get("trials", [])
             done = [t for t in trials if t["status"] == "TERMINATED"]
-            running = [t for t in trials if t["status"] == "RUNNING" and t["checkpoints"]]
+            running = [  # a trial with a checkpoint and reports still to make
+                t
+                for t in trials
+                if t["status"] == "RUNNING"
+                and any(c["result"].get("step", 5) < 5 for c in t["checkpoints"])
+            ]
             return len(done) >= 2 and bool(running)
 
         # (an ended driver stops the wait at once, to fail below)
         wait_for(
             lambda: driver.poll() is not None or progressed(),
             120,
-            "2 trials done and a running one with a checkpoint",
+            "2 trials done and a running one with a checkpoint and reports still to make",
         )
         assert driver.poll() is None, "the driver ended before it was killed"
         workers = psutil.Process(driver.pid).children(recursive=True)

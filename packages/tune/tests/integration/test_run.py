@@ -407,3 +407,28 @@ def test_time_budget_stops_the_experiment(tmp_path):
     )
     assert time.monotonic() - start < 20
     assert all(t.status == "TERMINATED" for t in analysis)
+
+
+def test_bohb_runs_class_trials_through_its_hyperband(tmp_path):
+    from rayfield.tune.schedulers import HyperBandForBOHB
+    from rayfield.tune.search.bohb import TuneBOHB
+
+    searcher = TuneBOHB(metric="total", mode="max", seed=0)
+    analysis = tune.run(
+        Counter,
+        name="bohb",
+        config={"inc": tune.uniform(0, 10)},
+        search_alg=searcher,
+        scheduler=HyperBandForBOHB(metric="total", mode="max", max_t=9),
+        num_samples=12,
+        local_dir=str(tmp_path),
+        verbose=0,
+    )
+    trials = list(analysis)
+    assert len(trials) == 12 and all(t.status == "TERMINATED" for t in trials)
+    assert max(t.last_result["training_iteration"] for t in trials) == 9
+    for trial in trials:  # paused and restored through checkpoints; labelled by budget
+        r = trial.last_result
+        assert r["total"] == pytest.approx(trial.config["inc"] * r["training_iteration"])
+        assert r["hyperband_info"]["budget"] >= r["training_iteration"]
+    assert 1.0 in searcher._observations  # the first bracket's budget, one per trial

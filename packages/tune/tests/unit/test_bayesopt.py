@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rayfield import tune
-from rayfield.tune.search.bayesopt import GPSearch, expected_improvement
+from rayfield.tune.search.gp import GPSearch, expected_improvement
 
 
 def objective(config):
@@ -70,10 +70,8 @@ def test_gp_refuses_domains_it_cannot_model():
         GPSearch(metric="m", mode="max").suggest("a")
 
 
-def test_classic_bayesopt_space_and_utility_kwargs():
-    from rayfield.tune.search.bayesopt import BayesOptSearch
-
-    s = BayesOptSearch(
+def test_gp_takes_the_classic_bayesopt_space_and_utility_kwargs():
+    s = GPSearch(
         {"width": (0, 20), "height": (-100, 100)},
         metric="score",
         mode="max",
@@ -90,4 +88,4 @@ def test_classic_bayesopt_space_and_utility_kwargs():
         s.on_trial_complete(str(i), {"score": score})
     assert best > -2  # seed 0; random search with 20 samples gets there about half the time
     with pytest.raises(ValueError, match="utility kind"):
-        BayesOptSearch({"w": (0, 1)}, utility_kwargs={"kind": "poi"})
+        GPSearch({"w": (0, 1)}, utility_kwargs={"kind": "poi"})

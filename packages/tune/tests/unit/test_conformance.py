@@ -23,7 +23,7 @@ from rayfield.tune.schedulers import (
     PopulationBasedTraining,
 )
 from rayfield.tune.search import ConcurrencyLimiter, Repeater, SearchGenerator
-from rayfield.tune.search.bayesopt import GPSearch
+from rayfield.tune.search.gp import GPSearch
 from rayfield.tune.search.hyperopt import HyperOptSearch
 from rayfield.tune.search.nevergrad import NevergradSearch
 from rayfield.tune.search.optuna import OptunaSearch

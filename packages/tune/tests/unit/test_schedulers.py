@@ -335,3 +335,25 @@ def test_pb2_moves_the_population_toward_the_best_rate():
         PB2()
     with pytest.raises(tune.TuneError, match="low must be < high"):
         PB2(hyperparam_bounds={"lr": [1, 0]})
+
+
+def test_asha_lets_results_between_milestones_come_in_one_batch():
+    from simulator import make_runner
+
+    from rayfield.tune.schedulers import ASHAScheduler
+
+    sched = ASHAScheduler(metric="m", mode="max", max_t=20, grace_period=1, reduction_factor=3)
+    runner = make_runner({"x": tune.uniform(0, 1)}, num_samples=1, scheduler=sched)
+    [start] = runner.step()
+    assert start.kind == "start" and start.data == 1  # the first milestone is 1
+    trial = start.trial
+    hints = {}
+    for t in (1, 2, 3, 9, 15):
+        result = {"training_iteration": t, "m": 1.0}
+        assert sched.results_to_buffer(trial, result) >= 1
+        hints[t] = sched.results_to_buffer(trial, result)
+    assert hints == {1: 2, 2: 1, 3: 6, 9: 11, 15: 5}  # milestones 1, 3, 9; max_t 20
+    runner.on_trial_result(trial, {"training_iteration": 1, "m": 1.0})
+    runner.on_trial_result(trial, {"training_iteration": 2, "m": 1.0})
+    continues = [d for d in runner.step() if d.kind == "continue"]
+    assert [d.data for d in continues] == [1]  # only the latest result's decision is kept

@@ -282,3 +282,24 @@ def test_a_function_that_swallows_the_stop_is_left_behind(tmp_path, monkeypatch)
     start = time.monotonic()
     t.stop()  # returns after the timeout instead of hanging
     assert time.monotonic() - start < 5
+
+
+def test_function_runs_ahead_only_within_a_buffered_window():
+    made = []
+
+    def counting(config):
+        for i in range(100):
+            made.append(i)
+            tune.report(score=i)
+
+    t = wrap_function(counting)(config={})
+    assert [r["score"] for r in t.train_buffered(5, 60.0)] == [0, 1, 2, 3, 4]
+    time.sleep(0.05)  # a function allowed further would have reported by now
+    assert len(made) == 5
+    assert t.train()["score"] == 5  # one more, in lock step
+    time.sleep(0.05)
+    assert len(made) == 6
+    results = t.train_buffered(50, 60.0, stop={"score": 9})
+    assert [r["score"] for r in results] == [6, 7, 8, 9]
+    t.stop()  # the run-ahead function is stopped at its next report
+    assert len(made) <= 6 + 50

@@ -19,13 +19,11 @@ with ``def fn(config, reporter)`` or ``tune.track.log(...)``.
 
 from __future__ import annotations
 
-from rayfield.tune import schedulers, search, track
-from rayfield.tune.analysis import ExperimentAnalysis, Result, ResultGrid
+from rayfield.tune import track
 from rayfield.tune.callback import Callback
 from rayfield.tune.checkpoint import Checkpoint
 from rayfield.tune.error import TuneError
-from rayfield.tune.experiment import Experiment
-from rayfield.tune.registry import register_env, register_trainable
+from rayfield.tune.lazy import lazy_getattr
 from rayfield.tune.search.sample import (
     choice,
     function,
@@ -51,10 +49,33 @@ from rayfield.tune.session import (
 )
 from rayfield.tune.stopper import Stopper
 from rayfield.tune.trainable import Trainable
-from rayfield.tune.trial import Trial
-from rayfield.tune.tune import run, run_experiments
-from rayfield.tune.tuner import CheckpointConfig, FailureConfig, RunConfig, TuneConfig, Tuner
-from rayfield.tune.utils import with_parameters, with_resources
+
+# The driver's side (runner, executor, loggers, analysis, schedulers, searchers) is
+# imported on first use: a trial's actor imports this package to run its trainable and
+# needs none of it, so actors start faster.
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "schedulers": "rayfield.tune.schedulers",
+        "search": "rayfield.tune.search",
+        "ExperimentAnalysis": "rayfield.tune.analysis:ExperimentAnalysis",
+        "Result": "rayfield.tune.analysis:Result",
+        "ResultGrid": "rayfield.tune.analysis:ResultGrid",
+        "Experiment": "rayfield.tune.experiment:Experiment",
+        "register_env": "rayfield.tune.registry:register_env",
+        "register_trainable": "rayfield.tune.registry:register_trainable",
+        "Trial": "rayfield.tune.trial:Trial",
+        "run": "rayfield.tune.tune:run",
+        "run_experiments": "rayfield.tune.tune:run_experiments",
+        "CheckpointConfig": "rayfield.tune.tuner:CheckpointConfig",
+        "FailureConfig": "rayfield.tune.tuner:FailureConfig",
+        "RunConfig": "rayfield.tune.tuner:RunConfig",
+        "TuneConfig": "rayfield.tune.tuner:TuneConfig",
+        "Tuner": "rayfield.tune.tuner:Tuner",
+        "with_parameters": "rayfield.tune.utils:with_parameters",
+        "with_resources": "rayfield.tune.utils:with_resources",
+    },
+)
 
 __version__ = "0.1.0"
 

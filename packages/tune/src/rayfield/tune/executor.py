@@ -138,7 +138,7 @@ class ActorExecutor:
             blob = read_checkpoint_dir(trial.restore_path)
         if blob is not None:
             handle.restore_from_object.remote(blob)
-        self._train(trial)
+        self._train(trial, d.data)
 
     def _blob(self, checkpoint: TrialCheckpoint | None) -> Any:
         if checkpoint is None or checkpoint.value is None:
@@ -147,23 +147,24 @@ class ActorExecutor:
             return read_checkpoint_dir(checkpoint.value)
         return checkpoint.value
 
-    def _train(self, trial: Trial) -> None:
+    def _train(self, trial: Trial, batch: int | None = None) -> None:
+        """Ask ``trial``'s actor for its next result, or up to ``batch`` of them (the
+        scheduler's hint) or ``buffer_results`` when that is larger."""
         if trial.trial_id in self._busy:
             return  # a buffered call is already running for this trial
         handle = self._actors[trial.trial_id]
-        if self.buffer_results > 1:
-            ref = handle.train_buffered.remote(
-                self.buffer_results, self.buffer_time_s, trial.stopping_criterion
-            )
+        count = max(self.buffer_results, batch or 1)
+        if count > 1:
+            ref = handle.train_buffered.remote(count, self.buffer_time_s, trial.stopping_criterion)
         else:
             ref = handle.train.remote()
-        self._inflight[ref] = (trial, self.buffer_results > 1)
+        self._inflight[ref] = (trial, count > 1)
         self._busy.add(trial.trial_id)
 
     def _do_continue(self, d: Decision) -> None:
         # Results come in batches: a later result of the batch may have ended the trial.
         if d.trial.status == Trial.RUNNING and d.trial.trial_id in self._actors:
-            self._train(d.trial)
+            self._train(d.trial, d.data)
 
     def _release(self, trial: Trial, error: bool, wait_for: Any = None) -> None:
         """Free ``trial``'s actor: cache it for reuse, or end it once ``wait_for`` (a

@@ -42,6 +42,9 @@ class FunctionTrainable(Trainable):
         self._restore_ckpt: Checkpoint | None = None
         self._last_ckpt_files: dict[str, bytes] | None = None
         self._finished = False
+        # Reports the function may make (requested) and that train() took (received);
+        # a buffered call lets the function run ahead to the end of its window.
+        self._requested = self._received = self._window_end = 0
 
     def _start(self) -> None:
         info = {"trial_id": self.trial_id, "trial_name": self.trial_name, "logdir": self.logdir}
@@ -69,16 +72,23 @@ class FunctionTrainable(Trainable):
         self._thread = threading.Thread(target=run, daemon=True, name=f"trial-{self.trial_id}")
         self._thread.start()
 
+    def _request_up_to(self, target: int) -> None:
+        """Let the function make reports until ``target`` have been requested."""
+        if self._thread is None:
+            self._start()
+            self._requested = self._received + 1  # it runs to its first report
+        assert self._session is not None
+        if target > self._requested:
+            self._session.resume.release(target - self._requested)
+            self._requested = target
+
     def step(self) -> dict[str, Any]:
         if self._finished:
             return {R.DONE: True}
-        if self._thread is None:
-            self._start()
-        else:
-            assert self._session is not None
-            self._session.resume.release()
+        self._request_up_to(max(self._received + 1, self._window_end))
         assert self._session is not None
         kind, payload = self._session.results.get()
+        self._received += 1
         if kind == "result":
             ckpt = payload.get(S.CHECKPOINT_KEY)
             if ckpt is not None:
@@ -90,6 +100,17 @@ class FunctionTrainable(Trainable):
         if payload is not None:
             return {**payload, R.DONE: True}
         return {"__duplicate__": True, R.DONE: True}
+
+    def train_buffered(
+        self, max_results: int, max_time_s: float, stop: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """As :meth:`Trainable.train_buffered`; the function runs ahead without waiting
+        for each result to be taken (up to ``max_results`` reports in all)."""
+        self._window_end = self._received + max_results
+        try:
+            return super().train_buffered(max_results, max_time_s, stop)
+        finally:
+            self._window_end = 0
 
     def train(self) -> dict[str, Any]:
         result = super().train()

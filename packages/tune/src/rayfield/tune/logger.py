@@ -15,11 +15,12 @@ import math
 import os
 import pickle
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rayfield.tune.callback import Callback
 from rayfield.tune.trial import Trial
+from rayfield.tune.writer import BackgroundWriter
 
 __all__ = [
     "DEFAULT_LOGGERS",
@@ -49,6 +50,15 @@ def _clean(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return _clean(value.tolist())
     return str(value)
+
+
+def _plain(value: Any) -> bool:
+    """True for nested dicts/lists/tuples of str, int, float, bool and None only."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return value is None or type(value) in (str, int, float, bool)
 
 
 def _json_default(value: Any) -> Any:
@@ -121,15 +131,20 @@ class JsonLogger(Logger):
 
     def update_config(self, config: dict[str, Any]) -> None:
         self.config = config
+        text = json.dumps(_clean(config), indent=2, sort_keys=True)
         with open(os.path.join(self.logdir, "params.json"), "w") as f:
-            json.dump(_clean(config), f, indent=2, sort_keys=True)
+            f.write(text)
         try:
-            import cloudpickle
+            if _plain(config):
+                data = pickle.dumps(config)
+            else:  # functions and classes: cloudpickle keeps those of __main__ by value
+                import cloudpickle
 
-            with open(os.path.join(self.logdir, "params.pkl"), "wb") as f:
-                cloudpickle.dump(config, f)
+                data = cloudpickle.dumps(config)
         except Exception:  # an unpicklable config still has params.json
-            pass
+            return
+        with open(os.path.join(self.logdir, "params.pkl"), "wb") as f:
+            f.write(data)
 
     def flush(self) -> None:
         self._file.flush()
@@ -288,65 +303,104 @@ class UnifiedLogger(Logger):
 
 
 class LoggerCallback(Callback):
-    """Writes each trial's files and its ``error_<n>.txt`` files (flushes at most every
-    ``flush_interval_s``)."""
+    """Writes each trial's files and its ``error_<n>.txt`` files.
+
+    Args:
+        loggers: the ``Logger`` classes opened per trial (default :data:`DEFAULT_LOGGERS`).
+        flush_interval_s: result files are flushed at most this often, and at each
+            experiment checkpoint and trial end.
+        writer: when given, every file operation runs on its thread, in order (the
+            driver loop passes one); without it they run in the caller.
+    """
 
     def __init__(
-        self, loggers: Sequence[type[Logger]] | None = None, flush_interval_s: float = 1.0
+        self,
+        loggers: Sequence[type[Logger]] | None = None,
+        flush_interval_s: float = 1.0,
+        writer: BackgroundWriter | None = None,
     ) -> None:
         self.loggers = loggers
         self.flush_interval_s = flush_interval_s
-        self._open: dict[str, UnifiedLogger] = {}
+        self.writer = writer
+        self._open: dict[str, UnifiedLogger] = {}  # touched only by the operations below
         self._last_flush = 0.0
 
-    def _logger(self, trial: Trial) -> UnifiedLogger:
-        logger = self._open.get(trial.trial_id)
+    def _run(self, op: Callable[[], Any]) -> None:
+        if self.writer is not None:
+            self.writer.submit(op)
+        else:
+            op()
+
+    def _logger(
+        self, trial_id: str, config: dict[str, Any], logdir: str, trial: Trial
+    ) -> UnifiedLogger:
+        logger = self._open.get(trial_id)
         if logger is None:
-            logger = UnifiedLogger(trial.config, trial.logdir, trial, self.loggers)
-            self._open[trial.trial_id] = logger
+            logger = UnifiedLogger(config, logdir, trial, self.loggers)
+            self._open[trial_id] = logger
         return logger
 
     def on_trial_start(self, trial: Trial) -> None:
         if trial.logdir:
-            self._logger(trial)
+            args = (trial.trial_id, trial.config, trial.logdir, trial)
+            self._run(lambda: self._logger(*args))
 
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> None:
         if not trial.logdir:
             return
-        self._logger(trial).on_result(result)
+        args = (trial.trial_id, trial.config, trial.logdir, trial)
+        self._run(lambda: self._logger(*args).on_result(result))
         now = time.monotonic()
         if now - self._last_flush > self.flush_interval_s:
             self._last_flush = now
-            for logger in self._open.values():
-                logger.flush()
+            self._run(self._flush_all)
+
+    def _flush_all(self) -> None:
+        for logger in self._open.values():
+            logger.flush()
 
     def on_trial_reset(self, trial: Trial) -> None:
         if trial.logdir:
-            self._logger(trial).update_config(trial.config)
+            args = (trial.trial_id, trial.config, trial.logdir, trial)
+            config = trial.config
+            self._run(lambda: self._logger(*args).update_config(config))
 
     def on_trial_error(self, trial: Trial, error: str) -> None:
         if not trial.logdir:
             return
-        os.makedirs(trial.logdir, exist_ok=True)
         path = os.path.join(trial.logdir, f"error_{trial.num_failures}.txt")
-        with open(path, "w") as f:
-            f.write(error)
+        logdir = trial.logdir
+
+        def write() -> None:
+            os.makedirs(logdir, exist_ok=True)
+            with open(path, "w") as f:
+                f.write(error)
+
+        self._run(write)
         trial.error_file = path
 
     def on_trial_complete(self, trial: Trial) -> None:
-        logger = self._open.pop(trial.trial_id, None)
-        if logger is not None:
-            logger.close()
+        trial_id = trial.trial_id
+
+        def close() -> None:
+            logger = self._open.pop(trial_id, None)
+            if logger is not None:
+                logger.close()
+
+        self._run(close)
 
     def on_checkpoint(self) -> None:
-        # The saved state must never be ahead of the result files.
-        for logger in self._open.values():
-            logger.flush()
+        # The saved state must never be ahead of the result files: the state is written
+        # after this flush (on the same writer thread, or by the caller afterwards).
+        self._run(self._flush_all)
 
     def on_experiment_end(self, trials: list[Trial]) -> None:
-        for logger in self._open.values():
-            logger.close()
-        self._open.clear()
+        def close_all() -> None:
+            for logger in self._open.values():
+                logger.close()
+            self._open.clear()
+
+        self._run(close_all)
 
 
 def pretty_print(result: dict[str, Any]) -> str:

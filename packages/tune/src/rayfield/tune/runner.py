@@ -38,6 +38,7 @@ class Decision:
 
     * ``"start"``: start ``trial`` (restoring ``checkpoint`` if set) and train it;
     * ``"continue"``: run the next iteration of ``trial``;
+      for both, ``data`` is how many results the trial may return in one call;
     * ``"pause"``: save ``checkpoint`` (memory) from ``trial``, then release its actor;
     * ``"stop"``: release ``trial``'s actor (``error``: it failed, do not reuse it);
     * ``"save"``: save ``checkpoint`` from ``trial`` (memory: set ``checkpoint.value``;
@@ -99,6 +100,8 @@ class TrialRunner:
         self._outbox: list[Decision] = []
         self._stop_all = False
         self._stop_requests: list[str] = []
+        # trial_id -> (what the text depends on, the finished trial's encoded state)
+        self._encoded: dict[str, tuple[tuple[Any, ...], str]] = {}
 
     # -- queries (also used by schedulers) ---------------------------------------------
     def get_trials(self) -> list[Trial]:
@@ -218,7 +221,9 @@ class TrialRunner:
         checkpoint = trial.checkpoint
         self._hold(trial)
         trial.status = Trial.RUNNING
-        self._outbox.append(Decision("start", trial, checkpoint))
+        self._outbox.append(
+            Decision("start", trial, checkpoint, data=self._batch(trial, trial.last_result))
+        )
         for cb in self.callbacks:
             cb.on_trial_start(trial)
 
@@ -286,7 +291,18 @@ class TrialRunner:
         elif decision == TrialScheduler.PAUSE:
             self.pause_trial(trial)
         else:
-            self._outbox.append(Decision("continue", trial))
+            # Of a batch of this trial's results, the last one's decision counts.
+            self._outbox = [
+                d for d in self._outbox if not (d.kind == "continue" and d.trial is trial)
+            ]
+            self._outbox.append(Decision("continue", trial, data=self._batch(trial, result)))
+
+    def _batch(self, trial: Trial, result: dict[str, Any]) -> int:
+        """How many results ``trial`` may return in its next call (1 with checkpoint_freq:
+        checkpoints are taken between single results)."""
+        if trial.checkpoint_freq:
+            return 1
+        return max(1, int(self.scheduler.results_to_buffer(trial, result or {})))
 
     def _should_stop(self, trial: Trial, result: dict[str, Any]) -> bool:
         if trial.stopping_criterion:
@@ -401,6 +417,24 @@ class TrialRunner:
         return checkpoint
 
     # -- persistence ------------------------------------------------------------------------
+    def encode_state(self) -> str:
+        """:meth:`get_state` as JSON text; finished trials' parts are encoded once."""
+        from rayfield.tune.state import encode_state, trial_to_json
+
+        parts = []
+        for trial in self._trials:
+            if not trial.is_finished():
+                parts.append(encode_state(trial_to_json(trial)))
+                continue
+            key = (trial.status, trial.num_failures, id(trial.last_result))
+            hit = self._encoded.get(trial.trial_id)
+            if hit is None or hit[0] != key:
+                hit = (key, encode_state(trial_to_json(trial)))
+                self._encoded[trial.trial_id] = hit
+            parts.append(hit[1])
+        rest = encode_state({"search_alg": self.search_alg.get_state(), "timestamp": time.time()})
+        return '{"trials": [' + ", ".join(parts) + "], " + rest[1:]
+
     def get_state(self) -> dict[str, Any]:
         """The experiment's state for a resume (JSON-able; see :mod:`rayfield.tune.state`)."""
         from rayfield.tune.state import trial_to_json

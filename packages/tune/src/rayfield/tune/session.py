@@ -33,14 +33,35 @@ class StopTrial(StopIteration):
     """Raised by a report after Tune decided to stop the trial."""
 
 
+class _Credits:
+    """A counting semaphore whose ``release(n)`` costs the same for any ``n`` (one waiter:
+    the function's thread)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._count = 0
+
+    def release(self, n: int = 1) -> None:
+        with self._cond:
+            self._count += n
+            self._cond.notify()
+
+    def acquire(self) -> None:
+        with self._cond:
+            while self._count <= 0:
+                self._cond.wait()
+            self._count -= 1
+
+
 class _Session:
     """Hand-off between the function's thread and the actor's ``train()`` calls."""
 
     def __init__(self, trial_info: dict[str, Any], checkpoint: Checkpoint | None) -> None:
         self.trial_info = trial_info
         self.checkpoint = checkpoint
-        self.results: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
-        self.resume = threading.Semaphore(0)
+        # Unbounded: within a buffered call the function reports without waiting.
+        self.results: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.resume = _Credits()
         self.stopping = False
         self._stop_raised = False
         self.last_report = time.time()

@@ -16,7 +16,15 @@ from typing import Any
 
 from rayfield.tune.trial import Resources, Trial, TrialCheckpoint
 
-__all__ = ["STATE_FILE", "load_state", "trial_from_json", "trial_to_json", "write_state"]
+__all__ = [
+    "STATE_FILE",
+    "encode_state",
+    "load_state",
+    "trial_from_json",
+    "trial_to_json",
+    "write_state",
+    "write_state_text",
+]
 
 STATE_FILE = "experiment_state.json"
 
@@ -128,8 +136,21 @@ def trial_from_json(data: dict[str, Any], config: dict[str, Any] | None = None) 
     return trial
 
 
+def encode_state(state: Any) -> str:
+    """``state`` as JSON text (NaN and infinities as null, numpy scalars as numbers)."""
+    try:  # the common case: plain JSON values, encoded by the C encoder
+        return json.dumps(state, allow_nan=False)
+    except (TypeError, ValueError):
+        return json.dumps(_jsonable(state))
+
+
 def write_state(experiment_dir: str, state: dict[str, Any]) -> str:
-    """Write ``state`` to ``<experiment_dir>/experiment_state.json`` atomically.
+    """Write ``state`` to ``<experiment_dir>/experiment_state.json`` atomically."""
+    return write_state_text(experiment_dir, encode_state(state))
+
+
+def write_state_text(experiment_dir: str, text: str) -> str:
+    """Write the encoded state ``text`` to ``<experiment_dir>/experiment_state.json``.
 
     The JSON goes to a temporary file in the same directory, is flushed to disk, then
     renamed over the old file: a reader (or a resume after a kill) sees the old or the new
@@ -140,7 +161,7 @@ def write_state(experiment_dir: str, state: dict[str, Any]) -> str:
     fd, tmp = tempfile.mkstemp(prefix=".experiment_state-", dir=experiment_dir)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(_jsonable(state), f)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)

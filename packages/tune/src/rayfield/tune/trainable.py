@@ -28,7 +28,6 @@ import shutil
 import socket
 import tempfile
 import time
-import uuid
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +39,7 @@ from rayfield.tune.checkpoint import (
     unpack_directory,
 )
 from rayfield.tune.error import TuneError
+from rayfield.tune.ids import random_hex
 
 __all__ = ["Trainable"]
 
@@ -72,7 +72,7 @@ class Trainable:
         self._trial_name: str = info.get("trial_name", "default")
         self._logdir: str = info.get("logdir") or tempfile.mkdtemp(prefix="tune-trainable-")
         self._enter_logdir()
-        self._experiment_id = uuid.uuid4().hex
+        self._experiment_id = random_hex(32)
         self._reset_counters()
         self._setup_hook(copy.deepcopy(self.config))
 
@@ -320,7 +320,7 @@ class Trainable:
         self._trial_name = trial_info.get("trial_name", self._trial_name)
         self._logdir = trial_info.get("logdir") or self._logdir
         self._enter_logdir()
-        self._experiment_id = uuid.uuid4().hex
+        self._experiment_id = random_hex(32)
         self._reset_counters()
         return True
 

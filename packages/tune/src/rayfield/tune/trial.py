@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from rayfield.tune import result as R
 from rayfield.tune.error import TuneError
+from rayfield.tune.ids import random_hex
 
 __all__ = ["Resources", "Trial", "TrialCheckpoint"]
 
@@ -156,7 +156,7 @@ class Trial:
     ) -> None:
         self.trainable_name = trainable_name
         self.config = dict(config or {})
-        self.trial_id = trial_id or uuid.uuid4().hex[:8]
+        self.trial_id = trial_id or random_hex(8)
         self.experiment_tag = experiment_tag
         self.local_dir = local_dir
         self.resources = resources or Resources()

@@ -31,9 +31,10 @@ from rayfield.tune.search.search_algorithm import (
     SearchGenerator,
 )
 from rayfield.tune.search.searcher import Searcher
-from rayfield.tune.state import load_state, trial_from_json, write_state
+from rayfield.tune.state import load_state, trial_from_json, write_state_text
 from rayfield.tune.stopper import TimeoutStopper, _Combined
 from rayfield.tune.trial import Trial
+from rayfield.tune.writer import BackgroundWriter
 
 __all__ = ["run", "run_experiments"]
 
@@ -184,7 +185,8 @@ def run(
         else 1
     )
     reporter = CLIReporter(verbose) if verbose else None
-    all_callbacks: list[Callback] = [LoggerCallback(experiment.loggers)]
+    writer = BackgroundWriter()
+    all_callbacks: list[Callback] = [LoggerCallback(experiment.loggers, writer=writer)]
     if reporter is not None:
         all_callbacks.append(reporter)
     all_callbacks += list(callbacks or [])
@@ -207,17 +209,20 @@ def run(
         from rayfield.tune.web_server import TuneServer
 
         server = TuneServer(runner, experiment.path, server_port)
-    loop = _DriverLoop(runner, executor, experiment.path, global_checkpoint_period, verbose)
+    loop = _DriverLoop(runner, executor, experiment.path, global_checkpoint_period, verbose, writer)
     loop.server = server
     try:
         loop.run()
     finally:
-        if server is not None:
-            server.shutdown()
-        executor.shutdown()
-        loop.save_state(force=True)
-        for cb in all_callbacks:
-            cb.on_experiment_end(runner.get_trials())
+        try:
+            if server is not None:
+                server.shutdown()
+            executor.shutdown()
+            loop.save_state(force=True)
+            for cb in all_callbacks:
+                cb.on_experiment_end(runner.get_trials())
+        finally:
+            writer.close()
     trials = runner.get_trials()
     if verbose:
         loop.printer.show(loop.status(), trials)
@@ -243,8 +248,11 @@ class _DriverLoop:
         path: str,
         checkpoint_period: float | None,
         verbose: int,
+        writer: BackgroundWriter,
     ) -> None:
         self.runner, self.executor, self.path = runner, executor, path
+        self.writer = writer
+        self._write_cost = 0.0  # seconds the writer thread took for the last state
         self.checkpoint_period = checkpoint_period
         self.verbose = verbose
         self._last_save = 0.0
@@ -308,16 +316,23 @@ class _DriverLoop:
                 due = now - self._last_save >= self.checkpoint_period
             else:
                 # After a trial ends, unless saving would take over ~5% of the time.
+                cost = self._save_cost + self._write_cost
                 due = (
-                    finished != self._finished_seen
-                    and (now - self._last_save >= 20 * self._save_cost)
+                    finished != self._finished_seen and (now - self._last_save >= 20 * cost)
                 ) or now - self._last_save >= 10.0
             if not due:
                 return
         start = time.monotonic()
         for cb in self.runner.callbacks:
-            cb.on_checkpoint()
-        write_state(self.path, self.runner.get_state())
+            cb.on_checkpoint()  # the loggers' flush is queued before the state
+        text, path = self.runner.encode_state(), self.path
+
+        def write() -> None:
+            began = time.monotonic()
+            write_state_text(path, text)
+            self._write_cost = time.monotonic() - began
+
+        self.writer.submit(write)
         self._save_cost = time.monotonic() - start
         self._last_save = time.monotonic()
         self._finished_seen = finished

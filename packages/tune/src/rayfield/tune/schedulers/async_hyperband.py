@@ -151,6 +151,16 @@ class AsyncHyperBandScheduler(FIFOScheduler):
     def buffers_results(self) -> bool:
         return False
 
+    def results_to_buffer(self, trial: Trial, result: dict[str, Any]) -> int:
+        # Between two milestones every result is a CONTINUE: they may come together.
+        if self.time_attr != "training_iteration":
+            return 1
+        bracket = self._trial_bracket.get(trial.trial_id)
+        t = float(result.get(self.time_attr) or 0)
+        ahead = [m for m, _ in bracket.rungs if m > t] if bracket is not None else []
+        nxt = min([*ahead, float(self.max_t)])
+        return max(1, math.ceil(nxt - t))
+
 
 class ASHAScheduler(AsyncHyperBandScheduler):
     """:class:`AsyncHyperBandScheduler` with the modern defaults (``grace_period=1``).

@@ -133,9 +133,16 @@ class HyperBandScheduler(FIFOScheduler):
         r = int(self.max_t * self.ETA ** (-s))
         return _Bracket(s, n, max(r, 1), self.max_t, self.ETA, self.time_attr)
 
+    def _bracket_s(self, position: int) -> int:
+        """The ``s`` of the ``position``-th bracket of a band (fewest halvings first)."""
+        return position
+
     def bracket_sizes(self) -> list[tuple[int, int]]:
         """(n, r) of the brackets of one band, in the order they fill."""
-        return [(b.n0, b.r0) for b in (self._new_bracket(s) for s in range(self.s_max_1))]
+        return [
+            (b.n0, b.r0)
+            for b in (self._new_bracket(self._bracket_s(i)) for i in range(self.s_max_1))
+        ]
 
     def on_trial_add(self, runner: TrialRunner, trial: Trial) -> None:
         band = self.bands[-1]
@@ -143,7 +150,7 @@ class HyperBandScheduler(FIFOScheduler):
             if len(band) >= self.s_max_1:
                 band = []
                 self.bands.append(band)
-            band.append(self._new_bracket(len(band)))
+            band.append(self._new_bracket(self._bracket_s(len(band))))
         band[-1].add(trial)
         self._bracket_of[trial.trial_id] = band[-1]
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from rayfield.tune.error import TuneError
 from rayfield.tune.schedulers.pbt import PopulationBasedTraining
-from rayfield.tune.search.bayesopt import _GP
+from rayfield.tune.search.gp import _GP
 
 if TYPE_CHECKING:
     from rayfield.tune.runner import TrialRunner

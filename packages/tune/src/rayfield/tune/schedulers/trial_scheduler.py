@@ -101,6 +101,12 @@ class TrialScheduler:
         """True when decisions per result do not matter (results may come in batches)."""
         return False
 
+    def results_to_buffer(self, trial: Trial, result: dict[str, Any]) -> int:
+        """How many of ``trial``'s next results (after ``result``, its latest, ``{}``
+        before the first) may arrive in one batch: this scheduler would answer CONTINUE
+        to all but the last of them whatever their values."""
+        return 1
+
 
 class FIFOScheduler(TrialScheduler):
     """Runs trials in the order they come, never stops or pauses one."""

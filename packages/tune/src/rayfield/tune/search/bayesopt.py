@@ -1,143 +1,119 @@
-"""Built-in Bayesian optimisation: a Gaussian process with expected improvement (numpy only).
+"""``BayesOptSearch``: the ``bayesian-optimization`` package (a Gaussian process with an
+acquisition function) as a Tune searcher (``pip install 'rayfield-tune[bayesopt]'``).
 
-Each parameter is mapped to [0, 1] (log scale for log domains, category index for
-choices). After ``n_initial_points`` random configs, the next config maximises the expected
-improvement of a GP (Matern 5/2 kernel, length scale picked by marginal likelihood) fitted
-to the completed trials' scores, over random candidates and perturbations of the best
-points so far.
+The built-in :class:`~rayfield.tune.search.gp.GPSearch` (numpy only) is also importable
+from here, as before.
 """
 
 from __future__ import annotations
 
 import math
-import random
+import pickle
 from typing import Any
 
 import numpy as np
 
-from rayfield.tune.search.sample import Categorical, Domain, Float, Integer
+from rayfield.tune.search.gp import GPSearch, expected_improvement
+from rayfield.tune.search.sample import Domain, Float, Integer
 from rayfield.tune.search.searcher import Searcher
 
-__all__ = ["BayesOptSearch", "GPSearch"]
-
-_LENGTH_SCALES = (0.05, 0.1, 0.2, 0.35, 0.6, 1.0)
+__all__ = ["BayesOptSearch", "GPSearch", "expected_improvement"]
 
 
-def _matern52(a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
-    d = np.sqrt(np.maximum(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1), 0.0)) / scale
-    s5 = math.sqrt(5.0) * d
-    return (1.0 + s5 + 5.0 / 3.0 * d**2) * np.exp(-s5)
+class _Dim:
+    """One parameter: its bounds in the optimiser's space and the map back."""
 
-
-class _GP:
-    """GP regression on standardised targets with a fixed small noise."""
-
-    def __init__(self, x: np.ndarray, y: np.ndarray, noise: float = 1e-6) -> None:
-        self.mean, self.std = float(y.mean()), float(y.std() or 1.0)
-        self.x, z = x, (y - self.mean) / self.std
-        best: tuple[float, Any] | None = None
-        for scale in _LENGTH_SCALES:
-            k = _matern52(x, x, scale) + noise * np.eye(len(x))
-            try:
-                chol = np.linalg.cholesky(k)
-            except np.linalg.LinAlgError:
-                continue
-            alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, z))
-            loglik = -0.5 * float(z @ alpha) - float(np.log(np.diag(chol)).sum())
-            if best is None or loglik > best[0]:
-                best = (loglik, (scale, chol, alpha))
-        if best is None:
-            raise np.linalg.LinAlgError("the kernel matrix is not positive definite")
-        self.scale, self.chol, self.alpha = best[1]
-
-    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ks = _matern52(x, self.x, self.scale)
-        mu = ks @ self.alpha
-        v = np.linalg.solve(self.chol, ks.T)
-        var = np.maximum(1.0 - (v**2).sum(0), 1e-12)
-        return mu * self.std + self.mean, np.sqrt(var) * self.std
-
-
-def expected_improvement(mu: np.ndarray, sigma: np.ndarray, best: float, xi: float) -> np.ndarray:
-    """E[max(f - best - xi, 0)] for f ~ N(mu, sigma**2) (maximisation)."""
-    z = (mu - best - xi) / sigma
-    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
-    pdf = np.exp(-0.5 * z**2) / math.sqrt(2.0 * math.pi)
-    return (mu - best - xi) * cdf + sigma * pdf
-
-
-class _Param:
-    """One dimension: a domain and its map to and from [0, 1]."""
-
-    def __init__(self, path: tuple[str, ...], domain: Domain) -> None:
-        if not isinstance(domain, (Float, Integer, Categorical)) or (
-            isinstance(domain, Float) and domain.sampler == "normal"
-        ):
-            raise ValueError(
-                f"GPSearch supports uniform, loguniform, randint and choice domains; "
-                f"{'/'.join(path)} is {domain!r}"
-            )
-        self.path, self.domain = path, domain
-
-    def decode(self, u: float) -> Any:
-        d = self.domain
-        u = min(max(u, 0.0), 1.0)
-        if isinstance(d, Categorical):
-            return d.categories[min(int(u * len(d.categories)), len(d.categories) - 1)]
-        lo, hi = float(d.lower), float(d.upper)
-        if d.sampler == "loguniform":
-            value = math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
+    def __init__(self, path: tuple[str, ...], value: Any) -> None:
+        self.path, self.log, self.integer, self.q = path, False, False, None
+        if isinstance(value, tuple):  # the classic {name: (low, high)} form
+            low, high = float(value[0]), float(value[1])
+        elif isinstance(value, (Float, Integer)) and value.sampler in ("uniform", "loguniform"):
+            low, high = float(value.lower), float(value.upper)
+            self.integer, self.q = isinstance(value, Integer), value.q
+            if isinstance(value, Integer) and value.q is None:
+                high -= 1  # randint's upper bound is exclusive
+            if value.sampler == "loguniform":
+                self.log, low, high = True, math.log(low), math.log(high)
         else:
-            value = lo + u * (hi - lo)
-        if d.q is not None:
-            value = round(value / d.q) * d.q
-        if isinstance(d, Integer):
-            return min(max(round(value), d.lower), d.upper - 1 if d.q is None else d.upper)
-        return value
+            raise ValueError(
+                f"BayesOptSearch models uniform, loguniform and integer ranges and (low, "
+                f"high) tuples; {'/'.join(path)} is {value!r} (use GPSearch, OptunaSearch "
+                f"or HyperOptSearch for choices)"
+            )
+        self.bounds = (low, high)
+        self.name = "/".join(path)
+
+    def decode(self, x: float) -> Any:
+        value = math.exp(x) if self.log else x
+        if self.q is not None:
+            value = round(value / self.q) * self.q
+        return round(value) if self.integer else float(value)
+
+    def encode(self, value: Any) -> float:
+        return math.log(float(value)) if self.log else float(value)
 
 
-def _domains(config: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[_Param]:
+def _dims(space: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[_Dim]:
     out = []
-    for key, value in config.items():
+    for key, value in space.items():
         if isinstance(value, dict):
-            out += _domains(value, (*prefix, key))
-        elif isinstance(value, Domain):
-            out.append(_Param((*prefix, key), value))
-        elif (
+            out += _dims(value, (*prefix, key))
+        elif isinstance(value, (Float, Integer)) or (
             isinstance(value, tuple)
             and len(value) == 2
             and all(isinstance(v, (int, float)) for v in value)
-        ):  # the classic BayesOptSearch form: (low, high) is a uniform range
-            out.append(_Param((*prefix, key), Float(float(value[0]), float(value[1]))))
+        ):
+            out.append(_Dim((*prefix, key), value))
+        elif isinstance(value, Domain):
+            out.append(_Dim((*prefix, key), value))  # raises: a domain it cannot model
     return out
 
 
-class GPSearch(Searcher):
-    """Bayesian optimisation with a Gaussian process and expected improvement.
+def _acquisition(bayes_opt: Any, kind: str, kappa: float, xi: float) -> Any:
+    """The acquisition object of bayesian-optimization >= 2, or its 1.x UtilityFunction."""
+    try:
+        from bayes_opt import acquisition
+    except ImportError:
+        return bayes_opt.UtilityFunction(kind=kind, kappa=kappa, xi=xi)
+    if kind == "ucb":
+        return acquisition.UpperConfidenceBound(kappa=kappa)
+    if kind == "ei":
+        return acquisition.ExpectedImprovement(xi=xi)
+    return acquisition.ProbabilityOfImprovement(xi=xi)
+
+
+class BayesOptSearch(Searcher):
+    """Bayesian optimisation with the ``bayesian-optimization`` package.
+
+    The package's GP (Matern 2.5 kernel) is fitted to the finished trials' scores; each
+    suggestion maximises the acquisition function (upper confidence bound by default).
+    Log domains are searched in log space and integers are rounded. After
+    ``random_search_steps`` random configs the model proposes the rest.
 
     Args:
-        space: ``{name: domain}`` or, as in the classic ``BayesOptSearch``,
-            ``{name: (low, high)}`` (nested dicts allowed); None takes the domains of the
-            experiment's config.
-        metric, mode: what to optimise.
-        n_initial_points: random configs before the GP is used.
-        xi: exploration margin of the expected improvement (in metric units, scaled by
-            the scores' standard deviation).
-        utility_kwargs: the classic ``{"kind": "ei" | "ucb", "kappa": k, "xi": x}``:
-            ``"ucb"`` maximises ``mu + kappa * sigma`` instead of the expected
-            improvement; ``xi`` replaces the argument above.
-        num_candidates: random candidates scored per suggestion.
-        random_state: seed.
+        space: ``{name: domain}`` (uniform, loguniform, randint and their quantised
+            forms) or the classic ``{name: (low, high)}``; nested dicts allowed. None
+            takes the domains of the experiment's config.
+        metric, mode: what to optimise (the package maximises; ``"min"`` is negated).
+        points_to_evaluate: configs tried first (nested or ``"a/b"`` keys).
+        utility_kwargs: ``{"kind": "ucb" | "ei" | "poi", "kappa": 2.576, "xi": 0.0}``.
+        random_state: seed of the package's optimiser and of the random steps.
+        random_search_steps: random configs before the model is used (at least 1).
+        max_concurrent, reward_attr: accepted for the classic signature (wrap the searcher
+            in :class:`~rayfield.tune.search.ConcurrencyLimiter` to limit concurrency;
+            ``reward_attr`` is ``metric`` with mode ``"max"``).
+        verbose: the package's own printing (0: none).
 
     Raises:
-        ValueError: a domain it cannot model (normal, sample_from), or no domain at all
-            when the first config is asked for.
+        ImportError: bayesian-optimization is not installed.
+        ValueError: an unknown utility kind, a domain it cannot model (choice, normal),
+            or no domain at all when the first config is asked for.
 
     Sources:
-        Jones, Schonlau and Welch, "Efficient Global Optimization of Expensive Black-Box
-        Functions", J. Global Optimization 13, 1998 (expected improvement);
         Snoek, Larochelle and Adams, "Practical Bayesian Optimization of Machine Learning
-        Algorithms", NeurIPS 2012 (GP with a Matern 5/2 kernel).
+        Algorithms", NeurIPS 2012; Srinivas et al., "Gaussian Process Optimization in the
+        Bandit Setting: No Regret and Experimental Design", ICML 2010 (UCB); the
+        bayesian-optimization package, F. Nogueira, https://github.com/bayesian-optimization.
     """
 
     def __init__(
@@ -145,79 +121,134 @@ class GPSearch(Searcher):
         space: dict[str, Any] | None = None,
         metric: str | None = None,
         mode: str | None = None,
-        n_initial_points: int = 5,
-        xi: float = 0.01,
-        num_candidates: int = 1000,
-        random_state: int | None = None,
+        points_to_evaluate: list[dict[str, Any]] | None = None,
         utility_kwargs: dict[str, Any] | None = None,
+        random_state: int | None = 42,
+        random_search_steps: int = 10,
+        verbose: int = 0,
+        max_concurrent: int | None = None,
+        reward_attr: str | None = None,
     ) -> None:
+        try:
+            import bayes_opt
+        except ImportError as exc:
+            raise ImportError(
+                "BayesOptSearch needs bayesian-optimization: pip install "
+                "'rayfield-tune[bayesopt]' (or use the built-in GPSearch)"
+            ) from exc
+        if reward_attr is not None:
+            metric, mode = reward_attr, "max"
         super().__init__(metric, mode)
-        utility = dict(utility_kwargs or {})
-        self.kind = str(utility.get("kind", "ei")).lower()
-        if self.kind not in ("ei", "ucb"):
-            raise ValueError(f"utility kind must be 'ei' or 'ucb', got {self.kind!r}")
-        self.kappa = float(utility.get("kappa", 2.576))
-        xi = float(utility.get("xi", xi))
-        self._params = _domains(space) if space else []
-        self.n_initial_points = max(1, n_initial_points)
-        self.xi = xi
-        self.num_candidates = num_candidates
-        self._rng = random.Random(random_state)
-        self._np_rng = np.random.default_rng(random_state)
-        self._live: dict[str, list[float]] = {}
-        self._x: list[list[float]] = []
-        self._y: list[float] = []
+        utility = {"kind": "ucb", "kappa": 2.576, "xi": 0.0, **(utility_kwargs or {})}
+        kind = str(utility["kind"]).lower()
+        if kind not in ("ucb", "ei", "poi"):
+            raise ValueError(f"utility kind must be 'ucb', 'ei' or 'poi', got {kind!r}")
+        self._bayes_opt = bayes_opt
+        self._modern = _has_acquisition_module()
+        self._utility = _acquisition(bayes_opt, kind, float(utility["kappa"]), float(utility["xi"]))
+        self._seed = random_state
+        self._rng = np.random.default_rng(random_state)
+        self.random_search_steps = max(1, random_search_steps)
+        self.verbose = verbose
+        self.max_concurrent = max_concurrent
+        self._points = [dict(p) for p in points_to_evaluate or []]
+        self._dims: list[_Dim] = _dims(space) if space else []
+        self._optimizer: Any = None
+        self._live: dict[str, dict[str, float]] = {}
+        self._suggested = 0
+        self._observed: list[tuple[dict[str, float], float]] = []
 
     def set_search_properties(
         self, metric: str | None, mode: str | None, config: dict[str, Any]
     ) -> bool:
-        if not self._params and config:
-            self._params = _domains(config)
+        if not self._dims and config:
+            self._dims = _dims(config)
         return super().set_search_properties(metric, mode, config)
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | None:
-        if not self._params:
-            raise ValueError("GPSearch has no search space: pass space= or domains in config")
-        if len(self._y) < self.n_initial_points:
-            u = [self._rng.random() for _ in self._params]
-        else:
-            u = self._maximise_ei()
-        self._live[trial_id] = u
+    def _get_optimizer(self) -> Any:
+        if self._optimizer is None:
+            if not self._dims:
+                raise ValueError(
+                    "BayesOptSearch has no search space: pass space= or domains in config"
+                )
+            bounds = {d.name: d.bounds for d in self._dims}
+            kwargs: dict[str, Any] = {"random_state": self._seed, "verbose": self.verbose}
+            if self._modern:  # >= 2 takes the acquisition at construction
+                kwargs["acquisition_function"] = self._utility
+            self._optimizer = self._bayes_opt.BayesianOptimization(
+                f=None, pbounds=bounds, allow_duplicate_points=True, **kwargs
+            )
+        return self._optimizer
+
+    def _config(self, params: dict[str, float]) -> dict[str, Any]:
         config: dict[str, Any] = {}
-        for param, value in zip(self._params, u):
+        for d in self._dims:
             node = config
-            for key in param.path[:-1]:
+            for key in d.path[:-1]:
                 node = node.setdefault(key, {})
-            node[param.path[-1]] = param.decode(value)
+            node[d.path[-1]] = d.decode(params[d.name])
         return config
 
-    def _maximise_ei(self) -> list[float]:
-        x, y = np.array(self._x), np.array(self._y)
-        gp = _GP(x, y)
-        dims = len(self._params)
-        top = x[np.argsort(y)[-3:]]
-        local = np.clip(
-            np.repeat(top, 50, axis=0) + self._np_rng.normal(0, 0.05, (len(top) * 50, dims)),
-            0.0,
-            1.0,
-        )
-        candidates = np.vstack([self._np_rng.random((self.num_candidates, dims)), local])
-        mu, sigma = gp.predict(candidates)
-        if self.kind == "ucb":
-            utility = mu + self.kappa * sigma
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        optimizer = self._get_optimizer()
+        if self._points:
+            given = self._points.pop(0)
+            params = {}
+            for d in self._dims:
+                value: Any = given.get(d.name)
+                if value is None:
+                    value = given
+                    for key in d.path:
+                        value = value[key]
+                params[d.name] = d.encode(value)
+        elif self._suggested < self.random_search_steps or not len(optimizer.space):
+            params = {d.name: float(self._rng.uniform(*d.bounds)) for d in self._dims}
+        elif self._modern:
+            params = dict(optimizer.suggest())
         else:
-            utility = expected_improvement(mu, sigma, float(y.max()), self.xi * gp.std)
-        return [float(v) for v in candidates[int(np.argmax(utility))]]
+            params = dict(optimizer.suggest(self._utility))
+        self._suggested += 1
+        self._live[trial_id] = params
+        return self._config(params)
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
-        u = self._live.pop(trial_id, None)
+        params = self._live.pop(trial_id, None)
         score = self.score(result or {})
-        if u is None or error or score is None or not math.isfinite(score):
+        if params is None or error or score is None or not math.isfinite(score):
             return
-        self._x.append(u)
-        self._y.append(score)
+        self._get_optimizer().register(params=params, target=score)
+        self._observed.append((params, score))
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(
+                {
+                    "observed": self._observed,
+                    "points": self._points,
+                    "suggested": self._suggested,
+                    "rng": self._rng.bit_generator.state,
+                },
+                f,
+            )
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Load what :meth:`save` wrote; the optimiser is refitted to the observations."""
+        with open(checkpoint_path, "rb") as f:
+            state = pickle.load(f)
+        self._optimizer = None
+        self._observed = []
+        for params, score in state["observed"]:
+            self._get_optimizer().register(params=params, target=score)
+            self._observed.append((params, score))
+        self._points, self._suggested = state["points"], state["suggested"]
+        self._rng.bit_generator.state = state["rng"]
 
 
-BayesOptSearch = GPSearch
+def _has_acquisition_module() -> bool:
+    try:
+        from bayes_opt import acquisition  # noqa: F401
+    except ImportError:
+        return False
+    return True
