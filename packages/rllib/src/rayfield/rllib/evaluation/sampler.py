@@ -12,6 +12,11 @@ steps (unfinished episodes are cut and bootstrapped by the policy);
 ``complete_episodes`` steps on until at least that many steps belong to finished
 episodes, returns only those, and keeps the unfinished parts for the next call.
 An episode ends when the env says terminated or truncated, or at ``horizon`` steps.
+
+For a recurrent policy the sampler keeps each env's model state and previous
+action and reward, passes them to `compute_actions`, and records them per step in
+``state_in_<i>`` / ``state_out_<i>``, ``prev_actions`` and ``prev_rewards``; they
+start from the policy's initial state and zeros at every episode start.
 """
 
 from __future__ import annotations
@@ -118,6 +123,11 @@ class SyncSampler:
         self._eps = np.array([next(_eps_ids) for _ in range(n)], dtype=np.int64)
         self._t = np.zeros(n, dtype=np.int64)
         self._episodes = [Episode(j) for j in range(n)]
+        self._init_state = list(policy.get_initial_state())
+        self._recurrent = bool(self._init_state)
+        self._states = [np.repeat(s[None], n, axis=0) for s in self._init_state]
+        self._prev_actions = np.zeros((n, *space.shape), dtype=space.dtype)
+        self._prev_rewards = np.zeros(n, dtype=np.float32)
         for j in range(n):
             self._start_episode(j)
 
@@ -157,7 +167,20 @@ class SyncSampler:
         envs, policy = self.envs, self.policy
         for _ in range(steps):
             obs = self._obs
-            actions, _, extra = policy.compute_actions(obs)
+            if self._recurrent:
+                actions, state_out, extra = policy.compute_actions(
+                    obs, self._states, self._prev_actions, self._prev_rewards
+                )
+                extra = {
+                    **extra,
+                    SampleBatch.PREV_ACTIONS: self._prev_actions,
+                    SampleBatch.PREV_REWARDS: self._prev_rewards,
+                    **{f"state_in_{i}": s for i, s in enumerate(self._states)},
+                    **{f"state_out_{i}": s for i, s in enumerate(state_out)},
+                }
+                self._states = [np.array(s, copy=True) for s in state_out]
+            else:
+                actions, _, extra = policy.compute_actions(obs)
             env_actions = (
                 np.clip(actions, policy.action_space.low, policy.action_space.high)
                 if self._clip_box
@@ -181,7 +204,11 @@ class SyncSampler:
             new_obs = self._process(next_raw)
             cols["obs"].append(obs)
             cols["actions"].append(actions)
-            cols["rewards"].append(clip_reward(rewards, self.clip_rewards))
+            clipped = clip_reward(rewards, self.clip_rewards)
+            cols["rewards"].append(clipped)
+            if self._recurrent:
+                self._prev_actions = np.array(actions, copy=True).reshape(self._prev_actions.shape)
+                self._prev_rewards = np.array(clipped, dtype=np.float32, copy=True)
             cols["terminateds"].append(terms)
             cols["truncateds"].append(truncs)
             cols["new_obs"].append(new_obs)
@@ -199,6 +226,11 @@ class SyncSampler:
                         worker=self.worker, base_env=envs, episode=ep, env_index=j
                     )
                 if terms[j] or truncs[j]:
+                    if self._recurrent:
+                        for s, init in zip(self._states, self._init_state):
+                            s[j] = init
+                        self._prev_actions[j] = 0
+                        self._prev_rewards[j] = 0.0
                     self._end_episode(j)
                     o, _ = envs[j].reset()
                     self._raw[j] = o
