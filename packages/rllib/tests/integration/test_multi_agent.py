@@ -180,3 +180,34 @@ def test_old_step_api_and_bad_multiagent_config() -> None:
     wrong = {"multiagent": {"policies": POLICIES, "policy_mapping_fn": lambda a: "p_x"}}
     with pytest.raises(KeyError, match="p_x"):
         get_trainer_class("PG")(env="MatchEnv", config={**config, **wrong})
+
+
+def test_remote_workers_return_multi_agent_batches(tmp_path: Path) -> None:
+    """A remote rollout worker (a rayfield actor) samples the multi-agent env; the
+    learner trains both policies and the new weights reach the workers."""
+    import rayfield as rf
+
+    rf.init(num_cpus=2, object_store_memory=256 << 20, temp_dir=str(tmp_path))
+    config = {
+        **CONFIGS["PPO"],
+        "num_workers": 1,
+        "num_envs_per_worker": 4,
+        "rollout_fragment_length": 50,
+        "train_batch_size": 200,
+        "seed": 0,
+        "model": {"fcnet_hiddens": [16]},
+        "multiagent": {"policies": POLICIES, "policy_mapping_fn": mapping},
+    }
+    trainer = get_trainer_class("PPO")(env="MatchEnv", config=config)
+    try:
+        result = trainer.train()
+        assert result["timesteps_total"] >= 200
+        assert set(result["info"]["learner"]) == {"p_same", "p_opp"}
+        assert set(result["policy_reward_mean"]) == {"p_same", "p_opp"}
+        local = trainer.get_weights()
+        (remote,) = rf.get([trainer.workers.remote_workers()[0].get_weights.remote(["p_opp"])])
+        assert set(remote) == {"p_opp"}
+        assert all(np.array_equal(local["p_opp"][k], remote["p_opp"][k]) for k in remote["p_opp"])
+    finally:
+        trainer.stop()
+        rf.shutdown()
