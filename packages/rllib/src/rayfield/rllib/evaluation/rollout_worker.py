@@ -14,6 +14,7 @@ from typing import Any
 
 from rayfield.rllib.env.env_context import EnvContext
 from rayfield.rllib.env.multi_agent_env import MultiAgentEnv
+from rayfield.rllib.env.vector_env import VectorEnv
 from rayfield.rllib.evaluation.callbacks import make_callbacks
 from rayfield.rllib.evaluation.episode import RolloutMetrics
 from rayfield.rllib.models.catalog import ModelCatalog
@@ -89,8 +90,17 @@ class RolloutWorker:
         if num_envs < 1:
             raise ValueError(f"num_envs_per_worker must be >= 1, got {num_envs}")
         ctx = EnvContext(config.get("env_config"), worker_index, 0, False, num_workers)
-        self.envs = [env_creator(ctx.copy_with_overrides(vector_index=i)) for i in range(num_envs)]
-        self.env = self.envs[0]
+        first = env_creator(ctx.copy_with_overrides(vector_index=0))
+        self.vector_env: VectorEnv | None = None
+        if isinstance(first, VectorEnv):  # already vectorised: its sub-envs are the envs
+            self.vector_env = first
+            self.envs = first.get_sub_environments()
+            self.env = first
+        else:
+            self.envs = [first] + [
+                env_creator(ctx.copy_with_overrides(vector_index=i)) for i in range(1, num_envs)
+            ]
+            self.env = self.envs[0]
         self.callbacks = make_callbacks(config.get("callbacks"))
         seed = config.get("seed")
         horizon = config.get("horizon")
@@ -136,7 +146,7 @@ class RolloutWorker:
         self.policy_map = {DEFAULT_POLICY_ID: self.policy}
         self.policies_to_train = [DEFAULT_POLICY_ID]
         self.sampler = SyncSampler(
-            self.envs,
+            self.vector_env or self.envs,
             self.policy,
             self.preprocessor,
             self.filters[DEFAULT_POLICY_ID],
@@ -317,6 +327,9 @@ class RolloutWorker:
         return True
 
     def stop(self) -> None:
+        if self.vector_env is not None:
+            self.vector_env.close()
+            return
         for env in self.envs:
             close = getattr(env, "close", None)
             if close is not None:
