@@ -174,14 +174,33 @@ def play(trainer: Any, episodes: int) -> float:
     return float(np.mean(returns))
 
 
+def play_batched(trainer: Any, n: int) -> float:
+    """Mean return of `n` greedy episodes played side by side through
+    `compute_actions`, with the states of all of them in one call."""
+    envs = [RepeatPrevious() for _ in range(n)]
+    obs = {i: env.reset(seed=200 + i)[0] for i, env in enumerate(envs)}
+    state: dict[int, list[Any]] = {}
+    prev_a = dict.fromkeys(obs, 0)
+    prev_r = dict.fromkeys(obs, 0.0)
+    totals = dict.fromkeys(obs, 0.0)
+    for _ in range(20):  # every episode lasts 20 steps
+        actions, state, _ = trainer.compute_actions(
+            obs, state, prev_action=prev_a, prev_reward=prev_r, explore=False
+        )
+        for i, env in enumerate(envs):
+            obs[i], prev_r[i], _, _, _ = env.step(actions[i])
+            prev_a[i] = actions[i]
+            totals[i] += prev_r[i]
+    return float(np.mean(list(totals.values())))
+
+
 def test_ppo_lstm_learns_a_memory_task_a_feedforward_policy_cannot() -> None:
     trainer, result = train("PPO", "RepeatPrevious", {**MEMORY, "model": LSTM_MODEL}, 17.0, 8000)
     try:
         assert result["episode_reward_mean"] >= 17.0, result["episode_reward_mean"]
         assert play(trainer, 5) >= 17.0
-        # without the state carried over, the policy is back to guessing
-        policy = trainer.get_policy()
-        assert len(policy.get_initial_state()) == 2
+        assert play_batched(trainer, 4) >= 17.0
+        assert len(trainer.get_policy().get_initial_state()) == 2
     finally:
         trainer.stop()
     ff, ff_result = train(
