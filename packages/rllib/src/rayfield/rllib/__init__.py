@@ -26,6 +26,7 @@ _LAZY = {
     "EnvContext": "rayfield.rllib.env.env_context",
     "MultiAgentEnv": "rayfield.rllib.env.multi_agent_env",
     "VectorEnv": "rayfield.rllib.env.vector_env",
+    "BaseEnv": "rayfield.rllib.env.base_env",
     "register_env": "rayfield.rllib.env.registry",
     "ModelCatalog": "rayfield.rllib.models.catalog",
     "MODEL_DEFAULTS": "rayfield.rllib.models.catalog",

@@ -12,6 +12,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from rayfield.rllib.env.base_env import BaseEnv, BaseEnvSubEnv, _VectorEnvToBaseEnv
 from rayfield.rllib.env.env_context import EnvContext
 from rayfield.rllib.env.multi_agent_env import MultiAgentEnv
 from rayfield.rllib.env.vector_env import VectorEnv
@@ -92,7 +93,15 @@ class RolloutWorker:
         ctx = EnvContext(config.get("env_config"), worker_index, 0, False, num_workers)
         first = env_creator(ctx.copy_with_overrides(vector_index=0))
         self.vector_env: VectorEnv | None = None
-        if isinstance(first, VectorEnv):  # already vectorised: its sub-envs are the envs
+        self.base_env: BaseEnv | None = None
+        if isinstance(first, _VectorEnvToBaseEnv):
+            first = first.vector_env
+        if isinstance(first, BaseEnv):  # sampled one sub-env at a time (see base_env.py)
+            self.base_env = first
+            pending: dict[Any, tuple] = {}
+            self.envs = [BaseEnvSubEnv(first, i, pending) for i in range(first.num_envs)]
+            self.env = self.envs[0]
+        elif isinstance(first, VectorEnv):  # already vectorised: its sub-envs are the envs
             self.vector_env = first
             self.envs = first.get_sub_environments()
             self.env = first
@@ -327,6 +336,9 @@ class RolloutWorker:
         return True
 
     def stop(self) -> None:
+        if self.base_env is not None:
+            self.base_env.stop()
+            return
         if self.vector_env is not None:
             self.vector_env.close()
             return
