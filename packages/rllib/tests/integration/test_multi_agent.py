@@ -211,3 +211,92 @@ def test_remote_workers_return_multi_agent_batches(tmp_path: Path) -> None:
     finally:
         trainer.stop()
         rf.shutdown()
+
+
+class TwoMemories(MultiAgentEnv):
+    """Agents "x" and "y" each see their own random bits and are rewarded for acting
+    the bit of the step before (from the second step on); 20 steps (return <= 19
+    per agent, 9.5 by guessing)."""
+
+    observation_space = OBS
+    action_space = ACT
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        self.rng = np.random.default_rng()
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.t = 0
+        self.before: dict[str, int] = {}
+        self.cur = {a: int(self.rng.integers(2)) for a in ("x", "y")}
+        return dict(self.cur), {}
+
+    def step(self, action_dict: dict[str, Any]) -> Any:
+        rewards = {
+            a: float(a in self.before and int(act) == self.before[a])
+            for a, act in action_dict.items()
+        }
+        self.t += 1
+        self.before = dict(self.cur)
+        self.cur = {a: int(self.rng.integers(2)) for a in ("x", "y")}
+        return dict(self.cur), rewards, {"__all__": False}, {"__all__": self.t >= 20}, {}
+
+
+register_env("TwoMemories", TwoMemories)
+
+
+def recurrent_multi_agent_trainer() -> Any:
+    lstm = {"fcnet_hiddens": [32], "use_lstm": True, "lstm_cell_size": 32, "max_seq_len": 10}
+    config = {
+        **CONFIGS["PPO"],
+        "num_envs_per_worker": 4,
+        "train_batch_size": 400,
+        "num_sgd_iter": 8,
+        "num_workers": 0,
+        "seed": 0,
+        "gamma": 0.5,
+        "model": lstm,
+        "multiagent": {
+            "policies": {"px": (None, OBS, ACT, {}), "py": (None, OBS, ACT, {})},
+            "policy_mapping_fn": lambda agent_id: "p" + agent_id,
+        },
+    }
+    return get_trainer_class("PPO")(env="TwoMemories", config=config)
+
+
+def test_recurrent_policies_in_a_multi_agent_env() -> None:
+    """Each agent's state, previous action and reward are recorded; both policies
+    train on padded sequences."""
+    trainer = recurrent_multi_agent_trainer()
+    try:
+        batch = trainer.workers.local_worker().sample()
+        px = batch.policy_batches["px"]
+        assert {"state_in_0", "state_out_1", "prev_actions", "prev_rewards"} <= set(px)
+        # the state going into a step is the one that came out of the step before
+        same_episode = px["eps_id"][1:] == px["eps_id"][:-1]
+        assert np.allclose(px["state_in_0"][1:][same_episode], px["state_out_0"][:-1][same_episode])
+        assert np.array_equal(
+            px["prev_actions"][1:][same_episode], px["actions"][:-1][same_episode]
+        )
+        before = trainer.get_policy("py").get_weights()
+        result = trainer.train()
+        after = trainer.get_policy("py").get_weights()
+    finally:
+        trainer.stop()
+    assert set(result["info"]["learner"]) == {"px", "py"}
+    assert any(not np.allclose(before[k], after[k]) for k in before if k.startswith("lstm."))
+
+
+@pytest.mark.slow
+def test_recurrent_policies_learn_their_memory_task() -> None:
+    trainer = recurrent_multi_agent_trainer()
+    try:
+        for _ in range(30):
+            result = trainer.train()
+            means = result["policy_reward_mean"]
+            if min(means.values()) >= 16.0:
+                break
+    finally:
+        trainer.stop()
+    assert min(means.values()) >= 16.0, (means, result["timesteps_total"])

@@ -2,7 +2,9 @@
 
 Per env step, the agents that received an observation are grouped by the policy
 ``policy_mapping_fn`` bound them to (once per agent and episode); each policy
-computes the actions of its group in one batched forward pass. Each agent's steps
+computes the actions of its group in one batched forward pass (recurrent policies
+with each agent's own state, previous action and previous reward, recorded as in
+`SyncSampler`). Each agent's steps
 are collected in its own buffer; when the agent leaves (its terminated / truncated
 flag or the episode's ``"__all__"``), or at the end of a fragment in
 ``truncate_episodes`` mode, the buffer becomes one `SampleBatch` that its policy
@@ -95,6 +97,10 @@ class _EnvState:
         self.agent_index: dict[Any, int] = {}
         self.pieces: dict[str, list[SampleBatch]] = {}
         self.steps = 0
+        # recurrent policies: each agent's state, previous action and reward
+        self.rnn: dict[Any, list[np.ndarray]] = {}
+        self.prev_action: dict[Any, Any] = {}
+        self.prev_reward: dict[Any, float] = {}
 
 
 class MultiAgentSampler:
@@ -111,8 +117,7 @@ class MultiAgentSampler:
         worker: as for `SyncSampler`.
 
     Raises:
-        ValueError: bad batch mode or fragment length; a policy is recurrent
-            (recurrent multi-agent policies are not supported).
+        ValueError: bad batch mode or fragment length.
     """
 
     def __init__(
@@ -138,12 +143,7 @@ class MultiAgentSampler:
             )
         if fragment_length < 1:
             raise ValueError(f"rollout_fragment_length must be >= 1, got {fragment_length}")
-        for pid, p in policies.items():
-            if p.get_initial_state():
-                raise ValueError(
-                    f"policy {pid!r} is recurrent: multi-agent sampling supports "
-                    "feed-forward policies only; remove use_lstm from its config"
-                )
+        self._init_states = {pid: p.get_initial_state() for pid, p in policies.items()}
         self.envs = envs
         self.policies = policies
         self.mapping_fn = policy_mapping_fn
@@ -213,8 +213,31 @@ class MultiAgentSampler:
         for pid, members in groups.items():
             policy = self.policies[pid]
             obs = np.stack([self._states[j].obs[aid] for j, aid in members])
-            acts, _, extra = policy.compute_actions(obs)
             space = policy.action_space
+            init = self._init_states[pid]
+            if init:
+                sts = [self._states[j] for j, _ in members]
+                states = [
+                    np.stack([st.rnn.get(aid, init)[i] for st, (_, aid) in zip(sts, members)])
+                    for i in range(len(init))
+                ]
+                zero = np.zeros(space.shape, space.dtype)
+                prev_a = np.stack([st.prev_action.get(a, zero) for st, (_, a) in zip(sts, members)])
+                prev_r = np.array(
+                    [st.prev_reward.get(a, 0.0) for st, (_, a) in zip(sts, members)], np.float32
+                )
+                acts, state_out, extra = policy.compute_actions(obs, states, prev_a, prev_r)
+                extra = {
+                    **extra,
+                    SampleBatch.PREV_ACTIONS: prev_a,
+                    SampleBatch.PREV_REWARDS: prev_r,
+                    **{f"state_in_{i}": s for i, s in enumerate(states)},
+                    **{f"state_out_{i}": s for i, s in enumerate(state_out)},
+                }
+                for k, (st, (_, aid)) in enumerate(zip(sts, members)):
+                    st.rnn[aid] = [s[k] for s in state_out]
+            else:
+                acts, _, extra = policy.compute_actions(obs)
             clip = (
                 self.clip_actions
                 and hasattr(space, "low")
@@ -263,6 +286,8 @@ class MultiAgentSampler:
                 }
             )
             st.t[aid] = st.t.get(aid, 0) + 1
+            st.prev_action[aid] = row["actions"]
+            st.prev_reward[aid] = float(row["rewards"])
             ep._last["action"][aid] = row["actions"]
             buf = st.buffers.setdefault(aid, {})
             for k, v in row.items():
