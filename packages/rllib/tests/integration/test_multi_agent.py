@@ -82,6 +82,13 @@ CONFIGS = {
         "train_batch_size": 400,
         "lr": 0.03,
     },
+    "A2C": {
+        "num_envs_per_worker": 4,
+        "rollout_fragment_length": 25,
+        "train_batch_size": 200,
+        "lr": 0.01,
+        "min_iter_time_s": 0,
+    },
     "DQN": {
         "learning_starts": 200,
         "timesteps_per_iteration": 200,
@@ -107,7 +114,7 @@ def make(run: str, **multiagent: Any) -> Any:
     return get_trainer_class(run)(env="MatchEnv", config=config)
 
 
-@pytest.mark.parametrize("run", ["PPO", "PG", "DQN"])
+@pytest.mark.parametrize("run", ["PPO", "PG", "A2C", "DQN"])
 def test_two_policies_learn_their_own_rule(run: str) -> None:
     trainer = make(run)
     try:
