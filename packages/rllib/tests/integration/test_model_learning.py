@@ -5,14 +5,18 @@ guess: expected return 9.5 of 19)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from rayfield.rllib.agents.registry import get_trainer_class
 from rayfield.rllib.env import register_env
+from rayfield.rllib.scripts import cli
 
 
 class PixelSide(gym.Env):
@@ -194,15 +198,23 @@ def play_batched(trainer: Any, n: int) -> float:
     return float(np.mean(list(totals.values())))
 
 
-def test_ppo_lstm_learns_a_memory_task_a_feedforward_policy_cannot() -> None:
+def test_ppo_lstm_learns_a_memory_task_a_feedforward_policy_cannot(tmp_path: Path) -> None:
     trainer, result = train("PPO", "RepeatPrevious", {**MEMORY, "model": LSTM_MODEL}, 17.0, 8000)
     try:
         assert result["episode_reward_mean"] >= 17.0, result["episode_reward_mean"]
         assert play(trainer, 5) >= 17.0
         assert play_batched(trainer, 4) >= 17.0
         assert len(trainer.get_policy().get_initial_state()) == 2
+        checkpoint = str(trainer.save(str(tmp_path)))
     finally:
         trainer.stop()
+    # `rllib rollout` carries the recurrent state from step to step
+    res = CliRunner().invoke(
+        cli, ["rollout", checkpoint, "--run", "PPO", "--episodes", "4", "--no-render"]
+    )
+    assert res.exit_code == 0, res.output
+    mean = float(re.search(r"mean reward ([0-9.]+)", res.output).group(1))  # type: ignore[union-attr]
+    assert mean >= 17.0, res.output
     ff, ff_result = train(
         "PPO", "RepeatPrevious", {**MEMORY, "model": {"fcnet_hiddens": [32]}}, 99, 4000
     )
