@@ -82,10 +82,3 @@ def test_custom_model_by_name() -> None:
     assert "tiny" in ModelCatalog.snapshot()["models"]
     with pytest.raises(KeyError, match="not registered"):
         ModelCatalog.get_model_v2(OBS, gym.spaces.Discrete(2), 2, {"custom_model": "nope"})
-
-
-def test_unbuilt_parts_say_so() -> None:
-    with pytest.raises(NotImplementedError, match="use_lstm"):
-        ModelCatalog.get_model_v2(OBS, gym.spaces.Discrete(2), 2, {"use_lstm": True})
-    with pytest.raises(NotImplementedError, match="vision"):
-        ModelCatalog.get_model_v2(gym.spaces.Box(0, 1, (84, 84, 3)), gym.spaces.Discrete(2), 2, {})

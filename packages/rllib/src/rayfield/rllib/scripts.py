@@ -289,8 +289,17 @@ def rollout(
         while total_steps < steps and (not episodes or len(rewards) < episodes):
             obs, _ = env_obj.reset(seed=None if seed is None else seed + len(rewards))
             done, ep_reward, rows = False, 0.0, []
+            # a recurrent policy carries its state and previous action / reward
+            state = trainer.get_policy().get_initial_state() or None
+            prev_a, r = None, 0.0
             while not done and total_steps < steps:
-                action = trainer.compute_action(obs, explore=explore)
+                if state is None:
+                    action = trainer.compute_action(obs, explore=explore)
+                else:
+                    action, state, _ = trainer.compute_action(
+                        obs, state, prev_action=prev_a, prev_reward=r, explore=explore
+                    )
+                    prev_a = action
                 next_obs, r, term, trunc, _ = env_obj.step(action)
                 done = bool(term or trunc)
                 ep_reward += float(r)

@@ -41,6 +41,7 @@ from rayfield.rllib.evaluation.episode import RolloutMetrics
 from rayfield.rllib.evaluation.metrics import summarize_episodes
 from rayfield.rllib.evaluation.worker_set import WorkerSet
 from rayfield.rllib.models.catalog import MODEL_DEFAULTS
+from rayfield.rllib.policy.policy import clip_action
 from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 from rayfield.rllib.utils.config import check_types, deep_update, unknown_key_error
 
@@ -379,6 +380,62 @@ class Trainer:
         return out if state is not None or full_fetch else out[0]
 
     compute_single_action = compute_action
+
+    def compute_actions(
+        self,
+        observations: dict[Any, Any],
+        state: dict[Any, list[Any]] | None = None,
+        prev_action: dict[Any, Any] | None = None,
+        prev_reward: dict[Any, Any] | None = None,
+        info: Any = None,
+        policy_id: str = DEFAULT_POLICY_ID,
+        full_fetch: bool = False,
+        explore: bool | None = None,
+    ) -> Any:
+        """Actions of one policy for several raw observations in one forward pass.
+
+        Args:
+            observations: ``{key: raw observation}`` (e.g. agent ids).
+            state: ``{key: recurrent state list}`` for recurrent policies (missing
+                keys start from the initial state).
+            prev_action: ``{key: previous action}``; prev_reward: ``{key: reward}``.
+            policy_id: the policy to act with.
+            full_fetch: also return the states and extra outputs.
+            explore: sample (True) or take the most likely actions (False).
+
+        Returns:
+            ``{key: action}``; ``(actions, {key: state_out}, {key: extra})`` when
+            `state` is given or `full_fetch` is set.
+        """
+        worker = self.workers.local_worker()
+        policy = self.get_policy(policy_id)
+        keys = list(observations)
+        prep, filt = worker.preprocessors[policy_id], worker.filters[policy_id]
+        obs = filt(prep.transform_batch([observations[k] for k in keys]), update=False)
+        init = policy.get_initial_state()
+        states = [
+            np.stack([np.asarray((state or {}).get(k, init)[i]) for k in keys])
+            for i in range(len(init))
+        ]
+        prev_a = None if prev_action is None else np.stack([prev_action[k] for k in keys])
+        prev_r = (
+            None
+            if prev_reward is None
+            else np.asarray([prev_reward[k] for k in keys], dtype=np.float32)
+        )
+        actions, state_out, extra = policy.compute_actions(
+            obs, states, prev_a, prev_r, explore=explore
+        )
+        if self.config["clip_actions"]:
+            actions = np.stack([clip_action(a, policy.action_space) for a in actions])
+        out = {k: actions[i] for i, k in enumerate(keys)}
+        if state is None and not full_fetch:
+            return out
+        return (
+            out,
+            {k: [s[i] for s in state_out] for i, k in enumerate(keys)},
+            {k: {name: v[i] for name, v in extra.items()} for i, k in enumerate(keys)},
+        )
 
     def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Any:
         return self.workers.local_worker().get_policy(policy_id)

@@ -100,9 +100,23 @@ def compute_advantages(
 def compute_gae_for_sample_batch(policy: Any, sample_batch: SampleBatch) -> SampleBatch:
     """`compute_advantages` with the policy's config (``gamma``, ``lambda``,
     ``use_gae``, ``use_critic``), bootstrapping from ``policy.value(new_obs[-1])``
-    unless the fragment ends in a terminal state (PPO, A2C)."""
+    unless the fragment ends in a terminal state (PPO, A2C). A recurrent policy
+    bootstraps with the state after the last step (``state_out_<i>``) and the last
+    action and reward as the previous ones."""
     if sample_batch[SampleBatch.TERMINATEDS][-1]:
         last_r = 0.0
+    elif "state_out_0" in sample_batch:
+        states = []
+        while f"state_out_{len(states)}" in sample_batch:
+            states.append(sample_batch[f"state_out_{len(states)}"][-1:])
+        last_r = float(
+            policy.value(
+                sample_batch[SampleBatch.NEXT_OBS][-1:],
+                states,
+                sample_batch[SampleBatch.ACTIONS][-1:],
+                sample_batch[SampleBatch.REWARDS][-1:],
+            )[0]
+        )
     else:
         last_r = float(policy.value(sample_batch[SampleBatch.NEXT_OBS][-1:])[0])
     cfg = policy.config

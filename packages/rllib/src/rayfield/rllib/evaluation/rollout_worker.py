@@ -12,11 +12,15 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from rayfield.rllib.env.base_env import BaseEnv, BaseEnvSubEnv, _VectorEnvToBaseEnv
 from rayfield.rllib.env.env_context import EnvContext
+from rayfield.rllib.env.multi_agent_env import MultiAgentEnv
+from rayfield.rllib.env.vector_env import VectorEnv
 from rayfield.rllib.evaluation.callbacks import make_callbacks
 from rayfield.rllib.evaluation.episode import RolloutMetrics
 from rayfield.rllib.models.catalog import ModelCatalog
-from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
+from rayfield.rllib.utils.config import deep_update
 from rayfield.rllib.utils.filter import filter_from_dict, get_filter
 
 # RolloutWorker keyword names of RLlib 0.7, mapped to config keys.
@@ -63,6 +67,7 @@ class RolloutWorker:
         custom_registry: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        from rayfield.rllib.evaluation.multi_agent_sampler import MultiAgentSampler
         from rayfield.rllib.evaluation.sampler import SyncSampler
 
         config = copy.deepcopy(config or {})
@@ -86,8 +91,55 @@ class RolloutWorker:
         if num_envs < 1:
             raise ValueError(f"num_envs_per_worker must be >= 1, got {num_envs}")
         ctx = EnvContext(config.get("env_config"), worker_index, 0, False, num_workers)
-        self.envs = [env_creator(ctx.copy_with_overrides(vector_index=i)) for i in range(num_envs)]
-        self.env = self.envs[0]
+        first = env_creator(ctx.copy_with_overrides(vector_index=0))
+        self.vector_env: VectorEnv | None = None
+        self.base_env: BaseEnv | None = None
+        if isinstance(first, _VectorEnvToBaseEnv):
+            first = first.vector_env
+        if isinstance(first, BaseEnv):  # sampled one sub-env at a time (see base_env.py)
+            self.base_env = first
+            pending: dict[Any, tuple] = {}
+            self.envs = [BaseEnvSubEnv(first, i, pending) for i in range(first.num_envs)]
+            self.env = self.envs[0]
+        elif isinstance(first, VectorEnv):  # already vectorised: its sub-envs are the envs
+            self.vector_env = first
+            self.envs = first.get_sub_environments()
+            self.env = first
+        else:
+            self.envs = [first] + [
+                env_creator(ctx.copy_with_overrides(vector_index=i)) for i in range(1, num_envs)
+            ]
+            self.env = self.envs[0]
+        self.callbacks = make_callbacks(config.get("callbacks"))
+        seed = config.get("seed")
+        horizon = config.get("horizon")
+        sampler_kwargs = {
+            "fragment_length": int(config.get("rollout_fragment_length", 200)),
+            "batch_mode": config.get("batch_mode", "truncate_episodes"),
+            "horizon": int(horizon) if horizon else None,
+            "clip_rewards": config.get("clip_rewards"),
+            "clip_actions": bool(config.get("clip_actions", True)),
+            "seed": None if seed is None else int(seed) + 1000 * worker_index,
+            "worker": self,
+        }
+        multiagent = config.get("multiagent") or {}
+        self.multiagent = isinstance(self.env, MultiAgentEnv) or bool(multiagent.get("policies"))
+        if self.multiagent:
+            self._build_policies(policy, config, multiagent)
+            self.sampler: Any = MultiAgentSampler(
+                self.envs,
+                self.policy_map,
+                multiagent.get("policy_mapping_fn") or (lambda agent_id: DEFAULT_POLICY_ID),
+                self.preprocessors,
+                self.filters,
+                self.callbacks,
+                **sampler_kwargs,
+            )
+            self.policy = self.policy_map.get(DEFAULT_POLICY_ID) or next(
+                iter(self.policy_map.values())
+            )
+            self.preprocessor = self.preprocessors[next(iter(self.policy_map))]
+            return
         model_cfg = config.get("model") or {}
         self.preprocessor = ModelCatalog.get_preprocessor_for_space(
             self.env.observation_space, model_cfg
@@ -101,23 +153,55 @@ class RolloutWorker:
         }
         self.policy = policy(obs_space, self.env.action_space, config)
         self.policy_map = {DEFAULT_POLICY_ID: self.policy}
-        self.callbacks = make_callbacks(config.get("callbacks"))
-        seed = config.get("seed")
-        horizon = config.get("horizon")
+        self.policies_to_train = [DEFAULT_POLICY_ID]
         self.sampler = SyncSampler(
-            self.envs,
+            self.vector_env or self.envs,
             self.policy,
             self.preprocessor,
             self.filters[DEFAULT_POLICY_ID],
             self.callbacks,
-            fragment_length=int(config.get("rollout_fragment_length", 200)),
-            batch_mode=config.get("batch_mode", "truncate_episodes"),
-            horizon=int(horizon) if horizon else None,
-            clip_rewards=config.get("clip_rewards"),
-            clip_actions=bool(config.get("clip_actions", True)),
-            seed=None if seed is None else int(seed) + 1000 * worker_index,
-            worker=self,
+            **sampler_kwargs,
         )
+
+    def _build_policies(
+        self, default_cls: type, config: dict[str, Any], multiagent: dict[str, Any]
+    ) -> None:
+        """The policy map of ``multiagent.policies``: ``{pid: (cls or None, obs_space
+        or None, act_space or None, config overrides)}``, or a collection of ids
+        (spaces from the env; default policy class and config)."""
+        specs = multiagent.get("policies") or {DEFAULT_POLICY_ID: (None, None, None, {})}
+        if not isinstance(specs, dict):
+            specs = {pid: (None, None, None, {}) for pid in specs}
+        self.policy_map, self.preprocessors, self.filters = {}, {}, {}
+        for pid, spec in specs.items():
+            if not isinstance(spec, (tuple, list)) or len(spec) != 4:
+                raise ValueError(
+                    f"multiagent.policies[{pid!r}] must be (policy_cls or None, obs_space, "
+                    f"action_space, config), got {spec!r}"
+                )
+            cls, obs_space, act_space, overrides = spec
+            obs_space = obs_space if obs_space is not None else self.env.observation_space
+            act_space = act_space if act_space is not None else self.env.action_space
+            if obs_space is None or act_space is None:
+                raise ValueError(
+                    f"multiagent.policies[{pid!r}] gives no observation or action space and "
+                    "the env has none: give them in the policy's tuple"
+                )
+            pconf = deep_update(copy.deepcopy(config), copy.deepcopy(overrides or {}), True)
+            prep = ModelCatalog.get_preprocessor_for_space(obs_space, pconf.get("model") or {})
+            self.preprocessors[pid] = prep
+            self.filters[pid] = get_filter(
+                pconf.get("observation_filter", "NoFilter"), prep.observation_space.shape
+            )
+            self.policy_map[pid] = (cls or default_cls)(prep.observation_space, act_space, pconf)
+        train = multiagent.get("policies_to_train")
+        unknown = set(train or []) - set(self.policy_map)
+        if unknown:
+            raise ValueError(
+                f"multiagent.policies_to_train names {sorted(unknown)}, which are not in "
+                f"multiagent.policies {sorted(self.policy_map)}"
+            )
+        self.policies_to_train = list(train) if train is not None else list(self.policy_map)
 
     # -- sampling -----------------------------------------------------------------
     def sample(self) -> SampleBatch:
@@ -138,34 +222,60 @@ class RolloutWorker:
         """Sample a batch and compute the policy's gradients on it (A3C):
         ``(gradients, loss stats, env steps, finished episodes)``."""
         batch = self.sample()
-        grads, info = self.policy.compute_gradients(batch)
+        grads, info = self.compute_gradients(batch)
         return grads, info, batch.count, self.get_metrics()
 
     def get_metrics(self) -> list[RolloutMetrics]:
         return self.sampler.get_metrics()
 
     # -- learning -----------------------------------------------------------------
-    def learn_on_batch(self, samples: SampleBatch) -> dict[str, Any]:
+    def learn_on_batch(self, samples: Any) -> dict[str, Any]:
+        """Learn on a batch; a `MultiAgentBatch` trains each policy of
+        ``policies_to_train`` on its own rows. Returns ``{policy_id: stats}``."""
+        if isinstance(samples, MultiAgentBatch):
+            return {
+                pid: self.policy_map[pid].learn_on_batch(batch)
+                for pid, batch in samples.policy_batches.items()
+                if pid in self.policies_to_train and batch.count > 0
+            }
         return {DEFAULT_POLICY_ID: self.policy.learn_on_batch(samples)}
 
-    def compute_gradients(self, samples: SampleBatch) -> tuple[Any, dict[str, Any]]:
+    def compute_gradients(self, samples: Any) -> tuple[Any, dict[str, Any]]:
+        """Gradients of the policy on a batch.
+
+        Raises:
+            NotImplementedError: a `MultiAgentBatch` (asynchronous gradients are
+                single-policy).
+        """
+        if isinstance(samples, MultiAgentBatch):
+            raise NotImplementedError(
+                "compute_gradients takes single-agent batches: A3C's asynchronous "
+                "gradients do not support multiagent.policies"
+            )
         return self.policy.compute_gradients(samples)
 
     def apply_gradients(self, grads: Any) -> None:
         self.policy.apply_gradients(grads)
 
     def get_weights(self, policies: list[str] | None = None) -> dict[str, Any]:
-        return {DEFAULT_POLICY_ID: self.policy.get_weights()}
+        return {
+            pid: p.get_weights()
+            for pid, p in self.policy_map.items()
+            if policies is None or pid in policies
+        }
 
     def set_weights(
         self, weights: dict[str, Any], global_vars: dict[str, Any] | None = None
     ) -> None:
-        self.policy.set_weights(weights[DEFAULT_POLICY_ID])
+        for pid, w in weights.items():
+            if pid in self.policy_map:
+                self.policy_map[pid].set_weights(w)
         if global_vars:
             self.set_global_vars(global_vars)
 
     def set_global_vars(self, global_vars: dict[str, Any]) -> None:
-        self.policy.on_global_var_update(global_vars)
+        for p in self.policy_map.values():
+            p.on_global_var_update(global_vars)
 
     # -- policies and envs ----------------------------------------------------------
     def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Any:
@@ -177,7 +287,8 @@ class RolloutWorker:
     def foreach_policy(self, func: Callable[..., Any]) -> list[Any]:
         return [func(p, pid) for pid, p in self.policy_map.items()]
 
-    foreach_trainable_policy = foreach_policy
+    def foreach_trainable_policy(self, func: Callable[..., Any]) -> list[Any]:
+        return [func(self.policy_map[pid], pid) for pid in self.policies_to_train]
 
     def foreach_env(self, func: Callable[[Any], Any]) -> list[Any]:
         return [func(env) for env in self.envs]
@@ -203,13 +314,20 @@ class RolloutWorker:
     # -- checkpoints ----------------------------------------------------------------
     def save(self) -> dict[str, Any]:
         """Policy state (tensors) and filter state (lists): no pickled objects."""
-        return {
-            "policy": self.policy.get_state(),
-            "filters": {k: f.to_dict() for k, f in self.filters.items()},
-        }
+        out: dict[str, Any] = {"filters": {k: f.to_dict() for k, f in self.filters.items()}}
+        if self.multiagent:
+            out["policies"] = {pid: p.get_state() for pid, p in self.policy_map.items()}
+        else:
+            out["policy"] = self.policy.get_state()
+        return out
 
     def restore(self, state: dict[str, Any]) -> None:
-        self.policy.set_state(state["policy"])
+        if "policies" in state:
+            for pid, pstate in state["policies"].items():
+                if pid in self.policy_map:
+                    self.policy_map[pid].set_state(pstate)
+        else:
+            self.policy.set_state(state["policy"])
         for k, d in state.get("filters", {}).items():
             if k in self.filters:
                 self.filters[k].sync(filter_from_dict(d))  # type: ignore[arg-type]
@@ -218,6 +336,12 @@ class RolloutWorker:
         return True
 
     def stop(self) -> None:
+        if self.base_env is not None:
+            self.base_env.stop()
+            return
+        if self.vector_env is not None:
+            self.vector_env.close()
+            return
         for env in self.envs:
             close = getattr(env, "close", None)
             if close is not None:

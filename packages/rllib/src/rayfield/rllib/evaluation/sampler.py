@@ -12,6 +12,11 @@ steps (unfinished episodes are cut and bootstrapped by the policy);
 ``complete_episodes`` steps on until at least that many steps belong to finished
 episodes, returns only those, and keeps the unfinished parts for the next call.
 An episode ends when the env says terminated or truncated, or at ``horizon`` steps.
+
+For a recurrent policy the sampler keeps each env's model state and previous
+action and reward, passes them to `compute_actions`, and records them per step in
+``state_in_<i>`` / ``state_out_<i>``, ``prev_actions`` and ``prev_rewards``; they
+start from the policy's initial state and zeros at every episode start.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from rayfield.rllib.env.vector_env import VectorEnv
 from rayfield.rllib.evaluation.callbacks import DefaultCallbacks
 from rayfield.rllib.evaluation.episode import Episode, RolloutMetrics
 from rayfield.rllib.policy.policy import Policy
@@ -45,7 +51,8 @@ class SyncSampler:
     """Samples a list of envs with one policy.
 
     Args:
-        envs: gymnasium envs (the worker's ``num_envs_per_worker`` copies).
+        envs: a `VectorEnv`, or gymnasium envs (the worker's ``num_envs_per_worker``
+            copies), which are wrapped into one.
         policy: acts on batches of preprocessed, filtered observations.
         preprocessor: turns raw observations into float vectors.
         obs_filter: applied after the preprocessor (updated with every observation).
@@ -65,7 +72,7 @@ class SyncSampler:
 
     def __init__(
         self,
-        envs: list[Any],
+        envs: Any,
         policy: Policy,
         preprocessor: Any,
         obs_filter: Any,
@@ -85,7 +92,13 @@ class SyncSampler:
             )
         if fragment_length < 1:
             raise ValueError(f"rollout_fragment_length must be >= 1, got {fragment_length}")
-        self.envs = envs
+        self.vector_env = (
+            envs
+            if isinstance(envs, VectorEnv)
+            else VectorEnv.vectorize_gym_envs(existing_envs=list(envs), num_envs=len(envs))
+        )
+        self.envs = self.vector_env.get_sub_environments()
+        self.num_envs = self.vector_env.num_envs
         self.policy = policy
         self.preprocessor = preprocessor
         self.obs_filter = obs_filter
@@ -105,19 +118,22 @@ class SyncSampler:
         self._cb_post = callbacks.overrides("on_postprocess_trajectory")
         self._cb_sample = callbacks.overrides("on_sample_end")
         self.metrics: list[RolloutMetrics] = []
-        self._pending: list[SampleBatch | None] = [None] * len(envs)
-        n = len(envs)
-        raw = []
-        for j, env in enumerate(envs):
-            o, _ = env.reset(seed=None if seed is None else seed + j)
-            if seed is not None:
-                env.action_space.seed(seed + j)
-            raw.append(o)
+        n = self.num_envs
+        self._pending: list[SampleBatch | None] = [None] * n
+        raw, _ = self.vector_env.vector_reset(
+            seeds=None if seed is None else [seed + j for j in range(n)]
+        )
+        raw = list(raw)
         self._obs = self._process(raw)
         self._raw = raw
         self._eps = np.array([next(_eps_ids) for _ in range(n)], dtype=np.int64)
         self._t = np.zeros(n, dtype=np.int64)
         self._episodes = [Episode(j) for j in range(n)]
+        self._init_state = list(policy.get_initial_state())
+        self._recurrent = bool(self._init_state)
+        self._states = [np.repeat(s[None], n, axis=0) for s in self._init_state]
+        self._prev_actions = np.zeros((n, *space.shape), dtype=space.dtype)
+        self._prev_rewards = np.zeros(n, dtype=np.float32)
         for j in range(n):
             self._start_episode(j)
 
@@ -139,7 +155,7 @@ class SyncSampler:
     # -- stepping -----------------------------------------------------------------
     def _run_chunk(self, steps: int) -> SampleBatch:
         """Step every env `steps` times; the rows laid out env by env."""
-        n = len(self.envs)
+        n = self.num_envs
         cols: dict[str, list[np.ndarray]] = {
             k: []
             for k in (
@@ -155,9 +171,23 @@ class SyncSampler:
         }
         extra_cols: dict[str, list[np.ndarray]] = {}
         envs, policy = self.envs, self.policy
+        vector_env = self.vector_env
         for _ in range(steps):
             obs = self._obs
-            actions, _, extra = policy.compute_actions(obs)
+            if self._recurrent:
+                actions, state_out, extra = policy.compute_actions(
+                    obs, self._states, self._prev_actions, self._prev_rewards
+                )
+                extra = {
+                    **extra,
+                    SampleBatch.PREV_ACTIONS: self._prev_actions,
+                    SampleBatch.PREV_REWARDS: self._prev_rewards,
+                    **{f"state_in_{i}": s for i, s in enumerate(self._states)},
+                    **{f"state_out_{i}": s for i, s in enumerate(state_out)},
+                }
+                self._states = [np.array(s, copy=True) for s in state_out]
+            else:
+                actions, _, extra = policy.compute_actions(obs)
             env_actions = (
                 np.clip(actions, policy.action_space.low, policy.action_space.high)
                 if self._clip_box
@@ -166,14 +196,14 @@ class SyncSampler:
             rewards = np.empty(n, dtype=np.float32)
             terms = np.zeros(n, dtype=bool)
             truncs = np.zeros(n, dtype=bool)
-            next_raw = []
             t = self._t + 1
-            for j in range(n):
-                o, r, term, trunc, info = envs[j].step(env_actions[j])
+            next_raw, step_r, step_term, step_trunc, step_info = vector_env.vector_step(env_actions)
+            for j, (o, r, term, trunc, info) in enumerate(
+                zip(next_raw, step_r, step_term, step_trunc, step_info)
+            ):
                 rewards[j] = r
                 terms[j] = term
                 truncs[j] = trunc or (self.horizon is not None and t[j] >= self.horizon)
-                next_raw.append(o)
                 ep = self._episodes[j]
                 ep.length += 1
                 ep.total_reward += float(r)
@@ -181,7 +211,11 @@ class SyncSampler:
             new_obs = self._process(next_raw)
             cols["obs"].append(obs)
             cols["actions"].append(actions)
-            cols["rewards"].append(clip_reward(rewards, self.clip_rewards))
+            clipped = clip_reward(rewards, self.clip_rewards)
+            cols["rewards"].append(clipped)
+            if self._recurrent:
+                self._prev_actions = np.array(actions, copy=True).reshape(self._prev_actions.shape)
+                self._prev_rewards = np.array(clipped, dtype=np.float32, copy=True)
             cols["terminateds"].append(terms)
             cols["truncateds"].append(truncs)
             cols["new_obs"].append(new_obs)
@@ -199,8 +233,13 @@ class SyncSampler:
                         worker=self.worker, base_env=envs, episode=ep, env_index=j
                     )
                 if terms[j] or truncs[j]:
+                    if self._recurrent:
+                        for s, init in zip(self._states, self._init_state):
+                            s[j] = init
+                        self._prev_actions[j] = 0
+                        self._prev_rewards[j] = 0.0
                     self._end_episode(j)
-                    o, _ = envs[j].reset()
+                    o, _ = vector_env.reset_at(j)
                     self._raw[j] = o
                     next_obs[j] = self._process([o])[0]
                     self._obs = next_obs
@@ -249,7 +288,7 @@ class SyncSampler:
     # -- batches ------------------------------------------------------------------
     def sample(self) -> SampleBatch:
         """One batch, per the batch mode (see the module docstring)."""
-        target = self.fragment_length * len(self.envs)
+        target = self.fragment_length * self.num_envs
         if self.batch_mode == "truncate_episodes":
             chunk = self._run_chunk(self.fragment_length)
             pieces = [self._postprocess(f) for f in chunk.split_by_episode()]
@@ -268,9 +307,9 @@ class SyncSampler:
     def _complete_fragments(self, chunk: SampleBatch) -> list[SampleBatch]:
         """Whole episodes from this chunk (joined with held-over parts); the last,
         unfinished part of each env is held over."""
-        steps = chunk.count // len(self.envs)
+        steps = chunk.count // self.num_envs
         done_eps = []
-        for j in range(len(self.envs)):
+        for j in range(self.num_envs):
             part = chunk.slice(j * steps, (j + 1) * steps)
             frags = part.split_by_episode()
             held = self._pending[j]

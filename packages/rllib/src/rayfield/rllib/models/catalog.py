@@ -12,7 +12,8 @@ from typing import Any
 
 from rayfield.rllib.models.preprocessors import Preprocessor, get_preprocessor
 
-# The ``model`` config: every key of RLlib 0.7's MODEL_DEFAULTS plus ``vf_share_layers``.
+# The ``model`` config: every key of RLlib 0.7's MODEL_DEFAULTS plus ``vf_share_layers``
+# and Ray 2's ``lstm_use_prev_action`` / ``lstm_use_prev_reward``.
 MODEL_DEFAULTS: dict[str, Any] = {
     "conv_filters": None,
     "conv_activation": "relu",
@@ -24,6 +25,8 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "max_seq_len": 20,
     "lstm_cell_size": 256,
     "lstm_use_prev_action_reward": False,
+    "lstm_use_prev_action": False,
+    "lstm_use_prev_reward": False,
     "framestack": True,
     "dim": 84,
     "grayscale": False,
@@ -166,13 +169,19 @@ class ModelCatalog:
             name: the model's name.
             default_model: the class to use when no custom model is named.
 
+        Image observations (``(H, W, C)``) get the `VisionNetwork`, others the
+        `FullyConnectedNetwork`; with ``use_lstm`` the chosen model (or the custom
+        one, which must then accept ``num_outputs=None`` and return features) is
+        wrapped in the `LSTMWrapper`.
+
         Raises:
             KeyError: ``custom_model`` names no registered model.
-            ValueError: `framework` is not torch.
-            NotImplementedError: ``use_lstm`` or an image observation without a custom
-                model (the LSTM wrapper and the vision network are not built yet).
+            ValueError: `framework` is not torch; an image size without default
+                ``conv_filters``; ``max_seq_len`` < 1 with ``use_lstm``.
         """
+        from rayfield.rllib.models.torch_lstm import LSTMWrapper
         from rayfield.rllib.models.torch_models import FullyConnectedNetwork
+        from rayfield.rllib.models.torch_vision import VisionNetwork
 
         if framework not in ("torch", "pytorch"):
             raise ValueError(
@@ -181,6 +190,7 @@ class ModelCatalog:
         config = copy.deepcopy(MODEL_DEFAULTS)
         config.update(model_config or {})
         custom = config.get("custom_model")
+        kwargs = dict(model_kwargs)
         if custom:
             if not isinstance(custom, str):
                 cls = custom
@@ -192,16 +202,21 @@ class ModelCatalog:
                     "ModelCatalog.register_custom_model first"
                 )
             kwargs = {**config.get("custom_model_config", {}), **model_kwargs}
+        elif default_model is not None:
+            cls = default_model
+        elif len(obs_space.shape) == 3:
+            cls = VisionNetwork
+        else:
+            cls = FullyConnectedNetwork
+        if not config.get("use_lstm"):
             return cls(obs_space, action_space, num_outputs, config, name, **kwargs)
-        if config.get("use_lstm"):
-            raise NotImplementedError("use_lstm is not supported by rayfield-rllib yet")
-        if len(obs_space.shape) == 3 and default_model is None:
-            raise NotImplementedError(
-                f"image observations {obs_space.shape} need the vision network, which "
-                "rayfield-rllib does not have yet: use a custom_model"
-            )
-        cls = default_model or FullyConnectedNetwork
-        return cls(obs_space, action_space, num_outputs, config, name, **model_kwargs)
+        if int(config.get("max_seq_len", 20)) < 1:
+            raise ValueError(f"max_seq_len must be >= 1, got {config['max_seq_len']}")
+
+        def base(o: Any, a: Any, n: Any, c: dict[str, Any], nm: str) -> Any:
+            return cls(o, a, n, c, nm, **kwargs)
+
+        return LSTMWrapper(obs_space, action_space, num_outputs, config, name, base)
 
     @staticmethod
     def get_torch_model(

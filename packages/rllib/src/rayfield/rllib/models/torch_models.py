@@ -73,6 +73,25 @@ class TorchModelV2(nn.Module):
         return super().__call__(input_dict, state or [], seq_lens)
 
 
+def policy_head_output(model: Any, feats: torch.Tensor, state: list[Any]) -> Any:
+    """``(outputs, state)`` of a model with a ``_logits`` head (None: features only)
+    and optional ``free_log_std``; records the features for `value_function`."""
+    model._features = feats
+    if model._logits is None:
+        return feats, state
+    out = model._logits(feats)
+    if model.free_log_std:
+        out = torch.cat([out, model.log_std.expand_as(out)], dim=-1)
+    return out, state
+
+
+def check_value_head(model: Any, *inputs: Any) -> None:
+    """Raise unless `model` ran `forward` and has a value head."""
+    assert all(x is not None for x in inputs), "call forward() first"
+    if model._value_branch is None:
+        raise ValueError("a features-only model (num_outputs=None) has no value function")
+
+
 def _mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
     act = ACTIVATIONS.get(activation)
     if activation not in ACTIVATIONS:
@@ -98,7 +117,9 @@ class FullyConnectedNetwork(TorchModelV2):
     ``vf_share_layers`` the value head sits on the policy's last hidden layer;
     otherwise the value function has its own tower of the same sizes. With
     ``free_log_std`` the second half of the outputs (log standard deviations) is a
-    free parameter, independent of the observation. Weights are initialised
+    free parameter, independent of the observation. With ``num_outputs=None`` the
+    model has no heads and returns its last hidden layer (``self.num_outputs`` is
+    then its width), for wrappers such as the LSTM. Weights are initialised
     orthogonally (gain sqrt(2) for hidden layers, 0.01 for the policy output, 1 for
     the value output).
 
@@ -111,7 +132,7 @@ class FullyConnectedNetwork(TorchModelV2):
         self,
         obs_space: Any,
         action_space: Any,
-        num_outputs: int,
+        num_outputs: int | None,
         model_config: dict[str, Any],
         name: str = "fcnet",
     ) -> None:
@@ -121,18 +142,23 @@ class FullyConnectedNetwork(TorchModelV2):
         activation = model_config.get("fcnet_activation", "tanh")
         self.free_log_std = bool(model_config.get("free_log_std", False))
         self.vf_share_layers = bool(model_config.get("vf_share_layers", False))
-        policy_out = num_outputs // 2 if self.free_log_std else num_outputs
         self._hidden = _mlp([in_dim, *hiddens], activation, float(np.sqrt(2))) if hiddens else None
         if self._hidden is not None and ACTIVATIONS[activation] is not None:
             self._hidden.append(ACTIVATIONS[activation]())  # type: ignore[misc]
         last = hiddens[-1] if hiddens else in_dim
-        self._logits = _mlp([last, policy_out], activation, 0.01)
-        if self.free_log_std:
-            self.log_std = nn.Parameter(torch.zeros(policy_out))
-        if self.vf_share_layers:
-            self._value_branch = _mlp([last, 1], activation, 1.0)
+        self._logits: nn.Module | None = None
+        self._value_branch: nn.Module | None = None
+        if num_outputs is None:  # features only (for wrappers such as the LSTM)
+            self.num_outputs = last
         else:
-            self._value_branch = _mlp([in_dim, *hiddens, 1], activation, 1.0)
+            policy_out = num_outputs // 2 if self.free_log_std else num_outputs
+            self._logits = _mlp([last, policy_out], activation, 0.01)
+            if self.free_log_std:
+                self.log_std = nn.Parameter(torch.zeros(policy_out))
+            if self.vf_share_layers:
+                self._value_branch = _mlp([last, 1], activation, 1.0)
+            else:
+                self._value_branch = _mlp([in_dim, *hiddens, 1], activation, 1.0)
         self._features: torch.Tensor | None = None
         self._obs: torch.Tensor | None = None
 
@@ -142,13 +168,9 @@ class FullyConnectedNetwork(TorchModelV2):
         obs = input_dict["obs"].float().reshape(input_dict["obs"].shape[0], -1)
         self._obs = obs
         feats = self._hidden(obs) if self._hidden is not None else obs
-        self._features = feats
-        out = self._logits(feats)
-        if self.free_log_std:
-            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
-        return out, state
+        return policy_head_output(self, feats, state)
 
     def value_function(self) -> torch.Tensor:
-        assert self._features is not None and self._obs is not None, "call forward() first"
+        check_value_head(self, self._features, self._obs)
         src = self._features if self.vf_share_layers else self._obs
         return self._value_branch(src).squeeze(-1)

@@ -64,7 +64,12 @@ class Policy:
     ) -> tuple[Any, list[Any], dict[str, Any]]:
         """One observation -> ``(action, state_out, extra)``."""
         actions, states, extra = self.compute_actions(
-            np.asarray(obs)[None], [s[None] for s in state or []], explore=explore, **kwargs
+            np.asarray(obs)[None],
+            [np.asarray(s)[None] for s in state or []],
+            None if prev_action is None else np.asarray(prev_action)[None],
+            None if prev_reward is None else np.asarray(prev_reward, dtype=np.float32)[None],
+            explore=explore,
+            **kwargs,
         )
         action = actions[0]
         if clip_actions:

@@ -19,6 +19,7 @@ import torch
 
 from rayfield.rllib.models.catalog import ModelCatalog
 from rayfield.rllib.policy.policy import Policy
+from rayfield.rllib.policy.rnn_sequencing import SEQ_LENS, SEQ_MASK, pad_batch_to_sequences
 from rayfield.rllib.policy.sample_batch import SampleBatch
 from rayfield.rllib.utils.schedules import PiecewiseSchedule
 
@@ -67,6 +68,11 @@ class TorchPolicy(Policy):
         )
         self.cur_lr = float(config.get("lr", 1e-4))
         self.optimizer = self.make_optimizer()
+        self._initial_state = [
+            np.asarray(s.detach().cpu().numpy(), dtype=np.float32)
+            for s in self.model.get_initial_state()
+        ]
+        self.max_seq_len = int((config.get("model") or {}).get("max_seq_len", 20))
 
     # -- construction hooks -------------------------------------------------------------
     def make_model(
@@ -78,6 +84,39 @@ class TorchPolicy(Policy):
         return torch.optim.Adam(self.model.parameters(), lr=self.cur_lr, foreach=True)
 
     # -- acting -----------------------------------------------------------------------
+    def get_initial_state(self) -> list[np.ndarray]:
+        """The model's initial recurrent state (one float32 array per state tensor,
+        without a batch dimension); ``[]`` for feed-forward models."""
+        return [s.copy() for s in self._initial_state]
+
+    @property
+    def is_recurrent(self) -> bool:
+        return bool(self._initial_state)
+
+    def _input_dict(
+        self, obs_batch: Any, prev_action_batch: Any = None, prev_reward_batch: Any = None
+    ) -> dict[str, torch.Tensor]:
+        out = {
+            SampleBatch.CUR_OBS: torch.as_tensor(
+                np.asarray(obs_batch, dtype=np.float32), device=self.device
+            )
+        }
+        if prev_action_batch is not None:
+            out[SampleBatch.PREV_ACTIONS] = torch.as_tensor(
+                np.asarray(prev_action_batch), device=self.device
+            )
+        if prev_reward_batch is not None:
+            out[SampleBatch.PREV_REWARDS] = torch.as_tensor(
+                np.asarray(prev_reward_batch, dtype=np.float32), device=self.device
+            )
+        return out
+
+    def _state_tensors(self, state_batches: Any) -> list[torch.Tensor]:
+        return [
+            torch.as_tensor(np.asarray(s, dtype=np.float32), device=self.device)
+            for s in state_batches or []
+        ]
+
     def compute_actions(
         self,
         obs_batch: Any,
@@ -89,10 +128,31 @@ class TorchPolicy(Policy):
         explore: bool | None = None,
         **kwargs: Any,
     ) -> tuple[np.ndarray, list[Any], dict[str, np.ndarray]]:
+        """Actions for a batch of B observations.
+
+        Args:
+            obs_batch: preprocessed observations float32[B, ...].
+            state_batches: for recurrent models, one array ``[B, ...]`` per state
+                tensor (default: the initial state for every row).
+            prev_action_batch: the actions before these observations ``[B, ...]``
+                (read by models that use them, e.g. ``lstm_use_prev_action``).
+            prev_reward_batch: the rewards before these observations float32[B].
+            explore: sample (True) or take the most likely action (False); default:
+                the ``explore`` config key.
+
+        Returns:
+            ``(actions [B, ...], state_outs [per state tensor: [B, ...]], extra
+            {column: [B, ...]})``.
+        """
         explore = self.config.get("explore", True) if explore is None else explore
         with self.lock, torch.no_grad():
-            obs = torch.as_tensor(np.asarray(obs_batch, dtype=np.float32), device=self.device)
-            dist_inputs, state_out = self.model({"obs": obs}, state_batches or [], None)
+            input_dict = self._input_dict(obs_batch, prev_action_batch, prev_reward_batch)
+            if self.is_recurrent and not state_batches:
+                rows = len(input_dict[SampleBatch.CUR_OBS])
+                state_batches = [np.repeat(s[None], rows, axis=0) for s in self._initial_state]
+            dist_inputs, state_out = self.model(
+                input_dict, self._state_tensors(state_batches), None
+            )
             dist = self.dist_class(dist_inputs, self.model)
             actions = dist.sample() if explore else dist.deterministic_sample()
             logp = dist.logp(actions)
@@ -108,11 +168,20 @@ class TorchPolicy(Policy):
         """Extra per-step columns from the last forward pass; default: ``vf_preds``."""
         return {SampleBatch.VF_PREDS: self.model.value_function().cpu().numpy()}
 
-    def value(self, obs: Any) -> np.ndarray:
-        """Value estimates float32[B] for observations float32[B, obs_dim]."""
+    def value(
+        self,
+        obs: Any,
+        state: list[Any] | None = None,
+        prev_action: Any = None,
+        prev_reward: Any = None,
+    ) -> np.ndarray:
+        """Value estimates float32[B] for observations float32[B, ...] (with the
+        recurrent state ``[B, ...]`` per tensor and previous actions / rewards for
+        recurrent models)."""
         with self.lock, torch.no_grad():
-            obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)
-            self.model({"obs": obs_t}, [], None)
+            self.model(
+                self._input_dict(obs, prev_action, prev_reward), self._state_tensors(state), None
+            )
             return self.model.value_function().cpu().numpy()
 
     # -- learning ---------------------------------------------------------------------
@@ -127,12 +196,86 @@ class TorchPolicy(Policy):
     loss_columns: frozenset[str] | None = None
 
     def to_tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
-        """The numeric columns the loss reads, as tensors on the learner's device."""
+        """The numeric columns the loss reads, as tensors on the learner's device.
+
+        For recurrent models the rows are cut into sequences padded to
+        ``max_seq_len`` (see `rayfield.rllib.policy.rnn_sequencing`), with
+        ``seq_lens``, ``seq_mask`` and the per-sequence ``state_in_<i>``.
+        """
+        if self.is_recurrent:
+            cols = [
+                k
+                for k, v in batch.items()
+                if v.dtype != object
+                and not k.startswith("state_")
+                and (
+                    self.loss_columns is None
+                    or k in self.loss_columns
+                    or k in (SampleBatch.PREV_ACTIONS, SampleBatch.PREV_REWARDS)
+                )
+            ]
+            padded = pad_batch_to_sequences(batch, self.max_seq_len, cols)
+            return {k: torch.as_tensor(v, device=self.device) for k, v in padded.items()}
         out = {}
         for k, v in batch.items():
             if v.dtype != object and (self.loss_columns is None or k in self.loss_columns):
                 out[k] = torch.as_tensor(v, device=self.device)
         return out
+
+    def forward_train(
+        self, model: Any, train_batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, list[Any]]:
+        """The model on a training batch from `to_tensors` (with its sequences and
+        start states for recurrent models)."""
+        states = [train_batch[f"state_in_{i}"] for i in range(len(self._initial_state))]
+        return model(train_batch, states, train_batch.get(SEQ_LENS))
+
+    @staticmethod
+    def reduce_mean(x: torch.Tensor, train_batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Mean over the batch's real rows (padding rows of sequences excluded)."""
+        mask = train_batch.get(SEQ_MASK)
+        return x.mean() if mask is None else x[mask].mean()
+
+    def minibatches(
+        self, tensors: dict[str, torch.Tensor], size: int, shuffle: bool = True
+    ) -> list[dict[str, torch.Tensor]]:
+        """Split a `to_tensors` batch into minibatches of about `size` rows (whole
+        padded sequences for recurrent models; a remainder under half a minibatch
+        after the first is dropped)."""
+        if SEQ_LENS not in tensors:
+            n = len(tensors[SampleBatch.CUR_OBS])
+            perm = torch.randperm(n) if shuffle else torch.arange(n)
+            chunks = [perm[start : start + size] for start in range(0, n, size)]
+            return [
+                {k: v[idx] for k, v in tensors.items()}
+                for i, idx in enumerate(chunks)
+                if i == 0 or len(idx) >= size // 2
+            ]
+        n_seq = len(tensors[SEQ_LENS])
+        per = max(1, size // self.max_seq_len)
+        perm = torch.randperm(n_seq) if shuffle else torch.arange(n_seq)
+        steps = torch.arange(self.max_seq_len)
+        out = []
+        for start in range(0, n_seq, per):
+            seqs = perm[start : start + per]
+            if start > 0 and len(seqs) < per // 2:
+                continue
+            rows = (seqs[:, None] * self.max_seq_len + steps).reshape(-1)
+            out.append(
+                {
+                    k: v[seqs] if k == SEQ_LENS or k.startswith("state_in_") else v[rows]
+                    for k, v in tensors.items()
+                }
+            )
+        return out
+
+    def batch_values(self, tensors: dict[str, torch.Tensor]) -> np.ndarray:
+        """Value estimates of the real rows of a `to_tensors` batch, in row order."""
+        with torch.no_grad():
+            self.forward_train(self.model, tensors)
+            values = self.model.value_function()
+            mask = tensors.get(SEQ_MASK)
+            return (values if mask is None else values[mask]).cpu().numpy()
 
     def _grad_step(self, tensors: dict[str, torch.Tensor]) -> float | None:
         loss = self.loss(self.model, self.dist_class, tensors)

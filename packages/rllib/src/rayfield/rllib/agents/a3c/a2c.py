@@ -63,14 +63,15 @@ class A3CTorchPolicy(TorchPolicy):
         self, model: Any, dist_class: type, train_batch: dict[str, torch.Tensor]
     ) -> torch.Tensor:
         cfg = self.config
-        logits, _ = model(train_batch, [], None)
+        logits, _ = self.forward_train(model, train_batch)
+        mean = self.reduce_mean
         dist = dist_class(logits, model)
         logp = dist.logp(train_batch[SampleBatch.ACTIONS])
-        pi_err = -(logp * train_batch[Postprocessing.ADVANTAGES]).mean()
-        value_err = (
-            0.5 * ((model.value_function() - train_batch[Postprocessing.VALUE_TARGETS]) ** 2).mean()
+        pi_err = -mean(logp * train_batch[Postprocessing.ADVANTAGES], train_batch)
+        value_err = 0.5 * mean(
+            (model.value_function() - train_batch[Postprocessing.VALUE_TARGETS]) ** 2, train_batch
         )
-        entropy = dist.entropy().mean()
+        entropy = mean(dist.entropy(), train_batch)
         total = pi_err + cfg["vf_loss_coeff"] * value_err - cfg["entropy_coeff"] * entropy
         total = model.custom_loss(total, train_batch)
         self.stats = {

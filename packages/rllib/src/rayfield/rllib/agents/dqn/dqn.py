@@ -43,7 +43,8 @@ from rayfield.rllib.agents.common_config import with_common_config
 from rayfield.rllib.agents.trainer import Trainer
 from rayfield.rllib.execution.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from rayfield.rllib.models.torch_models import TorchModelV2, _mlp
-from rayfield.rllib.policy.sample_batch import SampleBatch
+from rayfield.rllib.models.torch_vision import conv_tower, get_filter_config
+from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from rayfield.rllib.policy.torch_policy import TorchPolicy
 from rayfield.rllib.utils.schedules import PiecewiseSchedule
 
@@ -91,9 +92,10 @@ DEFAULT_CONFIG = with_common_config(
 
 
 class DQNTorchModel(TorchModelV2):
-    """Q-network: an MLP body (``fcnet_hiddens``), then an advantage stream and, when
-    dueling, a state-value stream (each with ``hiddens`` ReLU layers);
-    ``Q = V + A - mean(A)``."""
+    """Q-network: a body, then an advantage stream and, when dueling, a state-value
+    stream (each with ``hiddens`` ReLU layers); ``Q = V + A - mean(A)``. The body is
+    an MLP (``fcnet_hiddens``) for vector observations and the vision network's
+    convolutions (``conv_filters``, ``conv_activation``) for ``(H, W, C)`` images."""
 
     def __init__(
         self,
@@ -108,11 +110,19 @@ class DQNTorchModel(TorchModelV2):
     ) -> None:
         super().__init__(obs_space, action_space, num_outputs, model_config, name)
         in_dim = int(np.prod(obs_space.shape))
-        body = list(model_config.get("fcnet_hiddens", [256, 256]))
-        act = model_config.get("fcnet_activation", "tanh")
-        self.body = _mlp([in_dim, *body], act, float(np.sqrt(2))) if body else nn.Identity()
-        self.body_act = nn.Tanh() if act == "tanh" else nn.ReLU()
-        feat = body[-1] if body else in_dim
+        self.images = len(obs_space.shape) == 3
+        if self.images:
+            filters = model_config.get("conv_filters") or get_filter_config(obs_space.shape)
+            self.body, feat = conv_tower(
+                obs_space.shape, filters, model_config.get("conv_activation", "relu")
+            )
+            self.body_act: nn.Module = nn.Identity()
+        else:
+            body = list(model_config.get("fcnet_hiddens", [256, 256]))
+            act = model_config.get("fcnet_activation", "tanh")
+            self.body = _mlp([in_dim, *body], act, float(np.sqrt(2))) if body else nn.Identity()
+            self.body_act = nn.Tanh() if act == "tanh" else nn.ReLU()
+            feat = body[-1] if body else in_dim
         hiddens = list(q_hiddens or [])
         self.advantage = _mlp([feat, *hiddens, num_outputs], "relu", 0.01)
         self.dueling = dueling
@@ -122,7 +132,8 @@ class DQNTorchModel(TorchModelV2):
     def forward(
         self, input_dict: dict[str, torch.Tensor], state: list[Any], seq_lens: Any
     ) -> tuple[torch.Tensor, list[Any]]:
-        x = input_dict["obs"].float().reshape(input_dict["obs"].shape[0], -1)
+        obs = input_dict["obs"].float()
+        x = obs.permute(0, 3, 1, 2) if self.images else obs.reshape(obs.shape[0], -1)
         feats = self.body(x)
         if not isinstance(self.body, nn.Identity):
             feats = self.body_act(feats)
@@ -169,6 +180,11 @@ class DQNTorchPolicy(TorchPolicy):
 
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError(f"DQN needs a Discrete action space, got {action_space!r}")
+        if (config.get("model") or {}).get("use_lstm"):
+            raise ValueError(
+                "DQN does not support model.use_lstm (recurrent models train with PPO, "
+                "A2C, A3C or PG): remove use_lstm from the model config"
+            )
         for key, bad in (("num_atoms", lambda v: v > 1), ("noisy", bool), ("soft_q", bool)):
             if bad(config[key]):
                 raise NotImplementedError(f"DQN option {key}={config[key]!r} is not supported yet")
@@ -302,12 +318,10 @@ class DQNTrainer(Trainer):
     _policy = DQNTorchPolicy
 
     def _init(self, config: dict[str, Any], env_creator: Any) -> None:
-        if config["prioritized_replay"]:
-            self.replay_buffer: ReplayBuffer = PrioritizedReplayBuffer(
-                config["buffer_size"], config["prioritized_replay_alpha"], config["seed"]
-            )
-        else:
-            self.replay_buffer = ReplayBuffer(config["buffer_size"], config["seed"])
+        # one replay buffer per policy (only the default one for single-agent envs)
+        self.replay_buffers: dict[str, ReplayBuffer] = {
+            pid: self._make_buffer(config) for pid in self.workers.local_worker().policy_map
+        }
         self._beta = PiecewiseSchedule(
             [
                 [0, config["prioritized_replay_beta"]],
@@ -319,30 +333,55 @@ class DQNTrainer(Trainer):
         )
         self._last_target_update = 0
 
+    @staticmethod
+    def _make_buffer(config: dict[str, Any]) -> ReplayBuffer:
+        if config["prioritized_replay"]:
+            return PrioritizedReplayBuffer(
+                config["buffer_size"], config["prioritized_replay_alpha"], config["seed"]
+            )
+        return ReplayBuffer(config["buffer_size"], config["seed"])
+
+    @property
+    def replay_buffer(self) -> ReplayBuffer:
+        """The default policy's replay buffer."""
+        return self.replay_buffers[DEFAULT_POLICY_ID]
+
     def training_step(self) -> dict[str, Any]:
+        """Sample into the replay buffers, then one TD step per trained policy."""
         cfg = self.config
-        policy = self.get_policy()
-        policy.on_global_var_update({"timestep": self._timesteps_total})
+        worker = self.workers.local_worker()
+        worker.set_global_vars({"timestep": self._timesteps_total})
         batches, metrics = self.workers.sample()
         self._episodes_this_iter.extend(metrics)
         for b in batches:
-            self.replay_buffer.add_batch(b)
+            per_policy = (
+                b.policy_batches if isinstance(b, MultiAgentBatch) else {DEFAULT_POLICY_ID: b}
+            )
+            for pid, pb in per_policy.items():
+                if pb.count:
+                    self.replay_buffers[pid].add_batch(pb)
             self._timesteps_total += b.count
-        stats: dict[str, Any] = {"cur_epsilon": policy.cur_epsilon}
-        if self._timesteps_total >= cfg["learning_starts"]:
-            replay = self.replay_buffer.sample(
+        stats: dict[str, Any] = {}
+        for pid in worker.policies_to_train:
+            policy = worker.policy_map[pid]
+            buffer = self.replay_buffers[pid]
+            stats[pid] = {"cur_epsilon": policy.cur_epsilon}
+            if self._timesteps_total < cfg["learning_starts"] or len(buffer) == 0:
+                continue
+            replay = buffer.sample(
                 int(cfg["train_batch_size"]), beta=self._beta.value(self._timesteps_total)
             )
-            stats = policy.learn_on_batch(replay)
+            stats[pid] = policy.learn_on_batch(replay)
             self._steps_trained += replay.count
-            if isinstance(self.replay_buffer, PrioritizedReplayBuffer):
+            if isinstance(buffer, PrioritizedReplayBuffer):
                 prios = policy.td_error.abs().cpu().numpy() + cfg["prioritized_replay_eps"]
-                self.replay_buffer.update_priorities(replay["batch_indexes"], prios)
+                buffer.update_priorities(replay["batch_indexes"], prios)
         if self._timesteps_total - self._last_target_update >= cfg["target_network_update_freq"]:
-            policy.update_target()
+            for pid in worker.policies_to_train:
+                worker.policy_map[pid].update_target()
             self._last_target_update = self._timesteps_total
         self.workers.sync_weights({"timestep": self._timesteps_total})
-        return {"default_policy": stats}
+        return stats
 
     def _extra_state(self) -> dict[str, Any]:
         return {"last_target_update": self._last_target_update}

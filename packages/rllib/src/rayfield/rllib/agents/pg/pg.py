@@ -45,10 +45,10 @@ class PGTorchPolicy(TorchPolicy):
     def loss(
         self, model: Any, dist_class: type, train_batch: dict[str, torch.Tensor]
     ) -> torch.Tensor:
-        logits, _ = model(train_batch, [], None)
+        logits, _ = self.forward_train(model, train_batch)
         dist = dist_class(logits, model)
         logp = dist.logp(train_batch[SampleBatch.ACTIONS])
-        policy_loss = -(logp * train_batch[Postprocessing.ADVANTAGES]).mean()
+        policy_loss = -self.reduce_mean(logp * train_batch[Postprocessing.ADVANTAGES], train_batch)
         total = model.custom_loss(policy_loss, train_batch)
         self.stats = {"policy_loss": policy_loss.detach()}
         return total

@@ -100,7 +100,8 @@ class PPOTorchPolicy(TorchPolicy):
         self, model: Any, dist_class: type, train_batch: dict[str, torch.Tensor]
     ) -> torch.Tensor:
         cfg = self.config
-        logits, _ = model(train_batch, [], None)
+        logits, _ = self.forward_train(model, train_batch)
+        mean = self.reduce_mean
         dist = dist_class(logits, model)
         prev_dist = dist_class(train_batch[SampleBatch.ACTION_DIST_INPUTS], model)
         logp_ratio = torch.exp(
@@ -111,9 +112,10 @@ class PPOTorchPolicy(TorchPolicy):
             adv * logp_ratio,
             adv * torch.clamp(logp_ratio, 1 - cfg["clip_param"], 1 + cfg["clip_param"]),
         )
-        kl = prev_dist.kl(dist).mean()
-        entropy = dist.entropy().mean()
-        total = -surrogate.mean() - cfg["entropy_coeff"] * entropy
+        kl = mean(prev_dist.kl(dist), train_batch)
+        entropy = mean(dist.entropy(), train_batch)
+        policy_loss = -mean(surrogate, train_batch)
+        total = policy_loss - cfg["entropy_coeff"] * entropy
         if self.kl_coeff > 0:
             total = total + self.kl_coeff * kl
         vf_loss = torch.zeros(())
@@ -122,12 +124,12 @@ class PPOTorchPolicy(TorchPolicy):
             targets = train_batch[Postprocessing.VALUE_TARGETS]
             old = train_batch[SampleBatch.VF_PREDS]
             clipped = old + torch.clamp(value - old, -cfg["vf_clip_param"], cfg["vf_clip_param"])
-            vf_loss = torch.max((value - targets) ** 2, (clipped - targets) ** 2).mean()
+            vf_loss = mean(torch.max((value - targets) ** 2, (clipped - targets) ** 2), train_batch)
             total = total + cfg["vf_loss_coeff"] * vf_loss
         total = model.custom_loss(total, train_batch)
         self.stats = {
             "total_loss": total.detach(),
-            "policy_loss": -surrogate.mean().detach(),
+            "policy_loss": policy_loss.detach(),
             "vf_loss": vf_loss.detach(),
             "kl": kl.detach(),
             "entropy": entropy.detach(),
@@ -156,12 +158,10 @@ class PPOTorchPolicy(TorchPolicy):
             grad_norms: list[float] = []
             for _ in range(int(cfg["num_sgd_iter"])):
                 epoch_stats = []
-                perm = torch.randperm(n) if cfg.get("shuffle_sequences", True) else torch.arange(n)
-                for start in range(0, n, size):
-                    idx = perm[start : start + size]
-                    if len(idx) < size // 2:  # a small remainder adds noise, not signal
-                        continue
-                    gn = self._grad_step({k: v[idx] for k, v in tensors.items()})
+                for minibatch in self.minibatches(
+                    tensors, size, shuffle=cfg.get("shuffle_sequences", True)
+                ):
+                    gn = self._grad_step(minibatch)
                     if gn is not None:
                         grad_norms.append(gn)
                     epoch_stats.append(self.stats)
@@ -169,7 +169,7 @@ class PPOTorchPolicy(TorchPolicy):
                 k: float(torch.stack([s[k] for s in epoch_stats]).mean()) for k in epoch_stats[0]
             }
             self.update_kl(stats["kl"])
-            values = self.value(samples[SampleBatch.CUR_OBS])
+            values = self.batch_values(tensors)
             stats.update(
                 {
                     "cur_kl_coeff": kl_coeff_used,
