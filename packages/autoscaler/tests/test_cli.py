@@ -50,6 +50,10 @@ def test_up_options_are_checked(tmp_path: Path, cluster_dir: Path) -> None:
     code, out = run("up", str(cfg), "-y", "--no-restart", "--restart-only")
     assert code == 1 and "--no-restart and --restart-only exclude each other" in out
     code, out = run("up", str(cfg), "-y", "--min-workers", "3")
+    assert code == 1 and "with available_node_types, set min_workers on each node type" in out
+    legacy = tmp_path / "legacy.yaml"
+    legacy.write_text("cluster_name: x\nmax_workers: 2\nprovider: {type: local_process}\n")
+    code, out = run("up", str(legacy), "-y", "--min-workers", "3")
     assert code == 1 and "min_workers 3 exceeds max_workers 2" in out
     code, out = run("up", str(cfg), "-n", "bad name!", "-y")
     assert code == 1 and "cluster_name" in out

@@ -20,7 +20,8 @@ def test_minimal_config_gets_the_defaults_and_the_normal_form() -> None:
     assert cfg["target_utilization_fraction"] == 0.8
     assert cfg["idle_timeout_minutes"] == 5
     assert cfg["upscaling_speed"] == 1.0
-    assert cfg["min_workers"] == 0 and cfg["setup_commands"] == [] and cfg["file_mounts"] == {}
+    assert "min_workers" not in cfg and "worker_nodes" not in cfg
+    assert cfg["setup_commands"] == [] and cfg["file_mounts"] == {}
     assert cfg["provider"] == {"type": "local_process", "use_internal_ips": True}
     assert cfg["head_node_type"] == "head"
     types = cfg["available_node_types"]
@@ -123,6 +124,8 @@ def test_node_type_errors() -> None:
     raw["available_node_types"]["big"]["min_workers"] = 3
     with pytest.raises(ConfigError, match="big: min_workers 3 exceeds max_workers 2"):
         prepare_config(raw)
+    with pytest.raises(ConfigError, match="set min_workers on each node type"):
+        prepare_config(typed(min_workers=1))
     with pytest.raises(ConfigError, match="'worker_nodes' and 'available_node_types' exclude"):
         prepare_config(typed(worker_nodes={}))
     raw = typed()
@@ -152,3 +155,12 @@ def test_load_config_reads_yaml_and_applies_overrides(tmp_path: Path) -> None:
         load_config(bad)
     with pytest.raises(ConfigError, match="cannot read the cluster config"):
         load_config(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [minimal(min_workers=1, worker_nodes={"resources": {"CPU": 2}}), typed(), minimal()],
+)
+def test_the_normal_form_prepares_to_itself(raw: dict) -> None:
+    once = prepare_config(raw)
+    assert prepare_config(once) == once

@@ -54,7 +54,11 @@ def _load(path: Path, cluster_name: str | None, **overrides: Any) -> dict[str, A
 @_config_arg
 @click.option("--no-restart", is_flag=True, help="Keep the running autoscaler (and nodes).")
 @click.option("--restart-only", is_flag=True, help="Only restart: skip setup steps.")
-@click.option("--min-workers", type=click.IntRange(min=0), help="Override min_workers.")
+@click.option(
+    "--min-workers",
+    type=click.IntRange(min=0),
+    help="Override min_workers (configs with worker_nodes; node types set their own).",
+)
 @click.option("--max-workers", type=click.IntRange(min=0), help="Override max_workers.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option(

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ __all__ = [
 
 MONITOR_MODULE = "rayfield.autoscaler.monitor"
 DEFAULT_UPDATE_INTERVAL_S = 5.0
+MONITOR_START_TIMEOUT_S = 60.0
 
 
 class LauncherError(RuntimeError):
@@ -55,9 +57,14 @@ class LauncherError(RuntimeError):
 
 
 def provider_for(config: dict[str, Any]) -> LocalProcessProvider:
-    """The cluster's provider (only ``local_process`` in this version)."""
+    """The cluster's provider (only ``local_process`` in this version).
+
+    Raises:
+        ProviderError: the config names a provider this launcher cannot drive.
+    """
     provider: NodeProvider = get_node_provider(config["provider"], config["cluster_name"])
-    assert isinstance(provider, LocalProcessProvider)
+    if not isinstance(provider, LocalProcessProvider):
+        raise ProviderError(f"the launcher drives local_process clusters, not {provider!r}")
     return provider
 
 
@@ -104,6 +111,11 @@ def stop_monitor(provider: LocalProcessProvider, grace_s: float = 10.0) -> bool:
     return True
 
 
+def started_line(cluster_name: str, pid: int) -> str:
+    """What the monitor logs once it runs (``up`` waits for this line)."""
+    return f"monitor of {cluster_name!r} started (pid {pid})"
+
+
 def _start_monitor(provider: LocalProcessProvider, bootstrap: Path, interval_s: float) -> int:
     log = monitor_log(provider)
     with open(log, "ab") as out:
@@ -116,6 +128,14 @@ def _start_monitor(provider: LocalProcessProvider, bootstrap: Path, interval_s: 
             start_new_session=True,
         )
     (provider.root / "monitor.pid").write_text(str(proc.pid))
+    marker = started_line(provider.cluster_name, proc.pid)
+    deadline = time.monotonic() + MONITOR_START_TIMEOUT_S
+    while marker not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+            why = f"exited with status {proc.returncode}" if proc.poll() is not None else "hangs"
+            raise LauncherError(f"the autoscaler {why} at start ({' '.join(tail)}); see {log}")
+        time.sleep(0.1)
     return proc.pid
 
 

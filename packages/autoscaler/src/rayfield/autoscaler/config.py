@@ -130,7 +130,6 @@ CLUSTER_SCHEMA: dict[str, Any] = {
 }
 
 _DEFAULTS: dict[str, Any] = {
-    "min_workers": 0,
     "initial_workers": 0,
     "autoscaling_mode": "default",
     "target_utilization_fraction": 0.8,
@@ -248,7 +247,7 @@ def _node_types(cfg: dict[str, Any]) -> None:
         "worker": {
             "node_config": worker_cfg,
             "resources": dict(worker_cfg.get("resources", _DEFAULT_RESOURCES)),
-            "min_workers": cfg["min_workers"],
+            "min_workers": cfg.pop("min_workers", 0),
             "max_workers": cfg["max_workers"],
         },
     }
@@ -258,6 +257,8 @@ def _node_types(cfg: dict[str, Any]) -> None:
 def prepare_config(config: Any) -> dict[str, Any]:
     """A validated copy of ``config`` in normal form, with every default filled.
 
+    The normal form is a valid input too: preparing it again gives the same config.
+
     Args:
         config: the parsed cluster YAML (a mapping).
 
@@ -265,7 +266,8 @@ def prepare_config(config: Any) -> dict[str, Any]:
         A new dict: the keys of :data:`CLUSTER_SCHEMA` with defaults, the provider
         section with its provider's defaults, ``available_node_types`` and
         ``head_node_type`` always present (each type with ``node_config``,
-        ``resources``, ``min_workers``, ``max_workers``).
+        ``resources``, ``min_workers``, ``max_workers``); no top-level ``min_workers``,
+        ``head_node`` or ``worker_nodes`` (they went into the types).
 
     Raises:
         ConfigError: a required key is missing, a key is unknown (the message names the
@@ -273,12 +275,17 @@ def prepare_config(config: Any) -> dict[str, Any]:
             exceeds ``max_workers``, or ``head_node_type`` names no type.
     """
     _check_schema(config)
+    if "available_node_types" in config and "min_workers" in config:
+        raise ConfigError(
+            "top-level 'min_workers' is for the head_node/worker_nodes form: with "
+            "available_node_types, set min_workers on each node type"
+        )
     cfg = copy.deepcopy(config)
     for key, value in _DEFAULTS.items():
         cfg.setdefault(key, copy.deepcopy(value))
     for key, value in _PROVIDER_DEFAULTS[cfg["provider"]["type"]].items():
         cfg["provider"].setdefault(key, value)
-    if cfg["min_workers"] > cfg.get("max_workers", cfg["min_workers"]):
+    if cfg.get("min_workers", 0) > cfg.get("max_workers", cfg.get("min_workers", 0)):
         raise ConfigError(
             f"min_workers {cfg['min_workers']} exceeds max_workers {cfg['max_workers']}: "
             "max_workers takes precedence, lower min_workers"

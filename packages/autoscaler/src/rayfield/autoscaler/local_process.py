@@ -270,9 +270,8 @@ class LocalProcessProvider(NodeProvider):
                 why = "timed out" if isinstance(exc, subprocess.TimeoutExpired) else "failed"
                 raise ProviderError(f"starting node {node_id} {why}; see {log}") from None
         if head:
-            cluster = (
-                _read_json(_session(temp_dir) / "cluster.json") if _session(temp_dir) else None
-            )
+            session = _session(temp_dir)
+            cluster = _read_json(session / "cluster.json") if session else None
             if not cluster or "gcs_address" not in cluster:
                 self._stop(temp_dir)
                 with self._locked() as nodes:

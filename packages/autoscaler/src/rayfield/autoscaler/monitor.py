@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 from typing import Any
 
 from rayfield.autoscaler.autoscaler import Autoscaler, Row
-from rayfield.autoscaler.commands import head_node, provider_for
+from rayfield.autoscaler.commands import head_node, provider_for, started_line
 from rayfield.autoscaler.config import load_config
 from rayfield.autoscaler.local_process import LocalProcessProvider
 
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     failures = 0
-    logger.info("monitor of %r started", config["cluster_name"])
+    logger.info("%s", started_line(config["cluster_name"], os.getpid()))
     while not stop.is_set():
         try:
             autoscaler.update()
