@@ -7,8 +7,8 @@ at most 2, idle timeout 30 s)::
     rayfield-autoscaler submit examples/local-process.yaml examples/scale_demo.py
     rayfield-autoscaler down examples/local-process.yaml -y
 
-The script submits ``--tasks`` one-CPU tasks, one a second (the head has no CPU, so
-they wait for workers), prints the alive workers each second while they run and after,
+The script submits ``--tasks`` one-CPU tasks, one every ``--every-s`` (the head has no
+CPU, so they wait for workers), prints the alive workers each second while they run and after,
 and exits once the cluster is back to no worker (or fails after ``--timeout-s``).
 """
 
@@ -34,21 +34,22 @@ def workers() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tasks", type=int, default=8)
-    parser.add_argument("--task-s", type=float, default=5.0)
+    parser.add_argument("--tasks", type=int, default=12)
+    parser.add_argument("--task-s", type=float, default=4.0)
+    parser.add_argument("--every-s", type=float, default=1.5)
     parser.add_argument("--timeout-s", type=float, default=300.0)
     args = parser.parse_args()
     rayfield.init()  # RAYFIELD_ADDRESS and RAYFIELD_TOKEN come from `submit`
     t0 = time.monotonic()
-    # One task a second: the first ones wait for a worker and go to the first that joins
-    # (work forwarded to a node stays there); later ones go where CPUs are free.
+    # One task every --every-s: the first ones wait for a worker and go to the first
+    # that joins (work forwarded to a node stays there); later ones go where CPUs are free.
     refs: list[rayfield.ObjectRef] = []
     pending = refs
     most = 0
     while len(refs) < args.tasks or pending:
         if len(refs) < args.tasks:
             refs.append(work.remote(args.task_s))
-        _, pending = rayfield.wait(refs, num_returns=len(refs), timeout=1.0)
+        _, pending = rayfield.wait(refs, num_returns=len(refs), timeout=args.every_s)
         most = max(most, workers())
         print(f"{time.monotonic() - t0:6.1f} s  workers {workers()}  tasks left {len(pending)}")
     nodes = sorted(set(rayfield.get(refs)))

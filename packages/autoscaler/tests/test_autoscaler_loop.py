@@ -177,3 +177,42 @@ def test_default_demand_counts_queued_tasks_of_alive_nodes() -> None:
         {"alive": True},  # not reachable: no counts
     ]
     assert demand_from_queued_tasks(rows) == [{"CPU": 1.0}] * 3
+
+
+class DeferredExecutor:
+    """Runs what is submitted only when told to (a stand-in for launch threads)."""
+
+    def __init__(self) -> None:
+        self.queued: list[tuple[Any, tuple[Any, ...]]] = []
+
+    def submit(self, fn: Any, *args: Any) -> None:
+        self.queued.append((fn, args))
+
+    def run_all(self) -> None:
+        for fn, args in self.queued:
+            fn(*args)
+        self.queued.clear()
+
+
+def test_launches_run_in_the_executor() -> None:
+    provider, cluster, clock, _ = setup()
+    executor = DeferredExecutor()
+    shapes = [{"CPU": 1.0}] * 2
+    autoscaler = Autoscaler(
+        config(),
+        provider,
+        cluster.rows,
+        lambda rows: shapes,
+        lambda: clock[0],
+        executor,  # type: ignore[arg-type]
+    )
+    assert autoscaler.update().launch == {"worker": 2}
+    assert len(executor.queued) == 2
+    assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == []  # not run yet
+    executor.run_all()
+    assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n1", "n2"]
+    provider.fail = True
+    shapes.append({"CPU": 1.0})
+    assert autoscaler.update().launch == {"worker": 1}
+    executor.run_all()  # the failure is logged, not raised into the executor
+    assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n1", "n2"]

@@ -21,6 +21,14 @@ def test_every_command_is_in_the_group() -> None:
     assert names <= set(cli.commands)
 
 
+def test_the_plugin_entry_points_name_each_command() -> None:
+    """rayfield-cli adds each entry of ``rayfield.cli_commands`` under its name."""
+    from importlib.metadata import entry_points
+
+    found = {e.name: e.load() for e in entry_points(group="rayfield.cli_commands")}
+    assert found == {c.name: c for c in COMMANDS}
+
+
 def test_a_bad_config_gives_one_line(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("cluster_name: x\nmax_worker: 2\nprovider: {type: local_process}\n")

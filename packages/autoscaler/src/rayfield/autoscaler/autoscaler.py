@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 from rayfield.autoscaler.config import launch_hash
@@ -111,6 +112,9 @@ class Autoscaler:
         demand_fn: the pending demand from those rows (default
             :func:`demand_from_queued_tasks`).
         clock: seconds, monotonic (default ``time.monotonic``).
+        executor: runs the launches (``provider.create_node`` calls) in the background,
+            so that a step does not wait for nodes to start; None runs them in the step.
+            A node is listed by the provider (as pending) from the start of its launch.
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class Autoscaler:
         load_fn: LoadFn,
         demand_fn: DemandFn | None = None,
         clock: Callable[[], float] = time.monotonic,
+        executor: Executor | None = None,
     ) -> None:
         self.config = config
         self.provider = provider
@@ -128,6 +133,7 @@ class Autoscaler:
         self.demand_fn = demand_fn or demand_from_queued_tasks
         self.clock = clock
         self.idle = IdleTracker()
+        self.executor = executor
         self.last: Decision | None = None
         self._last_status = ""
 
@@ -166,6 +172,16 @@ class Autoscaler:
         self.idle.forget(v.node_id for v in views)
         return views
 
+    def _launch(self, node_type: str) -> None:
+        try:
+            self.provider.create_node(
+                node_config(self.config, node_type), node_tags(self.config, node_type, False), 1
+            )
+        except ProviderError as exc:
+            logger.error("launching a node of type %s failed: %s", node_type, exc)
+        except Exception:
+            logger.exception("launching a node of type %s failed", node_type)
+
     def update(self) -> Decision:
         """One step: observe, decide, terminate, launch. Launch failures are logged and
         retried at the next step; the decision is returned (and kept in ``last``)."""
@@ -179,14 +195,11 @@ class Autoscaler:
             self.provider.terminate_node(node_id)
         for node_type, count in sorted(decision.launch.items()):
             logger.info("launching %d node(s) of type %s", count, node_type)
-            try:
-                self.provider.create_node(
-                    node_config(self.config, node_type),
-                    node_tags(self.config, node_type, head=False),
-                    count,
-                )
-            except ProviderError as exc:
-                logger.error("launching %s failed: %s", node_type, exc)
+            for _ in range(count):  # one call per node: each starts as soon as it can
+                if self.executor is None:
+                    self._launch(node_type)
+                else:
+                    self.executor.submit(self._launch, node_type)
         pending = sum(1 for v in views if v.pending)
         status = (
             f"Autoscaler: {len(views)} nodes ({pending} pending), demand {len(demand)}, "

@@ -95,8 +95,12 @@ def _monitor_pid(provider: LocalProcessProvider) -> int | None:
     return None
 
 
-def stop_monitor(provider: LocalProcessProvider, grace_s: float = 10.0) -> bool:
-    """Stop the cluster's monitor process; True when one was running."""
+def stop_monitor(provider: LocalProcessProvider, grace_s: float = 150.0) -> bool:
+    """Stop the cluster's monitor process; True when one was running.
+
+    The monitor finishes the launches it has started (each at most the provider's start
+    timeout) before it exits, so that no node starts after ``down`` has listed them;
+    ``grace_s`` bounds that wait before it is killed."""
     pid = _monitor_pid(provider)
     if pid is None:
         return False

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rayfield.autoscaler.autoscaler import Autoscaler, Row
@@ -21,6 +22,7 @@ from rayfield.autoscaler.config import load_config
 from rayfield.autoscaler.local_process import LocalProcessProvider
 
 MAX_FAILURES = 5
+MAX_CONCURRENT_LAUNCHES = 10  # the reference's max_concurrent_launches
 
 logger = logging.getLogger("rayfield.autoscaler")
 
@@ -48,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     config = load_config(args.config)
     provider = provider_for(config)
-    autoscaler = Autoscaler(config, provider, state_load(provider))
+    launcher = ThreadPoolExecutor(MAX_CONCURRENT_LAUNCHES, thread_name_prefix="launch")
+    autoscaler = Autoscaler(config, provider, state_load(provider), executor=launcher)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     failures = 0
@@ -62,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
             logger.exception("autoscaler step failed (%d in a row)", failures)
             if failures >= MAX_FAILURES:
                 logger.error("%d failures in a row: the monitor stops", failures)
+                launcher.shutdown(wait=True, cancel_futures=True)
                 return 1
         stop.wait(args.interval_s)
+    launcher.shutdown(wait=True, cancel_futures=True)
     logger.info("monitor stopped")
     return 0
 
