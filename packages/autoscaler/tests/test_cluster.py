@@ -78,6 +78,13 @@ def test_up_scale_up_scale_down_down(tmp_path: Path, cluster_dir: Path) -> None:
     assert head is not None and provider.is_running(head)
     ip = cli("get-head-ip", str(cfg_path))
     assert ip.stdout.strip() == "127.0.0.1"
+    # `up` again: the head (same launch config) is kept, the monitor restarted.
+    monitor_pid = (cluster_dir / "monitor.pid").read_text()
+    again = cli("up", str(cfg_path), "-y", "--update-interval-s", "0.5")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"the head {head} is up to date" in again.stdout
+    assert head_node(provider) == head
+    assert (cluster_dir / "monitor.pid").read_text() != monitor_pid
 
     # The monitor launches min_workers (1) and the worker joins the cluster.
     def workers_joined(n: int) -> list[str]:
