@@ -152,14 +152,23 @@ def test_outdated_workers_are_replaced() -> None:
     assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n2"]
 
 
-def test_a_failed_launch_is_retried_at_the_next_step() -> None:
-    provider, _, _, autoscaler = setup()
+def test_a_failing_node_type_is_backed_off_then_retried() -> None:
+    provider, _, clock, autoscaler = setup()
     provider.fail = True
     assert autoscaler.update().launch == {"worker": 1}
     assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == []
+    clock[0] = 4.0  # within the first backoff (5 s): not launched again
+    assert autoscaler.update().launch == {}
+    clock[0] = 5.0
+    assert autoscaler.update().launch == {"worker": 1}  # fails again: 10 s now
+    clock[0] = 14.0
+    assert autoscaler.update().launch == {}
+    assert autoscaler.backoff.report() == {"worker": (2, "no capacity")}
     provider.fail = False
+    clock[0] = 15.0
     autoscaler.update()
     assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n1"]
+    assert autoscaler.backoff.report() == {}
 
 
 def test_injected_demand_function() -> None:

@@ -12,11 +12,13 @@ or infeasible task, because the public API gives per-node counts, not the shapes
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
+from rayfield.autoscaler.backoff import LaunchBackoff
 from rayfield.autoscaler.config import launch_hash
 from rayfield.autoscaler.decisions import (
     Decision,
@@ -134,6 +136,8 @@ class Autoscaler:
         self.clock = clock
         self.idle = IdleTracker()
         self.executor = executor
+        self.backoff = LaunchBackoff()
+        self._backoff_lock = threading.Lock()  # launch threads record their outcome
         self.last: Decision | None = None
         self._last_status = ""
 
@@ -177,10 +181,20 @@ class Autoscaler:
             self.provider.create_node(
                 node_config(self.config, node_type), node_tags(self.config, node_type, False), 1
             )
-        except ProviderError as exc:
-            logger.error("launching a node of type %s failed: %s", node_type, exc)
-        except Exception:
-            logger.exception("launching a node of type %s failed", node_type)
+        except Exception as exc:
+            with self._backoff_lock:
+                delay = self.backoff.failed(node_type, self.clock(), str(exc))
+            if not isinstance(exc, ProviderError):
+                logger.exception("launching a node of type %s failed", node_type)
+            logger.error(
+                "launching a node of type %s failed (%s); no launch of that type for %.0f s",
+                node_type,
+                exc,
+                delay,
+            )
+        else:
+            with self._backoff_lock:
+                self.backoff.succeeded(node_type)
 
     def update(self) -> Decision:
         """One step: observe, decide, terminate, launch. Launch failures are logged and
@@ -189,7 +203,9 @@ class Autoscaler:
         rows = self.load_fn()
         views = self.views(rows, now)
         demand = self.demand_fn(rows)
-        decision = self.policy.decide(views, demand, now)
+        with self._backoff_lock:
+            blocked = self.backoff.blocked(now)
+        decision = self.policy.decide(views, demand, now, blocked)
         for node_id, reason in decision.terminate:
             logger.info("terminating %s (%s)", node_id, reason)
             self.provider.terminate_node(node_id)
@@ -204,7 +220,8 @@ class Autoscaler:
         status = (
             f"Autoscaler: {len(views)} nodes ({pending} pending), demand {len(demand)}, "
             f"launch {decision.launch}, terminate {[n for n, _ in decision.terminate]}, "
-            f"waiting {decision.waiting}, infeasible {len(decision.infeasible)}"
+            f"waiting {decision.waiting}, infeasible {len(decision.infeasible)}, "
+            f"backed off {sorted(blocked)}"
         )
         if status != self._last_status:  # one line per change, not per step
             logger.info("%s", status)

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 __all__ = ["Decision", "IdleTracker", "NodeTypeSpec", "NodeView", "ScalingPolicy"]
@@ -194,7 +194,11 @@ class ScalingPolicy:
         self.upscaling_speed = upscaling_speed
 
     def decide(
-        self, nodes: Iterable[NodeView], demand: Iterable[Resources], now: float
+        self,
+        nodes: Iterable[NodeView],
+        demand: Iterable[Resources],
+        now: float,
+        blocked: Collection[str] = (),
     ) -> Decision:
         """One autoscaling step.
 
@@ -203,6 +207,8 @@ class ScalingPolicy:
             demand: resource shapes waiting for a node (e.g. ``{"CPU": 1}`` per queued
                 task; zero amounts are ignored).
             now: the current time, on the clock of ``NodeView.idle_since`` (seconds).
+            blocked: node types not to launch now (e.g. backed off after failed
+                launches); demand only they could hold stays in ``unplaced``.
 
         Returns:
             The :class:`Decision`; applying it and calling again with the resulting
@@ -217,6 +223,8 @@ class ScalingPolicy:
         order: list[str] = []  # launches in priority order
 
         def can_add(t: str) -> bool:
+            if t in blocked:
+                return False
             spec = self.node_types[t]
             return count[t] < spec.max_workers and sum(count.values()) < self.max_workers
 
