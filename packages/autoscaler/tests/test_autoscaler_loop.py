@@ -39,7 +39,12 @@ class MemoryProvider(NodeProvider):
         return node_id not in self.nodes
 
     def node_tags(self, node_id: str) -> dict[str, str]:
-        return dict(self.nodes[node_id]["tags"])
+        return dict(self._node(node_id)["tags"])
+
+    def _node(self, node_id: str) -> dict[str, Any]:
+        if node_id not in self.nodes:
+            raise ProviderError(f"no node {node_id}")
+        return self.nodes[node_id]
 
     def external_ip(self, node_id: str) -> str | None:
         return "10.0.0.1"
@@ -56,7 +61,7 @@ class MemoryProvider(NodeProvider):
             self.nodes[node_id] = {"tags": dict(tags), "resources": node_config["resources"]}
 
     def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
-        self.nodes[node_id]["tags"].update(tags)
+        self._node(node_id)["tags"].update(tags)
 
     def terminate_node(self, node_id: str) -> None:
         self.nodes.pop(node_id, None)
