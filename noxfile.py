@@ -10,7 +10,8 @@ order; a package folder that does not exist yet is skipped.
     build       a wheel per package, installed into a fresh venv and imported
     bench       benchmarks next to Ray (installed here only) and the machine's memcpy
     demo        the main job end to end: the store's demo, then the examples on a
-                two-node cluster started with `rayfield start`
+                two-node cluster started with `rayfield start`, then an autoscaled
+                local_process cluster (`rayfield-autoscaler up/submit/down`)
     learning    rayfield-rllib's slow learning tests (each tuned example to its return)
     sanitize    the store built with ASan + UBSan, its tests run against it
     fuzz        the frame fuzzers with many more examples
@@ -204,6 +205,22 @@ def demo(session: nox.Session) -> None:
     finally:
         session.run("rayfield", "stop", "--temp-dir", str(temp_dir))
         shutil.rmtree(temp_dir, ignore_errors=True)
+    if "autoscaler" in PACKAGES:
+        autoscaler_demo(session)
+
+
+def autoscaler_demo(session: nox.Session) -> None:
+    """`rayfield-autoscaler up` of a local_process cluster from the example YAML; a
+    submitted script's queued tasks grow it from 0 to 2 workers, it shrinks back after
+    the idle timeout (30 s in the example); `down` tears it down whatever happens."""
+    examples = ROOT / "packages" / "autoscaler" / "examples"
+    config = str(examples / "local-process.yaml")
+    name = ["-n", f"nox-demo-{os.getpid()}"]
+    session.run("rayfield-autoscaler", "up", config, *name, "-y", "--update-interval-s", "1")
+    try:
+        session.run("rayfield-autoscaler", "submit", config, *name, str(examples / "scale_demo.py"))
+    finally:
+        session.run("rayfield-autoscaler", "down", config, *name, "-y")
 
 
 def rllib_demo(session: nox.Session, address: str, temp_dir: Path) -> None:

@@ -1,0 +1,230 @@
+"""The autoscaler loop: reads the cluster's load and demand, asks the pure
+:class:`~rayfield.autoscaler.decisions.ScalingPolicy`, and applies its decision through the
+node provider.
+
+Load comes from rayfield-core's public state API (``rayfield.util.state.StateClient``:
+each alive node's total and available resources and its count of queued tasks). The
+pending demand is read by an injected callable (``demand_fn``) from those rows; the
+default, :func:`demand_from_queued_tasks`, counts one ``{"CPU": 1}`` shape per queued
+or infeasible task, because the public API gives per-node counts, not the shapes of queued work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import Any
+
+from rayfield.autoscaler.backoff import LaunchBackoff
+from rayfield.autoscaler.config import launch_hash
+from rayfield.autoscaler.decisions import (
+    Decision,
+    IdleTracker,
+    NodeTypeSpec,
+    NodeView,
+    ScalingPolicy,
+)
+from rayfield.autoscaler.node_provider import (
+    KIND_HEAD,
+    KIND_WORKER,
+    STATUS_UP_TO_DATE,
+    TAG_CLUSTER_NAME,
+    TAG_LAUNCH_CONFIG,
+    TAG_NODE_KIND,
+    TAG_NODE_NAME,
+    TAG_NODE_STATUS,
+    TAG_NODE_TYPE,
+    NodeProvider,
+    ProviderError,
+)
+
+__all__ = ["Autoscaler", "demand_from_queued_tasks", "node_tags", "policy_from_config"]
+
+logger = logging.getLogger(__name__)
+
+Row = dict[str, Any]
+LoadFn = Callable[[], list[Row]]
+DemandFn = Callable[[list[Row]], list[dict[str, float]]]
+
+
+def demand_from_queued_tasks(rows: Sequence[Row]) -> list[dict[str, float]]:
+    """One ``{"CPU": 1}`` per task queued or infeasible on an alive node
+    (``tasks_queued`` + ``tasks_infeasible`` of ``rayfield.util.state.list_nodes`` rows:
+    counts, since the public API does not give the shapes of queued work)."""
+    shapes = []
+    for row in rows:
+        if row.get("alive"):
+            n = int(row.get("tasks_queued") or 0) + int(row.get("tasks_infeasible") or 0)
+            shapes += [{"CPU": 1.0} for _ in range(n)]
+    return shapes
+
+
+def policy_from_config(config: dict[str, Any]) -> ScalingPolicy:
+    """The :class:`ScalingPolicy` of a prepared config (``config.prepare_config``)."""
+    types = {
+        name: NodeTypeSpec(
+            resources={k: float(v) for k, v in t["resources"].items()},
+            min_workers=t["min_workers"],
+            max_workers=t["max_workers"],
+            launch_hash=launch_hash(config, name),
+        )
+        for name, t in config["available_node_types"].items()
+    }
+    return ScalingPolicy(
+        types,
+        config["head_node_type"],
+        config["max_workers"],
+        idle_timeout_s=float(config["idle_timeout_minutes"]) * 60.0,
+        target_utilization_fraction=config["target_utilization_fraction"],
+        upscaling_speed=config["upscaling_speed"],
+    )
+
+
+def node_tags(config: dict[str, Any], node_type: str, head: bool) -> dict[str, str]:
+    """The tags a new node of ``node_type`` is created with."""
+    kind = KIND_HEAD if head else KIND_WORKER
+    return {
+        TAG_CLUSTER_NAME: config["cluster_name"],
+        TAG_NODE_KIND: kind,
+        TAG_NODE_TYPE: node_type,
+        TAG_NODE_NAME: f"rayfield-{config['cluster_name']}-{kind}",
+        TAG_LAUNCH_CONFIG: launch_hash(config, node_type),
+        TAG_NODE_STATUS: STATUS_UP_TO_DATE,
+    }
+
+
+def node_config(config: dict[str, Any], node_type: str) -> dict[str, Any]:
+    """What the provider creates a node of ``node_type`` from: its ``node_config`` with
+    the type's ``resources``."""
+    t = config["available_node_types"][node_type]
+    return {**t["node_config"], "resources": dict(t["resources"])}
+
+
+class Autoscaler:
+    """One cluster's autoscaler: :meth:`update` is one step of the loop.
+
+    Args:
+        config: a prepared config.
+        provider: the cluster's node provider.
+        load_fn: returns ``rayfield.util.state.list_nodes``-style rows (``node_id``,
+            ``alive``, ``resources_total``, ``resources_available``, ``tasks_queued``).
+        demand_fn: the pending demand from those rows (default
+            :func:`demand_from_queued_tasks`).
+        clock: seconds, monotonic (default ``time.monotonic``).
+        executor: runs the launches (``provider.create_node`` calls) in the background,
+            so that a step does not wait for nodes to start; None runs them in the step.
+            A node is listed by the provider (as pending) from the start of its launch.
+    """
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        provider: NodeProvider,
+        load_fn: LoadFn,
+        demand_fn: DemandFn | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        executor: Executor | None = None,
+    ) -> None:
+        self.config = config
+        self.provider = provider
+        self.policy = policy_from_config(config)
+        self.load_fn = load_fn
+        self.demand_fn = demand_fn or demand_from_queued_tasks
+        self.clock = clock
+        self.idle = IdleTracker()
+        self.executor = executor
+        self.backoff = LaunchBackoff()
+        self._backoff_lock = threading.Lock()  # launch threads record their outcome
+        self.last: Decision | None = None
+        self._last_status = ""
+
+    def views(self, rows: Sequence[Row], now: float) -> list[NodeView]:
+        """The policy's view of every non-terminated node, matched to the cluster's rows
+        by the provider's ``cluster_node_id`` (a node with no alive row is pending)."""
+        alive = {r["node_id"]: r for r in rows if r.get("alive")}
+        types = self.config["available_node_types"]
+        views = []
+        for node_id in self.provider.non_terminated_nodes({}):
+            tags = self.provider.node_tags(node_id)
+            node_type = tags.get(TAG_NODE_TYPE, "")
+            row = alive.get(self.provider.cluster_node_id(node_id) or "")
+            if row is None:
+                resources = dict(types.get(node_type, {}).get("resources", {}))
+                total, available, pending = resources, resources, True
+            else:
+                total, available, pending = (
+                    row["resources_total"],
+                    row["resources_available"],
+                    False,
+                )
+                self.idle.observe(node_id, total, available, now)
+            views.append(
+                NodeView(
+                    node_id=node_id,
+                    node_type=node_type,
+                    is_head=tags.get(TAG_NODE_KIND) == KIND_HEAD,
+                    pending=pending,
+                    launch_hash=tags.get(TAG_LAUNCH_CONFIG, ""),
+                    total={k: float(v) for k, v in total.items()},
+                    available={k: float(v) for k, v in available.items()},
+                    idle_since=None if pending else self.idle.idle_since(node_id),
+                )
+            )
+        self.idle.forget(v.node_id for v in views)
+        return views
+
+    def _launch(self, node_type: str) -> None:
+        try:
+            self.provider.create_node(
+                node_config(self.config, node_type), node_tags(self.config, node_type, False), 1
+            )
+        except Exception as exc:
+            with self._backoff_lock:
+                delay = self.backoff.failed(node_type, self.clock(), str(exc))
+            if not isinstance(exc, ProviderError):
+                logger.exception("launching a node of type %s failed", node_type)
+            logger.error(
+                "launching a node of type %s failed (%s); no launch of that type for %.0f s",
+                node_type,
+                exc,
+                delay,
+            )
+        else:
+            with self._backoff_lock:
+                self.backoff.succeeded(node_type)
+
+    def update(self) -> Decision:
+        """One step: observe, decide, terminate, launch. Launch failures are logged and
+        retried at the next step; the decision is returned (and kept in ``last``)."""
+        now = self.clock()
+        rows = self.load_fn()
+        views = self.views(rows, now)
+        demand = self.demand_fn(rows)
+        with self._backoff_lock:
+            blocked = self.backoff.blocked(now)
+        decision = self.policy.decide(views, demand, now, blocked)
+        for node_id, reason in decision.terminate:
+            logger.info("terminating %s (%s)", node_id, reason)
+            self.provider.terminate_node(node_id)
+        for node_type, count in sorted(decision.launch.items()):
+            logger.info("launching %d node(s) of type %s", count, node_type)
+            for _ in range(count):  # one call per node: each starts as soon as it can
+                if self.executor is None:
+                    self._launch(node_type)
+                else:
+                    self.executor.submit(self._launch, node_type)
+        pending = sum(1 for v in views if v.pending)
+        status = (
+            f"Autoscaler: {len(views)} nodes ({pending} pending), demand {len(demand)}, "
+            f"launch {decision.launch}, terminate {[n for n, _ in decision.terminate]}, "
+            f"waiting {decision.waiting}, infeasible {len(decision.infeasible)}, "
+            f"backed off {sorted(blocked)}"
+        )
+        if status != self._last_status:  # one line per change, not per step
+            logger.info("%s", status)
+            self._last_status = status
+        self.last = decision
+        return decision

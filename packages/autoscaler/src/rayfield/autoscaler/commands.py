@@ -1,0 +1,245 @@
+"""What the launcher commands do (``up``, ``down``, ``exec``, ``submit``, the IP
+queries), apart from their command-line parsing (``cli.py``).
+
+``up`` starts the head through the provider, writes the prepared config as
+``<cluster_dir>/bootstrap.yaml`` (0600) and starts the cluster's monitor process
+(``python -m rayfield.autoscaler.monitor``), which launches ``min_workers`` and
+autoscales; its log is ``<cluster_dir>/monitor.log`` and its pid ``monitor.pid``.
+``exec`` and ``submit`` run on the head, which for ``local_process`` is this machine:
+the command gets ``RAYFIELD_ADDRESS`` (the GCS), ``RAYFIELD_TOKEN`` and
+``RAYFIELD_HEAD_IP`` in its environment, so ``rayfield.init()`` joins the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+from rayfield.autoscaler.autoscaler import node_config, node_tags
+from rayfield.autoscaler.config import launch_hash
+from rayfield.autoscaler.local_process import LocalProcessProvider
+from rayfield.autoscaler.node_provider import (
+    KIND_HEAD,
+    KIND_WORKER,
+    TAG_LAUNCH_CONFIG,
+    TAG_NODE_KIND,
+    NodeProvider,
+    ProviderError,
+    get_node_provider,
+)
+
+__all__ = [
+    "LauncherError",
+    "create_or_update",
+    "exec_cluster",
+    "head_node",
+    "monitor_log",
+    "teardown",
+    "worker_nodes",
+]
+
+MONITOR_MODULE = "rayfield.autoscaler.monitor"
+DEFAULT_UPDATE_INTERVAL_S = 5.0
+MONITOR_START_TIMEOUT_S = 60.0
+
+
+class LauncherError(RuntimeError):
+    """A launcher command could not do what was asked; the message says why."""
+
+
+def provider_for(config: dict[str, Any]) -> LocalProcessProvider:
+    """The cluster's provider (only ``local_process`` in this version).
+
+    Raises:
+        ProviderError: the config names a provider this launcher cannot drive.
+    """
+    provider: NodeProvider = get_node_provider(config["provider"], config["cluster_name"])
+    if not isinstance(provider, LocalProcessProvider):
+        raise ProviderError(f"the launcher drives local_process clusters, not {provider!r}")
+    return provider
+
+
+def head_node(provider: NodeProvider) -> str | None:
+    """The head's node id, or None when the cluster has no head."""
+    heads = provider.non_terminated_nodes({TAG_NODE_KIND: KIND_HEAD})
+    return heads[0] if heads else None
+
+
+def worker_nodes(provider: NodeProvider) -> list[str]:
+    """The workers' node ids (pending and running)."""
+    return provider.non_terminated_nodes({TAG_NODE_KIND: KIND_WORKER})
+
+
+def monitor_log(provider: LocalProcessProvider) -> Path:
+    """The monitor's log file."""
+    return provider.root / "monitor.log"
+
+
+def _monitor_pid(provider: LocalProcessProvider) -> int | None:
+    try:
+        pid = int((provider.root / "monitor.pid").read_text())
+        proc = psutil.Process(pid)
+        if MONITOR_MODULE in proc.cmdline() and proc.status() != psutil.STATUS_ZOMBIE:
+            return pid
+    except (OSError, ValueError, psutil.Error):
+        pass
+    return None
+
+
+def stop_monitor(provider: LocalProcessProvider, grace_s: float = 150.0) -> bool:
+    """Stop the cluster's monitor process; True when one was running.
+
+    The monitor finishes the launches it has started (each at most the provider's start
+    timeout) before it exits, so that no node starts after ``down`` has listed them;
+    ``grace_s`` bounds that wait before it is killed."""
+    pid = _monitor_pid(provider)
+    if pid is None:
+        return False
+    proc = psutil.Process(pid)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except psutil.TimeoutExpired:
+        proc.kill()
+        proc.wait(grace_s)
+    (provider.root / "monitor.pid").unlink(missing_ok=True)
+    return True
+
+
+def started_line(cluster_name: str, pid: int) -> str:
+    """What the monitor logs once it runs (``up`` waits for this line)."""
+    return f"monitor of {cluster_name!r} started (pid {pid})"
+
+
+def _start_monitor(provider: LocalProcessProvider, bootstrap: Path, interval_s: float) -> int:
+    log = monitor_log(provider)
+    with open(log, "ab") as out:
+        os.chmod(log, 0o600)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", MONITOR_MODULE, str(bootstrap), "--interval-s", str(interval_s)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    (provider.root / "monitor.pid").write_text(str(proc.pid))
+    marker = started_line(provider.cluster_name, proc.pid)
+    deadline = time.monotonic() + MONITOR_START_TIMEOUT_S
+    while marker not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+            why = f"exited with status {proc.returncode}" if proc.poll() is not None else "hangs"
+            raise LauncherError(f"the autoscaler {why} at start ({' '.join(tail)}); see {log}")
+        time.sleep(0.1)
+    return proc.pid
+
+
+def create_or_update(
+    config: dict[str, Any],
+    no_restart: bool = False,
+    restart_only: bool = False,
+    update_interval_s: float = DEFAULT_UPDATE_INTERVAL_S,
+    echo: Callable[[str], None] = print,
+) -> str:
+    """Bring the cluster up, or update a running one; returns the head's node id.
+
+    A head whose launch-config hash is outdated is replaced (its workers go with it);
+    a current one is kept. Unless ``no_restart``, the monitor is (re)started so that it
+    reads the new config.
+
+    Raises:
+        LauncherError: ``no_restart`` and ``restart_only`` are both set.
+        ProviderError: the head could not be started.
+    """
+    if no_restart and restart_only:
+        raise LauncherError("--no-restart and --restart-only exclude each other: pick one")
+    provider = provider_for(config)
+    head_type = config["head_node_type"]
+    head = head_node(provider)
+    if head is not None and (
+        provider.node_tags(head).get(TAG_LAUNCH_CONFIG) != launch_hash(config, head_type)
+        or not provider.is_running(head)
+    ):
+        echo(f"replacing the head {head}: its launch config changed or it stopped")
+        teardown(config, workers_only=False, echo=echo)
+        head = None
+    if head is None:
+        echo(f"starting the head of {config['cluster_name']!r} (type {head_type})")
+        provider.create_node(
+            node_config(config, head_type), node_tags(config, head_type, head=True), 1
+        )
+        head = head_node(provider)
+        if head is None:
+            raise ProviderError("the head was created but the provider does not list it")
+    else:
+        echo(f"the head {head} is up to date")
+    bootstrap = provider.root / "bootstrap.yaml"
+    fd = os.open(bootstrap, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    if not no_restart or _monitor_pid(provider) is None:
+        stop_monitor(provider)
+        pid = _start_monitor(provider, bootstrap, update_interval_s)
+        echo(f"the autoscaler runs (pid {pid}); follow it with: rayfield-autoscaler monitor")
+    echo(f"head {head} at {provider.gcs_address(head)}; cluster dir {provider.root}")
+    return head
+
+
+def teardown(
+    config: dict[str, Any], workers_only: bool = False, echo: Callable[[str], None] = print
+) -> int:
+    """Stop the monitor (unless ``workers_only``) and terminate the workers, then the
+    head (unless ``workers_only``). Returns how many nodes were terminated."""
+    provider = provider_for(config)
+    if not workers_only and stop_monitor(provider):
+        echo("stopped the autoscaler")
+    nodes = worker_nodes(provider)
+    head = head_node(provider)
+    if head is not None and not workers_only:
+        nodes.append(head)
+    for node_id in nodes:
+        echo(f"terminating {node_id}")
+        provider.terminate_node(node_id)
+    return len(nodes)
+
+
+def cluster_env(config: dict[str, Any]) -> dict[str, str]:
+    """The environment a command on the head gets to reach the cluster.
+
+    Raises:
+        LauncherError: the cluster has no running head.
+    """
+    provider = provider_for(config)
+    head = head_node(provider)
+    if head is None or not provider.is_running(head):
+        raise LauncherError(
+            f"cluster {config['cluster_name']!r} is not up: run `rayfield-autoscaler up` "
+            "(or pass --start)"
+        )
+    return {
+        "RAYFIELD_ADDRESS": provider.gcs_address(head),
+        "RAYFIELD_TOKEN": provider.token(head),
+        "RAYFIELD_HEAD_IP": provider.internal_ip(head) or "127.0.0.1",
+    }
+
+
+def exec_cluster(
+    config: dict[str, Any], cmd: list[str] | str, timeout_s: float | None = None
+) -> int:
+    """Run ``cmd`` (a shell string or an argv list) on the head; its exit status.
+
+    Raises:
+        LauncherError: the cluster has no running head.
+    """
+    env = {**os.environ, **cluster_env(config)}
+    proc = subprocess.run(cmd, shell=isinstance(cmd, str), env=env, timeout=timeout_s, check=False)
+    return proc.returncode

@@ -1,0 +1,77 @@
+"""The monitor process: runs the autoscaler loop of one cluster until SIGTERM.
+
+``python -m rayfield.autoscaler.monitor BOOTSTRAP_YAML [--interval-s S]`` (started by
+``rayfield-autoscaler up``). Each step reads the load through rayfield-core's public
+``rayfield.util.state.StateClient``; after ``MAX_FAILURES`` steps in a row that raise,
+the monitor exits with status 1 (the reference's abort rule).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rayfield.autoscaler.autoscaler import Autoscaler, Row
+from rayfield.autoscaler.commands import head_node, provider_for, started_line
+from rayfield.autoscaler.config import load_config
+from rayfield.autoscaler.local_process import LocalProcessProvider
+
+MAX_FAILURES = 5
+MAX_CONCURRENT_LAUNCHES = 10  # the reference's max_concurrent_launches
+
+logger = logging.getLogger("rayfield.autoscaler")
+
+
+def state_load(provider: LocalProcessProvider) -> Any:
+    """A load function over the cluster's GCS (rows of ``StateClient.nodes()``)."""
+    from rayfield.util.state import StateClient
+
+    def load() -> list[Row]:
+        head = head_node(provider)
+        if head is None:
+            return []
+        with StateClient(provider.gcs_address(head), token=provider.token(head)) as client:
+            return list(client.nodes())
+
+    return load
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the loop; the exit status."""
+    parser = argparse.ArgumentParser(prog="rayfield.autoscaler.monitor")
+    parser.add_argument("config")
+    parser.add_argument("--interval-s", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    config = load_config(args.config)
+    provider = provider_for(config)
+    launcher = ThreadPoolExecutor(MAX_CONCURRENT_LAUNCHES, thread_name_prefix="launch")
+    autoscaler = Autoscaler(config, provider, state_load(provider), executor=launcher)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    failures = 0
+    logger.info("%s", started_line(config["cluster_name"], os.getpid()))
+    while not stop.is_set():
+        try:
+            autoscaler.update()
+            failures = 0
+        except Exception:
+            failures += 1
+            logger.exception("autoscaler step failed (%d in a row)", failures)
+            if failures >= MAX_FAILURES:
+                logger.error("%d failures in a row: the monitor stops", failures)
+                launcher.shutdown(wait=True, cancel_futures=True)
+                return 1
+        stop.wait(args.interval_s)
+    launcher.shutdown(wait=True, cancel_futures=True)
+    logger.info("monitor stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""The ``NodeProvider`` interface every provider implements, the node tags, and the
+registry of provider types.
+
+Call order: the launcher and the monitor build one provider per cluster
+(``get_node_provider(config["provider"], config["cluster_name"])``), then list nodes with
+:meth:`NodeProvider.non_terminated_nodes`, read and write their tags, create nodes with
+:meth:`NodeProvider.create_node` and remove them with :meth:`NodeProvider.terminate_node`;
+:meth:`NodeProvider.cleanup` ends the provider's use.
+
+Sources:
+    Ray 0.7 ``NodeProvider`` and ``tags.py`` (spec 5.2).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+__all__ = [
+    "STATUS_UNINITIALIZED",
+    "STATUS_UPDATE_FAILED",
+    "STATUS_UP_TO_DATE",
+    "TAG_CLUSTER_NAME",
+    "TAG_LAUNCH_CONFIG",
+    "TAG_NODE_KIND",
+    "TAG_NODE_NAME",
+    "TAG_NODE_STATUS",
+    "TAG_NODE_TYPE",
+    "NodeProvider",
+    "ProviderError",
+    "get_node_provider",
+]
+
+# Tag keys (the reference's ``ray-*`` tags under this project's name).
+TAG_NODE_NAME = "rayfield-node-name"
+TAG_NODE_KIND = "rayfield-node-kind"  # "head" or "worker"
+TAG_NODE_TYPE = "rayfield-user-node-type"  # a key of available_node_types
+TAG_NODE_STATUS = "rayfield-node-status"
+TAG_CLUSTER_NAME = "rayfield-cluster-name"
+TAG_LAUNCH_CONFIG = "rayfield-launch-config"
+TAG_RUNTIME_CONFIG = "rayfield-runtime-config"
+
+STATUS_UNINITIALIZED = "uninitialized"
+STATUS_UP_TO_DATE = "up-to-date"
+STATUS_UPDATE_FAILED = "update-failed"
+
+KIND_HEAD = "head"
+KIND_WORKER = "worker"
+
+
+class ProviderError(RuntimeError):
+    """A provider could not do what was asked; the message says what and why."""
+
+
+class NodeProvider(abc.ABC):
+    """Creates, lists, tags and terminates the nodes of one cluster.
+
+    Nodes are namespaced by ``cluster_name``; each is pending, running or terminated.
+
+    Args:
+        provider_config: the config's ``provider`` section (defaults filled).
+        cluster_name: the config's ``cluster_name``.
+    """
+
+    def __init__(self, provider_config: dict[str, Any], cluster_name: str) -> None:
+        self.provider_config = provider_config
+        self.cluster_name = cluster_name
+
+    @abc.abstractmethod
+    def non_terminated_nodes(self, tag_filters: dict[str, str]) -> list[str]:
+        """Ids of the pending and running nodes whose tags include ``tag_filters``."""
+
+    @abc.abstractmethod
+    def is_running(self, node_id: str) -> bool:
+        """True when the node runs (it was created and has not stopped)."""
+
+    @abc.abstractmethod
+    def is_terminated(self, node_id: str) -> bool:
+        """True when the node is gone (terminated, or never existed)."""
+
+    @abc.abstractmethod
+    def node_tags(self, node_id: str) -> dict[str, str]:
+        """The node's tags.
+
+        Raises:
+            ProviderError: no such node.
+        """
+
+    @abc.abstractmethod
+    def external_ip(self, node_id: str) -> str | None:
+        """The address others reach the node at; None when it has none."""
+
+    @abc.abstractmethod
+    def internal_ip(self, node_id: str) -> str | None:
+        """The node's address inside the cluster; None when it has none yet."""
+
+    @abc.abstractmethod
+    def create_node(self, node_config: dict[str, Any], tags: dict[str, str], count: int) -> None:
+        """Create ``count`` nodes from ``node_config``, tagged ``tags``.
+
+        Raises:
+            ProviderError: a node could not be created.
+        """
+
+    @abc.abstractmethod
+    def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
+        """Merge ``tags`` into the node's tags.
+
+        Raises:
+            ProviderError: no such node.
+        """
+
+    @abc.abstractmethod
+    def terminate_node(self, node_id: str) -> None:
+        """Stop the node and forget it; a node already gone is not an error."""
+
+    def terminate_nodes(self, node_ids: list[str]) -> None:
+        """Terminate each of ``node_ids`` (in order)."""
+        for node_id in node_ids:
+            self.terminate_node(node_id)
+
+    def cluster_node_id(self, node_id: str) -> str | None:
+        """The node's id in the rayfield cluster (hex), when the provider knows it; None
+        otherwise (the autoscaler then treats the node as pending)."""
+        return None
+
+    def cleanup(self) -> None:  # noqa: B027  (optional hook: nothing to release by default)
+        """Release what the provider holds (connections, caches)."""
+
+
+def get_node_provider(provider_config: dict[str, Any], cluster_name: str) -> NodeProvider:
+    """The provider for ``provider_config["type"]``.
+
+    Raises:
+        ProviderError: the type is not one this version provides.
+    """
+    kind = provider_config.get("type")
+    if kind == "local_process":
+        from rayfield.autoscaler.local_process import LocalProcessProvider
+
+        return LocalProcessProvider(provider_config, cluster_name)
+    raise ProviderError(f"provider type {kind!r} is not available; use 'local_process'")

@@ -1,0 +1,232 @@
+"""The autoscaler loop (observe, decide, apply) over an in-memory provider, with injected
+load, demand and clock: no process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rayfield.autoscaler.autoscaler import Autoscaler, demand_from_queued_tasks
+from rayfield.autoscaler.config import launch_hash, prepare_config
+from rayfield.autoscaler.node_provider import (
+    TAG_LAUNCH_CONFIG,
+    TAG_NODE_KIND,
+    TAG_NODE_TYPE,
+    NodeProvider,
+    ProviderError,
+)
+
+
+class MemoryProvider(NodeProvider):
+    """Nodes as dict entries; a node joins the cluster when the test says so."""
+
+    def __init__(self) -> None:
+        super().__init__({"type": "memory"}, "t")
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.created: list[str] = []
+        self.fail = False
+
+    def non_terminated_nodes(self, tag_filters: dict[str, str]) -> list[str]:
+        return sorted(
+            k
+            for k, n in self.nodes.items()
+            if all(n["tags"].get(a) == b for a, b in tag_filters.items())
+        )
+
+    def is_running(self, node_id: str) -> bool:
+        return node_id in self.nodes
+
+    def is_terminated(self, node_id: str) -> bool:
+        return node_id not in self.nodes
+
+    def node_tags(self, node_id: str) -> dict[str, str]:
+        return dict(self._node(node_id)["tags"])
+
+    def _node(self, node_id: str) -> dict[str, Any]:
+        if node_id not in self.nodes:
+            raise ProviderError(f"no node {node_id}")
+        return self.nodes[node_id]
+
+    def external_ip(self, node_id: str) -> str | None:
+        return "10.0.0.1"
+
+    def internal_ip(self, node_id: str) -> str | None:
+        return "10.0.0.1"
+
+    def create_node(self, node_config: dict[str, Any], tags: dict[str, str], count: int) -> None:
+        if self.fail:
+            raise ProviderError("no capacity")
+        for _ in range(count):
+            node_id = f"n{len(self.created)}"
+            self.created.append(node_id)
+            self.nodes[node_id] = {"tags": dict(tags), "resources": node_config["resources"]}
+
+    def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
+        self._node(node_id)["tags"].update(tags)
+
+    def terminate_node(self, node_id: str) -> None:
+        self.nodes.pop(node_id, None)
+
+    def cluster_node_id(self, node_id: str) -> str | None:
+        return f"cluster-{node_id}"
+
+
+def config() -> dict[str, Any]:
+    return prepare_config(
+        {
+            "cluster_name": "t",
+            "provider": {"type": "local_process"},
+            "idle_timeout_minutes": 1,
+            "head_node_type": "head",
+            "available_node_types": {
+                "head": {"resources": {"CPU": 0}},
+                "worker": {"resources": {"CPU": 1}, "min_workers": 1, "max_workers": 3},
+            },
+        }
+    )
+
+
+class Cluster:
+    """What the load function reports: rows of the nodes that joined, busy or not."""
+
+    def __init__(self, provider: MemoryProvider) -> None:
+        self.provider = provider
+        self.joined: set[str] = set()
+        self.busy: set[str] = set()
+        self.queued = 0
+
+    def rows(self) -> list[dict[str, Any]]:
+        out = []
+        for node_id in sorted(self.joined & set(self.provider.nodes)):
+            total = {k: float(v) for k, v in self.provider.nodes[node_id]["resources"].items()}
+            available = {k: 0.0 for k in total} if node_id in self.busy else dict(total)
+            out.append(
+                {
+                    "node_id": f"cluster-{node_id}",
+                    "alive": True,
+                    "resources_total": total,
+                    "resources_available": available,
+                    "tasks_queued": self.queued if node_id == "n0" else 0,
+                }
+            )
+        return out
+
+
+def setup() -> tuple[MemoryProvider, Cluster, list[float], Autoscaler]:
+    cfg = config()
+    provider = MemoryProvider()
+    provider.create_node(
+        {"resources": {"CPU": 0}},
+        {TAG_NODE_KIND: "head", TAG_NODE_TYPE: "head", TAG_LAUNCH_CONFIG: launch_hash(cfg, "head")},
+        1,
+    )
+    cluster = Cluster(provider)
+    cluster.joined.add("n0")
+    clock = [0.0]
+    return provider, cluster, clock, Autoscaler(cfg, provider, cluster.rows, clock=lambda: clock[0])
+
+
+def test_loop_scales_up_on_queued_demand_and_down_after_idle_timeout() -> None:
+    provider, cluster, clock, autoscaler = setup()
+    assert autoscaler.update().launch == {"worker": 1}  # min_workers
+    assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n1"]
+    assert autoscaler.update().launch == {}  # n1 pending: counted, not launched again
+    cluster.joined.add("n1")
+    cluster.busy.add("n1")
+    cluster.queued = 2
+    assert autoscaler.update().launch == {"worker": 2}
+    cluster.joined |= {"n2", "n3"}
+    cluster.busy |= {"n2", "n3"}
+    cluster.queued = 0
+    assert autoscaler.update().launch == {}
+    cluster.busy.clear()
+    clock[0] = 10.0
+    assert autoscaler.update().terminate == []  # idle, not for 60 s yet
+    clock[0] = 71.0
+    decision = autoscaler.update()
+    assert sorted(node for node, _ in decision.terminate) == ["n1", "n2"]
+    assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n3"]  # min_workers 1
+    assert "n0" in provider.nodes  # the head stays
+
+
+def test_outdated_workers_are_replaced() -> None:
+    provider, _, _, autoscaler = setup()
+    autoscaler.update()
+    provider.set_node_tags("n1", {TAG_LAUNCH_CONFIG: "old"})
+    decision = autoscaler.update()
+    assert decision.terminate == [("n1", "outdated")] and decision.launch == {"worker": 1}
+    assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n2"]
+
+
+def test_a_failing_node_type_is_backed_off_then_retried() -> None:
+    provider, _, clock, autoscaler = setup()
+    provider.fail = True
+    assert autoscaler.update().launch == {"worker": 1}
+    assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == []
+    clock[0] = 4.0  # within the first backoff (5 s): not launched again
+    assert autoscaler.update().launch == {}
+    clock[0] = 5.0
+    assert autoscaler.update().launch == {"worker": 1}  # fails again: 10 s now
+    clock[0] = 14.0
+    assert autoscaler.update().launch == {}
+    assert autoscaler.backoff.report() == {"worker": (2, "no capacity")}
+    provider.fail = False
+    clock[0] = 15.0
+    autoscaler.update()
+    assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n1"]
+    assert autoscaler.backoff.report() == {}
+
+
+def test_injected_demand_function() -> None:
+    provider, cluster, _, _ = setup()
+    shapes = [{"CPU": 1.0}] * 3
+    autoscaler = Autoscaler(config(), provider, cluster.rows, lambda rows: shapes, lambda: 0.0)
+    assert autoscaler.update().launch == {"worker": 3}
+
+
+def test_default_demand_counts_queued_tasks_of_alive_nodes() -> None:
+    rows = [
+        {"alive": True, "tasks_queued": 2, "tasks_infeasible": 1},
+        {"alive": False, "tasks_queued": 5},
+        {"alive": True, "tasks_queued": 0},
+        {"alive": True},  # not reachable: no counts
+    ]
+    assert demand_from_queued_tasks(rows) == [{"CPU": 1.0}] * 3
+
+
+class DeferredExecutor:
+    """Runs what is submitted only when told to (a stand-in for launch threads)."""
+
+    def __init__(self) -> None:
+        self.queued: list[tuple[Any, tuple[Any, ...]]] = []
+
+    def submit(self, fn: Any, *args: Any) -> None:
+        self.queued.append((fn, args))
+
+    def run_all(self) -> None:
+        for fn, args in self.queued:
+            fn(*args)
+        self.queued.clear()
+
+
+def test_launches_run_in_the_executor() -> None:
+    provider, cluster, clock, _ = setup()
+    executor = DeferredExecutor()
+    shapes = [{"CPU": 1.0}] * 2
+    autoscaler = Autoscaler(
+        config(),
+        provider,
+        cluster.rows,
+        lambda rows: shapes,
+        lambda: clock[0],
+        executor,  # type: ignore[arg-type]
+    )
+    assert autoscaler.update().launch == {"worker": 2}
+    assert len(executor.queued) == 2
+    assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == []  # not run yet
+    executor.run_all()
+    assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n1", "n2"]
+    provider.fail = True
+    shapes.append({"CPU": 1.0})
+    assert autoscaler.update().launch == {"worker": 1}
+    executor.run_all()  # the failure is logged, not raised into the executor
+    assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n1", "n2"]

@@ -1,0 +1,140 @@
+"""End to end on real processes: `up` a local_process cluster, run a driver on it, watch
+the autoscaler add a worker for queued tasks and remove it after the idle timeout, `down`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import processes_under, wait_until, write_config
+
+from rayfield.autoscaler.commands import head_node, monitor_log, provider_for, worker_nodes
+from rayfield.autoscaler.config import load_config
+
+pytestmark = pytest.mark.timeout(600)
+
+DRIVER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+
+    import rayfield
+
+    out = Path(sys.argv[1])
+    rayfield.init()  # RAYFIELD_ADDRESS and RAYFIELD_TOKEN come from `submit`
+
+    @rayfield.remote(num_cpus=1)
+    def where():
+        return rayfield.get_runtime_context().get_node_id()
+
+    @rayfield.remote(num_cpus=1)
+    def hold(i):
+        node = rayfield.get_runtime_context().get_node_id()
+        (out / f"started-{i}").write_text(node)
+        while not (out / "release").exists():
+            time.sleep(0.05)
+        return node
+
+    (out / "first").write_text(rayfield.get(where.remote(), timeout=120))
+    refs = [hold.remote(0), hold.remote(1)]  # 2 CPUs wanted, 1 there: one task queues
+    while not (out / "go").exists():  # the test names the new worker once it is up
+        time.sleep(0.05)
+    new_node = (out / "go").read_text()
+    # Work submitted from now on goes to the new worker, once this node's view of the
+    # cluster (refreshed every heartbeat) has it; until then it queues on the busy one.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ref = where.remote()
+        refs.append(ref)
+        ready, _ = rayfield.wait([ref], timeout=2)
+        if ready and rayfield.get(ready[0]) == new_node:
+            (out / "on-new-node").write_text(new_node)
+            break
+    print("ran on", sorted(set(rayfield.get(refs, timeout=300))))
+    """
+)
+
+
+def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rayfield.autoscaler.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_up_scale_up_scale_down_down(tmp_path: Path, cluster_dir: Path) -> None:
+    cfg_path = write_config(tmp_path / "cluster.yaml", cluster_dir)
+    provider = provider_for(load_config(cfg_path))
+    up = cli("up", str(cfg_path), "-y", "--update-interval-s", "0.5")
+    assert up.returncode == 0, up.stdout + up.stderr
+    head = head_node(provider)
+    assert head is not None and provider.is_running(head)
+    ip = cli("get-head-ip", str(cfg_path))
+    assert ip.stdout.strip() == "127.0.0.1"
+    # `up` again: the head (same launch config) is kept, the monitor restarted.
+    monitor_pid = (cluster_dir / "monitor.pid").read_text()
+    again = cli("up", str(cfg_path), "-y", "--update-interval-s", "0.5")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"the head {head} is up to date" in again.stdout
+    assert head_node(provider) == head
+    assert (cluster_dir / "monitor.pid").read_text() != monitor_pid
+
+    # The monitor launches min_workers (1) and the worker joins the cluster.
+    def workers_joined(n: int) -> list[str]:
+        ids = worker_nodes(provider)
+        joined = [w for w in ids if provider.cluster_node_id(w)]
+        return joined if len(ids) == len(joined) == n else []
+
+    (first_worker,) = wait_until(lambda: workers_joined(1), 120, "the min_workers worker")
+
+    out = tmp_path / "driver-out"
+    out.mkdir()
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    argv = [sys.executable, "-m", "rayfield.autoscaler.cli", "submit", str(cfg_path)]
+    driver = subprocess.Popen(
+        [*argv, str(script), str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+    try:
+        # The first task runs on the worker (the head has no CPU).
+        first = wait_until(
+            lambda: (out / "first").exists() and (out / "first").read_text(), 120, "the first task"
+        )
+        assert first == provider.cluster_node_id(first_worker)
+        # Two 1-CPU tasks on one 1-CPU worker: one queues, and the autoscaler adds a
+        # second worker; work submitted from then on runs on it.
+        joined = wait_until(lambda: workers_joined(2), 120, "a second worker")
+        (second_worker,) = set(joined) - {first_worker}
+        new_node = provider.cluster_node_id(second_worker)
+        (out / "go").write_text(str(new_node))
+        wait_until(lambda: (out / "on-new-node").exists(), 150, "a task on the new worker")
+        (out / "release").write_text("")
+        output, _ = driver.communicate(timeout=120)
+        assert driver.returncode == 0, output
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+            cli("down", str(cfg_path), "-y")
+
+    # Idle for 3 s (idle_timeout_minutes 0.05): back to min_workers, the head kept.
+    wait_until(lambda: workers_joined(1), 120, "scale-down to min_workers")
+    assert head_node(provider) == head
+    log = monitor_log(provider).read_text()
+    assert "launching 1 node(s) of type worker" in log and "(idle)" in log, log
+
+    down = cli("down", str(cfg_path), "-y")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "terminated 2 nodes" in down.stdout
+    assert provider.non_terminated_nodes({}) == []
+    wait_until(
+        lambda: not processes_under(cluster_dir), 30, "no process left under the cluster dir"
+    )

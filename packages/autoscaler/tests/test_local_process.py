@@ -1,0 +1,72 @@
+"""The local_process provider on real `rayfield start` processes."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from rayfield.autoscaler.local_process import LocalProcessProvider
+from rayfield.autoscaler.node_provider import (
+    TAG_NODE_KIND,
+    TAG_NODE_STATUS,
+    ProviderError,
+    get_node_provider,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_provider_errors_without_processes(cluster_dir: Path) -> None:
+    provider = get_node_provider({"type": "local_process", "cluster_dir": str(cluster_dir)}, "c")
+    assert isinstance(provider, LocalProcessProvider)
+    assert stat.S_IMODE(cluster_dir.stat().st_mode) == 0o700
+    assert provider.non_terminated_nodes({}) == []
+    assert provider.is_terminated("worker-x") and not provider.is_running("worker-x")
+    with pytest.raises(ProviderError, match="has no node 'worker-x'"):
+        provider.node_tags("worker-x")
+    with pytest.raises(ProviderError, match="has no head"):
+        provider.create_node({"resources": {"CPU": 1}}, {TAG_NODE_KIND: "worker"}, 1)
+    provider.terminate_node("worker-x")  # gone already: not an error
+    with pytest.raises(ProviderError, match="provider type 'aws' is not available"):
+        get_node_provider({"type": "aws"}, "c")
+
+
+def test_shared_cluster_dir_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(ProviderError, match="is not yours alone"):
+        LocalProcessProvider({"type": "local_process", "cluster_dir": str(shared)}, "c")
+
+
+def test_head_and_worker_lifecycle(cluster_dir: Path) -> None:
+    provider = LocalProcessProvider({"type": "local_process", "cluster_dir": str(cluster_dir)}, "c")
+    small = {"resources": {"CPU": 1}, "object_store_memory": 64 << 20}
+    provider.create_node(small, {TAG_NODE_KIND: "head", "k": "v"}, 1)
+    (head,) = provider.non_terminated_nodes({TAG_NODE_KIND: "head"})
+    assert provider.is_running(head) and not provider.is_terminated(head)
+    assert provider.gcs_address(head).startswith("127.0.0.1:")
+    assert len(provider.token(head)) > 20
+    assert provider.internal_ip(head) == provider.external_ip(head) == "127.0.0.1"
+    assert provider.cluster_node_id(head)
+
+    provider.create_node(small, {TAG_NODE_KIND: "worker"}, 1)
+    (worker,) = provider.non_terminated_nodes({TAG_NODE_KIND: "worker"})
+    assert provider.is_running(worker)
+    assert provider.cluster_node_id(worker) not in (None, provider.cluster_node_id(head))
+    provider.set_node_tags(worker, {TAG_NODE_STATUS: "up-to-date"})
+    assert provider.node_tags(worker) == {TAG_NODE_KIND: "worker", TAG_NODE_STATUS: "up-to-date"}
+
+    state = cluster_dir / "state.json"
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600
+    recorded = json.loads(state.read_text())["nodes"]
+    assert set(recorded) == {head, worker}
+    assert provider.token(head) not in state.read_text()  # no secret in the tags/state
+    assert "started" in provider.log_path(worker).read_text()
+
+    provider.terminate_nodes([worker, head])
+    assert provider.non_terminated_nodes({}) == []
+    assert provider.is_terminated(head) and not provider.is_running(head)
