@@ -17,10 +17,40 @@ from rayfield.cli.status import status
 from rayfield.cli.stop import stop
 from rayfield.cli.timeline import timeline
 
+PLUGIN_GROUP = "rayfield.cli_commands"
+
+
+def _plugins() -> dict[str, Any]:
+    """Commands other distributions add (entry points of group ``rayfield.cli_commands``,
+    each naming one click command; rayfield-autoscaler adds ``up``, ``down``...)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)}
+
 
 class _Group(click.Group):
     """The command group; session files another user could control (``rayfield.exceptions.
-    UnsafeSessionError``) end any command with their one-line message, not a traceback."""
+    UnsafeSessionError``) end any command with their one-line message, not a traceback.
+    Plug-in commands are looked up only when a name is not built in (or for ``--help``),
+    so the built-in commands start without reading every installed distribution."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(_plugins()))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            return command
+        entry = _plugins().get(cmd_name)
+        if entry is None:
+            return None
+        loaded = entry.load()
+        if not isinstance(loaded, click.Command):
+            raise click.ClickException(
+                f"plug-in command {cmd_name!r} ({entry.value}) is not a click command; "
+                f"reinstall the distribution that provides it"
+            )
+        return loaded
 
     def invoke(self, ctx: click.Context) -> Any:
         from rayfield.exceptions import UnsafeSessionError
