@@ -12,6 +12,7 @@ import hashlib
 import inspect
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -106,7 +107,9 @@ class ActorClass(Generic[C]):
         self._cls = cls
         self._options = opt.normalize(options, actor=True)
         self._methods = _methods(cls)
-        self._exported: tuple[Any, bytes] | None = None
+        # (the runtime it was exported to, weakly: a runtime shut down is not kept alive by
+        # its functions; the code id there)
+        self._exported: tuple[weakref.ref[Any], bytes] | None = None
         self.__name__ = cls.__name__
         self.__doc__ = cls.__doc__
 
@@ -166,8 +169,8 @@ class ActorClass(Generic[C]):
             existing = _lookup(o["name"], o.get("namespace", ""))
             if existing is not None:
                 return existing
-        if self._exported is None or self._exported[0] is not rt:
-            self._exported = (rt, rt.export(self._cls))
+        if self._exported is None or self._exported[0]() is not rt:
+            self._exported = (weakref.ref(rt), rt.export(self._cls))
         actor_id = rt.ids.task_id()
         cluster = context.gcs_address()
         if cluster is not None:  # every actor in the GCS; a name is taken there first

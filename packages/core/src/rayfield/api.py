@@ -258,6 +258,9 @@ def shutdown(exiting_interpreter: bool = False) -> None:
     if ctx is None:
         return
     ctx.runtime.close()
+    events = getattr(ctx.runtime, "events", None)  # (local mode has no event log)
+    if events is not None:
+        events.close()
     if ctx.info.get("gcs_address") and ctx.mode is Mode.CONNECTED:
         from rayfield._private.driver import jobs
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -41,7 +42,9 @@ class RemoteFunction(Generic[R]):
     def __init__(self, function: Callable[..., R], options: dict[str, Any]) -> None:
         self._function = function
         self._options = opt.normalize(options, actor=False)
-        self._exported: tuple[Any, bytes] | None = None
+        # (the runtime it was exported to, weakly: a runtime shut down is not kept alive by
+        # its functions; the code id there)
+        self._exported: tuple[weakref.ref[Any], bytes] | None = None
         functools.update_wrapper(self, function)
 
     def __reduce__(self) -> Any:  # a recursive task pickles itself: leave the runtime out
@@ -95,8 +98,8 @@ class RemoteFunction(Generic[R]):
 
     def _submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], o: dict[str, Any]) -> Any:
         rt = get_runtime()
-        if self._exported is None or self._exported[0] is not rt:
-            self._exported = (rt, rt.export(self._function))
+        if self._exported is None or self._exported[0]() is not rt:
+            self._exported = (weakref.ref(rt), rt.export(self._function))
         n = o.get("num_returns", 1)
         refs = rt.submit(
             "task",

@@ -172,17 +172,8 @@ SHM_DIR = Path("/dev/shm")
 
 #: Leftovers of the runtime itself that are known and not fixed yet, tolerated by the
 #: fixtures' leak check by default (regular expressions over :class:`LeakCheck`'s
-#: descriptions). Each entry names its cause; remove it with the fix.
-RUNTIME_LEAKS: tuple[str, ...] = (
-    # Every rayfield.init creates an EventLog (rayfield/_private/events.py) whose flusher
-    # thread "rf-events" loops forever: shutdown() does not stop it (one thread per init).
-    r"^thread 'rf-events' ",
-    # A remote function or actor class keeps the runtime it was last exported to
-    # (`_exported` in remote_function.py and actor.py) after shutdown(), and with it that
-    # runtime's closed StoreClient, whose wake-up eventfd stays open until the function is
-    # used with the next runtime (one eventfd per remote function or actor class).
-    r"^fd \d+ -> anon_inode:\[eventfd\]$",
-)
+#: descriptions). Each entry names its cause; remove it with the fix. None today.
+RUNTIME_LEAKS: tuple[str, ...] = ()
 
 
 def _fds() -> set[str]:

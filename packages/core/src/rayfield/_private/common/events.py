@@ -25,22 +25,34 @@ __all__ = ["EventLog", "is_actor_creation", "read_events", "to_chrome_trace"]
 
 
 class EventLog:
-    """Buffered JSON-lines writer of this process's events."""
+    """Buffered JSON-lines writer of this process's events: a flusher thread writes the
+    buffer every 0.2 s until :meth:`close` (``shutdown()``), which writes the rest."""
 
     def __init__(self, logs_dir: str | os.PathLike[str]) -> None:
         self.path = Path(logs_dir) / f"events-{os.getpid()}.jsonl"
         self._buffer: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._last_flush = time.monotonic()
+        self._closed = threading.Event()
         atexit.register(self.flush)
-        flusher = threading.Thread(target=self._flush_periodically, daemon=True, name="rf-events")
-        flusher.start()
+        self._flusher = threading.Thread(
+            target=self._flush_periodically, daemon=True, name="rf-events"
+        )
+        self._flusher.start()
 
     def _flush_periodically(self) -> None:
-        while True:
-            time.sleep(0.2)
+        while not self._closed.wait(0.2):
             if self._buffer:
                 self.flush()
+
+    def close(self) -> None:
+        """Stop the flusher thread and write what is buffered; later records are written
+        by :meth:`record` itself (it flushes when the last flush is over 0.2 s old) and
+        at exit."""
+        self._closed.set()
+        if self._flusher is not threading.current_thread():
+            self._flusher.join(timeout=2)
+        self.flush()
 
     def record(self, event: dict[str, Any]) -> None:
         """Append ``event`` (a dict of JSON values) to the buffer; flushes when the last flush is
