@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rayfield.autoscaler.autoscaler import Autoscaler, demand_from_queued_tasks
+from rayfield.autoscaler.autoscaler import Autoscaler, demand_from_queued_tasks, demand_from_rows
 from rayfield.autoscaler.config import launch_hash, prepare_config
 from rayfield.autoscaler.node_provider import (
     TAG_LAUNCH_CONFIG,
@@ -183,7 +183,28 @@ def test_injected_demand_function() -> None:
     assert autoscaler.update().launch == {"worker": 3}
 
 
-def test_default_demand_counts_queued_tasks_of_alive_nodes() -> None:
+def test_default_demand_takes_the_shapes_nodes_report() -> None:
+    rows = [
+        {
+            "alive": True,
+            "tasks_queued": 3,
+            "demand": [
+                {"shape": {"CPU": 2, "GPU": 1}, "count": 2, "infeasible": True},
+                {"shape": {"CPU": 1}, "count": 1, "infeasible": False},
+            ],
+        },
+        {"alive": False, "demand": [{"shape": {"CPU": 8}, "count": 4, "infeasible": False}]},
+        {"alive": True, "tasks_queued": 1},  # no shapes reported: counted as CPU 1 each
+    ]
+    assert demand_from_rows(rows) == [
+        {"CPU": 2.0, "GPU": 1.0},
+        {"CPU": 2.0, "GPU": 1.0},
+        {"CPU": 1.0},
+        {"CPU": 1.0},
+    ]
+
+
+def test_task_counts_give_one_cpu_a_queued_task_of_alive_nodes() -> None:
     rows = [
         {"alive": True, "tasks_queued": 2, "tasks_infeasible": 1},
         {"alive": False, "tasks_queued": 5},

@@ -3,10 +3,12 @@
 node provider.
 
 Load comes from rayfield-core's public state API (``rayfield.util.state.StateClient``:
-each alive node's total and available resources and its count of queued tasks). The
+each alive node's total and available resources, its count of queued tasks and its
+pending work by resource shape, as the node reported with its last heartbeat). The
 pending demand is read by an injected callable (``demand_fn``) from those rows; the
-default, :func:`demand_from_queued_tasks`, counts one ``{"CPU": 1}`` shape per queued
-or infeasible task, because the public API gives per-node counts, not the shapes of queued work.
+default, :func:`demand_from_rows`, takes the shapes (``demand``) and, for a row without
+them, counts one ``{"CPU": 1}`` per queued or infeasible task
+(:func:`demand_from_queued_tasks`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,13 @@ from rayfield.autoscaler.node_provider import (
     ProviderError,
 )
 
-__all__ = ["Autoscaler", "demand_from_queued_tasks", "node_tags", "policy_from_config"]
+__all__ = [
+    "Autoscaler",
+    "demand_from_queued_tasks",
+    "demand_from_rows",
+    "node_tags",
+    "policy_from_config",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +67,24 @@ def demand_from_queued_tasks(rows: Sequence[Row]) -> list[dict[str, float]]:
         if row.get("alive"):
             n = int(row.get("tasks_queued") or 0) + int(row.get("tasks_infeasible") or 0)
             shapes += [{"CPU": 1.0} for _ in range(n)]
+    return shapes
+
+
+def demand_from_rows(rows: Sequence[Row]) -> list[dict[str, float]]:
+    """The pending demand of alive nodes, one shape dict a waiting task: from each row's
+    ``demand`` (``shape`` and ``count`` entries, as ``rayfield.util.state.resource_demand``
+    gives them) when the row has it, else from its task counts
+    (:func:`demand_from_queued_tasks`)."""
+    shapes: list[dict[str, float]] = []
+    for row in rows:
+        if not row.get("alive"):
+            continue
+        if "demand" in row:
+            for entry in row["demand"]:
+                shape = {k: float(v) for k, v in entry["shape"].items()}
+                shapes += [dict(shape) for _ in range(int(entry["count"]))]
+        else:
+            shapes += demand_from_queued_tasks([row])
     return shapes
 
 
@@ -111,8 +137,7 @@ class Autoscaler:
         provider: the cluster's node provider.
         load_fn: returns ``rayfield.util.state.list_nodes``-style rows (``node_id``,
             ``alive``, ``resources_total``, ``resources_available``, ``tasks_queued``).
-        demand_fn: the pending demand from those rows (default
-            :func:`demand_from_queued_tasks`).
+        demand_fn: the pending demand from those rows (default :func:`demand_from_rows`).
         clock: seconds, monotonic (default ``time.monotonic``).
         executor: runs the launches (``provider.create_node`` calls) in the background,
             so that a step does not wait for nodes to start; None runs them in the step.
@@ -132,7 +157,7 @@ class Autoscaler:
         self.provider = provider
         self.policy = policy_from_config(config)
         self.load_fn = load_fn
-        self.demand_fn = demand_fn or demand_from_queued_tasks
+        self.demand_fn = demand_fn or demand_from_rows
         self.clock = clock
         self.idle = IdleTracker()
         self.executor = executor

@@ -28,7 +28,9 @@ logger = logging.getLogger("rayfield.autoscaler")
 
 
 def state_load(provider: LocalProcessProvider) -> Any:
-    """A load function over the cluster's GCS (rows of ``StateClient.nodes()``)."""
+    """A load function over the cluster's GCS: rows of ``StateClient.nodes()``, each with
+    the node's pending work by resource shape (``demand``, from
+    ``StateClient.resource_demand()``)."""
     from rayfield.util.state import StateClient
 
     def load() -> list[Row]:
@@ -36,7 +38,11 @@ def state_load(provider: LocalProcessProvider) -> Any:
         if head is None:
             return []
         with StateClient(provider.gcs_address(head), token=provider.token(head)) as client:
-            return list(client.nodes())
+            rows = list(client.nodes())
+            demand = client.resource_demand()
+        for row in rows:
+            row["demand"] = [d for d in demand if d["node_id"] == row["node_id"]]
+        return rows
 
     return load
 
