@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rayfield._private.driver.names import client, gcs_address
+from rayfield._private.context import gcs_address
+from rayfield._private.driver.names import client
 
 __all__ = [
     "DEFAULT_NAMESPACE",

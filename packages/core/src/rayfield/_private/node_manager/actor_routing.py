@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from rayfield._private.common.ids import short
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.node_manager.forwarding import batches
 from rayfield._private.node_manager.membership import PeerView
@@ -128,7 +129,7 @@ class ActorRouter:
             )
             self.gcs.register_actor(info)
         except Exception as exc:
-            logger.warning("could not record actor %s in the GCS: %s", actor_id.hex()[:16], exc)
+            logger.warning("could not record actor %s in the GCS: %s", short(actor_id), exc)
         self.route(actor_id)
 
     def node_died(self, address: str) -> None:

@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from rayfield._private.common.actor_scope import NO_HANDLE_LEFT, ActorScopes, Decision
+from rayfield._private.common.ids import short
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.node_manager.actor_routing import ActorRouter
 from rayfield._private.node_manager.jobs import finish_on_node
@@ -183,7 +184,7 @@ class Lifecycle:
         if not decisions:
             return
         outcome = self.native.end_actor(actor_id, NO_HANDLE_LEFT)
-        logger.info("actor %s has no handle left: %s", actor_id.hex()[:16], outcome)
+        logger.info("actor %s has no handle left: %s", short(actor_id), outcome)
         if outcome == "held":
             with self._scope_lock:
                 self.scopes.end_refused(actor_id)
@@ -198,7 +199,7 @@ class Lifecycle:
         Runs the GCS call in the background, off the caller's thread. An actor
         the GCS never recorded (unnamed, never moved) is skipped.
         """
-        logger.info("actor %s is dead: %s", actor_id.hex()[:16], reason)
+        logger.info("actor %s is dead: %s", short(actor_id), reason)
         with self._scope_lock:
             self.scopes.forget(actor_id)
         self._submit(self._mark_dead, actor_id)
@@ -209,7 +210,7 @@ class Lifecycle:
         except GcsNotFoundError:
             pass
         except Exception as exc:
-            logger.warning("could not record actor %s dead: %s", actor_id.hex()[:16], exc)
+            logger.warning("could not record actor %s dead: %s", short(actor_id), exc)
 
     def actor_state(self, actor_id: bytes, alive: bool) -> None:
         """An actor hosted here finished its creation (``alive``) or is being restarted:
@@ -223,7 +224,7 @@ class Lifecycle:
         try:
             self.gcs.register_actor(info)
         except Exception as exc:
-            logger.warning("could not record actor %s %s: %s", actor_id.hex()[:16], state.name, exc)
+            logger.warning("could not record actor %s %s: %s", short(actor_id), state.name, exc)
 
     def actors_restarted(self, actor_ids: list[bytes]) -> None:
         """Actors of a dead node are being created again from here: record them alive on
@@ -235,7 +236,7 @@ class Lifecycle:
             except GcsNotFoundError:
                 pass
             except Exception as exc:
-                logger.debug("could not record actor %s restarted: %s", actor_id.hex()[:16], exc)
+                logger.debug("could not record actor %s restarted: %s", short(actor_id), exc)
 
     def cancel_forwarded(self, task_ids: list[bytes], force: bool) -> None:
         """A recursive cancel on this node reached ``task_ids``, tasks the cancelled one
@@ -305,9 +306,9 @@ class Lifecycle:
             if address is None:  # created here again (its node died): kill it here
                 self.client.kill_actor(actor_id, True)
             elif not self.channels.stub(address).kill_actor(actor_id, True):
-                logger.info("actor %s was not on %s any more", actor_id.hex()[:16], address)
+                logger.info("actor %s was not on %s any more", short(actor_id), address)
         except Exception as exc:
-            logger.info("could not kill actor %s: %s", actor_id.hex()[:16], exc)
+            logger.info("could not kill actor %s: %s", short(actor_id), exc)
         self._mark_dead(actor_id)
 
     # ---- tasks ------------------------------------------------------------------------
@@ -334,7 +335,7 @@ class Lifecycle:
                 task_id, force, hops - 1, recursive=recursive
             )
         except PeerError as exc:
-            logger.info("cancel of task %s on %s failed: %s", task_id.hex()[:16], address, exc)
+            logger.info("cancel of task %s on %s failed: %s", short(task_id), address, exc)
             return state
 
 

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rayfield._private.common.code import fetch_into, is_code
+from rayfield._private.common.ids import short
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.node_manager import fetch_state as fs
 from rayfield._private.node_manager.membership import PeerView
@@ -317,7 +318,7 @@ class ObjectManager:
                 self.client, object_id, self.channels.stub(address).pull(object_id, wait_ms)
             )
         except PeerError as exc:
-            logger.info("pulling %s from %s failed: %s", object_id.hex()[:16], address, exc)
+            logger.info("pulling %s from %s failed: %s", short(object_id), address, exc)
             return False
         if stored:
             self._arrived(object_id, address, release=True)

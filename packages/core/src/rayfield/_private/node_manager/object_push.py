@@ -22,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from rayfield._private.common.ids import short
 from rayfield.store import StoreClient
 
 logger = logging.getLogger("rayfield")
@@ -112,7 +113,7 @@ class ObjectPusher:
         try:
             [buf] = self.client.get([object_id], timeout_s=0)
             if buf is None:  # gone again (freed by its owner): the receiver asks if it must
-                logger.debug("object push: %s is no longer here", object_id.hex()[:16])
+                logger.debug("object push: %s is no longer here", short(object_id))
             else:
                 view = memoryview(buf)
                 try:
@@ -122,11 +123,11 @@ class ObjectPusher:
                     view.release()
                     buf.release()
         except Exception as exc:
-            logger.info("pushing %s to %s failed: %s", object_id.hex()[:16], address, exc)
+            logger.info("pushing %s to %s failed: %s", short(object_id), address, exc)
         try:
             self.done(object_id, address, ok)
         except Exception:
-            logger.exception("object push: bookkeeping of %s failed", object_id.hex()[:16])
+            logger.exception("object push: bookkeeping of %s failed", short(object_id))
 
     def close(self) -> None:
         self._stop.set()

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from rayfield._private.common.ids import short
 from rayfield._private.node_manager.task_spec import TaskSpec
 from rayfield.store import StoreClient
 
@@ -102,7 +103,7 @@ class Recovery:
             elif spec.actor_id:
                 self.fail(list(spec.return_ids), "ACTOR_DIED", f"the actor's node {address} died")
             elif spec.max_retries != 0:
-                logger.warning("task %s is run again: %s", spec.task_id.hex()[:16], why)
+                logger.warning("task %s is run again: %s", short(spec.task_id), why)
                 self.resubmit(spec.replace(max_retries=_one_less(spec.max_retries)))
             else:
                 self.fail(list(spec.return_ids), "WORKER_DIED", f"{why}; no retries left")
@@ -118,7 +119,7 @@ class Recovery:
             if self.on_actor_dead is not None:
                 self.on_actor_dead(actor_id, why)
             return False
-        logger.warning("actor %s is created again: its node %s died", actor_id.hex()[:16], address)
+        logger.warning("actor %s is created again: its node %s died", short(actor_id), address)
         # Its first result was awaited once; a restart's result is not.
         self.resubmit(spec.replace(max_retries=_one_less(spec.max_retries), return_ids=()))
         return True
@@ -147,7 +148,7 @@ class Recovery:
             try:
                 self.client.put(oid, message.encode(), tag.encode())
             except Exception as exc:
-                logger.debug("error object for %s: %s", oid.hex()[:16], exc)
+                logger.debug("error object for %s: %s", short(oid), exc)
 
 
 def _one_less(max_retries: int) -> int:

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from rayfield._private.common.ids import short
 from rayfield._private.protocol import messages
 from rayfield.store import StoreClient
 from rayfield.store.errors import ObjectExistsError
@@ -88,7 +89,7 @@ def store_whole(
     except ObjectExistsError:
         return None
     except Exception as exc:
-        logger.info("could not store object %s: %s", object_id.hex()[:16], exc)
+        logger.info("could not store object %s: %s", short(object_id), exc)
         return False
     try:
         view[:size] = data
