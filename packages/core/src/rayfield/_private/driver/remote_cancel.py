@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-import grpc
+from rayfield._private.transport import RpcError
 
 logger = logging.getLogger("rayfield")
 
@@ -39,6 +39,6 @@ def cancel_elsewhere(node_id: bytes, task_id: bytes, force: bool, recursive: boo
             if node is None or not node.alive:
                 return "done"
             return client.node(node.address).cancel_task(task_id, force, recursive=recursive)
-    except (StateError, grpc.RpcError) as exc:
+    except (StateError, RpcError) as exc:
         logger.warning("could not cancel task %s in the cluster: %s", task_id.hex()[:16], exc)
         return "done"
