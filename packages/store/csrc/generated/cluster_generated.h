@@ -248,8 +248,9 @@ inline ::flatbuffers::Offset<ObjectChunk> CreateObjectChunkDirect(
       offset);
 }
 
-/// ForwardTask: run this task here; the arguments are pulled from `origin`
-/// (host:port of the forwarding node) before it is queued.
+/// ForwardTask: run this task here. It is queued at once; the arguments it lacks are
+/// fetched from `origin` (host:port of the forwarding node), and it runs once they
+/// are here.
 struct ForwardTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef ForwardTaskRequestBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
@@ -331,11 +332,12 @@ inline ::flatbuffers::Offset<ForwardTaskRequest> CreateForwardTaskRequestDirect(
       pushed__);
 }
 
-/// PushObject: the sender holds this object, sealed, and the receiver wants it (the
-/// result of a task the receiver forwarded to the sender, or an argument of a task
-/// the sender forwarded to the receiver). Sent as a little-endian uint32 length, this
-/// table, then the object's data raw when `data_inline` (small objects); otherwise the
-/// receiver pulls it (PullObject) now. Answered with HasObjectsReply: [held here now].
+/// PushObject: the sender holds this object, sealed, and the receiver needs it (an
+/// argument of a task the sender forwarded to the receiver; results are not pushed,
+/// the origin fetches them with FetchObjects). Sent as a little-endian uint32 length,
+/// this table, then the object's data raw when `data_inline` (small objects);
+/// otherwise the receiver pulls it (PullObject) once something there waits for it.
+/// Answered with HasObjectsReply: [held here now].
 struct PushObjectRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef PushObjectRequestBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {

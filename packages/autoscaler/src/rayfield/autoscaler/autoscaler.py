@@ -60,8 +60,8 @@ DemandFn = Callable[[list[Row]], list[dict[str, float]]]
 
 def demand_from_queued_tasks(rows: Sequence[Row]) -> list[dict[str, float]]:
     """One ``{"CPU": 1}`` per task queued or infeasible on an alive node
-    (``tasks_queued`` + ``tasks_infeasible`` of ``rayfield.util.state.list_nodes`` rows:
-    counts, since the public API does not give the shapes of queued work)."""
+    (``tasks_queued`` + ``tasks_infeasible`` of ``rayfield.util.state.list_nodes`` rows):
+    the fallback for a row without the shapes of its queued work (``demand``)."""
     shapes = []
     for row in rows:
         if row.get("alive"):

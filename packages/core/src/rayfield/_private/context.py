@@ -51,7 +51,7 @@ class Mode(str, enum.Enum):
 
 
 class NodeHandle(Protocol):
-    """The node ``init()`` started in this driver's session (``LocalNode``)."""
+    """The node ``init()`` started in this driver's session (a ``node_manager.node.Node``)."""
 
     socket_path: str
 

@@ -1,10 +1,10 @@
 """The node manager: everything that runs in a node's process.
 
-Layer: it imports the common modules below it (``session_files``, ``actor_scope``, the
-protocol messages ``cluster/messages.py``), the GCS client and its types,
-``rayfield.store``, and three node-side helpers kept in ``_private/cluster/``
-(``introspect.Introspector``, ``jobs.finish_on_node``, ``code_exports.is_code`` and
-``fetch_into``); never the runtime or the public API.
+Layer: it imports only the layers below it: ``_private/common`` (``ids``,
+``session_files``, ``actor_scope``, ``code``: ``is_code`` and ``fetch_into``),
+``_private/protocol`` (messages, records, errors), ``_private/transport.py``, the GCS
+client and token reading (``_private/gcs``) and ``rayfield.store``; never the context,
+the runtime, the driver or the public API.
 
 Modules:
     node: :class:`~.node.Node`, the native core, its worker pool (``worker_pool``), the
@@ -24,5 +24,8 @@ Modules:
     node_service: the node's gRPC service, server and peer stubs (the only module of
         the node manager that imports grpc).
     event_shipper: task events sent to the GCS.
-    task_spec, ids: typed task specs, and the id layout the node reads.
+    introspect: the answers to the node service's ``Introspect``, ``ListLogs`` and
+        ``ReadLog``.
+    jobs: the jobs of drivers that left without ``shutdown()``, marked finished.
+    task_spec: typed task specs.
 """

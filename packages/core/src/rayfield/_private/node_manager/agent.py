@@ -402,8 +402,8 @@ class NodeAgent:
         return self.channels.stub(address).push(object_id, self.address, size, meta, data)
 
     def _pushed(self, object_id: bytes, address: str, ok: bool) -> None:
-        """After a push: ``address`` has its copy, so a result made here for it need not
-        be held any more."""
+        """After a push that ``address`` took: if this node held ``object_id`` for another
+        node (a result of a task forwarded here), it unpins it."""
         if ok:
             self.release_held([object_id])
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 if TYPE_CHECKING:
-    from rayfield._private.node_manager.node import Node as LocalNode
+    from rayfield._private.node_manager.node import Node
 
 MAX_LOG_READ = 4 << 20  # bytes one ReadLog answers at most
 
@@ -36,7 +36,7 @@ class LogAccessError(ValueError):
 class Introspector:
     """Answers the introspection calls for ``node`` (reachable at ``address``)."""
 
-    def __init__(self, node: LocalNode, address: str) -> None:
+    def __init__(self, node: Node, address: str) -> None:
         self.node = node
         self.address = address
         self.logs_dir = (Path(node.session_dir) / "logs").resolve()

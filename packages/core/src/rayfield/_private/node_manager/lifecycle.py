@@ -20,7 +20,7 @@ A node's agent (``agent.py``) hands this module these kinds of end:
   death of a node makes the homes ask again.
 * **A task is cancelled** that this node forwarded to another node: ``rayfield.cancel``
   finds no such task in its node's scheduler and asks its node's agent
-  (``CancelTask`` of the node service, from ``_private/cluster/remote_cancel.py``), which
+  (``CancelTask`` of the node service, from ``_private/driver/remote_cancel.py``), which
   cancels it where it was forwarded (following forwards up to ``MAX_HOPS`` nodes). The
   node running it seals ``CANCELLED`` error objects under its returns; the origin
   fetches them as any result.

@@ -2,7 +2,7 @@
 the stubs of other nodes. The only module of the node manager that imports grpc; the
 others see :class:`NodeStub` methods, :class:`PeerChannels` and :class:`PeerError`.
 
-Payloads are flatbuffers (``schema/cluster.fbs``, see ``messages.py``) through grpcio's
+Payloads are flatbuffers (``schema/cluster.fbs``, see ``protocol/messages.py``) through grpcio's
 generic handlers. The cluster token is checked by ``TokenInterceptor`` before any payload
 is decoded; a payload that does not decode is answered with ``INVALID_ARGUMENT``.
 

@@ -1,6 +1,6 @@
 """Typed task specs: what a node takes from its native core, forwards and submits again.
 
-The native core (``NodeServer.take_task``) and the forward messages (``messages.py``)
+The native core (``NodeServer.take_task``) and the forward messages (``protocol/messages.py``)
 carry a task as a dict; :meth:`TaskSpec.from_native` reads one into a :class:`TaskSpec`
 and :meth:`TaskSpec.to_native` writes it back, so the rest of the node manager reads
 fields, not string keys.

@@ -10,8 +10,9 @@ from rayfield.store.protocol.fb.UniqueID import UniqueID
 from typing import Optional
 np = import_numpy()
 
-# ForwardTask: run this task here; the arguments are pulled from `origin`
-# (host:port of the forwarding node) before it is queued.
+# ForwardTask: run this task here. It is queued at once; the arguments it lacks are
+# fetched from `origin` (host:port of the forwarding node), and it runs once they
+# are here.
 class ForwardTaskRequest(object):
     __slots__ = ['_tab']
 

@@ -9,11 +9,12 @@ from rayfield.store.protocol.fb.UniqueID import UniqueID
 from typing import Optional
 np = import_numpy()
 
-# PushObject: the sender holds this object, sealed, and the receiver wants it (the
-# result of a task the receiver forwarded to the sender, or an argument of a task
-# the sender forwarded to the receiver). Sent as a little-endian uint32 length, this
-# table, then the object's data raw when `data_inline` (small objects); otherwise the
-# receiver pulls it (PullObject) now. Answered with HasObjectsReply: [held here now].
+# PushObject: the sender holds this object, sealed, and the receiver needs it (an
+# argument of a task the sender forwarded to the receiver; results are not pushed,
+# the origin fetches them with FetchObjects). Sent as a little-endian uint32 length,
+# this table, then the object's data raw when `data_inline` (small objects);
+# otherwise the receiver pulls it (PullObject) once something there waits for it.
+# Answered with HasObjectsReply: [held here now].
 class PushObjectRequest(object):
     __slots__ = ['_tab']
 
