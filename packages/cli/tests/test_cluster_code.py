@@ -22,8 +22,10 @@ from rayfield.util.cluster import find_token
 
 
 @rf.remote(resources={"c": 1}, num_cpus=0)
-def hold_c(go: str) -> None:
-    """Keeps node C's only "c" busy until the file ``go`` exists."""
+def hold_c(started: str, go: str) -> None:
+    """Keeps node C's only "c" busy (from when it creates ``started``) until the file
+    ``go`` exists."""
+    Path(started).touch()
     while not Path(go).exists():
         time.sleep(0.05)
 
@@ -57,7 +59,10 @@ def test_code_exported_on_a_dead_node_comes_from_the_gcs(tmp_path: Path) -> None
         with GcsClient(address, find_token(address, tmp_path)) as gcs:
             nodes = wait_for(lambda: len(gcs.get_nodes()) == 3 and gcs.get_nodes(), "3 nodes")
             [b_session] = [n.session_dir for n in nodes if "b" in n.resources_total]
-            blocker = hold_c.remote(str(go))
+            started = tmp_path / "started"
+            blocker = hold_c.remote(str(started), str(go))
+            # "c" is busy before write_on_c is sent, so write_on_c waits on node C
+            wait_for(started.exists, "hold_c running on node C", 30)
             before = set(gcs.kv_keys(NAMESPACE))
             assert rf.get(export_on_b.remote(str(out))) == "submitted"
             new = set(gcs.kv_keys(NAMESPACE)) - before
