@@ -29,7 +29,7 @@ import numpy as np
 from rayfield.rllib.env.multi_agent_env import ALL, normalize_reset, normalize_step
 from rayfield.rllib.evaluation.callbacks import DefaultCallbacks
 from rayfield.rllib.evaluation.episode import Episode, RolloutMetrics
-from rayfield.rllib.evaluation.sampler import clip_reward
+from rayfield.rllib.evaluation.sampler import check_sampling, clip_reward
 from rayfield.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 _eps_ids = itertools.count(1 << 40)
@@ -137,12 +137,7 @@ class MultiAgentSampler:
         seed: int | None = None,
         worker: Any = None,
     ) -> None:
-        if batch_mode not in ("truncate_episodes", "complete_episodes"):
-            raise ValueError(
-                f"batch_mode must be 'truncate_episodes' or 'complete_episodes', got {batch_mode!r}"
-            )
-        if fragment_length < 1:
-            raise ValueError(f"rollout_fragment_length must be >= 1, got {fragment_length}")
+        check_sampling(batch_mode, fragment_length)
         self._init_states = {pid: p.get_initial_state() for pid, p in policies.items()}
         self.envs = envs
         self.policies = policies

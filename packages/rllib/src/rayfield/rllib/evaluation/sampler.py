@@ -47,6 +47,17 @@ def clip_reward(r: np.ndarray, clip: Any) -> np.ndarray:
     return np.clip(r, -float(clip), float(clip))
 
 
+def check_sampling(batch_mode: str, fragment_length: int) -> None:
+    """Raise ``ValueError`` for a ``batch_mode`` other than ``"truncate_episodes"`` or
+    ``"complete_episodes"``, or a ``rollout_fragment_length`` under 1."""
+    if batch_mode not in ("truncate_episodes", "complete_episodes"):
+        raise ValueError(
+            f"batch_mode must be 'truncate_episodes' or 'complete_episodes', got {batch_mode!r}"
+        )
+    if fragment_length < 1:
+        raise ValueError(f"rollout_fragment_length must be >= 1, got {fragment_length}")
+
+
 class SyncSampler:
     """Samples a list of envs with one policy.
 
@@ -86,12 +97,7 @@ class SyncSampler:
         seed: int | None = None,
         worker: Any = None,
     ) -> None:
-        if batch_mode not in ("truncate_episodes", "complete_episodes"):
-            raise ValueError(
-                f"batch_mode must be 'truncate_episodes' or 'complete_episodes', got {batch_mode!r}"
-            )
-        if fragment_length < 1:
-            raise ValueError(f"rollout_fragment_length must be >= 1, got {fragment_length}")
+        check_sampling(batch_mode, fragment_length)
         self.vector_env = (
             envs
             if isinstance(envs, VectorEnv)
