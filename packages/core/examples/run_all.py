@@ -41,6 +41,9 @@ EXAMPLES = [
     "mapreduce_wordcount",
     "tree_reduce",
     "policy_gradient",
+    "torch_weights",
+    "resnet",
+    "a3c",
 ]
 
 
