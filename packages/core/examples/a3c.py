@@ -242,7 +242,7 @@ class Runner:
         Returns:
             ``(gradients, info)``: one ``numpy`` array per parameter, in the model's order;
             ``info`` has ``id`` (this runner's), ``size`` (steps in the rollout) and
-            ``episode_returns`` (games that ended in it).
+            ``returns`` (of the games that ended in it).
         """
         with self.lock:
             self.variables.set_weights(params)
@@ -327,11 +327,21 @@ def main(
 ) -> dict[str, Any]:
     """Trains A3C on ``env`` with ``num_workers`` runners until the target or a limit.
 
+    Args:
+        env: ``"cartpole"`` or ``"pong"``.
+        target_return: stop once the last 20 games average this much.
+        max_steps, max_wall_s: stop after this many environment steps or seconds.
+
+    Raises:
+        ValueError: an unknown ``env``, or ``num_workers`` < 1.
+
     Returns:
         ``mean_return`` (last 20 games), ``first_return`` (mean of the first 20 games),
         ``returns``, ``steps``, ``updates``, ``games``, ``wall_s``, ``steps_per_s``, and ``ok``
         (the target was reached).
     """
+    if num_workers < 1:
+        raise ValueError(f"need num_workers >= 1, got {num_workers}")
     ship_by_value(_pong)
     start = time.perf_counter()
     result = train(num_workers, env, target_return, max_steps=max_steps, max_wall_s=max_wall_s)

@@ -111,9 +111,10 @@ class ResNetTrainActor:
         self, data: tuple[np.ndarray, np.ndarray], steps: int, batch_size: int, seed: int
     ) -> None:
         # Restrict torch to the GPUs this actor was given; only effective before CUDA starts.
-        gpu_ids = rf.get_gpu_ids()
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
-        self.device = torch.device("cuda:0" if gpu_ids and torch.cuda.is_available() else "cpu")
+        self.gpu_ids = rf.get_gpu_ids()
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in self.gpu_ids)
+        cuda = bool(self.gpu_ids) and torch.cuda.is_available()
+        self.device = torch.device("cuda:0" if cuda else "cpu")
         torch.set_num_threads(1)
         torch.manual_seed(0)  # the same initial weights in every replica
         self.x = torch.as_tensor(np.array(data[0])).to(self.device)
@@ -126,9 +127,10 @@ class ResNetTrainActor:
         self.steps, self.batch_size = steps, batch_size
         self.generator = torch.Generator().manual_seed(seed)
 
-    def device_name(self) -> str:
-        """Where this replica trains: ``"cpu"`` or ``"cuda:0"`` (its first visible GPU)."""
-        return str(self.device)
+    def placement(self) -> tuple[list[int], str]:
+        """``(gpu_ids, device)``: the GPUs the runtime gave this actor, and where it trains:
+        ``"cuda:0"`` (the first of them) or ``"cpu"`` (none given, or CUDA unavailable)."""
+        return self.gpu_ids, str(self.device)
 
     def get_weights(self) -> Weights:
         return self.variables.get_weights()
@@ -171,10 +173,19 @@ def main(
         gpus_per_actor: the share of a GPU each actor takes when the cluster has GPUs (0.5: two
             actors per GPU).
 
+    Raises:
+        ValueError: ``gpus_per_actor`` is not in (0, 1], or ``num_workers`` < 1.
+
     Returns:
-        ``accuracy`` (test set, final), ``accuracies`` (per round), ``actors``, ``devices`` (each
-        actor's), ``wall_s``, and ``ok`` (accuracy > 0.9).
+        ``accuracy`` (test set, final), ``accuracies`` (per round), ``actors``, ``gpu_ids`` and
+        ``devices`` (each actor's, see ``ResNetTrainActor.placement``), ``wall_s``, and ``ok``
+        (accuracy > 0.9).
     """
+    if not 0 < gpus_per_actor <= 1 or num_workers < 1:
+        raise ValueError(
+            f"need 0 < gpus_per_actor <= 1 and num_workers >= 1, got {gpus_per_actor} and "
+            f"{num_workers}"
+        )
     start = time.perf_counter()
     torch.set_num_threads(1)
     x_train, y_train, x_test, y_test = load_digit_images()
@@ -186,8 +197,9 @@ def main(
     else:
         count, actor_class = num_workers, ResNetTrainActor
     actors = [actor_class.remote(data, steps, batch_size, seed=i) for i in range(count)]
-    devices = rf.get([actor.device_name.remote() for actor in actors])
-    print(f"{count} actors on {', '.join(devices)}")
+    placements = rf.get([actor.placement.remote() for actor in actors])
+    for i, (gpu_ids, device) in enumerate(placements):
+        print(f"actor {i}: GPUs {gpu_ids}, training on {device}")
     weight_id = rf.put(rf.get(actors[0].get_weights.remote()))
     accuracies = []
     for round_ in range(1, num_rounds + 1):
@@ -204,7 +216,8 @@ def main(
         "accuracy": accuracies[-1],
         "accuracies": accuracies,
         "actors": count,
-        "devices": devices,
+        "gpu_ids": [gpu_ids for gpu_ids, _ in placements],
+        "devices": [device for _, device in placements],
         "wall_s": wall_s,
         "ok": accuracies[-1] > 0.9,
     }

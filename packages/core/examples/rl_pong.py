@@ -158,12 +158,17 @@ def main(
         max_wall_s: stop after the update that passes this many seconds (None: no limit).
         max_game_steps: cut each game after this many agent steps (None: play to 21 points).
 
+    Raises:
+        ValueError: ``num_workers`` or ``batch_size`` below 1.
+
     Returns:
         ``episode_rewards`` (every game's score, in the order they finished), ``running_reward``,
         ``grad_norms`` (per update, of the batch's summed gradient), ``weight_change`` (norm of the
         final minus the initial weights), ``updates``, ``episodes``, ``steps``, ``steps_per_s``,
         ``wall_s``, and ``ok``: every update had a finite nonzero gradient and the weights moved.
     """
+    if num_workers < 1 or batch_size < 1:
+        raise ValueError(f"need num_workers, batch_size >= 1, got {num_workers}, {batch_size}")
     ship_by_value(_pong)
     start = time.perf_counter()
     actors = [PongEnv.remote(seed + 1 + i, gamma, max_game_steps) for i in range(num_workers)]

@@ -10,6 +10,9 @@ advantages) are checked against numbers worked out independently. The runtime fi
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
@@ -17,7 +20,15 @@ pytest.importorskip("torch")
 pytest.importorskip("rayfield.sgd")
 pytest.importorskip("ale_py")
 
-from test_examples import EXAMPLES_DIR, example, runtime  # noqa: F401  (the fixture)
+from test_examples import (
+    EXAMPLES_DIR,
+    WORKER_ENV,
+    assert_no_child_processes,
+    example,
+    runtime,  # noqa: F401  (the fixture)
+)
+
+import rayfield as rf
 
 
 @pytest.fixture(autouse=True)
@@ -108,7 +119,8 @@ class TestLearningExamples:
 
     def test_resnet_weight_averaging_learns_digits(self) -> None:
         metrics = example("resnet").main(num_workers=2, num_rounds=5)
-        assert metrics["devices"] == ["cpu", "cpu"]  # no GPU here: the CPU actors
+        assert metrics["gpu_ids"] == [[], []]  # no GPU in this runtime: two CPU actors
+        assert metrics["devices"] == ["cpu", "cpu"]
         assert metrics["accuracies"][0] < metrics["accuracy"]
         assert metrics["accuracy"] > 0.9  # chance is 0.1
 
@@ -131,6 +143,31 @@ class TestLearningExamples:
         assert all(-21 <= r <= 21 for r in metrics["episode_rewards"])
         assert any(r != 0 for r in metrics["episode_rewards"])  # points were scored
         assert metrics["ok"]
+
+
+@pytest.fixture
+def runtime_with_one_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A runtime that declares one GPU (none is used: torch finds no CUDA and stays on CPU)."""
+    for name in WORKER_ENV:  # restored afterwards, set or not
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
+    example("_common").prepare_worker_environment()
+    rf.init(num_cpus=2, num_gpus=1)
+    try:
+        yield
+    finally:
+        rf.shutdown()
+        assert_no_child_processes()
+
+
+@pytest.mark.usefixtures("runtime_with_one_gpu")
+def test_resnet_places_one_actor_per_gpu_share() -> None:
+    metrics = example("resnet").main(num_rounds=1, gpus_per_actor=0.5)
+    assert metrics["actors"] == 2  # two halves of the one GPU
+    assert metrics["gpu_ids"] == [[0], [0]]  # rf.get_gpu_ids() in each actor
+    assert metrics["devices"] == ["cpu", "cpu"]  # CUDA_VISIBLE_DEVICES=0, but no CUDA here
 
 
 @pytest.mark.slow
