@@ -324,6 +324,7 @@ def main(
     target_return: float = 195.0,
     max_steps: int = 400_000,
     max_wall_s: float = 120.0,
+    learning_rate: float | None = None,
 ) -> dict[str, Any]:
     """Trains A3C on ``env`` with ``num_workers`` runners until the target or a limit.
 
@@ -331,6 +332,7 @@ def main(
         env: ``"cartpole"`` or ``"pong"``.
         target_return: stop once the last 20 games average this much.
         max_steps, max_wall_s: stop after this many environment steps or seconds.
+        learning_rate: Adam's step size (None: 3e-3 on CartPole, 1e-4 on Pong).
 
     Raises:
         ValueError: an unknown ``env``, or ``num_workers`` < 1.
@@ -344,7 +346,11 @@ def main(
         raise ValueError(f"need num_workers >= 1, got {num_workers}")
     ship_by_value(_pong)
     start = time.perf_counter()
-    result = train(num_workers, env, target_return, max_steps=max_steps, max_wall_s=max_wall_s)
+    if learning_rate is None:
+        learning_rate = 1e-4 if env == "pong" else 3e-3
+    result = train(
+        num_workers, env, target_return, learning_rate, max_steps=max_steps, max_wall_s=max_wall_s
+    )
     wall_s = time.perf_counter() - start
     first = float(np.mean(result["returns"][:20])) if result["returns"] else float("nan")
     verb = "reached" if result["reached"] else "did not reach"
