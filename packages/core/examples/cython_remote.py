@@ -8,7 +8,7 @@ The ``cython_examples`` package next to this file holds three ``.pyx`` modules: 
 compiled as is, typed ``cpdef`` Fibonacci and primes, a compiled class, a numpy array processed
 through a typed memoryview with the GIL released, and a Gaussian kernel matrix computed with
 BLAS ``dgemm`` from ``scipy.linalg.cython_blas``. :func:`build` compiles them in place
-(``build_ext --inplace``); it does nothing when every extension is newer than its source.
+(``build_ext`` into this folder); it does nothing when every extension is newer than its source.
 
 As in the reference, a ``.pyx`` file cannot carry ``@remote``: the driver applies it to the
 compiled objects, ``fib = rf.remote(simple.fib)``. A compiled function or class is pickled by
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -76,26 +77,22 @@ def build(force: bool = False) -> list[str]:
     extensions = [
         Extension(
             f"{PACKAGE}.{name}",
-            [str(Path(PACKAGE) / f"{name}.pyx")],
-            extra_compile_args=["-O2"],
+            [str(EXAMPLES_DIR / PACKAGE / f"{name}.pyx")],
+            # The hot loops are BLAS and plain C: -O1 compiles ~1.5x faster than -O2.
+            extra_compile_args=["-O1"],
         )
         for name in names
     ]
-    old_argv, old_cwd = sys.argv, Path.cwd()
-    try:
-        import os
-
-        os.chdir(EXAMPLES_DIR)  # setuptools resolves the sources and --inplace from here
-        sys.argv = [sys.argv[0]]
-        dist = Distribution({"ext_modules": cythonize(extensions, quiet=True)})
-        command = dist.get_command_obj("build_ext")
-        command.inplace = True  # type: ignore[attr-defined]
-        dist.run_command("build_ext")
-    except Exception as err:
-        raise RuntimeError(f"building {PACKAGE} ({', '.join(names)}) failed: {err}") from err
-    finally:
-        sys.argv = old_argv
-        os.chdir(old_cwd)
+    with tempfile.TemporaryDirectory(prefix="cython-build-") as build_temp:
+        try:
+            dist = Distribution({"ext_modules": cythonize(extensions, quiet=True)})
+            command = dist.get_command_obj("build_ext")
+            # The extensions land next to their sources: EXAMPLES_DIR/cython_examples/.
+            command.build_lib = str(EXAMPLES_DIR)  # type: ignore[attr-defined]
+            command.build_temp = build_temp  # type: ignore[attr-defined]
+            dist.run_command("build_ext")
+        except Exception as err:
+            raise RuntimeError(f"building {PACKAGE} ({', '.join(names)}) failed: {err}") from err
     importlib.invalidate_caches()
     return names
 
