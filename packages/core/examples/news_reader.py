@@ -15,7 +15,9 @@ serves the page (``news_reader_site/index.html``), which adds channels and stars
 through that API.
 
 The feeds are fixture files (``news_reader_site/feeds``: two RSS 2.0 feeds and an Atom feed)
-served by a local HTTP server, so everything runs offline.
+served by a local HTTP server, so everything runs offline. The servers listen on loopback and
+the database is a file of this machine: on a cluster (``run_all.py --address``) the actor may
+run on any node of this machine, not on another machine.
 
 Ports the News Reader example of Ray's documentation (a Flask server plus an actor; its Vue.js
 front end is replaced by one static page, its ``atoma`` parser by feedparser, and ``requests``
@@ -316,7 +318,7 @@ def cli() -> None:
     rf.init(num_cpus=args.num_cpus)
     try:
         if args.serve:
-            serve(args.db, args.port)
+            serve(str(Path(args.db).resolve()), args.port)  # the actor's cwd may differ
             ok = True
         else:
             ok = main(num_workers=args.num_workers)["ok"]

@@ -22,7 +22,7 @@ pytest.importorskip("sklearn")
 
 import numpy as np
 from playwright.sync_api import Browser, expect, sync_playwright
-from test_examples import example, runtime  # noqa: F401  (the shared 2-CPU runtime fixture)
+from test_examples import EXAMPLES_DIR, example, runtime  # noqa: F401  (runtime: a fixture)
 
 import rayfield as rf
 
@@ -179,3 +179,12 @@ def test_news_reader_page_adds_a_channel_and_stars(news: dict[str, Any], browser
     page.click("button[type=submit]")
     expect(page.locator("#error")).to_contain_text("could not read the feed")
     expect(page.locator(".channel")).to_have_count(0)
+
+
+def test_run_all_knows_these_examples() -> None:
+    """The two fast ones run by default (so in `nox -s demo`); the Cython one when named."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(EXAMPLES_DIR))
+        run_all = example("run_all")
+    assert {"hyperparameter_search", "news_reader"} <= set(run_all.EXAMPLES)
+    assert "cython_remote" in run_all.ON_REQUEST and "cython_remote" not in run_all.EXAMPLES
