@@ -26,6 +26,7 @@ remote result against numpy, scipy or plain Python, and prints the speed-up of t
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import tempfile
 import time
@@ -90,6 +91,8 @@ def build(force: bool = False) -> list[str]:
             # The extensions land next to their sources: EXAMPLES_DIR/cython_examples/.
             command.build_lib = str(EXAMPLES_DIR)  # type: ignore[attr-defined]
             command.build_temp = build_temp  # type: ignore[attr-defined]
+            # One compiler process per CPU (the modules compile independently).
+            command.parallel = os.cpu_count() or 1  # type: ignore[attr-defined]
             dist.run_command("build_ext")
         except Exception as err:
             raise RuntimeError(f"building {PACKAGE} ({', '.join(names)}) failed: {err}") from err
