@@ -2,7 +2,8 @@
 
 Usage::
 
-    python packages/core/examples/run_all.py                    # every example
+    python packages/core/examples/run_all.py                    # every example but ON_REQUEST
+    python packages/core/examples/run_all.py cython_remote      # ON_REQUEST ones by name
     python packages/core/examples/run_all.py lbfgs tree_reduce  # a subset, by module name
     python packages/core/examples/run_all.py --num-workers 2 --num-cpus 2
     python packages/core/examples/run_all.py --address 127.0.0.1:6379  # on a running cluster
@@ -44,6 +45,12 @@ EXAMPLES = [
     "torch_weights",
     "resnet",
     "a3c",
+    "hyperparameter_search",
+    "news_reader",
+]
+# Run only when named: they take long to build or to run (not part of `nox -s demo`).
+ON_REQUEST = [
+    "cython_remote",  # compiles its .pyx modules with Cython and the C compiler on first run
 ]
 
 
@@ -77,7 +84,7 @@ def run(names: list[str], num_workers: int) -> list[tuple[str, bool, str, float]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("examples", nargs="*", help=f"any of: {', '.join(EXAMPLES)}")
+    parser.add_argument("examples", nargs="*", help=f"any of: {', '.join(EXAMPLES + ON_REQUEST)}")
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument(
@@ -92,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         help="with --address: the --temp-dir the cluster was started with (its token is there)",
     )
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.examples) - set(EXAMPLES))
+    unknown = sorted(set(args.examples) - set(EXAMPLES) - set(ON_REQUEST))
     if unknown:
         parser.print_usage(sys.stderr)
         print(f"unknown example(s): {', '.join(unknown)}", file=sys.stderr)
