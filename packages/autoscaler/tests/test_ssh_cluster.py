@@ -1,13 +1,15 @@
 """End to end over real SSH: `up` a `local`-provider cluster on two hosts (network
 namespaces with their own sshd, tests/netns.py), run a task that lands on the worker
 host, change a file mount and `up` again (the nodes are set up again), `down` (nothing of
-the cluster left running on the hosts)."""
+the cluster left running on the hosts). On the way: `attach`, `rsync-up`/`rsync-down`,
+`exec --tmux` and `exec --port-forward` against the head."""
 
 from __future__ import annotations
 
 import json
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -107,6 +109,66 @@ def host_processes(hosts: SSHHosts) -> list[str]:
     return found
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+SERVE_ONCE = (
+    "import socket; s = socket.socket(); "
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', {port})); "
+    "s.listen(); c, _ = s.accept(); c.sendall(b'hello from the head'); c.close()"
+)
+
+
+def check_head_access(cfg_path: Path, hosts: SSHHosts, tmp_path: Path) -> None:
+    """attach (without a terminal), rsync-up/down, exec --tmux and --port-forward."""
+    attach = subprocess.run(
+        [sys.executable, "-m", "rayfield.autoscaler.cli", "attach", str(cfg_path)],
+        input='echo "A=$RAYFIELD_ADDRESS T=${#RAYFIELD_TOKEN}"; ip -4 -o addr show\n',
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert attach.returncode == 0, attach.stdout + attach.stderr
+    assert f"A={hosts.ips[0]}:6379 T=64" in attach.stdout  # the token read on the head
+    assert hosts.ips[0] in attach.stdout and hosts.ips[1] not in attach.stdout
+
+    (tmp_path / "up.txt").write_text("up")
+    on_head = tmp_path / "on-head" / "up.txt"  # the hosts share this filesystem
+    assert cli("rsync-up", str(cfg_path), str(tmp_path / "up.txt"), str(on_head)).returncode == 0
+    assert on_head.read_text() == "up"
+    down = cli("rsync-down", str(cfg_path), str(on_head), str(tmp_path / "down.txt"))
+    assert down.returncode == 0 and (tmp_path / "down.txt").read_text() == "up"
+
+    out = tmp_path / "tmux-out"
+    tmux = cli("exec", str(cfg_path), f'echo "$RAYFIELD_HEAD_IP" > {out}', "--tmux")
+    assert tmux.returncode == 0, tmux.stdout + tmux.stderr
+    wait_until(lambda: out.exists() and out.read_text() == f"{hosts.ips[0]}\n", 30, "tmux")
+    assert cli("exec", str(cfg_path), "tmux kill-server").returncode == 0
+
+    port = free_port()
+    serve = f'{sys.executable} -c "{SERVE_ONCE.format(port=port)}"'
+    argv = [sys.executable, "-m", "rayfield.autoscaler.cli", "exec", str(cfg_path), serve]
+    forward = subprocess.Popen([*argv, "--port-forward", str(port)])
+    try:
+
+        def fetch() -> bytes:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+                    return c.recv(100)
+            except OSError:
+                return b""
+
+        assert wait_until(fetch, 60, "the forwarded port") == b"hello from the head"
+        assert forward.wait(60) == 0
+    finally:
+        if forward.poll() is None:
+            forward.kill()
+            forward.wait()
+
+
 def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
     tmp_path: Path, hosts: SSHHosts
 ) -> None:
@@ -144,6 +206,8 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
         line = next(x for x in run.stdout.splitlines() if x.startswith("RESULT "))
         result = json.loads(line.removeprefix("RESULT "))
         assert result == {"node": provider.cluster_node_id(worker), "ip": hosts.ips[1]}
+
+        check_head_access(cfg_path, hosts, tmp_path)
 
         # A file mount changes: `up` sets the head up again, the monitor the worker.
         (app / "version").write_text("v2\n")
