@@ -190,8 +190,8 @@ def create_or_update(
         head = head_node(provider)
         if head is None:
             raise ProviderError("the head was created but the provider does not list it")
-    else:
-        echo(f"the head {head} keeps its launch config")
+    elif not provider.needs_setup:  # an SSH head's setup is checked below
+        echo(f"the head {head} is up to date")
     if provider.needs_setup:
         if not no_restart and stop_monitor(provider):
             echo("stopped the autoscaler (no node changes while the head is set up)")
