@@ -89,6 +89,8 @@ def tests(session: nox.Session) -> None:
     install_packages(session)
     if "cli" in PACKAGES:  # the dashboard's browser tests drive a system Chromium
         session.run("python", str(ROOT / "tools" / "install_browser.py"))
+    if "autoscaler" in PACKAGES:  # its SSH tests run sshd in network namespaces
+        session.run("python", str(ROOT / "tools" / "install_sshd.py"))
     for name in PACKAGES:
         # Only the installed packages are importable (no src/ on the path),
         # as for a user.

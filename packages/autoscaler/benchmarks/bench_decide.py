@@ -6,7 +6,7 @@ import argparse
 import statistics
 import time
 
-from rayfield.autoscaler.decisions import NodeTypeSpec, NodeView, ScalingPolicy
+from rayfield.autoscaler.decisions import Decision, NodeTypeSpec, NodeView, ScalingPolicy
 
 TYPES = {
     "head": NodeTypeSpec({"CPU": 0.0}, launch_hash="h"),
@@ -26,6 +26,18 @@ def scenarios() -> dict[str, list[NodeView]]:
     return {"cold cluster (head only)": [HEAD], "warm cluster (500 busy nodes)": [HEAD, *busy]}
 
 
+def time_decide(
+    policy: ScalingPolicy, nodes: list[NodeView], repeats: int
+) -> tuple[list[float], Decision]:
+    """Seconds of each of ``repeats`` decision steps over DEMAND, and the decision."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        decision = policy.decide(nodes, DEMAND, now=0.0)
+        times.append(time.perf_counter() - t0)
+    return times, decision
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
@@ -33,11 +45,7 @@ def main() -> None:
     policy = ScalingPolicy(TYPES, "head", max_workers=4000, upscaling_speed=1.0)
     print(f"{len(DEMAND)} demand shapes, {len(TYPES)} node types")
     for name, nodes in scenarios().items():
-        times = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            decision = policy.decide(nodes, DEMAND, now=0.0)
-            times.append(time.perf_counter() - t0)
+        times, decision = time_decide(policy, nodes, args.repeats)
         plan = {t: decision.launch.get(t, 0) + decision.waiting.get(t, 0) for t in TYPES}
         plan = {t: n for t, n in plan.items() if n}
         print(

@@ -1,8 +1,10 @@
-"""Shared helpers: a deadline-bounded wait on observable state, the processes of a
-cluster directory, and a cluster YAML writer."""
+"""Shared helpers: a deadline-bounded wait on observable state, the command run in a
+new process, the processes of a cluster directory, and a cluster YAML writer."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +27,17 @@ def wait_until(check: Callable[[], T], timeout_s: float, what: str, period_s: fl
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(period_s)
+
+
+def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """Run ``rayfield-autoscaler ARGS`` in a new process; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "rayfield.autoscaler.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def processes_under(root: Path) -> list[psutil.Process]:

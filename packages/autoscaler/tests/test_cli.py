@@ -17,7 +17,18 @@ def run(*args: str) -> tuple[int, str]:
 
 def test_every_command_is_in_the_group() -> None:
     names = {c.name for c in COMMANDS}
-    assert names == {"up", "down", "exec", "submit", "get-head-ip", "get-worker-ips", "monitor"}
+    assert names == {
+        "up",
+        "down",
+        "exec",
+        "submit",
+        "attach",
+        "rsync-up",
+        "rsync-down",
+        "get-head-ip",
+        "get-worker-ips",
+        "monitor",
+    }
     assert names <= set(cli.commands)
 
 
@@ -46,7 +57,11 @@ def test_commands_on_a_cluster_that_is_not_up(tmp_path: Path, cluster_dir: Path)
     code, out = run("exec", str(cfg), "true")
     assert code == 1 and "cluster 't' is not up" in out
     code, out = run("exec", str(cfg), "true", "--tmux")
-    assert code == 2 and "--tmux: the local_process head is this machine" in out
+    assert code == 1 and "--tmux and --port-forward need an SSH cluster" in out
+    code, out = run("attach", str(cfg))
+    assert code == 1 and "cluster 't' is not up" in out
+    code, out = run("rsync-up", str(cfg), str(tmp_path), str(tmp_path / "x"))
+    assert code == 1 and "the cluster has no head" in out
     code, out = run("monitor", str(cfg), "--no-follow")
     assert code == 1 and "no autoscaler log" in out
     code, out = run("down", str(cfg), "-y")

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import processes_under, wait_until, write_config
+from conftest import cli, processes_under, wait_until, write_config
 
 from rayfield.autoscaler.commands import head_node, monitor_log, provider_for, worker_nodes
 from rayfield.autoscaler.config import load_config
@@ -57,16 +57,6 @@ DRIVER = textwrap.dedent(
     print("ran on", sorted(set(rayfield.get(refs, timeout=300))))
     """
 )
-
-
-def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rayfield.autoscaler.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def test_up_scale_up_scale_down_down(tmp_path: Path, cluster_dir: Path) -> None:

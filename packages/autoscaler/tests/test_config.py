@@ -164,3 +164,24 @@ def test_load_config_reads_yaml_and_applies_overrides(tmp_path: Path) -> None:
 def test_the_normal_form_prepares_to_itself(raw: dict) -> None:
     once = prepare_config(raw)
     assert prepare_config(once) == once
+
+
+def test_ssh_example_and_what_the_local_provider_requires(tmp_path: Path) -> None:
+    cfg = load_config(EXAMPLE.parent / "local-ssh.yaml")
+    assert cfg["provider"]["worker_ips"] == ["192.168.1.11", "192.168.1.12"]
+    assert cfg["stop_ray_commands"] and cfg["head_start_ray_commands"]
+    base = {
+        "cluster_name": "c",
+        "max_workers": 1,
+        "provider": {"type": "local", "head_ip": "10.0.0.1", "worker_ips": ["10.0.0.2"]},
+        "auth": {"ssh_user": "u", "ssh_private_key": "k"},
+    }
+    assert prepare_config(base)["worker_start_ray_commands"]
+    with pytest.raises(ConfigError, match=r"exceeds the 1 machines of provider\.worker_ips"):
+        prepare_config({**base, "max_workers": 2})
+    with pytest.raises(ConfigError, match=r"set auth\.ssh_private_key"):
+        prepare_config({**base, "auth": {"ssh_user": "u"}})
+    with pytest.raises(ConfigError, match=r"needs provider\.head_ip"):
+        prepare_config({**base, "provider": {"type": "local"}})
+    mine = prepare_config({**base, "head_start_ray_commands": ["my start"]})
+    assert mine["head_start_ray_commands"] == ["my start"]  # given commands are kept

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rayfield.autoscaler.backoff import LaunchBackoff
 from rayfield.autoscaler.config import launch_hash
@@ -32,7 +32,9 @@ from rayfield.autoscaler.decisions import (
 from rayfield.autoscaler.node_provider import (
     KIND_HEAD,
     KIND_WORKER,
+    STATUS_UNINITIALIZED,
     STATUS_UP_TO_DATE,
+    STATUS_UPDATE_FAILED,
     TAG_CLUSTER_NAME,
     TAG_LAUNCH_CONFIG,
     TAG_NODE_KIND,
@@ -42,6 +44,10 @@ from rayfield.autoscaler.node_provider import (
     NodeProvider,
     ProviderError,
 )
+from rayfield.autoscaler.updater import needs_update
+
+if TYPE_CHECKING:
+    from rayfield.autoscaler.node_setup import NodeSetup
 
 __all__ = [
     "Autoscaler",
@@ -109,8 +115,11 @@ def policy_from_config(config: dict[str, Any]) -> ScalingPolicy:
     )
 
 
-def node_tags(config: dict[str, Any], node_type: str, head: bool) -> dict[str, str]:
-    """The tags a new node of ``node_type`` is created with."""
+def node_tags(
+    config: dict[str, Any], node_type: str, head: bool, status: str = STATUS_UP_TO_DATE
+) -> dict[str, str]:
+    """The tags a new node of ``node_type`` is created with (``status``: up-to-date for
+    a provider whose created nodes run; uninitialized for one that sets them up)."""
     kind = KIND_HEAD if head else KIND_WORKER
     return {
         TAG_CLUSTER_NAME: config["cluster_name"],
@@ -118,7 +127,7 @@ def node_tags(config: dict[str, Any], node_type: str, head: bool) -> dict[str, s
         TAG_NODE_TYPE: node_type,
         TAG_NODE_NAME: f"rayfield-{config['cluster_name']}-{kind}",
         TAG_LAUNCH_CONFIG: launch_hash(config, node_type),
-        TAG_NODE_STATUS: STATUS_UP_TO_DATE,
+        TAG_NODE_STATUS: status,
     }
 
 
@@ -142,6 +151,11 @@ class Autoscaler:
         executor: runs the launches (``provider.create_node`` calls) in the background,
             so that a step does not wait for nodes to start; None runs them in the step.
             A node is listed by the provider (as pending) from the start of its launch.
+        setup: for a provider whose nodes are set up over SSH (``needs_setup``): each
+            step starts an update for every worker that needs one
+            (:func:`~rayfield.autoscaler.updater.needs_update`: new, or its runtime
+            config changed), replaces workers whose update failed (counted as a failed
+            launch of their type), and stops rayfield on a node before terminating it.
     """
 
     def __init__(
@@ -152,6 +166,7 @@ class Autoscaler:
         demand_fn: DemandFn | None = None,
         clock: Callable[[], float] = time.monotonic,
         executor: Executor | None = None,
+        setup: NodeSetup | None = None,
     ) -> None:
         self.config = config
         self.provider = provider
@@ -163,6 +178,8 @@ class Autoscaler:
         self.executor = executor
         self.backoff = LaunchBackoff()
         self._backoff_lock = threading.Lock()  # launch threads record their outcome
+        self.setup = setup
+        self._updating: set[str] = set()  # node ids with an update in flight
         self.last: Decision | None = None
         self._last_status = ""
 
@@ -202,9 +219,12 @@ class Autoscaler:
         return views
 
     def _launch(self, node_type: str) -> None:
+        status = STATUS_UNINITIALIZED if self.setup is not None else STATUS_UP_TO_DATE
         try:
             self.provider.create_node(
-                node_config(self.config, node_type), node_tags(self.config, node_type, False), 1
+                node_config(self.config, node_type),
+                node_tags(self.config, node_type, False, status),
+                1,
             )
         except Exception as exc:
             with self._backoff_lock:
@@ -221,10 +241,50 @@ class Autoscaler:
             with self._backoff_lock:
                 self.backoff.succeeded(node_type)
 
+    def _update_node(self, node_id: str, node_type: str) -> None:
+        assert self.setup is not None
+        try:
+            self.setup.update(node_id)
+        except Exception as exc:
+            logger.error("setting up %s failed: %s", node_id, exc)
+        finally:
+            with self._backoff_lock:
+                self._updating.discard(node_id)
+
+    def _terminate(self, node_id: str, reason: str) -> None:
+        logger.info("terminating %s (%s)", node_id, reason)
+        if self.setup is not None:
+            self.setup.stop(node_id)
+        self.provider.terminate_node(node_id)
+
+    def _run_setup(self, now: float) -> None:
+        """Start updates of the workers that need one; replace the failed ones."""
+        assert self.setup is not None
+        current = self.setup.runtime_hashes[KIND_WORKER]
+        for node_id in self.provider.non_terminated_nodes({TAG_NODE_KIND: KIND_WORKER}):
+            tags = self.provider.node_tags(node_id)
+            node_type = tags.get(TAG_NODE_TYPE, "")
+            if tags.get(TAG_NODE_STATUS) == STATUS_UPDATE_FAILED:
+                with self._backoff_lock:
+                    self.backoff.failed(node_type, now, f"setting up {node_id} failed")
+                self._terminate(node_id, "its setup failed")
+                continue
+            with self._backoff_lock:
+                if not needs_update(tags, current, node_id in self._updating):
+                    continue
+                self._updating.add(node_id)
+            logger.info("setting up %s (type %s)", node_id, node_type)
+            if self.executor is None:
+                self._update_node(node_id, node_type)
+            else:
+                self.executor.submit(self._update_node, node_id, node_type)
+
     def update(self) -> Decision:
         """One step: observe, decide, terminate, launch. Launch failures are logged and
         retried at the next step; the decision is returned (and kept in ``last``)."""
         now = self.clock()
+        if self.setup is not None:
+            self._run_setup(now)
         rows = self.load_fn()
         views = self.views(rows, now)
         demand = self.demand_fn(rows)
@@ -232,8 +292,7 @@ class Autoscaler:
             blocked = self.backoff.blocked(now)
         decision = self.policy.decide(views, demand, now, blocked)
         for node_id, reason in decision.terminate:
-            logger.info("terminating %s (%s)", node_id, reason)
-            self.provider.terminate_node(node_id)
+            self._terminate(node_id, reason)
         for node_type, count in sorted(decision.launch.items()):
             logger.info("launching %d node(s) of type %s", count, node_type)
             for _ in range(count):  # one call per node: each starts as soon as it can

@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 
 import click
 
-from rayfield.autoscaler import commands
+from rayfield.autoscaler import commands, remote
+from rayfield.autoscaler.command_runner import CommandError
 from rayfield.autoscaler.config import ConfigError, load_config
 from rayfield.autoscaler.node_provider import ProviderError
 
@@ -31,7 +32,7 @@ def _errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, ProviderError, commands.LauncherError) as exc:
+        except (ConfigError, ProviderError, commands.LauncherError, CommandError) as exc:
             raise click.ClickException(str(exc)) from None
 
     return wrapper  # type: ignore[return-value]
@@ -131,16 +132,12 @@ def get_worker_ips(cluster_config_file: Path, cluster_name: str | None) -> None:
 def _run_on_head(
     cfg: dict[str, Any], cmd: list[str] | str, start: bool, stop: bool, options: dict[str, Any]
 ) -> None:
-    for flag in ("screen", "tmux", "port_forward"):
-        if options.get(flag):
-            raise click.UsageError(
-                f"--{flag.replace('_', '-')}: the local_process head is this machine; run "
-                "the command directly"
-            )
     if start:
         commands.create_or_update(cfg, echo=click.echo)
     try:
-        status = commands.exec_cluster(cfg, cmd)
+        status = remote.exec_on_head(
+            cfg, cmd, options["screen"], options["tmux"], tuple(options["port_forward"])
+        )
     finally:
         if stop:
             commands.teardown(cfg, echo=click.echo)
@@ -150,7 +147,9 @@ def _run_on_head(
 
 def _exec_options(fn: F) -> F:
     for opt in (
-        click.option("--port-forward", type=int, multiple=True, help="Forward a port."),
+        click.option(
+            "--port-forward", type=int, multiple=True, help="Forward this local port to the head's."
+        ),
         click.option("--tmux", is_flag=True, help="Run in a detached tmux session."),
         click.option("--screen", is_flag=True, help="Run in a screen session."),
         click.option("--stop", is_flag=True, help="Tear the cluster down afterwards."),
@@ -192,10 +191,20 @@ def submit(
     stop: bool,
     **kw: Any,
 ) -> None:
-    """Run SCRIPT with Python on the head (args after it go to the script)."""
+    """Run SCRIPT with Python on the head (args after it go to the script). On an SSH
+    cluster the script is copied to ~/rayfield-submit/ on the head and run with the
+    head's python3."""
+    cfg = _load(cluster_config_file, cluster_name)
     cmd = [sys.executable, script, *script_args]
+    if commands.provider_for(cfg).needs_setup:
+        target = f"rayfield-submit/{Path(script).name}"
+        if start:
+            commands.create_or_update(cfg, echo=click.echo)
+            start = False
+        remote.rsync(cfg, script, target, down=False)
+        cmd = ["python3", target, *script_args]
     click.echo(f"running: {shlex.join(cmd)}", err=True)
-    _run_on_head(_load(cluster_config_file, cluster_name), cmd, start, stop, kw)
+    _run_on_head(cfg, cmd, start, stop, kw)
 
 
 @click.command()
@@ -220,7 +229,52 @@ def monitor(cluster_config_file: Path, cluster_name: str | None, follow: bool, l
                 time.sleep(0.5)
 
 
-COMMANDS = (up, down, exec_, submit, get_head_ip, get_worker_ips, monitor)
+@click.command()
+@_config_arg
+@click.option("--screen", is_flag=True, help="Attach to (or start) a screen session.")
+@click.option("--tmux", is_flag=True, help="Attach to (or start) a tmux session.")
+@_errors
+def attach(cluster_config_file: Path, cluster_name: str | None, screen: bool, tmux: bool) -> None:
+    """Open a shell on the head, with RAYFIELD_ADDRESS set."""
+    status = remote.attach(_load(cluster_config_file, cluster_name), screen, tmux)
+    if status:
+        raise click.exceptions.Exit(status)
+
+
+@click.command("rsync-up")
+@_config_arg
+@click.argument("source")
+@click.argument("target")
+@_errors
+def rsync_up(cluster_config_file: Path, cluster_name: str | None, source: str, target: str) -> None:
+    """Copy SOURCE (here) to TARGET on the head."""
+    remote.rsync(_load(cluster_config_file, cluster_name), source, target, down=False)
+
+
+@click.command("rsync-down")
+@_config_arg
+@click.argument("source")
+@click.argument("target")
+@_errors
+def rsync_down(
+    cluster_config_file: Path, cluster_name: str | None, source: str, target: str
+) -> None:
+    """Copy SOURCE on the head to TARGET (here)."""
+    remote.rsync(_load(cluster_config_file, cluster_name), source, target, down=True)
+
+
+COMMANDS = (
+    up,
+    down,
+    exec_,
+    submit,
+    attach,
+    rsync_up,
+    rsync_down,
+    get_head_ip,
+    get_worker_ips,
+    monitor,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -13,6 +13,7 @@ the command gets ``RAYFIELD_ADDRESS`` (the GCS), ``RAYFIELD_TOKEN`` and
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -25,17 +26,23 @@ import psutil
 import yaml
 
 from rayfield.autoscaler.autoscaler import node_config, node_tags
+from rayfield.autoscaler.cluster_state import StatefulProvider
 from rayfield.autoscaler.config import launch_hash
-from rayfield.autoscaler.local_process import LocalProcessProvider
 from rayfield.autoscaler.node_provider import (
     KIND_HEAD,
     KIND_WORKER,
+    STATUS_UNINITIALIZED,
+    STATUS_UP_TO_DATE,
     TAG_LAUNCH_CONFIG,
     TAG_NODE_KIND,
+    TAG_NODE_STATUS,
+    TAG_RUNTIME_CONFIG,
     NodeProvider,
     ProviderError,
     get_node_provider,
 )
+from rayfield.autoscaler.node_setup import NodeSetup
+from rayfield.autoscaler.updater import UpdateError
 
 __all__ = [
     "LauncherError",
@@ -56,15 +63,17 @@ class LauncherError(RuntimeError):
     """A launcher command could not do what was asked; the message says why."""
 
 
-def provider_for(config: dict[str, Any]) -> LocalProcessProvider:
-    """The cluster's provider (only ``local_process`` in this version).
+def provider_for(config: dict[str, Any]) -> StatefulProvider:
+    """The cluster's provider (``local_process`` or ``local`` in this version).
 
     Raises:
         ProviderError: the config names a provider this launcher cannot drive.
     """
     provider: NodeProvider = get_node_provider(config["provider"], config["cluster_name"])
-    if not isinstance(provider, LocalProcessProvider):
-        raise ProviderError(f"the launcher drives local_process clusters, not {provider!r}")
+    if not isinstance(provider, StatefulProvider):
+        raise ProviderError(
+            f"the launcher drives local_process and local clusters, not {provider!r}"
+        )
     return provider
 
 
@@ -79,12 +88,12 @@ def worker_nodes(provider: NodeProvider) -> list[str]:
     return provider.non_terminated_nodes({TAG_NODE_KIND: KIND_WORKER})
 
 
-def monitor_log(provider: LocalProcessProvider) -> Path:
+def monitor_log(provider: StatefulProvider) -> Path:
     """The monitor's log file."""
     return provider.root / "monitor.log"
 
 
-def _monitor_pid(provider: LocalProcessProvider) -> int | None:
+def _monitor_pid(provider: StatefulProvider) -> int | None:
     try:
         pid = int((provider.root / "monitor.pid").read_text())
         proc = psutil.Process(pid)
@@ -95,7 +104,7 @@ def _monitor_pid(provider: LocalProcessProvider) -> int | None:
     return None
 
 
-def stop_monitor(provider: LocalProcessProvider, grace_s: float = 150.0) -> bool:
+def stop_monitor(provider: StatefulProvider, grace_s: float = 150.0) -> bool:
     """Stop the cluster's monitor process; True when one was running.
 
     The monitor finishes the launches it has started (each at most the provider's start
@@ -120,7 +129,7 @@ def started_line(cluster_name: str, pid: int) -> str:
     return f"monitor of {cluster_name!r} started (pid {pid})"
 
 
-def _start_monitor(provider: LocalProcessProvider, bootstrap: Path, interval_s: float) -> int:
+def _start_monitor(provider: StatefulProvider, bootstrap: Path, interval_s: float) -> int:
     log = monitor_log(provider)
     with open(log, "ab") as out:
         os.chmod(log, 0o600)
@@ -174,14 +183,19 @@ def create_or_update(
         head = None
     if head is None:
         echo(f"starting the head of {config['cluster_name']!r} (type {head_type})")
+        status = STATUS_UNINITIALIZED if provider.needs_setup else STATUS_UP_TO_DATE
         provider.create_node(
-            node_config(config, head_type), node_tags(config, head_type, head=True), 1
+            node_config(config, head_type), node_tags(config, head_type, True, status), 1
         )
         head = head_node(provider)
         if head is None:
             raise ProviderError("the head was created but the provider does not list it")
-    else:
+    elif not provider.needs_setup:  # an SSH head's setup is checked below
         echo(f"the head {head} is up to date")
+    if provider.needs_setup:
+        if not no_restart and stop_monitor(provider):
+            echo("stopped the autoscaler (no node changes while the head is set up)")
+        _set_up_head(config, provider, head, restart_only, echo)
     bootstrap = provider.root / "bootstrap.yaml"
     fd = os.open(bootstrap, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -192,6 +206,41 @@ def create_or_update(
         echo(f"the autoscaler runs (pid {pid}); follow it with: rayfield-autoscaler monitor")
     echo(f"head {head} at {provider.gcs_address(head)}; cluster dir {provider.root}")
     return head
+
+
+def node_setup(config: dict[str, Any], provider: StatefulProvider) -> NodeSetup | None:
+    """The cluster's :class:`NodeSetup` when its provider sets nodes up over SSH."""
+    if not provider.needs_setup:
+        return None
+    from rayfield.autoscaler.local import LocalNodeProvider
+
+    assert isinstance(provider, LocalNodeProvider)
+    return NodeSetup(config, provider)
+
+
+def _set_up_head(
+    config: dict[str, Any],
+    provider: StatefulProvider,
+    head: str,
+    restart_only: bool,
+    echo: Callable[[str], None],
+) -> None:
+    """Set the head up over SSH when it is new, failed, or its runtime config (commands,
+    file mounts' contents) changed; with ``restart_only``, run its start commands."""
+    setup = node_setup(config, provider)
+    assert setup is not None
+    tags = provider.node_tags(head)
+    current = tags.get(TAG_NODE_STATUS) == STATUS_UP_TO_DATE
+    same = tags.get(TAG_RUNTIME_CONFIG) == setup.runtime_hashes[KIND_HEAD]
+    if current and not restart_only and same:
+        echo(f"the head {head} is up to date")
+        return
+    what = "restarting" if restart_only else "setting up"
+    echo(f"{what} the head {head} over SSH (log: {setup.log_path(head)})")
+    try:
+        setup.update(head, restart_only=restart_only)
+    except UpdateError as exc:
+        raise LauncherError(str(exc)) from None
 
 
 def teardown(
@@ -206,8 +255,11 @@ def teardown(
     head = head_node(provider)
     if head is not None and not workers_only:
         nodes.append(head)
+    setup = node_setup(config, provider)
     for node_id in nodes:
         echo(f"terminating {node_id}")
+        if setup is not None and not setup.stop(node_id):
+            echo(f"  stopping rayfield on {node_id} failed; see {setup.log_path(node_id)}")
         provider.terminate_node(node_id)
     return len(nodes)
 
@@ -225,21 +277,36 @@ def cluster_env(config: dict[str, Any]) -> dict[str, str]:
             f"cluster {config['cluster_name']!r} is not up: run `rayfield-autoscaler up` "
             "(or pass --start)"
         )
-    return {
-        "RAYFIELD_ADDRESS": provider.gcs_address(head),
-        "RAYFIELD_TOKEN": provider.token(head),
-        "RAYFIELD_HEAD_IP": provider.internal_ip(head) or "127.0.0.1",
-    }
+    try:
+        return {
+            "RAYFIELD_ADDRESS": provider.gcs_address(head),
+            "RAYFIELD_TOKEN": provider.token(head),
+            "RAYFIELD_HEAD_IP": provider.internal_ip(head) or "127.0.0.1",
+        }
+    except ProviderError as exc:
+        raise LauncherError(
+            f"the head is not started ({exc}): run `rayfield-autoscaler up`"
+        ) from None
 
 
 def exec_cluster(
     config: dict[str, Any], cmd: list[str] | str, timeout_s: float | None = None
 ) -> int:
-    """Run ``cmd`` (a shell string or an argv list) on the head; its exit status.
+    """Run ``cmd`` (a shell string or an argv list) on the head; its exit status. On an
+    SSH cluster it runs over SSH, its output on this process's stdout.
 
     Raises:
         LauncherError: the cluster has no running head.
     """
-    env = {**os.environ, **cluster_env(config)}
-    proc = subprocess.run(cmd, shell=isinstance(cmd, str), env=env, timeout=timeout_s, check=False)
+    env = cluster_env(config)
+    provider = provider_for(config)
+    setup = node_setup(config, provider)
+    if setup is not None:
+        head = head_node(provider)
+        assert head is not None
+        line = cmd if isinstance(cmd, str) else shlex.join(cmd)
+        sys.stdout.flush()
+        return setup.runner(head).run(line, env, sys.stdout.buffer, timeout_s)
+    full = {**os.environ, **env}
+    proc = subprocess.run(cmd, shell=isinstance(cmd, str), env=full, timeout=timeout_s, check=False)
     return proc.returncode

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 # Providers this version can run; the schema accepts only these names.
-PROVIDER_TYPES = ("local_process",)
+PROVIDER_TYPES = ("local_process", "local")
 
 _STR_LIST = {"type": "array", "items": {"type": "string"}}
 _RESOURCES = {
@@ -126,6 +126,7 @@ CLUSTER_SCHEMA: dict[str, Any] = {
         "worker_setup_commands": _STR_LIST,
         "head_start_ray_commands": _STR_LIST,
         "worker_start_ray_commands": _STR_LIST,
+        "stop_ray_commands": _STR_LIST,
     },
 }
 
@@ -144,11 +145,26 @@ _DEFAULTS: dict[str, Any] = {
     "worker_setup_commands": [],
     "head_start_ray_commands": [],
     "worker_start_ray_commands": [],
+    "stop_ray_commands": [],
 }
 
 # Per provider type: what its ``provider`` section gets when left out.
 _PROVIDER_DEFAULTS: dict[str, dict[str, Any]] = {
     "local_process": {"use_internal_ips": True},
+    "local": {"use_internal_ips": True, "worker_ips": []},
+}
+
+# What the nodes of an SSH provider run when the config gives no commands: rayfield on
+# the PATH, each node's sessions under $RAYFIELD_NODE_TEMP_DIR (node_setup.py).
+_START = (
+    'rayfield start --node-ip-address="$RAYFIELD_NODE_IP" '
+    '--temp-dir="$RAYFIELD_NODE_TEMP_DIR" $RAYFIELD_RESOURCE_ARGS'
+)
+_STOP = 'rayfield stop --temp-dir="$RAYFIELD_NODE_TEMP_DIR"'
+_SSH_COMMAND_DEFAULTS: dict[str, list[str]] = {
+    "head_start_ray_commands": [_STOP, f"{_START} --head --port=6379"],
+    "worker_start_ray_commands": [_STOP, f'{_START} --address="$RAYFIELD_ADDRESS"'],
+    "stop_ray_commands": [_STOP],
 }
 
 # A node type of the reference's form, when ``head_node``/``worker_nodes`` give none.
@@ -291,7 +307,28 @@ def prepare_config(config: Any) -> dict[str, Any]:
             "max_workers takes precedence, lower min_workers"
         )
     _node_types(cfg)
+    if cfg["provider"]["type"] == "local":
+        _local(cfg)
     return cfg
+
+
+def _local(cfg: dict[str, Any]) -> None:
+    """Check and fill what the ``local`` (SSH) provider needs, in place."""
+    provider, auth = cfg["provider"], cfg["auth"]
+    if not provider.get("head_ip"):
+        raise ConfigError("provider type 'local' needs provider.head_ip: the head's address")
+    for key in ("ssh_user", "ssh_private_key"):
+        if not auth.get(key):
+            raise ConfigError(f"provider type 'local' logs in over SSH: set auth.{key}")
+    n = len(provider["worker_ips"])
+    if cfg["max_workers"] > n:
+        raise ConfigError(
+            f"max_workers {cfg['max_workers']} exceeds the {n} machines of "
+            "provider.worker_ips: list more, or lower max_workers"
+        )
+    for key, commands in _SSH_COMMAND_DEFAULTS.items():
+        if not cfg[key]:
+            cfg[key] = list(commands)
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

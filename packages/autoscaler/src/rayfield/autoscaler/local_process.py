@@ -17,38 +17,25 @@ environment (never on the command line or in a tag). A node's resources are its 
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import secrets
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from rayfield.autoscaler.node_provider import (
-    KIND_HEAD,
-    TAG_NODE_KIND,
-    NodeProvider,
-    ProviderError,
-)
+from rayfield.autoscaler.cluster_state import StatefulProvider, default_cluster_dir, read_json
+from rayfield.autoscaler.node_provider import KIND_HEAD, TAG_NODE_KIND, ProviderError
 
 __all__ = ["LocalProcessProvider", "default_cluster_dir", "rayfield_command"]
 
 DEFAULT_OBJECT_STORE_MEMORY = 200 * 1024 * 1024
 START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 5.0
-
-
-def default_cluster_dir(cluster_name: str) -> Path:
-    """``<tmp>/rayfield-autoscaler-<uid>/<cluster_name>``."""
-    return Path(tempfile.gettempdir()) / f"rayfield-autoscaler-{os.getuid()}" / cluster_name
 
 
 def rayfield_command() -> list[str]:
@@ -69,31 +56,12 @@ def rayfield_command() -> list[str]:
     )
 
 
-def _private_dir(path: Path) -> Path:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.stat()
-    if st.st_uid != os.getuid() or st.st_mode & 0o022:
-        raise ProviderError(
-            f"{path} is not yours alone (owner uid {st.st_uid}, mode {oct(st.st_mode & 0o777)}): "
-            "choose another provider.cluster_dir"
-        )
-    return path
-
-
 def _session(temp_dir: Path) -> Path | None:
     sessions = sorted(p for p in temp_dir.glob("session_*") if p.name != "session_latest")
     return sessions[-1] if sessions else None
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-class LocalProcessProvider(NodeProvider):
+class LocalProcessProvider(StatefulProvider):
     """Nodes as ``rayfield start`` processes on this machine (see the module docstring).
 
     Args:
@@ -104,84 +72,17 @@ class LocalProcessProvider(NodeProvider):
         ProviderError: the cluster directory exists and is not this user's alone.
     """
 
-    def __init__(self, provider_config: dict[str, Any], cluster_name: str) -> None:
-        super().__init__(provider_config, cluster_name)
-        given = provider_config.get("cluster_dir")
-        self.root = _private_dir(
-            Path(given).expanduser() if given else default_cluster_dir(cluster_name)
-        )
-        self._state = self.root / "state.json"
-        self._lock = self.root / "state.lock"
-
-    # ---- the state file ---------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[dict[str, dict[str, Any]]]:
-        """The node records, locked; changes made in the block are written back."""
-        fd = os.open(self._lock, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            nodes = (_read_json(self._state) or {}).get("nodes", {})
-            before = json.dumps(nodes, sort_keys=True)
-            yield nodes
-            if json.dumps(nodes, sort_keys=True) != before:
-                self._write({"nodes": nodes})
-        finally:
-            os.close(fd)
-
-    def _write(self, state: dict[str, Any]) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".state.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(state, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._state)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-
-    def _records(self) -> dict[str, dict[str, Any]]:
-        with self._locked() as nodes:
-            return {k: dict(v) for k, v in nodes.items()}
-
-    def _record(self, node_id: str) -> dict[str, Any]:
-        rec = self._records().get(node_id)
-        if rec is None:
-            raise ProviderError(f"cluster {self.cluster_name!r} has no node {node_id!r}")
-        return rec
-
     # ---- NodeProvider -----------------------------------------------------------------
-
-    def non_terminated_nodes(self, tag_filters: dict[str, str]) -> list[str]:
-        return sorted(
-            node_id
-            for node_id, rec in self._records().items()
-            if all(rec["tags"].get(k) == v for k, v in tag_filters.items())
-        )
 
     def is_running(self, node_id: str) -> bool:
         rec = self._records().get(node_id)
         return rec is not None and self._node_pid_alive(Path(rec["temp_dir"]))
-
-    def is_terminated(self, node_id: str) -> bool:
-        return node_id not in self._records()
-
-    def node_tags(self, node_id: str) -> dict[str, str]:
-        return dict(self._record(node_id)["tags"])
 
     def external_ip(self, node_id: str) -> str | None:
         return "127.0.0.1" if not self.is_terminated(node_id) else None
 
     def internal_ip(self, node_id: str) -> str | None:
         return self.external_ip(node_id)
-
-    def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
-        with self._locked() as nodes:
-            if node_id not in nodes:
-                raise ProviderError(f"cluster {self.cluster_name!r} has no node {node_id!r}")
-            nodes[node_id]["tags"].update(tags)
 
     def create_node(self, node_config: dict[str, Any], tags: dict[str, str], count: int) -> None:
         for _ in range(count):
@@ -196,17 +97,6 @@ class LocalProcessProvider(NodeProvider):
             nodes.pop(node_id, None)
 
     # ---- beyond the interface: what a driver needs to reach the cluster ----------------
-
-    def gcs_address(self, node_id: str) -> str:
-        """The GCS address (HOST:PORT) of the head ``node_id``.
-
-        Raises:
-            ProviderError: it is not a running head.
-        """
-        rec = self._record(node_id)
-        if not rec.get("gcs_address"):
-            raise ProviderError(f"{node_id} is not a running head of {self.cluster_name!r}")
-        return str(rec["gcs_address"])
 
     def token(self, node_id: str) -> str:
         """The cluster token, read from the head's session (0600 there).
@@ -225,7 +115,7 @@ class LocalProcessProvider(NodeProvider):
     def cluster_node_id(self, node_id: str) -> str | None:
         rec = self._records().get(node_id)
         session = _session(Path(rec["temp_dir"])) if rec else None
-        info = _read_json(session / "node.json") if session else None
+        info = read_json(session / "node.json") if session else None
         value = info.get("node_id") if info else None
         return str(value) if value else None
 
@@ -238,7 +128,7 @@ class LocalProcessProvider(NodeProvider):
     def _create_one(self, node_config: dict[str, Any], tags: dict[str, str]) -> str:
         head = tags.get(TAG_NODE_KIND) == KIND_HEAD
         node_id = f"{'head' if head else 'worker'}-{secrets.token_hex(4)}"
-        temp_dir = _private_dir(self.root / "nodes" / node_id)
+        temp_dir = self.node_dir(node_id)
         with self._locked() as nodes:
             nodes[node_id] = {"tags": dict(tags), "temp_dir": str(temp_dir), "head": head}
         env = dict(os.environ)
@@ -246,7 +136,7 @@ class LocalProcessProvider(NodeProvider):
         if head:
             args += ["--head", "--port", "0"]
         else:
-            head_id = self._head_id()
+            head_id = self.head_id()
             args += ["--address", self.gcs_address(head_id)]
             env["RAYFIELD_TOKEN"] = self.token(head_id)
         args += _resource_args(node_config)
@@ -271,7 +161,7 @@ class LocalProcessProvider(NodeProvider):
                 raise ProviderError(f"starting node {node_id} {why}; see {log}") from None
         if head:
             session = _session(temp_dir)
-            cluster = _read_json(session / "cluster.json") if session else None
+            cluster = read_json(session / "cluster.json") if session else None
             if not cluster or "gcs_address" not in cluster:
                 self._stop(temp_dir)
                 with self._locked() as nodes:
@@ -281,19 +171,10 @@ class LocalProcessProvider(NodeProvider):
                 nodes[node_id]["gcs_address"] = cluster["gcs_address"]
         return node_id
 
-    def _head_id(self) -> str:
-        heads = [k for k, rec in self._records().items() if rec.get("head")]
-        if not heads:
-            raise ProviderError(
-                f"cluster {self.cluster_name!r} has no head: workers join a head; run "
-                "`rayfield-autoscaler up` first"
-            )
-        return heads[0]
-
     @staticmethod
     def _node_pid_alive(temp_dir: Path) -> bool:
         session = _session(temp_dir)
-        info = _read_json(session / "node.json") if session else None
+        info = read_json(session / "node.json") if session else None
         pid = info.get("pid") if info else None
         if not isinstance(pid, int):
             return False

@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rayfield.autoscaler.autoscaler import Autoscaler, Row
-from rayfield.autoscaler.commands import head_node, provider_for, started_line
+from rayfield.autoscaler.cluster_state import StatefulProvider
+from rayfield.autoscaler.commands import head_node, node_setup, provider_for, started_line
 from rayfield.autoscaler.config import load_config
-from rayfield.autoscaler.local_process import LocalProcessProvider
 
 MAX_FAILURES = 5
 MAX_CONCURRENT_LAUNCHES = 10  # the reference's max_concurrent_launches
@@ -27,7 +27,7 @@ MAX_CONCURRENT_LAUNCHES = 10  # the reference's max_concurrent_launches
 logger = logging.getLogger("rayfield.autoscaler")
 
 
-def state_load(provider: LocalProcessProvider) -> Any:
+def state_load(provider: StatefulProvider) -> Any:
     """A load function over the cluster's GCS: rows of ``StateClient.nodes()``, each with
     the node's pending work by resource shape (``demand``, from
     ``StateClient.resource_demand()``)."""
@@ -57,7 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(args.config)
     provider = provider_for(config)
     launcher = ThreadPoolExecutor(MAX_CONCURRENT_LAUNCHES, thread_name_prefix="launch")
-    autoscaler = Autoscaler(config, provider, state_load(provider), executor=launcher)
+    autoscaler = Autoscaler(
+        config,
+        provider,
+        state_load(provider),
+        executor=launcher,
+        setup=node_setup(config, provider),
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     failures = 0

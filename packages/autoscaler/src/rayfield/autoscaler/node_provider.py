@@ -17,15 +17,19 @@ import abc
 from typing import Any
 
 __all__ = [
+    "STATUS_SETTING_UP",
+    "STATUS_SYNCING_FILES",
     "STATUS_UNINITIALIZED",
     "STATUS_UPDATE_FAILED",
     "STATUS_UP_TO_DATE",
+    "STATUS_WAITING_FOR_SSH",
     "TAG_CLUSTER_NAME",
     "TAG_LAUNCH_CONFIG",
     "TAG_NODE_KIND",
     "TAG_NODE_NAME",
     "TAG_NODE_STATUS",
     "TAG_NODE_TYPE",
+    "TAG_RUNTIME_CONFIG",
     "NodeProvider",
     "ProviderError",
     "get_node_provider",
@@ -41,6 +45,9 @@ TAG_LAUNCH_CONFIG = "rayfield-launch-config"
 TAG_RUNTIME_CONFIG = "rayfield-runtime-config"
 
 STATUS_UNINITIALIZED = "uninitialized"
+STATUS_WAITING_FOR_SSH = "waiting-for-ssh"
+STATUS_SYNCING_FILES = "syncing-files"
+STATUS_SETTING_UP = "setting-up"
 STATUS_UP_TO_DATE = "up-to-date"
 STATUS_UPDATE_FAILED = "update-failed"
 
@@ -61,6 +68,11 @@ class NodeProvider(abc.ABC):
         provider_config: the config's ``provider`` section (defaults filled).
         cluster_name: the config's ``cluster_name``.
     """
+
+    #: True when a created node runs nothing until it is set up over SSH
+    #: (:class:`~rayfield.autoscaler.node_setup.NodeSetup`); its nodes are created with
+    #: status ``uninitialized``.
+    needs_setup = False
 
     def __init__(self, provider_config: dict[str, Any], cluster_name: str) -> None:
         self.provider_config = provider_config
@@ -135,8 +147,12 @@ def get_node_provider(provider_config: dict[str, Any], cluster_name: str) -> Nod
         ProviderError: the type is not one this version provides.
     """
     kind = provider_config.get("type")
+    if kind == "local":
+        from rayfield.autoscaler.local import LocalNodeProvider
+
+        return LocalNodeProvider(provider_config, cluster_name)
     if kind == "local_process":
         from rayfield.autoscaler.local_process import LocalProcessProvider
 
         return LocalProcessProvider(provider_config, cluster_name)
-    raise ProviderError(f"provider type {kind!r} is not available; use 'local_process'")
+    raise ProviderError(f"provider type {kind!r} is not available; use 'local_process' or 'local'")

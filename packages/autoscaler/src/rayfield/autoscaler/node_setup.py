@@ -1,0 +1,195 @@
+"""Setting up, stopping and reaching the nodes of a provider whose nodes run nothing
+until set up over SSH (``needs_setup``; the ``local`` provider).
+
+:class:`NodeSetup` builds a node's :class:`~rayfield.autoscaler.command_runner.SSHCommandRunner`
+(``auth.ssh_user``, ``auth.ssh_private_key``), the environment of its commands and its
+:class:`~rayfield.autoscaler.updater.NodeUpdater`; after the start commands it reads what
+the node wrote in its newest session under ``$RAYFIELD_NODE_TEMP_DIR`` (``node.json``;
+on the head also ``cluster.json`` and ``token``) and records it with the provider. Each node's
+output goes to ``<cluster_dir>/nodes/<node_id>/update.log``.
+
+``RAYFIELD_NODE_TEMP_DIR`` is ``/tmp/rayfield-<cluster_name>-<node_ip>`` on the node (one
+per address, so that several nodes may share a filesystem).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rayfield.autoscaler.command_runner import CommandError, CommandRunner, SSHCommandRunner
+from rayfield.autoscaler.local import LocalNodeProvider
+from rayfield.autoscaler.node_provider import (
+    KIND_HEAD,
+    KIND_WORKER,
+    TAG_NODE_KIND,
+    TAG_NODE_TYPE,
+    ProviderError,
+)
+from rayfield.autoscaler.updater import NodeUpdater, UpdateError, plan_update, runtime_hash
+
+__all__ = ["NodeSetup", "resource_args"]
+
+GCS_PORT = 6379
+
+
+def resource_args(node_type: dict[str, Any]) -> str:
+    """``rayfield start`` flags for a node type's resources (and ``node_config``'s
+    ``object_store_memory``, bytes, when set)."""
+    resources = dict(node_type.get("resources", {}))
+    args = [f"--num-cpus={float(resources.pop('CPU', 1)):g}"]
+    if "GPU" in resources:
+        args.append(f"--num-gpus={float(resources.pop('GPU')):g}")
+    if resources:
+        args.append("--resources=" + json.dumps(resources, separators=(",", ":")))
+    memory = node_type.get("node_config", {}).get("object_store_memory")
+    if memory:
+        args.append(f"--object-store-memory={int(memory)}")
+    return " ".join(args)  # expanded unquoted in the commands: no spaces in any flag
+
+
+class NodeSetup:
+    """Sets up, stops and reaches the nodes of one SSH cluster.
+
+    Args:
+        config: a prepared config (``auth.ssh_user`` and ``auth.ssh_private_key`` set).
+        provider: the cluster's provider.
+        ssh_timeout_s: how long an update waits for a node's sshd.
+
+    Raises:
+        ProviderError: ``auth`` lacks the user or the key, or the key file is missing.
+    """
+
+    def __init__(
+        self, config: dict[str, Any], provider: LocalNodeProvider, ssh_timeout_s: float = 120.0
+    ) -> None:
+        self.config = config
+        self.provider = provider
+        self.ssh_timeout_s = ssh_timeout_s
+        #: Each kind's runtime-config hash, taken once: the file mounts' contents as
+        #: they were when this object was made (a monitor acts on the config it loaded).
+        self.runtime_hashes = {k: runtime_hash(config, k) for k in (KIND_HEAD, KIND_WORKER)}
+        auth = config.get("auth", {})
+        if not auth.get("ssh_user") or not auth.get("ssh_private_key"):
+            raise ProviderError(
+                "an SSH cluster needs auth.ssh_user and auth.ssh_private_key (the key's path)"
+            )
+        self.ssh_user = str(auth["ssh_user"])
+        self.key = Path(str(auth["ssh_private_key"])).expanduser()
+        if not self.key.is_file():
+            raise ProviderError(f"auth.ssh_private_key {str(self.key)!r} is not a file")
+
+    def runner(self, node_id: str) -> SSHCommandRunner:
+        """The node's command runner.
+
+        Raises:
+            ProviderError: the node has no address (it is gone).
+        """
+        ip = self.provider.external_ip(node_id)
+        if ip is None:
+            raise ProviderError(f"node {node_id} has no address: it was terminated")
+        return SSHCommandRunner(ip, self.ssh_user, self.key)
+
+    def log_path(self, node_id: str) -> Path:
+        """The node's update log."""
+        return self.provider.node_dir(node_id) / "update.log"
+
+    def kind(self, node_id: str) -> str:
+        """``"head"`` or ``"worker"``."""
+        return self.provider.node_tags(node_id).get(TAG_NODE_KIND, KIND_WORKER)
+
+    def env(self, node_id: str, with_secrets: bool = True) -> dict[str, str]:
+        """What every command on the node gets (see the module docstring); a worker's
+        includes the head's GCS address and, with ``with_secrets``, the token."""
+        tags = self.provider.node_tags(node_id)
+        node_ip = self.provider.internal_ip(node_id) or ""
+        node_type = self.config["available_node_types"].get(tags.get(TAG_NODE_TYPE, ""), {})
+        env = {
+            "RAYFIELD_HEAD_IP": self.provider.head_ip or "",
+            "RAYFIELD_NODE_IP": node_ip,
+            "RAYFIELD_NODE_TEMP_DIR": f"/tmp/rayfield-{self.config['cluster_name']}-{node_ip}",
+            "RAYFIELD_RESOURCE_ARGS": resource_args(node_type),
+        }
+        if tags.get(TAG_NODE_KIND) != KIND_HEAD:
+            try:
+                head = self.provider.head_id()
+                env["RAYFIELD_ADDRESS"] = self.provider.gcs_address(head)
+                if with_secrets:
+                    env["RAYFIELD_TOKEN"] = self.provider.token(head)
+            except ProviderError:
+                if with_secrets:
+                    raise
+        return env
+
+    def updater(self, node_id: str, restart_only: bool = False) -> NodeUpdater:
+        """The node's updater (not run yet).
+
+        Raises:
+            ProviderError: a worker's head has not been started.
+        """
+        kind = self.kind(node_id)
+        head = kind == KIND_HEAD
+        env = self.env(node_id)
+        return NodeUpdater(
+            node_id,
+            self.provider,
+            self.runner(node_id),
+            plan_update(self.config, kind, restart_only),
+            env,
+            self.log_path(node_id),
+            self.runtime_hashes[kind],
+            ssh_timeout_s=self.ssh_timeout_s,
+            after_start=lambda runner: self._record(node_id, runner, env, head),
+        )
+
+    def update(self, node_id: str, restart_only: bool = False) -> None:
+        """Set the node up.
+
+        Raises:
+            UpdateError: a step failed (the node is tagged ``update-failed``; the message
+                points at its log).
+        """
+        updater = self.updater(node_id, restart_only)
+        if not updater.run():
+            raise UpdateError(f"setting up {node_id} failed: {updater.error}")
+
+    def _record(self, node_id: str, runner: CommandRunner, env: dict[str, str], head: bool) -> None:
+        # The node's newest session (session_latest points at a head's only).
+        session = '"$(ls -d "$RAYFIELD_NODE_TEMP_DIR"/session_2* | sort | tail -n 1)"'
+        try:
+            node = json.loads(runner.output(f"cat {session}/node.json", env))
+            info = {"cluster_node_id": str(node["node_id"])}
+            if head:
+                cluster = json.loads(runner.output(f"cat {session}/cluster.json", env))
+                info["gcs_address"] = str(cluster["gcs_address"])
+                info["token"] = runner.output(f"cat {session}/token", env).strip()
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UpdateError(
+                f"the node started but its session under {env['RAYFIELD_NODE_TEMP_DIR']} "
+                f"is not readable ({exc}): do the start commands pass --temp-dir "
+                '"$RAYFIELD_NODE_TEMP_DIR"?'
+            ) from None
+        self.provider.record_started(node_id, info)
+
+    def stop(self, node_id: str) -> bool:
+        """Run ``stop_ray_commands`` on the node (best effort: an unreachable node is
+        logged); True when they all succeeded."""
+        fd = os.open(self.log_path(node_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab", buffering=0) as log:
+            log.write(b"==> stop_ray_commands\n")
+            try:
+                runner, env = self.runner(node_id), self.env(node_id, with_secrets=False)
+            except ProviderError as exc:
+                log.write(f"not stopped: {exc}\n".encode())
+                return False
+            ok = True
+            for cmd in self.config.get("stop_ray_commands", []):
+                log.write(f"$ {cmd}\n".encode())
+                try:
+                    ok = runner.run(cmd, env, log, timeout_s=60) == 0 and ok
+                except CommandError as exc:
+                    log.write(f"{exc}\n".encode())
+                    ok = False
+            return ok

@@ -1,0 +1,231 @@
+"""End to end over real SSH: `up` a `local`-provider cluster on two hosts (network
+namespaces with their own sshd, tests/netns.py), run a task that lands on the worker
+host, change a file mount and `up` again (the nodes are set up again), `down` (nothing of
+the cluster left running on the hosts). On the way: `attach`, `rsync-up`/`rsync-down`,
+`exec --tmux` and `exec --port-forward` against the head."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import cli, wait_until
+from netns import SSHHosts, namespaces_left, ssh_hosts
+
+from rayfield.autoscaler.commands import head_node, provider_for, worker_nodes
+from rayfield.autoscaler.config import load_config
+from rayfield.autoscaler.node_provider import (
+    KIND_WORKER,
+    STATUS_UP_TO_DATE,
+    TAG_NODE_STATUS,
+    TAG_RUNTIME_CONFIG,
+)
+from rayfield.autoscaler.updater import runtime_hash
+
+pytestmark = pytest.mark.timeout(400)
+
+DRIVER = textwrap.dedent(
+    """
+    import json, os, socket
+    import rayfield
+
+    rayfield.init()  # RAYFIELD_ADDRESS and RAYFIELD_TOKEN come from `exec`
+
+    @rayfield.remote(num_cpus=1)
+    def where():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        # The node was started with RAYFIELD_HEAD_IP (its workers inherit it); a UDP
+        # connect sends nothing and gives the address this host reaches the head from.
+        s.connect((os.environ["RAYFIELD_HEAD_IP"], 9))
+        return rayfield.get_runtime_context().get_node_id(), s.getsockname()[0]
+
+    node, ip = rayfield.get(where.remote(), timeout=120)
+    print("RESULT " + json.dumps({"node": node, "ip": ip}))
+    """
+)
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[SSHHosts]:
+    with ssh_hosts(tmp_path / "hosts", 2) as found:
+        yield found
+    assert namespaces_left(found) == []
+
+
+def cluster_yaml(path: Path, hosts: SSHHosts, app: Path, name: str) -> Path:
+    rf = Path(sys.executable).parent / "rayfield"
+    stop = f'{rf} stop --temp-dir="$RAYFIELD_NODE_TEMP_DIR"'
+    start = (
+        f'{rf} start --node-ip-address="$RAYFIELD_NODE_IP" '
+        '--temp-dir="$RAYFIELD_NODE_TEMP_DIR" $RAYFIELD_RESOURCE_ARGS'
+    )
+    cfg: dict[str, Any] = {
+        "cluster_name": name,
+        "provider": {
+            "type": "local",
+            "head_ip": hosts.ips[0],
+            "worker_ips": [hosts.ips[1]],
+            "cluster_dir": str(path.parent / "cluster"),
+        },
+        "auth": {"ssh_user": hosts.ssh_user, "ssh_private_key": str(hosts.ssh_private_key)},
+        "min_workers": 1,
+        "max_workers": 1,
+        "head_node": {"resources": {"CPU": 0}, "object_store_memory": 64 << 20},
+        "worker_nodes": {"resources": {"CPU": 1}, "object_store_memory": 64 << 20},
+        "file_mounts": {str(path.parent / "mounted-app"): str(app)},
+        "setup_commands": [
+            f"cat {path.parent / 'mounted-app' / 'version'} >> {path.parent}/setups"
+        ],
+        "head_start_ray_commands": [stop, f"{start} --head --port=6379"],
+        "worker_start_ray_commands": [stop, f'{start} --address="$RAYFIELD_ADDRESS"'],
+        "stop_ray_commands": [stop],
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def host_processes(hosts: SSHHosts) -> list[str]:
+    """Command lines of the processes in the hosts' namespaces, sshd aside."""
+    found = []
+    for ns in hosts.namespaces:
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+        for pid in pids.split():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "sshd" not in cmd:
+                found.append(cmd)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+SERVE_ONCE = (
+    "import socket; s = socket.socket(); "
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', {port})); "
+    "s.listen(); c, _ = s.accept(); c.sendall(b'hello from the head'); c.close()"
+)
+
+
+def check_head_access(cfg_path: Path, hosts: SSHHosts, tmp_path: Path) -> None:
+    """attach (without a terminal), rsync-up/down, exec --tmux and --port-forward."""
+    attach = subprocess.run(
+        [sys.executable, "-m", "rayfield.autoscaler.cli", "attach", str(cfg_path)],
+        input='echo "A=$RAYFIELD_ADDRESS T=${#RAYFIELD_TOKEN}"; ip -4 -o addr show\n',
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert attach.returncode == 0, attach.stdout + attach.stderr
+    assert f"A={hosts.ips[0]}:6379 T=64" in attach.stdout  # the token read on the head
+    assert hosts.ips[0] in attach.stdout and hosts.ips[1] not in attach.stdout
+
+    (tmp_path / "up.txt").write_text("up")
+    on_head = tmp_path / "on-head" / "up.txt"  # the hosts share this filesystem
+    assert cli("rsync-up", str(cfg_path), str(tmp_path / "up.txt"), str(on_head)).returncode == 0
+    assert on_head.read_text() == "up"
+    down = cli("rsync-down", str(cfg_path), str(on_head), str(tmp_path / "down.txt"))
+    assert down.returncode == 0 and (tmp_path / "down.txt").read_text() == "up"
+
+    out = tmp_path / "tmux-out"
+    tmux = cli("exec", str(cfg_path), f'echo "$RAYFIELD_HEAD_IP" > {out}', "--tmux")
+    assert tmux.returncode == 0, tmux.stdout + tmux.stderr
+    wait_until(lambda: out.exists() and out.read_text() == f"{hosts.ips[0]}\n", 30, "tmux")
+    assert cli("exec", str(cfg_path), "tmux kill-server").returncode == 0
+
+    port = free_port()
+    serve = f'{sys.executable} -c "{SERVE_ONCE.format(port=port)}"'
+    argv = [sys.executable, "-m", "rayfield.autoscaler.cli", "exec", str(cfg_path), serve]
+    forward = subprocess.Popen([*argv, "--port-forward", str(port)])
+    try:
+
+        def fetch() -> bytes:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+                    return c.recv(100)
+            except OSError:
+                return b""
+
+        assert wait_until(fetch, 60, "the forwarded port") == b"hello from the head"
+        assert forward.wait(60) == 0
+    finally:
+        if forward.poll() is None:
+            forward.kill()
+            forward.wait()
+
+
+def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
+    tmp_path: Path, hosts: SSHHosts
+) -> None:
+    name = f"ssh{secrets.token_hex(3)}"
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "version").write_text("v1\n")
+    cfg_path = cluster_yaml(tmp_path / "cluster.yaml", hosts, app, name)
+    provider = provider_for(load_config(cfg_path))
+    try:
+        up = cli("up", str(cfg_path), "-y", "--update-interval-s", "0.5")
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "setting up the head" in up.stdout
+        head = head_node(provider)
+        assert head is not None and provider.internal_ip(head) == hosts.ips[0]
+        assert cli("get-head-ip", str(cfg_path)).stdout.strip() == hosts.ips[0]
+
+        def worker_up(hash_: str | None = None) -> str | None:
+            for w in worker_nodes(provider):
+                tags = provider.node_tags(w)
+                up = tags.get(TAG_NODE_STATUS) == STATUS_UP_TO_DATE and provider.cluster_node_id(w)
+                if up and (hash_ is None or tags.get(TAG_RUNTIME_CONFIG) == hash_):
+                    return w
+            return None
+
+        worker = wait_until(worker_up, 120, "the worker set up over SSH")
+        assert provider.internal_ip(worker) == hosts.ips[1]
+        assert cli("get-worker-ips", str(cfg_path)).stdout.split()[0] == hosts.ips[1]
+        assert (tmp_path / "mounted-app" / "version").read_text() == "v1\n"
+
+        script = tmp_path / "driver.py"
+        script.write_text(DRIVER)
+        run = cli("exec", str(cfg_path), f"{sys.executable} {script}")
+        assert run.returncode == 0, run.stdout + run.stderr
+        line = next(x for x in run.stdout.splitlines() if x.startswith("RESULT "))
+        result = json.loads(line.removeprefix("RESULT "))
+        assert result == {"node": provider.cluster_node_id(worker), "ip": hosts.ips[1]}
+
+        check_head_access(cfg_path, hosts, tmp_path)
+
+        # A file mount changes: `up` sets the head up again, the monitor the worker.
+        (app / "version").write_text("v2\n")
+        again = cli("up", str(cfg_path), "-y", "--update-interval-s", "0.5")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "setting up the head" in again.stdout
+        new_hash = runtime_hash(load_config(cfg_path), KIND_WORKER)
+        wait_until(lambda: worker_up(new_hash), 120, "the worker set up again")
+        assert (tmp_path / "mounted-app" / "version").read_text() == "v2\n"
+        assert (tmp_path / "setups").read_text().splitlines() == ["v1", "v1", "v2", "v2"]
+
+        down = cli("down", str(cfg_path), "-y")
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert "terminated 2 nodes" in down.stdout
+        assert provider.non_terminated_nodes({}) == []
+        wait_until(lambda: not host_processes(hosts), 30, "no rayfield process left on the hosts")
+    finally:
+        if provider.non_terminated_nodes({}):
+            cli("down", str(cfg_path), "-y")
+        for ip in hosts.ips:
+            shutil.rmtree(f"/tmp/rayfield-{name}-{ip}", ignore_errors=True)

@@ -1,0 +1,82 @@
+"""Find or install the OpenSSH server, client and rsync that the autoscaler's SSH tests use.
+
+The tests of ``rayfield.autoscaler``'s SSH node updater and ``local`` provider start real
+``sshd`` instances in network namespaces of their own (as root). This tool is
+idempotent: it prints the paths of the programs when they are all here, else installs
+Debian's ``openssh-server``, ``openssh-client`` and ``rsync`` packages with apt-get when
+run as root, else fails saying what to install. The package's service is not started
+(the tests start their own ``sshd`` per namespace).
+
+Usage::
+
+    python3 tools/install_sshd.py          # prints the programs' paths
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+PROGRAMS = {"sshd": "/usr/sbin/sshd", "ssh": "ssh", "ssh-keygen": "ssh-keygen", "rsync": "rsync"}
+PACKAGES = ("openssh-server", "openssh-client", "rsync")
+HINT = (
+    "the autoscaler's SSH tests need sshd, ssh, ssh-keygen and rsync: install them "
+    "(Debian/Ubuntu: `sudo apt-get install openssh-server openssh-client rsync`)"
+)
+
+
+def find_programs() -> dict[str, str] | None:
+    """The path of each program, or None when one is missing."""
+    found = {}
+    for name, where in PROGRAMS.items():
+        path = where if os.access(where, os.X_OK) else shutil.which(where)
+        if not path:
+            return None
+        found[name] = path
+    return found
+
+
+def install() -> dict[str, str]:
+    """The programs' paths: those found here, else Debian's packages installed now.
+
+    Raises:
+        RuntimeError: when one is missing and cannot be installed here (not root, no
+            apt-get, or the install failed); the message says what to do.
+    """
+    found = find_programs()
+    if found:
+        return found
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        raise RuntimeError(HINT + " (this tool installs them itself only as root with apt-get)")
+    # policy-rc.d answers 101 in containers, so the package's sshd service is not started.
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (
+        ["apt-get", "update"],
+        ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES],
+    ):
+        print("+", " ".join(cmd), flush=True)
+        if subprocess.run(cmd, env=env, check=False).returncode != 0:
+            raise RuntimeError(f"`{' '.join(cmd)}` failed; {HINT}")
+    found = find_programs()
+    if found is None:
+        raise RuntimeError(
+            f"installed {', '.join(PACKAGES)} but a program is still missing; {HINT}"
+        )
+    return found
+
+
+def main() -> int:
+    try:
+        found = install()
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    for name, path in found.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
