@@ -7,6 +7,7 @@ PENDING -> RUNNING -> (PAUSED -> PENDING/RUNNING) -> TERMINATED or ERROR.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -94,6 +95,11 @@ class Resources:
 
     def summary_string(self) -> str:
         return f"{self.cpu + self.extra_cpu:g} CPUs, {self.gpu + self.extra_gpu:g} GPUs"
+
+
+def _intern(value: Any) -> Any:
+    """One shared copy of a short string (field names, host names); others as they are."""
+    return sys.intern(value) if type(value) is str and len(value) <= 64 else value
 
 
 class MetricStats(Mapping[str, float]):
@@ -274,12 +280,15 @@ class Trial:
         released; the full result history is in the trial's ``result.json``.
         """
         result = self.last_result
-        if (
-            R.CONFIG in result
-            and result[R.CONFIG] is not self.config
-            and (result[R.CONFIG] == self.config)
-        ):
+        if R.CONFIG in result and result[R.CONFIG] == self.config:
             result[R.CONFIG] = self.config
+        # Each result arrives with its own copies of the field names (and of the host
+        # and experiment names): interned, every finished trial shares one copy.
+        self.last_result = {
+            _intern(key): _intern(value) if type(value) is str else value
+            for key, value in result.items()
+        }
+        self.metric_analysis = {_intern(k): v for k, v in self.metric_analysis.items()}
         if self.checkpoint is not None and self.checkpoint.storage == "memory":
             self.checkpoint = None
 
