@@ -37,6 +37,10 @@ def test_file_syncer_copies_up_incrementally_and_down(tmp_path):
     syncer = FileSyncer()
     syncer.sync_up(str(local), f"file://{remote}")
     assert tree(remote) == tree(local)
+    (local / ".tune_server.json").write_text('{"token": "secret"}')  # never uploaded
+    syncer.sync_up(str(local), f"file://{remote}")
+    assert not (remote / ".tune_server.json").exists()
+    (local / ".tune_server.json").unlink()
     # Only changed files are copied again: a file changed remotely but not locally stays.
     (remote / "trial_1" / "result.json").write_text("remote edit")
     (local / "trial_1" / "progress.csv").write_text("loss\n1\n")

@@ -163,12 +163,12 @@ class FunctionSyncer(Syncer):
 
 
 def _walk(root: str) -> dict[str, tuple[int, int]]:
-    """``{relative path: (size, mtime_ns)}`` of every file under ``root`` (temporary
-    files of atomic writes, named ``.*-*``, left out)."""
+    """``{relative path: (size, mtime_ns)}`` of every file under ``root``; left out: the
+    temporary files of atomic writes and the REST server's token file (a secret)."""
     out: dict[str, tuple[int, int]] = {}
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
-            if name.startswith(".experiment_state-") or name.endswith(".tmp"):
+            if name.startswith((".experiment_state-", ".tune_server")) or name.endswith(".tmp"):
                 continue
             path = os.path.join(dirpath, name)
             try:
