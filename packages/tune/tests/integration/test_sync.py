@@ -4,6 +4,7 @@ and resume=True with an empty local directory continues from that copy."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -77,3 +78,22 @@ def test_sync_to_cloud_takes_a_command_template(tmp_path):
     assert (target / "by-command" / STATE_FILE).exists()
     [trial_dir] = [p for p in (target / "by-command").iterdir() if p.is_dir()]
     assert (trial_dir / "result.json").read_text().count("\n") == 3
+
+
+def test_tuner_run_config_sync_config(tmp_path):
+    copies: list[tuple[str, str]] = []
+
+    def copy(source: str, target: str) -> None:
+        copies.append((source, target))
+        assert os.path.exists(os.path.join(source, STATE_FILE))
+
+    sync = tune.SyncConfig(upload_dir="mem://bucket", syncer=copy)
+    grid = tune.Tuner(
+        quadratic,
+        param_space={"x": 2.0},
+        run_config=tune.RunConfig(
+            name="tuned", storage_path=str(tmp_path / "local"), sync_config=sync, verbose=0
+        ),
+    ).fit()
+    assert grid.get_best_result("loss", "min").metrics["loss"] == pytest.approx(4 / 3)
+    assert copies[-1] == (str(tmp_path / "local" / "tuned"), "mem://bucket/tuned")
