@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from rayfield.testing import wait_for
+from rayfield.tune.state import load_state
 
 sys.path.insert(0, str(Path(__file__).parent))
 import resume_driver
@@ -21,8 +22,9 @@ pytestmark = pytest.mark.usefixtures("cluster")
 
 
 def _state(path: Path) -> dict | None:
+    """The saved state (finished trials from their file, then the others)."""
     try:
-        return json.loads((path / "experiment_state.json").read_text())
+        return load_state(str(path))
     except (OSError, ValueError):
         return None
 

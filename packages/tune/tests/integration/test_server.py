@@ -44,8 +44,10 @@ def test_client_lists_stops_and_adds_trials(tmp_path):
     wait_for(token_file.exists, 60, "the server's token file")
     assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
     client = TuneClient.from_experiment_dir(str(exp_dir))
-    with pytest.raises(tune.TuneError, match="401"):
+    with pytest.raises(tune.TuneError, match="403 wrong token"):
         TuneClient(client.tune_address, client.port_forward, token="wrong").get_all_trials()
+    with pytest.raises(tune.TuneError, match="401"):  # no token at all
+        TuneClient(client.tune_address, client.port_forward, token="").get_all_trials()
 
     def running() -> list[dict]:
         trials = client.get_all_trials()

@@ -113,3 +113,45 @@ def test_status_printer_redraws_on_a_terminal_and_appends_otherwise():
     assert "\x1b[" not in plain.getvalue() and plain.getvalue().count("== Status ==") == 2
     html = status_html(trials, "== Status ==")
     assert html.count("<tr>") == 4 and "f_0" in html
+
+
+def test_event_records_match_tensorboardx_encoding():
+    """The records rayfield encodes itself are the bytes tensorboardX would write."""
+    from tensorboardX.crc32c import crc32c as tbx_crc32c
+    from tensorboardX.proto.event_pb2 import Event
+    from tensorboardX.proto.summary_pb2 import Summary
+
+    from rayfield.tune import tbx
+
+    for data in (b"", b"a", b"123456789", bytes(range(256)) * 3):
+        assert tbx.crc32c(data) == tbx_crc32c(data)
+    assert tbx.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    values = [("ray/tune/loss", 0.25), ("ray/tune/n", 3e9)]
+    summary = Summary(value=[Summary.Value(tag=t, simple_value=v) for t, v in values])
+    for step in (0, 1, 300, 2**40):
+        ours = tbx.encode_event(1700000000.5, step, values)
+        assert ours == Event(wall_time=1700000000.5, step=step, summary=summary).SerializeToString()
+    header = tbx.encode_event(12.0, file_version="brain.Event:2")
+    assert header == Event(wall_time=12.0, file_version="brain.Event:2").SerializeToString()
+
+
+def test_the_driver_writes_event_files_without_importing_tensorboardx(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from rayfield.tune.logger import DEFAULT_LOGGERS, LoggerCallback\n"
+        "from rayfield.tune.trial import Trial\n"
+        f"trial = Trial('f', {{}}, local_dir={str(tmp_path)!r})\n"
+        "cb = LoggerCallback(DEFAULT_LOGGERS)\n"
+        "cb.on_trial_start(trial)\n"
+        "cb.on_trial_result(trial, {'training_iteration': 1, 'loss': 0.5})\n"
+        "cb.on_experiment_end([trial])\n"
+        "print(trial.logdir)\n"
+        "print(sorted(m for m in ('tensorboardX', 'torch') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    logdir, imported = out.stdout.splitlines()
+    assert imported == "[]"
+    assert _scalars(logdir, "ray/tune/loss") == [(1, 0.5)]

@@ -55,8 +55,8 @@ def test_experiment_validation_messages():
         tune.Experiment("e", lambda c: None, num_samples=0)
     with pytest.raises(tune.TuneError, match="config must be a dict"):
         tune.Experiment("e", lambda c: None, config=[1])
-    with pytest.raises(tune.TuneError, match="cloud sync"):
-        tune.Experiment("e", lambda c: None, upload_dir="s3://bucket")
+    with pytest.raises(tune.TuneError, match="set upload_dir too"):
+        tune.Experiment("e", lambda c: None, sync_function="aws s3 sync {source} {target}")
     with pytest.raises(tune.TuneError, match="No trainable specified"):
         tune.Experiment.from_json("e", {"config": {}})
     exp = tune.Experiment.from_json(

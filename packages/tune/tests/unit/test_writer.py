@@ -72,20 +72,24 @@ def test_logger_callback_on_a_writer_writes_the_same_files(tmp_path):
 def test_encoded_state_matches_the_state_as_trials_finish():
     runner = make_runner({"x": tune.grid_search([1, 2, 3, 4])}, stop={"training_iteration": 3})
     states = []
+    finished: list[dict] = []  # what the finished-trials file holds so far
 
     class Snap(tune.Callback):
         def on_trial_complete(self, trial):
-            encoded = json.loads(runner.encode_state())
+            lines, _, text = runner.encode_checkpoint()
+            finished.extend(json.loads(line) for line in lines.splitlines())
+            encoded = json.loads(text)
             expected = json.loads(json.dumps(runner.get_state()))
-            encoded.pop("timestamp"), expected.pop("timestamp")
-            states.append(encoded == expected)
+            by_id = {t["trial_id"]: t for t in finished + encoded["trials"]}
+            states.append(by_id == {t["trial_id"]: t for t in expected["trials"]})
 
     runner.callbacks.append(Snap())
     Simulator(runner, lambda c, it: {"score": c["x"] * it}).run()
     assert states == [True] * 4
-    final = json.loads(runner.encode_state())
-    assert [t["status"] for t in final["trials"]] == ["TERMINATED"] * 4
-    assert [t["last_result"]["training_iteration"] for t in final["trials"]] == [3] * 4
+    lines, _, text = runner.encode_checkpoint()
+    assert lines == b"" and json.loads(text)["trials"] == []
+    assert [t["status"] for t in finished] == ["TERMINATED"] * 4
+    assert [t["last_result"]["training_iteration"] for t in finished] == [3] * 4
 
 
 def test_actors_import_of_rayfield_tune_stays_light():

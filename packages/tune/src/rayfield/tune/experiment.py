@@ -67,10 +67,10 @@ class Experiment:
         trial_resources: Any = None,
         custom_loggers: Any = None,
     ) -> None:
-        if upload_dir is not None or sync_function is not None:
+        if sync_function is not None and upload_dir is None:
             raise TuneError(
-                "upload_dir / sync_function (cloud sync) are not supported by rayfield-tune "
-                "yet: write results to a shared storage_path instead"
+                "sync_function (sync_to_cloud) copies the experiment to upload_dir: set "
+                "upload_dir too, e.g. upload_dir='s3://bucket/experiments'"
             )
         formats = (
             [export_formats] if isinstance(export_formats, str) else list(export_formats or [])
@@ -105,6 +105,7 @@ class Experiment:
         self.stop_dict = dict(stop) if isinstance(stop, dict) else {}
         self.local_dir = os.path.expanduser(local_dir) if local_dir else default_local_dir()
         self.upload_dir = upload_dir
+        self.sync_function = sync_function
         self.trial_name_creator = trial_name_creator
         self.loggers = loggers
         self.num_samples = num_samples

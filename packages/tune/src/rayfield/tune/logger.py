@@ -2,8 +2,8 @@
 
 ``LoggerCallback`` opens one of each ``Logger`` class per trial when it starts; the
 defaults are :class:`JsonLogger` (``params.json``, ``params.pkl``, ``result.json``: one JSON
-object per line), :class:`CSVLogger` (``progress.csv``) and, when tensorboardX is installed,
-:class:`TBXLogger` (TensorBoard event files).
+object per line), :class:`CSVLogger` (``progress.csv``) and :class:`TBXLogger` (TensorBoard
+event files, encoded without tensorboardX).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rayfield.tune import tbx
 from rayfield.tune.callback import Callback
 from rayfield.tune.trial import Trial
 from rayfield.tune.writer import BackgroundWriter
@@ -184,11 +185,11 @@ class CSVLogger(Logger):
 
 class TBXLogger(Logger):
     """TensorBoard scalars ``ray/tune/<metric>`` at step ``timesteps_total`` or else
-    ``training_iteration`` (needs ``pip install rayfield-tune[tensorboard]``).
+    ``training_iteration``.
 
-    One TFRecord event per result holds all its scalars; records are written directly
-    with tensorboardX's protos and checksum (no writer thread per trial, no fsync), so
-    thousands of short trials stay cheap.
+    One TFRecord event per result holds all its scalars. The records are encoded by
+    :mod:`rayfield.tune.tbx` (no tensorboardX, which would import torch into the driver;
+    no writer thread per trial, no fsync), so thousands of short trials stay cheap.
     """
 
     _SKIP = {
@@ -208,55 +209,28 @@ class TBXLogger(Logger):
     def _init(self) -> None:
         import socket
 
-        from tensorboardX.crc32c import crc32c
-        from tensorboardX.proto.event_pb2 import Event
-        from tensorboardX.proto.summary_pb2 import Summary
-
-        self._crc32c, self._event_cls, self._summary_cls = crc32c, Event, Summary
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
         self._file = open(os.path.join(self.logdir, name), "ab")  # noqa: SIM115
-        self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
-
-    def _masked_crc(self, data: bytes) -> bytes:
-        import struct
-
-        crc = self._crc32c(data)
-        return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
-
-    def _write(self, event: Any) -> None:
-        import struct
-
-        data = event.SerializeToString()
-        header = struct.pack("<Q", len(data))
-        self._file.write(header + self._masked_crc(header) + data + self._masked_crc(data))
+        self._file.write(tbx.record(tbx.encode_event(time.time(), file_version="brain.Event:2")))
 
     def on_result(self, result: dict[str, Any]) -> None:
         step = result.get("timesteps_total") or result.get("training_iteration", 0)
-        values = [
-            self._summary_cls.Value(tag=f"ray/tune/{key}", simple_value=float(value))
+        scalars = [
+            (f"ray/tune/{key}", float(value))
             for key, value in flatten(result).items()
             if key not in self._SKIP
             and isinstance(value, (int, float))
             and not isinstance(value, bool)
             and math.isfinite(value)
         ]
-        if values:
-            summary = self._summary_cls(value=values)
-            self._write(self._event_cls(wall_time=time.time(), step=int(step), summary=summary))
+        if scalars:
+            self._file.write(tbx.record(tbx.encode_event(time.time(), int(step), scalars)))
 
     def flush(self) -> None:
         self._file.flush()
 
     def close(self) -> None:
         self._file.close()
-
-
-def _tbx_available() -> bool:
-    try:
-        import tensorboardX  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 DEFAULT_LOGGERS: tuple[type[Logger], ...] = (JsonLogger, CSVLogger, TBXLogger)
@@ -278,8 +252,6 @@ class UnifiedLogger(Logger):
     def _init(self) -> None:
         self._loggers: list[Logger] = []
         for cls in self._classes:
-            if cls is TBXLogger and not _tbx_available():
-                continue
             try:
                 self._loggers.append(cls(self.config, self.logdir, self.trial))
             except Exception as exc:

@@ -100,8 +100,9 @@ class TrialRunner:
         self._outbox: list[Decision] = []
         self._stop_all = False
         self._stop_requests: list[str] = []
-        # trial_id -> (what the text depends on, the finished trial's encoded state)
-        self._encoded: dict[str, tuple[tuple[Any, ...], str]] = {}
+        # Finished trials not yet appended to the finished-trials file, and its length.
+        self._unpersisted: list[Trial] = []
+        self._persisted_bytes = 0
 
     # -- queries (also used by schedulers) ---------------------------------------------
     def get_trials(self) -> list[Trial]:
@@ -117,8 +118,15 @@ class TrialRunner:
 
     def unfinished_trials(self) -> list[Trial]:
         """The trials that are not TERMINATED or ERROR, in the order they came."""
-        self._unfinished = [t for t in self._unfinished if not t.is_finished()]
-        return list(self._unfinished)
+        still = []
+        for trial in self._unfinished:
+            if trial.is_finished():
+                self._unpersisted.append(trial)
+                trial.compact()
+            else:
+                still.append(trial)
+        self._unfinished = still
+        return list(still)
 
     def num_finished(self) -> int:
         return len(self._trials) - len(self.unfinished_trials())
@@ -150,11 +158,18 @@ class TrialRunner:
     def set_cluster_resources(self, resources: dict[str, float]) -> None:
         self._total = dict(resources)
 
-    def add_trial(self, trial: Trial) -> None:
-        """Queue ``trial`` (as PENDING, or as it is when restored from a saved state)."""
+    def add_trial(self, trial: Trial, persisted: bool = False) -> None:
+        """Queue ``trial`` (as PENDING, or as it is when restored from a saved state).
+
+        Args:
+            persisted: a finished trial restored from the finished-trials file (it is
+                not appended to it again).
+        """
         self._trials.append(trial)
         if not trial.is_finished():
             self._unfinished.append(trial)
+        elif not persisted:
+            self._unpersisted.append(trial)
         self._by_id[trial.trial_id] = trial
         if not trial.is_finished():
             self.scheduler.on_trial_add(self, trial)
@@ -417,23 +432,36 @@ class TrialRunner:
         return checkpoint
 
     # -- persistence ------------------------------------------------------------------------
-    def encode_state(self) -> str:
-        """:meth:`get_state` as JSON text; finished trials' parts are encoded once."""
-        from rayfield.tune.state import encode_state, trial_to_json
+    def set_persisted_bytes(self, size: int) -> None:
+        """The finished-trials file already holds ``size`` bytes (after a resume)."""
+        self._persisted_bytes = size
 
-        parts = []
-        for trial in self._trials:
-            if not trial.is_finished():
-                parts.append(encode_state(trial_to_json(trial)))
-                continue
-            key = (trial.status, trial.num_failures, id(trial.last_result))
-            hit = self._encoded.get(trial.trial_id)
-            if hit is None or hit[0] != key:
-                hit = (key, encode_state(trial_to_json(trial)))
-                self._encoded[trial.trial_id] = hit
-            parts.append(hit[1])
-        rest = encode_state({"search_alg": self.search_alg.get_state(), "timestamp": time.time()})
-        return '{"trials": [' + ", ".join(parts) + "], " + rest[1:]
+    def encode_checkpoint(self) -> tuple[bytes, int, str]:
+        """What one save writes: ``(lines, offset, text)``.
+
+        ``lines`` are the trials finished since the last call, one JSON object per line,
+        to append to :data:`~rayfield.tune.state.FINISHED_FILE` at byte ``offset`` (see
+        :func:`~rayfield.tune.state.append_finished`); ``text`` is the experiment state
+        (the unfinished trials, the search algorithm, the finished file's length
+        including ``lines``). Each finished trial is encoded once, here.
+        """
+        from rayfield.tune.state import FINISHED_FILE, encode_state, trial_to_json
+
+        unfinished = self.unfinished_trials()
+        lines = "".join(encode_state(trial_to_json(t)) + "\n" for t in self._unpersisted)
+        self._unpersisted = []
+        data = lines.encode()
+        offset = self._persisted_bytes
+        self._persisted_bytes += len(data)
+        parts = [encode_state(trial_to_json(t)) for t in unfinished]
+        rest = encode_state(
+            {
+                "search_alg": self.search_alg.get_state(),
+                "finished": {"file": FINISHED_FILE, "bytes": self._persisted_bytes},
+                "timestamp": time.time(),
+            }
+        )
+        return data, offset, '{"trials": [' + ", ".join(parts) + "], " + rest[1:]
 
     def get_state(self) -> dict[str, Any]:
         """The experiment's state for a resume (JSON-able; see :mod:`rayfield.tune.state`)."""

@@ -4,6 +4,14 @@ It holds every trial (config, status, last result, disk checkpoints, failures) a
 search algorithm's position, so ``resume=True`` (or ``Tuner.restore``) continues a killed
 experiment: finished trials stay finished, the others restart from their last disk
 checkpoint, and no new trial repeats one already made.
+
+Finished trials never change again, so each is written once, as one JSON line appended
+to ``finished_trials.jsonl``; ``experiment_state.json`` holds the unfinished trials and
+``"finished": {"file": ..., "bytes": N}``, the length of that file's prefix it counts
+(bytes a killed driver appended after its last state are cut off by the next append).
+A save thus costs the unfinished trials, not the whole history, and the driver keeps no
+encoded copy of finished trials. :func:`load_state` returns both parts merged, finished
+trials first.
 """
 
 from __future__ import annotations
@@ -17,7 +25,9 @@ from typing import Any
 from rayfield.tune.trial import Resources, Trial, TrialCheckpoint
 
 __all__ = [
+    "FINISHED_FILE",
     "STATE_FILE",
+    "append_finished",
     "encode_state",
     "load_state",
     "trial_from_json",
@@ -27,6 +37,7 @@ __all__ = [
 ]
 
 STATE_FILE = "experiment_state.json"
+FINISHED_FILE = "finished_trials.jsonl"
 
 
 def _jsonable(value: Any) -> Any:
@@ -172,11 +183,52 @@ def write_state_text(experiment_dir: str, text: str) -> str:
     return target
 
 
+def append_finished(experiment_dir: str, lines: bytes, offset: int) -> None:
+    """Append encoded finished trials (one JSON object per line) to ``FINISHED_FILE``.
+
+    The file is first cut to ``offset`` bytes, the length the last saved state counts:
+    lines a killed driver wrote after that state are dropped (their trials are still
+    unfinished in it). The data is flushed to disk before this returns, so a state
+    written afterwards never counts bytes that are not there.
+    """
+    os.makedirs(experiment_dir, exist_ok=True)
+    with open(os.path.join(experiment_dir, FINISHED_FILE), "ab") as f:
+        if f.tell() != offset:
+            f.truncate(offset)
+            f.seek(offset)
+        if lines:
+            f.write(lines)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def load_state(experiment_dir: str) -> dict[str, Any] | None:
-    """The state written by :func:`write_state`, or None when there is none."""
+    """The state written by :func:`write_state`, or None when there is none.
+
+    The finished trials of ``FINISHED_FILE`` come first in ``"trials"``; then
+    ``state["finished"]["count"]`` says how many there are.
+
+    Raises:
+        TuneError: the state counts more finished-trial bytes than the file has.
+    """
     path = os.path.join(experiment_dir, STATE_FILE)
     if not os.path.exists(path):
         return None
     with open(path) as f:
         data: dict[str, Any] = json.load(f)
+    finished = data.get("finished")
+    if finished:
+        size = int(finished["bytes"])
+        with open(os.path.join(experiment_dir, finished["file"]), "rb") as f:
+            raw = f.read(size)
+        if len(raw) != size:
+            from rayfield.tune.error import TuneError
+
+            raise TuneError(
+                f"{experiment_dir}: {finished['file']} has {len(raw)} bytes but the "
+                f"experiment state counts {size}; the directory was changed or copied in part"
+            )
+        done = [json.loads(line) for line in raw.splitlines() if line.strip()]
+        finished["count"] = len(done)
+        data["trials"] = done + list(data["trials"])
     return data

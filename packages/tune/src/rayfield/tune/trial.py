@@ -7,8 +7,9 @@ PENDING -> RUNNING -> (PAUSED -> PENDING/RUNNING) -> TERMINATED or ERROR.
 from __future__ import annotations
 
 import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ from rayfield.tune import result as R
 from rayfield.tune.error import TuneError
 from rayfield.tune.ids import random_hex
 
-__all__ = ["Resources", "Trial", "TrialCheckpoint"]
+__all__ = ["MetricStats", "Resources", "Trial", "TrialCheckpoint"]
 
 _RESOURCE_KEYS = {
     "cpu",
@@ -96,6 +97,49 @@ class Resources:
         return f"{self.cpu + self.extra_cpu:g} CPUs, {self.gpu + self.extra_gpu:g} GPUs"
 
 
+def _intern(value: Any) -> Any:
+    """One shared copy of a short string (field names, host names); others as they are."""
+    return sys.intern(value) if type(value) is str and len(value) <= 64 else value
+
+
+class MetricStats(Mapping[str, float]):
+    """One metric's summary over a trial's results: ``max``, ``min``, ``avg``, ``last``
+    and ``count``, read as a mapping (``stats["max"]``); slots, not a dict per metric,
+    since every finished trial keeps one per numeric field."""
+
+    __slots__ = ("avg", "count", "last", "max", "min")
+    _KEYS = ("max", "min", "avg", "last", "count")
+
+    def __init__(self, value: float) -> None:
+        self.max = self.min = self.last = value
+        self.avg = 0.0
+        self.count = 0
+
+    def add(self, value: float) -> None:
+        if value > self.max:
+            self.max = value
+        if value < self.min:
+            self.min = value
+        self.count += 1
+        self.avg += (value - self.avg) / self.count
+        self.last = value
+
+    def __getitem__(self, key: str) -> float:
+        if key not in self._KEYS:
+            raise KeyError(key)
+        value: float = getattr(self, key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._KEYS)
+
+    def __len__(self) -> int:
+        return len(self._KEYS)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
 @dataclass
 class TrialCheckpoint:
     """One checkpoint of a trial.
@@ -170,7 +214,7 @@ class Trial:
         self.export_formats = list(export_formats or [])
         self.status = Trial.PENDING
         self.last_result: dict[str, Any] = {}
-        self.metric_analysis: dict[str, dict[str, float]] = {}
+        self.metric_analysis: dict[str, MetricStats] = {}
         self.last_update_time = time.time()
         self.num_failures = 0
         self.error_msg: str | None = None
@@ -217,16 +261,36 @@ class Trial:
     def update_last_result(self, result: dict[str, Any]) -> None:
         self.last_result = result
         self.last_update_time = time.time()
+        analysis = self.metric_analysis
         for key, value in result.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                stats = self.metric_analysis.setdefault(
-                    key, {"max": value, "min": value, "avg": 0.0, "last": value, "count": 0}
-                )
-                stats["max"] = max(stats["max"], value)
-                stats["min"] = min(stats["min"], value)
-                stats["count"] += 1
-                stats["avg"] += (value - stats["avg"]) / stats["count"]
-                stats["last"] = value
+                stats = analysis.get(key)
+                if stats is None:
+                    if key in R.AUTO_FIELDS:  # pid, timestamp: not metrics
+                        continue
+                    stats = analysis[key] = MetricStats(value)
+                stats.add(value)
+
+    def compact(self) -> None:
+        """Drop what a finished trial no longer needs, keeping what the analysis reads
+        (config, last result, metric summaries, disk checkpoints, paths).
+
+        The last result's ``config`` (a copy made for every result) becomes the trial's
+        own config, and an in-memory checkpoint (an object-store ref or a blob) is
+        released; the full result history is in the trial's ``result.json``.
+        """
+        result = self.last_result
+        if R.CONFIG in result and result[R.CONFIG] == self.config:
+            result[R.CONFIG] = self.config
+        # Each result arrives with its own copies of the field names (and of the host
+        # and experiment names): interned, every finished trial shares one copy.
+        self.last_result = {
+            _intern(key): _intern(value) if type(value) is str else value
+            for key, value in result.items()
+        }
+        self.metric_analysis = {_intern(k): v for k, v in self.metric_analysis.items()}
+        if self.checkpoint is not None and self.checkpoint.storage == "memory":
+            self.checkpoint = None
 
     def checkpoint_score(self, result: dict[str, Any]) -> float | None:
         attr = self.checkpoint_score_attr

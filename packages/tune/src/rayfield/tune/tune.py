@@ -31,8 +31,9 @@ from rayfield.tune.search.search_algorithm import (
     SearchGenerator,
 )
 from rayfield.tune.search.searcher import Searcher
-from rayfield.tune.state import load_state, trial_from_json, write_state_text
+from rayfield.tune.state import append_finished, load_state, trial_from_json, write_state_text
 from rayfield.tune.stopper import TimeoutStopper, _Combined
+from rayfield.tune.syncer import CloudSync, SyncConfig, get_syncer, remote_dir_of
 from rayfield.tune.trial import Trial
 from rayfield.tune.writer import BackgroundWriter
 
@@ -74,6 +75,9 @@ def run(
     return_trials: bool = False,
     max_concurrent_trials: int | None = None,
     upload_dir: str | None = None,
+    sync_to_cloud: Any = None,
+    sync_function: Any = None,
+    sync_config: SyncConfig | None = None,
     export_formats: Any = None,
     queue_trials: bool = False,
     global_checkpoint_period: float | None = None,
@@ -118,6 +122,16 @@ def run(
         export_formats: ``"checkpoint"`` and/or ``"model"``, exported into
             ``<trial dir>/export`` when a trial ends.
         global_checkpoint_period: seconds between state saves (default adaptive).
+        upload_dir: a URI (``file://...``, ``s3://bucket/prefix``) that keeps a copy of
+            the experiment directory at ``<upload_dir>/<name>`` (see
+            :mod:`rayfield.tune.syncer`); with ``resume=True`` and no local state, the
+            experiment is first downloaded from there.
+        sync_to_cloud, sync_function: how to copy (``sync_function`` is the 0.7 name):
+            a command template with ``{source}`` and ``{target}`` (or ``{local_dir}`` and
+            ``{remote_dir}``), a function ``f(source, target)`` or a ``Syncer``; default:
+            built in for ``file://`` and ``s3://``.
+        sync_config: the modern form of the three (``SyncConfig(upload_dir=...,
+            syncer=..., sync_period=...)``).
         with_server, server_port: serve the trials over REST on loopback (see
             :mod:`rayfield.tune.web_server`; 0 picks a free port).
 
@@ -134,8 +148,11 @@ def run(
         raise TuneError(
             f"tune.run() got arguments rayfield-tune does not support: {sorted(unsupported)}"
         )
-    if upload_dir is not None:
-        raise TuneError("upload_dir (cloud sync) is not supported yet: use storage_path")
+    if sync_config is not None and upload_dir is None:
+        upload_dir = sync_config.upload_dir
+    if sync_to_cloud is not None and sync_function is not None:
+        raise TuneError("pass sync_to_cloud or its classic name sync_function, not both")
+    sync_to_cloud = sync_to_cloud if sync_to_cloud is not None else sync_function
     if mode not in (None, "min", "max"):
         raise TuneError(f"mode must be 'min' or 'max', got {mode!r}")
     if isinstance(run_or_experiment, Experiment):
@@ -158,6 +175,8 @@ def run(
             export_formats=export_formats,
             max_failures=max_failures,
             restore=restore,
+            upload_dir=upload_dir,
+            sync_function=sync_to_cloud,
         )
     if ray_auto_init and not rayfield.is_initialized():
         rayfield.init()
@@ -200,6 +219,12 @@ def run(
         max_pending=1,
         queue_trials=queue_trials,
     )
+    cloud = _cloud_sync(experiment, sync_config)
+    if cloud is not None and resume and load_state(experiment.path) is None:
+        try:  # nothing here to resume: the cloud copy may have it
+            cloud.download()
+        except TuneError as exc:
+            log.info("no experiment to resume at %s: %s", cloud.remote_dir, exc)
     if _should_resume(resume, experiment.path):
         _restore_runner(runner, search_alg, experiment)
     search_alg.add_configurations([experiment])
@@ -211,6 +236,7 @@ def run(
         server = TuneServer(runner, experiment.path, server_port)
     loop = _DriverLoop(runner, executor, experiment.path, global_checkpoint_period, verbose, writer)
     loop.server = server
+    loop.cloud = cloud
     try:
         loop.run()
     finally:
@@ -223,6 +249,8 @@ def run(
                 cb.on_experiment_end(runner.get_trials())
         finally:
             writer.close()
+    if cloud is not None:  # the final copy, after every file was written
+        cloud.upload()
     trials = runner.get_trials()
     if verbose:
         loop.printer.show(loop.status(), trials)
@@ -260,6 +288,7 @@ class _DriverLoop:
         self._finished_seen = 0
         self.started = time.monotonic()
         self.server: Any = None
+        self.cloud: CloudSync | None = None
         self.printer = StatusPrinter()
 
     def run(self) -> None:
@@ -325,17 +354,30 @@ class _DriverLoop:
         start = time.monotonic()
         for cb in self.runner.callbacks:
             cb.on_checkpoint()  # the loggers' flush is queued before the state
-        text, path = self.runner.encode_state(), self.path
+        lines, offset, text = self.runner.encode_checkpoint()
+        path = self.path
 
         def write() -> None:
             began = time.monotonic()
+            append_finished(path, lines, offset)
             write_state_text(path, text)
             self._write_cost = time.monotonic() - began
 
         self.writer.submit(write)
+        if self.cloud is not None and not force and self.cloud.due():
+            self.writer.submit(self._upload)
         self._save_cost = time.monotonic() - start
         self._last_save = time.monotonic()
         self._finished_seen = finished
+
+    def _upload(self) -> None:
+        """A periodic upload (on the writer thread): a failure is logged, the run goes on;
+        the final upload after the run raises instead."""
+        assert self.cloud is not None
+        try:
+            self.cloud.upload()
+        except TuneError as exc:
+            log.warning("upload to %s failed: %s", self.cloud.remote_dir, exc)
 
     def status(self) -> str:
         trials = self.runner.get_trials()
@@ -346,6 +388,18 @@ class _DriverLoop:
         return status_string(
             trials, self.runner.scheduler.debug_string(), f"{used:g}/{total:g} CPUs", self.path
         )
+
+
+def _cloud_sync(experiment: Experiment, sync_config: SyncConfig | None) -> CloudSync | None:
+    """The experiment's cloud copy, when it has an ``upload_dir``."""
+    if not experiment.upload_dir:
+        return None
+    choice = experiment.sync_function
+    if choice is None and sync_config is not None:
+        choice = sync_config.syncer
+    period = sync_config.sync_period if sync_config is not None else 300.0
+    remote = remote_dir_of(experiment.upload_dir, experiment.name)
+    return CloudSync(get_syncer(experiment.upload_dir, choice), experiment.path, remote, period)
 
 
 def _cluster_resources() -> dict[str, float]:
@@ -375,9 +429,14 @@ def _restore_runner(
     """Put the saved trials back into ``runner`` (unfinished ones restart)."""
     state = load_state(experiment.path)
     assert state is not None
-    for data in state["trials"]:
+    finished = state.get("finished") or {}
+    in_file = int(finished.get("count", 0))
+    for i, data in enumerate(state["trials"]):
         trial = trial_from_json(data, load_pickled_config(data["logdir"]))
-        runner.add_trial(trial)
+        runner.add_trial(trial, persisted=i < in_file)
+        if trial.is_finished():
+            trial.compact()
+    runner.set_persisted_bytes(int(finished.get("bytes", 0)))
     search_alg.set_state(state.get("search_alg", {}))
 
 

@@ -13,6 +13,7 @@ from rayfield.tune.schedulers.trial_scheduler import TrialScheduler
 from rayfield.tune.search.search_algorithm import SearchAlgorithm
 from rayfield.tune.search.searcher import Searcher
 from rayfield.tune.state import load_state
+from rayfield.tune.syncer import SyncConfig
 
 __all__ = ["CheckpointConfig", "FailureConfig", "RunConfig", "TuneConfig", "Tuner"]
 
@@ -79,6 +80,7 @@ class RunConfig:
     checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
     verbose: int = 1
     local_dir: str | None = None
+    sync_config: SyncConfig | None = None
 
 
 class Tuner:
@@ -176,6 +178,7 @@ class Tuner:
             reuse_actors=tc.reuse_actors,
             raise_on_failed_trial=False,
             max_concurrent_trials=tc.max_concurrent_trials,
+            sync_config=rc.sync_config,
         )
         assert isinstance(analysis, ExperimentAnalysis)
         return ResultGrid(analysis)

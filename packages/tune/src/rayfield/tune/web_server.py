@@ -9,11 +9,17 @@ The server answers on loopback, in a daemon thread of the driver, with JSON:
 * ``PUT /trials/<id>``: asks the runner to stop that trial.
 
 ``info`` is ``{"id", "trainable_name", "config", "status", "result"}`` (config and last
-result as JSON). Every request needs ``Authorization: Bearer <token>``: the token is random
-(256 bits), written with the server's address to ``<experiment dir>/.tune_server.json``
-(readable by its owner only; ``TuneClient.from_experiment_dir`` reads it),
-and nothing in a request is ever unpickled. Requests that change the experiment are
-queued and applied by the driver loop (:meth:`TuneServer.apply_requests`).
+result as JSON). Every request needs ``Authorization: Bearer <token>``, like every other
+endpoint of the project: a request without one gets 401, one with another token 403.
+The token is the cluster's token (``rayfield.util.cluster.find_token``) when the driver
+is connected to a cluster (``rayfield.init(address=...)``); a driver with the embedded
+local runtime has no cluster token, and its server makes a random one (256 bits). The
+server's address is written to ``<experiment dir>/.tune_server.json`` (mode 0600), with
+the random token but never with the cluster's. ``TuneClient`` sends the token it is
+given, else the one of ``.tune_server.json`` (``from_experiment_dir``), else the
+cluster's (``$RAYFIELD_TOKEN``, or the head's session on this machine). Nothing in a
+request is ever unpickled. Requests that change the experiment are queued and applied
+by the driver loop (:meth:`TuneServer.apply_requests`).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ if TYPE_CHECKING:
     from rayfield.tune.runner import TrialRunner
     from rayfield.tune.trial import Trial
 
-__all__ = ["DEFAULT_PORT", "TOKEN_FILE", "TuneClient", "TuneServer"]
+__all__ = ["DEFAULT_PORT", "TOKEN_FILE", "TuneClient", "TuneServer", "cluster_token"]
 
 DEFAULT_PORT = 4321
 TOKEN_FILE = ".tune_server.json"
@@ -52,21 +58,72 @@ def _info(trial: Trial) -> dict[str, Any]:
     }
 
 
+def cluster_token() -> str | None:
+    """The token of the cluster this driver is connected to; None when it runs the
+    embedded local runtime (no cluster, no token) or is not initialized.
+
+    Raises:
+        ClusterError: connected, but the token is neither in ``$RAYFIELD_TOKEN`` nor in
+            the head's session on this machine.
+    """
+    import rayfield
+
+    if not rayfield.is_initialized():
+        return None
+    # A second init() with ignore_reinit_error returns the running driver's address
+    # information; a driver connected to a cluster has its GCS address there.
+    info = rayfield.init(ignore_reinit_error=True)
+    address = info.get("gcs_address")
+    if not address:
+        return None
+    from pathlib import Path
+
+    from rayfield.util import cluster
+
+    temp_dir = Path(info["temp_dir"]) if info.get("temp_dir") else None
+    token: str = cluster.find_token(address, temp_dir)
+    return token
+
+
+def _client_token() -> str:
+    """The cluster token a client sends when it was given none ('' when none is found)."""
+    from rayfield.util import cluster
+
+    try:
+        token: str = cluster.find_token()
+    except Exception:  # no cluster here (ClusterError) or an unsafe session directory
+        return ""
+    return token
+
+
 class TuneServer:
     """Serves the runner's trials over HTTP on ``127.0.0.1:port`` (0: any free port).
 
     Args:
         runner: the experiment's runner.
-        experiment_dir: where the token file is written.
+        experiment_dir: where the address file is written.
         port: the TCP port.
+        token: the token requests must carry; default the cluster's token
+            (:func:`cluster_token`), or a random one without a cluster.
 
     Raises:
         OSError: the port is taken.
+        ClusterError: connected to a cluster whose token cannot be found.
     """
 
-    def __init__(self, runner: TrialRunner, experiment_dir: str, port: int = DEFAULT_PORT) -> None:
+    def __init__(
+        self,
+        runner: TrialRunner,
+        experiment_dir: str,
+        port: int = DEFAULT_PORT,
+        token: str | None = None,
+    ) -> None:
         self.runner = runner
-        self.token = secrets.token_hex(32)
+        self.uses_cluster_token = False
+        if token is None:
+            token = cluster_token()
+            self.uses_cluster_token = token is not None
+        self.token = token or secrets.token_hex(32)
         os.makedirs(experiment_dir, exist_ok=True)
         self.token_file = os.path.join(experiment_dir, TOKEN_FILE)
         self._requests: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -76,7 +133,12 @@ class TuneServer:
         tmp = self.token_file + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump({"address": f"127.0.0.1:{self.port}", "token": self.token}, f)
+            info = {"address": f"127.0.0.1:{self.port}"}
+            if self.uses_cluster_token:
+                info["token_source"] = "cluster"  # the cluster's secret is not copied
+            else:
+                info["token"] = self.token
+            json.dump(info, f)
         os.replace(tmp, self.token_file)  # a reader sees the whole file or none
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, daemon=True, name="tune-server"
@@ -100,17 +162,17 @@ class TuneServer:
 
             def _authorized(self) -> bool:
                 given = self.headers.get("Authorization", "")
-                if given.startswith("Bearer ") and hmac.compare_digest(
-                    given[7:].strip(), server.token
-                ):
-                    return True
-                self._reply(
-                    401,
-                    {
-                        "error": f"send 'Authorization: Bearer <token>' (the token "
-                        f"is in {TOKEN_FILE} of the experiment directory)"
-                    },
+                where = (
+                    "the cluster token"
+                    if server.uses_cluster_token
+                    else f"the token in {TOKEN_FILE} of the experiment directory"
                 )
+                if not given.startswith("Bearer ") or not given[7:].strip():
+                    self._reply(401, {"error": f"send 'Authorization: Bearer <{where}>'"})
+                    return False
+                if hmac.compare_digest(given[7:].strip().encode(), server.token.encode()):
+                    return True
+                self._reply(403, {"error": f"wrong token: send {where}"})
                 return False
 
             def _trial_id(self) -> str | None:
@@ -193,19 +255,20 @@ class TuneClient:
     Args:
         tune_address: ``"host"`` or ``"host:port"`` of the server.
         port_forward: the port, when ``tune_address`` has none.
-        token: the server's token (its ``.tune_server_token`` file).
+        token: the server's token; default the cluster token (``$RAYFIELD_TOKEN``, or
+            the head's session on this machine), and none when there is no cluster.
 
     Raises:
         TuneError: (from the methods) the server refused the request or is unreachable.
     """
 
     def __init__(
-        self, tune_address: str, port_forward: int = DEFAULT_PORT, token: str = ""
+        self, tune_address: str, port_forward: int = DEFAULT_PORT, token: str | None = None
     ) -> None:
         host, _, port = tune_address.partition(":")
         self.tune_address = host or "127.0.0.1"
         self.port_forward = int(port) if port else port_forward
-        self._token = token
+        self._token = token if token is not None else _client_token()
 
     @classmethod
     def from_experiment_dir(cls, path: str) -> TuneClient:
@@ -219,7 +282,7 @@ class TuneClient:
                 info = json.load(f)
         except OSError:
             raise TuneError(f"no Tune server runs for {path} (start it with_server=True)") from None
-        return cls(info["address"], token=info["token"])
+        return cls(info["address"], token=info.get("token"))
 
     @property
     def server_address(self) -> str:
@@ -233,7 +296,8 @@ class TuneClient:
         url = f"http://{self.tune_address}:{self.port_forward}{path}"
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(url, data=data, method=method)
-        request.add_header("Authorization", f"Bearer {self._token}")
+        if self._token:
+            request.add_header("Authorization", f"Bearer {self._token}")
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:
