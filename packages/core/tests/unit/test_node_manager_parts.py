@@ -4,6 +4,8 @@ typed task specs and node events (no processes, no sockets)."""
 from __future__ import annotations
 
 import ast
+import copy
+import pickle
 import time
 from pathlib import Path
 from typing import Any
@@ -197,6 +199,7 @@ def test_node_events_are_frozen_values() -> None:
     assert repr(event) == f"ObjectMissing(object_id={tid(1)!r}, client=3)"
     assert (event.object_id, event.client) == (tid(1), 3)
     assert ev.ObjectMissing.__match_args__ == ("object_id", "client")
+    assert pickle.loads(pickle.dumps(event)) == event == copy.copy(event)
     assert "waits" in (ev.ObjectMissing.__doc__ or "")
     with pytest.raises(AttributeError):  # dataclasses.FrozenInstanceError
         event.client = 4  # type: ignore[misc]

@@ -43,7 +43,8 @@ _C = TypeVar("_C", bound=type)
 class _Event:
     """What every event class has: construction by position or keyword in field order,
     no assignment after it (``FrozenInstanceError``), equality and hash by class and
-    field values, and a ``Name(field=value, ...)`` repr, as a frozen dataclass has."""
+    field values, copies and pickles, and a ``Name(field=value, ...)`` repr, as a frozen
+    dataclass has."""
 
     __slots__ = ()
     __match_args__: tuple[str, ...] = ()
@@ -81,6 +82,9 @@ class _Event:
 
     def __hash__(self) -> int:
         return hash((self.__class__, self._values()))
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:  # copy and pickle
+        return (self.__class__, self._values())
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__match_args__)
