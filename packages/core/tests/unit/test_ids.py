@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import threading
 
 from rayfield._private.common import ids
 
@@ -32,3 +33,21 @@ def test_returns_name_their_task() -> None:
 def test_short_is_the_first_16_hex_digits() -> None:
     oid = bytes.fromhex("0123456789abcdef" + "00" * 12)
     assert ids.short(oid) == "0123456789abcdef"
+
+
+def test_threads_never_share_an_id() -> None:
+    gen = ids.IdGenerator()
+    made: list[list[bytes]] = [[] for _ in range(4)]
+
+    def make(out: list[bytes]) -> None:
+        for _ in range(5000):
+            out.append(gen.task_id())
+            out.append(gen.put_id())
+
+    threads = [threading.Thread(target=make, args=(out,)) for out in made]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    counters = sorted(struct.unpack("<I", i[12:16])[0] for out in made for i in out)
+    assert counters == list(range(1, 40001))  # every number once, none skipped

@@ -4,6 +4,8 @@ typed task specs and node events (no processes, no sockets)."""
 from __future__ import annotations
 
 import ast
+import copy
+import pickle
 import time
 from pathlib import Path
 from typing import Any
@@ -185,6 +187,30 @@ def test_native_events_become_typed_events() -> None:
     )
     assert ev.from_native(("dispatch", tid(1))) is None  # handled by the native core
     assert ev.from_native(()) is None
+
+
+def test_node_events_are_frozen_values() -> None:
+    event = ev.ObjectMissing(tid(1), 3)
+    assert event == ev.ObjectMissing(object_id=tid(1), client=3)
+    assert hash(event) == hash(ev.ObjectMissing(tid(1), client=3))
+    assert event != ev.ObjectMissing(tid(1), 4)
+    assert event != ev.ActorStateChanged(tid(1), True)  # same values, another kind
+    assert event != (tid(1), 3)
+    assert repr(event) == f"ObjectMissing(object_id={tid(1)!r}, client=3)"
+    assert (event.object_id, event.client) == (tid(1), 3)
+    assert ev.ObjectMissing.__match_args__ == ("object_id", "client")
+    assert pickle.loads(pickle.dumps(event)) == event == copy.copy(event)
+    assert "waits" in (ev.ObjectMissing.__doc__ or "")
+    with pytest.raises(AttributeError):  # dataclasses.FrozenInstanceError
+        event.client = 4  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        event.other = 1  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="missing client"):
+        ev.ObjectMissing(tid(1))  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        ev.ObjectMissing(tid(1), 3, 4)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="bad argument 'client'"):
+        ev.ObjectMissing(tid(1), 3, client=4)  # type: ignore[misc]
 
 
 # ---- the package's boundaries ------------------------------------------------------------

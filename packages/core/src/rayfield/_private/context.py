@@ -31,6 +31,7 @@ __all__ = [
     "gcs_address",
     "install",
     "require",
+    "runtime",
     "sessions_root",
 ]
 
@@ -99,6 +100,18 @@ def require() -> ProcessContext:
     if _current is None:
         raise RayfieldError(NOT_INITIALIZED)
     return _current
+
+
+def runtime() -> Any:
+    """This process's runtime: ``require().runtime`` in one call (every submit and get
+    asks for it).
+
+    Raises:
+        RayfieldError: rayfield is not initialized.
+    """
+    if _current is None:
+        raise RayfieldError(NOT_INITIALIZED)
+    return _current.runtime
 
 
 def install(context: ProcessContext) -> None:

@@ -4,13 +4,20 @@ The native core reports events as tuples whose first item names the kind;
 :func:`from_native` turns one into the matching dataclass below (in this one place), and
 ``node.py`` dispatches on the class. Ids are 20 bytes; ``client`` is a connection of the
 native core (a driver, a worker, or the agent's own store client).
+
+The events are frozen value classes with slots: built by :func:`_event` from their field
+annotations at run time, and seen by type checkers as ``@dataclass(frozen=True,
+slots=True)``. They are not made with ``dataclasses``, whose generated methods cost
+about 2-3 ms of ``init()`` per class (each is compiled from source by ``exec``); this
+module is imported by every ``init()`` that starts a node.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import FrozenInstanceError
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 __all__ = [
     "ActorDied",
@@ -30,8 +37,87 @@ __all__ = [
     "from_native",
 ]
 
+_C = TypeVar("_C", bound=type)
 
-@dataclass(frozen=True, slots=True)
+
+class _Event:
+    """What every event class has: construction by position or keyword in field order,
+    no assignment after it (``FrozenInstanceError``), equality and hash by class and
+    field values, copies and pickles, and a ``Name(field=value, ...)`` repr, as a frozen
+    dataclass has."""
+
+    __slots__ = ()
+    __match_args__: tuple[str, ...] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        fields = self.__match_args__
+        if len(args) > len(fields):
+            raise TypeError(
+                f"{type(self).__name__}() takes {len(fields)} arguments, got {len(args)}"
+            )
+        values = dict(zip(fields, args))
+        for name, value in kwargs.items():
+            if name not in fields or name in values:
+                raise TypeError(f"{type(self).__name__}() got a bad argument {name!r}")
+            values[name] = value
+        missing = [f for f in fields if f not in values]
+        if missing:
+            raise TypeError(f"{type(self).__name__}() is missing {', '.join(missing)}")
+        for name in fields:
+            object.__setattr__(self, name, values[name])
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__match_args__)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Event) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash((self.__class__, self._values()))
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:  # copy and pickle
+        return (self.__class__, self._values())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__match_args__)
+        return f"{type(self).__name__}({inner})"
+
+
+def _make_event(cls: _C) -> _C:
+    """The event class with ``cls``'s name, docstring and fields (its annotations, in
+    order), as slots of an :class:`_Event`."""
+    annotations = inspect.get_annotations(cls)
+    fields = tuple(annotations)
+    namespace = {
+        "__slots__": fields,
+        "__match_args__": fields,
+        "__doc__": cls.__doc__,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "__annotations__": annotations,
+    }
+    event: Any = type(cls.__name__, (_Event,), namespace)
+    return cast(_C, event)
+
+
+if TYPE_CHECKING:  # checked as frozen dataclasses (PEP 681)
+    from typing_extensions import dataclass_transform
+
+    @dataclass_transform(frozen_default=True)
+    def _event(cls: _C) -> _C: ...
+else:
+    _event = _make_event
+
+
+@_event
 class NeedWorker:
     """Ready work lacks a worker: ``num_waiting`` tasks of resource ``shape`` wait."""
 
@@ -39,7 +125,7 @@ class NeedWorker:
     num_waiting: int
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class WorkerRegistered:
     """The worker process ``pid`` connected as ``client``."""
 
@@ -47,7 +133,7 @@ class WorkerRegistered:
     pid: int
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class ActorHandlesChanged:
     """This node's count of handles to ``actor_id`` went 0 -> 1 (``held``) or 1 -> 0;
     ``scoped``: the actor ends with its last handle."""
@@ -57,7 +143,7 @@ class ActorHandlesChanged:
     scoped: bool
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class ActorStateChanged:
     """An actor hosted here finished its creation (``alive``) or is being restarted."""
 
@@ -65,7 +151,7 @@ class ActorStateChanged:
     alive: bool
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class ActorDied:
     """An actor hosted here is dead for good (no restart left, killed, or it exited)."""
 
@@ -73,7 +159,7 @@ class ActorDied:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class ClientDisconnected:
     """The connection ``client`` of process ``pid`` closed; ``driver``: it was a driver."""
 
@@ -82,7 +168,7 @@ class ClientDisconnected:
     driver: bool
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class OwnerDied:
     """The driver ``pid`` disconnected; ``actor_ids``: the non-detached actors it created
     that were moved to other nodes."""
@@ -92,7 +178,7 @@ class OwnerDied:
     actor_ids: tuple[bytes, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class CancelElsewhere:
     """A recursive cancel reached ``task_ids``, which this node no longer holds."""
 
@@ -100,7 +186,7 @@ class CancelElsewhere:
     force: bool
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class ActorTaskElsewhere:
     """The call ``task_id`` was submitted here for ``actor_id``, which lives elsewhere."""
 
@@ -108,7 +194,7 @@ class ActorTaskElsewhere:
     actor_id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class ObjectMissing:
     """The connection ``client`` waits for ``object_id``, which this node lacks."""
 
@@ -116,7 +202,7 @@ class ObjectMissing:
     client: int
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class MissingDependencies:
     """The task ``task_id`` waits for arguments this node lacks (they may be elsewhere)."""
 
@@ -124,7 +210,7 @@ class MissingDependencies:
     object_ids: tuple[bytes, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class TaskInfeasible:
     """No resources of this node fit ``task_id``'s ``demand``; ``reason`` says why."""
 
@@ -133,7 +219,7 @@ class TaskInfeasible:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class StoreFull:
     """A create found the store full after spilling: bytes requested, capacity, in use."""
 

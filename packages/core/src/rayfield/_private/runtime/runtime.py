@@ -18,7 +18,7 @@ import os
 import pickle
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import rayfield.exceptions as exceptions
@@ -352,12 +352,7 @@ class Runtime:
         return list(args), kwargs
 
 
-def get_runtime() -> Runtime:
-    """The runtime of this process (``LocalRuntime`` in local mode, which has the same
-    interface).
-
-    Raises:
-        RayfieldError: rayfield is not initialized.
-    """
-    runtime: Runtime = context.require().runtime
-    return runtime
+get_runtime: Callable[[], Runtime] = context.runtime
+"""The runtime of this process (``LocalRuntime`` in local mode, which has the same
+interface); raises ``RayfieldError`` when rayfield is not initialized. It is
+``context.runtime`` itself: one call on every submit and get."""
