@@ -141,8 +141,10 @@ def _median_step_s(sgd: DistributedSGD, reps: int) -> float:
     return statistics.median(times)
 
 
-def dsgd_exchange(size: int, strategy: str, allreduce: str, reps: int) -> float:
-    """Median seconds per DistributedSGD step of a free-loss model of ``size`` bytes."""
+def dsgd_exchange(size: int, strategy: str, allreduce: str, reps: int) -> tuple[float, float]:
+    """Median seconds per DistributedSGD step of a free-loss model of ``size`` bytes, and
+    the median over those steps of the shorter of the two workers' all-reduce times (NaN
+    without a collective all-reduce)."""
     elements = size // 4
     sgd = DistributedSGD(
         lambda w, d: FreeLossModel(elements),
@@ -154,7 +156,12 @@ def dsgd_exchange(size: int, strategy: str, allreduce: str, reps: int) -> float:
     )
     try:
         sgd.warmup()
-        return _median_step_s(sgd, reps)
+        step_s = _median_step_s(sgd, reps)
+        # Per step, the rank that entered the all-reduce last waited least for its peer:
+        # its time is the all-reduce's, without the skew of the driver's two calls.
+        per_rank = sgd.foreach_worker(lambda w: list(w.allreduce_times)[-reps:])
+        times = [min(pair) for pair in zip(*per_rank)]
+        return step_s, statistics.median(times) if times else float("nan")
     finally:
         sgd.shutdown()
 
@@ -304,14 +311,21 @@ def main() -> None:
 def _print_allreduce(sizes: list[int], raw: list[float], reps: int) -> None:
     in_trainer = trainer_gloo(sizes, reps)
     simple = [dsgd_exchange(s, "simple", "auto", reps) for s in sizes]
-    ps = [dsgd_exchange(s, "ps", "auto", reps) for s in sizes]
-    driver = [dsgd_exchange(s, "simple", "driver", reps) for s in sizes]
+    ps = [dsgd_exchange(s, "ps", "auto", reps)[0] for s in sizes]
+    driver = [dsgd_exchange(s, "simple", "driver", reps)[0] for s in sizes]
     print("\nGradient all-reduce between two processes, GB/s (tensor bytes / median time)")
-    names = ["raw gloo", "trainer gloo", "DSGD simple", "DSGD ps", "DSGD driver"]
-    print(f"{'size':>8} " + " ".join(f"{n:>12} {'ratio':>6}" for n in names))
+    print(
+        "DSGD allreduce: the all-reduce inside DistributedSGD(strategy='simple') steps, timed"
+        " on the rank that entered it last;"
+        " the DSGD columns after it: whole steps (all-reduce or exchange, zeroing the"
+        " gradient, the SGD update, the driver's calls)"
+    )
+    names = ["raw gloo", "trainer gloo", "DSGD allreduce", "simple step", "ps step", "driver step"]
+    print(f"{'size':>8} " + " ".join(f"{n:>14} {'ratio':>6}" for n in names))
     for i, size in enumerate(sizes):
-        gbps = [size / t / 1e9 for t in (raw[i], in_trainer[i], simple[i], ps[i], driver[i])]
-        cells = [f"{g:12.2f} {g / gbps[0]:6.2f}" for g in gbps]
+        times = (raw[i], in_trainer[i], simple[i][1], simple[i][0], ps[i], driver[i])
+        gbps = [size / t / 1e9 for t in times]
+        cells = [f"{g:14.2f} {g / gbps[0]:6.2f}" for g in gbps]
         print(f"{size // MB:>6}MB " + " ".join(cells))
 
 

@@ -10,6 +10,7 @@ optimizer, so all replicas keep identical weights.
 
 from __future__ import annotations
 
+import collections
 import io
 import itertools
 import math
@@ -82,7 +83,8 @@ class SGDWorker:
         self.last_loss = float("nan")
         self.steps = 0
         self.world_size = 1
-        self.allreduce_s = 0.0  # seconds spent in the collective all-reduce, in all
+        # Seconds each of the last 1000 collective all-reduces took (with the division).
+        self.allreduce_times: collections.deque[float] = collections.deque(maxlen=1000)
 
     def _make_model(self, device_index: int) -> Any:
         spec, config = self.spec, self.config
@@ -210,7 +212,7 @@ class SGDWorker:
         started = time.perf_counter()
         dist.all_reduce(total)
         total /= self.world_size
-        self.allreduce_s += time.perf_counter() - started
+        self.allreduce_times.append(time.perf_counter() - started)
         return self._apply_local()
 
     def shard_shapes(self) -> list[int]:
