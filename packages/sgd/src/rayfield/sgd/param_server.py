@@ -22,6 +22,12 @@ class ParameterServer:
     def get_pid(self) -> int:
         return os.getpid()
 
+    def get_node_id(self) -> str:
+        """The id (hex) of the node this shard runs on."""
+        import rayfield
+
+        return str(rayfield.get_runtime_context().get_node_id())
+
     def aggregate(self, *shards: np.ndarray) -> np.ndarray:
         """The mean of one shard over all workers (float32, same length).
 
