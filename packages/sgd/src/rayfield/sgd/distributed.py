@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 import rayfield
+from rayfield.actor import ActorOptions
 from rayfield.sgd.param_server import ParameterServer
 from rayfield.sgd.utils import check_fits
 from rayfield.sgd.worker import SGDWorker
@@ -145,7 +146,9 @@ class DistributedSGD:
             "grad_shard_bytes": grad_shard_bytes,
             "num_threads": devices_per_worker,
         }
-        resources = {"num_gpus": devices_per_worker} if gpu else {"num_cpus": devices_per_worker}
+        resources: ActorOptions = (
+            {"num_gpus": devices_per_worker} if gpu else {"num_cpus": devices_per_worker}
+        )
         check_fits(resources, rayfield.cluster_resources(), "a worker")
         self.workers = [
             _RemoteWorker.options(**resources).remote(i, spec) for i in range(num_workers)
