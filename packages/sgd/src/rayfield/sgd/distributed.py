@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 import rayfield
+from rayfield.actor import ActorOptions
 from rayfield.sgd.faults import ReplicaFailure, gather
 from rayfield.sgd.param_server import ParameterServer
 from rayfield.sgd.utils import check_fits
@@ -188,7 +189,7 @@ class DistributedSGD:
             "num_threads": devices_per_worker,
             "timeout_s": self.timeout_s,
         }
-        self._worker_resources = (
+        self._worker_resources: ActorOptions = (
             {"num_gpus": devices_per_worker} if gpu else {"num_cpus": devices_per_worker}
         )
         check_fits(self._worker_resources, rayfield.cluster_resources(), "a worker")
@@ -214,7 +215,11 @@ class DistributedSGD:
         return _RemoteWorker.options(**self._worker_resources).remote(index, self._spec)
 
     def _new_server(self) -> Any:
-        return _RemoteServer.options(num_cpus=0).remote(self.num_workers)
+        # SPREAD: the shards go round robin over the nodes, as the reference placed its
+        # parameter servers across the machines.
+        return _RemoteServer.options(num_cpus=0, scheduling_strategy="SPREAD").remote(
+            self.num_workers
+        )
 
     def _form_group(self) -> None:
         """(Re)form the workers' process group for the collective all-reduce."""
