@@ -15,7 +15,7 @@ from rayfield.sgd import DistributedSGD
 # The multi-node helpers live with rayfield-cli's tests (see rayfield.testing's docstring).
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "cli" / "tests"))
 
-from clusterutil import rayfield_cmd, start_nodes  # noqa: E402
+from clusterutil import rayfield_cmd, start_nodes
 
 
 @pytest.fixture(scope="module")
