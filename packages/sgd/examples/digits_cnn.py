@@ -2,7 +2,7 @@
 
 First with ``PyTorchTrainer`` on two replicas (a gloo process group, DistributedDataParallel,
 each replica reading half of every epoch), then with ``DistributedSGD`` under both of its
-strategies (sharded parameter server and central averaging). Each run prints its epochs,
+strategies (sharded parameter server and all-reduce). Each run prints its epochs,
 the test accuracy and samples per second, and the script exits non-zero when a run misses
 the target accuracy (97% by default).
 
