@@ -2,7 +2,7 @@
 
 First with ``PyTorchTrainer`` on two replicas (a gloo process group, DistributedDataParallel,
 each replica reading half of every epoch), then with ``DistributedSGD`` under both of its
-strategies (sharded parameter server and central averaging). Each run prints its epochs,
+strategies (sharded parameter server and all-reduce). Each run prints its epochs,
 the test accuracy and samples per second, and the script exits non-zero when a run misses
 the target accuracy (97% by default).
 
@@ -21,8 +21,9 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-import rayfield
-from rayfield.sgd import DistributedSGD, PyTorchTrainer
+# rayfield is imported where it is used, so that the model and the data (digits_data,
+# digits_cnn, cross_entropy_adam) import without it: the benchmark's Ray Train peer
+# runs them in an environment that has Ray and not rayfield.
 
 
 def digits_data(config: dict[str, Any]) -> tuple[TensorDataset, TensorDataset]:
@@ -75,6 +76,8 @@ def test_accuracy(model: torch.nn.Module) -> float:
 
 def train_with_trainer(epochs: int, num_replicas: int, lr: float = 3e-3) -> dict[str, Any]:
     """PyTorchTrainer: ``epochs`` epochs with a global batch of 64; the final stats."""
+    from rayfield.sgd import PyTorchTrainer
+
     start = time.perf_counter()
     trainer = PyTorchTrainer(
         digits_cnn,
@@ -104,6 +107,8 @@ def train_with_trainer(epochs: int, num_replicas: int, lr: float = 3e-3) -> dict
 
 def train_with_distributed_sgd(strategy: str, steps: int, lr: float = 3e-3) -> dict[str, Any]:
     """DistributedSGD on two workers (one replica each, 32 samples per replica a step)."""
+    from rayfield.sgd import DistributedSGD
+
     start = time.perf_counter()
     sgd = DistributedSGD(
         lambda worker_idx, device_idx: digits_cnn(),
@@ -144,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=0.97)
     parser.add_argument("--skip-dsgd", action="store_true", help="only PyTorchTrainer")
     args = parser.parse_args(argv)
+    import rayfield
+
     if args.address:
         rayfield.init(address=args.address, temp_dir=args.temp_dir)
     else:

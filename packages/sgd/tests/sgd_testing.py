@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,3 +45,30 @@ class LineModel:
 
     def get_optimizer(self) -> torch.optim.Optimizer:
         return self.optimizer
+
+
+class PausingLineModel(LineModel):
+    """``LineModel`` whose ``get_loss`` pauses while the file ``go`` is missing: it first
+    writes ``<marker_dir>/marker-<pid>``, then waits (at most 60 s) for ``go``. A test
+    removes ``go`` to hold every worker inside a step, kills a process, then writes it."""
+
+    def __init__(self, worker_idx: int, device_idx: int, marker_dir: str, go: str) -> None:
+        super().__init__(worker_idx, device_idx)
+        self.marker_dir, self.go = Path(marker_dir), Path(go)
+
+    def get_loss(self) -> torch.Tensor:
+        if not self.go.exists():
+            (self.marker_dir / f"marker-{os.getpid()}").touch()
+            deadline = time.monotonic() + 60
+            while not self.go.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return super().get_loss()
+
+
+def pausing_line_model(marker_dir: str, go: str) -> Callable[[int, int], PausingLineModel]:
+    """A ``(worker_idx, device_idx)`` model creator of ``PausingLineModel``s."""
+
+    def create(worker_idx: int, device_idx: int) -> PausingLineModel:
+        return PausingLineModel(worker_idx, device_idx, marker_dir, go)
+
+    return create

@@ -214,11 +214,12 @@ Status Client::SubmitTask(const TaskSpec& spec) {
   auto pins = b.CreateVectorOfStructs(pids);
   auto hids = ToFbIds(spec.actor_handles);
   auto handles = spec.actor_handles.empty() ? 0 : b.CreateVectorOfStructs(hids);
+  auto scheduling = spec.scheduling.empty() ? 0 : b.CreateString(spec.scheduling);
   w.Add(0, fb::CreateSubmitTaskRequest(b, &tid, resources, dependencies,
                                        spec.actor_id.IsNil() ? nullptr : &aid, spec.actor_creation,
                                        spec.max_concurrency, &cid, spec.sequence_no, payload,
                                        return_ids, spec.max_retries, pins, spec.pin_returns,
-                                       spec.resume_sequence, spec.detached, handles));
+                                       spec.resume_sequence, spec.detached, handles, scheduling));
   return Send(w);
 }
 

@@ -71,9 +71,18 @@ struct CancelElsewhere {
   std::vector<UniqueID> task_ids;
   bool force;
 };
+// A plain task or an actor creation submitted with a scheduling strategy (see node.fbs):
+// it is held until the host places it here (PlaceTask), takes it to forward it (TakeTask)
+// or fails it (FailPlacement).
+struct TaskPlacement {
+  UniqueID task_id;
+  std::string scheduling;
+  ResourceSet demand;
+  bool actor_creation;
+};
 using NodeEvent = std::variant<ObjectMissing, ClientDisconnected, WorkerRegistered, StoreFullEvent, NeedWorker,
                                TaskInfeasible, MissingDependencies, WorkerLost, ActorTaskElsewhere,
                                ActorDied, OwnerDied, ActorHandlesChanged, ActorStateChanged,
-                               CancelElsewhere>;
+                               CancelElsewhere, TaskPlacement>;
 
 }  // namespace rayfield

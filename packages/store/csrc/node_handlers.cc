@@ -201,6 +201,7 @@ void NodeServer::HandleSubmit(Conn& c, uint64_t seq, const fb::Message* m) {
   spec.max_retries = r->max_retries();
   spec.detached = r->detached();
   spec.actor_handles = Ids(r->actor_handles());
+  if (r->scheduling() != nullptr) spec.scheduling = r->scheduling()->str();
   sub.parent_worker = c.worker ? c.id : 0;
   sub.owner = c.driver && !c.worker && !r->detached() ? c.id : 0;
   tasks_->Submit(std::move(sub));

@@ -69,6 +69,16 @@ std::optional<TaskSpec> NodeServer::TakeTask(const UniqueID& task_id, ClientID p
   return std::move(taken->spec);
 }
 
+bool NodeServer::PlaceTask(const UniqueID& task_id, const std::string& fail_message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!tasks_) return false;
+  bool held = fail_message.empty() ? tasks_->PlaceHere(task_id)
+                                   : tasks_->FailPlacement(task_id, fail_message);
+  ApplyDecisions(true);
+  FlushDirty();
+  return held;
+}
+
 void NodeServer::SetTotalResources(ResourceSet total) {
   std::lock_guard<std::mutex> lock(mu_);
   options_.resources = total;

@@ -113,6 +113,9 @@ class NodeServer {
   std::optional<TaskSpec> TakeTask(const UniqueID& task_id, ClientID pin_for = 0,
                                    std::vector<UniqueID>* kept_pins = nullptr,
                                    std::vector<UniqueID>* kept_handles = nullptr);
+  // A task held for placement (TaskPlacement event) is queued here (`fail_message`
+  // empty) or fails with that message; false when no such task is held.
+  bool PlaceTask(const UniqueID& task_id, const std::string& fail_message);
   // Whether this node holds a handle to each actor (see ActorHandlesChanged).
   std::vector<bool> ActorsHeld(const std::vector<UniqueID>& actor_ids);
   // Ends an actor no handle reaches any more, for good, with `reason` as its calls'

@@ -67,6 +67,7 @@ struct TaskSpec {
   bool detached = false;             // actor creation: does not fate-share with its driver
   uint32_t attempt = 0;              // earlier runs (retries) or starts (actor restarts)
   std::vector<UniqueID> actor_handles;  // actors whose handles are in its arguments
+  std::string scheduling;  // a strategy its host places ("": queue here); see node.fbs
 };
 
 struct ResourceGrant {

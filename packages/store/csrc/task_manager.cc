@@ -62,7 +62,41 @@ void TaskManager::Submit(Submission s) {
       return HoldForElsewhere(std::move(spec));
     }
   }
+  if (!spec.scheduling.empty() && (spec.actor_creation || spec.actor_id.IsNil())) {
+    TaskPlacement placement{task_id, spec.scheduling, spec.resources, spec.actor_creation};
+    elsewhere_.emplace(task_id, std::move(spec));
+    return Tell(std::move(placement));
+  }
   scheduler_.SubmitTask(std::move(spec), s.missing);
+}
+
+bool TaskManager::PlaceHere(const UniqueID& task_id) {
+  auto held = elsewhere_.find(task_id);
+  if (held == elsewhere_.end() || held->second.scheduling.empty()) return false;
+  TaskSpec spec = std::move(held->second);
+  elsewhere_.erase(held);
+  spec.scheduling.clear();
+  std::vector<UniqueID> missing = Missing(spec.dependencies);
+  scheduler_.SubmitTask(std::move(spec), missing);
+  return true;
+}
+
+bool TaskManager::FailPlacement(const UniqueID& task_id, const std::string& message) {
+  auto held = elsewhere_.find(task_id);
+  if (held == elsewhere_.end() || held->second.scheduling.empty()) return false;
+  const bool creation = held->second.actor_creation;
+  const UniqueID actor_id = held->second.actor_id;
+  elsewhere_.erase(held);
+  if (!creation) {
+    FailTask(task_id, "UNSCHEDULABLE", message);
+    return true;
+  }
+  if (auto a = actors_.find(actor_id); a != actors_.end()) {  // dead for good, never placed
+    a->second.end_reason = message;
+    a->second.restarts_left = 0;
+  }
+  ActorGone(actor_id);  // its creation and its calls fail with ACTOR_DIED and `message`
+  return true;
 }
 
 void TaskManager::HoldForElsewhere(TaskSpec spec) {
@@ -209,6 +243,7 @@ std::optional<TakenTask> TaskManager::TakeTask(const UniqueID& task_id, ClientID
   if (auto held = elsewhere_.find(task_id); held != elsewhere_.end()) {
     spec = std::move(held->second);
     elsewhere_.erase(held);
+    if (spec->actor_creation) moved_actor = spec->actor_id;  // held for placement
   } else if (rec != tasks_.end() && rec->second.actor_task) {
     auto a = actors_.find(rec->second.actor_id);
     bool unplaced_creation = a != actors_.end() && a->second.worker == 0 && a->second.creation &&

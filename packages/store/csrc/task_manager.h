@@ -135,6 +135,11 @@ class TaskManager {
   // Removes a task so it can run on another node (see NodeServer::TakeTask). With
   // `keeper` (a connected client), the task's pins and actor handles move to it.
   std::optional<TakenTask> TakeTask(const UniqueID& task_id, ClientID keeper);
+  // A task held for placement (TaskPlacement) is queued here: false if no such task.
+  bool PlaceHere(const UniqueID& task_id);
+  // A task held for placement fails with `message` (a plain task's returns become
+  // UNSCHEDULABLE error objects; an actor is dead for good): false if no such task.
+  bool FailPlacement(const UniqueID& task_id, const std::string& message);
   void SetTotalResources(ResourceSet total);
 
   // ---- outputs ----

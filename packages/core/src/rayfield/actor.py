@@ -14,16 +14,20 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from rayfield._private import context
 from rayfield._private.common import options as opt
-from rayfield._private.common import serialization
+from rayfield._private.common import scheduling, serialization
 from rayfield._private.common.ids import ID_SIZE
+from rayfield._private.common.options import ActorOptions
 from rayfield._private.driver import names
 from rayfield._private.runtime.runtime import get_runtime
 
-__all__ = ["ActorClass", "ActorHandle", "exit_actor", "method"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["ActorClass", "ActorHandle", "ActorOptions", "exit_actor", "method"]
 
 _NO_FUNCTION = bytes(ID_SIZE)
 C = TypeVar("C")
@@ -92,7 +96,8 @@ class ActorClass(Generic[C]):
     actor's lifetime; with none given the actor holds nothing), ``max_restarts`` (classic
     ``max_reconstructions``), ``max_task_retries``, ``max_concurrency`` (threaded actor),
     ``name``, ``namespace`` and ``get_if_exists`` (then ``rayfield.get_actor(name)`` finds
-    it), ``lifetime="detached"``.
+    it), ``lifetime="detached"``, ``scheduling_strategy`` (``"DEFAULT"``, ``"SPREAD"`` or
+    ``rayfield.util.scheduling_strategies.NodeAffinitySchedulingStrategy``, as for tasks).
 
     Args:
         cls: the class.
@@ -141,16 +146,21 @@ class ActorClass(Generic[C]):
         """
         return self._create(args, kwargs, self._options)
 
-    def options(self, **options: Any) -> _BoundActorOptions:
+    def options(self, **options: Unpack[ActorOptions]) -> _BoundActorOptions:
         """The class with other options for the actors created through the result (Ray's
         ``Cls.options``): ``Cls.options(name="a", num_gpus=1).remote()``.
 
         Args:
             **options: actor options (see the class; ``ActorOptions`` lists their
-                types), over the class's own.
+                names and types, so a type checker flags a misspelt one), over the
+                class's own. A dict of options passes as ``**opts`` when typed as
+                ``ActorOptions``.
+
+        Returns:
+            The class bound to these options: ``.remote(...)`` creates an actor with them.
 
         Raises:
-            TypeError: an unknown option.
+            TypeError: an unknown option (the message names the closest valid one).
             ValueError: an option with a bad value.
         """
         merged = {**self._options, **opt.normalize(dict(options), actor=True)}
@@ -202,6 +212,7 @@ class ActorClass(Generic[C]):
             caller_id=handle._caller_id,
             max_concurrency=concurrency,
             detached=o.get("lifetime") == "detached",
+            scheduling=scheduling.encode(o.get("scheduling_strategy")),
         )
         if o.get("name") and cluster is None:  # in a cluster the name lives in the GCS
             from rayfield.store import ObjectExistsError

@@ -403,9 +403,11 @@ def wait(
         object_refs: the refs to wait for (unique).
         num_returns: how many must be ready, 1 to ``len(object_refs)``.
         timeout: seconds to wait at most (None: no limit; 0: look once).
-        fetch_local: a ref is ready once its object is in this node's store: objects
-            made on other nodes of a cluster are fetched here while waiting. rayfield
-            fetches them with ``False`` too (the flag is accepted for Ray's programs).
+        fetch_local: True: a ref is ready once its object is in this node's store
+            (objects made on other nodes of a cluster are fetched here while waiting).
+            False: a ref is ready once any node's store holds its object, and nothing is
+            fetched here (a later ``get`` fetches it); outside a cluster both are the
+            same.
 
     Returns:
         ``(ready, not_ready)``, each in the input order; ``ready`` has at most
@@ -426,7 +428,7 @@ def wait(
         return [], []
     if not 1 <= num_returns <= len(refs):
         raise ValueError(f"num_returns must be between 1 and {len(refs)}, got {num_returns}")
-    return _rt.get_runtime().wait(refs, num_returns, timeout)
+    return _rt.get_runtime().wait(refs, num_returns, timeout, fetch_local)
 
 
 def get_actor(name: str, namespace: str = "") -> ActorHandle:

@@ -139,6 +139,18 @@ class TaskCancelledError(RayfieldError):
     """The task was cancelled before it finished."""
 
 
+class TaskUnschedulableError(RayfieldError):
+    """The task cannot be scheduled (Ray's ``TaskUnschedulableError``): its
+    ``NodeAffinitySchedulingStrategy(node_id, soft=False)`` names a node that is dead,
+    unknown, or whose resources can never fit the task. The message names the node."""
+
+
+class ActorUnschedulableError(ActorDiedError):
+    """The actor cannot be scheduled (Ray's ``ActorUnschedulableError``): its hard node
+    affinity names a node that is dead, unknown, or too small for it. The actor is dead
+    for good: its creation and every call raise this (an ``ActorDiedError``)."""
+
+
 class UnsafeSessionError(RayfieldError, PermissionError):
     """A session directory, file or socket that another user could control was refused.
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from rayfield._private.common import options as opt
-from rayfield._private.common import task_retry
+from rayfield._private.common import scheduling, task_retry
+from rayfield._private.common.options import TaskOptions
 from rayfield._private.runtime.object_ref import ObjectRef
 from rayfield._private.runtime.runtime import get_runtime
 
-__all__ = ["RemoteFunction"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["RemoteFunction", "TaskOptions"]
 
 R = TypeVar("R")
 
@@ -28,7 +32,10 @@ class RemoteFunction(Generic[R]):
     default 3; -1: unlimited), ``retry_exceptions`` (Ray's name: ``True`` retries any
     exception the task raises, a list of exception classes only those; default False:
     exceptions are not retried, and when retries run out ``get`` raises the last one),
-    ``name``.
+    ``name``, ``scheduling_strategy`` (``"DEFAULT"``; ``"SPREAD"``: across the cluster's
+    nodes, round robin among those with free resources;
+    ``rayfield.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id, soft)``:
+    on that node).
 
     Args:
         function: the function to run remotely.
@@ -76,16 +83,21 @@ class RemoteFunction(Generic[R]):
         """
         return self._submit(args, kwargs, self._options)
 
-    def options(self, **options: Any) -> _BoundOptions[R]:
+    def options(self, **options: Unpack[TaskOptions]) -> _BoundOptions[R]:
         """The function with other options for the calls made through the result
         (Ray's ``f.options``): ``f.options(num_cpus=2).remote(x)``.
 
         Args:
-            **options: task options (see the class; ``TaskOptions`` lists their types),
-                over the function's own.
+            **options: task options (see the class; ``TaskOptions`` lists their names
+                and types, so a type checker flags a misspelt one), over the
+                function's own. A dict of options passes as ``**opts`` when typed as
+                ``TaskOptions``.
+
+        Returns:
+            The function bound to these options: ``.remote(...)`` submits with them.
 
         Raises:
-            TypeError: an unknown option.
+            TypeError: an unknown option (the message names the closest valid one).
             ValueError: an option with a bad value.
         """
         merged = {**self._options, **opt.normalize(dict(options), actor=False)}
@@ -111,6 +123,7 @@ class RemoteFunction(Generic[R]):
             opt.task_resources(o),
             max_retries=o.get("max_retries", 3),
             options=_payload_options(o),
+            scheduling=scheduling.encode(o.get("scheduling_strategy")),
         )
         return refs[0] if n == 1 else refs
 

@@ -165,6 +165,7 @@ def test_a_native_spec_round_trips_and_reads_as_fields() -> None:
         "return_ids": [tid(5)],
         "max_retries": -1,
         "actor_handles": [tid(3)],
+        "scheduling": "SPREAD",
     }
     taken = TakenTask.from_native(dict(native, kept_pins=[tid(2)], kept_handles=[]))
     spec = taken.spec
@@ -184,6 +185,9 @@ def test_native_events_become_typed_events() -> None:
     assert ev.from_native(("store_full", 10, 100, 95)) == ev.StoreFull(10, 100, 95)
     assert ev.from_native(("client_disconnected", 3, 42, True)) == ev.ClientDisconnected(
         3, 42, True
+    )
+    assert ev.from_native(("task_placement", tid(1), "SPREAD", {"CPU": 1.0}, True)) == (
+        ev.TaskPlacement(tid(1), "SPREAD", {"CPU": 1.0}, True)
     )
     assert ev.from_native(("dispatch", tid(1))) is None  # handled by the native core
     assert ev.from_native(()) is None

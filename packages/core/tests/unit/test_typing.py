@@ -9,6 +9,9 @@ from mypy import api as mypy_api
 
 PROGRAM = """
 import rayfield as rf
+from rayfield.actor import ActorOptions
+from rayfield.remote_function import TaskOptions
+from rayfield.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 
 @rf.remote
@@ -32,6 +35,31 @@ reveal_type(rf.wait([rf.put(3.0)]))
 reveal_type(RemoteCounter)
 reveal_type(RemoteCounter.options(name="c").remote())
 reveal_type(f.options(num_cpus=2).remote(3))
+task_opts: TaskOptions = {"num_cpus": 1, "max_retries": 0, "scheduling_strategy": "SPREAD"}
+actor_opts: ActorOptions = {"num_cpus": 0.5, "resources": {"x": 1.0}}
+f.options(**task_opts).remote(1)
+RemoteCounter.options(**actor_opts).remote()
+node = NodeAffinitySchedulingStrategy("00" * 20, soft=True)
+RemoteCounter.options(scheduling_strategy=node, max_restarts=1).remote()
+"""
+
+MISSPELT = """
+import rayfield as rf
+
+
+@rf.remote
+def f(x: int) -> str:
+    return str(x)
+
+
+class _Counter:
+    pass
+
+
+Counter = rf.remote(_Counter)
+f.options(num_cpu=2).remote(1)
+Counter.options(max_restart=1).remote()
+f.options(scheduling_strategy="SPRED").remote(1)
 """
 
 EXPECTED = [
@@ -48,12 +76,17 @@ EXPECTED = [
 ]
 
 
-def test_remote_get_put_wait_have_precise_types(tmp_path: Path) -> None:
+def _mypy(tmp_path: Path, text: str) -> tuple[str, str]:
     program = tmp_path / "program.py"
-    program.write_text(PROGRAM)
+    program.write_text(text)
     out, err, _ = mypy_api.run(
         [str(program), "--cache-dir", str(tmp_path / "cache"), "--show-traceback"]
     )
+    return out, err
+
+
+def test_remote_get_put_wait_have_precise_types(tmp_path: Path) -> None:
+    out, err = _mypy(tmp_path, PROGRAM)
     revealed = [
         line.split('Revealed type is "', 1)[1].rstrip('"').replace("builtins.", "")
         for line in out.splitlines()
@@ -61,3 +94,14 @@ def test_remote_get_put_wait_have_precise_types(tmp_path: Path) -> None:
     ]
     assert revealed == EXPECTED, out + err
     assert "error" not in out.replace("Revealed", ""), out
+
+
+def test_misspelt_options_are_type_errors(tmp_path: Path) -> None:
+    """``.options()`` takes the option names of ``TaskOptions`` / ``ActorOptions``: a
+    misspelt name, or a strategy string that is not one, is a mypy error."""
+    out, err = _mypy(tmp_path, MISSPELT)
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert len(errors) == 3, out + err
+    assert '"num_cpu"' in errors[0] and '"options" of "RemoteFunction"' in errors[0], out
+    assert '"max_restart"' in errors[1] and '"options" of "ActorClass"' in errors[1], out
+    assert "SPRED" in errors[2], out

@@ -11,6 +11,7 @@ import torch
 from sgd_testing import LineModel, line_data, linear_model
 
 from rayfield.sgd import sgd_mse_optimizer
+from rayfield.sgd.collective import GradBuffer
 from rayfield.sgd.model import assign_gradient, flat_gradient, model_parameters
 from rayfield.sgd.param_server import ParameterServer
 from rayfield.sgd.worker import SGDWorker, shard_bounds
@@ -109,3 +110,34 @@ def test_worker_state_round_trip_and_bad_models() -> None:
         SGDWorker(0, _spec(data_creator=None))
     with pytest.raises(TypeError, match="Model"):
         SGDWorker(0, _spec(model_creator=lambda w, d: 3))
+
+
+def test_grad_buffer_gradients_are_views_of_one_flat_tensor() -> None:
+    module = torch.nn.Linear(3, 2)
+    buffer = GradBuffer(list(module.parameters()))
+    assert buffer.bound and buffer.numel == 8
+    for _ in range(2):  # a second backward accumulates into the same memory
+        buffer.zero()
+        module(torch.ones(4, 3)).sum().backward()
+        module(torch.ones(4, 3)).sum().backward()
+        assert buffer.flat.tolist() == [8.0] * 8
+    module.zero_grad(set_to_none=True)  # user code drops the views: zero() re-binds them
+    buffer.zero()
+    module(torch.ones(1, 3)).sum().backward()
+    assert buffer.collect().tolist() == [1.0] * 8
+    buffer.flat.mul_(3)
+    buffer.scatter()
+    assert module.bias.grad.tolist() == [3.0, 3.0]
+
+
+def test_grad_buffer_copies_when_dtypes_differ() -> None:
+    a = torch.nn.Parameter(torch.zeros(2))
+    b = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    buffer = GradBuffer([a, b])
+    assert not buffer.bound and buffer.flat.dtype == torch.float32
+    buffer.zero()
+    (a.sum() + 2 * b.sum()).backward()
+    assert buffer.collect().tolist() == [1.0, 1.0, 2.0, 2.0, 2.0]
+    buffer.flat.fill_(5.0)
+    buffer.scatter()
+    assert b.grad.dtype == torch.float64 and b.grad.tolist() == [5.0] * 3

@@ -2278,7 +2278,8 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
     VT_PIN_RETURNS = 28,
     VT_RESUME_SEQUENCE = 30,
     VT_DETACHED = 32,
-    VT_ACTOR_HANDLES = 34
+    VT_ACTOR_HANDLES = 34,
+    VT_SCHEDULING = 36
   };
   const rayfield::store::protocol::fb::UniqueID *task_id() const {
     return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_TASK_ID);
@@ -2340,6 +2341,12 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
   const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *actor_handles() const {
     return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_ACTOR_HANDLES);
   }
+  /// A scheduling strategy for a plain task or an actor creation ("SPREAD", or
+  /// "NODE:<node id hex>:<1 soft | 0 hard>"): the node holds the task until its host
+  /// places it here, forwards it, or fails it (`TaskPlacement` event). Empty: queue here.
+  const ::flatbuffers::String *scheduling() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_SCHEDULING);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2366,6 +2373,8 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
            VerifyField<uint8_t>(verifier, VT_DETACHED, 1) &&
            VerifyOffset(verifier, VT_ACTOR_HANDLES) &&
            verifier.VerifyVector(actor_handles()) &&
+           VerifyOffset(verifier, VT_SCHEDULING) &&
+           verifier.VerifyString(scheduling()) &&
            verifier.EndTable();
   }
 };
@@ -2422,6 +2431,9 @@ struct SubmitTaskRequestBuilder {
   void add_actor_handles(::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> actor_handles) {
     fbb_.AddOffset(SubmitTaskRequest::VT_ACTOR_HANDLES, actor_handles);
   }
+  void add_scheduling(::flatbuffers::Offset<::flatbuffers::String> scheduling) {
+    fbb_.AddOffset(SubmitTaskRequest::VT_SCHEDULING, scheduling);
+  }
   explicit SubmitTaskRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -2450,9 +2462,11 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequest(
     bool pin_returns = false,
     bool resume_sequence = false,
     bool detached = false,
-    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> actor_handles = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> actor_handles = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> scheduling = 0) {
   SubmitTaskRequestBuilder builder_(_fbb);
   builder_.add_sequence_no(sequence_no);
+  builder_.add_scheduling(scheduling);
   builder_.add_actor_handles(actor_handles);
   builder_.add_pins(pins);
   builder_.add_max_retries(max_retries);
@@ -2488,13 +2502,15 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
     bool pin_returns = false,
     bool resume_sequence = false,
     bool detached = false,
-    const std::vector<rayfield::store::protocol::fb::UniqueID> *actor_handles = nullptr) {
+    const std::vector<rayfield::store::protocol::fb::UniqueID> *actor_handles = nullptr,
+    const char *scheduling = nullptr) {
   auto resources__ = resources ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>(*resources) : 0;
   auto dependencies__ = dependencies ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*dependencies) : 0;
   auto payload__ = payload ? _fbb.CreateVector<uint8_t>(*payload) : 0;
   auto return_ids__ = return_ids ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*return_ids) : 0;
   auto pins__ = pins ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*pins) : 0;
   auto actor_handles__ = actor_handles ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*actor_handles) : 0;
+  auto scheduling__ = scheduling ? _fbb.CreateString(scheduling) : 0;
   return rayfield::store::protocol::fb::CreateSubmitTaskRequest(
       _fbb,
       task_id,
@@ -2512,7 +2528,8 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
       pin_returns,
       resume_sequence,
       detached,
-      actor_handles__);
+      actor_handles__,
+      scheduling__);
 }
 
 /// Make this connection a worker that can receive tasks.

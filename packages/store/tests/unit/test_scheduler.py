@@ -655,6 +655,7 @@ def test_take_task_returns_spec_of_queued_task() -> None:
         "payload": b"spec-bytes",
         "return_ids": [],
         "max_retries": 0,
+        "scheduling": "",
     }
     assert s.take_task(tid(1)) is None
     assert s.snapshot()["actor_tasks_queued"] == 0

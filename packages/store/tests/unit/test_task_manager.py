@@ -346,3 +346,72 @@ def test_bad_input_is_refused_with_clear_errors() -> None:
         m.submit(tid(1), {"CPU": 1}, no_such_argument=1)
     with pytest.raises(ValueError, match="actor_id"):
         m.submit(tid(1), {}, actor_creation=True)
+
+
+# ---- tasks held for their scheduling strategy ---------------------------------------------
+
+
+def test_a_task_with_a_strategy_waits_for_its_host_to_place_it_here() -> None:
+    m = manager()
+    m.submit(tid(1), {"CPU": 1}, return_ids=[oid(1)], scheduling="SPREAD")
+    d = m.decisions()
+    assert dispatched(d) == []
+    [held] = of_kind(d, "task_placement")
+    assert (held.task_id, held.scheduling, held.demand, held.actor_creation) == (
+        tid(1),
+        "SPREAD",
+        {"CPU": 1.0},
+        False,
+    )
+    assert m.place_task(tid(1)) is True
+    assert dispatched(m.decisions()) == [(1, tid(1))]
+    assert m.place_task(tid(1)) is False  # placed already
+
+
+def test_a_task_that_cannot_be_placed_fails_as_unschedulable() -> None:
+    m = manager()
+    m.submit(tid(1), {}, return_ids=[oid(1), oid(2)], pins=[oid(9)], scheduling="NODE:ab:0")
+    m.decisions()
+    assert m.place_task(tid(1), fail="node ab is dead") is True
+    d = m.decisions()
+    assert errors(d) == {oid(1): "UNSCHEDULABLE", oid(2): "UNSCHEDULABLE"}
+    assert [x.object_ids for x in of_kind(d, "release_pins")] == [[oid(9)]]
+    assert m.take_task(tid(1)) is None
+
+
+def held_actor_with_a_call() -> TaskManagerState:
+    """A manager holding an actor creation with a strategy (unplaced) and one call."""
+    m = manager()
+    m.submit(
+        tid(100),
+        {},
+        actor_id=aid(1),
+        actor_creation=True,
+        return_ids=[oid(100)],
+        scheduling="SPREAD",
+    )
+    call(m, 1)
+    m.decisions()
+    return m
+
+
+def test_an_actor_that_cannot_be_placed_is_dead_with_its_calls() -> None:
+    m = held_actor_with_a_call()
+    assert m.place_task(tid(100), fail="the actor cannot be scheduled: no node") is True
+    d = m.decisions()
+    assert errors(d) == {oid(100): "ACTOR_DIED", oid(1): "ACTOR_DIED"}
+    assert [(e.actor_id, e.reason) for e in of_kind(d, "actor_died")] == [
+        (aid(1), "the actor cannot be scheduled: no node")
+    ]
+    call(m, 2)  # later calls fail at once
+    assert errors(m.decisions()) == {oid(2): "ACTOR_DIED"}
+
+
+def test_a_held_actor_creation_taken_elsewhere_takes_its_calls_along() -> None:
+    m = held_actor_with_a_call()
+    taken = m.take_task(tid(100))
+    assert taken is not None and taken["scheduling"] == "SPREAD"
+    assert taken["return_ids"] == [oid(100)]
+    d = m.decisions()
+    assert [e.task_id for e in of_kind(d, "actor_task_elsewhere")] == [tid(1)]
+    assert dispatched(d) == []

@@ -5,9 +5,10 @@ Two ways to train, as in the reference:
 * ``PyTorchTrainer``: one actor per replica, a ``torch.distributed`` process group
   across them, ``DistributedDataParallel`` and a ``DistributedSampler`` per replica;
   ``train()`` runs an epoch. Survives the death of a replica (``max_retries``).
-* ``DistributedSGD``: synchronous SGD whose gradients move through the object store as
-  numpy arrays, averaged on the driver (``strategy="simple"``) or by sharded parameter
-  server actors (``strategy="ps"``).
+* ``DistributedSGD``: synchronous SGD whose gradients are all-reduced worker to worker
+  over a gloo/nccl group (``strategy="simple"``) or move through the object store as
+  numpy arrays to sharded parameter-server actors (``strategy="ps"``). Survives the
+  death of a worker or a server (``max_retries``).
 
 ``TorchVariables`` / ``get_weights`` / ``set_weights`` move a torch module's weights as
 plain ``{name: numpy array}`` dicts.

@@ -1,10 +1,13 @@
-"""``DistributedSGD``: synchronous SGD over actors, gradients through the object store.
+"""``DistributedSGD``: synchronous SGD over actors.
 
 Strategies (as in the reference):
 
-* ``"simple"``: every worker returns its gradient (a numpy array) to the driver, which
-  averages them, puts the mean in the object store once, and every worker applies it.
-  The reference implementation, for debugging.
+* ``"simple"``: a plain all-reduce (mean) of the workers' gradients, applied by every
+  worker. By default (``allreduce="auto"``) the workers form a ``torch.distributed``
+  process group (gloo on CPUs, nccl on GPUs) and all-reduce each step's flat gradient in
+  place, worker to worker; ``allreduce="driver"`` is the reference's debugging form:
+  every worker returns its gradient (a numpy array) to the driver, which averages them
+  and puts the mean in the object store for every worker to apply.
 * ``"ps"``: the flat gradient is cut into shards of at most ``grad_shard_bytes``; each
   shard has its own parameter-server actor (``num_cpus=0``). Workers return their shards
   as separate objects, each shard's server averages its column and workers apply the
@@ -12,6 +15,13 @@ Strategies (as in the reference):
   server -> store -> worker (zero-copy reads on one node) and steps pipeline.
 
 With ``num_workers=1`` only the worker-local average over its replicas runs.
+
+Faults: a step applies its gradient on a worker only once every worker's contribution
+has arrived, so when a worker or a server dies during a step, no survivor has applied
+it. ``step()`` then replaces the dead actors, loads the state of the surviving worker
+with the most steps (or, when no worker survived, the driver's copy, refreshed every
+``checkpoint_freq`` steps) into every worker, re-forms the process group and runs the
+step again, at most ``max_retries`` times per call.
 """
 
 from __future__ import annotations
@@ -23,6 +33,8 @@ from typing import Any
 import numpy as np
 
 import rayfield
+from rayfield.actor import ActorOptions
+from rayfield.sgd.faults import ReplicaFailure, gather
 from rayfield.sgd.param_server import ParameterServer
 from rayfield.sgd.utils import check_fits
 from rayfield.sgd.worker import SGDWorker
@@ -32,6 +44,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["DistributedSGD"]
 
 _STRATEGIES = ("ps", "simple")
+_ALLREDUCE = ("auto", "gloo", "nccl", "driver")
 _RemoteWorker = rayfield.remote(SGDWorker)
 _RemoteServer = rayfield.remote(ParameterServer)
 
@@ -68,6 +81,15 @@ class DistributedSGD:
         batch_size: samples per batch per replica, for plain modules.
         grads_per_step: batches whose gradients each replica accumulates per step.
         config: passed to the creators (None means ``{}``).
+        allreduce: how ``"simple"`` all-reduces across workers: ``"auto"`` (``"nccl"``
+            with ``gpu``, else ``"gloo"``), ``"gloo"``, ``"nccl"``, or ``"driver"`` (the
+            reference's average on the driver through the object store).
+        max_retries: rebuilds after actor deaths allowed per ``step()`` call, >= 0.
+        timeout_s: how long a collective waits for a peer, and a rebuild for a worker
+            to answer (seconds).
+        checkpoint_freq: every this many steps the driver keeps worker 0's state (the
+            state a rebuild loads when no worker survived); 0 keeps only the first one
+            and those ``restore`` loads.
 
     Raises:
         TypeError: ``model_creator`` (or a given creator) is not callable.
@@ -102,6 +124,10 @@ class DistributedSGD:
         batch_size: int = 32,
         grads_per_step: int = 1,
         config: dict[str, Any] | None = None,
+        allreduce: str = "auto",
+        max_retries: int = 3,
+        timeout_s: float = 60.0,
+        checkpoint_freq: int = 100,
     ) -> None:
         for name, fn in (
             ("model_creator", model_creator),
@@ -118,6 +144,16 @@ class DistributedSGD:
         _positive_int("grads_per_step", grads_per_step)
         if strategy not in _STRATEGIES:
             raise ValueError(f"strategy must be one of 'ps', 'simple', got {strategy!r}")
+        if allreduce not in _ALLREDUCE:
+            raise ValueError(
+                f"allreduce must be one of {', '.join(map(repr, _ALLREDUCE))}, got {allreduce!r}"
+            )
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        if isinstance(checkpoint_freq, bool) or not isinstance(checkpoint_freq, int):
+            raise ValueError(f"checkpoint_freq must be an int >= 0, got {checkpoint_freq!r}")
+        if checkpoint_freq < 0 or not timeout_s > 0:
+            raise ValueError("checkpoint_freq must be >= 0 and timeout_s > 0")
         if all_reduce_alg != "simple":
             raise ValueError(f"unsupported all_reduce_alg {all_reduce_alg!r}: only 'simple' exists")
         if config is not None and not isinstance(config, dict):
@@ -131,7 +167,14 @@ class DistributedSGD:
         self.strategy = strategy
         self.num_workers = num_workers
         self.devices_per_worker = devices_per_worker
-        spec = {
+        self.allreduce = ("nccl" if gpu else "gloo") if allreduce == "auto" else allreduce
+        self._collective = strategy == "simple" and self.allreduce != "driver" and num_workers > 1
+        self.max_retries = max_retries
+        self.timeout_s = float(timeout_s)
+        self.checkpoint_freq = checkpoint_freq
+        self.num_failures = 0
+        self.num_steps = 0
+        self._spec = {
             "model_creator": model_creator,
             "optimizer_creator": optimizer_creator,
             "data_creator": data_creator,
@@ -144,31 +187,122 @@ class DistributedSGD:
             "grads_per_step": grads_per_step,
             "grad_shard_bytes": grad_shard_bytes,
             "num_threads": devices_per_worker,
+            "timeout_s": self.timeout_s,
         }
-        resources = {"num_gpus": devices_per_worker} if gpu else {"num_cpus": devices_per_worker}
-        check_fits(resources, rayfield.cluster_resources(), "a worker")
-        self.workers = [
-            _RemoteWorker.options(**resources).remote(i, spec) for i in range(num_workers)
-        ]
-        shard_sizes = rayfield.get(self.workers[0].shard_shapes.remote())
-        self.num_shards = len(shard_sizes)
+        self._worker_resources: ActorOptions = (
+            {"num_gpus": devices_per_worker} if gpu else {"num_cpus": devices_per_worker}
+        )
+        check_fits(self._worker_resources, rayfield.cluster_resources(), "a worker")
+        self.workers = [self._new_worker(i) for i in range(num_workers)]
         self.ps_actors: list[Any] = []
-        if strategy == "ps":
-            self.ps_actors = [
-                _RemoteServer.options(num_cpus=0).remote(num_workers) for _ in shard_sizes
-            ]
         self._in_flight: list[Any] = []
-        # Every replica starts from worker 0 replica 0's weights.
-        weights = rayfield.put(rayfield.get(self.workers[0].get_flat_weights.remote()))
-        rayfield.get([w.set_flat_weights.remote(weights) for w in self.workers])
+        try:
+            shard_sizes = rayfield.get(self.workers[0].shard_shapes.remote())
+            self.num_shards = len(shard_sizes)
+            if strategy == "ps":
+                self.ps_actors = [self._new_server() for _ in shard_sizes]
+            self._form_group()
+            # Every replica starts from worker 0 replica 0's weights.
+            weights = rayfield.put(rayfield.get(self.workers[0].get_flat_weights.remote()))
+            rayfield.get([w.set_flat_weights.remote(weights) for w in self.workers])
+            self._last_state: bytes = rayfield.get(self.workers[0].get_state.remote())
+        except BaseException:
+            self.shutdown()  # no actor outlives a DistributedSGD that failed to start
+            raise
 
-    def step(self, fetch_stats: bool = False) -> float | None:
+    # ------------------------------------------------------------------ actors
+    def _new_worker(self, index: int) -> Any:
+        return _RemoteWorker.options(**self._worker_resources).remote(index, self._spec)
+
+    def _new_server(self) -> Any:
+        # SPREAD: the shards go round robin over the nodes, as the reference placed its
+        # parameter servers across the machines.
+        return _RemoteServer.options(num_cpus=0, scheduling_strategy="SPREAD").remote(
+            self.num_workers
+        )
+
+    def _form_group(self) -> None:
+        """(Re)form the workers' process group for the collective all-reduce."""
+        if not self._collective:
+            return
+        # Every worker first finishes starting (a new one imports torch and builds its
+        # models), so that the rendezvous' timeout only covers the rendezvous.
+        self._gather([w.get_pid.remote() for w in self.workers])
+        address = rayfield.get(self.workers[0].group_address.remote())
+        self._gather(
+            [
+                w.join_group.remote(address, rank, self.num_workers, self.allreduce)
+                for rank, w in enumerate(self.workers)
+            ]
+        )
+
+    def _gather(self, refs: list[Any]) -> list[Any]:
+        return gather(refs, [*self.workers, *self.ps_actors], min(self.timeout_s, 30.0))
+
+    def _alive(self, actors: list[Any]) -> list[bool]:
+        """Whether each actor answers (a dead one's probe fails; a stuck one times out)."""
+        probes = [a.get_pid.remote() for a in actors]
+        alive = []
+        for probe in probes:
+            try:
+                rayfield.get(probe, timeout=self.timeout_s)
+                alive.append(True)
+            except Exception:
+                alive.append(False)
+        return alive
+
+    def _recover(self) -> None:
+        """Replace the dead workers and servers; load the last good state into every
+        worker: that of the surviving worker with the most steps (a failed step applies
+        nowhere, so a survivor holds the state before it), else the driver's copy."""
+        self.num_failures += 1
+        self._in_flight = []
+        workers_alive = self._alive(self.workers)
+        servers_alive = self._alive(self.ps_actors)
+        state: bytes | None = None
+        best = -1
+        for worker, alive in zip(self.workers, workers_alive):
+            if not alive:
+                continue
+            try:
+                steps, blob = rayfield.get(worker.get_steps_and_state.remote(), timeout=60)
+            except Exception:
+                continue
+            if steps > best:
+                best, state = steps, blob
+        if state is None:
+            state = self._last_state
+        for i, alive in enumerate(workers_alive):
+            if not alive:
+                _kill(self.workers[i])
+                self.workers[i] = self._new_worker(i)
+        for j, alive in enumerate(servers_alive):
+            if not alive:
+                _kill(self.ps_actors[j])
+                self.ps_actors[j] = self._new_server()
+        logger.warning(
+            "Replaced %d worker(s) and %d parameter server(s); resuming from step %s",
+            workers_alive.count(False),
+            servers_alive.count(False),
+            best if best >= 0 else "of the driver's copy",
+        )
+        self._form_group()
+        state_ref = rayfield.put(state)
+        self._gather([w.set_state.remote(state_ref) for w in self.workers])
+
+    # ---------------------------------------------------------------- training
+    def step(self, fetch_stats: bool = False, max_retries: int | None = None) -> float | None:
         """Run one synchronous SGD step on every replica.
+
+        When a worker or parameter-server actor dies during the step (or during the
+        pipelined step before it), the dead actors are replaced, every worker loads the
+        last good state (see ``max_retries``) and the step runs again.
 
         Args:
             fetch_stats: wait for this step and return its loss (a global barrier). With
                 ``"ps"`` and ``False`` the step is only launched (the next call waits for
                 it), so the computation pipelines.
+            max_retries: rebuilds allowed in this call (default: the constructor's).
 
         Returns:
             The mean loss of the step over all replicas; None when the step was only
@@ -176,17 +310,48 @@ class DistributedSGD:
 
         Raises:
             rayfield.exceptions.TaskError: the model's code failed in a worker.
-            rayfield.exceptions.ActorDiedError: a worker or server died.
+            RuntimeError: actors died more than ``max_retries`` times in this call.
         """
+        retries = self.max_retries if max_retries is None else max_retries
+        attempt = 0
+        while True:
+            try:
+                if attempt:
+                    self._recover()
+                loss = self._step(fetch_stats)
+                break
+            except ReplicaFailure as failure:
+                if attempt >= retries:
+                    raise RuntimeError(
+                        f"step failed after {attempt} rebuilds: {failure}"
+                    ) from failure
+                attempt += 1
+                logger.warning(
+                    "An actor died during step (%s); rebuilding (retry %d of %d)",
+                    failure,
+                    attempt,
+                    retries,
+                )
+        self.num_steps += 1
+        if self.checkpoint_freq and self.num_steps % self.checkpoint_freq == 0:
+            self._keep_state()
+        return loss
+
+    def _keep_state(self) -> None:
+        self._wait_in_flight()
+        [self._last_state] = self._gather([self.workers[0].get_state.remote()])
+
+    def _step(self, fetch_stats: bool) -> float | None:
         self._wait_in_flight()
         if self.num_workers == 1:
             refs = [self.workers[0].compute_apply.remote()]
+        elif self._collective:
+            refs = [w.compute_allreduce_apply.remote() for w in self.workers]
         elif self.strategy == "simple":
-            grads = rayfield.get([w.compute_gradients.remote() for w in self.workers])
+            grads = self._gather([w.compute_gradients.remote() for w in self.workers])
             mean = np.mean(np.stack(grads), axis=0, dtype=np.float32)
             mean_ref = rayfield.put(mean)
             refs = [w.apply_gradients.remote(mean_ref) for w in self.workers]
-            fetch_stats = True
         else:
             shards = []
             for w in self.workers:
@@ -197,15 +362,15 @@ class DistributedSGD:
                 for j, server in enumerate(self.ps_actors)
             ]
             refs = [w.apply_gradients.remote(*averaged) for w in self.workers]
-        if not fetch_stats:
+        if not fetch_stats and self.strategy == "ps":
             self._in_flight = refs
             return None
-        return float(np.mean(rayfield.get(refs)))
+        return float(np.mean(self._gather(refs)))
 
     def _wait_in_flight(self) -> None:
         refs, self._in_flight = self._in_flight, []
         if refs:
-            rayfield.get(refs)
+            self._gather(refs)
 
     def foreach_worker(self, fn: Callable[[SGDWorker], Any]) -> list[Any]:
         """``[fn(worker) for each worker]``, each run inside its worker's actor."""
@@ -246,14 +411,19 @@ class DistributedSGD:
         """
         self._wait_in_flight()
         with open(checkpoint, "rb") as f:
-            blob = rayfield.put(f.read())
+            self._last_state = f.read()
+        blob = rayfield.put(self._last_state)
         rayfield.get([w.set_state.remote(blob) for w in self.workers])
 
     def shutdown(self) -> None:
         """End the workers and the parameter servers."""
         for actor in [*self.workers, *self.ps_actors]:
-            try:
-                rayfield.kill(actor)
-            except Exception:
-                pass
+            _kill(actor)
         self.workers, self.ps_actors = [], []
+
+
+def _kill(actor: Any) -> None:
+    try:
+        rayfield.kill(actor)
+    except Exception:
+        pass

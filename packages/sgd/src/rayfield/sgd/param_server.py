@@ -6,6 +6,8 @@ imports torch.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 __all__ = ["ParameterServer"]
@@ -16,6 +18,15 @@ class ParameterServer:
 
     def __init__(self, num_workers: int) -> None:
         self.num_workers = num_workers
+
+    def get_pid(self) -> int:
+        return os.getpid()
+
+    def get_node_id(self) -> str:
+        """The id (hex) of the node this shard runs on."""
+        import rayfield
+
+        return str(rayfield.get_runtime_context().get_node_id())
 
     def aggregate(self, *shards: np.ndarray) -> np.ndarray:
         """The mean of one shard over all workers (float32, same length).

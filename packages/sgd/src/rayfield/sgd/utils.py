@@ -12,6 +12,8 @@ import socket
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from rayfield.actor import ActorOptions
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -60,15 +62,15 @@ class Resources(NamedTuple):
                     raise ValueError(f"Resources.resources[{key!r}] must be >= 0, got {value!r}")
         return self
 
-    def actor_options(self) -> dict[str, Any]:
+    def actor_options(self) -> ActorOptions:
         """The keyword options of ``ActorClass.options`` that reserve these resources."""
-        options: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        options: ActorOptions = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
         if self.resources:
             options["resources"] = dict(self.resources)
         return options
 
 
-def check_fits(options: dict[str, Any], total: Mapping[str, float], what: str) -> None:
+def check_fits(options: Mapping[str, Any], total: Mapping[str, float], what: str) -> None:
     """Raise at once when one actor's request exceeds the whole cluster's resources.
 
     Args:

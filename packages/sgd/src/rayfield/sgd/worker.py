@@ -10,19 +10,23 @@ optimizer, so all replicas keep identical weights.
 
 from __future__ import annotations
 
+import collections
 import io
 import itertools
 import math
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
+from rayfield.sgd.collective import GradBuffer, join_group, leave_group, rendezvous_address
 from rayfield.sgd.model import (
     ModuleModel,
     assign_gradient,
-    flat_gradient,
     model_parameters,
     model_variables,
 )
@@ -75,8 +79,12 @@ class SGDWorker:
             raise ValueError(f"the replicas of one worker differ in size: {sorted(sizes)}")
         self.num_elements = sizes.pop()
         self.bounds = shard_bounds(self.num_elements, int(spec["grad_shard_bytes"]))
+        self.buffers = [GradBuffer(ps) for ps in self.params]
         self.last_loss = float("nan")
         self.steps = 0
+        self.world_size = 1
+        # Seconds each of the last 1000 collective all-reduces took (with the division).
+        self.allreduce_times: collections.deque[float] = collections.deque(maxlen=1000)
 
     def _make_model(self, device_index: int) -> Any:
         spec, config = self.spec, self.config
@@ -126,27 +134,31 @@ class SGDWorker:
         return model.model if isinstance(model, ModuleModel) else model
 
     # ------------------------------------------------------------------ gradients
-    def compute_gradients(self) -> np.ndarray:
-        """The flat float32 gradient averaged over the replicas and batches (the step's
-        mean loss is kept in ``last_loss``)."""
+    def _local_gradient(self) -> torch.Tensor:
+        """Every replica's gradient over ``grads_per_step`` batches, averaged over the
+        replicas into replica 0's flat buffer (returned; the step's mean loss is kept
+        in ``last_loss``)."""
         per_step = int(self.spec.get("grads_per_step", 1))
-        total: np.ndarray | None = None
         losses = []
-        for model, params in zip(self.models, self.params):
-            model.get_optimizer().zero_grad(set_to_none=True)
+        for model, buffer in zip(self.models, self.buffers):
+            buffer.zero()
             for _ in range(per_step):
                 loss = model.get_loss()
                 (loss / per_step).backward()
                 losses.append(float(loss.detach()))
-            grad = flat_gradient(params)  # a new array: summed into in place
-            if total is None:
-                total = grad
-            else:
-                total += grad
-        assert total is not None
-        total /= np.float32(len(self.models))
+            buffer.collect()
+        total = self.buffers[0].flat
+        for buffer in self.buffers[1:]:
+            total += buffer.flat.to(total.device, total.dtype)
+        if len(self.buffers) > 1:
+            total /= len(self.buffers)
         self.last_loss = float(np.mean(losses))
         return total
+
+    def compute_gradients(self) -> np.ndarray:
+        """The flat float32 gradient averaged over the replicas and batches (the step's
+        mean loss is kept in ``last_loss``)."""
+        return self._local_gradient().detach().to("cpu", torch.float32).numpy()
 
     def compute_gradient_shards(self) -> Any:
         """The averaged gradient cut by ``shard_bounds`` (one return value per shard)."""
@@ -165,7 +177,43 @@ class SGDWorker:
 
     def compute_apply(self) -> float:
         """One local step (a single worker): compute, average over replicas, apply."""
-        return self.apply_gradients(self.compute_gradients())
+        self._local_gradient()
+        return self._apply_local()
+
+    def _apply_local(self) -> float:
+        """Copy replica 0's flat buffer to the others' and step every optimizer."""
+        total = self.buffers[0].flat
+        for model, buffer in zip(self.models, self.buffers):
+            if buffer is not self.buffers[0]:
+                buffer.flat.copy_(total)
+            buffer.scatter()
+            model.get_optimizer().step()
+        self.steps += 1
+        return self.last_loss
+
+    # ------------------------------------------------------- collective all-reduce
+    def get_pid(self) -> int:
+        return os.getpid()
+
+    def group_address(self) -> str:
+        """A rendezvous address on this worker's node (asked of worker 0)."""
+        return rendezvous_address()
+
+    def join_group(self, address: str, rank: int, world_size: int, backend: str) -> None:
+        """Join (or re-join after a rebuild) the workers' process group."""
+        join_group(address, rank, world_size, backend, float(self.spec.get("timeout_s", 60)))
+        self.world_size = world_size
+
+    def compute_allreduce_apply(self) -> float:
+        """One step of ``strategy="simple"`` with a collective: the local gradient is
+        all-reduced in place across the workers' process group, divided by the number
+        of workers and applied on every replica; returns this worker's mean loss."""
+        total = self._local_gradient()
+        started = time.perf_counter()
+        dist.all_reduce(total)
+        total /= self.world_size
+        self.allreduce_times.append(time.perf_counter() - started)
+        return self._apply_local()
 
     def shard_shapes(self) -> list[int]:
         return [b - a for a, b in self.bounds]
@@ -192,6 +240,10 @@ class SGDWorker:
         torch.save(state, buffer)
         return buffer.getvalue()
 
+    def get_steps_and_state(self) -> tuple[int, bytes]:
+        """``(steps applied, get_state())``: what a rebuild compares across survivors."""
+        return self.steps, self.get_state()
+
     def set_state(self, blob: bytes) -> None:
         """Load ``get_state`` bytes into every replica (``weights_only=True``)."""
         state = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
@@ -216,6 +268,9 @@ class SGDWorker:
 
     def foreach_worker(self, fn: Callable[[SGDWorker], Any]) -> Any:
         return fn(self)
+
+    def shutdown(self) -> None:
+        leave_group()
 
     def get_metrics(self) -> list[dict[str, Any]]:
         return [dict(getattr(m, "get_metrics", dict)()) for m in self.models]

@@ -273,6 +273,21 @@ class NodeServer:
         """
         return self._native.take_task(task_id, pin_for)
 
+    def place_task(self, task_id: bytes, fail: str = "") -> bool:
+        """Place a task held for its scheduling strategy (a ``task_placement`` event).
+
+        Args:
+            task_id: the task.
+            fail: "" queues it on this node; a message fails it: a plain task's returns
+                become ``UNSCHEDULABLE`` error objects with this text, an actor creation
+                ends the actor for good (its creation and calls fail with
+                ``ACTOR_DIED`` and this text).
+
+        Returns:
+            False when no such task is held (taken or cancelled meanwhile).
+        """
+        return bool(self._native.place_task(task_id, fail))
+
     def actors_held(self, actor_ids: list[bytes]) -> list[bool]:
         """Whether this node holds a handle to each actor: a client holds one, a task not
         finished carries one (or calls the actor), or an object in the store has one."""

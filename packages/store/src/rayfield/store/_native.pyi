@@ -85,6 +85,7 @@ class Client:
         resume_sequence: bool = False,
         detached: bool = False,
         actor_handles: Sequence[bytes] | None = None,
+        scheduling: str = "",
     ) -> None: ...
     def actor_handles(
         self,
@@ -206,6 +207,17 @@ class MissingDependenciesEvent(tuple[Any, ...]):
     task_id: bytes
     object_ids: list[bytes]
 
+class TaskPlacementEvent(tuple[Any, ...]):
+    """A plain task or actor creation with a scheduling strategy (``scheduling``: "SPREAD"
+    or "NODE:<hex>:<1 soft | 0 hard>") is held until the host places it (place_task) or
+    takes it (take_task)."""
+
+    kind: Literal["task_placement"]
+    task_id: bytes
+    scheduling: str
+    demand: dict[str, float]
+    actor_creation: bool
+
 class WorkerLostEvent(tuple[Any, ...]):
     kind: Literal["worker_lost"]
     worker: int
@@ -227,6 +239,7 @@ NodeEvent: TypeAlias = (
     | TaskInfeasibleEvent
     | MissingDependenciesEvent
     | WorkerLostEvent
+    | TaskPlacementEvent
 )
 
 class DispatchDecision(tuple[Any, ...]):
@@ -318,6 +331,9 @@ class NodeServer:
     def actors_held(self, actor_ids: list[bytes]) -> list[bool]: ...
     def end_actor(self, actor_id: bytes, reason: str) -> str: ...
     def cancel_job(self, prefix: bytes, reason: str) -> int: ...
+    def place_task(self, task_id: bytes, fail: str = "") -> bool:
+        """Queue here a task held for placement (``task_placement`` event), or with
+        ``fail`` fail it with that message; False when no such task is held."""
 
 class SchedulerState:
     def __init__(self, total: dict[str, float]) -> None: ...
@@ -376,6 +392,7 @@ class TaskManagerState:
         parent_worker: int = 0,
         owner: int = 0,
         detached: bool = False,
+        scheduling: str = "",
     ) -> None: ...
     def worker_registered(self, worker: int, pid: int = 0) -> None: ...
     def task_done(
@@ -402,6 +419,9 @@ class TaskManagerState:
     def kill_actor(self, actor_id: bytes, no_restart: bool = True) -> None: ...
     def cancel_job(self, prefix: bytes, reason: str) -> int: ...
     def end_actor(self, actor_id: bytes, reason: str) -> str: ...
+    def place_task(self, task_id: bytes, fail: str = "") -> bool:
+        """Queue here a task held for placement, or fail it with ``fail``; False when
+        none is held."""
     def take_task(self, task_id: bytes, keeper: int = 0) -> dict[str, Any] | None: ...
     def set_total(self, total: dict[str, float]) -> None: ...
     def decisions(self, scheduler: bool = True) -> list[TaskDecision]: ...

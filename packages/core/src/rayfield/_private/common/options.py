@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any, TypedDict
 
-from rayfield._private.common import task_retry
+from rayfield._private.common import scheduling, task_retry
+from rayfield._private.common.scheduling import SchedulingStrategy
 
 __all__ = [
     "ACTOR_OPTIONS",
@@ -26,7 +28,9 @@ class TaskOptions(TypedDict, total=False):
     ``num_gpus``: amounts (fractions up to 1, whole numbers above); ``resources``: custom
     amounts; ``memory``: bytes; ``max_calls``: calls before the worker exits;
     ``max_retries``: runs after the first (-1: without end); ``retry_exceptions``: True
-    or the exception classes that are retried; ``name``: shown in the state API.
+    or the exception classes that are retried; ``name``: shown in the state API;
+    ``scheduling_strategy``: ``"DEFAULT"``, ``"SPREAD"`` or a
+    ``NodeAffinitySchedulingStrategy`` (``rayfield.util.scheduling_strategies``).
     """
 
     num_returns: int
@@ -39,6 +43,7 @@ class TaskOptions(TypedDict, total=False):
     max_retries: int
     retry_exceptions: bool | list[type[BaseException]] | tuple[type[BaseException], ...]
     name: str | None
+    scheduling_strategy: SchedulingStrategy
 
 
 class ActorOptions(TypedDict, total=False):
@@ -48,7 +53,7 @@ class ActorOptions(TypedDict, total=False):
     life; ``max_restarts`` (classic ``max_reconstructions``) and ``max_task_retries``
     (-1: without end); ``max_concurrency``: calls at once (threaded or async actor);
     ``name``, ``namespace``, ``get_if_exists``: a named actor; ``lifetime="detached"``:
-    outlives its driver.
+    outlives its driver; ``scheduling_strategy``: where the actor is placed, as for tasks.
     """
 
     num_cpus: float | None
@@ -63,6 +68,7 @@ class ActorOptions(TypedDict, total=False):
     namespace: str
     get_if_exists: bool
     lifetime: str | None
+    scheduling_strategy: SchedulingStrategy
 
 
 CLASSIC = {"num_return_vals": "num_returns", "max_reconstructions": "max_restarts"}
@@ -77,21 +83,20 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
     """Check option names and values; map classic names to modern ones.
 
     Raises:
-        TypeError: an unknown option (the message lists the valid ones), or a
-            ``retry_exceptions`` that is not a bool or a list of exception classes.
+        TypeError: an unknown option (the message names the closest valid one and lists
+            them all), a ``retry_exceptions`` that is not a bool or a list of exception
+            classes, or a ``scheduling_strategy`` of another type.
         ValueError: a resource amount that is negative, not finite (NaN, inf) or not a
             number; a bad num_returns; a retry or restart count other than -1 (no limit)
-            or a whole number >= 0.
+            or a whole number >= 0; a ``scheduling_strategy`` string other than
+            ``"DEFAULT"`` or ``"SPREAD"``.
     """
     valid = ACTOR_OPTIONS if actor else TASK_OPTIONS
     out: dict[str, Any] = {}
     for key, value in options.items():
         key = CLASSIC.get(key, key)
         if key not in valid:
-            kind = "actor classes" if actor else "remote functions"
-            raise TypeError(
-                f"invalid option {key!r} for {kind}; valid options: {', '.join(sorted(valid))}"
-            )
+            raise TypeError(unknown_option(key, actor=actor))
         out[key] = value
     for key in ("num_cpus", "num_gpus", "memory"):
         if key in out and out[key] is not None:
@@ -103,12 +108,23 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
     for key in RETRY_COUNTS:
         if key in out and out[key] is not None:
             _check_count(key, out[key])
+    if "scheduling_strategy" in out:
+        out["scheduling_strategy"] = scheduling.check(out["scheduling_strategy"])
     if "retry_exceptions" in out:
         out["retry_exceptions"] = task_retry.check(out["retry_exceptions"])
     n = out.get("num_returns", 1)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"num_returns must be an integer >= 1, got {n!r}")
     return out
+
+
+def unknown_option(key: str, *, actor: bool) -> str:
+    """The message for an unknown option ``key``: the closest valid name, then them all."""
+    valid = sorted(ACTOR_OPTIONS | CLASSIC.keys() if actor else TASK_OPTIONS | CLASSIC.keys())
+    kind = "actor classes" if actor else "remote functions"
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"invalid option {key!r} for {kind}{hint} (valid options: {', '.join(valid)})"
 
 
 def _check_count(what: str, value: Any) -> None:

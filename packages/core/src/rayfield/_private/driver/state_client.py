@@ -415,6 +415,17 @@ class StateClient:
                 )
         return sorted(out, key=lambda o: -o["size_bytes"])
 
+    def present_anywhere(self, object_ids: list[bytes]) -> list[bool]:
+        """Which of ``object_ids`` some alive node's store holds now (each node's
+        ``HasObjects``, in parallel); nothing is fetched or moved."""
+        found = [False] * len(object_ids)
+        for _, present, _ in self._each_node(
+            lambda s: s.has_objects(object_ids) if object_ids else []
+        ):
+            for i, here in enumerate(present or ()):
+                found[i] = found[i] or here
+        return found
+
     def timeline(self, limit: int = 0) -> list[dict[str, Any]]:
         """The task events as Chrome trace events (chrome://tracing, Perfetto)."""
         return _events.to_chrome_trace(self.task_events(limit))

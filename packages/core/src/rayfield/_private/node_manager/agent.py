@@ -147,6 +147,8 @@ class NodeAgent:
             self._sent,
             self._give_back,
             self.accepted_ids,
+            node_id=self.node_id,
+            keep=self._keep_here,
         )
         self.introspector = Introspector(node, self.address)
         self.info = NodeInfo(
@@ -181,6 +183,9 @@ class NodeAgent:
         lc = self.lifecycle
         if isinstance(event, ev.TaskInfeasible):
             return self.spillback.spill(event.task_id, event.demand)
+        if isinstance(event, ev.TaskPlacement):
+            self.spillback.place(event.task_id, event.scheduling, event.demand, event.actor)
+            return True
         if isinstance(event, ev.ObjectMissing):
             if event.client != self.store.client_id:  # not our own get while serving a pull
                 self.objects.missing(event.object_id)
@@ -336,6 +341,12 @@ class NodeAgent:
 
     def _actor_dead(self, actor_id: bytes, why: str) -> None:
         self.lifecycle.actor_died(actor_id, why)
+
+    def _keep_here(self, task_id: bytes) -> None:
+        """A task its node affinity placed here: like a task forwarded here, it never
+        moves."""
+        with self._lock:
+            self.accepted.take(task_id)
 
     def accepted_ids(self) -> set[bytes]:
         with self._lock:

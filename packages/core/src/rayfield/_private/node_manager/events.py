@@ -33,6 +33,7 @@ __all__ = [
     "OwnerDied",
     "StoreFull",
     "TaskInfeasible",
+    "TaskPlacement",
     "WorkerRegistered",
     "from_native",
 ]
@@ -195,6 +196,18 @@ class ActorTaskElsewhere:
 
 
 @_event
+class TaskPlacement:
+    """The task ``task_id`` (an actor creation if ``actor``) has the scheduling strategy
+    ``scheduling`` (wire form, ``common/scheduling.py``): the native core holds it until
+    the host places it (``NodeServer.place_task``) or takes it (``take_task``)."""
+
+    task_id: bytes
+    scheduling: str
+    demand: Mapping[str, float]
+    actor: bool
+
+
+@_event
 class ObjectMissing:
     """The connection ``client`` waits for ``object_id``, which this node lacks."""
 
@@ -238,6 +251,7 @@ NodeEvent = (
     | OwnerDied
     | CancelElsewhere
     | ActorTaskElsewhere
+    | TaskPlacement
     | ObjectMissing
     | MissingDependencies
     | TaskInfeasible
@@ -259,6 +273,7 @@ _BUILDERS: dict[str, Any] = {
     "owner_died": lambda e: OwnerDied(int(e[1]), int(e[2]), _ids(e[3])),
     "cancel_elsewhere": lambda e: CancelElsewhere(_ids(e[1]), bool(e[2])),
     "actor_task_elsewhere": lambda e: ActorTaskElsewhere(e[1], e[2]),
+    "task_placement": lambda e: TaskPlacement(e[1], str(e[2]), dict(e[3]), bool(e[4])),
     "object_missing": lambda e: ObjectMissing(e[1], int(e[2])),
     "missing_dependencies": lambda e: MissingDependencies(e[1], _ids(e[2])),
     "task_infeasible": lambda e: TaskInfeasible(e[1], dict(e[2]), str(e[3])),

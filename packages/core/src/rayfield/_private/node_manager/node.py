@@ -20,11 +20,12 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from rayfield._private.common import session_files
+from rayfield._private.common import scheduling, session_files
 from rayfield._private.common.actor_scope import NO_HANDLE_LEFT, ActorScopes
 from rayfield._private.common.ids import origin_of
 from rayfield._private.node_manager import events as ev
 from rayfield._private.node_manager.memory_monitor import MemoryMonitor
+from rayfield._private.node_manager.placement import NodeSlot, place_strategy
 from rayfield._private.node_manager.worker_pool import WorkerPool
 from rayfield.store import NodeServer
 
@@ -133,12 +134,26 @@ class Node:
             return
         elif isinstance(event, ev.ActorHandlesChanged):
             self._handles_changed(event)
+        elif isinstance(event, ev.TaskPlacement):
+            self._place_alone(event)
         elif isinstance(event, ev.TaskInfeasible) and event.task_id not in self.warned:
             self.warned.add(event.task_id)
             logger.warning(
                 "a task cannot be scheduled: %s. It waits until a node with these resources joins.",
                 event.reason,
             )
+
+    def _place_alone(self, event: ev.TaskPlacement) -> None:
+        """Place a task with a scheduling strategy on a node without a cluster: here, or
+        nowhere (a hard affinity to another node)."""
+        snap = self.server.scheduler_snapshot()
+        here = NodeSlot(self.server.node_id, dict(snap["total"]), dict(snap["available"]))
+        decided = place_strategy(scheduling.decode(event.scheduling), event.demand, here, [])
+        if decided.action == "fail":
+            why = scheduling.unschedulable(decided.message, event.actor)
+            self.server.place_task(event.task_id, fail=why)
+        else:
+            self.server.place_task(event.task_id)
 
     def _handles_changed(self, event: ev.ActorHandlesChanged) -> None:
         """This node's count of handles to an actor changed, and the node is alone: it

@@ -14,6 +14,11 @@ totals fit it, the one with the most of the demanded resources free first
 (:func:`spill_order`); while none fits it waits in :class:`SpillTable`, and is tried
 again after each heartbeat.
 
+A plain task or actor creation submitted with a scheduling strategy (``"SPREAD"``, a node
+affinity; ``common/scheduling.py``) is held by the native core until the host places it
+(the ``task_placement`` event); :func:`place_strategy` decides: run it here, forward it
+to a peer, or fail it.
+
 This module is the decisions alone (pure functions and plain records, no I/O, no lock),
 so it is tested without processes; ``spillback.py`` carries them out.
 """
@@ -22,9 +27,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar
 
-__all__ = ["PeerLoad", "SpillTable", "fits", "plan_moves", "spill_order"]
+from rayfield._private.common.scheduling import Strategy
+
+__all__ = [
+    "NodeSlot",
+    "PeerLoad",
+    "Placement",
+    "SpillTable",
+    "fits",
+    "place_strategy",
+    "plan_moves",
+    "spill_order",
+]
 
 EPSILON = 1e-9
 SENT_MEMORY_S = 1.5  # what was sent to a peer counts against its free resources this long
@@ -165,3 +181,77 @@ class SpillTable:
                 for k, v in demand.items():
                     loads[address].available[k] = loads[address].available.get(k, 0.0) - v
         return sorted(loads.values(), key=lambda p: -p.available.get("CPU", 0.0))
+
+
+@dataclass(frozen=True)
+class NodeSlot:
+    """A node as :func:`place_strategy` sees it: its id, resource totals and free
+    resources; ``address`` is "" for this node."""
+
+    node_id: bytes
+    total: Mapping[str, float]
+    available: Mapping[str, float]
+    address: str = ""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a task with a strategy goes: ``"here"`` (this node's queue), ``"forward"``
+    (to ``node``), or ``"fail"`` (its results become errors saying ``message``)."""
+
+    action: Literal["here", "forward", "fail"]
+    node: NodeSlot | None = None
+    message: str = ""
+
+
+def place_strategy(
+    strategy: Strategy,
+    demand: Mapping[str, float],
+    here: NodeSlot,
+    peers: Sequence[NodeSlot],
+    last_spread: bytes = b"",
+) -> Placement:
+    """Decide where a task with a scheduling strategy runs (Ray's semantics).
+
+    Args:
+        strategy: the decoded strategy.
+        demand: the task's resources, e.g. ``{"CPU": 1.0}``.
+        here: this node (its free resources now).
+        peers: the other alive nodes (free resources as last heard, less what was sent
+            to them lately).
+        last_spread: the id of the node the previous ``SPREAD`` task went to (b"": none):
+            the next one goes to the next node in id order.
+
+    Returns:
+        ``SPREAD``: the next node after ``last_spread`` (in id order, wrapping) among
+        those whose totals fit ``demand`` and whose free resources fit it now, or among
+        all whose totals fit when none is free; here when no node's totals fit (the
+        usual infeasible handling then applies). Node affinity: the named node when it is
+        alive and its totals fit; otherwise a hard one fails (naming the node and why)
+        and a soft one runs here (default placement from here on).
+    """
+    nodes = sorted([here, *peers], key=lambda n: n.node_id)
+    if strategy.kind == "SPREAD":
+        feasible = [n for n in nodes if fits(demand, n.total)]
+        if not feasible:
+            return Placement("here")
+        free = [n for n in feasible if fits(demand, n.available)] or feasible
+        chosen = next((n for n in free if n.node_id > last_spread), free[0])
+        return Placement("here" if chosen is here else "forward", chosen)
+    target = next((n for n in nodes if n.node_id == strategy.node_id), None)
+    if target is not None and fits(demand, target.total):
+        return Placement("here" if target is here else "forward", target)
+    if strategy.soft:
+        return Placement("here")
+    name = strategy.node_id.hex()
+    if target is None:
+        alive = ", ".join(n.node_id.hex() for n in nodes)
+        why = f"node {name} is dead or unknown (alive nodes: {alive})"
+    else:
+        why = (
+            f"node {name}'s resources {dict(target.total)} can never fit the demand {dict(demand)}"
+        )
+    return Placement(
+        "fail",
+        message=f"NodeAffinitySchedulingStrategy(soft=False) cannot be met: {why}",
+    )

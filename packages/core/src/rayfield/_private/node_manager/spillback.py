@@ -5,7 +5,9 @@ taken out of the local queue and forwarded to an alive node whose totals fit it
 (``placement.spill_order``); while none does it stays queued here, and is tried again
 after each heartbeat (a fitting node may join). Several times a second, queued work that
 waits here for busy resources moves to a peer where they are free (``placement.plan_moves``),
-actor creations first. Tasks go to each peer in batches, in the background
+actor creations first. A task or actor creation with a scheduling strategy (``"SPREAD"``,
+a node affinity) is placed where ``placement.place_strategy`` says: here, on a peer, or
+nowhere (it fails). Tasks go to each peer in batches, in the background
 (``forwarding.py``); a task every candidate refuses is queued here again.
 """
 
@@ -18,9 +20,16 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from rayfield._private.common import scheduling
 from rayfield._private.node_manager.forwarding import Forwarder
 from rayfield._private.node_manager.membership import PeerView
-from rayfield._private.node_manager.placement import SpillTable, plan_moves, spill_order
+from rayfield._private.node_manager.placement import (
+    NodeSlot,
+    SpillTable,
+    place_strategy,
+    plan_moves,
+    spill_order,
+)
 from rayfield._private.node_manager.task_spec import TakenTask, TaskSpec
 from rayfield._private.protocol.types import NodeInfo
 
@@ -36,6 +45,7 @@ class NativeQueue(Protocol):
 
     def take_task(self, task_id: bytes, pin_for: int = 0) -> dict[str, Any] | None: ...
     def scheduler_snapshot(self) -> dict[str, Any]: ...
+    def place_task(self, task_id: bytes, fail: str = "") -> bool: ...
 
 
 class Spillback:
@@ -51,6 +61,8 @@ class Spillback:
         on_sent: bookkeeping of a task a peer accepted.
         give_back: queues a task no peer took here again.
         stay: the ids of tasks that must not move (forwarded here already).
+        node_id: this node's id (placement by strategy).
+        keep: records a task placed here by a strategy (it must not move).
     """
 
     def __init__(
@@ -63,6 +75,8 @@ class Spillback:
         on_sent: Callable[[TakenTask, NodeInfo], None],
         give_back: Callable[[TakenTask], None],
         stay: Callable[[], set[bytes]],
+        node_id: bytes = b"",
+        keep: Callable[[bytes], object] = lambda task_id: None,
     ) -> None:
         self.queue = queue
         self.client_id = client_id
@@ -72,6 +86,9 @@ class Spillback:
         self.on_sent = on_sent
         self.give_back = give_back
         self.stay = stay
+        self.node_id = node_id
+        self.keep = keep
+        self.last_spread = b""  # the node the last SPREAD task went to
         self.table = SpillTable()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -147,6 +164,40 @@ class Spillback:
 
         pushed = self.push_args(peer.address, taken.spec)
         self.forwarder.submit(peer.address, taken.spec, pushed, done)
+
+    # ---- scheduling strategies -------------------------------------------------------
+
+    def place(self, task_id: bytes, wire: str, demand: Mapping[str, float], actor: bool) -> None:
+        """Place a task the native core holds for its strategy ``wire``: queue it here,
+        forward it, or fail it (``placement.place_strategy``)."""
+        snap = self.queue.scheduler_snapshot()
+        here = NodeSlot(self.node_id, dict(snap["total"]), dict(snap["available"]))
+        alive = self.peers.alive_by_address()
+        free = {address: n.resources_available for address, n in alive.items()}
+        with self._lock:
+            loads = {p.address: p.available for p in self.table.loads(free, time.monotonic())}
+            peers = [
+                NodeSlot(n.node_id, n.resources_total, loads.get(a, {}), a)
+                for a, n in alive.items()
+            ]
+            decided = place_strategy(scheduling.decode(wire), demand, here, peers, self.last_spread)
+            if decided.node is not None and wire == "SPREAD":
+                self.last_spread = decided.node.node_id
+        if decided.action == "fail":
+            self.queue.place_task(task_id, fail=scheduling.unschedulable(decided.message, actor))
+            return
+        if decided.action == "here" or decided.node is None:
+            if decided.node is not None and wire != "SPREAD":
+                self.keep(task_id)  # placed here by its affinity: load never moves it
+            self.queue.place_task(task_id)
+            return
+        taken = self._take(task_id)
+        if taken is None:  # no longer held (cancelled meanwhile)
+            return
+        sent = (time.monotonic(), decided.node.address, dict(taken.spec.resources))
+        with self._lock:  # counts against the peer's free resources while on its way
+            self.table.record_sent(sent)
+        self._spill_to(taken, [alive[decided.node.address]])
 
     # ---- load-based moves -----------------------------------------------------------
 

@@ -35,6 +35,9 @@ class TaskSpec:
             its restarts left.
         actor_handles: ids of the actors whose handles it carries (counted by the node
             that runs it).
+        scheduling: its scheduling strategy, wire form (``common/scheduling.py``; "":
+            none). Kept while it waits for placement; a forward does not carry it (the
+            receiving node runs the task).
     """
 
     task_id: bytes
@@ -49,6 +52,7 @@ class TaskSpec:
     sequence_no: int = 0
     max_retries: int = 0
     actor_handles: tuple[bytes, ...] = ()
+    scheduling: str = ""
 
     @property
     def is_actor_call(self) -> bool:
@@ -84,6 +88,7 @@ class TaskSpec:
             sequence_no=int(d.get("sequence_no", 0)),
             max_retries=int(d.get("max_retries", 0)),
             actor_handles=tuple(d.get("actor_handles") or ()),
+            scheduling=str(d.get("scheduling") or ""),
         )
 
     def to_native(self) -> dict[str, Any]:
@@ -102,6 +107,7 @@ class TaskSpec:
             "return_ids": list(self.return_ids),
             "max_retries": self.max_retries,
             "actor_handles": list(self.actor_handles),
+            "scheduling": self.scheduling,
         }
 
 

@@ -61,7 +61,11 @@ class LocalRuntime:
         return out
 
     def wait(
-        self, refs: Sequence[ObjectRef[Any]], num_returns: int, timeout_s: float | None
+        self,
+        refs: Sequence[ObjectRef[Any]],
+        num_returns: int,
+        timeout_s: float | None,
+        fetch_local: bool = True,
     ) -> Any:
         """Every task has run already: the first ``num_returns`` refs are ready."""
         return list(refs[:num_returns]), list(refs[num_returns:])

@@ -26,7 +26,8 @@ from rayfield._private import context
 from rayfield._private.common import code, serialization
 from rayfield._private.common.actor_scope import HandleCounter
 from rayfield._private.common.ids import ID_SIZE, IdGenerator
-from rayfield._private.driver import code_exports
+from rayfield._private.common.scheduling import UNSCHEDULABLE_ACTOR
+from rayfield._private.driver import code_exports, locate
 from rayfield._private.runtime.object_ref import ObjectRef, RefTracker, set_tracker
 from rayfield.store import GetTimeoutError as StoreGetTimeout
 from rayfield.store import ObjectExistsError, StoreClient
@@ -37,7 +38,15 @@ INLINE_ARGS_BYTES = 100 << 10  # larger arguments travel through the store
 STAGED_RESULT_BYTES = 64 << 10  # a worker's results up to this size travel with task_done
 STAGED_TOTAL_BYTES = 1 << 20  # and up to this much in all per task
 GET_SLICE_S = 0.5  # a worker's blocking get or wait wakes this often to let a cancel in
-ERROR_TAGS = (b"ERROR", b"WORKER_DIED", b"ACTOR_DIED", b"CANCELLED", b"LOST", b"OUT_OF_MEMORY")
+ERROR_TAGS = (
+    b"ERROR",
+    b"WORKER_DIED",
+    b"ACTOR_DIED",
+    b"CANCELLED",
+    b"LOST",
+    b"OUT_OF_MEMORY",
+    b"UNSCHEDULABLE",
+)
 
 
 class ArgRef:
@@ -190,7 +199,11 @@ class Runtime:
             message = bytes(buf).decode(errors="replace")
             buf.release()
             if meta == b"ACTOR_DIED":
+                if message.startswith(UNSCHEDULABLE_ACTOR):
+                    raise exceptions.ActorUnschedulableError(f"{message} (object {ref.hex()})")
                 raise exceptions.ActorDiedError(f"{message} (object {ref.hex()})")
+            if meta == b"UNSCHEDULABLE":
+                raise exceptions.TaskUnschedulableError(f"{message} (object {ref.hex()})")
             if meta == b"CANCELLED":
                 raise exceptions.TaskCancelledError(f"{message} (object {ref.hex()})")
             if meta == b"LOST":
@@ -205,12 +218,20 @@ class Runtime:
         return serialization.deserialize(memoryview(buf), meta)
 
     def wait(
-        self, refs: Sequence[ObjectRef[Any]], num_returns: int, timeout_s: float | None
+        self,
+        refs: Sequence[ObjectRef[Any]],
+        num_returns: int,
+        timeout_s: float | None,
+        fetch_local: bool = True,
     ) -> tuple[list[ObjectRef[Any]], list[ObjectRef[Any]]]:
         """``rayfield.wait``: (ready, not ready) refs once ``num_returns`` are ready or
-        ``timeout_s`` passed."""
+        ``timeout_s`` passed; without ``fetch_local`` (in a cluster), ready means held by
+        some node's store, and nothing is fetched here."""
         self.refs.flush()
         ids = [r.binary() for r in refs]
+        if not fetch_local and context.gcs_address() is not None:
+            flags = locate.wait_anywhere(self._here, ids, num_returns, timeout_s)
+            return _split(refs, flags, num_returns)
         # A worker waits in slices, as in _blocking_get, so that a cancel reaches its task.
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
@@ -224,9 +245,15 @@ class Runtime:
                 flags = [False] * len(refs)
             if sum(flags) >= num_returns or step is None or step == left:
                 break
-        ready = [r for r, f in zip(refs, flags) if f][:num_returns]
-        chosen = set(map(id, ready))
-        return ready, [r for r in refs if id(r) not in chosen]
+        return _split(refs, flags, num_returns)
+
+    def _here(self, ids: list[bytes]) -> list[bool]:
+        """Which of ``ids`` this node's store holds now (a wait that does not park, so the
+        node fetches nothing)."""
+        try:
+            return list(self.client.wait(ids, len(ids), 0))
+        except StoreGetTimeout:
+            return [False] * len(ids)
 
     # ---- code ----------------------------------------------------------------------
 
@@ -276,9 +303,11 @@ class Runtime:
         sequence_no: int = 0,
         max_concurrency: int = 1,
         detached: bool = False,
+        scheduling: str = "",
     ) -> list[ObjectRef[Any]]:
         """Submit a task, an actor creation or an actor call to the node; returns the refs of its
-        results."""
+        results. ``scheduling``: a plain task's or an actor creation's strategy, encoded by
+        ``common.scheduling.encode`` ("": the node queues it as usual)."""
         deps: list[bytes] = []
         marked = [ArgRef(a.binary()) if isinstance(a, ObjectRef) else a for a in args]
         for a in marked:
@@ -323,6 +352,7 @@ class Runtime:
             pin_returns=True,  # the node pins them for us, before anything can evict them
             detached=detached,  # an actor creation: it does not end with this driver
             actor_handles=handles or None,
+            scheduling=scheduling,
         )
         for r in return_ids:
             self.refs.own(r)
@@ -356,3 +386,12 @@ get_runtime: Callable[[], Runtime] = context.runtime
 """The runtime of this process (``LocalRuntime`` in local mode, which has the same
 interface); raises ``RayfieldError`` when rayfield is not initialized. It is
 ``context.runtime`` itself: one call on every submit and get."""
+
+
+def _split(
+    refs: Sequence[ObjectRef[Any]], flags: Sequence[bool], num_returns: int
+) -> tuple[list[ObjectRef[Any]], list[ObjectRef[Any]]]:
+    """``(ready, not_ready)`` in input order; at most ``num_returns`` ready."""
+    ready = [r for r, f in zip(refs, flags) if f][:num_returns]
+    chosen = set(map(id, ready))
+    return ready, [r for r in refs if id(r) not in chosen]

@@ -13,28 +13,15 @@ import io
 import os
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
+from rayfield.sgd.collective import join_group, leave_group, rendezvous_address
 from rayfield.sgd.pytorch import training
-from rayfield.sgd.utils import find_free_port
 
 __all__ = ["TorchRunner"]
-
-
-def _node_ip() -> str:
-    """This process's node address as the cluster knows it (127.0.0.1 for a local init)."""
-    import rayfield
-
-    node_id = rayfield.get_runtime_context().get_node_id()
-    for node in rayfield.nodes():
-        if node.get("NodeID") == node_id and node.get("NodeManagerAddress"):
-            return str(node["NodeManagerAddress"])
-    return "127.0.0.1"
 
 
 class TorchRunner:
@@ -73,7 +60,7 @@ class TorchRunner:
 
     def setup_address(self) -> str:
         """``tcp://ip:port`` for the process group's rendezvous, with a port free here."""
-        return f"tcp://{_node_ip()}:{find_free_port()}"
+        return rendezvous_address()
 
     def setup(
         self,
@@ -100,16 +87,7 @@ class TorchRunner:
         self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
         if world_size > 1:
             assert address is not None
-            host = address.split("//", 1)[-1].rsplit(":", 1)[0]
-            if host.startswith("127.") and "GLOO_SOCKET_IFNAME" not in os.environ:
-                os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-            dist.init_process_group(
-                backend,
-                init_method=address,
-                rank=rank,
-                world_size=world_size,
-                timeout=timedelta(seconds=timeout_s),
-            )
+            join_group(address, rank, world_size, backend, timeout_s)
         self._build()
 
     def _build(self) -> None:
@@ -252,8 +230,7 @@ class TorchRunner:
         return fn(self)
 
     def shutdown(self) -> None:
-        if self.world_size > 1 and dist.is_initialized():
-            dist.destroy_process_group()
+        leave_group()
 
 
 def _to_cpu(value: Any) -> Any:

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 import rayfield
-from rayfield import exceptions as rf_exc
+from rayfield.sgd.faults import ReplicaFailure, gather
 from rayfield.sgd.pytorch.runner import TorchRunner
 from rayfield.sgd.utils import (
     Resources,
@@ -40,14 +40,8 @@ __all__ = ["PyTorchTrainer"]
 
 _BACKENDS = ("auto", "gloo", "nccl", "mpi")
 _STEP_FREQS = ("epoch", "batch", "manual")
-# Errors that mean a replica's process (or its node) is gone, not that user code failed.
-_FAULTS = (rf_exc.ActorDiedError, rf_exc.WorkerCrashedError, rf_exc.ObjectLostError)
 
 _RemoteRunner = rayfield.remote(TorchRunner)
-
-
-class ReplicaFailure(RuntimeError):
-    """A replica died; carries the error that showed it."""
 
 
 def _check_callable(name: str, value: Any, required: bool = False) -> None:
@@ -269,42 +263,9 @@ class PyTorchTrainer:
         )
 
     def _gather(self, refs: list[Any]) -> list[Any]:
-        """The results of one call on every replica, in order; fails fast.
-
-        Raises:
-            ReplicaFailure: a replica died (its process or its node).
-            rayfield.exceptions.TaskError: the user's code failed in a replica.
-        """
-        results: dict[int, Any] = {}
-        index = {r: i for i, r in enumerate(refs)}
-        pending = list(refs)
-        while pending:
-            ready, pending = rayfield.wait(pending, num_returns=1)
-            for ref in ready:
-                try:
-                    results[index[ref]] = rayfield.get(ref)
-                except _FAULTS as exc:
-                    raise ReplicaFailure(str(exc)) from exc
-                except rf_exc.TaskError as exc:
-                    # A live replica whose peer died fails in its collective: wait for the
-                    # others to tell whether one died before blaming user code.
-                    died = self._any_died(pending)
-                    if died is not None:
-                        raise ReplicaFailure(str(died)) from exc
-                    raise
-        return [results[i] for i in range(len(refs))]
-
-    def _any_died(self, pending: list[Any]) -> BaseException | None:
-        probes = [w.get_pid.remote() for w in self.workers]
-        deadline = time.monotonic() + min(self.timeout_s, 30.0)
-        for ref in [*pending, *probes]:
-            try:
-                rayfield.get(ref, timeout=max(0.1, deadline - time.monotonic()))
-            except _FAULTS as exc:
-                return exc
-            except Exception:
-                continue
-        return None
+        """The results of one call on every replica, in order; fails fast (see
+        ``faults.gather``: ``ReplicaFailure`` when a replica died, else user errors)."""
+        return gather(refs, self.workers, min(self.timeout_s, 30.0))
 
     def _kill_workers(self) -> None:
         for h in self.workers:

@@ -264,8 +264,18 @@ class SubmitTaskRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
         return o == 0
 
+    # A scheduling strategy for a plain task or an actor creation ("SPREAD", or
+    # "NODE:<node id hex>:<1 soft | 0 hard>"): the node holds the task until its host
+    # places it here, forwards it, or fails it (`TaskPlacement` event). Empty: queue here.
+    # SubmitTaskRequest
+    def Scheduling(self) -> Optional[str]:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def SubmitTaskRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(16)
+    builder.StartObject(17)
 
 def Start(builder: flatbuffers.Builder):
     SubmitTaskRequestStart(builder)
@@ -402,6 +412,12 @@ def SubmitTaskRequestStartActorHandlesVector(builder, numElems: int) -> int:
 def StartActorHandlesVector(builder, numElems: int) -> int:
     return SubmitTaskRequestStartActorHandlesVector(builder, numElems)
 
+def SubmitTaskRequestAddScheduling(builder: flatbuffers.Builder, scheduling: int):
+    builder.PrependUOffsetTRelativeSlot(16, flatbuffers.number_types.UOffsetTFlags.py_type(scheduling), 0)
+
+def AddScheduling(builder: flatbuffers.Builder, scheduling: int):
+    SubmitTaskRequestAddScheduling(builder, scheduling)
+
 def SubmitTaskRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
 
@@ -436,6 +452,7 @@ class SubmitTaskRequestT(object):
         resumeSequence = False,
         detached = False,
         actorHandles = None,
+        scheduling = None,
     ):
         self.taskId = taskId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
         self.resources = resources  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
@@ -453,6 +470,7 @@ class SubmitTaskRequestT(object):
         self.resumeSequence = resumeSequence  # type: bool
         self.detached = detached  # type: bool
         self.actorHandles = actorHandles  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
+        self.scheduling = scheduling  # type: Optional[str]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -535,6 +553,7 @@ class SubmitTaskRequestT(object):
                 else:
                     uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(submitTaskRequest.ActorHandles(i))
                     self.actorHandles.append(uniqueID_)
+        self.scheduling = submitTaskRequest.Scheduling()
 
     # SubmitTaskRequestT
     def Pack(self, builder):
@@ -574,6 +593,8 @@ class SubmitTaskRequestT(object):
             for i in reversed(range(len(self.actorHandles))):
                 self.actorHandles[i].Pack(builder)
             actorHandles = builder.EndVector()
+        if self.scheduling is not None:
+            scheduling = builder.CreateString(self.scheduling)
         SubmitTaskRequestStart(builder)
         if self.taskId is not None:
             taskId = self.taskId.Pack(builder)
@@ -603,5 +624,7 @@ class SubmitTaskRequestT(object):
         SubmitTaskRequestAddDetached(builder, self.detached)
         if self.actorHandles is not None:
             SubmitTaskRequestAddActorHandles(builder, actorHandles)
+        if self.scheduling is not None:
+            SubmitTaskRequestAddScheduling(builder, scheduling)
         submitTaskRequest = SubmitTaskRequestEnd(builder)
         return submitTaskRequest
