@@ -52,6 +52,26 @@ class _IndexedCreator:
         return self.env_creator(self.ctx.copy_with_overrides(vector_index=index))
 
 
+class _DeepMindCreator:
+    """The env creator with Atari games wrapped by `wrap_deepmind` (the
+    ``preprocessor_pref: "deepmind"`` rule); `wrapped_atari` says whether it did."""
+
+    def __init__(self, env_creator: Callable[[Any], Any], model: dict[str, Any]) -> None:
+        self.env_creator = env_creator
+        self.dim = int(model.get("dim", 84))
+        self.framestack = bool(model.get("framestack", True))
+        self.wrapped_atari = False
+
+    def __call__(self, ctx: Any) -> Any:
+        from rayfield.rllib.env.atari_wrappers import is_atari, wrap_deepmind
+
+        env = self.env_creator(ctx)
+        if is_atari(env):
+            self.wrapped_atari = True
+            return wrap_deepmind(env, self.dim, self.framestack)
+        return env
+
+
 class RolloutWorker:
     """Samples experience with a policy in ``num_envs_per_worker`` envs.
 
@@ -104,8 +124,12 @@ class RolloutWorker:
         num_envs = int(config.get("num_envs_per_worker", 1))
         if num_envs < 1:
             raise ValueError(f"num_envs_per_worker must be >= 1, got {num_envs}")
+        if config.get("preprocessor_pref", "deepmind") == "deepmind":
+            env_creator = _DeepMindCreator(env_creator, config.get("model") or {})
         ctx = EnvContext(config.get("env_config"), worker_index, 0, False, num_workers)
         first = env_creator(ctx.copy_with_overrides(vector_index=0))
+        if config.get("clip_rewards") is None and getattr(env_creator, "wrapped_atari", False):
+            config["clip_rewards"] = True  # None: clip Atari rewards to their sign
         self.vector_env: VectorEnv | None = None
         self.base_env: BaseEnv | None = None
         self.external_env: ExternalEnv | None = None
