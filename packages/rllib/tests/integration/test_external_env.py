@@ -74,20 +74,7 @@ class ServedCartPole(ExternalEnv):
 register_env("served_cartpole", lambda ctx: ServedCartPole(ctx))
 
 
-def greedy_return(trainer: Any, episodes: int = 5) -> float:
-    env = gym.make("CartPole-v1")
-    total = 0.0
-    for i in range(episodes):
-        obs, _ = env.reset(seed=10_000 + i)
-        done = False
-        while not done:
-            obs, r, term, trunc, _ = env.step(trainer.compute_action(obs, explore=False))
-            total += r
-            done = term or trunc
-    return total / episodes
-
-
-def test_ppo_learns_cartpole_through_get_action() -> None:
+def test_ppo_learns_cartpole_through_get_action(greedy_return: Any) -> None:
     config = {
         "num_workers": 0,
         "seed": 0,
@@ -119,22 +106,10 @@ def test_ppo_learns_cartpole_through_get_action() -> None:
     assert env is not None and not env.is_alive()  # stop() ended run() and its clients
 
 
-def test_dqn_learns_with_logged_off_policy_actions() -> None:
-    exp_config = {
-        "num_workers": 0,
-        "seed": 0,
-        "env_config": {"clients": 1, "logged_fraction": 0.2},
-        "n_step": 3,
-        "lr": 1e-3,
-        "model": {"fcnet_hiddens": [64]},
-        "hiddens": [64],
-        "learning_starts": 500,
-        "target_network_update_freq": 500,
-        "schedule_max_timesteps": 10_000,
-        "exploration_fraction": 1.0,
-        "min_iter_time_s": 0,
-        "timesteps_per_iteration": 1000,
-    }
+def test_dqn_learns_with_logged_off_policy_actions(
+    dqn_cartpole_config: dict, greedy_return: Any
+) -> None:
+    exp_config = {**dqn_cartpole_config, "env_config": {"clients": 1, "logged_fraction": 0.2}}
     trainer = get_trainer_class("DQN")(env="served_cartpole", config=exp_config)
     try:
         best = 0.0
