@@ -134,7 +134,7 @@ def drop_unserializable(config: dict[str, Any]) -> dict[str, Any]:
                 for pid, spec in v.items()
             }
         out[k] = drop_unserializable(v) if isinstance(v, dict) else v
-    return restore_spaces(out)  # type: ignore[no-any-return]
+    return restore_spaces(out)
 
 
 def unserializable_name(value: Any) -> str | None:

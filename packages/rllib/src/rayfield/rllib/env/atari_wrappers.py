@@ -46,6 +46,15 @@ def is_atari(env: Any) -> bool:
     )
 
 
+def _unwrapped(env: gym.Env) -> Any:
+    return env.unwrapped
+
+
+def _ale(env: gym.Env) -> Any:
+    """The ALE interface of an ale-py env (``lives()``...)."""
+    return _unwrapped(env).ale
+
+
 class EpisodicLifeEnv(gym.Wrapper):
     """A lost life ends the episode (``terminated``); `reset` then continues the
     same game with one no-op step, and really resets only when the game is over."""
@@ -58,7 +67,7 @@ class EpisodicLifeEnv(gym.Wrapper):
     def step(self, action: Any) -> Any:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.game_over = bool(terminated or truncated)
-        lives = self.env.unwrapped.ale.lives()
+        lives = _ale(self.env).lives()
         if 0 < lives < self.lives:
             terminated = True
         self.lives = lives
@@ -72,7 +81,7 @@ class EpisodicLifeEnv(gym.Wrapper):
             if terminated or truncated:
                 obs, info = self.env.reset(**kwargs)
         self.game_over = False
-        self.lives = self.env.unwrapped.ale.lives()
+        self.lives = _ale(self.env).lives()
         return obs, info
 
 
@@ -86,7 +95,7 @@ class FireResetEnv(gym.Wrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        meanings = env.unwrapped.get_action_meanings()
+        meanings = _unwrapped(env).get_action_meanings()
         if len(meanings) < 3 or meanings[1] != "FIRE":
             raise ValueError(f"FireResetEnv needs FIRE as action 1, got {meanings}")
 
@@ -107,7 +116,7 @@ class FrameStack(gym.Wrapper):
         super().__init__(env)
         self.k = int(k)
         self.frames: deque[np.ndarray] = deque(maxlen=self.k)
-        h, w, c = env.observation_space.shape
+        h, w, c = env.observation_space.shape  # type: ignore[misc]
         self.observation_space = gym.spaces.Box(0, 255, (h, w, c * self.k), np.uint8)
 
     def reset(self, **kwargs: Any) -> Any:
@@ -143,7 +152,7 @@ def wrap_deepmind(env: gym.Env, dim: int = 84, framestack: bool = True) -> gym.E
         grayscale_newaxis=True,
     )
     env = EpisodicLifeEnv(env)
-    meanings = env.unwrapped.get_action_meanings()
+    meanings = _unwrapped(env).get_action_meanings()
     if len(meanings) >= 3 and meanings[1] == "FIRE":
         env = FireResetEnv(env)
     return FrameStack(env, 4 if framestack else 1)

@@ -86,7 +86,7 @@ class RemoteVectorEnv(VectorEnv):
     ) -> tuple[Any, dict]:
         import rayfield
 
-        return rayfield.get(self.actors[index].reset.remote(seed, options))  # type: ignore[no-any-return]
+        return rayfield.get(self.actors[index].reset.remote(seed, options))
 
     def vector_step(
         self, actions: Any

@@ -138,7 +138,7 @@ class ExternalEnvSampler:
         return out
 
     def _process(self, raw: Any) -> np.ndarray:
-        return self.obs_filter(self.preprocessor.transform_batch([raw]))[0]  # type: ignore[no-any-return]
+        return self.obs_filter(self.preprocessor.transform_batch([raw]))[0]
 
     def _round(self) -> None:
         acting: list[tuple[_Running, ExternalEvent, np.ndarray]] = []

@@ -138,8 +138,8 @@ class RolloutWorker:
         if isinstance(first, BaseEnv):  # sampled one sub-env at a time (see base_env.py)
             self.base_env = first
             pending: dict[Any, tuple] = {}
-            self.envs = [BaseEnvSubEnv(first, i, pending) for i in range(first.num_envs)]
-            self.env = self.envs[0]
+            self.envs: list[Any] = [BaseEnvSubEnv(first, i, pending) for i in range(first.num_envs)]
+            self.env: Any = self.envs[0]
         elif isinstance(first, ExternalEnv):  # drives itself from its own thread
             self.external_env = first
             self.envs = [first]

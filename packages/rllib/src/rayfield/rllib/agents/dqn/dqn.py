@@ -210,7 +210,7 @@ class DQNTorchPolicy(TorchPolicy):
         if not self.masked:
             return None
         parts = restore_original_dimensions(obs, self.observation_space)
-        return parts["action_mask"] > 0  # type: ignore[no-any-return]
+        return parts["action_mask"] > 0
 
     def _set_noise(self, model: Any, on: bool) -> None:
         if self.noisy:
@@ -286,6 +286,7 @@ class DQNTorchPolicy(TorchPolicy):
                 discounts = torch.full_like(not_done, float(self.config["gamma"]))
             rewards = train_batch[SampleBatch.REWARDS]
             if distributional:
+                assert target_logits is not None
                 next_probs = torch.softmax(target_logits[torch.arange(len(best)), best[:, 0]], -1)
                 target_dist = project_distribution(
                     next_probs, rewards, discounts * not_done, model.support
@@ -294,6 +295,7 @@ class DQNTorchPolicy(TorchPolicy):
                 target = rewards + discounts * not_done * q_tp1_target.gather(1, best).squeeze(1)
         weights = train_batch.get("weights")
         if distributional:
+            assert logits_t is not None
             logp = torch.log_softmax(logits_t[torch.arange(len(actions)), actions], dim=-1)
             per_row = -(target_dist * logp).sum(-1)  # cross-entropy to the projected target
             td_error = per_row.detach()

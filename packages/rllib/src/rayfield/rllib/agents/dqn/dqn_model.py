@@ -98,6 +98,8 @@ class DQNTorchModel(TorchModelV2):
         sigma0: their initial noise scale.
     """
 
+    support: torch.Tensor  # the atoms z_i, float32[num_atoms] (a buffer)
+
     def __init__(
         self,
         obs_space: Any,
@@ -117,6 +119,7 @@ class DQNTorchModel(TorchModelV2):
         super().__init__(obs_space, action_space, num_outputs, model_config, name)
         in_dim = int(np.prod(obs_space.shape))
         self.images = len(obs_space.shape) == 3
+        self.body: nn.Module
         if self.images:
             filters = model_config.get("conv_filters") or get_filter_config(obs_space.shape)
             self.body, feat = conv_tower(
@@ -136,7 +139,7 @@ class DQNTorchModel(TorchModelV2):
             [feat, *hiddens, num_outputs * self.num_atoms], noisy, sigma0, 0.01
         )
         self.dueling = dueling
-        self.value_stream = (
+        self.value_stream: nn.Module | None = (
             _stream([feat, *hiddens, self.num_atoms], noisy, sigma0, 1.0) if dueling else None
         )
         self.register_buffer("support", torch.linspace(v_min, v_max, max(2, self.num_atoms)))
