@@ -42,6 +42,8 @@ def test_gym_env_to_base_env() -> None:
     reset_obs, _ = base.try_reset(1)
     assert reset_obs["agent0"].shape == (4,)
     with pytest.raises(NotImplementedError, match="remote_envs"):
+        BaseEnv.to_base_env(TwoStepGame(), remote_envs=True)
+    with pytest.raises(ValueError, match="make_env"):
         BaseEnv.to_base_env(gym.make("CartPole-v1"), remote_envs=True)
     assert BaseEnv.to_base_env(base) is base
 

@@ -247,6 +247,12 @@ def _run_experiment(name: str, spec: dict[str, Any], verbose: int) -> None:
 @click.option(
     "--explore", is_flag=True, help="Sample actions instead of taking the most likely one."
 )
+@click.option(
+    "--policy-mapping-fn",
+    default=None,
+    help="Multi-agent: MODULE:FUNCTION mapping an agent id to a policy id (default: the "
+    "agent's own id if it names a policy, else the only policy).",
+)
 def rollout(
     checkpoint: str,
     run: str | None,
@@ -258,8 +264,13 @@ def rollout(
     out: str | None,
     config_json: str,
     explore: bool,
+    policy_mapping_fn: str | None,
 ) -> None:
-    """Run a trained policy from a checkpoint and print each episode's reward."""
+    """Run a trained policy from a checkpoint and print each episode's reward.
+
+    A multi-agent checkpoint is run with all its policies: each agent acts with the
+    policy ``--policy-mapping-fn`` names (checkpoints record the training mapping
+    function by name only and never import it)."""
     from rayfield.rllib.agents import checkpoints
     from rayfield.rllib.agents.registry import get_trainer_class
     from rayfield.rllib.env.env_context import EnvContext
@@ -274,6 +285,14 @@ def rollout(
     config["evaluation_interval"] = None
     if env:
         config["env"] = env
+    multiagent = config.get("multiagent") or {}
+    mapping = None
+    if multiagent.get("policies"):
+        recorded = checkpoints.unserializable_name(
+            (algo_state["config"].get("multiagent") or {}).get("policy_mapping_fn")
+        )
+        mapping = _mapping_fn(policy_mapping_fn, list(multiagent["policies"]), recorded)
+        config["multiagent"] = {**multiagent, "policy_mapping_fn": mapping}
     start = time.time()
     try:
         trainer = get_trainer_class(run or algo_state["algorithm"])(config=config)
@@ -286,6 +305,9 @@ def rollout(
         all_eps: list[list[list[Any]]] = []
         total_steps, rewards = 0, list[float]()
         seed = config.get("seed")
+        if mapping is not None:
+            _rollout_multi_agent(trainer, env_obj, mapping, steps, episodes, explore, out, seed)
+            return
         while total_steps < steps and (not episodes or len(rewards) < episodes):
             obs, _ = env_obj.reset(seed=None if seed is None else seed + len(rewards))
             done, ep_reward, rows = False, 0.0, []
@@ -311,15 +333,116 @@ def rollout(
                 rewards.append(ep_reward)
                 click.echo(f"Episode reward {ep_reward:.1f}")
             all_eps.append(rows)
-        mean = sum(rewards) / len(rewards) if rewards else float("nan")
-        click.echo(
-            f"rollout: {len(rewards)} episodes, {total_steps} env steps, "
-            f"mean reward {mean:.2f}, {time.time() - start:.1f} s wall"
-        )
-        if out:
-            _write_out(out, all_eps)
+        _finish_rollout(rewards, total_steps, start, out, all_eps)
     finally:
         trainer.stop()
+
+
+def _mapping_fn(spec: str | None, policy_ids: list[str], recorded: str | None) -> Any:
+    """The agent -> policy mapping of a multi-agent rollout (see `rollout`)."""
+    if spec:
+        import importlib
+
+        module, _, name = spec.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise click.UsageError(f"--policy-mapping-fn {spec!r}: {exc}") from None
+        return fn
+
+    def default(agent_id: Any, *_: Any, **__: Any) -> str:
+        if str(agent_id) in policy_ids:
+            return str(agent_id)
+        if len(policy_ids) == 1:
+            return policy_ids[0]
+        hint = f" (training used {recorded})" if recorded else ""
+        raise click.UsageError(
+            f"agent {agent_id!r} names none of the policies {policy_ids}: pass "
+            f"--policy-mapping-fn MODULE:FUNCTION{hint}"
+        )
+
+    return default
+
+
+def _rollout_multi_agent(
+    trainer: Any,
+    env_obj: Any,
+    mapping: Any,
+    steps: int,
+    episodes: int,
+    explore: bool,
+    out: str | None,
+    seed: int | None,
+) -> None:
+    """`rollout` for a `MultiAgentEnv`: every agent acts with its policy; an
+    episode's reward is the sum over agents (each agent's is printed too)."""
+    from rayfield.rllib.env.multi_agent_env import ALL, normalize_reset, normalize_step
+    from rayfield.rllib.evaluation.multi_agent_sampler import call_mapping_fn
+
+    start = time.time()
+    total_steps, rewards, all_eps = 0, list[float](), []
+    while total_steps < steps and (not episodes or len(rewards) < episodes):
+        obs, _ = normalize_reset(env_obj.reset(seed=None if seed is None else seed + len(rewards)))
+        bound: dict[Any, str] = {}
+        states: dict[Any, Any] = {}
+        prev: dict[Any, tuple[Any, float]] = {}
+        per_agent: dict[Any, float] = {}
+        done, rows = False, []
+        while not done and total_steps < steps:
+            actions = {}
+            for aid, o in obs.items():
+                pid = bound.setdefault(aid, call_mapping_fn(mapping, aid, None, None))
+                init = trainer.get_policy(pid).get_initial_state()
+                if not init:
+                    actions[aid] = trainer.compute_action(o, policy_id=pid, explore=explore)
+                    continue
+                prev_a, prev_r = prev.get(aid, (None, 0.0))
+                actions[aid], states[aid], _ = trainer.compute_action(
+                    o,
+                    states.get(aid, init),
+                    prev_action=prev_a,
+                    prev_reward=prev_r,
+                    policy_id=pid,
+                    explore=explore,
+                )
+            next_obs, rew, terms, truncs, _ = normalize_step(env_obj.step(actions))
+            for aid, r in rew.items():
+                per_agent[aid] = per_agent.get(aid, 0.0) + float(r or 0.0)
+                if aid in actions:
+                    prev[aid] = (actions[aid], float(r or 0.0))
+            done = bool(terms[ALL] or truncs[ALL])
+            total_steps += 1
+            if out:
+                plain = {str(k): _plain(v) for k, v in actions.items()}
+                rows.append(
+                    [
+                        {str(k): _plain(v) for k, v in obs.items()},
+                        plain,
+                        {str(k): _plain(v) for k, v in next_obs.items()},
+                        {str(k): float(v or 0.0) for k, v in rew.items()},
+                        done,
+                    ]
+                )
+            obs = next_obs
+        if done:
+            rewards.append(sum(per_agent.values()))
+            agents = " ".join(f"{k}={v:.1f}" for k, v in sorted(per_agent.items(), key=str))
+            click.echo(f"Episode reward {rewards[-1]:.1f} ({agents})")
+        all_eps.append(rows)
+    _finish_rollout(rewards, total_steps, start, out, all_eps)
+
+
+def _finish_rollout(
+    rewards: list[float], total_steps: int, start: float, out: str | None, episodes: list[Any]
+) -> None:
+    """Print the rollout's summary line and write ``--out``."""
+    mean = sum(rewards) / len(rewards) if rewards else float("nan")
+    click.echo(
+        f"rollout: {len(rewards)} episodes, {total_steps} env steps, "
+        f"mean reward {mean:.2f}, {time.time() - start:.1f} s wall"
+    )
+    if out:
+        _write_out(out, episodes)
 
 
 def _plain(x: Any) -> Any:

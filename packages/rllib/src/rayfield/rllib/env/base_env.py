@@ -67,13 +67,26 @@ class BaseEnv:
         """Convert `env` (a `BaseEnv`, `VectorEnv`, `MultiAgentEnv` or gymnasium env)
         to a `BaseEnv` of `num_envs` sub-envs (more built with ``make_env(index)``).
 
+        With ``remote_envs=True`` a gymnasium env's `num_envs` sub-envs are built by
+        `make_env` in actors of their own (`RemoteVectorEnv`); `env` itself is not used.
+
         Raises:
-            NotImplementedError: ``remote_envs=True`` (envs in their own actors).
+            NotImplementedError: ``remote_envs=True`` for a `BaseEnv`, `VectorEnv` or
+                `MultiAgentEnv`.
             ValueError: more sub-envs are needed and `make_env` is None.
         """
+        if remote_envs and not isinstance(env, (BaseEnv, VectorEnv, MultiAgentEnv)):
+            from rayfield.rllib.env.remote_vector_env import RemoteVectorEnv
+
+            if make_env is None:
+                raise ValueError("remote_envs=True needs make_env to build the envs in actors")
+            return _VectorEnvToBaseEnv(
+                RemoteVectorEnv(make_env, num_envs, remote_env_batch_wait_ms)
+            )
         if remote_envs:
             raise NotImplementedError(
-                "remote_envs (each sub-env in its own actor) is not supported by rayfield-rllib"
+                "remote_envs (each sub-env in its own actor) supports gymnasium envs only, "
+                f"not {type(env).__name__}"
             )
         if isinstance(env, BaseEnv):
             return env

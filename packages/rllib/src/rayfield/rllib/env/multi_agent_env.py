@@ -35,6 +35,23 @@ class MultiAgentEnv:
     def close(self) -> None:
         """Release the env's resources (default: nothing)."""
 
+    def with_agent_groups(
+        self, groups: dict[Any, list[Any]], obs_space: Any = None, act_space: Any = None
+    ) -> MultiAgentEnv:
+        """This env with each group of agents acting as one agent with `Tuple`
+        observations and actions (see `rayfield.rllib.env.group_agents_wrapper`).
+
+        Args:
+            groups: ``{group_id: [agent_id, ...]}``.
+            obs_space, act_space: the groups' spaces, or None.
+
+        Raises:
+            ValueError: an agent is in two groups or a group is empty.
+        """
+        from rayfield.rllib.env.group_agents_wrapper import GroupAgentsWrapper
+
+        return GroupAgentsWrapper(self, groups, obs_space, act_space)
+
 
 def normalize_reset(out: Any) -> tuple[dict[Any, Any], dict[Any, Any]]:
     """``(obs, infos)`` from either reset form.

@@ -78,7 +78,14 @@ class _GymMaker:
         try:
             return gym.make(self.env_id)
         except gym.error.Error as exc:
+            from rayfield.rllib.env.atari_wrappers import register_atari_envs
+
+            if register_atari_envs():  # ale-py's games register on request
+                try:
+                    return gym.make(self.env_id)
+                except gym.error.Error:
+                    pass
             raise ValueError(
                 f"unknown env {self.env_id!r}: not registered with register_env and not a "
-                f"gymnasium id ({exc})"
+                f"gymnasium id ({exc}; Atari games need pip install rayfield-rllib[atari])"
             ) from exc

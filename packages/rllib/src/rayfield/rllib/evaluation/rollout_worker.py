@@ -14,7 +14,9 @@ from typing import Any
 
 from rayfield.rllib.env.base_env import BaseEnv, BaseEnvSubEnv, _VectorEnvToBaseEnv
 from rayfield.rllib.env.env_context import EnvContext
+from rayfield.rllib.env.external_env import ExternalEnv
 from rayfield.rllib.env.multi_agent_env import MultiAgentEnv
+from rayfield.rllib.env.remote_vector_env import RemoteVectorEnv
 from rayfield.rllib.env.vector_env import VectorEnv
 from rayfield.rllib.evaluation.callbacks import make_callbacks
 from rayfield.rllib.evaluation.episode import RolloutMetrics
@@ -37,6 +39,37 @@ _KWARG_KEYS = {
     "callbacks": "callbacks",
     "seed": "seed",
 }
+
+
+class _IndexedCreator:
+    """``make_env(index)`` for remote sub-envs: the creator with the vector index set."""
+
+    def __init__(self, env_creator: Callable[[Any], Any], ctx: EnvContext) -> None:
+        self.env_creator = env_creator
+        self.ctx = ctx
+
+    def __call__(self, index: int) -> Any:
+        return self.env_creator(self.ctx.copy_with_overrides(vector_index=index))
+
+
+class _DeepMindCreator:
+    """The env creator with Atari games wrapped by `wrap_deepmind` (the
+    ``preprocessor_pref: "deepmind"`` rule); `wrapped_atari` says whether it did."""
+
+    def __init__(self, env_creator: Callable[[Any], Any], model: dict[str, Any]) -> None:
+        self.env_creator = env_creator
+        self.dim = int(model.get("dim", 84))
+        self.framestack = bool(model.get("framestack", True))
+        self.wrapped_atari = False
+
+    def __call__(self, ctx: Any) -> Any:
+        from rayfield.rllib.env.atari_wrappers import is_atari, wrap_deepmind
+
+        env = self.env_creator(ctx)
+        if is_atari(env):
+            self.wrapped_atari = True
+            return wrap_deepmind(env, self.dim, self.framestack)
+        return env
 
 
 class RolloutWorker:
@@ -67,6 +100,7 @@ class RolloutWorker:
         custom_registry: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        from rayfield.rllib.evaluation.external_sampler import ExternalEnvSampler
         from rayfield.rllib.evaluation.multi_agent_sampler import MultiAgentSampler
         from rayfield.rllib.evaluation.sampler import SyncSampler
 
@@ -90,21 +124,46 @@ class RolloutWorker:
         num_envs = int(config.get("num_envs_per_worker", 1))
         if num_envs < 1:
             raise ValueError(f"num_envs_per_worker must be >= 1, got {num_envs}")
+        if config.get("preprocessor_pref", "deepmind") == "deepmind":
+            env_creator = _DeepMindCreator(env_creator, config.get("model") or {})
         ctx = EnvContext(config.get("env_config"), worker_index, 0, False, num_workers)
         first = env_creator(ctx.copy_with_overrides(vector_index=0))
+        if config.get("clip_rewards") is None and getattr(env_creator, "wrapped_atari", False):
+            config["clip_rewards"] = True  # None: clip Atari rewards to their sign
         self.vector_env: VectorEnv | None = None
         self.base_env: BaseEnv | None = None
+        self.external_env: ExternalEnv | None = None
         if isinstance(first, _VectorEnvToBaseEnv):
             first = first.vector_env
         if isinstance(first, BaseEnv):  # sampled one sub-env at a time (see base_env.py)
             self.base_env = first
             pending: dict[Any, tuple] = {}
-            self.envs = [BaseEnvSubEnv(first, i, pending) for i in range(first.num_envs)]
-            self.env = self.envs[0]
+            self.envs: list[Any] = [BaseEnvSubEnv(first, i, pending) for i in range(first.num_envs)]
+            self.env: Any = self.envs[0]
+        elif isinstance(first, ExternalEnv):  # drives itself from its own thread
+            self.external_env = first
+            self.envs = [first]
+            self.env = first
         elif isinstance(first, VectorEnv):  # already vectorised: its sub-envs are the envs
             self.vector_env = first
             self.envs = first.get_sub_environments()
             self.env = first
+        elif config.get("remote_worker_envs"):  # each env in its own actor
+            if isinstance(first, MultiAgentEnv):
+                raise NotImplementedError(
+                    "remote_worker_envs supports single-agent gymnasium envs, not MultiAgentEnv"
+                )
+            close = getattr(first, "close", None)
+            if close is not None:
+                close()
+            remote_ctx = EnvContext(config.get("env_config"), worker_index, 0, True, num_workers)
+            self.vector_env = RemoteVectorEnv(
+                _IndexedCreator(env_creator, remote_ctx),
+                num_envs,
+                int(config.get("remote_env_batch_wait_ms", 0)),
+            )
+            self.envs = []
+            self.env = self.vector_env
         else:
             self.envs = [first] + [
                 env_creator(ctx.copy_with_overrides(vector_index=i)) for i in range(1, num_envs)
@@ -124,6 +183,10 @@ class RolloutWorker:
         }
         multiagent = config.get("multiagent") or {}
         self.multiagent = isinstance(self.env, MultiAgentEnv) or bool(multiagent.get("policies"))
+        if self.multiagent and self.external_env is not None:
+            raise NotImplementedError(
+                "an ExternalEnv is sampled with one policy: multiagent.policies is not supported"
+            )
         if self.multiagent:
             self._build_policies(policy, config, multiagent)
             self.sampler: Any = MultiAgentSampler(
@@ -154,6 +217,16 @@ class RolloutWorker:
         self.policy = policy(obs_space, self.env.action_space, config)
         self.policy_map = {DEFAULT_POLICY_ID: self.policy}
         self.policies_to_train = [DEFAULT_POLICY_ID]
+        if self.external_env is not None:
+            self.sampler = ExternalEnvSampler(
+                self.external_env,
+                self.policy,
+                self.preprocessor,
+                self.filters[DEFAULT_POLICY_ID],
+                self.callbacks,
+                **sampler_kwargs,
+            )
+            return
         self.sampler = SyncSampler(
             self.vector_env or self.envs,
             self.policy,
@@ -241,20 +314,24 @@ class RolloutWorker:
         return {DEFAULT_POLICY_ID: self.policy.learn_on_batch(samples)}
 
     def compute_gradients(self, samples: Any) -> tuple[Any, dict[str, Any]]:
-        """Gradients of the policy on a batch.
-
-        Raises:
-            NotImplementedError: a `MultiAgentBatch` (asynchronous gradients are
-                single-policy).
-        """
+        """Gradients of the policy on a batch: the policy's ``(gradients, stats)``;
+        for a `MultiAgentBatch`, ``({policy_id: gradients}, {policy_id: stats})`` over
+        the policies of ``policies_to_train`` that have rows in it."""
         if isinstance(samples, MultiAgentBatch):
-            raise NotImplementedError(
-                "compute_gradients takes single-agent batches: A3C's asynchronous "
-                "gradients do not support multiagent.policies"
-            )
+            grads: dict[str, Any] = {}
+            infos: dict[str, Any] = {}
+            for pid, batch in samples.policy_batches.items():
+                if pid in self.policies_to_train and batch.count > 0:
+                    grads[pid], infos[pid] = self.policy_map[pid].compute_gradients(batch)
+            return grads, infos
         return self.policy.compute_gradients(samples)
 
     def apply_gradients(self, grads: Any) -> None:
+        """Apply gradients from `compute_gradients` (a dict: per policy)."""
+        if isinstance(grads, dict):
+            for pid, g in grads.items():
+                self.policy_map[pid].apply_gradients(g)
+            return
         self.policy.apply_gradients(grads)
 
     def get_weights(self, policies: list[str] | None = None) -> dict[str, Any]:
@@ -336,6 +413,9 @@ class RolloutWorker:
         return True
 
     def stop(self) -> None:
+        if self.external_env is not None:
+            self.external_env.stop()
+            return
         if self.base_env is not None:
             self.base_env.stop()
             return

@@ -3,6 +3,16 @@
 from __future__ import annotations
 
 from rayfield.rllib.models.catalog import MODEL_DEFAULTS, ModelCatalog
-from rayfield.rllib.models.preprocessors import Preprocessor, get_preprocessor
+from rayfield.rllib.models.preprocessors import (
+    Preprocessor,
+    get_preprocessor,
+    restore_original_dimensions,
+)
 
-__all__ = ["MODEL_DEFAULTS", "ModelCatalog", "Preprocessor", "get_preprocessor"]
+__all__ = [
+    "MODEL_DEFAULTS",
+    "ModelCatalog",
+    "Preprocessor",
+    "get_preprocessor",
+    "restore_original_dimensions",
+]

@@ -86,7 +86,8 @@ class ModelCatalog:
     ) -> tuple[type, int]:
         """The distribution class and the model output width it needs.
 
-        Discrete -> `Categorical`; MultiDiscrete -> `MultiCategorical`; Box ->
+        Discrete -> `Categorical`; MultiDiscrete or a Tuple of Discrete ->
+        `MultiCategorical`; Box ->
         `DiagGaussian` (or `Deterministic` with ``dist_type="deterministic"``).
 
         Raises:
@@ -110,6 +111,12 @@ class ModelCatalog:
         elif isinstance(action_space, gym.spaces.MultiDiscrete):
             sizes = tuple(int(n) for n in action_space.nvec.ravel())
             cls = type("MultiCategorical", (d.MultiCategorical,), {"input_lens": sizes})
+        elif isinstance(action_space, gym.spaces.Tuple) and all(
+            isinstance(s, gym.spaces.Discrete) for s in action_space.spaces
+        ):  # e.g. an agent group's joint action
+            sizes = tuple(int(s.n) for s in action_space.spaces)
+            cls = type("MultiCategorical", (d.MultiCategorical,), {"input_lens": sizes})
+            return cls, sum(sizes)
         elif isinstance(action_space, gym.spaces.Box):
             if len(action_space.shape) != 1:
                 raise NotImplementedError(

@@ -47,9 +47,14 @@ class Preprocessor:
 
     @property
     def observation_space(self) -> Any:
+        """The flat Box the policy sees; for Dict and Tuple spaces it carries the
+        env's space as ``original_space`` (see `restore_original_dimensions`)."""
         import gymnasium as gym
 
-        return gym.spaces.Box(-np.inf, np.inf, self.shape, dtype=np.float32)
+        space = gym.spaces.Box(-np.inf, np.inf, self.shape, dtype=np.float32)
+        if isinstance(self._obs_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+            space.original_space = self._obs_space  # type: ignore[attr-defined]
+        return space
 
 
 class NoPreprocessor(Preprocessor):
@@ -147,3 +152,38 @@ def get_preprocessor(space: Any) -> type[Preprocessor]:
         f"no preprocessor for observation space {space!r}: use a gymnasium Box, Discrete, "
         "MultiDiscrete, Tuple or Dict space, or register a custom preprocessor"
     )
+
+
+def restore_original_dimensions(obs: Any, obs_space: Any) -> Any:
+    """Split flattened observations back into the env's Dict / Tuple structure.
+
+    Args:
+        obs: ``float32[B, flat]`` (a torch tensor or numpy array) as the
+            preprocessor made it.
+        obs_space: the policy's observation space; without ``original_space``
+            (not a Dict or Tuple observation) `obs` is returned as it is.
+
+    Returns:
+        A dict (Dict spaces) or tuple (Tuple spaces) of ``[B, *shape]`` parts: Box
+        parts in their shape, Discrete parts one-hot, nested spaces nested.
+    """
+    original = getattr(obs_space, "original_space", None)
+    if original is None:
+        return obs
+    return _unflatten(obs, original)
+
+
+def _unflatten(obs: Any, space: Any) -> Any:
+    import gymnasium as gym
+
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        items = space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space)
+        out, offset = {}, 0
+        for key, sub in items:
+            size = get_preprocessor(sub)(sub).size
+            out[key] = _unflatten(obs[:, offset : offset + size], sub)
+            offset += size
+        return out if isinstance(space, gym.spaces.Dict) else tuple(out.values())
+    if isinstance(space, gym.spaces.Box):
+        return obs.reshape(obs.shape[0], *space.shape)
+    return obs

@@ -7,7 +7,8 @@ Workers therefore compute gradients with weights a few updates old, as in the
 paper's lock-free updates.
 
 With no remote workers the local worker samples and applies its own gradients
-(synchronously).
+(synchronously). With several policies (``multiagent.policies``) a gradient is one
+per trained policy, each applied to its own policy.
 
 Sources:
     Mnih, Badia, Mirza, Graves, Lillicrap, Harley, Silver, Kavukcuoglu,
@@ -41,6 +42,7 @@ class A3CTrainer(Trainer):
         local = self.workers.local_worker()
         grads_per_step = int(self.config["optimizer"].get("grads_per_step", 100))
         info: dict[str, Any] = {}
+        stats: dict[str, Any] = {}
         if not self.workers.remote_workers():
             for _ in range(grads_per_step):
                 grads, info, count, metrics = local.sample_and_compute_gradients()
@@ -48,7 +50,8 @@ class A3CTrainer(Trainer):
                 self._timesteps_total += count
                 self._steps_trained += count
                 self._episodes_this_iter.extend(metrics)
-            return {"default_policy": info}
+                stats.update(self._stats(info))
+            return stats
         import rayfield
         from rayfield.exceptions import RayfieldError
 
@@ -78,6 +81,13 @@ class A3CTrainer(Trainer):
             )
             self._launch(worker)
             applied += 1
+            stats.update(self._stats(info))
+        return stats
+
+    def _stats(self, info: dict[str, Any]) -> dict[str, Any]:
+        """Per-policy learner stats from a worker's gradient info."""
+        if self.workers.local_worker().multiagent:
+            return info
         return {"default_policy": info}
 
     def stop(self) -> None:

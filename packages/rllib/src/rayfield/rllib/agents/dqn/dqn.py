@@ -1,5 +1,6 @@
-"""Deep Q-Networks with the Rainbow options double Q, dueling heads, n-step
-returns and prioritized replay.
+"""Deep Q-Networks with the Rainbow options: double Q, dueling heads, n-step
+returns, prioritized replay, distributional C51 and noisy nets; parametric
+action spaces through an action mask.
 
 Each training step samples ``rollout_fragment_length`` steps per env with an
 epsilon-greedy policy (epsilon annealed linearly from 1.0 to
@@ -15,8 +16,23 @@ an episode fragment). The target network is copied from the online one every
 ``target_network_update_freq`` steps. With prioritized replay, rows are drawn in
 proportion to ``(|td| + eps)^alpha`` and weighted by ``(N P)^-beta``.
 
-Not implemented yet (rejected with an error): distributional C51 (``num_atoms >
-1``), noisy nets (``noisy``), parameter noise and soft Q.
+With ``num_atoms`` > 1 (C51) the network predicts a distribution over
+``num_atoms`` returns between ``v_min`` and ``v_max`` per action; the loss is the
+cross-entropy between it and the projected target distribution of
+``R^(n) + gamma^m Z_target(s', a*)`` (``a*`` as above, by expected value), which
+also serves as the replay priority. With ``noisy`` the streams' layers are noisy
+linear layers (`dqn_model.NoisyLinear`) whose learned noise drives exploration:
+epsilon is 0 and ``explore=False`` acts with the mean weights.
+
+Parametric actions: when the observation space is a Dict with an
+``action_mask`` entry (``float[n_actions]``, 1 for allowed actions), greedy and
+random actions and the target's ``argmax`` are restricted to allowed actions; a
+custom model (``model.custom_model``, e.g. the dot product of an intent vector
+with per-action embeddings, as in ``examples/parametric_actions_cartpole.py``)
+outputs the Q-values itself and reads the Dict parts with
+`rayfield.rllib.models.restore_original_dimensions`.
+
+Not implemented (rejected with an error): parameter noise and soft Q.
 
 Sources:
     Mnih et al., "Human-level control through deep reinforcement learning",
@@ -26,6 +42,9 @@ Sources:
     Wang, Schaul, Hessel, van Hasselt, Lanctot, de Freitas, "Dueling Network
     Architectures for Deep Reinforcement Learning", ICML 2016.
     Schaul, Quan, Antonoglou, Silver, "Prioritized Experience Replay", ICLR 2016.
+    Bellemare, Dabney, Munos, "A Distributional Perspective on Reinforcement
+    Learning", ICML 2017 (C51).
+    Fortunato et al., "Noisy Networks for Exploration", ICLR 2018.
     Hessel et al., "Rainbow: Combining Improvements in Deep Reinforcement
     Learning", AAAI 2018 (n-step returns with the other parts).
 """
@@ -40,10 +59,10 @@ import torch
 from torch import nn
 
 from rayfield.rllib.agents.common_config import with_common_config
+from rayfield.rllib.agents.dqn.dqn_model import DQNTorchModel, project_distribution
 from rayfield.rllib.agents.trainer import Trainer
 from rayfield.rllib.execution.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
-from rayfield.rllib.models.torch_models import TorchModelV2, _mlp
-from rayfield.rllib.models.torch_vision import conv_tower, get_filter_config
+from rayfield.rllib.models.preprocessors import restore_original_dimensions
 from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from rayfield.rllib.policy.torch_policy import TorchPolicy
 from rayfield.rllib.utils.schedules import PiecewiseSchedule
@@ -91,65 +110,6 @@ DEFAULT_CONFIG = with_common_config(
 )
 
 
-class DQNTorchModel(TorchModelV2):
-    """Q-network: a body, then an advantage stream and, when dueling, a state-value
-    stream (each with ``hiddens`` ReLU layers); ``Q = V + A - mean(A)``. The body is
-    an MLP (``fcnet_hiddens``) for vector observations and the vision network's
-    convolutions (``conv_filters``, ``conv_activation``) for ``(H, W, C)`` images."""
-
-    def __init__(
-        self,
-        obs_space: Any,
-        action_space: Any,
-        num_outputs: int,
-        model_config: dict[str, Any],
-        name: str = "dqn",
-        *,
-        q_hiddens: list[int] | None = None,
-        dueling: bool = True,
-    ) -> None:
-        super().__init__(obs_space, action_space, num_outputs, model_config, name)
-        in_dim = int(np.prod(obs_space.shape))
-        self.images = len(obs_space.shape) == 3
-        if self.images:
-            filters = model_config.get("conv_filters") or get_filter_config(obs_space.shape)
-            self.body, feat = conv_tower(
-                obs_space.shape, filters, model_config.get("conv_activation", "relu")
-            )
-            self.body_act: nn.Module = nn.Identity()
-        else:
-            body = list(model_config.get("fcnet_hiddens", [256, 256]))
-            act = model_config.get("fcnet_activation", "tanh")
-            self.body = _mlp([in_dim, *body], act, float(np.sqrt(2))) if body else nn.Identity()
-            self.body_act = nn.Tanh() if act == "tanh" else nn.ReLU()
-            feat = body[-1] if body else in_dim
-        hiddens = list(q_hiddens or [])
-        self.advantage = _mlp([feat, *hiddens, num_outputs], "relu", 0.01)
-        self.dueling = dueling
-        self.value_stream = _mlp([feat, *hiddens, 1], "relu", 1.0) if dueling else None
-        self._value: torch.Tensor | None = None
-
-    def forward(
-        self, input_dict: dict[str, torch.Tensor], state: list[Any], seq_lens: Any
-    ) -> tuple[torch.Tensor, list[Any]]:
-        obs = input_dict["obs"].float()
-        x = obs.permute(0, 3, 1, 2) if self.images else obs.reshape(obs.shape[0], -1)
-        feats = self.body(x)
-        if not isinstance(self.body, nn.Identity):
-            feats = self.body_act(feats)
-        adv = self.advantage(feats)
-        if self.value_stream is not None:
-            value = self.value_stream(feats)
-            self._value = value.squeeze(-1)
-            return value + adv - adv.mean(dim=-1, keepdim=True), state
-        self._value = adv.max(dim=-1).values
-        return adv, state
-
-    def value_function(self) -> torch.Tensor:
-        assert self._value is not None, "call forward() first"
-        return self._value
-
-
 def adjust_nstep(batch: SampleBatch, n_step: int, gamma: float) -> SampleBatch:
     """Rewrite a one-episode fragment for n-step targets: ``rewards`` become the
     discounted sum over up to `n_step` steps, ``new_obs`` / ``terminateds`` those of
@@ -185,9 +145,16 @@ class DQNTorchPolicy(TorchPolicy):
                 "DQN does not support model.use_lstm (recurrent models train with PPO, "
                 "A2C, A3C or PG): remove use_lstm from the model config"
             )
-        for key, bad in (("num_atoms", lambda v: v > 1), ("noisy", bool), ("soft_q", bool)):
-            if bad(config[key]):
+        for key in ("soft_q", "parameter_noise"):
+            if config[key]:
                 raise NotImplementedError(f"DQN option {key}={config[key]!r} is not supported yet")
+        if int(config["num_atoms"]) > 1 and not config["v_min"] < config["v_max"]:
+            raise ValueError(
+                f"C51 needs v_min < v_max, got v_min={config['v_min']}, v_max={config['v_max']}"
+            )
+        original = getattr(observation_space, "original_space", None)
+        self.masked = isinstance(original, gym.spaces.Dict) and "action_mask" in original.spaces
+        self.noisy = bool(config["noisy"])
         self._eps_schedule = PiecewiseSchedule(
             [
                 [0, 1.0],
@@ -200,6 +167,8 @@ class DQNTorchPolicy(TorchPolicy):
         self.cur_epsilon = (
             1.0 if config["exploration_fraction"] > 0 else config["exploration_final_eps"]
         )
+        if self.noisy:  # the noisy layers explore
+            self.cur_epsilon = 0.0
         config = {**config, "grad_clip": config["grad_norm_clipping"]}
         super().__init__(observation_space, action_space, config)
         self.target_model = copy.deepcopy(self.model)
@@ -214,15 +183,38 @@ class DQNTorchPolicy(TorchPolicy):
     ) -> Any:
         from rayfield.rllib.models.catalog import ModelCatalog
 
+        model_config = config.get("model") or {}
+        if model_config.get("custom_model"):  # it outputs the Q-values itself
+            if int(config["num_atoms"]) > 1 or config["noisy"]:
+                raise ValueError("num_atoms > 1 and noisy need DQN's own model, not custom_model")
+            return ModelCatalog.get_model_v2(
+                obs_space, action_space, int(action_space.n), model_config
+            )
         return ModelCatalog.get_model_v2(
             obs_space,
             action_space,
             int(action_space.n),
-            config.get("model"),
+            model_config,
             default_model=DQNTorchModel,
             q_hiddens=config["hiddens"],
             dueling=config["dueling"],
+            num_atoms=int(config["num_atoms"]),
+            v_min=float(config["v_min"]),
+            v_max=float(config["v_max"]),
+            noisy=bool(config["noisy"]),
+            sigma0=float(config["sigma0"]),
         )
+
+    def action_mask(self, obs: torch.Tensor) -> torch.Tensor | None:
+        """``bool[B, n_actions]``: the allowed actions (None: no ``action_mask``)."""
+        if not self.masked:
+            return None
+        parts = restore_original_dimensions(obs, self.observation_space)
+        return parts["action_mask"] > 0
+
+    def _set_noise(self, model: Any, on: bool) -> None:
+        if self.noisy:
+            model.set_noise(on)
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(
@@ -243,17 +235,26 @@ class DQNTorchPolicy(TorchPolicy):
         explore = self.config.get("explore", True) if explore is None else explore
         with self.lock, torch.no_grad():
             obs = torch.as_tensor(np.asarray(obs_batch, dtype=np.float32), device=self.device)
+            self._set_noise(self.model, bool(explore))
             q, _ = self.model({"obs": obs}, [], None)
+            mask = self.action_mask(obs)
+            if mask is not None:
+                q = q.masked_fill(~mask, float("-inf"))
             actions = q.argmax(dim=-1).cpu().numpy()
         if explore and self.cur_epsilon > 0:
             n = len(actions)
             rand = self.rng.random(n) < self.cur_epsilon
-            actions = np.where(rand, self.rng.integers(0, self.action_space.n, n), actions)
+            # uniform over the allowed actions: the largest random score among them
+            scores = self.rng.random((n, int(self.action_space.n)))
+            if mask is not None:
+                scores[~mask.cpu().numpy()] = -1.0
+            actions = np.where(rand, scores.argmax(axis=1), actions)
         return actions, [], {}
 
     def on_global_var_update(self, global_vars: dict[str, Any]) -> None:
         super().on_global_var_update(global_vars)
-        self.cur_epsilon = self._eps_schedule.value(self.global_timestep)
+        if not self.noisy:
+            self.cur_epsilon = self._eps_schedule.value(self.global_timestep)
 
     def postprocess_trajectory(
         self, sample_batch: SampleBatch, other_agent_batches: Any = None, episode: Any = None
@@ -263,32 +264,51 @@ class DQNTorchPolicy(TorchPolicy):
     def loss(
         self, model: Any, dist_class: type, train_batch: dict[str, torch.Tensor]
     ) -> torch.Tensor:
+        self._set_noise(model, True)
+        self._set_noise(self.target_model, True)
         q_t, _ = model(train_batch, [], None)
-        q_sel = q_t.gather(1, train_batch[SampleBatch.ACTIONS].long().unsqueeze(1)).squeeze(1)
+        logits_t = getattr(model, "last_logits", None)
+        actions = train_batch[SampleBatch.ACTIONS].long()
+        q_sel = q_t.gather(1, actions.unsqueeze(1)).squeeze(1)
         next_in = {"obs": train_batch[SampleBatch.NEXT_OBS]}
+        distributional = int(self.config["num_atoms"]) > 1
         with torch.no_grad():
             q_tp1_target, _ = self.target_model(next_in, [], None)
-            if self.config["double_q"]:
-                q_tp1_online, _ = model(next_in, [], None)
-                best = q_tp1_online.argmax(dim=1, keepdim=True)
-            else:
-                best = q_tp1_target.argmax(dim=1, keepdim=True)
-            q_tp1 = q_tp1_target.gather(1, best).squeeze(1)
+            target_logits = getattr(self.target_model, "last_logits", None)
+            q_choose = model(next_in, [], None)[0] if self.config["double_q"] else q_tp1_target
+            mask = self.action_mask(train_batch[SampleBatch.NEXT_OBS])
+            if mask is not None:
+                q_choose = q_choose.masked_fill(~mask, float("-inf"))
+            best = q_choose.argmax(dim=1, keepdim=True)
             not_done = 1.0 - train_batch[SampleBatch.TERMINATEDS].float()
             discounts = train_batch.get("discounts")
             if discounts is None:
-                discounts = torch.full_like(q_tp1, float(self.config["gamma"]))
-            target = train_batch[SampleBatch.REWARDS] + discounts * not_done * q_tp1
-        td_error = q_sel - target
+                discounts = torch.full_like(not_done, float(self.config["gamma"]))
+            rewards = train_batch[SampleBatch.REWARDS]
+            if distributional:
+                assert target_logits is not None
+                next_probs = torch.softmax(target_logits[torch.arange(len(best)), best[:, 0]], -1)
+                target_dist = project_distribution(
+                    next_probs, rewards, discounts * not_done, model.support
+                )
+            else:
+                target = rewards + discounts * not_done * q_tp1_target.gather(1, best).squeeze(1)
         weights = train_batch.get("weights")
-        huber = nn.functional.smooth_l1_loss(q_sel, target, reduction="none")
-        loss = (huber * weights).mean() if weights is not None else huber.mean()
-        self.td_error = td_error.detach()
+        if distributional:
+            assert logits_t is not None
+            logp = torch.log_softmax(logits_t[torch.arange(len(actions)), actions], dim=-1)
+            per_row = -(target_dist * logp).sum(-1)  # cross-entropy to the projected target
+            td_error = per_row.detach()
+        else:
+            per_row = nn.functional.smooth_l1_loss(q_sel, target, reduction="none")
+            td_error = (q_sel - target).detach()
+        loss = (per_row * weights).mean() if weights is not None else per_row.mean()
+        self.td_error = td_error
         self.stats = {
             "mean_q": q_sel.mean().detach(),
             "min_q": q_sel.min().detach(),
             "max_q": q_sel.max().detach(),
-            "mean_td_error": td_error.abs().mean().detach(),
+            "mean_td_error": td_error.abs().mean(),
             "loss": loss.detach(),
         }
         return model.custom_loss(loss, train_batch)

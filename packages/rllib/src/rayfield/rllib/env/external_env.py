@@ -1,0 +1,287 @@
+"""`ExternalEnv`: an environment that drives the policy instead of being stepped.
+
+Some environments cannot be stepped by the rollout worker: a game server, a
+simulator with its own main loop, a service whose clients ask for actions. An
+`ExternalEnv` inverts control. Its `run` method executes in a thread of its own
+(started by the rollout worker) and, for each episode, calls:
+
+1. ``episode_id = start_episode()``;
+2. ``action = get_action(episode_id, obs)`` (on-policy: the policy picks the
+   action; the call blocks until the sampler has computed it) or
+   ``log_action(episode_id, obs, action)`` (off-policy: the env chose the
+   action itself, e.g. a human or a legacy controller; only off-policy
+   algorithms such as DQN learn correctly from such steps);
+3. ``log_returns(episode_id, reward, info=None)`` for the reward of that action
+   (several calls add up; no call means 0.0);
+4. repeat 2-3, then ``end_episode(episode_id, obs)`` with the last observation.
+
+Several episodes may run at once (up to ``max_concurrent``, e.g. one per client
+thread); each episode's calls must come in that order from one thread at a time.
+The sampler (`rayfield.rllib.evaluation.external_sampler`) batches the
+observations that are waiting for an action into one forward pass.
+
+`stop` ends the env: blocked `get_action` calls and every later call raise
+`ExternalEnvStopped`, which ends `run` quietly; the rollout worker calls it when
+it stops.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ExternalEnvStopped(RuntimeError):
+    """Raised in the env's thread by its calls once the env was stopped."""
+
+
+@dataclass
+class ExternalEvent:
+    """What an episode reports to the sampler.
+
+    Attributes:
+        episode_id: the episode.
+        kind: ``"obs"`` (an observation that takes an action) or ``"end"``.
+        obs: the raw observation.
+        reward: the sum of `log_returns` since the previous observation.
+        info: the last info given to `log_returns` since then (or ``{}``).
+        action: the logged action of `log_action` (None: the policy picks one).
+        wants_action: a `get_action` call waits for the action.
+        training_enabled: the episode's steps go into training batches.
+    """
+
+    episode_id: str
+    kind: str
+    obs: Any
+    reward: float
+    info: dict[str, Any]
+    action: Any = None
+    wants_action: bool = False
+    training_enabled: bool = True
+
+
+@dataclass
+class _Episode:
+    episode_id: str
+    training_enabled: bool
+    reward: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+    actions: queue.Queue[Any] = field(default_factory=lambda: queue.Queue(maxsize=1))
+
+    def take(self) -> tuple[float, dict[str, Any]]:
+        out = (self.reward, self.info)
+        self.reward, self.info = 0.0, {}
+        return out
+
+
+_STOP = object()
+
+
+class ExternalEnv:
+    """Base class of externally driven envs: override `run` (see the module docstring).
+
+    Args:
+        action_space: the space of the actions `get_action` returns.
+        observation_space: the space of the observations passed in.
+        max_concurrent: the most episodes running at once.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> class Served(ExternalEnv):
+        ...     def __init__(self, config):
+        ...         self.game = gym.make("CartPole-v1")
+        ...         super().__init__(self.game.action_space, self.game.observation_space)
+        ...     def run(self):
+        ...         while True:
+        ...             eid = self.start_episode()
+        ...             obs, _ = self.game.reset()
+        ...             done = False
+        ...             while not done:
+        ...                 obs, r, term, trunc, _ = self.game.step(self.get_action(eid, obs))
+        ...                 self.log_returns(eid, r)
+        ...                 done = term or trunc
+        ...             self.end_episode(eid, obs)
+    """
+
+    def __init__(
+        self, action_space: Any, observation_space: Any, max_concurrent: int = 100
+    ) -> None:
+        if max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
+        self.action_space = action_space
+        self.observation_space = observation_space
+        self.max_concurrent = int(max_concurrent)
+        self._episodes: dict[str, _Episode] = {}
+        self._finished: set[str] = set()
+        self._events: queue.Queue[ExternalEvent] = queue.Queue()
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    # -- the env's side ------------------------------------------------------------
+    def run(self) -> None:
+        """The env's main loop, run in its own thread: override it."""
+        raise NotImplementedError("an ExternalEnv subclass must implement run()")
+
+    def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
+        """Start an episode and return its id (`episode_id`, or a new random one).
+
+        Args:
+            episode_id: the id to use (None: a random one).
+            training_enabled: False keeps the episode's steps out of training batches
+                (its return is still reported).
+
+        Raises:
+            ValueError: the id is in use or was used by an ended episode.
+            RuntimeError: ``max_concurrent`` episodes are running already.
+            ExternalEnvStopped: the env was stopped.
+        """
+        self._check_running()
+        eid = episode_id if episode_id is not None else uuid.uuid4().hex
+        with self._lock:
+            if eid in self._episodes or eid in self._finished:
+                raise ValueError(f"episode id {eid!r} is already in use or has ended")
+            if len(self._episodes) >= self.max_concurrent:
+                raise RuntimeError(
+                    f"{len(self._episodes)} episodes are running, the most max_concurrent="
+                    f"{self.max_concurrent} allows: end one first or raise max_concurrent"
+                )
+            self._episodes[eid] = _Episode(eid, bool(training_enabled))
+        return eid
+
+    def get_action(self, episode_id: str, observation: Any) -> Any:
+        """The policy's action for `observation`; blocks until the sampler computes it.
+
+        Raises:
+            KeyError: no running episode has this id.
+            ExternalEnvStopped: the env was stopped (also while waiting).
+        """
+        ep = self._episode(episode_id)
+        self._post(ep, "obs", observation, wants_action=True)
+        action = ep.actions.get()
+        if action is _STOP:
+            raise ExternalEnvStopped("the ExternalEnv was stopped")
+        return action
+
+    def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
+        """Record that the env took `action` at `observation` (off-policy).
+
+        Raises:
+            KeyError: no running episode has this id.
+            ExternalEnvStopped: the env was stopped.
+        """
+        self._post(self._episode(episode_id), "obs", observation, action=action)
+
+    def log_returns(
+        self, episode_id: str, reward: float, info: dict[str, Any] | None = None
+    ) -> None:
+        """Add `reward` to the reward of the episode's last action.
+
+        Raises:
+            KeyError: no running episode has this id.
+        """
+        ep = self._episode(episode_id)
+        ep.reward += float(reward)
+        if info:
+            ep.info = dict(info)
+
+    def end_episode(self, episode_id: str, observation: Any) -> None:
+        """End the episode in a terminal state with its last observation.
+
+        Raises:
+            KeyError: no running episode has this id.
+            ExternalEnvStopped: the env was stopped.
+        """
+        ep = self._episode(episode_id)
+        with self._lock:
+            del self._episodes[episode_id]
+            self._finished.add(episode_id)
+        self._post(ep, "end", observation)
+
+    # -- the thread ------------------------------------------------------------------
+    def start(self) -> None:
+        """Run `run` in a daemon thread (the rollout worker calls this once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run_guarded, name=f"{type(self).__name__}.run", daemon=True
+            )
+            self._thread.start()
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the env: its blocked and later calls raise `ExternalEnvStopped`;
+        waits up to `timeout_s` for `run` to return."""
+        self._stopped.set()
+        with self._lock:
+            episodes = list(self._episodes.values())
+        for ep in episodes:
+            try:
+                ep.actions.put_nowait(_STOP)
+            except queue.Full:
+                pass
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def close(self) -> None:
+        self.stop()
+
+    def _run_guarded(self) -> None:
+        try:
+            self.run()
+        except ExternalEnvStopped:
+            pass
+        except BaseException as exc:  # reported to the sampler, which raises it
+            self.error = exc
+
+    # -- the sampler's side -------------------------------------------------------------
+    def poll_events(self, timeout_s: float) -> list[ExternalEvent]:
+        """The events reported so far, waiting up to `timeout_s` for the first."""
+        try:
+            out = [self._events.get(timeout=timeout_s)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                out.append(self._events.get_nowait())
+            except queue.Empty:
+                return out
+
+    def send_action(self, episode_id: str, action: Any) -> None:
+        """Hand `action` to the `get_action` call waiting in episode `episode_id`."""
+        with self._lock:
+            ep = self._episodes.get(episode_id)
+        if ep is not None:
+            ep.actions.put(action)
+
+    # -- helpers -----------------------------------------------------------------------
+    def _check_running(self) -> None:
+        if self._stopped.is_set():
+            raise ExternalEnvStopped("the ExternalEnv was stopped")
+
+    def _episode(self, episode_id: str) -> _Episode:
+        self._check_running()
+        with self._lock:
+            ep = self._episodes.get(episode_id)
+        if ep is None:
+            state = "has ended" if episode_id in self._finished else "was never started"
+            raise KeyError(f"episode {episode_id!r} {state}: call start_episode() first")
+        return ep
+
+    def _post(self, ep: _Episode, kind: str, obs: Any, **kw: Any) -> None:
+        self._check_running()
+        reward, info = ep.take()
+        self._events.put(
+            ExternalEvent(
+                ep.episode_id, kind, obs, reward, info, training_enabled=ep.training_enabled, **kw
+            )
+        )
