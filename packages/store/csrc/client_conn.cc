@@ -114,6 +114,10 @@ bool Client::closed() {
   return closed_;
 }
 
+// The socket and the wake-up eventfd are closed at once unless a thread is reading the
+// socket (it may poll both); that thread closes them when it stops reading (WaitUntil).
+// Only the reader polls or drains the eventfd, and InterruptReader writes to it only while
+// a thread reads (both checked under mu_), so no thread touches it once it is closed.
 void Client::Close() {
   std::lock_guard<std::mutex> lock(mu_);
   if (fd_ >= 0) {
@@ -122,6 +126,10 @@ void Client::Close() {
       close(fd_);
       fd_ = -1;
     }
+  }
+  if (!reading_ && wake_fd_ >= 0) {
+    close(wake_fd_);
+    wake_fd_ = -1;
   }
   closed_ = true;
   if (close_reason_.empty()) close_reason_ = "the client was closed";
@@ -368,6 +376,10 @@ Status Client::WaitUntil(Pred ready, int64_t timeout_ms, Waiters& group) {
     if (closed_ && fd_ >= 0) {  // Close() ran while we were reading
       close(fd_);
       fd_ = -1;
+    }
+    if (closed_ && wake_fd_ >= 0) {
+      close(wake_fd_);
+      wake_fd_ = -1;
     }
     if (!s.ok() && s.code != Code::Timeout) {
       closed_ = true;

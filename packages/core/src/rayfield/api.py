@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 import psutil
 
@@ -21,6 +21,11 @@ from rayfield._private.runtime import runtime as _rt
 from rayfield._private.runtime.object_ref import ObjectRef
 from rayfield.actor import ActorClass, ActorHandle, _lookup
 from rayfield.remote_function import RemoteFunction
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from rayfield._private.common.options import RemoteOptions
 
 __all__ = [
     "get",
@@ -278,6 +283,17 @@ def is_initialized() -> bool:
     return context.current() is not None
 
 
+class _RemoteDecorator(Protocol):
+    """What ``@remote(option=value, ...)`` returns: it makes a function a remote function
+    and a class an actor class."""
+
+    @overload
+    def __call__(self, target: type[C], /) -> ActorClass[C]: ...  # type: ignore[overload-overlap]
+
+    @overload
+    def __call__(self, target: Callable[..., R], /) -> RemoteFunction[R]: ...
+
+
 @overload
 def remote(target: type[C], /) -> ActorClass[C]: ...  # type: ignore[overload-overlap]
 
@@ -287,7 +303,7 @@ def remote(target: Callable[..., R], /) -> RemoteFunction[R]: ...
 
 
 @overload
-def remote(**options: Any) -> Callable[[Any], Any]: ...
+def remote(**options: Unpack[RemoteOptions]) -> _RemoteDecorator: ...
 
 
 def remote(*args: Any, **options: Any) -> Any:

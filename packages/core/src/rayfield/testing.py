@@ -172,14 +172,8 @@ SHM_DIR = Path("/dev/shm")
 
 #: Leftovers of the runtime itself that are known and not fixed yet, tolerated by the
 #: fixtures' leak check by default (regular expressions over :class:`LeakCheck`'s
-#: descriptions). Each entry names its cause; remove it with the fix.
-RUNTIME_LEAKS: tuple[str, ...] = (
-    # shutdown() closes the process's StoreClient, but the client's wake-up eventfd is
-    # closed only when the client object is freed (store csrc/client_conn.cc: a reader
-    # thread may still poll it), and objects a test still holds after shutdown() (actor
-    # handles, ObjectRefs, a trainer) keep the client alive through the runtime.
-    r"^fd \d+ -> anon_inode:\[eventfd\]$",
-)
+#: descriptions). Each entry names its cause; remove it with the fix. None is known now.
+RUNTIME_LEAKS: tuple[str, ...] = ()
 
 
 def _fds() -> set[str]:

@@ -19,6 +19,10 @@ def f(x: int) -> str:
     return str(x)
 
 
+def plain(x: int) -> str:
+    return str(x)
+
+
 class Counter:
     def incr(self) -> int:
         return 1
@@ -35,6 +39,7 @@ reveal_type(rf.wait([rf.put(3.0)]))
 reveal_type(RemoteCounter)
 reveal_type(RemoteCounter.options(name="c").remote())
 reveal_type(f.options(num_cpus=2).remote(3))
+reveal_type(rf.remote(num_cpus=2, max_retries=1)(plain))
 task_opts: TaskOptions = {"num_cpus": 1, "max_retries": 0, "scheduling_strategy": "SPREAD"}
 actor_opts: ActorOptions = {"num_cpus": 0.5, "resources": {"x": 1.0}}
 f.options(**task_opts).remote(1)
@@ -60,6 +65,7 @@ Counter = rf.remote(_Counter)
 f.options(num_cpu=2).remote(1)
 Counter.options(max_restart=1).remote()
 f.options(scheduling_strategy="SPRED").remote(1)
+rf.remote(num_gpu=1)(_Counter)
 """
 
 EXPECTED = [
@@ -73,6 +79,7 @@ EXPECTED = [
     "rayfield.actor.ActorClass[program.Counter]",
     "rayfield.actor.ActorHandle",
     "rayfield._private.runtime.object_ref.ObjectRef[str]",
+    "rayfield.remote_function.RemoteFunction[str]",
 ]
 
 
@@ -101,7 +108,8 @@ def test_misspelt_options_are_type_errors(tmp_path: Path) -> None:
     misspelt name, or a strategy string that is not one, is a mypy error."""
     out, err = _mypy(tmp_path, MISSPELT)
     errors = [line for line in out.splitlines() if ": error:" in line]
-    assert len(errors) == 3, out + err
+    assert len(errors) == 4, out + err
     assert '"num_cpu"' in errors[0] and '"options" of "RemoteFunction"' in errors[0], out
     assert '"max_restart"' in errors[1] and '"options" of "ActorClass"' in errors[1], out
     assert "SPRED" in errors[2], out
+    assert '"num_gpu"' in errors[3] and '"remote"' in errors[3], out

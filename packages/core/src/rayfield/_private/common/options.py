@@ -13,6 +13,7 @@ __all__ = [
     "ACTOR_OPTIONS",
     "TASK_OPTIONS",
     "ActorOptions",
+    "RemoteOptions",
     "TaskOptions",
     "actor_resources",
     "check_node_resources",
@@ -69,6 +70,11 @@ class ActorOptions(TypedDict, total=False):
     get_if_exists: bool
     lifetime: str | None
     scheduling_strategy: SchedulingStrategy
+
+
+class RemoteOptions(TaskOptions, ActorOptions, total=False):
+    """What ``@remote(...)`` takes: the options of a remote function or of an actor class
+    (each is checked against its own kind when the decorator is applied)."""
 
 
 CLASSIC = {"num_return_vals": "num_returns", "max_reconstructions": "max_restarts"}
