@@ -12,6 +12,7 @@ import pytest
 
 import rayfield as rf
 from rayfield.exceptions import ActorUnschedulableError, TaskUnschedulableError
+from rayfield.testing import wait_for
 from rayfield.util import state
 from rayfield.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -40,6 +41,17 @@ def node_ids(driver_cluster: tuple[str, Path]) -> tuple[str, str]:
     """(the driver's node, the other node), as hex ids."""
     mine = str(rf.get_runtime_context().get_node_id())
     [other] = [n["NodeID"] for n in rf.nodes() if n["Alive"] and n["NodeID"] != mine]
+
+    def placed_there() -> bool:
+        # The driver's node learns of its peers from its heartbeat's node list, which can
+        # trail the GCS: until then a hard affinity to the other node fails as unknown.
+        strategy = NodeAffinitySchedulingStrategy(other, soft=False)
+        try:
+            return rf.get(node_of.options(scheduling_strategy=strategy).remote()) == other
+        except TaskUnschedulableError:
+            return False
+
+    wait_for(placed_there, timeout=30, message="the driver's node knows the other node")
     return mine, other
 
 
