@@ -17,6 +17,7 @@ from rayfield._private import context
 from rayfield._private.common.events import EventLog
 from rayfield._private.common.ids import task_of
 from rayfield._private.context import Mode, ProcessContext
+from rayfield._private.driver.attach import local_node_of_cluster
 from rayfield._private.runtime import runtime as _rt
 from rayfield._private.runtime.object_ref import ObjectRef
 from rayfield.actor import ActorClass, ActorHandle, _lookup
@@ -172,36 +173,6 @@ def init(
     return info
 
 
-def _local_node_of_cluster(address: str, root: Path) -> tuple[str, Path]:
-    """The socket and session of a node of the cluster at ``address`` on this machine."""
-    from rayfield._private.driver.launch import find_token
-    from rayfield._private.gcs.client import GcsClient
-
-    gcs = GcsClient(address, find_token(address, root), retry_deadline_s=10)
-    try:
-        nodes = [n for n in gcs.get_nodes() if n.alive and os.path.exists(n.socket_path)]
-    finally:
-        gcs.close()
-    mine = [n for n in nodes if _own_socket(n.socket_path)]
-    if not mine:
-        others = " (those here belong to other users)" if nodes else ""
-        raise ConnectionError(
-            f"the cluster at {address} has no node of yours on this machine{others}: a "
-            f"driver needs a local node; start one with 'rayfield start --address {address}'"
-        )
-    return mine[0].socket_path, Path(mine[0].session_dir)
-
-
-def _own_socket(path: str) -> bool:
-    from rayfield._private.common import session_files
-
-    try:
-        session_files.check_socket(path)
-    except OSError:  # gone, or another user's (UnsafeSessionError)
-        return False
-    return True
-
-
 def _warn_no_dashboard(connecting: bool) -> None:
     where = (
         "init(address=...) connects to a cluster and starts nothing"
@@ -226,7 +197,7 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
     root = Path(temp_dir) if temp_dir else session_files.default_root()
     cluster: dict[str, str] = {}
     if re.fullmatch(r"[^/\s]+:\d+", address):
-        socket_path, session = _local_node_of_cluster(address, root)
+        socket_path, session = local_node_of_cluster(address, root)
         cluster = {"gcs_address": address, "temp_dir": str(root)}
     else:  # every file and socket it finds is checked first (session_files)
         socket_path, session, node = session_files.find_node(address, root)
