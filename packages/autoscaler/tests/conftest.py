@@ -1,18 +1,31 @@
 """Shared helpers: a deadline-bounded wait on observable state, the command run in a
-new process, the processes of a cluster directory, and a cluster YAML writer."""
+new process, the processes of a cluster directory, a cluster YAML writer, and the node
+updaters over an in-memory provider that the updater tests (scripted and over SSH)
+share."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
 import pytest
 import yaml
+from test_autoscaler_loop import MemoryProvider
+
+from rayfield.autoscaler.command_runner import CommandRunner
+from rayfield.autoscaler.config import prepare_config
+from rayfield.autoscaler.node_provider import (
+    KIND_WORKER,
+    STATUS_UNINITIALIZED,
+    TAG_NODE_KIND,
+    TAG_NODE_STATUS,
+)
+from rayfield.autoscaler.updater import NodeUpdater, plan_update, runtime_hash
 
 T = TypeVar("T")
 
@@ -89,3 +102,68 @@ def cluster_dir(tmp_path: Path) -> Any:
         except psutil.NoSuchProcess:
             pass
     assert not left, f"processes left running: {[p.pid for p in left]}"
+
+
+def ssh_config(tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    """A prepared ``local`` (SSH) cluster config with a dummy key; ``extra`` keys added."""
+    key = tmp_path / "key"
+    key.write_text("k")
+    raw = {
+        "cluster_name": "s",
+        "provider": {"type": "local", "head_ip": "10.0.0.1", "worker_ips": ["10.0.0.2"]},
+        "auth": {"ssh_user": "root", "ssh_private_key": str(key)},
+        "max_workers": 1,
+        **extra,
+    }
+    return prepare_config(raw)
+
+
+class TagHistory(MemoryProvider):
+    """Keeps every status a node was tagged with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.statuses: list[str] = []
+
+    def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
+        if TAG_NODE_STATUS in tags:
+            self.statuses.append(tags[TAG_NODE_STATUS])
+        super().set_node_tags(node_id, tags)
+
+
+MakeUpdaters = Callable[..., tuple[list[NodeUpdater], TagHistory]]
+
+
+@pytest.fixture
+def worker_updaters(tmp_path: Path) -> MakeUpdaters:
+    """A factory: ``make(cfg, runners, envs=None, **kw)`` creates one uninitialized
+    worker a runner (``n0``, ``n1``...) in a new :class:`TagHistory` and returns the
+    :class:`NodeUpdater` of each (its log ``<tmp_path>/nodes/<id>/update.log``, the
+    worker plan and runtime hash of ``cfg``; ``kw`` goes to ``NodeUpdater``) and the
+    provider."""
+
+    def make(
+        cfg: dict[str, Any],
+        runners: Sequence[CommandRunner],
+        envs: Sequence[dict[str, str]] | None = None,
+        **kw: Any,
+    ) -> tuple[list[NodeUpdater], TagHistory]:
+        provider = TagHistory()
+        tags = {TAG_NODE_KIND: KIND_WORKER, TAG_NODE_STATUS: STATUS_UNINITIALIZED}
+        provider.create_node({"resources": {}}, tags, len(runners))
+        updaters = [
+            NodeUpdater(
+                f"n{i}",
+                provider,
+                runner,
+                plan_update(cfg, KIND_WORKER),
+                dict(envs[i]) if envs else {},
+                tmp_path / "nodes" / f"n{i}" / "update.log",
+                runtime_hash(cfg, KIND_WORKER),
+                **kw,
+            )
+            for i, runner in enumerate(runners)
+        ]
+        return updaters, provider
+
+    return make

@@ -92,6 +92,7 @@ class Cluster:
         self.provider = provider
         self.joined: set[str] = set()
         self.busy: set[str] = set()
+        self.dead: set[str] = set()  # joined, then declared dead by the GCS
         self.queued = 0
 
     def rows(self) -> list[dict[str, Any]]:
@@ -102,7 +103,7 @@ class Cluster:
             out.append(
                 {
                     "node_id": f"cluster-{node_id}",
-                    "alive": True,
+                    "alive": node_id not in self.dead,
                     "resources_total": total,
                     "resources_available": available,
                     "tasks_queued": self.queued if node_id == "n0" else 0,
@@ -251,3 +252,55 @@ def test_launches_run_in_the_executor() -> None:
     assert autoscaler.update().launch == {"worker": 1}
     executor.run_all()  # the failure is logged, not raised into the executor
     assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n1", "n2"]
+
+
+def test_a_worker_the_cluster_declares_dead_is_replaced() -> None:
+    provider, cluster, _, autoscaler = setup()
+    autoscaler.update()  # min_workers: n1
+    cluster.joined.add("n1")
+    assert autoscaler.update().terminate == []
+    cluster.dead.add("n1")
+    decision = autoscaler.update()
+    assert decision.terminate == [("n1", "lost")] and decision.launch == {"worker": 1}
+    assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n2"]
+
+
+def test_a_silent_worker_is_replaced_after_the_heartbeat_timeout() -> None:
+    provider, cluster, clock, _ = setup()
+    wall = [1000.0]
+    autoscaler = Autoscaler(
+        config(),
+        provider,
+        lambda: [
+            dict(r, last_heartbeat_s=beats.get(r["node_id"], wall[0])) for r in cluster.rows()
+        ],
+        clock=lambda: clock[0],
+        wall_clock=lambda: wall[0],
+        heartbeat_timeout_s=10.0,
+    )
+    beats: dict[str, float] = {}
+    autoscaler.update()
+    cluster.joined.add("n1")
+    beats["cluster-n1"] = 1000.0  # n1's heartbeats stop at wall time 1000
+    clock[0], wall[0] = 5.0, 1005.0
+    assert autoscaler.update().terminate == []
+    clock[0], wall[0] = 11.0, 1011.0
+    decision = autoscaler.update()
+    assert decision.terminate == [("n1", "lost")] and decision.launch == {"worker": 1}
+
+
+def test_requests_and_reports_go_through_the_injected_functions() -> None:
+    provider, cluster, clock, _ = setup()
+    requested = [{"CPU": 1.0}] * 3
+    reports: list[dict[str, Any]] = []
+    autoscaler = Autoscaler(
+        config(),
+        provider,
+        cluster.rows,
+        clock=lambda: clock[0],
+        requests_fn=lambda: requested,
+        publish_fn=reports.append,
+    )
+    assert autoscaler.update().launch == {"worker": 3}  # max_workers 3
+    assert reports[-1]["requested"] == [{"shape": {"CPU": 1.0}, "count": 3}]
+    assert reports[-1]["launching"] == {"worker": 3}

@@ -1,9 +1,15 @@
 """End to end on real processes: `up` a local_process cluster, run a driver on it, watch
-the autoscaler add a worker for queued tasks and remove it after the idle timeout, `down`.
+the autoscaler add a worker for queued tasks and remove it after the idle timeout; then
+`request_resources` grows it with no task queued (and `rayfield status` shows the
+request), a killed worker is replaced, clearing the request shrinks it again; `down`.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,8 +20,30 @@ from conftest import cli, processes_under, wait_until, write_config
 
 from rayfield.autoscaler.commands import head_node, monitor_log, provider_for, worker_nodes
 from rayfield.autoscaler.config import load_config
+from rayfield.autoscaler.local_process import LocalProcessProvider
+
+REQUEST = (
+    "import sys, rayfield; from rayfield.autoscaler.sdk import request_resources; "
+    "rayfield.init(); request_resources(num_cpus=int(sys.argv[1]))"
+)
+
+
+def request_cpus(cfg_path: Path, num_cpus: int) -> None:
+    """Call request_resources(num_cpus=...) from a driver on the head."""
+    cmd = shlex.join([sys.executable, "-c", REQUEST, str(num_cpus)])
+    done = cli("exec", str(cfg_path), cmd)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def node_pid(provider: LocalProcessProvider, node_id: str) -> int:
+    """The pid of the node process of ``node_id`` (from its session's node.json)."""
+    temp_dir = Path(provider._records()[node_id]["temp_dir"])
+    (session,) = [p for p in temp_dir.glob("session_*") if p.name != "session_latest"]
+    return int(json.loads((session / "node.json").read_text())["pid"])
+
 
 pytestmark = pytest.mark.timeout(600)
+
 
 DRIVER = textwrap.dedent(
     """
@@ -59,7 +87,7 @@ DRIVER = textwrap.dedent(
 )
 
 
-def test_up_scale_up_scale_down_down(tmp_path: Path, cluster_dir: Path) -> None:
+def test_up_scale_up_scale_down_request_recover_down(tmp_path: Path, cluster_dir: Path) -> None:
     cfg_path = write_config(tmp_path / "cluster.yaml", cluster_dir)
     provider = provider_for(load_config(cfg_path))
     up = cli("up", str(cfg_path), "-y", "--update-interval-s", "0.5")
@@ -120,6 +148,37 @@ def test_up_scale_up_scale_down_down(tmp_path: Path, cluster_dir: Path) -> None:
     assert head_node(provider) == head
     log = monitor_log(provider).read_text()
     assert "launching 1 node(s) of type worker" in log and "(idle)" in log, log
+
+    # request_resources(num_cpus=2) with no task queued: a second 1-CPU worker starts,
+    # and `rayfield status` shows the request in the autoscaler's view.
+    request_cpus(cfg_path, 2)
+    joined = wait_until(lambda: workers_joined(2), 120, "a worker for request_resources")
+    rayfield = shlex.quote(str(Path(sys.executable).parent / "rayfield"))
+
+    def status_shows_request() -> str:
+        out = cli("exec", str(cfg_path), f'{rayfield} status --address "$RAYFIELD_ADDRESS"')
+        text = out.stdout
+        return text if "requested (request_resources)\n    2 x 1 CPU" in text else ""
+
+    status = wait_until(status_shows_request, 30, "the request in `rayfield status`", 1.0)
+    assert "autoscaler of 't'" in status and "demand: none" in status, status
+
+    # A worker whose node process dies is declared dead by the GCS, terminated as lost
+    # and replaced (the request still wants 2 CPUs).
+    assert isinstance(provider, LocalProcessProvider)
+    victim = joined[0]
+    os.kill(node_pid(provider, victim), signal.SIGKILL)
+    replaced = wait_until(
+        lambda: victim not in worker_nodes(provider) and workers_joined(2),
+        120,
+        "the killed worker replaced",
+    )
+    assert victim not in replaced
+    assert f"terminating {victim} (lost)" in monitor_log(provider).read_text()
+
+    # request_resources(0) clears the request: back to min_workers after the idle timeout.
+    request_cpus(cfg_path, 0)
+    wait_until(lambda: workers_joined(1), 120, "scale-down once the request is cleared")
 
     down = cli("down", str(cfg_path), "-y")
     assert down.returncode == 0, down.stdout + down.stderr

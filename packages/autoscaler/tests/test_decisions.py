@@ -96,7 +96,9 @@ def test_a_cold_cluster_gets_the_whole_mix_in_one_step() -> None:
     assert total_cpus >= 8000 + 3 + 12
     assert total_cpus - (8000 + 3 + 12) < 2  # the only slack is within the last small node
     assert d.unplaced == [] and d.infeasible == []
-    assert sum(d.launch.values()) == 100  # upscaling_speed 100 x 1 running node
+    # upscaling_speed 100 holds each type to 100 pending nodes: only big nodes wait.
+    assert d.launch == {"gpu": 3, "big": 100, "small": plan["small"]}
+    assert d.waiting == {"big": plan["big"] - 100}
 
 
 def test_each_shape_goes_to_the_type_it_fits_best() -> None:
@@ -199,18 +201,86 @@ def test_load_rule_keeps_idle_workers_the_target_needs() -> None:
     assert d.terminate == []  # 1 busy node / 0.5 = 2 nodes wanted
 
 
-def test_upscaling_speed_caps_pending_launches() -> None:
+def test_upscaling_speed_caps_pending_launches_per_node_type() -> None:
     demand = [{"CPU": 8.0}] * 20
-    slow = policy(upscaling_speed=1.0)
+    types = {
+        "head": NodeTypeSpec({"CPU": 0.0}, launch_hash="h"),
+        "small": NodeTypeSpec({"CPU": 2.0, "fast": 1.0}, 0, 40, "s"),
+        "big": NodeTypeSpec({"CPU": 8.0}, 0, 40, "b"),
+    }
+    slow = policy(types=types, upscaling_speed=1.0, max_workers=100)
     d = slow.decide([HEAD], demand, now=0.0)
-    assert d.launch == {"big": 5} and d.waiting == {"big": 5}  # at least 5 at once
-    running = [HEAD] + [worker(f"w{i}", used=2.0) for i in range(9)]
-    d = slow.decide(running, demand, now=0.0)
-    assert d.launch == {"big": 10}  # 10 running nodes x 1.0
-    pending = running + [worker(f"p{i}", "big", pending=True, idle_since=None) for i in range(4)]
-    d = slow.decide(pending, demand, now=0.0)
-    assert d.launch == {"big": 6}  # 10 allowed, 4 already pending
-    assert policy(upscaling_speed=0.5).decide(running, demand, now=0.0).launch == {"big": 5}
+    assert d.launch == {"big": 5} and d.waiting == {"big": 15}  # at least 5 at once
+    # Running nodes of another type do not raise the cap of this one.
+    smalls = [worker(f"s{i}", used=2.0) for i in range(9)]
+    d = slow.decide([HEAD, *smalls], demand, now=0.0)
+    assert d.launch == {"big": 5}
+    # 10 running big nodes x 1.0 allow 10 pending; 4 already are.
+    bigs = [worker(f"b{i}", "big", used=8.0) for i in range(10)]
+    pending = [worker(f"p{i}", "big", pending=True, idle_since=None) for i in range(4)]
+    d = slow.decide([HEAD, *bigs, *pending], demand, now=0.0)
+    assert d.launch == {"big": 6} and d.waiting == {"big": 10}
+    half = policy(types=types, upscaling_speed=0.5, max_workers=100)
+    assert half.decide([HEAD, *bigs], demand, now=0.0).launch == {"big": 5}
+    # Each type has its own cap: 5 big and 5 small nodes in one step.
+    d = slow.decide([HEAD], demand + [{"fast": 1.0}] * 7, now=0.0)
+    assert d.launch == {"big": 5, "small": 5} and d.waiting == {"big": 15, "small": 2}
+
+
+def test_min_workers_launches_are_not_held_back_by_upscaling_speed() -> None:
+    types = {
+        "head": NodeTypeSpec({"CPU": 0.0}, launch_hash="h"),
+        "small": NodeTypeSpec({"CPU": 2.0}, 8, 10, "s"),
+    }
+    d = policy(types=types, upscaling_speed=1.0).decide([HEAD], [], now=0.0)
+    assert d.launch == {"small": 8} and d.waiting == {}
+
+
+def test_requested_resources_launch_with_no_demand_and_persist() -> None:
+    p = policy(upscaling_speed=1.0)
+    d = p.decide([HEAD], [], now=0.0, requested=[CPU1] * 16)
+    assert d.launch == {"big": 2}  # two fully used big nodes hold 16 CPUs
+    # Bundles count against the nodes' total resources, busy or not: once launched, the
+    # same request launches nothing more, even with every CPU in use.
+    busy = [worker(f"b{i}", "big", used=8.0) for i in range(2)]
+    d = p.decide([HEAD, *busy], [], now=0.0, requested=[CPU1] * 16)
+    assert d.launch == {} and d.terminate == []
+    # Idle nodes that hold a request are kept past the idle timeout...
+    idle = [worker(f"b{i}", "big", idle_since=0.0) for i in range(2)]
+    assert p.decide([HEAD, *idle], [], now=1e6, requested=[CPU1] * 16).terminate == []
+    # ...and removed once the request is cleared.
+    d = p.decide([HEAD, *idle], [], now=1e6, requested=[])
+    assert sorted(d.terminate) == [("b0", "idle"), ("b1", "idle")]
+
+
+def test_requested_resources_bypass_upscaling_speed_and_report_infeasible() -> None:
+    d = policy(upscaling_speed=1.0).decide([HEAD], [], now=0.0, requested=[{"CPU": 8.0}] * 7)
+    assert d.launch == {"big": 7} and d.waiting == {}
+    d = policy().decide([HEAD], [], now=0.0, requested=[{"TPU": 1.0}, {"GPU": 1.0}])
+    assert d.infeasible == [{"TPU": 1.0}] and d.launch == {"gpu": 1}
+    # Queued demand uses the requested nodes too: no extra launch for it.
+    d = policy().decide([HEAD], [CPU1] * 8, now=0.0, requested=[{"CPU": 8.0}])
+    assert d.launch == {"big": 1}
+
+
+def test_lost_workers_are_terminated_and_replaced() -> None:
+    types = {
+        "head": NodeTypeSpec({"CPU": 0.0}, launch_hash="h"),
+        "small": NodeTypeSpec({"CPU": 2.0}, 2, 5, "s"),
+    }
+    p = policy(types=types, heartbeat_timeout_s=30.0)
+    fine = worker("fine", last_heartbeat=95.0)
+    silent = worker("silent", last_heartbeat=60.0)
+    d = p.decide([HEAD, fine, silent], [], now=100.0)
+    assert d.terminate == [("silent", "lost")] and d.launch == {"small": 1}
+    # A node the cluster declared dead goes at once; pending nodes have no heartbeat yet.
+    dead = worker("dead", last_heartbeat=99.0, dead=True)
+    pending = worker("new", pending=True, idle_since=None)
+    d = p.decide([HEAD, dead, pending], [], now=100.0)
+    assert d.terminate == [("dead", "lost")] and d.launch == {"small": 1}
+    # The head is never removed, lost or not.
+    lost_head = NodeView("head-1", "head", is_head=True, launch_hash="h", dead=True)
+    assert p.decide([lost_head, fine, worker("w2")], [], now=100.0).terminate == []
 
 
 def test_decisions_are_stable_once_applied() -> None:
@@ -229,6 +299,8 @@ def test_bad_policy_arguments() -> None:
         ScalingPolicy({"a": NodeTypeSpec({})}, "a", 1, target_utilization_fraction=0)
     with pytest.raises(ValueError, match="upscaling_speed"):
         ScalingPolicy({"a": NodeTypeSpec({})}, "a", 1, upscaling_speed=0)
+    with pytest.raises(ValueError, match="heartbeat_timeout_s"):
+        ScalingPolicy({"a": NodeTypeSpec({})}, "a", 1, heartbeat_timeout_s=0)
 
 
 def test_idle_tracker() -> None:

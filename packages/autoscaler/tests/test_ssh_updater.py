@@ -9,23 +9,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import MakeUpdaters, ssh_config
 from netns import SSHHosts, namespaces_left, ssh_hosts
-from test_updater import TagHistory, ssh_config
 
 from rayfield.autoscaler import command_runner
 from rayfield.autoscaler.command_runner import SSHCommandRunner
 from rayfield.autoscaler.node_provider import (
-    KIND_WORKER,
     STATUS_SETTING_UP,
     STATUS_SYNCING_FILES,
-    STATUS_UNINITIALIZED,
     STATUS_UP_TO_DATE,
     STATUS_UPDATE_FAILED,
     STATUS_WAITING_FOR_SSH,
-    TAG_NODE_KIND,
     TAG_NODE_STATUS,
 )
-from rayfield.autoscaler.updater import NodeUpdater, plan_update, runtime_hash
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -85,7 +81,9 @@ def test_sync_up_and_down_with_rsync_and_scp(
     assert (tmp_path / "scp-down" / "a.txt").read_text() == "A"
 
 
-def test_updates_run_in_parallel_on_two_hosts(hosts: SSHHosts, tmp_path: Path) -> None:
+def test_updates_run_in_parallel_on_two_hosts(
+    hosts: SSHHosts, tmp_path: Path, worker_updaters: MakeUpdaters
+) -> None:
     mount = tmp_path / "app"
     mount.mkdir()
     (mount / "main.py").write_text("print('v1')")
@@ -102,23 +100,12 @@ def test_updates_run_in_parallel_on_two_hosts(hosts: SSHHosts, tmp_path: Path) -
             "sleep 0.1; done; exit 9",
         ],
     )
-    provider = TagHistory()
-    provider.create_node(
-        {"resources": {}}, {TAG_NODE_KIND: KIND_WORKER, TAG_NODE_STATUS: STATUS_UNINITIALIZED}, 2
+    updaters, provider = worker_updaters(
+        cfg,
+        [runner(hosts, 0), runner(hosts, 1)],
+        [{"RAYFIELD_NODE_IP": ip} for ip in hosts.ips[:2]],
+        ssh_timeout_s=20,
     )
-    updaters = [
-        NodeUpdater(
-            node_id,
-            provider,
-            runner(hosts, i),
-            plan_update(cfg, KIND_WORKER),
-            {"RAYFIELD_NODE_IP": hosts.ips[i]},
-            tmp_path / "nodes" / node_id / "update.log",
-            runtime_hash(cfg, KIND_WORKER),
-            ssh_timeout_s=20,
-        )
-        for i, node_id in enumerate(["n0", "n1"])
-    ]
     threads = [threading.Thread(target=u.run) for u in updaters]
     for t in threads:
         t.start()
@@ -134,25 +121,19 @@ def test_updates_run_in_parallel_on_two_hosts(hosts: SSHHosts, tmp_path: Path) -
     assert {STATUS_WAITING_FOR_SSH, STATUS_SYNCING_FILES, STATUS_SETTING_UP} <= seen
 
 
-def test_a_failing_command_and_a_host_without_sshd(hosts: SSHHosts, tmp_path: Path) -> None:
+def test_a_failing_command_and_a_host_without_sshd(
+    hosts: SSHHosts, tmp_path: Path, worker_updaters: MakeUpdaters
+) -> None:
     cfg = ssh_config(tmp_path, setup_commands=["echo about to fail; false"])
-    provider = TagHistory()
-    provider.create_node({"resources": {}}, {TAG_NODE_KIND: KIND_WORKER}, 2)
-    failing = NodeUpdater(
-        "n0", provider, runner(hosts, 0), plan_update(cfg, KIND_WORKER), {},
-        tmp_path / "n0.log", "h", ssh_timeout_s=20,
-    )  # fmt: skip
+    (failing,), provider = worker_updaters(cfg, [runner(hosts, 0)], ssh_timeout_s=20)
     assert not failing.run()
     assert provider.node_tags("n0")[TAG_NODE_STATUS] == STATUS_UPDATE_FAILED
-    assert "about to fail" in (tmp_path / "n0.log").read_text()
+    assert "about to fail" in failing.log_path.read_text()
     # An address on the hosts' subnet that nobody answers at.
     nobody = SSHCommandRunner(
         hosts.ips[0].rsplit(".", 1)[0] + ".250", "root", hosts.ssh_private_key, connect_timeout_s=1
     )
-    unreachable = NodeUpdater(
-        "n1", provider, nobody, plan_update(cfg, KIND_WORKER), {},
-        tmp_path / "n1.log", "h", ssh_timeout_s=2,
-    )  # fmt: skip
+    (unreachable,), provider = worker_updaters(cfg, [nobody], ssh_timeout_s=2)
     assert not unreachable.run()
     assert "did not answer ssh within 2 s" in (unreachable.error or "")
-    assert provider.node_tags("n1")[TAG_NODE_STATUS] == STATUS_UPDATE_FAILED
+    assert provider.node_tags("n0")[TAG_NODE_STATUS] == STATUS_UPDATE_FAILED

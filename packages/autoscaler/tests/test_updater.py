@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from test_autoscaler_loop import MemoryProvider
+from conftest import MakeUpdaters, TagHistory, ssh_config
 
 from rayfield.autoscaler.command_runner import CommandError, CommandRunner
 from rayfield.autoscaler.config import prepare_config
@@ -19,7 +19,6 @@ from rayfield.autoscaler.node_provider import (
     STATUS_UP_TO_DATE,
     STATUS_UPDATE_FAILED,
     STATUS_WAITING_FOR_SSH,
-    TAG_NODE_KIND,
     TAG_NODE_STATUS,
     TAG_RUNTIME_CONFIG,
 )
@@ -30,19 +29,6 @@ from rayfield.autoscaler.updater import (
     plan_update,
     runtime_hash,
 )
-
-
-def ssh_config(tmp_path: Path, **extra: Any) -> dict[str, Any]:
-    key = tmp_path / "key"
-    key.write_text("k")
-    raw = {
-        "cluster_name": "s",
-        "provider": {"type": "local", "head_ip": "10.0.0.1", "worker_ips": ["10.0.0.2"]},
-        "auth": {"ssh_user": "root", "ssh_private_key": str(key)},
-        "max_workers": 1,
-        **extra,
-    }
-    return prepare_config(raw)
 
 
 def test_plan_orders_the_steps_and_tags_each(tmp_path: Path) -> None:
@@ -158,19 +144,6 @@ class ScriptedRunner(CommandRunner):
         raise AssertionError("not used")
 
 
-class TagHistory(MemoryProvider):
-    """Keeps every status a node was tagged with."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.statuses: list[str] = []
-
-    def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
-        if TAG_NODE_STATUS in tags:
-            self.statuses.append(tags[TAG_NODE_STATUS])
-        super().set_node_tags(node_id, tags)
-
-
 class Clock:
     def __init__(self) -> None:
         self.now = 0.0
@@ -182,30 +155,20 @@ class Clock:
         self.now += s
 
 
-def make_updater(
-    tmp_path: Path, runner: ScriptedRunner, cfg: dict[str, Any], ssh_timeout_s: float = 30
+def one_updater(
+    make: MakeUpdaters, runner: ScriptedRunner, cfg: dict[str, Any], ssh_timeout_s: float = 30
 ) -> tuple[NodeUpdater, TagHistory]:
-    provider = TagHistory()
-    provider.create_node(
-        {"resources": {}}, {TAG_NODE_KIND: KIND_WORKER, TAG_NODE_STATUS: STATUS_UNINITIALIZED}, 1
-    )
     clock = Clock()
-    updater = NodeUpdater(
-        "n0",
-        provider,
-        runner,
-        plan_update(cfg, KIND_WORKER),
-        {"RAYFIELD_TOKEN": "s3cret-token", "RAYFIELD_NODE_IP": "10.0.0.2"},
-        tmp_path / "nodes" / "n0" / "update.log",
-        runtime_hash(cfg, KIND_WORKER),
-        ssh_timeout_s=ssh_timeout_s,
-        clock=clock,
-        sleep=clock.sleep,
+    env = {"RAYFIELD_TOKEN": "s3cret-token", "RAYFIELD_NODE_IP": "10.0.0.2"}
+    (updater,), provider = make(
+        cfg, [runner], [env], ssh_timeout_s=ssh_timeout_s, clock=clock, sleep=clock.sleep
     )
     return updater, provider
 
 
-def test_an_update_waits_for_ssh_syncs_runs_and_tags(tmp_path: Path) -> None:
+def test_an_update_waits_for_ssh_syncs_runs_and_tags(
+    tmp_path: Path, worker_updaters: MakeUpdaters
+) -> None:
     mount = tmp_path / "m.txt"
     mount.write_text("x")
     cfg = ssh_config(
@@ -215,7 +178,7 @@ def test_an_update_waits_for_ssh_syncs_runs_and_tags(tmp_path: Path) -> None:
         worker_start_ray_commands=["start"],
     )
     runner = ScriptedRunner(probes=[255, 255], sync_failures=2)  # sshd not up yet; flaky copy
-    updater, provider = make_updater(tmp_path, runner, cfg)
+    updater, provider = one_updater(worker_updaters, runner, cfg)
     assert updater.run(), updater.error
     assert provider.statuses == [
         STATUS_WAITING_FOR_SSH,
@@ -237,11 +200,13 @@ def test_an_update_waits_for_ssh_syncs_runs_and_tags(tmp_path: Path) -> None:
     assert oct(updater.log_path.stat().st_mode & 0o777) == "0o600"
 
 
-def test_a_failing_command_fails_the_update_and_stops_it(tmp_path: Path) -> None:
+def test_a_failing_command_fails_the_update_and_stops_it(
+    tmp_path: Path, worker_updaters: MakeUpdaters
+) -> None:
     cfg = ssh_config(tmp_path, setup_commands=["bad", "never"], worker_start_ray_commands=["s"])
     runner = ScriptedRunner()
     runner.failing.add("bad")
-    updater, provider = make_updater(tmp_path, runner, cfg)
+    updater, provider = one_updater(worker_updaters, runner, cfg)
     assert not updater.run()
     assert provider.statuses[-1] == STATUS_UPDATE_FAILED
     assert TAG_RUNTIME_CONFIG not in provider.node_tags("n0")
@@ -250,17 +215,21 @@ def test_a_failing_command_fails_the_update_and_stops_it(tmp_path: Path) -> None
     assert ("run", "never") not in runner.calls
 
 
-def test_ssh_that_never_answers_fails_after_the_timeout(tmp_path: Path) -> None:
+def test_ssh_that_never_answers_fails_after_the_timeout(
+    tmp_path: Path, worker_updaters: MakeUpdaters
+) -> None:
     runner = ScriptedRunner(probes=[255] * 1000)
-    updater, provider = make_updater(tmp_path, runner, ssh_config(tmp_path), ssh_timeout_s=5)
+    updater, provider = one_updater(worker_updaters, runner, ssh_config(tmp_path), ssh_timeout_s=5)
     assert not updater.run()
     assert provider.statuses == [STATUS_WAITING_FOR_SSH, STATUS_UPDATE_FAILED]
     assert "did not answer ssh within 5 s" in (updater.error or "")
     assert 5 <= [c for _, c in runner.calls].count("true") <= 7
 
 
-def test_a_missing_local_mount_fails_the_update(tmp_path: Path) -> None:
+def test_a_missing_local_mount_fails_the_update(
+    tmp_path: Path, worker_updaters: MakeUpdaters
+) -> None:
     cfg = ssh_config(tmp_path, file_mounts={"/r/x": str(tmp_path / "nope")})
-    updater, provider = make_updater(tmp_path, ScriptedRunner(), cfg)
+    updater, provider = one_updater(worker_updaters, ScriptedRunner(), cfg)
     assert not updater.run()
     assert "local path" in (updater.error or "") and provider.statuses[-1] == STATUS_UPDATE_FAILED

@@ -44,6 +44,7 @@ from rayfield.autoscaler.node_provider import (
     NodeProvider,
     ProviderError,
 )
+from rayfield.autoscaler.report import build_report
 from rayfield.autoscaler.updater import needs_update
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ logger = logging.getLogger(__name__)
 Row = dict[str, Any]
 LoadFn = Callable[[], list[Row]]
 DemandFn = Callable[[list[Row]], list[dict[str, float]]]
+RequestsFn = Callable[[], list[dict[str, float]]]
+PublishFn = Callable[[dict[str, Any]], None]
 
 
 def demand_from_queued_tasks(rows: Sequence[Row]) -> list[dict[str, float]]:
@@ -94,7 +97,7 @@ def demand_from_rows(rows: Sequence[Row]) -> list[dict[str, float]]:
     return shapes
 
 
-def policy_from_config(config: dict[str, Any]) -> ScalingPolicy:
+def policy_from_config(config: dict[str, Any], heartbeat_timeout_s: float = 30.0) -> ScalingPolicy:
     """The :class:`ScalingPolicy` of a prepared config (``config.prepare_config``)."""
     types = {
         name: NodeTypeSpec(
@@ -112,6 +115,7 @@ def policy_from_config(config: dict[str, Any]) -> ScalingPolicy:
         idle_timeout_s=float(config["idle_timeout_minutes"]) * 60.0,
         target_utilization_fraction=config["target_utilization_fraction"],
         upscaling_speed=config["upscaling_speed"],
+        heartbeat_timeout_s=heartbeat_timeout_s,
     )
 
 
@@ -156,6 +160,14 @@ class Autoscaler:
             (:func:`~rayfield.autoscaler.updater.needs_update`: new, or its runtime
             config changed), replaces workers whose update failed (counted as a failed
             launch of their type), and stops rayfield on a node before terminating it.
+        requests_fn: the bundles of the current ``request_resources`` call (default:
+            none).
+        publish_fn: called with the report of every step
+            (:func:`~rayfield.autoscaler.report.build_report`); None: not published.
+        wall_clock: Unix seconds (default ``time.time``): the clock of the rows'
+            ``last_heartbeat_s``.
+        heartbeat_timeout_s: a worker whose last heartbeat is older is lost, terminated
+            and replaced (a worker its GCS declared dead is lost at once).
     """
 
     def __init__(
@@ -167,10 +179,17 @@ class Autoscaler:
         clock: Callable[[], float] = time.monotonic,
         executor: Executor | None = None,
         setup: NodeSetup | None = None,
+        requests_fn: RequestsFn | None = None,
+        publish_fn: PublishFn | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        heartbeat_timeout_s: float = 30.0,
     ) -> None:
         self.config = config
         self.provider = provider
-        self.policy = policy_from_config(config)
+        self.policy = policy_from_config(config, heartbeat_timeout_s)
+        self.requests_fn = requests_fn or (lambda: [])
+        self.publish_fn = publish_fn
+        self.wall_clock = wall_clock
         self.load_fn = load_fn
         self.demand_fn = demand_fn or demand_from_rows
         self.clock = clock
@@ -185,34 +204,44 @@ class Autoscaler:
 
     def views(self, rows: Sequence[Row], now: float) -> list[NodeView]:
         """The policy's view of every non-terminated node, matched to the cluster's rows
-        by the provider's ``cluster_node_id`` (a node with no alive row is pending)."""
-        alive = {r["node_id"]: r for r in rows if r.get("alive")}
+        by the provider's ``cluster_node_id``: a node with no row is pending, one whose
+        row is not alive is dead (the GCS stopped hearing it)."""
+        by_id = {r["node_id"]: r for r in rows if "node_id" in r}
+        wall = self.wall_clock()
         types = self.config["available_node_types"]
         views = []
         for node_id in self.provider.non_terminated_nodes({}):
             tags = self.provider.node_tags(node_id)
             node_type = tags.get(TAG_NODE_TYPE, "")
-            row = alive.get(self.provider.cluster_node_id(node_id) or "")
-            if row is None:
-                resources = dict(types.get(node_type, {}).get("resources", {}))
-                total, available, pending = resources, resources, True
+            resources = {
+                k: float(v) for k, v in types.get(node_type, {}).get("resources", {}).items()
+            }
+            row = by_id.get(self.provider.cluster_node_id(node_id) or "")
+            heartbeat: float | None = None
+            if row is not None and row.get("last_heartbeat_s") is not None:
+                heartbeat = now - max(0.0, wall - float(row["last_heartbeat_s"]))
+            elif row is not None:
+                heartbeat = now
+            dead = row is not None and not row.get("alive")
+            if row is None or dead:
+                total = resources
+                available = {} if dead else resources
             else:
-                total, available, pending = (
-                    row["resources_total"],
-                    row["resources_available"],
-                    False,
-                )
+                total = {k: float(v) for k, v in row["resources_total"].items()}
+                available = {k: float(v) for k, v in row["resources_available"].items()}
                 self.idle.observe(node_id, total, available, now)
             views.append(
                 NodeView(
                     node_id=node_id,
                     node_type=node_type,
                     is_head=tags.get(TAG_NODE_KIND) == KIND_HEAD,
-                    pending=pending,
+                    pending=row is None,
                     launch_hash=tags.get(TAG_LAUNCH_CONFIG, ""),
-                    total={k: float(v) for k, v in total.items()},
-                    available={k: float(v) for k, v in available.items()},
-                    idle_since=None if pending else self.idle.idle_since(node_id),
+                    total=total,
+                    available=available,
+                    idle_since=None if row is None or dead else self.idle.idle_since(node_id),
+                    last_heartbeat=heartbeat,
+                    dead=dead,
                 )
             )
         self.idle.forget(v.node_id for v in views)
@@ -288,9 +317,11 @@ class Autoscaler:
         rows = self.load_fn()
         views = self.views(rows, now)
         demand = self.demand_fn(rows)
+        requested = self.requests_fn()
         with self._backoff_lock:
             blocked = self.backoff.blocked(now)
-        decision = self.policy.decide(views, demand, now, blocked)
+            failures = self.backoff.report()
+        decision = self.policy.decide(views, demand, now, blocked, requested)
         for node_id, reason in decision.terminate:
             self._terminate(node_id, reason)
         for node_type, count in sorted(decision.launch.items()):
@@ -300,9 +331,24 @@ class Autoscaler:
                     self._launch(node_type)
                 else:
                     self.executor.submit(self._launch, node_type)
+        if self.publish_fn is not None:
+            self.publish_fn(
+                build_report(
+                    self.config["cluster_name"],
+                    views,
+                    demand,
+                    requested,
+                    decision,
+                    self.policy.node_types,
+                    failures,
+                    blocked,
+                    self.wall_clock(),
+                )
+            )
         pending = sum(1 for v in views if v.pending)
         status = (
             f"Autoscaler: {len(views)} nodes ({pending} pending), demand {len(demand)}, "
+            f"requested {len(requested)}, "
             f"launch {decision.launch}, terminate {[n for n, _ in decision.terminate]}, "
             f"waiting {decision.waiting}, infeasible {len(decision.infeasible)}, "
             f"backed off {sorted(blocked)}"

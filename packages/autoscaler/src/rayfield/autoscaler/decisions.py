@@ -4,28 +4,38 @@ time.
 
 One step (:meth:`ScalingPolicy.decide`) applies these rules, in this order:
 
+0. workers the cluster lost (declared dead by the GCS, or silent for longer than
+   ``heartbeat_timeout_s``) are terminated (``lost``); the rules below then replace
+   them like any missing node (recovery);
 1. workers whose launch-config hash differs from their type's are terminated (outdated);
    so are workers of a type the config no longer has;
 2. workers above their type's ``max_workers``, then above the global ``max_workers``, are
    terminated (idle ones first);
 3. every type is brought up to its ``min_workers``;
-4. the pending resource demand (one resource dict per queued task, actor or bundle) is
-   bin-packed first onto the free capacity of the nodes there are (pending nodes count
-   with their type's full resources), then onto new nodes: each new node is of the type
-   that packs the remaining demand with the highest utilization (mean fraction of its
-   resources used; ties go to the node that takes more of the demand), within each
+4. the requested resources (``request_resources``: bundles the cluster must be able to
+   hold at once, whatever runs now) are bin-packed onto the *total* resources of the
+   nodes there are and of those just decided, then onto new nodes as in rule 5; the
+   nodes they land on are never removed as idle. Bundles no node type can hold are
+   reported as infeasible;
+5. the pending resource demand (one resource dict per queued task, actor or bundle) is
+   bin-packed first onto the free capacity of the nodes there are (pending and new nodes
+   count with their type's full resources), then onto new nodes: each new node is of the
+   type that packs the remaining demand with the highest utilization (mean fraction of
+   its resources used; ties go to the node that takes more of the demand), within each
    type's and the global ``max_workers``. Shapes no node type can hold are reported as
    infeasible, never launched for;
-5. the reference's load rule: ``nodes_used`` (the sum over running nodes of their most
+6. the reference's load rule: ``nodes_used`` (the sum over running nodes of their most
    used resource's fraction) gives a target of ``ceil(nodes_used /
    target_utilization_fraction)`` nodes, head included; workers of the first worker type
    with room are added up to it;
-6. workers idle for ``idle_timeout_s`` or longer, that no demand was packed onto, are
-   terminated (longest idle first) while their type stays at or above ``min_workers``
-   and the cluster stays at or above the load target; the head is never removed;
-7. ``upscaling_speed`` caps how many nodes may be pending at once: ``max(5,
-   ceil(upscaling_speed * running nodes))``; launches beyond it wait for a later step
-   (launches for ``min_workers`` come first, then those for demand, then the load rule).
+7. workers idle for ``idle_timeout_s`` or longer, that no demand or request was packed
+   onto, are terminated (longest idle first) while their type stays at or above
+   ``min_workers`` and the cluster stays at or above the load target; the head is never
+   removed;
+8. ``upscaling_speed`` caps, per node type, how many nodes of that type may be pending
+   at once: ``max(5, int(upscaling_speed * max(1, running nodes of the type)))``;
+   launches beyond it wait for a later step. Launches for ``min_workers`` and for
+   requested resources are exempt (a type may always launch at least those), as in Ray.
 
 Sources:
     Ray 0.7 autoscaler (spec 5.4): the utilization target, ``idle_timeout_minutes``, the
@@ -66,6 +76,10 @@ class NodeView:
         available: its resources not in use (for a pending node: all of them).
         idle_since: the time (seconds, caller's clock) since which every resource of the
             node has been free; None while it is in use.
+        last_heartbeat: when the cluster last heard from the node (seconds, caller's
+            clock); None for a node not in the cluster yet (pending).
+        dead: True when the cluster declared the node dead (its GCS stopped hearing its
+            heartbeats) while the provider still has it.
     """
 
     node_id: str
@@ -76,6 +90,8 @@ class NodeView:
     total: Resources = field(default_factory=dict)
     available: Resources = field(default_factory=dict)
     idle_since: float | None = None
+    last_heartbeat: float | None = None
+    dead: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,9 +111,9 @@ class Decision:
 
     Attributes:
         launch: node type -> how many nodes to launch now.
-        terminate: (node id, reason) pairs, reason one of ``outdated``,
+        terminate: (node id, reason) pairs, reason one of ``lost``, ``outdated``,
             ``unknown-type``, ``max-workers``, ``idle``.
-        infeasible: demand shapes no node type can hold.
+        infeasible: demand shapes and requested bundles no node type can hold.
         waiting: launches wanted but held back by ``upscaling_speed`` (type -> count).
         unplaced: demand shapes that fit a type but not within ``max_workers``.
     """
@@ -164,7 +180,10 @@ class ScalingPolicy:
         max_workers: the most workers of all types together (head not counted).
         idle_timeout_s: seconds a worker must be idle before it is removed.
         target_utilization_fraction: in (0, 1]; the load rule aims at this usage.
-        upscaling_speed: > 0; pending nodes allowed as a multiple of running nodes.
+        upscaling_speed: > 0; pending nodes of a type allowed as a multiple of the
+            running nodes of that type (at least 5).
+        heartbeat_timeout_s: > 0; a worker silent for longer is lost (default 30 s, Ray's
+            autoscaler heartbeat timeout).
 
     Raises:
         ValueError: ``head_node_type`` is not a key of ``node_types``, or a number is
@@ -179,6 +198,7 @@ class ScalingPolicy:
         idle_timeout_s: float = 300.0,
         target_utilization_fraction: float = 0.8,
         upscaling_speed: float = 1.0,
+        heartbeat_timeout_s: float = 30.0,
     ) -> None:
         if head_node_type not in node_types:
             raise ValueError(f"head_node_type {head_node_type!r} is not one of the node types")
@@ -186,12 +206,15 @@ class ScalingPolicy:
             raise ValueError("target_utilization_fraction must be in (0, 1]")
         if upscaling_speed <= 0 or idle_timeout_s < 0 or max_workers < 0:
             raise ValueError("upscaling_speed must be > 0, idle_timeout_s and max_workers >= 0")
+        if heartbeat_timeout_s <= 0:
+            raise ValueError("heartbeat_timeout_s must be > 0")
         self.node_types = dict(node_types)
         self.head_node_type = head_node_type
         self.max_workers = max_workers
         self.idle_timeout_s = idle_timeout_s
         self.target_utilization_fraction = target_utilization_fraction
         self.upscaling_speed = upscaling_speed
+        self.heartbeat_timeout_s = heartbeat_timeout_s
 
     def decide(
         self,
@@ -199,6 +222,7 @@ class ScalingPolicy:
         demand: Iterable[Resources],
         now: float,
         blocked: Collection[str] = (),
+        requested: Iterable[Resources] = (),
     ) -> Decision:
         """One autoscaling step.
 
@@ -209,6 +233,8 @@ class ScalingPolicy:
             now: the current time, on the clock of ``NodeView.idle_since`` (seconds).
             blocked: node types not to launch now (e.g. backed off after failed
                 launches); demand only they could hold stays in ``unplaced``.
+            requested: bundles the cluster must be able to hold at once
+                (``rayfield.autoscaler.sdk.request_resources``), running work or not.
 
         Returns:
             The :class:`Decision`; applying it and calling again with the resulting
@@ -217,10 +243,12 @@ class ScalingPolicy:
         out = Decision()
         workers = [n for n in nodes if not n.is_head]
         heads = [n for n in nodes if n.is_head]
+        workers = self._drop_lost(workers, now, out)
         workers = self._drop_outdated(workers, out)
         workers = self._drop_over_max(workers, out)
         count = Counter(n.node_type for n in workers)
         order: list[str] = []  # launches in priority order
+        exempt: Counter[str] = Counter()  # launches upscaling_speed does not hold back
 
         def can_add(t: str) -> bool:
             if t in blocked:
@@ -235,51 +263,32 @@ class ScalingPolicy:
         for t in sorted(self.node_types):
             while count[t] < self.node_types[t].min_workers and can_add(t):
                 add(t)
+                exempt[t] += 1
 
-        # Demand onto the nodes there are (and those just decided), then onto new ones.
-        counts: Counter[Shape] = Counter()
-        normal: dict[tuple[tuple[str, float], ...], Shape] = {}  # dict items -> shape
-        for raw in demand:
-            items = tuple(raw.items())
-            shape = normal.get(items)
-            if shape is None:
-                shape = normal[items] = tuple(sorted((k, float(v)) for k, v in items if v > 0))
-            if shape:
-                counts[shape] += 1
-        # Largest shapes first (first-fit decreasing), as an ordered dict.
-        wanted = dict(sorted(counts.items(), key=lambda kv: (-sum(v for _, v in kv[0]), kv[0])))
         used_nodes: set[str] = set()
+        # Requested bundles onto the total resources of every node, then new nodes.
+        wanted = self._shapes(requested)
+        totals = [(n.node_id, n.total) for n in heads + workers]
+        totals += [("", self.node_types[t].resources) for t in order]
+        self._fill(wanted, totals, used_nodes)
+        out.infeasible += self._take_infeasible(wanted)
+        before = len(order)
+        self._new_nodes(wanted, can_add, add)
+        for t in order[before:]:
+            exempt[t] += 1
+        out.unplaced += _expand(wanted)
+
+        # Demand onto the free capacity of the nodes there are (pending and new ones
+        # count with their full resources), then onto new nodes.
+        wanted = self._shapes(demand)
         capacities: list[tuple[str, Resources]] = [
             (n.node_id, n.total if n.pending else n.available) for n in heads + workers
         ]
         capacities += [("", self.node_types[t].resources) for t in order]
-        for node_id, cap in capacities:
-            taken, _ = _pack(wanted, cap)
-            if taken:
-                used_nodes.add(node_id)
-                _subtract(wanted, taken)
-        infeasible = {
-            shape: n
-            for shape, n in wanted.items()
-            if not any(_how_many(shape, t.resources) for t in self.node_types.values())
-        }
-        _subtract(wanted, infeasible)
-        out.infeasible = _expand(infeasible)
-        while wanted:
-            best = self._best_type(wanted, can_add)
-            if best is None:
-                break
-            t, taken = best
-            # The same packing stays the best while the demand still holds it (other
-            # types can only pack less of a smaller demand): take it that many times.
-            repeat = min(wanted[shape] // n for shape, n in taken.items())
-            room = min(
-                self.node_types[t].max_workers - count[t], self.max_workers - sum(count.values())
-            )
-            for _ in range(max(1, min(repeat, room))):
-                add(t)
-                _subtract(wanted, taken)
-        out.unplaced = _expand(wanted)
+        self._fill(wanted, capacities, used_nodes)
+        out.infeasible += self._take_infeasible(wanted)
+        self._new_nodes(wanted, can_add, add)
+        out.unplaced += _expand(wanted)
 
         target = self._load_target(heads + workers)
         running_after = len(heads) + sum(count.values())
@@ -289,10 +298,83 @@ class ScalingPolicy:
                 running_after += 1
 
         self._drop_idle(workers, used_nodes, count, target, now, out)
-        self._cap_launches(heads + workers, order, out)
+        self._cap_launches(heads + workers, order, exempt, out)
         return out
 
+    # ---- packing ----------------------------------------------------------------------
+
+    @staticmethod
+    def _shapes(raw_shapes: Iterable[Resources]) -> dict[Shape, int]:
+        """Shape -> count, largest shapes first (first-fit decreasing)."""
+        counts: Counter[Shape] = Counter()
+        normal: dict[tuple[tuple[str, float], ...], Shape] = {}  # dict items -> shape
+        for raw in raw_shapes:
+            items = tuple(raw.items())
+            shape = normal.get(items)
+            if shape is None:
+                shape = normal[items] = tuple(sorted((k, float(v)) for k, v in items if v > 0))
+            if shape:
+                counts[shape] += 1
+        return dict(sorted(counts.items(), key=lambda kv: (-sum(v for _, v in kv[0]), kv[0])))
+
+    @staticmethod
+    def _fill(
+        wanted: dict[Shape, int], capacities: list[tuple[str, Resources]], used: set[str]
+    ) -> None:
+        """Pack ``wanted`` onto ``capacities`` in order; the ids of the nodes that took
+        some go into ``used`` (new nodes have the id "")."""
+        for node_id, cap in capacities:
+            if not wanted:
+                return
+            taken, _ = _pack(wanted, cap)
+            if taken:
+                used.add(node_id)
+                _subtract(wanted, taken)
+
+    def _take_infeasible(self, wanted: dict[Shape, int]) -> list[dict[str, float]]:
+        """Remove from ``wanted`` the shapes no node type can hold; returns them."""
+        infeasible = {
+            shape: n
+            for shape, n in wanted.items()
+            if not any(_how_many(shape, t.resources) for t in self.node_types.values())
+        }
+        _subtract(wanted, infeasible)
+        return _expand(infeasible)
+
+    def _new_nodes(
+        self,
+        wanted: dict[Shape, int],
+        can_add: Callable[[str], bool],
+        add: Callable[[str], None],
+    ) -> None:
+        """Add new nodes for ``wanted`` (what is left of it stays there)."""
+        while wanted:
+            best = self._best_type(wanted, can_add)
+            if best is None:
+                return
+            t, taken = best
+            # The same packing stays the best while the demand still holds it (other
+            # types can only pack less of a smaller demand): take it that many times.
+            repeat = min(wanted[shape] // n for shape, n in taken.items())
+            for _ in range(max(1, repeat)):  # within max_workers: can_add bounds it
+                if not can_add(t):
+                    break
+                add(t)
+                _subtract(wanted, taken)
+
     # ---- the rules ------------------------------------------------------------------
+
+    def _drop_lost(self, workers: list[NodeView], now: float, out: Decision) -> list[NodeView]:
+        keep = []
+        for n in workers:
+            silent = (
+                n.last_heartbeat is not None and now - n.last_heartbeat > self.heartbeat_timeout_s
+            )
+            if not n.pending and (n.dead or silent):
+                out.terminate.append((n.node_id, "lost"))
+            else:
+                keep.append(n)
+        return keep
 
     def _drop_outdated(self, workers: list[NodeView], out: Decision) -> list[NodeView]:
         keep = []
@@ -379,14 +461,23 @@ class ScalingPolicy:
             size -= 1
             out.terminate.append((n.node_id, "idle"))
 
-    def _cap_launches(self, nodes: list[NodeView], order: list[str], out: Decision) -> None:
+    def _cap_launches(
+        self, nodes: list[NodeView], order: list[str], exempt: Counter[str], out: Decision
+    ) -> None:
         gone = {node_id for node_id, _ in out.terminate}
-        pending = sum(1 for n in nodes if n.pending and n.node_id not in gone)
-        running = sum(1 for n in nodes if not n.pending and n.node_id not in gone)
-        allowed = max(MIN_PENDING_LAUNCHES, math.ceil(self.upscaling_speed * max(1, running)))
-        room = max(0, allowed - pending)
-        out.launch = dict(Counter(order[:room]))
-        out.waiting = dict(Counter(order[room:]))
+        alive = [n for n in nodes if n.node_id not in gone]
+        pending = Counter(n.node_type for n in alive if n.pending)
+        running = Counter(n.node_type for n in alive if not n.pending)
+        launch: Counter[str] = Counter()
+        waiting: Counter[str] = Counter()
+        for t in order:
+            allowed = max(MIN_PENDING_LAUNCHES, int(self.upscaling_speed * max(1, running[t])))
+            if launch[t] < max(allowed - pending[t], exempt[t]):
+                launch[t] += 1
+            else:
+                waiting[t] += 1
+        out.launch = dict(launch)
+        out.waiting = dict(waiting)
 
 
 class IdleTracker:

@@ -1,14 +1,18 @@
 """The monitor process: runs the autoscaler loop of one cluster until SIGTERM.
 
 ``python -m rayfield.autoscaler.monitor BOOTSTRAP_YAML [--interval-s S]`` (started by
-``rayfield-autoscaler up``). Each step reads the load through rayfield-core's public
-``rayfield.util.state.StateClient``; after ``MAX_FAILURES`` steps in a row that raise,
-the monitor exits with status 1 (the reference's abort rule).
+``rayfield-autoscaler up``). Each step reads the load and the current
+``request_resources`` request through rayfield-core's public
+``rayfield.util.state.StateClient``, and writes its report
+(:mod:`rayfield.autoscaler.report`) to the GCS key-value store, where ``rayfield
+status`` shows it; after ``MAX_FAILURES`` steps in a row that raise, the monitor exits
+with status 1 (the reference's abort rule).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -20,6 +24,7 @@ from rayfield.autoscaler.autoscaler import Autoscaler, Row
 from rayfield.autoscaler.cluster_state import StatefulProvider
 from rayfield.autoscaler.commands import head_node, node_setup, provider_for, started_line
 from rayfield.autoscaler.config import load_config
+from rayfield.autoscaler.sdk import KV_NAMESPACE, REQUEST_KEY, STATUS_KEY, parse_request
 
 MAX_FAILURES = 5
 MAX_CONCURRENT_LAUNCHES = 10  # the reference's max_concurrent_launches
@@ -47,11 +52,48 @@ def state_load(provider: StatefulProvider) -> Any:
     return load
 
 
+def _client(provider: StatefulProvider) -> Any:
+    from rayfield.util.state import StateClient
+
+    head = head_node(provider)
+    if head is None:
+        return None
+    return StateClient(provider.gcs_address(head), token=provider.token(head))
+
+
+def state_requests(provider: StatefulProvider) -> Any:
+    """A function returning the bundles of the cluster's current ``request_resources``
+    request ([] while there is none or the cluster has no head)."""
+
+    def requested() -> list[dict[str, float]]:
+        client = _client(provider)
+        if client is None:
+            return []
+        with client:
+            return parse_request(client.kv_get(KV_NAMESPACE, REQUEST_KEY))
+
+    return requested
+
+
+def state_publish(provider: StatefulProvider) -> Any:
+    """A function writing a step's report to the cluster's GCS (``STATUS_KEY``)."""
+
+    def publish(report: dict[str, Any]) -> None:
+        client = _client(provider)
+        if client is None:
+            return
+        with client:
+            client.kv_put(KV_NAMESPACE, STATUS_KEY, json.dumps(report).encode())
+
+    return publish
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the loop; the exit status."""
     parser = argparse.ArgumentParser(prog="rayfield.autoscaler.monitor")
     parser.add_argument("config")
     parser.add_argument("--interval-s", type=float, default=5.0)
+    parser.add_argument("--heartbeat-timeout-s", type=float, default=30.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     config = load_config(args.config)
@@ -63,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         state_load(provider),
         executor=launcher,
         setup=node_setup(config, provider),
+        requests_fn=state_requests(provider),
+        publish_fn=state_publish(provider),
+        heartbeat_timeout_s=args.heartbeat_timeout_s,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
