@@ -185,3 +185,20 @@ def test_ssh_example_and_what_the_local_provider_requires(tmp_path: Path) -> Non
         prepare_config({**base, "provider": {"type": "local"}})
     mine = prepare_config({**base, "head_start_ray_commands": ["my start"]})
     assert mine["head_start_ray_commands"] == ["my start"]  # given commands are kept
+
+
+@pytest.mark.parametrize("name", ["local-process.yaml", "local-ssh.yaml", "full.yaml"])
+def test_the_example_configs_are_valid(name: str) -> None:
+    cfg = load_config(EXAMPLE.parent / name)
+    assert prepare_config(cfg) == cfg
+
+
+def test_the_full_example_has_every_key_acted_on() -> None:
+    import yaml
+
+    raw = yaml.safe_load((EXAMPLE.parent / "full.yaml").read_text())
+    ignored = {"initial_workers", "autoscaling_mode", "docker"}  # accepted, not acted on
+    alternative = {"min_workers", "head_node", "worker_nodes"}  # the reference's form
+    from rayfield.autoscaler.config import CLUSTER_SCHEMA
+
+    assert set(CLUSTER_SCHEMA["properties"]) - ignored - alternative <= set(raw)

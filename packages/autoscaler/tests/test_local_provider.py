@@ -71,3 +71,31 @@ def test_addresses_are_taken_from_the_lists_and_freed(tmp_path: Path) -> None:
 def test_a_local_provider_needs_the_head_address(tmp_path: Path) -> None:
     with pytest.raises(ProviderError, match="head_ip"):
         LocalNodeProvider({"type": "local", "cluster_dir": str(tmp_path)}, "c")
+
+
+def test_records_can_be_read_and_replaced_whole(tmp_path: Path) -> None:
+    p = LocalNodeProvider({"type": "local", "cluster_dir": str(tmp_path / "c"), **IPS}, "c")
+    p.create_node({}, {TAG_NODE_KIND: KIND_HEAD}, 1)
+    records = p.records()
+    (head,) = records
+    records["worker-x"] = {"tags": {TAG_NODE_KIND: KIND_WORKER}, "ip": "10.9.0.3", "head": False}
+    records[head]["tags"]["k"] = "v"
+    assert p.non_terminated_nodes({TAG_NODE_KIND: KIND_WORKER}) == []  # a copy
+    p.replace_records(records)
+    assert p.non_terminated_nodes({TAG_NODE_KIND: KIND_WORKER}) == ["worker-x"]
+    assert p.node_tags(head)["k"] == "v"
+
+
+def test_the_head_bootstrap_config_points_at_the_head_copies(tmp_path: Path) -> None:
+    from conftest import ssh_config
+
+    from rayfield.autoscaler.head_monitor import head_bootstrap, head_dir
+
+    mount = tmp_path / "app"
+    cfg = ssh_config(tmp_path, file_mounts={"/srv/app": str(mount)})
+    boot = head_bootstrap(cfg)
+    assert head_dir(cfg) == "rayfield-cluster-s"
+    assert boot["provider"]["cluster_dir"] == "~/rayfield-cluster-s"
+    assert boot["auth"]["ssh_private_key"] == "~/rayfield-cluster-s/ssh_key"
+    assert boot["file_mounts"] == {"/srv/app": "/srv/app"}  # the head has the mount
+    assert cfg["file_mounts"] == {"/srv/app": str(mount)}  # the launcher's is unchanged

@@ -1,8 +1,10 @@
 """End to end over real SSH: `up` a `local`-provider cluster on two hosts (network
-namespaces with their own sshd, tests/netns.py), run a task that lands on the worker
-host, change a file mount and `up` again (the nodes are set up again), `down` (nothing of
-the cluster left running on the hosts). On the way: `attach`, `rsync-up`/`rsync-down`,
-`exec --tmux` and `exec --port-forward` against the head."""
+namespaces with their own sshd, tests/netns.py) whose autoscaler runs on the head (the
+bootstrap config copied there; `monitor` shows its log), `submit` a script with
+arguments whose task lands on the worker host, change a file mount and `up` again (the
+nodes are set up again), `down` (nothing of the cluster left running on the hosts). On
+the way: `attach`, `rsync-up`/`rsync-down`, `exec --tmux` and `exec --port-forward`
+against the head."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ import yaml
 from conftest import cli, wait_until
 from netns import SSHHosts, namespaces_left, ssh_hosts
 
-from rayfield.autoscaler.commands import head_node, provider_for, worker_nodes
+from rayfield.autoscaler import head_monitor
+from rayfield.autoscaler.commands import head_node, node_setup, provider_for, worker_nodes
 from rayfield.autoscaler.config import load_config
 from rayfield.autoscaler.node_provider import (
     KIND_WORKER,
@@ -36,10 +39,10 @@ pytestmark = pytest.mark.timeout(400)
 
 DRIVER = textwrap.dedent(
     """
-    import json, os, socket
+    import json, os, socket, sys
     import rayfield
 
-    rayfield.init()  # RAYFIELD_ADDRESS and RAYFIELD_TOKEN come from `exec`
+    rayfield.init()  # RAYFIELD_ADDRESS and RAYFIELD_TOKEN come from `submit`
 
     @rayfield.remote(num_cpus=1)
     def where():
@@ -50,7 +53,7 @@ DRIVER = textwrap.dedent(
         return rayfield.get_runtime_context().get_node_id(), s.getsockname()[0]
 
     node, ip = rayfield.get(where.remote(), timeout=120)
-    print("RESULT " + json.dumps({"node": node, "ip": ip}))
+    print("RESULT " + json.dumps({"node": node, "ip": ip, "args": sys.argv[1:]}))
     """
 )
 
@@ -76,6 +79,7 @@ def cluster_yaml(path: Path, hosts: SSHHosts, app: Path, name: str) -> Path:
             "head_ip": hosts.ips[0],
             "worker_ips": [hosts.ips[1]],
             "cluster_dir": str(path.parent / "cluster"),
+            "head_python": sys.executable,
         },
         "auth": {"ssh_user": hosts.ssh_user, "ssh_private_key": str(hosts.ssh_private_key)},
         "min_workers": 1,
@@ -177,16 +181,30 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
     app.mkdir()
     (app / "version").write_text("v1\n")
     cfg_path = cluster_yaml(tmp_path / "cluster.yaml", hosts, app, name)
-    provider = provider_for(load_config(cfg_path))
+    cfg = load_config(cfg_path)
+    provider = provider_for(cfg)
+    setup = node_setup(cfg, provider)
+    assert setup is not None
+    on_head = Path(f"~{hosts.ssh_user}").expanduser() / head_monitor.head_dir(cfg)
     try:
         up = cli("up", str(cfg_path), "-y", "--update-interval-s", "0.5")
         assert up.returncode == 0, up.stdout + up.stderr
         assert "setting up the head" in up.stdout
+        assert "the autoscaler runs on the head" in up.stdout
         head = head_node(provider)
         assert head is not None and provider.internal_ip(head) == hosts.ips[0]
         assert cli("get-head-ip", str(cfg_path)).stdout.strip() == hosts.ips[0]
+        # The monitor runs in the head's namespace, from the bootstrap config copied there.
+        assert oct((on_head / "bootstrap.yaml").stat().st_mode & 0o777) == "0o600"
+        assert oct((on_head / "ssh_key").stat().st_mode & 0o777) == "0o600"
+        ns_pids = subprocess.run(
+            ["ip", "netns", "pids", hosts.namespaces[0]], capture_output=True, text=True
+        ).stdout.split()
+        monitor_pid = int((on_head / "monitor.pid").read_text())
+        assert str(monitor_pid) in ns_pids
 
         def worker_up(hash_: str | None = None) -> str | None:
+            head_monitor.pull_state(cfg, setup)  # the head's monitor keeps the records
             for w in worker_nodes(provider):
                 tags = provider.node_tags(w)
                 up = tags.get(TAG_NODE_STATUS) == STATUS_UP_TO_DATE and provider.cluster_node_id(w)
@@ -194,18 +212,28 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
                     return w
             return None
 
-        worker = wait_until(worker_up, 120, "the worker set up over SSH")
+        worker = wait_until(worker_up, 120, "the worker set up over SSH", 1.0)
         assert provider.internal_ip(worker) == hosts.ips[1]
         assert cli("get-worker-ips", str(cfg_path)).stdout.split()[0] == hosts.ips[1]
         assert (tmp_path / "mounted-app" / "version").read_text() == "v1\n"
 
+        log = cli("monitor", str(cfg_path), "--no-follow", "--lines", "500")
+        assert log.returncode == 0, log.stdout + log.stderr
+        assert f"monitor of {name!r} started (pid {monitor_pid})" in log.stdout
+        assert "launching 1 node(s) of type worker" in log.stdout
+
+        # `submit` copies the script to the head and runs it there with its arguments.
         script = tmp_path / "driver.py"
         script.write_text(DRIVER)
-        run = cli("exec", str(cfg_path), f"{sys.executable} {script}")
+        run = cli("submit", str(cfg_path), str(script), "one", "two words")
         assert run.returncode == 0, run.stdout + run.stderr
         line = next(x for x in run.stdout.splitlines() if x.startswith("RESULT "))
         result = json.loads(line.removeprefix("RESULT "))
-        assert result == {"node": provider.cluster_node_id(worker), "ip": hosts.ips[1]}
+        assert result == {
+            "node": provider.cluster_node_id(worker),
+            "ip": hosts.ips[1],
+            "args": ["one", "two words"],
+        }
 
         check_head_access(cfg_path, hosts, tmp_path)
 
@@ -214,8 +242,9 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
         again = cli("up", str(cfg_path), "-y", "--update-interval-s", "0.5")
         assert again.returncode == 0, again.stdout + again.stderr
         assert "setting up the head" in again.stdout
-        new_hash = runtime_hash(load_config(cfg_path), KIND_WORKER)
-        wait_until(lambda: worker_up(new_hash), 120, "the worker set up again")
+        # The head's monitor hashes the mounts as the head has them.
+        new_hash = runtime_hash(head_monitor.head_bootstrap(load_config(cfg_path)), KIND_WORKER)
+        wait_until(lambda: worker_up(new_hash), 120, "the worker set up again", 1.0)
         assert (tmp_path / "mounted-app" / "version").read_text() == "v2\n"
         assert (tmp_path / "setups").read_text().splitlines() == ["v1", "v1", "v2", "v2"]
 
@@ -224,8 +253,10 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
         assert "terminated 2 nodes" in down.stdout
         assert provider.non_terminated_nodes({}) == []
         wait_until(lambda: not host_processes(hosts), 30, "no rayfield process left on the hosts")
+        assert not on_head.exists()  # the key copy and the bootstrap config are gone
     finally:
         if provider.non_terminated_nodes({}):
             cli("down", str(cfg_path), "-y")
         for ip in hosts.ips:
             shutil.rmtree(f"/tmp/rayfield-{name}-{ip}", ignore_errors=True)
+        shutil.rmtree(on_head, ignore_errors=True)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from rayfield.autoscaler import commands, remote
+from rayfield.autoscaler import commands, head_monitor, remote
 from rayfield.autoscaler.command_runner import CommandError
 from rayfield.autoscaler.config import ConfigError, load_config
 from rayfield.autoscaler.node_provider import ProviderError
@@ -124,7 +124,11 @@ def get_head_ip(cluster_config_file: Path, cluster_name: str | None) -> None:
 @_errors
 def get_worker_ips(cluster_config_file: Path, cluster_name: str | None) -> None:
     """Print each worker's IP and node id, one worker a line."""
-    provider = commands.provider_for(_load(cluster_config_file, cluster_name))
+    cfg = _load(cluster_config_file, cluster_name)
+    provider = commands.provider_for(cfg)
+    setup = commands.node_setup(cfg, provider)
+    if setup is not None:  # the head's monitor keeps the workers' records
+        head_monitor.pull_state(cfg, setup)
     for node_id in commands.worker_nodes(provider):
         click.echo(f"{provider.internal_ip(node_id)} {node_id}")
 
@@ -193,7 +197,7 @@ def submit(
 ) -> None:
     """Run SCRIPT with Python on the head (args after it go to the script). On an SSH
     cluster the script is copied to ~/rayfield-submit/ on the head and run with the
-    head's python3."""
+    head's Python (``provider.head_python``, default python3)."""
     cfg = _load(cluster_config_file, cluster_name)
     cmd = [sys.executable, script, *script_args]
     if commands.provider_for(cfg).needs_setup:
@@ -202,7 +206,7 @@ def submit(
             commands.create_or_update(cfg, echo=click.echo)
             start = False
         remote.rsync(cfg, script, target, down=False)
-        cmd = ["python3", target, *script_args]
+        cmd = [str(cfg["provider"].get("head_python", "python3")), target, *script_args]
     click.echo(f"running: {shlex.join(cmd)}", err=True)
     _run_on_head(cfg, cmd, start, stop, kw)
 
@@ -213,8 +217,16 @@ def submit(
 @click.option("--lines", type=int, default=50, show_default=True, help="Lines shown first.")
 @_errors
 def monitor(cluster_config_file: Path, cluster_name: str | None, follow: bool, lines: int) -> None:
-    """Print the autoscaler's log (and follow it)."""
-    provider = commands.provider_for(_load(cluster_config_file, cluster_name))
+    """Print the autoscaler's log (and follow it); on an SSH cluster, the log of the
+    monitor on the head."""
+    cfg = _load(cluster_config_file, cluster_name)
+    provider = commands.provider_for(cfg)
+    setup = commands.node_setup(cfg, provider)
+    if setup is not None:
+        status = head_monitor.follow_log(cfg, setup, lines, follow)
+        if status:
+            raise click.exceptions.Exit(status)
+        return
     log = commands.monitor_log(provider)
     if not log.exists():
         raise click.ClickException(f"no autoscaler log at {log}: run `rayfield-autoscaler up`")

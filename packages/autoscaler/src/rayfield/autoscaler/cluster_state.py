@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import copy
 import fcntl
 import json
 import os
@@ -107,6 +108,17 @@ class StatefulProvider(NodeProvider):
     def _records(self) -> dict[str, dict[str, Any]]:
         with self._locked() as nodes:
             return {k: dict(v) for k, v in nodes.items()}
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        """Every node record (node id -> tags and provider fields), a copy."""
+        return self._records()
+
+    def replace_records(self, nodes: dict[str, dict[str, Any]]) -> None:
+        """Replace every node record with ``nodes`` (records kept elsewhere, e.g. by
+        the monitor on an SSH cluster's head)."""
+        with self._locked() as current:
+            current.clear()
+            current.update(copy.deepcopy(nodes))
 
     def _record(self, node_id: str) -> dict[str, Any]:
         rec = self._records().get(node_id)

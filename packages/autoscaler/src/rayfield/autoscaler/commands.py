@@ -4,7 +4,10 @@ queries), apart from their command-line parsing (``cli.py``).
 ``up`` starts the head through the provider, writes the prepared config as
 ``<cluster_dir>/bootstrap.yaml`` (0600) and starts the cluster's monitor process
 (``python -m rayfield.autoscaler.monitor``), which launches ``min_workers`` and
-autoscales; its log is ``<cluster_dir>/monitor.log`` and its pid ``monitor.pid``.
+autoscales; its log is ``<cluster_dir>/monitor.log`` and its pid ``monitor.pid``. On an
+SSH (``local``) cluster the monitor runs on the head instead, with the bootstrap config,
+key and node records copied there (:mod:`rayfield.autoscaler.head_monitor`); ``down``
+stops it and pulls the node records back before terminating the nodes.
 ``exec`` and ``submit`` run on the head, which for ``local_process`` is this machine:
 the command gets ``RAYFIELD_ADDRESS`` (the GCS), ``RAYFIELD_TOKEN`` and
 ``RAYFIELD_HEAD_IP`` in its environment, so ``rayfield.init()`` joins the cluster.
@@ -25,6 +28,7 @@ from typing import Any
 import psutil
 import yaml
 
+from rayfield.autoscaler import head_monitor
 from rayfield.autoscaler.autoscaler import node_config, node_tags
 from rayfield.autoscaler.cluster_state import StatefulProvider
 from rayfield.autoscaler.config import launch_hash
@@ -192,15 +196,23 @@ def create_or_update(
             raise ProviderError("the head was created but the provider does not list it")
     elif not provider.needs_setup:  # an SSH head's setup is checked below
         echo(f"the head {head} is up to date")
-    if provider.needs_setup:
-        if not no_restart and stop_monitor(provider):
-            echo("stopped the autoscaler (no node changes while the head is set up)")
+    setup = node_setup(config, provider)
+    if setup is not None:
+        stop_monitor(provider)  # a monitor of an older version ran here
+        if head_monitor.stop(config, setup):
+            echo("stopped the autoscaler on the head (no node changes while it is set up)")
+        head_monitor.pull_state(config, setup)
         _set_up_head(config, provider, head, restart_only, echo)
     bootstrap = provider.root / "bootstrap.yaml"
     fd = os.open(bootstrap, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
-    if not no_restart or _monitor_pid(provider) is None:
+    if setup is not None:
+        try:
+            head_monitor.start(config, setup, update_interval_s, echo)
+        except head_monitor.HeadMonitorError as exc:
+            raise LauncherError(str(exc)) from None
+    elif not no_restart or _monitor_pid(provider) is None:
         stop_monitor(provider)
         pid = _start_monitor(provider, bootstrap, update_interval_s)
         echo(f"the autoscaler runs (pid {pid}); follow it with: rayfield-autoscaler monitor")
@@ -249,13 +261,19 @@ def teardown(
     """Stop the monitor (unless ``workers_only``) and terminate the workers, then the
     head (unless ``workers_only``). Returns how many nodes were terminated."""
     provider = provider_for(config)
+    setup = node_setup(config, provider)
     if not workers_only and stop_monitor(provider):
         echo("stopped the autoscaler")
+    if setup is not None:
+        if not workers_only and head_monitor.stop(config, setup):
+            echo("stopped the autoscaler on the head")
+        head_monitor.pull_state(config, setup)
     nodes = worker_nodes(provider)
     head = head_node(provider)
     if head is not None and not workers_only:
         nodes.append(head)
-    setup = node_setup(config, provider)
+        if setup is not None:
+            head_monitor.remove(config, setup)
     for node_id in nodes:
         echo(f"terminating {node_id}")
         if setup is not None and not setup.stop(node_id):

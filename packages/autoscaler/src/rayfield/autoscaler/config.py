@@ -68,6 +68,10 @@ _PROVIDER = {
         "project_id": {"type": "string"},
         "head_ip": {"type": "string"},
         "worker_ips": _STR_LIST,
+        "head_python": {
+            "type": "string",
+            "description": "local provider: the Python on the head that runs the autoscaler",
+        },
         "use_internal_ips": {"type": "boolean"},
         "cache_stopped_nodes": {"type": "boolean"},
         "extra_config": {"type": "object"},

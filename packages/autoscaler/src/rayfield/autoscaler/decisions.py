@@ -242,7 +242,7 @@ class ScalingPolicy:
         """
         out = Decision()
         workers = [n for n in nodes if not n.is_head]
-        heads = [n for n in nodes if n.is_head]
+        heads = [n for n in nodes if n.is_head and not n.dead]  # a dead head holds nothing
         workers = self._drop_lost(workers, now, out)
         workers = self._drop_outdated(workers, out)
         workers = self._drop_over_max(workers, out)

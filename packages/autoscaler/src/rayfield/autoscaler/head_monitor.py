@@ -1,0 +1,201 @@
+"""The monitor of an SSH (``local``) cluster runs on its head, as in the reference: the
+launcher copies the bootstrap config, the SSH key and the node records there and starts
+``python -m rayfield.autoscaler.monitor`` on the head, which then launches, sets up and
+terminates the workers itself (over SSH from the head).
+
+On the head, in the SSH user's home, ``rayfield-cluster-<cluster_name>/`` (mode 0700)::
+
+    bootstrap.yaml   the config as the head sees it (0600): ``provider.cluster_dir`` is
+                     this directory, ``auth.ssh_private_key`` the copied key, and each
+                     file mount's source is its remote path (the head has it after its
+                     own setup), as the reference rewrites its bootstrap config
+    ssh_key          the cluster's SSH key (0600)
+    state.json       the node records the head's monitor keeps (the launcher's copy is
+                     pushed at ``up`` and pulled back by ``down``, ``get-worker-ips`` and
+                     :func:`pull_state`)
+    monitor.log      the monitor's log (``rayfield-autoscaler monitor`` follows it)
+    monitor.pid      its pid
+
+The head runs the monitor with ``provider.head_python`` (default ``python3``): a Python
+with rayfield-autoscaler installed on the head.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import IO, Any
+
+import yaml
+
+from rayfield.autoscaler.cluster_state import StatefulProvider
+from rayfield.autoscaler.command_runner import CommandError, CommandRunner
+from rayfield.autoscaler.node_setup import NodeSetup
+
+__all__ = ["follow_log", "head_bootstrap", "head_dir", "pull_state", "start", "stop"]
+
+MODULE = "rayfield.autoscaler.monitor"
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 150.0  # the monitor finishes the launches it started before it exits
+
+
+class HeadMonitorError(RuntimeError):
+    """The monitor on the head could not be started; the message says why."""
+
+
+def head_dir(config: dict[str, Any]) -> str:
+    """The cluster's directory on the head, relative to the SSH user's home."""
+    return f"rayfield-cluster-{config['cluster_name']}"
+
+
+def head_bootstrap(config: dict[str, Any]) -> dict[str, Any]:
+    """The config the head's monitor loads (see the module docstring)."""
+    out = copy.deepcopy(config)
+    d = f"~/{head_dir(config)}"
+    out["provider"]["cluster_dir"] = d
+    out["auth"]["ssh_private_key"] = f"{d}/ssh_key"
+    out["file_mounts"] = {remote: remote for remote in config.get("file_mounts", {})}
+    return out
+
+
+def _head(setup: NodeSetup) -> tuple[str, CommandRunner]:
+    head = setup.provider.head_id()
+    return head, setup.runner(head)
+
+
+def _push(runner: CommandRunner, data: bytes, target: str, log: IO[bytes] | None) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".push.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        runner.sync_up(tmp, target, log)
+    finally:
+        os.unlink(tmp)
+
+
+def start(
+    config: dict[str, Any],
+    setup: NodeSetup,
+    interval_s: float,
+    echo: Callable[[str], None] = print,
+) -> int:
+    """Copy the bootstrap config, key and node records to the head and start the
+    monitor there; returns its pid on the head once it logged that it runs.
+
+    Raises:
+        HeadMonitorError: a copy failed, or the monitor exited or hung at start (the
+            message has the last line of its log).
+    """
+    provider = setup.provider
+    head, runner = _head(setup)
+    d = head_dir(config)
+    log_path = setup.log_path(head)
+    with open(log_path, "ab") as log:
+        try:
+            if runner.run(f"mkdir -p {d} && chmod 700 {d}", log=log) != 0:
+                raise CommandError(f"cannot create ~/{d} on the head")
+            runner.sync_up(str(setup.key), f"{d}/ssh_key", log)
+            bootstrap = yaml.safe_dump(head_bootstrap(config), sort_keys=False).encode()
+            _push(runner, bootstrap, f"{d}/bootstrap.yaml", log)
+            records = {"nodes": provider.records()}
+            _push(runner, json.dumps(records, indent=1).encode(), f"{d}/state.json", log)
+            python = shlex.quote(str(config["provider"].get("head_python", "python3")))
+            cmd = (
+                f"cd {d} && chmod 600 ssh_key bootstrap.yaml state.json && "
+                f"(setsid nohup {python} -m {MODULE} bootstrap.yaml --interval-s {interval_s} "
+                ">> monitor.log 2>&1 < /dev/null & echo $! > monitor.pid)"
+            )
+            if runner.run(cmd, log=log) != 0:
+                raise CommandError(f"starting the monitor on the head failed; see {log_path}")
+            pid = int(runner.output(f"cat {d}/monitor.pid").strip())
+        except (CommandError, ValueError) as exc:
+            raise HeadMonitorError(f"starting the autoscaler on the head failed: {exc}") from None
+    from rayfield.autoscaler.commands import started_line
+
+    marker = started_line(config["cluster_name"], pid)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        text = runner.output(f"cat {d}/monitor.log")
+        if marker in text:
+            break
+        alive = runner.run(f"kill -0 {pid}") == 0
+        if not alive or time.monotonic() > deadline:
+            tail = " ".join(text.strip().splitlines()[-1:])
+            why = "exited" if not alive else "hangs"
+            raise HeadMonitorError(
+                f"the autoscaler on the head {why} at start ({tail}); see ~/{d}/monitor.log "
+                "on the head (is rayfield-autoscaler installed for provider.head_python?)"
+            )
+        time.sleep(0.2)
+    echo(f"the autoscaler runs on the head (pid {pid}); log: ~/{d}/monitor.log there")
+    return pid
+
+
+def stop(config: dict[str, Any], setup: NodeSetup) -> bool:
+    """Stop the head's monitor (SIGTERM; killed after ``STOP_TIMEOUT_S``); True when one
+    was running. A head that does not answer counts as none running."""
+    try:
+        _, runner = _head(setup)
+    except Exception:
+        return False
+    d = head_dir(config)
+    ticks = int(STOP_TIMEOUT_S * 10)
+    script = (
+        f"cd {d} 2>/dev/null && [ -f monitor.pid ] || exit 0; pid=$(cat monitor.pid); "
+        f"rm -f monitor.pid; grep -q {MODULE} /proc/$pid/cmdline 2>/dev/null || exit 0; "
+        f"kill -TERM $pid; for i in $(seq {ticks}); do kill -0 $pid 2>/dev/null || break; "
+        "sleep 0.1; done; kill -KILL $pid 2>/dev/null; echo stopped"
+    )
+    try:
+        return "stopped" in runner.output(script, timeout_s=STOP_TIMEOUT_S + 30)
+    except CommandError:
+        return False
+
+
+def pull_state(config: dict[str, Any], setup: NodeSetup) -> bool:
+    """Replace the launcher's node records with the head's (which its monitor keeps);
+    True when the head had records. The head's own record stays the launcher's."""
+    provider: StatefulProvider = setup.provider
+    try:
+        _, runner = _head(setup)
+        text = runner.output(f"cat {head_dir(config)}/state.json 2>/dev/null || true")
+    except Exception:
+        return False
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(nodes, dict):
+        return False
+    mine = provider.records()
+    nodes = {k: v for k, v in nodes.items() if not v.get("head")}
+    nodes.update({k: v for k, v in mine.items() if v.get("head")})
+    provider.replace_records(nodes)
+    return True
+
+
+def remove(config: dict[str, Any], setup: NodeSetup) -> None:
+    """Delete the cluster's directory on the head (its key copy included); best effort."""
+    try:
+        _, runner = _head(setup)
+        runner.run(f"rm -rf {head_dir(config)}")
+    except Exception:
+        return
+
+
+def follow_log(config: dict[str, Any], setup: NodeSetup, lines: int, follow: bool) -> int:
+    """Print the last ``lines`` lines of the head's monitor log (and follow it) on this
+    process's stdout; the exit status of ``tail`` on the head."""
+    _, runner = _head(setup)
+    flag = "-F" if follow else ""
+    sys.stdout.flush()
+    return runner.run(
+        f"tail -n {int(lines)} {flag} {head_dir(config)}/monitor.log", log=sys.stdout.buffer
+    )
