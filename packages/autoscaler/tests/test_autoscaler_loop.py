@@ -304,3 +304,15 @@ def test_requests_and_reports_go_through_the_injected_functions() -> None:
     assert autoscaler.update().launch == {"worker": 3}  # max_workers 3
     assert reports[-1]["requested"] == [{"shape": {"CPU": 1.0}, "count": 3}]
     assert reports[-1]["launching"] == {"worker": 3}
+
+
+def test_a_started_worker_the_cluster_forgot_is_lost_after_the_timeout() -> None:
+    provider, cluster, clock, _ = setup()
+    autoscaler = Autoscaler(
+        config(), provider, cluster.rows, clock=lambda: clock[0], heartbeat_timeout_s=10.0
+    )
+    autoscaler.update()  # n1 launched; it has a cluster id but never shows up in the rows
+    clock[0] = 5.0
+    assert autoscaler.update().terminate == []
+    clock[0] = 16.0
+    assert autoscaler.update().terminate == [("n1", "lost")]

@@ -37,7 +37,7 @@ def request_cpus(cfg_path: Path, num_cpus: int) -> None:
 
 def node_pid(provider: LocalProcessProvider, node_id: str) -> int:
     """The pid of the node process of ``node_id`` (from its session's node.json)."""
-    temp_dir = Path(provider._records()[node_id]["temp_dir"])
+    temp_dir = Path(provider.records()[node_id]["temp_dir"])
     (session,) = [p for p in temp_dir.glob("session_*") if p.name != "session_latest"]
     return int(json.loads((session / "node.json").read_text())["pid"])
 

@@ -199,6 +199,7 @@ class Autoscaler:
         self._backoff_lock = threading.Lock()  # launch threads record their outcome
         self.setup = setup
         self._updating: set[str] = set()  # node ids with an update in flight
+        self._missing: dict[str, float] = {}  # started nodes the cluster has no row of: since
         self.last: Decision | None = None
         self._last_status = ""
 
@@ -216,12 +217,17 @@ class Autoscaler:
             resources = {
                 k: float(v) for k, v in types.get(node_type, {}).get("resources", {}).items()
             }
-            row = by_id.get(self.provider.cluster_node_id(node_id) or "")
+            cluster_id = self.provider.cluster_node_id(node_id)
+            row = by_id.get(cluster_id or "")
             heartbeat: float | None = None
             if row is not None and row.get("last_heartbeat_s") is not None:
                 heartbeat = now - max(0.0, wall - float(row["last_heartbeat_s"]))
             elif row is not None:
                 heartbeat = now
+            elif cluster_id:  # it started, then the cluster lost every trace of it
+                heartbeat = self._missing.setdefault(node_id, now)
+            if row is not None:
+                self._missing.pop(node_id, None)
             dead = row is not None and not row.get("alive")
             if row is None or dead:
                 total = resources
@@ -245,6 +251,7 @@ class Autoscaler:
                 )
             )
         self.idle.forget(v.node_id for v in views)
+        self._missing = {k: v for k, v in self._missing.items() if k in {x.node_id for x in views}}
         return views
 
     def _launch(self, node_type: str) -> None:

@@ -197,9 +197,11 @@ def create_or_update(
     elif not provider.needs_setup:  # an SSH head's setup is checked below
         echo(f"the head {head} is up to date")
     setup = node_setup(config, provider)
+    keep = False  # --no-restart: a monitor running on the head is kept
     if setup is not None:
         stop_monitor(provider)  # a monitor of an older version ran here
-        if head_monitor.stop(config, setup):
+        keep = no_restart and head_monitor.running(config, setup)
+        if not keep and head_monitor.stop(config, setup):
             echo("stopped the autoscaler on the head (no node changes while it is set up)")
         head_monitor.pull_state(config, setup)
         _set_up_head(config, provider, head, restart_only, echo)
@@ -207,12 +209,12 @@ def create_or_update(
     fd = os.open(bootstrap, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
-    if setup is not None:
+    if setup is not None and not keep:
         try:
             head_monitor.start(config, setup, update_interval_s, echo)
         except head_monitor.HeadMonitorError as exc:
             raise LauncherError(str(exc)) from None
-    elif not no_restart or _monitor_pid(provider) is None:
+    elif setup is None and (not no_restart or _monitor_pid(provider) is None):
         stop_monitor(provider)
         pid = _start_monitor(provider, bootstrap, update_interval_s)
         echo(f"the autoscaler runs (pid {pid}); follow it with: rayfield-autoscaler monitor")

@@ -77,7 +77,9 @@ class NodeView:
         idle_since: the time (seconds, caller's clock) since which every resource of the
             node has been free; None while it is in use.
         last_heartbeat: when the cluster last heard from the node (seconds, caller's
-            clock); None for a node not in the cluster yet (pending).
+            clock); None for a node not in the cluster yet (pending). A pending node
+            that had joined and is no longer known to the cluster gives the time it
+            went missing, so that it is lost after the heartbeat timeout too.
         dead: True when the cluster declared the node dead (its GCS stopped hearing its
             heartbeats) while the provider still has it.
     """
@@ -370,7 +372,7 @@ class ScalingPolicy:
             silent = (
                 n.last_heartbeat is not None and now - n.last_heartbeat > self.heartbeat_timeout_s
             )
-            if not n.pending and (n.dead or silent):
+            if n.dead or silent:
                 out.terminate.append((n.node_id, "lost"))
             else:
                 keep.append(n)

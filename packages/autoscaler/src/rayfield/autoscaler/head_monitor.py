@@ -38,7 +38,17 @@ from rayfield.autoscaler.cluster_state import StatefulProvider
 from rayfield.autoscaler.command_runner import CommandError, CommandRunner
 from rayfield.autoscaler.node_setup import NodeSetup
 
-__all__ = ["follow_log", "head_bootstrap", "head_dir", "pull_state", "start", "stop"]
+__all__ = [
+    "HeadMonitorError",
+    "follow_log",
+    "head_bootstrap",
+    "head_dir",
+    "pull_state",
+    "remove",
+    "running",
+    "start",
+    "stop",
+]
 
 MODULE = "rayfield.autoscaler.monitor"
 START_TIMEOUT_S = 60.0
@@ -135,6 +145,17 @@ def start(
         time.sleep(0.2)
     echo(f"the autoscaler runs on the head (pid {pid}); log: ~/{d}/monitor.log there")
     return pid
+
+
+def running(config: dict[str, Any], setup: NodeSetup) -> bool:
+    """Whether the head's monitor runs (False when the head does not answer)."""
+    try:
+        _, runner = _head(setup)
+        d = head_dir(config)
+        check = f"cd {d} && grep -q {MODULE} /proc/$(cat monitor.pid)/cmdline"
+        return runner.run(check + " 2>/dev/null") == 0
+    except Exception:
+        return False
 
 
 def stop(config: dict[str, Any], setup: NodeSetup) -> bool:
