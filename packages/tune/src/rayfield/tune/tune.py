@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import rayfield
+from rayfield.tune import dashboard
 from rayfield.tune.analysis import ExperimentAnalysis
 from rayfield.tune.callback import Callback
 from rayfield.tune.error import TuneError
@@ -209,6 +210,10 @@ def run(
     if reporter is not None:
         all_callbacks.append(reporter)
     all_callbacks += list(callbacks or [])
+    if dashboard.enabled():  # a driver of a cluster: the dashboard's Tune page shows it
+        all_callbacks.append(
+            dashboard.DashboardPublisher(experiment.name, experiment.path, metric, mode)
+        )
     runner = TrialRunner(
         search_alg,
         scheduler,
