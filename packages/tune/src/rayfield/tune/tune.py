@@ -32,7 +32,13 @@ from rayfield.tune.search.search_algorithm import (
     SearchGenerator,
 )
 from rayfield.tune.search.searcher import Searcher
-from rayfield.tune.state import append_finished, load_state, trial_from_json, write_state_text
+from rayfield.tune.state import (
+    append_finished,
+    load_state,
+    rebase_trial,
+    trial_from_json,
+    write_state_text,
+)
 from rayfield.tune.stopper import TimeoutStopper, _Combined
 from rayfield.tune.syncer import CloudSync, SyncConfig, get_syncer, remote_dir_of
 from rayfield.tune.trial import Trial
@@ -436,7 +442,8 @@ def _restore_runner(
     assert state is not None
     finished = state.get("finished") or {}
     in_file = int(finished.get("count", 0))
-    for i, data in enumerate(state["trials"]):
+    for i, saved in enumerate(state["trials"]):
+        data = rebase_trial(saved, experiment.path)  # restored into another directory
         trial = trial_from_json(data, load_pickled_config(data["logdir"]))
         runner.add_trial(trial, persisted=i < in_file)
         if trial.is_finished():
