@@ -28,6 +28,8 @@ from playwright.sync_api import Browser, Page, sync_playwright
 import rayfield
 from rayfield import tune
 from rayfield.testing import wait_for
+from rayfield.tune.dashboard import INDEX_PREFIX, KV_NAMESPACE
+from rayfield.util.state import StateClient
 
 CLI = [sys.executable, "-m", "rayfield.cli.main"]
 TOOL = Path(__file__).resolve().parents[4] / "tools" / "install_browser.py"
@@ -46,7 +48,8 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         info = json.loads((session / "dashboard.json").read_text())
         rayfield.init(address=address, temp_dir=str(temp_dir))
         try:
-            yield {"url": info["url"], "token": (session / "token").read_text().strip()}
+            token = (session / "token").read_text().strip()
+            yield {"url": info["url"], "token": token, "address": address, "temp_dir": temp_dir}
         finally:
             rayfield.shutdown()
     finally:
@@ -145,6 +148,12 @@ def test_the_tune_page_follows_an_experiment(
     done = page.locator("#tune-trials .c-status", has_text="TERMINATED")
     wait_for(lambda: done.count() == 2, 20, "both trials TERMINATED on the page", interval=0.2)
     page.locator("#tune-summary", has_text="finished").wait_for()
+    # What the page read: the GCS keys the driver wrote (StateClient.kv_keys, public API).
+    with StateClient(head["address"], temp_dir=head["temp_dir"]) as client:
+        keys = client.kv_keys(KV_NAMESPACE, INDEX_PREFIX)
+        assert len(keys) == 1 and client.kv_keys(KV_NAMESPACE, "no-such-prefix/") == []
+        shown = json.loads(client.kv_get(KV_NAMESPACE, keys[0]))
+    assert shown["name"] == "dashboard-demo" and shown["counts"] == {"TERMINATED": 2}
     best = outcome["analysis"].get_best_trial("score", "max")
     assert f"({best})" in page.inner_text("#tune-summary")
     assert page.evaluate("window.__not_reloaded") is True  # live updates, same page

@@ -64,7 +64,7 @@ def page_data(client: Any, query: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _script() -> str:
-    return resources.files("rayfield.tune").joinpath("static", "dashboard_page.js").read_text()
+    return resources.files("rayfield.tune").joinpath("static/dashboard_page.js").read_text()
 
 
 PAGE = DashboardPage("tune", "Tune", _script(), page_data)
