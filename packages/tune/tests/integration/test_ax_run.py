@@ -1,5 +1,5 @@
-"""AxSearch driving tune.run with real trial actors (its own module: Ax imports torch,
-whose thread pools stay for the life of the process)."""
+"""AxSearch driving tune.run with real trial actors (its own module: Ax imports torch
+and pandas, whose threads stay for the life of the process)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ pytestmark = [
     pytest.mark.usefixtures("cluster"),
     pytest.mark.rayfield_allow_leaks(
         r"native thread \d+ \((python|jemalloc_bg_thd)\)",
-        reason="torch, imported by Ax/BoTorch in the driver, starts thread pools that it "
-        "never joins",
+        reason="torch (imported by Ax/BoTorch in the driver) and pyarrow's jemalloc (pandas "
+        "imports pyarrow when installed) start threads they never join",
     ),
 ]
 

@@ -30,6 +30,7 @@ __all__ = [
     "append_finished",
     "encode_state",
     "load_state",
+    "rebase_trial",
     "trial_from_json",
     "trial_to_json",
     "write_state",

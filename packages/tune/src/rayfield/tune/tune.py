@@ -18,6 +18,7 @@ import rayfield
 from rayfield.tune import dashboard
 from rayfield.tune.analysis import ExperimentAnalysis
 from rayfield.tune.callback import Callback
+from rayfield.tune.driver_sync import DriverSync
 from rayfield.tune.error import TuneError
 from rayfield.tune.executor import ActorExecutor, _supports_reset
 from rayfield.tune.experiment import Experiment, convert_to_experiment_list
@@ -85,6 +86,7 @@ def run(
     sync_to_cloud: Any = None,
     sync_function: Any = None,
     sync_config: SyncConfig | None = None,
+    sync_to_driver: Any = None,
     export_formats: Any = None,
     queue_trials: bool = False,
     global_checkpoint_period: float | None = None,
@@ -139,6 +141,11 @@ def run(
             built in for ``file://`` and ``s3://``.
         sync_config: the modern form of the three (``SyncConfig(upload_dir=...,
             syncer=..., sync_period=...)``).
+        sync_to_driver: how files a trial writes on another node reach the driver's
+            trial directory: None/True copies them through the cluster when the trial
+            ends, False does not, a command template (``{source}`` is
+            ``<node ip>:<dir>``, ``{target}`` the driver's dir) or a function
+            ``f(source, target)`` does it (see :mod:`rayfield.tune.driver_sync`).
         with_server, server_port: serve the trials over REST on loopback (see
             :mod:`rayfield.tune.web_server`; 0 picks a free port).
 
@@ -239,7 +246,9 @@ def run(
     if _should_resume(resume, experiment.path):
         _restore_runner(runner, search_alg, experiment)
     search_alg.add_configurations([experiment])
-    executor = ActorExecutor(reuse_actors=reuse_actors, buffer_results=buffer)
+    executor = ActorExecutor(
+        reuse_actors=reuse_actors, buffer_results=buffer, driver_sync=DriverSync(sync_to_driver)
+    )
     server = None
     if with_server:
         from rayfield.tune.web_server import TuneServer
