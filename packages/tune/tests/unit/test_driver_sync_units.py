@@ -9,12 +9,11 @@ from rayfield.tune.driver_sync import DriverSync, merge_files
 from rayfield.tune.syncer import CommandSyncer, FunctionSyncer
 
 
-def test_merge_writes_only_missing_or_different_files(tmp_path):
-    (tmp_path / "same.txt").write_bytes(b"same")
-    (tmp_path / "old.txt").write_bytes(b"old")
-    files = {"same.txt": b"same", "old.txt": b"new", "plots/loss.svg": b"<svg/>"}
-    assert merge_files(files, str(tmp_path)) == ["old.txt", "plots/loss.svg"]
-    assert (tmp_path / "old.txt").read_bytes() == b"new"
+def test_merge_writes_only_missing_files(tmp_path):
+    (tmp_path / "result.json").write_bytes(b'{"i": 1}\n{"i": 2}\n')  # the driver's, newer
+    files = {"result.json": b'{"i": 1}\n', "plots/loss.svg": b"<svg/>", "a.txt": b"a"}
+    assert merge_files(files, str(tmp_path)) == ["a.txt", "plots/loss.svg"]
+    assert (tmp_path / "result.json").read_bytes() == b'{"i": 1}\n{"i": 2}\n'  # kept
     assert (tmp_path / "plots" / "loss.svg").read_bytes() == b"<svg/>"
     assert merge_files(files, str(tmp_path)) == []
     with pytest.raises(ValueError, match="outside"):

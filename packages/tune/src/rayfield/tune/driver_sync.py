@@ -9,7 +9,8 @@ driver's, ``sync_to_driver`` says what happens to them:
 * ``None`` / ``True`` (default): copied through the cluster. The actor packs its trial
   directory (``checkpoint_*`` directories left out: checkpoints already reach the
   driver, which may have deleted old ones on purpose) and the driver writes each file
-  that it lacks or that differs into its copy of the trial directory.
+  that its copy of the trial directory lacks (it never replaces one: its own results
+  and logs live there too).
 * ``False``: nothing is copied.
 * a command template with ``{source}`` and ``{target}`` (``"rsync -a {source}/
   {target}"``; ``source`` is ``<node ip>:<trial dir on that node>``), or a function
@@ -57,8 +58,11 @@ def trial_dir_report(logdir: str, driver_node: str, with_files: bool) -> dict[st
 
 
 def merge_files(files: dict[str, bytes], target: str) -> list[str]:
-    """Write each of ``files`` that ``target`` lacks or holds with other bytes; returns
-    the relative paths written.
+    """Write each of ``files`` that ``target`` lacks; returns the relative paths written.
+
+    A file already in ``target`` is never replaced: the driver writes the trial's results,
+    logs and checkpoints into the same directory, and on a file system the nodes share,
+    the packed copy of such a file can be older than the driver's.
 
     Raises:
         ValueError: a path that would land outside ``target``.
@@ -69,7 +73,7 @@ def merge_files(files: dict[str, bytes], target: str) -> list[str]:
         path = root / rel
         if root.resolve() not in path.resolve().parents:
             raise ValueError(f"synced file {rel!r} would land outside {root}")
-        if path.is_file() and path.read_bytes() == data:
+        if path.exists():
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
