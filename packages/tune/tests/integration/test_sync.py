@@ -97,3 +97,57 @@ def test_tuner_run_config_sync_config(tmp_path):
     ).fit()
     assert grid.get_best_result("loss", "min").metrics["loss"] == pytest.approx(4 / 3)
     assert copies[-1] == (str(tmp_path / "local" / "tuned"), "mem://bucket/tuned")
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    """A moto S3 with a bucket ``results`` (this process only: the driver uploads)."""
+    boto3 = pytest.importorskip("boto3")
+    moto = pytest.importorskip("moto")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SECURITY_TOKEN"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with moto.mock_aws():
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="results")
+        yield "s3://results/runs"
+
+
+@pytest.mark.parametrize("scheme", ["s3", "file"])
+def test_tuner_restore_from_the_cloud_copy_into_another_dir(tmp_path, scheme, request):
+    upload_dir = request.getfixturevalue("s3") if scheme == "s3" else f"file://{tmp_path}/bucket"
+    first_dir = tmp_path / "first"
+    grid = tune.Tuner(
+        quadratic,
+        param_space={"x": tune.grid_search([0.0, 1.0])},
+        run_config=tune.RunConfig(
+            name="cloudy",
+            storage_path=str(first_dir),
+            sync_config=tune.SyncConfig(upload_dir=upload_dir),
+            verbose=0,
+        ),
+    ).fit()
+    first = {r.config["x"]: r.metrics["loss"] for r in grid}
+    shutil.rmtree(first_dir)  # the machine is gone; the cloud copy stays
+    with pytest.raises(tune.TuneError, match="not <upload_dir>/<experiment name>"):
+        tune.Tuner.restore("s3://", quadratic)
+
+    started: list[str] = []
+
+    class Starts(tune.Callback):
+        def on_trial_start(self, trial):
+            started.append(trial.trial_id)
+
+    second_dir = tmp_path / "second"
+    tuner = tune.Tuner.restore(
+        f"{upload_dir}/cloudy",
+        quadratic,
+        run_config=tune.RunConfig(storage_path=str(second_dir), callbacks=[Starts()], verbose=0),
+    )
+    assert (second_dir / "cloudy" / STATE_FILE).exists()  # downloaded there
+    resumed = tuner.fit()
+    assert started == []  # both trials had finished: none runs again
+    assert {r.config["x"]: r.metrics["loss"] for r in resumed} == first
+    for result in resumed:  # the trials live in the new directory now
+        assert Path(result.path).parent == second_dir / "cloudy"
+        assert (Path(result.path) / "result.json").read_text().count("\n") == 3
+    assert not first_dir.exists()

@@ -63,3 +63,25 @@ def test_resources_spec_errors():
     r = Resources.from_spec({"CPU": 2, "extra_cpu": 1, "accel": 1})
     assert r.total() == {"CPU": 3.0, "accel": 1.0}
     assert r.summary_string() == "3 CPUs, 0 GPUs"
+
+
+def test_rebase_trial_moves_paths_under_the_new_experiment_dir():
+    from rayfield.tune.state import rebase_trial
+
+    data = {
+        "local_dir": "/old/exp",
+        "logdir": "/old/exp/f_0_x=1",
+        "error_file": "/old/exp/f_0_x=1/error.txt",
+        "checkpoint": "/old/exp/f_0_x=1/checkpoint_000002",
+        "checkpoints": [{"path": "/old/exp/f_0_x=1/checkpoint_000001", "result": {}}],
+    }
+    moved = rebase_trial(data, "/new/place/exp/")
+    assert moved["local_dir"] == "/new/place/exp"
+    assert moved["logdir"] == "/new/place/exp/f_0_x=1"
+    assert moved["error_file"] == "/new/place/exp/f_0_x=1/error.txt"
+    assert moved["checkpoint"] == "/new/place/exp/f_0_x=1/checkpoint_000002"
+    assert moved["checkpoints"][0]["path"] == "/new/place/exp/f_0_x=1/checkpoint_000001"
+    assert data["logdir"] == "/old/exp/f_0_x=1"  # the saved data is left as it was
+    assert rebase_trial(data, "/old/exp") is data
+    elsewhere = dict(data, checkpoint="/old/expanded/ckpt")  # a sibling, not under it
+    assert rebase_trial(elsewhere, "/n")["checkpoint"] == "/old/expanded/ckpt"

@@ -31,6 +31,7 @@ from aiohttp import web
 
 from rayfield.dashboard import DEFAULT_PORT, KV_CERT_KEY, KV_KEY, KV_NAMESPACE, security
 from rayfield.dashboard.api import StateApi
+from rayfield.dashboard.pages import discover
 from rayfield.dashboard.server import ALLOWED_HOSTS, make_app
 from rayfield.util.cluster import ERROR_MARK, TlsConfig, read_token, write_private
 from rayfield.util.state import StateClient
@@ -68,7 +69,10 @@ async def serve(args: argparse.Namespace, tls: TlsConfig | None) -> None:
     token = read_token(args.token_file)
     client = StateClient(args.gcs_address, token, tls=tls)
     api = StateApi(client)
-    app = make_app(api, token, ())
+    pages = discover()
+    if pages:
+        log.info("dashboard pages of other packages: %s", ", ".join(p.name for p in pages))
+    app = make_app(api, token, (), pages)
     https = https_context(args.https_cert, args.https_key) if args.https_cert else None
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from rayfield.dashboard import query
+from rayfield.dashboard.pages import DashboardPage
 from rayfield.util.state import GcsError, NodeCallError, StateClient, StateError, call_status
 
 __all__ = ["StateApi"]
@@ -86,6 +87,28 @@ class StateApi:
             web.get("/api/log", _checked(self.log)),
             web.get("/api/timeline", _checked(self.timeline)),
         ]
+
+    def page_routes(self, pages: Sequence[DashboardPage]) -> list[web.RouteDef]:
+        """GET ``/api/pages`` (the list) and ``/api/pages/<name>`` (a page's data); see
+        :mod:`rayfield.dashboard.pages`."""
+        listing = [{"name": p.name, "title": p.title} for p in pages]
+        by_name = {p.name: p for p in pages}
+
+        async def index(request: web.Request) -> web.Response:
+            return _json(listing)
+
+        async def data(request: web.Request) -> web.Response:
+            name = request.match_info["name"]
+            page = by_name.get(name)
+            if page is None:
+                raise _error(web.HTTPNotFound, f"no dashboard page is named {name!r}")
+            try:
+                value = await self.run(page.data, self.client, dict(request.query))
+            except ValueError as exc:
+                raise _error(web.HTTPBadRequest, str(exc)) from None
+            return _json(value)
+
+        return [web.get("/api/pages", index), web.get("/api/pages/{name}", data)]
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the pool; cluster errors become 400 or 502 replies."""

@@ -6,18 +6,20 @@ script and style, public: they hold no data), and the JSON API of ``api.py``. Th
 middleware refuses, in order: a Host that does not name this dashboard (421), a
 state-changing request whose Origin is not this host (403), and anything but the login
 page and static files without a session cookie or a bearer token (pages: a redirect to
-``/login``; the API: 401).
+``/login``; the API: 401). Pages of other packages add ``/static/pages/<name>.js`` and
+``/api/pages/...`` (see ``pages.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from importlib import resources
 
 from aiohttp import web
 
 from rayfield.dashboard import security
 from rayfield.dashboard.api import Handler, StateApi
+from rayfield.dashboard.pages import DashboardPage
 
 __all__ = ["make_app"]
 
@@ -85,7 +87,12 @@ def _logged_in(request: web.Request) -> bool:
     return request.path.startswith("/api/") and security.token_ok(given, app[TOKEN])
 
 
-def make_app(api: StateApi, token: str, allowed_hosts: Iterable[str]) -> web.Application:
+def make_app(
+    api: StateApi,
+    token: str,
+    allowed_hosts: Iterable[str],
+    pages: Sequence[DashboardPage] = (),
+) -> web.Application:
     """The dashboard application.
 
     Args:
@@ -93,8 +100,12 @@ def make_app(api: StateApi, token: str, allowed_hosts: Iterable[str]) -> web.App
         token: the cluster token a user must present.
         allowed_hosts: accepted ``Host`` header values (``security.allowed_hosts``); an
             app whose port is only known once bound adds them to ``app[ALLOWED_HOSTS]``.
+        pages: tabs added by other packages (``rayfield.dashboard.pages.discover()``):
+            their scripts at ``/static/pages/<name>.js``, their data under
+            ``/api/pages``.
     """
     files = _static_files()
+    scripts = {p.name: p.script.encode() for p in pages}
     app = web.Application(middlewares=[_guard], client_max_size=64 << 10)
     app[ALLOWED_HOSTS] = set(allowed_hosts)
     app[SESSIONS] = security.Sessions()
@@ -109,6 +120,12 @@ def make_app(api: StateApi, token: str, allowed_hosts: Iterable[str]) -> web.App
         if name not in files:
             raise web.HTTPNotFound()
         return _reply(files[name], name)
+
+    async def page_script(request: web.Request) -> web.Response:
+        script = scripts.get(request.match_info["page"])
+        if script is None:
+            raise web.HTTPNotFound()
+        return _reply(script, "page.js")
 
     async def login_page(request: web.Request) -> web.Response:
         return _reply(files["login.html"], "login.html")
@@ -140,10 +157,12 @@ def make_app(api: StateApi, token: str, allowed_hosts: Iterable[str]) -> web.App
         [
             web.get("/", index),
             web.get("/static/{name}", static),
+            web.get("/static/pages/{page}.js", page_script),
             web.get("/login", login_page),
             web.post("/login", login),
             web.post("/logout", logout),
             *api.routes(),
+            *api.page_routes(pages),
         ]
     )
     return app

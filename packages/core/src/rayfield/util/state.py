@@ -18,7 +18,8 @@ start or name one) and ``GcsError`` subclasses (``GcsUnavailableError``,
 ``StateClient`` is the same queries on one connection (what the CLI and the dashboard
 use): ``nodes()``, ``actors()``, ``jobs()``, ``tasks()``, ``objects()``, ``workers()``,
 ``task_events()``, ``timeline()``, ``logs()``, ``find_log()``, ``read_log()``,
-``kill_actor()``, ``resource_demand()``, ``kv_get()``. A node that fails a call raises
+``kill_actor()``, ``resource_demand()``, ``kv_get()``, ``kv_put()``, ``kv_del()``,
+``kv_keys()``. A node that fails a call raises
 ``NodeCallError``; ``call_status(exc)`` gives its status name and details.
 """
 

@@ -11,7 +11,7 @@ from typing import Any
 from rayfield.tune.checkpoint import Checkpoint
 from rayfield.tune.error import TuneError
 from rayfield.tune.logger import flatten, load_pickled_config
-from rayfield.tune.state import load_state, trial_from_json
+from rayfield.tune.state import load_state, rebase_trial, trial_from_json
 from rayfield.tune.trial import Trial
 
 __all__ = ["ExperimentAnalysis", "Result", "ResultGrid"]
@@ -60,7 +60,8 @@ class ExperimentAnalysis:
             state = load_state(path)
             if state is None:
                 raise TuneError(f"No experiment state found in {path}!")
-            trials = [trial_from_json(t, load_pickled_config(t["logdir"])) for t in state["trials"]]
+            saved = [rebase_trial(t, path) for t in state["trials"]]  # copied elsewhere
+            trials = [trial_from_json(t, load_pickled_config(t["logdir"])) for t in saved]
         self.trials = trials
 
     def __iter__(self) -> Iterator[Trial]:

@@ -10,6 +10,7 @@ per call (``train_buffered``).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -18,6 +19,7 @@ from typing import Any
 
 import rayfield
 from rayfield.tune import result as R
+from rayfield.tune.driver_sync import DriverSync
 from rayfield.tune.function_trainable import FunctionTrainable
 from rayfield.tune.registry import get_trainable_cls
 from rayfield.tune.runner import Decision
@@ -27,6 +29,9 @@ from rayfield.tune.trial import Resources, Trial, TrialCheckpoint
 __all__ = ["ActorExecutor"]
 
 _DRAIN_TIMEOUT_S = 30.0
+
+
+log = logging.getLogger(__name__)
 
 
 def _supports_reset(cls: type) -> bool:
@@ -61,9 +66,15 @@ class ActorExecutor:
     """
 
     def __init__(
-        self, reuse_actors: bool = True, buffer_results: int = 1, buffer_time_s: float = 0.2
+        self,
+        reuse_actors: bool = True,
+        buffer_results: int = 1,
+        buffer_time_s: float = 0.2,
+        driver_sync: DriverSync | None = None,
     ) -> None:
         self.reuse_actors = reuse_actors
+        self.driver_sync = driver_sync
+        self._syncs: dict[Any, str] = {}  # report ref -> the trial's logdir on the driver
         self.buffer_results = max(1, buffer_results)
         self.buffer_time_s = buffer_time_s
         self._actors: dict[str, Any] = {}
@@ -181,12 +192,17 @@ class ActorExecutor:
         if error or busy or key is None:
             _kill(handle)
             return
+        sync_ref = None
+        if self.driver_sync is not None and self.driver_sync.wanted():
+            sync = self.driver_sync
+            sync_ref = handle.trial_dir_report.remote(sync.driver_node, sync.with_files)
+            self._syncs[sync_ref] = trial.logdir
         stop_ref = handle.stop.remote()
         if self.reuse_actors and _supports_reset(get_trainable_cls(key[0])):
             self._cache[key].append(handle)
             return
         # A kill fails the actor's pending calls: let the save and the cleanup finish.
-        pending = [r for r in (wait_for, stop_ref) if r is not None]
+        pending = [r for r in (wait_for, sync_ref, stop_ref) if r is not None]
         rayfield.wait(pending, num_returns=len(pending), timeout=_DRAIN_TIMEOUT_S)
         _kill(handle)
 
@@ -252,8 +268,23 @@ class ActorExecutor:
             handle.restore_from_object.remote(blob)
 
     # -- results ---------------------------------------------------------------------
+    def apply_syncs(self, timeout_s: float = 0.0) -> None:
+        """Write the trial directories of other nodes that have arrived (waiting up to
+        ``timeout_s`` for all); a failed copy is logged, the run goes on."""
+        if not self._syncs or self.driver_sync is None:
+            return
+        refs = list(self._syncs)
+        ready, _ = rayfield.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        for ref in ready:
+            logdir = self._syncs.pop(ref)
+            try:
+                self.driver_sync.apply(logdir, rayfield.get(ref))
+            except Exception as exc:
+                log.warning("sync_to_driver of %s failed: %s", logdir, exc)
+
     def poll(self, timeout_s: float) -> list[_Event]:
         """Results of every call finished within ``timeout_s`` (at least one if any)."""
+        self.apply_syncs()
         refs = list(self._inflight)
         if not refs:
             return []
@@ -287,7 +318,9 @@ class ActorExecutor:
         return bool(self._inflight)
 
     def shutdown(self) -> None:
-        """End every actor this executor started."""
+        """End every actor this executor started (after the pending ``sync_to_driver``
+        copies, up to 30 s)."""
+        self.apply_syncs(timeout_s=30.0)
         for handle in self._actors.values():
             _kill(handle)
         for handles in self._cache.values():

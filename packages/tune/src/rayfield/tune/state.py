@@ -30,6 +30,7 @@ __all__ = [
     "append_finished",
     "encode_state",
     "load_state",
+    "rebase_trial",
     "trial_from_json",
     "trial_to_json",
     "write_state",
@@ -91,6 +92,34 @@ def trial_to_json(trial: Trial) -> dict[str, Any]:
         "checkpoints": [{"path": c.value, "result": _jsonable(c.result)} for c in disk],
         "checkpoint": current.value if current else None,
     }
+
+
+def rebase_trial(data: dict[str, Any], experiment_dir: str) -> dict[str, Any]:
+    """``data`` (from :func:`trial_to_json`) with its paths moved under ``experiment_dir``.
+
+    An experiment restored into another directory than the one it ran in (a cloud copy
+    downloaded elsewhere) keeps its trial directories, checkpoints and error files, but
+    the saved state names them under the old directory: every path under the old
+    ``local_dir`` is rewritten under ``experiment_dir``; other paths are kept.
+    """
+    old = os.path.normpath(data["local_dir"]) if data.get("local_dir") else None
+    new = os.path.normpath(experiment_dir)
+    if old is None or old == new:
+        return data
+
+    def move(path: Any) -> Any:
+        if not isinstance(path, str) or not path:
+            return path
+        norm = os.path.normpath(path)
+        if norm == old or norm.startswith(old + os.sep):
+            return new + norm[len(old) :]
+        return path
+
+    out = dict(data, local_dir=new, logdir=move(data["logdir"]))
+    out["error_file"] = move(data.get("error_file"))
+    out["checkpoint"] = move(data.get("checkpoint"))
+    out["checkpoints"] = [dict(c, path=move(c["path"])) for c in data.get("checkpoints", [])]
+    return out
 
 
 def trial_from_json(data: dict[str, Any], config: dict[str, Any] | None = None) -> Trial:

@@ -334,6 +334,13 @@ class Trainable:
     def get_info(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "node_ip": _node_ip()}
 
+    def trial_dir_report(self, driver_node: str, with_files: bool) -> dict[str, Any] | None:
+        """This trial's directory for the driver, when this actor runs on another node
+        (``sync_to_driver``; see :mod:`rayfield.tune.driver_sync`)."""
+        from rayfield.tune.driver_sync import trial_dir_report
+
+        return trial_dir_report(self._logdir, driver_node, with_files)
+
     # -- hooks -------------------------------------------------------------------------
     def _save_hook(self, checkpoint_dir: str) -> Any:
         if _overrides(self, "save_checkpoint"):

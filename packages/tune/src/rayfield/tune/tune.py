@@ -15,8 +15,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import rayfield
+from rayfield.tune import dashboard
 from rayfield.tune.analysis import ExperimentAnalysis
 from rayfield.tune.callback import Callback
+from rayfield.tune.driver_sync import DriverSync
 from rayfield.tune.error import TuneError
 from rayfield.tune.executor import ActorExecutor, _supports_reset
 from rayfield.tune.experiment import Experiment, convert_to_experiment_list
@@ -31,7 +33,13 @@ from rayfield.tune.search.search_algorithm import (
     SearchGenerator,
 )
 from rayfield.tune.search.searcher import Searcher
-from rayfield.tune.state import append_finished, load_state, trial_from_json, write_state_text
+from rayfield.tune.state import (
+    append_finished,
+    load_state,
+    rebase_trial,
+    trial_from_json,
+    write_state_text,
+)
 from rayfield.tune.stopper import TimeoutStopper, _Combined
 from rayfield.tune.syncer import CloudSync, SyncConfig, get_syncer, remote_dir_of
 from rayfield.tune.trial import Trial
@@ -78,6 +86,7 @@ def run(
     sync_to_cloud: Any = None,
     sync_function: Any = None,
     sync_config: SyncConfig | None = None,
+    sync_to_driver: Any = None,
     export_formats: Any = None,
     queue_trials: bool = False,
     global_checkpoint_period: float | None = None,
@@ -132,6 +141,11 @@ def run(
             built in for ``file://`` and ``s3://``.
         sync_config: the modern form of the three (``SyncConfig(upload_dir=...,
             syncer=..., sync_period=...)``).
+        sync_to_driver: how files a trial writes on another node reach the driver's
+            trial directory: None/True copies them through the cluster when the trial
+            ends, False does not, a command template (``{source}`` is
+            ``<node ip>:<dir>``, ``{target}`` the driver's dir) or a function
+            ``f(source, target)`` does it (see :mod:`rayfield.tune.driver_sync`).
         with_server, server_port: serve the trials over REST on loopback (see
             :mod:`rayfield.tune.web_server`; 0 picks a free port).
 
@@ -209,6 +223,10 @@ def run(
     if reporter is not None:
         all_callbacks.append(reporter)
     all_callbacks += list(callbacks or [])
+    if dashboard.enabled():  # a driver of a cluster: the dashboard's Tune page shows it
+        all_callbacks.append(
+            dashboard.DashboardPublisher(experiment.name, experiment.path, metric, mode)
+        )
     runner = TrialRunner(
         search_alg,
         scheduler,
@@ -228,7 +246,9 @@ def run(
     if _should_resume(resume, experiment.path):
         _restore_runner(runner, search_alg, experiment)
     search_alg.add_configurations([experiment])
-    executor = ActorExecutor(reuse_actors=reuse_actors, buffer_results=buffer)
+    executor = ActorExecutor(
+        reuse_actors=reuse_actors, buffer_results=buffer, driver_sync=DriverSync(sync_to_driver)
+    )
     server = None
     if with_server:
         from rayfield.tune.web_server import TuneServer
@@ -431,7 +451,8 @@ def _restore_runner(
     assert state is not None
     finished = state.get("finished") or {}
     in_file = int(finished.get("count", 0))
-    for i, data in enumerate(state["trials"]):
+    for i, saved in enumerate(state["trials"]):
+        data = rebase_trial(saved, experiment.path)  # restored into another directory
         trial = trial_from_json(data, load_pickled_config(data["logdir"]))
         runner.add_trial(trial, persisted=i < in_file)
         if trial.is_finished():

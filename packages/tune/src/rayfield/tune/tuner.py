@@ -124,13 +124,27 @@ class Tuner:
     ) -> Tuner:
         """A Tuner that continues the experiment saved in ``path`` when fitted.
 
+        Args:
+            path: the experiment directory, or its cloud copy: a URI
+                ``<upload_dir>/<name>`` (``s3://bucket/prefix/name``,
+                ``file:///dir/name``) that ``RunConfig(sync_config=SyncConfig(
+                upload_dir=...))`` kept. A cloud copy is downloaded into
+                ``<run_config.storage_path or ~/rayfield_results>/<name>`` unless that
+                directory already holds the experiment's state; the run then goes on
+                uploading to ``<upload_dir>``.
+            trainable, param_space, tune_config, run_config: as for ``Tuner()``; the
+                run config's name and storage path are set from ``path``.
+
         Raises:
-            TuneError: ``path`` holds no experiment state.
+            TuneError: ``path`` (or its download) holds no experiment state, or the
+                download failed.
         """
+        run_config = run_config or RunConfig()
+        if "://" in path:
+            path = _download(path, run_config)
         path = os.path.expanduser(path)
         if load_state(path) is None:
             raise TuneError(f"No experiment state found in {path}!")
-        run_config = run_config or RunConfig()
         run_config.name = os.path.basename(os.path.normpath(path))
         run_config.storage_path = os.path.dirname(os.path.normpath(path))
         return cls(
@@ -192,3 +206,25 @@ class Tuner:
         if rc.name is None:
             raise TuneError("get_results() needs RunConfig(name=...)")
         return ResultGrid(ExperimentAnalysis(os.path.join(root, rc.name)))
+
+
+def _download(uri: str, run_config: RunConfig) -> str:
+    """Fetch the experiment at ``uri`` (``<upload_dir>/<name>``) into the local storage
+    path, point ``run_config`` at ``<upload_dir>`` for further uploads, and return the
+    local experiment directory."""
+    from rayfield.tune.experiment import default_local_dir
+    from rayfield.tune.syncer import get_syncer
+
+    upload_dir, _, name = uri.rstrip("/").rpartition("/")
+    if not name or "://" not in upload_dir:
+        raise TuneError(f"{uri!r} is not <upload_dir>/<experiment name>")
+    sync = run_config.sync_config or SyncConfig()
+    sync.upload_dir = upload_dir
+    run_config.sync_config = sync
+    root = os.path.expanduser(
+        run_config.storage_path or run_config.local_dir or default_local_dir()
+    )
+    local = os.path.join(root, name)
+    if load_state(local) is None:
+        get_syncer(upload_dir, sync.syncer).sync_down(uri.rstrip("/"), local)
+    return local

@@ -256,6 +256,10 @@ class StateClient:
         """Delete ``key`` from ``namespace``; True when it existed."""
         return self.gcs.kv_del(namespace, key)
 
+    def kv_keys(self, namespace: str, prefix: str | bytes = b"") -> list[bytes]:
+        """The keys of ``namespace`` that start with ``prefix``, sorted."""
+        return list(self.gcs.kv_keys(namespace, prefix))
+
     def jobs(self) -> list[dict[str, Any]]:
         """Every job (connected driver) the GCS recorded, newest first: RUNNING, FINISHED,
         or FAILED when its node died before it finished."""

@@ -263,6 +263,38 @@ const VIEWS = {
   },
 };
 
+// ---- pages of other packages (rayfield.dashboard.pages) ------------------------------
+
+const pageRefresh = {}; // page name -> refresh(section, tools), set by the page's script
+
+window.rayfieldDashboard = {
+  addPage(name, refreshPage) { pageRefresh[name] = refreshPage; if (activeTab === name) refresh(); },
+};
+
+function pageTools(name) {
+  return {
+    api, el, fmtNum, fmtBytes,
+    dataUrl: (params) => `/api/pages/${encodeURIComponent(name)}?${new URLSearchParams(params || {})}`,
+  };
+}
+
+async function loadPages() {
+  const pages = await api("/api/pages");
+  const nav = document.getElementById("tabs");
+  const main = document.querySelector("main");
+  for (const page of pages) {
+    nav.append(el("a", { href: `#${page.name}`, "data-tab": page.name }, page.title));
+    const section = el("section", { id: `tab-${page.name}`, class: "page", hidden: true });
+    main.append(section);
+    VIEWS[page.name] = async () => {
+      const draw = pageRefresh[page.name];
+      if (draw) await draw(section, pageTools(page.name));
+    };
+    const script = el("script", { src: `/static/pages/${encodeURIComponent(page.name)}.js` });
+    document.head.append(script);
+  }
+}
+
 async function refresh() {
   if (busy) return;
   busy = true;
@@ -296,6 +328,12 @@ function showTab() {
 window.addEventListener("hashchange", showTab);
 document.addEventListener("DOMContentLoaded", () => {
   drawLegend();
-  showTab();
-  setInterval(refresh, REFRESH_MS);
+  loadPages().catch((err) => {
+    const status = document.getElementById("status");
+    status.textContent = `error: pages of other packages: ${err.message}`;
+    status.className = "error";
+  }).finally(() => {
+    showTab();
+    setInterval(refresh, REFRESH_MS);
+  });
 });
