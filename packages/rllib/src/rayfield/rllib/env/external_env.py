@@ -59,8 +59,8 @@ class ExternalEvent:
     episode_id: str
     kind: str
     obs: Any
-    reward: float
-    info: dict[str, Any]
+    reward: Any
+    info: dict[Any, Any]
     action: Any = None
     wants_action: bool = False
     training_enabled: bool = True

@@ -242,7 +242,7 @@ class ExternalEnvSampler(SamplerBase):
         return map_agent(self.mapping_fn, self.policies, agent_id, episode, self.worker)
 
     def _process(self, pid: str, raw: Any) -> np.ndarray:
-        return self.filters[pid](self.preprocessors[pid].transform_batch([raw]))[0]  # type: ignore[no-any-return]
+        return self.filters[pid](self.preprocessors[pid].transform_batch([raw]))[0]
 
     def _add_reward(self, ep: Episode, aid: Any, reward: float) -> None:
         ep.total_reward += reward

@@ -185,9 +185,10 @@ class RolloutWorker:
         if self.multiagent:
             self._build_policies(policy, config, multiagent)
             mapping = multiagent.get("policy_mapping_fn") or (lambda agent_id: DEFAULT_POLICY_ID)
+            source: Any = self.envs if self.external_env is None else self.external_env
             sampler_cls = MultiAgentSampler if self.external_env is None else ExternalEnvSampler
             self.sampler: Any = sampler_cls(
-                self.external_env or self.envs,
+                source,
                 self.policy_map,
                 mapping,
                 self.preprocessors,

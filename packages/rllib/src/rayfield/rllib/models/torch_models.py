@@ -111,7 +111,8 @@ ROOT2 = float(np.sqrt(2))  # the gain of hidden layers
 def orthogonal(layer: _Layer, gain: float) -> _Layer:
     """`layer` with orthogonal weights of `gain` and zero biases."""
     nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
     return layer
 
 
