@@ -9,6 +9,13 @@ Usage::
 
     python3 tools/install_browser.py          # prints the executable's path
 
+Browser tests launch it through :func:`headless_chromium` (loaded from this file by path,
+as ``tools/`` is no package)::
+
+    tool = runpy.run_path("tools/install_browser.py")
+    with tool["headless_chromium"]() as browser:  # a playwright.sync_api.Browser
+        page = browser.new_context().new_page()
+
 Lookup order: ``$RAYFIELD_CHROMIUM``; ``chromium``, ``chromium-browser``,
 ``chromium-headless-shell``, ``google-chrome`` on the PATH; a browser Playwright itself
 downloaded (``~/.cache/ms-playwright``).
@@ -16,11 +23,17 @@ downloaded (``~/.cache/ms-playwright``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 ENV = "RAYFIELD_CHROMIUM"
 NAMES = ("chromium", "chromium-browser", "chromium-headless-shell", "google-chrome")
@@ -56,6 +69,29 @@ def find_chromium() -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def headless_chromium() -> Iterator[Browser]:
+    """Headless Chromium driven by Playwright (the system browser :func:`find_chromium`
+    finds), closed on exit, as is Playwright's driver process.
+
+    Raises:
+        RuntimeError: no working Chromium here; the message says how to get one.
+        ImportError: Playwright is not installed (the test extras of rayfield-cli and
+            rayfield-core have it).
+    """
+    from playwright.sync_api import sync_playwright
+
+    executable = find_chromium()
+    if executable is None:
+        raise RuntimeError(f"{HINT}; or run `python3 tools/install_browser.py` (as root)")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 def install() -> str:
     """A Chromium executable: the one found here, else Debian's package installed now.
 
@@ -66,16 +102,9 @@ def install() -> str:
     found = find_chromium()
     if found:
         return found
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        raise RuntimeError(HINT + " (this tool installs it itself only as root with apt-get)")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (
-        ["apt-get", "update"],
-        ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
-    ):
-        print("+", " ".join(cmd), flush=True)
-        if subprocess.run(cmd, env=env).returncode != 0:
-            raise RuntimeError(f"`{' '.join(cmd)}` failed; {HINT}")
+    from apt_packages import apt_get_install  # a sibling: tools/ is sys.path[0] for a script
+
+    apt_get_install(["chromium"], HINT)
     found = find_chromium()
     if found is None:
         raise RuntimeError(f"apt-get installed chromium but it does not run; {HINT}")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 
 PROGRAMS = {"sshd": "/usr/sbin/sshd", "ssh": "ssh", "ssh-keygen": "ssh-keygen", "rsync": "rsync"}
@@ -48,17 +47,9 @@ def install() -> dict[str, str]:
     found = find_programs()
     if found:
         return found
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        raise RuntimeError(HINT + " (this tool installs them itself only as root with apt-get)")
-    # policy-rc.d answers 101 in containers, so the package's sshd service is not started.
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (
-        ["apt-get", "update"],
-        ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES],
-    ):
-        print("+", " ".join(cmd), flush=True)
-        if subprocess.run(cmd, env=env, check=False).returncode != 0:
-            raise RuntimeError(f"`{' '.join(cmd)}` failed; {HINT}")
+    from apt_packages import apt_get_install  # a sibling: tools/ is sys.path[0] for a script
+
+    apt_get_install(PACKAGES, HINT)
     found = find_programs()
     if found is None:
         raise RuntimeError(

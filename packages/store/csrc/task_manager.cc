@@ -57,7 +57,7 @@ void TaskManager::Submit(Submission s) {
     remote_actors_.erase(spec.actor_id);  // (re)created here, e.g. after its node died
   } else if (actor_task) {
     auto dead = dead_actors_.find(spec.actor_id);
-    if (dead != dead_actors_.end()) return FailTask(task_id, "ACTOR_DIED", dead->second);
+    if (dead != dead_actors_.end()) return FailTask(task_id, dead->second.tag, dead->second.why);
     if (remote_actors_.count(spec.actor_id) || !actors_.count(spec.actor_id)) {
       return HoldForElsewhere(std::move(spec));
     }
@@ -94,8 +94,9 @@ bool TaskManager::FailPlacement(const UniqueID& task_id, const std::string& mess
   if (auto a = actors_.find(actor_id); a != actors_.end()) {  // dead for good, never placed
     a->second.end_reason = message;
     a->second.restarts_left = 0;
+    a->second.unschedulable = true;
   }
-  ActorGone(actor_id);  // its creation and its calls fail with ACTOR_DIED and `message`
+  ActorGone(actor_id);  // its creation and calls fail with ACTOR_UNSCHEDULABLE, `message`
   return true;
 }
 

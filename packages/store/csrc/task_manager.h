@@ -19,7 +19,9 @@
 //   otherwise its returns become error objects: CANCELLED (it was cancelled), the host's
 //   tag (KillWorker), ACTOR_DIED (actor calls) or WORKER_DIED.
 // * An actor whose worker dies is created again while it has restarts left; otherwise it
-//   is dead for good (ActorDied) and its queued calls fail with ACTOR_DIED.
+//   is dead for good (ActorDied) and its queued and later calls fail with ACTOR_DIED.
+// * An actor whose creation cannot be placed (FailPlacement) is dead for good: its
+//   creation and its queued and later calls fail with ACTOR_UNSCHEDULABLE.
 // * A driver's non-detached actors end when the driver disconnects (OwnerDied for those
 //   that moved to other nodes).
 // * Cancel: a queued task fails with CANCELLED at once; a running plain task is
@@ -138,7 +140,8 @@ class TaskManager {
   // A task held for placement (TaskPlacement) is queued here: false if no such task.
   bool PlaceHere(const UniqueID& task_id);
   // A task held for placement fails with `message` (a plain task's returns become
-  // UNSCHEDULABLE error objects; an actor is dead for good): false if no such task.
+  // UNSCHEDULABLE error objects; an actor is dead for good and its creation and calls
+  // fail with ACTOR_UNSCHEDULABLE): false if no such task.
   bool FailPlacement(const UniqueID& task_id, const std::string& message);
   void SetTotalResources(ResourceSet total);
 
@@ -173,6 +176,11 @@ class TaskManager {
     WorkerID worker = 0;
     ClientID owner = 0;      // the driver it fate-shares with (0: none, e.g. detached)
     std::string end_reason;  // why it is being ended for good, when the node ends it
+    bool unschedulable = false;  // its creation could not be placed: it never ran
+  };
+  // An actor dead for good: the tag and message of the error objects of its calls.
+  struct DeadActor {
+    std::string tag, why;
   };
 
   void Emit(TaskDecision d) { out_.push_back(std::move(d)); }
@@ -199,7 +207,7 @@ class TaskManager {
   // The plain task each worker runs now: the parent of the tasks that worker submits.
   std::unordered_map<WorkerID, UniqueID> running_plain_;
   std::unordered_map<UniqueID, ActorRecord, UniqueIDHash> actors_;
-  std::unordered_map<UniqueID, std::string, UniqueIDHash> dead_actors_;  // id -> why
+  std::unordered_map<UniqueID, DeadActor, UniqueIDHash> dead_actors_;
   std::unordered_set<UniqueID, UniqueIDHash> remote_actors_;  // created on other nodes
   // Actors a driver of this node created that moved to other nodes: id -> that driver.
   std::unordered_map<UniqueID, ClientID, UniqueIDHash> remote_owned_;

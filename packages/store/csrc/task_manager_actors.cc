@@ -131,7 +131,8 @@ void TaskManager::HandleWorkerLost(const WorkerLost& lost) {
   if (!lost.actor_id.IsNil()) ActorGone(lost.actor_id);
 }
 
-// The actor's worker is gone: restart it if it may, otherwise fail what waits for it.
+// The actor's worker is gone (or its creation could not be placed): restart it if it
+// may, otherwise fail what waits for it.
 void TaskManager::ActorGone(const UniqueID& actor_id) {
   auto a = actors_.find(actor_id);
   if (a != actors_.end() && a->second.creation && a->second.restarts_left != 0) {
@@ -147,7 +148,9 @@ void TaskManager::ActorGone(const UniqueID& actor_id) {
   }
   std::string why = "the actor is dead: its worker process exited and no restart is left";
   if (a != actors_.end() && !a->second.end_reason.empty()) why = a->second.end_reason;
-  dead_actors_.emplace(actor_id, why);
+  const char* tag = a != actors_.end() && a->second.unschedulable ? "ACTOR_UNSCHEDULABLE"
+                                                                  : "ACTOR_DIED";
+  dead_actors_.emplace(actor_id, DeadActor{tag, why});
   actors_.erase(actor_id);
   scoped_actors_.erase(actor_id);
   Tell(ActorDied{actor_id, why});
@@ -157,7 +160,7 @@ void TaskManager::ActorGone(const UniqueID& actor_id) {
   }
   for (const auto& task_id : pending) {
     scheduler_.TakeTask(task_id);
-    FailTask(task_id, "ACTOR_DIED", why);
+    FailTask(task_id, tag, why);
   }
 }
 

@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("sklearn")
 
 import numpy as np
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 from test_examples import EXAMPLES_DIR, example, runtime  # noqa: F401  (runtime: a fixture)
 
 import rayfield as rf
@@ -147,14 +147,8 @@ class TestNewsReaderApi:
 @pytest.fixture()
 def browser() -> Iterator[Browser]:
     """Headless Chromium, closed before the runtime's check that no child process is left."""
-    tool = runpy.run_path(str(TOOL))
-    executable = tool["find_chromium"]()
-    if executable is None:
-        pytest.fail(f"{tool['HINT']}; or run `python3 tools/install_browser.py` (as root)")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=executable, headless=True)
+    with runpy.run_path(str(TOOL))["headless_chromium"]() as chromium:
         yield chromium
-        chromium.close()
 
 
 def test_news_reader_page_adds_a_channel_and_stars(news: dict[str, Any], browser: Browser) -> None:

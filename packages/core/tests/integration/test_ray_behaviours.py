@@ -1,5 +1,6 @@
 """Ray behaviours with real workers: retry_exceptions, cancel of running tasks, errors
-through dependencies, wait's signatures, the runtime context and get_resource_ids."""
+through dependencies, unschedulable work, wait's signatures, the runtime context and
+get_resource_ids."""
 
 from __future__ import annotations
 
@@ -13,8 +14,14 @@ import psutil
 import pytest
 
 import rayfield as rf
-from rayfield.exceptions import TaskCancelledError, TaskError
+from rayfield.exceptions import (
+    ActorUnschedulableError,
+    TaskCancelledError,
+    TaskError,
+    TaskUnschedulableError,
+)
 from rayfield.testing import wait_for
+from rayfield.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 
 @pytest.fixture
@@ -248,6 +255,27 @@ def test_errors_through_dependencies_keep_their_type(one_cpu: Any) -> None:
     with pytest.raises(KeyError) as info:
         rf.get(nested, timeout=10)
     assert isinstance(info.value, TaskError) and "get_inside" in str(info.value)
+
+
+# ---- unschedulable work ----------------------------------------------------------------
+
+
+@rf.remote
+class Pinned:
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_hard_affinity_to_another_node_fails_with_typed_errors(one_cpu: Any) -> None:
+    elsewhere = NodeAffinitySchedulingStrategy("ab" * 20, soft=False)
+    task = add_one.options(scheduling_strategy=elsewhere).remote(1)
+    with pytest.raises(TaskUnschedulableError, match="the task cannot be scheduled"):
+        rf.get(task, timeout=30)
+    actor = Pinned.options(scheduling_strategy=elsewhere).remote()
+    for _ in range(2):  # a call made at once, then one made after the actor failed
+        with pytest.raises(ActorUnschedulableError, match="the actor cannot be scheduled"):
+            rf.get(actor.pid.remote(), timeout=30)
+    assert rf.get(add_one.remote(1), timeout=30) == 2  # the node still runs other work
 
 
 # ---- wait -----------------------------------------------------------------------------

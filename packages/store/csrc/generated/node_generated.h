@@ -2309,8 +2309,12 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
   const ::flatbuffers::Vector<uint8_t> *payload() const {
     return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_PAYLOAD);
   }
-  /// Objects the task returns: if its worker dies and no retry is left, the
-  /// node seals an error object (metadata "WORKER_DIED") under each.
+  /// Objects the task returns. When the node ends the task without a result it
+  /// seals an error object under each (the message as data), whose metadata says
+  /// why: "WORKER_DIED" (its worker died, no retry left), "ACTOR_DIED" (an actor
+  /// call, the actor's worker died), "ACTOR_UNSCHEDULABLE" (the actor's creation
+  /// could not be placed, see `scheduling`), "UNSCHEDULABLE", "CANCELLED", or the
+  /// tag its host gave when it killed the worker (e.g. "OUT_OF_MEMORY").
   const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *return_ids() const {
     return GetPointer<const ::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *> *>(VT_RETURN_IDS);
   }
@@ -2343,7 +2347,9 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
   }
   /// A scheduling strategy for a plain task or an actor creation ("SPREAD", or
   /// "NODE:<node id hex>:<1 soft | 0 hard>"): the node holds the task until its host
-  /// places it here, forwards it, or fails it (`TaskPlacement` event). Empty: queue here.
+  /// places it here, forwards it, or fails it (`TaskPlacement` event): a plain task's
+  /// returns become "UNSCHEDULABLE" error objects; an actor creation's, and those of
+  /// every call to that actor, "ACTOR_UNSCHEDULABLE" ones. Empty: queue here.
   const ::flatbuffers::String *scheduling() const {
     return GetPointer<const ::flatbuffers::String *>(VT_SCHEDULING);
   }

@@ -399,12 +399,12 @@ def test_an_actor_that_cannot_be_placed_is_dead_with_its_calls() -> None:
     m = held_actor_with_a_call()
     assert m.place_task(tid(100), fail="the actor cannot be scheduled: no node") is True
     d = m.decisions()
-    assert errors(d) == {oid(100): "ACTOR_DIED", oid(1): "ACTOR_DIED"}
+    assert errors(d) == {oid(100): "ACTOR_UNSCHEDULABLE", oid(1): "ACTOR_UNSCHEDULABLE"}
     assert [(e.actor_id, e.reason) for e in of_kind(d, "actor_died")] == [
         (aid(1), "the actor cannot be scheduled: no node")
     ]
-    call(m, 2)  # later calls fail at once
-    assert errors(m.decisions()) == {oid(2): "ACTOR_DIED"}
+    call(m, 2)  # later calls fail at once, with the same tag
+    assert errors(m.decisions()) == {oid(2): "ACTOR_UNSCHEDULABLE"}
 
 
 def test_a_held_actor_creation_taken_elsewhere_takes_its_calls_along() -> None:

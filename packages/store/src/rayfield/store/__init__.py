@@ -280,8 +280,8 @@ class NodeServer:
             task_id: the task.
             fail: "" queues it on this node; a message fails it: a plain task's returns
                 become ``UNSCHEDULABLE`` error objects with this text, an actor creation
-                ends the actor for good (its creation and calls fail with
-                ``ACTOR_DIED`` and this text).
+                ends the actor for good (its creation and its queued and later calls
+                fail with ``ACTOR_UNSCHEDULABLE`` and this text).
 
         Returns:
             False when no such task is held (taken or cancelled meanwhile).

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
-    "UNSCHEDULABLE_ACTOR",
     "NodeAffinitySchedulingStrategy",
     "SchedulingStrategy",
     "Strategy",
@@ -26,14 +25,17 @@ __all__ = [
 ]
 
 NODE_ID_HEX = 40  # a node id is 20 bytes
-UNSCHEDULABLE_ACTOR = "the actor cannot be scheduled: "
-"""How the message of an actor that failed its placement starts (``get`` raises
-``ActorUnschedulableError`` for it)."""
 
 
 def unschedulable(why: str, actor: bool) -> str:
-    """The error message of a task (``actor``: an actor creation) that cannot be placed."""
-    return (UNSCHEDULABLE_ACTOR if actor else "the task cannot be scheduled: ") + why
+    """The error message of a task (``actor``: an actor creation) that cannot be placed.
+
+    The node stores it in the task's error objects: tagged ``UNSCHEDULABLE`` for a task
+    (``get`` raises ``TaskUnschedulableError``), ``ACTOR_UNSCHEDULABLE`` for the actor's
+    creation and calls (``ActorUnschedulableError``).
+    """
+    what = "actor" if actor else "task"
+    return f"the {what} cannot be scheduled: {why}"
 
 
 @dataclass(frozen=True)

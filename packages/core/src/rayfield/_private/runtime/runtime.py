@@ -26,7 +26,6 @@ from rayfield._private import context
 from rayfield._private.common import code, serialization
 from rayfield._private.common.actor_scope import HandleCounter
 from rayfield._private.common.ids import ID_SIZE, IdGenerator
-from rayfield._private.common.scheduling import UNSCHEDULABLE_ACTOR
 from rayfield._private.driver import code_exports, locate
 from rayfield._private.runtime.object_ref import ObjectRef, RefTracker, set_tracker
 from rayfield.store import GetTimeoutError as StoreGetTimeout
@@ -42,6 +41,7 @@ ERROR_TAGS = (
     b"ERROR",
     b"WORKER_DIED",
     b"ACTOR_DIED",
+    b"ACTOR_UNSCHEDULABLE",
     b"CANCELLED",
     b"LOST",
     b"OUT_OF_MEMORY",
@@ -199,9 +199,9 @@ class Runtime:
             message = bytes(buf).decode(errors="replace")
             buf.release()
             if meta == b"ACTOR_DIED":
-                if message.startswith(UNSCHEDULABLE_ACTOR):
-                    raise exceptions.ActorUnschedulableError(f"{message} (object {ref.hex()})")
                 raise exceptions.ActorDiedError(f"{message} (object {ref.hex()})")
+            if meta == b"ACTOR_UNSCHEDULABLE":
+                raise exceptions.ActorUnschedulableError(f"{message} (object {ref.hex()})")
             if meta == b"UNSCHEDULABLE":
                 raise exceptions.TaskUnschedulableError(f"{message} (object {ref.hex()})")
             if meta == b"CANCELLED":

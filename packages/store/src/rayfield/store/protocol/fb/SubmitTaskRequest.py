@@ -156,8 +156,12 @@ class SubmitTaskRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         return o == 0
 
-    # Objects the task returns: if its worker dies and no retry is left, the
-    # node seals an error object (metadata "WORKER_DIED") under each.
+    # Objects the task returns. When the node ends the task without a result it
+    # seals an error object under each (the message as data), whose metadata says
+    # why: "WORKER_DIED" (its worker died, no retry left), "ACTOR_DIED" (an actor
+    # call, the actor's worker died), "ACTOR_UNSCHEDULABLE" (the actor's creation
+    # could not be placed, see `scheduling`), "UNSCHEDULABLE", "CANCELLED", or the
+    # tag its host gave when it killed the worker (e.g. "OUT_OF_MEMORY").
     # SubmitTaskRequest
     def ReturnIds(self, j: int) -> Optional[UniqueID]:
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
@@ -266,7 +270,9 @@ class SubmitTaskRequest(object):
 
     # A scheduling strategy for a plain task or an actor creation ("SPREAD", or
     # "NODE:<node id hex>:<1 soft | 0 hard>"): the node holds the task until its host
-    # places it here, forwards it, or fails it (`TaskPlacement` event). Empty: queue here.
+    # places it here, forwards it, or fails it (`TaskPlacement` event): a plain task's
+    # returns become "UNSCHEDULABLE" error objects; an actor creation's, and those of
+    # every call to that actor, "ACTOR_UNSCHEDULABLE" ones. Empty: queue here.
     # SubmitTaskRequest
     def Scheduling(self) -> Optional[str]:
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
