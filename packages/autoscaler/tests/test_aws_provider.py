@@ -20,7 +20,7 @@ moto_server = pytest.importorskip("moto.server", reason="moto[server] is not ins
 
 import boto3  # noqa: E402
 
-from rayfield.autoscaler.config import prepare_config  # noqa: E402
+from rayfield.autoscaler.config import load_config, prepare_config  # noqa: E402
 from rayfield.autoscaler.node_provider import (  # noqa: E402
     KIND_HEAD,
     KIND_WORKER,
@@ -50,8 +50,10 @@ _names = itertools.count()
 def moto_url() -> Iterator[str]:
     """A moto server for the module, with fake credentials in the environment."""
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    env = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MOTO_EC2_LOAD_DEFAULT_AMIS")
+    saved = {k: os.environ.get(k) for k in env}
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing-secret")
+    os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = "false"  # loading ~1,300 AMIs takes seconds
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     AWSNodeProvider.running_poll_s = 0.1  # moto's instances run at the next look
@@ -264,3 +266,23 @@ def test_errors_say_what_failed() -> None:
     p = AWSNodeProvider(provider_config(cache_stopped_nodes=False), cluster_name())
     with pytest.raises(ProviderError, match="InvalidSubnetID"):
         p.create_node({"ImageId": AMI, "SubnetIds": ["subnet-nope"]}, {TAG_NODE_KIND: "worker"}, 1)
+
+
+def test_the_example_config_bootstraps_and_launches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    name = cluster_name()
+    example = Path(__file__).resolve().parents[1] / "examples" / "aws.yaml"
+    cfg = load_config(example, {"cluster_name": name})
+    cfg["provider"]["endpoint_url"] = URL
+    cfg = AWSNodeProvider.bootstrap_config(cfg)
+    p = get_node_provider(cfg["provider"], name)
+    for node_type in ("head", "worker"):
+        conf = cfg["available_node_types"][node_type]["node_config"]
+        p.create_node(conf, {TAG_NODE_KIND: node_type, TAG_NODE_TYPE: node_type}, 1)
+    (worker,) = p.non_terminated_nodes({TAG_NODE_KIND: KIND_WORKER})
+    assert instance(worker).get("InstanceLifecycle") == "spot"
+    assert instance(worker)["InstanceType"] == "m5.large"
+    p.terminate_nodes(p.non_terminated_nodes({}))
+    assert p.non_terminated_nodes({}) == []

@@ -57,6 +57,12 @@ _NOT_EC2 = ("resources", "SubnetIds")
 RUNNING_TIMEOUT_S = 600
 
 
+# One boto3 session for the process: it loads each service's model (megabytes of JSON)
+# once, not per client.
+_session: Any = None
+_session_lock = threading.Lock()
+
+
 def aws_client(provider_config: dict[str, Any], service: str) -> Any:
     """A boto3 client of ``service`` ("ec2", "iam") for the provider's region.
 
@@ -76,9 +82,13 @@ def aws_client(provider_config: dict[str, Any], service: str) -> Any:
     region = provider_config.get("region")
     if not region:
         raise ProviderError("provider type 'aws' needs provider.region (e.g. us-west-2)")
-    return boto3.session.Session().client(
-        service, region_name=region, endpoint_url=provider_config.get("endpoint_url")
-    )
+    global _session
+    with _session_lock:  # a boto3 Session is not thread-safe; its clients are
+        if _session is None:
+            _session = boto3.session.Session()
+        return _session.client(
+            service, region_name=region, endpoint_url=provider_config.get("endpoint_url")
+        )
 
 
 def _error(exc: Exception) -> str:
