@@ -170,7 +170,7 @@ def _security_group(ec2: Any, provider: dict[str, Any], cluster: str, vpc: str) 
         for p in have
     )
     ssh = any(p.get("FromPort") == 22 and p.get("IpRanges") for p in have)
-    wanted = []
+    wanted: list[dict[str, Any]] = []
     if not inside:
         wanted.append({"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id}]})
     if not ssh:
