@@ -72,7 +72,9 @@ def provider_for(config: dict[str, Any]) -> StatefulProvider:
     provider: NodeProvider = get_node_provider(config["provider"], config["cluster_name"])
     if not isinstance(provider, StatefulProvider):
         raise ProviderError(
-            f"the launcher drives local_process and local clusters, not {provider!r}"
+            "the launcher drives local_process and local clusters, not provider type "
+            f"{config['provider']['type']!r} (its provider is usable from Python: see the "
+            "rayfield-autoscaler docs, docs/providers.md)"
         )
     return provider
 
