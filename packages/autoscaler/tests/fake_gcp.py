@@ -17,6 +17,9 @@ ACCESS_TOKEN = "fake-gcp-access-token"
 _BASE = re.compile(
     r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/(instances|operations)(?:/([^/]+))?(?:/(\w+))?$"
 )
+_GLOBAL = re.compile(
+    r"^/compute/v1/projects/([^/]+)/global/(firewalls|operations)(?:/([^/]+))?(?:/(\w+))?$"
+)
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")
 _FILTER = re.compile(r'^labels\.([\w-]+) = "([^"]*)"$')
@@ -37,6 +40,7 @@ class FakeCompute:
 
     def __init__(self) -> None:
         self.instances: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.firewalls: dict[tuple[str, str], dict[str, Any]] = {}
         self.tokens_issued = 0
         self._ops: dict[str, dict[str, Any]] = {}
         self._n = itertools.count(1)
@@ -57,6 +61,9 @@ class FakeCompute:
                 }
             if headers.get("authorization") != f"Bearer {ACCESS_TOKEN}":
                 return _error(401, "unauthorized", "no valid access token")
+            g = _GLOBAL.match(path)
+            if g:
+                return self._global(method, *g.groups(), body)
             m = _BASE.match(path)
             if not m:
                 return _error(404, "notFound", f"no route {path}")
@@ -100,6 +107,29 @@ class FakeCompute:
                     project, zone, "delete", inst, then=lambda: self.instances.pop(key, None)
                 )
         return _error(405, "badRequest", method)
+
+    def _global(
+        self, method: str, project: str, coll: str, name: str | None, verb: str | None, body: Any
+    ) -> tuple[int, Any]:
+        if coll == "operations":
+            op = self._ops.get(name or "")
+            return (200, self._finish(op)) if op else _error(404, "notFound", f"operation {name}")
+        if name is None and method == "POST":
+            fw_name = str(body.get("name", ""))
+            if not _NAME.match(fw_name) or not body.get("allowed") or not body.get("network"):
+                return _error(400, "invalid", f"Invalid firewall {body}")
+            if (project, fw_name) in self.firewalls:
+                return _error(409, "alreadyExists", f"The resource '{fw_name}' already exists")
+            rule = {**body, "selfLink": f"projects/{project}/global/firewalls/{fw_name}"}
+
+            def made() -> None:
+                self.firewalls[(project, fw_name)] = rule
+
+            return 200, self._op(project, "", "insert", rule, then=made)
+        rule = self.firewalls.get((project, name or ""))
+        if method == "GET" and rule is not None:
+            return 200, rule
+        return _error(404, "notFound", f"firewall 'projects/{project}/global/firewalls/{name}'")
 
     def _op(
         self, project: str, zone: str, kind: str, inst: dict[str, Any], then: Any = None

@@ -134,3 +134,36 @@ def test_tags_compute_engine_refuses_are_provider_errors() -> None:
 def test_missing_settings() -> None:
     with pytest.raises(ProviderError, match="project_id"):
         GCPNodeProvider({"type": "gcp", "availability_zone": ZONE}, "x")
+
+
+def test_bootstrap_tags_the_nodes_and_makes_the_firewall_rules() -> None:
+    from rayfield.autoscaler.config import prepare_config
+
+    name = f"g{next(_names)}"
+    cfg = prepare_config(
+        {
+            "cluster_name": name,
+            "provider": {**provider_config(), "ssh_source_cidr": "203.0.113.0/24"},
+            "auth": {"ssh_user": "ubuntu", "ssh_private_key": "~/.ssh/id"},
+            "max_workers": 1,
+            "head_node": {"machineType": "n1-standard-2"},
+            "worker_nodes": {"machineType": "n1-standard-2"},
+        }
+    )
+    out = GCPNodeProvider.bootstrap_config(cfg)
+    tag = f"rayfield-{name}"
+    for t in out["available_node_types"].values():
+        assert t["node_config"]["tags"] == {"items": [tag]}
+    internal = FAKE.firewalls[(PROJECT, f"{tag}-internal")]
+    ssh = FAKE.firewalls[(PROJECT, f"{tag}-ssh")]
+    assert internal["sourceTags"] == [tag] and internal["targetTags"] == [tag]
+    assert "sourceRanges" not in internal  # nothing from outside the cluster
+    assert ssh["allowed"] == [{"IPProtocol": "tcp", "ports": ["22"]}]
+    assert ssh["sourceRanges"] == ["203.0.113.0/24"]
+    assert GCPNodeProvider.bootstrap_config(cfg) == out  # again: the rules exist, no change
+    p = GCPNodeProvider(out["provider"], name)
+    worker_conf = out["available_node_types"]["worker"]["node_config"]
+    p.create_node(worker_conf, {TAG_NODE_KIND: KIND_WORKER}, 1)
+    (worker,) = p.non_terminated_nodes({})
+    assert FAKE.instances[(PROJECT, ZONE, worker)]["tags"] == {"items": [tag]}
+    p.terminate_node(worker)

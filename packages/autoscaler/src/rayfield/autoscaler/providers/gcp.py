@@ -19,9 +19,15 @@ Credentials are Application Default Credentials (``google.auth.default``:
 ``provider.endpoint_url`` replaces the API's base URL
 (``https://compute.googleapis.com/compute/v1/``), for a test server or a mirror.
 
-Not done: the reference's GCP bootstrap (a service account for the head, SSH keys in
-the project metadata, firewall rules); nodes are set up over SSH with a key the config
-gives (``auth.ssh_private_key``) and the project's network rules as they are.
+:meth:`GCPNodeProvider.bootstrap_config` gives every node type the network tag
+``rayfield-<cluster>`` and makes two firewall rules on the nodes' network when missing:
+``rayfield-<cluster>-internal`` (all traffic from instances with the tag) and
+``rayfield-<cluster>-ssh`` (22/tcp from ``provider.ssh_source_cidr``, default
+``0.0.0.0/0``). The default network's own ``default-allow-internal`` rule still opens
+its instances to the whole network: use a network of your own to keep the head's ports
+inside the cluster. Not done: the reference's service account for the head and SSH
+keys in the project metadata; nodes are set up over SSH with the key the config gives
+(``auth.ssh_private_key``).
 
 Sources:
     Ray 0.7 ``autoscaler/gcp/node_provider.py`` (spec 5.2); the Compute Engine API
@@ -120,13 +126,14 @@ class GCPNodeProvider(NodeProvider):
                 return None
             raise ProviderError(f"Compute Engine refused to {what} ({_why(exc)})") from None
 
-    def _wait(self, what: str, op: dict[str, Any] | None) -> None:
+    def _wait(self, what: str, op: dict[str, Any] | None, zone: bool = True) -> None:
         deadline = time.monotonic() + OPERATION_TIMEOUT_S
-        ops = self.compute.zoneOperations()
+        ops = self.compute.zoneOperations() if zone else self.compute.globalOperations()
+        where = self._where if zone else {"project": self.project}
         while op is not None and op.get("status") != "DONE":
             if time.monotonic() > deadline:
                 raise ProviderError(f"{what}: operation {op.get('name')} not done in time")
-            op = self._run(what, ops.wait(operation=op["name"], **self._where))
+            op = self._run(what, ops.wait(operation=op["name"], **where))
         errors = (op or {}).get("error", {}).get("errors", [])
         if errors:
             raise ProviderError(f"Compute Engine could not {what}: {errors[0].get('message')}")
@@ -151,6 +158,55 @@ class GCPNodeProvider(NodeProvider):
                     "digits, '-' and '_', at most 63): use such names and values"
                 )
         return {k: str(v) for k, v in tags.items()}
+
+    # ---- bootstrap ---------------------------------------------------------------------
+
+    @classmethod
+    def bootstrap_config(cls, config: dict[str, Any]) -> dict[str, Any]:
+        """A copy of the prepared ``config`` whose node types carry the cluster's network
+        tag, with its firewall rules made when missing (see the module docstring).
+
+        Raises:
+            ProviderError: Compute Engine refused a call.
+        """
+        cfg = copy.deepcopy(config)
+        self = cls(cfg["provider"], cfg["cluster_name"])
+        tag = re.sub(r"[^a-z0-9-]", "-", f"rayfield-{self.cluster_name}".lower())[:52]
+        networks = set()
+        for t in cfg["available_node_types"].values():
+            conf = t["node_config"]
+            items = conf.setdefault("tags", {}).setdefault("items", [])
+            if tag not in items:
+                items.append(tag)
+            nics = conf.get("networkInterfaces") or [{}]
+            networks.add(nics[0].get("network", "global/networks/default"))
+        source = cfg["provider"].get("ssh_source_cidr", "0.0.0.0/0")
+        rules: dict[str, dict[str, Any]] = {
+            f"{tag}-internal": {"allowed": [{"IPProtocol": "all"}], "sourceTags": [tag]},
+            f"{tag}-ssh": {
+                "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}],
+                "sourceRanges": [source],
+            },
+        }
+        firewalls = self.compute.firewalls()
+        for network in sorted(networks):
+            suffix = "" if len(networks) == 1 else "-" + network.rsplit("/", 1)[-1]
+            for name, rule in rules.items():
+                name = (name + suffix)[:63]
+                if self._run("read a firewall", firewalls.get(project=self.project, firewall=name)):
+                    continue
+                body = {
+                    "name": name,
+                    "network": network,
+                    "direction": "INGRESS",
+                    "targetTags": [tag],
+                    **rule,
+                }
+                op = self._run(
+                    f"create firewall {name}", firewalls.insert(project=self.project, body=body)
+                )
+                self._wait(f"create firewall {name}", op, zone=False)
+        return cfg
 
     # ---- NodeProvider ------------------------------------------------------------------
 
