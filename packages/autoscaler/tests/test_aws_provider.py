@@ -24,6 +24,7 @@ from rayfield.autoscaler.config import load_config, prepare_config  # noqa: E402
 from rayfield.autoscaler.node_provider import (  # noqa: E402
     KIND_HEAD,
     KIND_WORKER,
+    STATUS_UPDATE_FAILED,
     TAG_CLUSTER_NAME,
     TAG_LAUNCH_CONFIG,
     TAG_NODE_KIND,
@@ -285,4 +286,32 @@ def test_the_example_config_bootstraps_and_launches(
     assert instance(worker).get("InstanceLifecycle") == "spot"
     assert instance(worker)["InstanceType"] == "m5.large"
     p.terminate_nodes(p.non_terminated_nodes({}))
+    assert p.non_terminated_nodes({}) == []
+
+
+def test_up_launches_the_head_then_fails_clearly_when_its_ssh_does_not_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moto's instances run nothing: `up` bootstraps (key pair under ~/.ssh), launches
+    the head and waits for its sshd, then raises a HeadSetupError naming the head's
+    address and the wait; `down` terminates the head."""
+    from rayfield.autoscaler import commands
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    name = cluster_name()
+    cfg = config(name, cluster_dir=str(tmp_path / "state"), use_internal_ips=True)
+    said: list[str] = []
+    with pytest.raises(commands.HeadSetupError) as err:
+        commands.create_or_update(cfg, echo=said.append, ssh_timeout_s=1)
+    p = get_node_provider(cfg["provider"], name)
+    (head,) = p.non_terminated_nodes({TAG_NODE_KIND: KIND_HEAD})
+    ip = p.internal_ip(head)
+    assert ip and err.value.node_id == head and err.value.host == ip
+    assert f"the head {head} at {ip}: " in str(err.value)
+    assert "did not answer ssh within 1 s" in str(err.value)
+    assert p.node_tags(head)[TAG_NODE_STATUS] == STATUS_UPDATE_FAILED
+    assert any("starting the head" in line for line in said)
+    assert (tmp_path / ".ssh" / f"rayfield-{name}-{REGION}.pem").is_file()  # bootstrapped
+
+    assert commands.teardown(cfg, echo=said.append) == 1
     assert p.non_terminated_nodes({}) == []

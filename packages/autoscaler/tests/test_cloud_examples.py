@@ -101,11 +101,3 @@ class TestExternalConformance(NodeProviderConformance):
 
     def make_provider(self) -> NodeProvider:
         return get_node_provider(EXTERNAL, "conformance")
-
-
-def test_the_launcher_says_it_does_not_drive_cloud_providers_yet() -> None:
-    pytest.importorskip("boto3", reason="the [aws] extra is not installed")
-    from rayfield.autoscaler import commands
-
-    with pytest.raises(ProviderError, match=r"not provider type 'aws'.*docs/providers\.md"):
-        commands.provider_for(load_config(EXAMPLES / "aws.yaml"))

@@ -326,6 +326,10 @@ def prepare_config(config: Any) -> dict[str, Any]:
     _node_types(cfg)
     if cfg["provider"]["type"] == "local":
         _local(cfg)
+    if cfg["provider"]["type"] != "local_process":  # nodes set up over SSH
+        for key, commands in _SSH_COMMAND_DEFAULTS.items():
+            if not cfg[key]:
+                cfg[key] = list(commands)
     return cfg
 
 
@@ -343,9 +347,6 @@ def _local(cfg: dict[str, Any]) -> None:
             f"max_workers {cfg['max_workers']} exceeds the {n} machines of "
             "provider.worker_ips: list more, or lower max_workers"
         )
-    for key, commands in _SSH_COMMAND_DEFAULTS.items():
-        if not cfg[key]:
-            cfg[key] = list(commands)
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
