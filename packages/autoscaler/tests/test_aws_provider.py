@@ -300,6 +300,7 @@ def test_up_launches_the_head_then_fails_clearly_when_its_ssh_does_not_answer(
     monkeypatch.setenv("HOME", str(tmp_path))
     name = cluster_name()
     cfg = config(name, cluster_dir=str(tmp_path / "state"), use_internal_ips=True)
+    cfg["stop_ray_commands"] = []  # `down` would wait for the unreachable head's sshd again
     said: list[str] = []
     with pytest.raises(commands.HeadSetupError) as err:
         commands.create_or_update(cfg, echo=said.append, ssh_timeout_s=1)
