@@ -248,7 +248,7 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
             shutil.rmtree(f"/tmp/rayfield-{name}-{ip}", ignore_errors=True)
 
 
-@pytest.mark.slow  # about 100 s on 2 busy cores: a second SSH cluster up, used and down
+@pytest.mark.slow  # 66-113 s on 2 busy cores: a second SSH cluster up, used and down
 def test_up_on_an_external_provider_sshes_into_the_hosts_it_launched(
     tmp_path: Path, hosts: SSHHosts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
