@@ -58,7 +58,7 @@ def test_legacy_worker_nodes_give_the_worker_type_its_resources() -> None:
         (minimal(max_workers="two"), "config key 'max_workers' has the wrong type: expected "),
         (minimal(idle_timeout_minutes=-1), "config key 'idle_timeout_minutes': -1 is less than"),
         (minimal(target_utilization_fraction=1.5), "'target_utilization_fraction': 1.5 is "),
-        (minimal(provider={"type": "aws"}), "config key 'provider.type' is 'aws': it must be"),
+        (minimal(provider={"type": "azure"}), "config key 'provider.type' is 'azure': it must be"),
         ({"cluster_name": "c", "max_workers": 1}, "is missing a required key: 'provider'"),
         (minimal(setup_commands=["ok", 3]), "'setup_commands[1]' has the wrong type"),
         (minimal(min_workers=3), "min_workers 3 exceeds max_workers 2"),

@@ -30,8 +30,8 @@ def test_provider_errors_without_processes(cluster_dir: Path) -> None:
     with pytest.raises(ProviderError, match="has no head"):
         provider.create_node({"resources": {"CPU": 1}}, {TAG_NODE_KIND: "worker"}, 1)
     provider.terminate_node("worker-x")  # gone already: not an error
-    with pytest.raises(ProviderError, match="provider type 'aws' is not available"):
-        get_node_provider({"type": "aws"}, "c")
+    with pytest.raises(ProviderError, match="provider type 'azure' is not available"):
+        get_node_provider({"type": "azure"}, "c")
 
 
 def test_shared_cluster_dir_is_refused(tmp_path: Path) -> None:

@@ -4,14 +4,19 @@ bootstrap config copied there; `monitor` shows its log), `submit` a script with
 arguments whose task lands on the worker host, change a file mount and `up` again (the
 nodes are set up again), `down` (nothing of the cluster left running on the hosts). On
 the way: `attach`, `rsync-up`/`rsync-down`, `exec --tmux` and `exec --port-forward`
-against the head."""
+against the head. Then (slow) the same hosts as the pool of an `external` provider
+(tests/pool_provider.py) that creates and terminates nodes: `up` SSHes into the node the
+provider gave it, the launcher's state is kept in its own directory and the bootstrap
+config and key are copied to the head."""
 
 from __future__ import annotations
 
 import json
+import pwd
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import textwrap
@@ -27,6 +32,7 @@ from netns import SSHHosts, namespaces_left, ssh_hosts
 from rayfield.autoscaler import head_monitor
 from rayfield.autoscaler.commands import head_node, node_setup, provider_for, worker_nodes
 from rayfield.autoscaler.config import load_config
+from rayfield.autoscaler.launcher_state import SSHClusterProvider
 from rayfield.autoscaler.node_provider import (
     KIND_WORKER,
     STATUS_UP_TO_DATE,
@@ -58,9 +64,10 @@ DRIVER = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[SSHHosts]:
-    with ssh_hosts(tmp_path / "hosts", 2) as found:
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHHosts]:
+    """Two sshd hosts for the module (each test's cluster is down before the next)."""
+    with ssh_hosts(tmp_path_factory.mktemp("hosts"), 2) as found:
         yield found
     assert namespaces_left(found) == []
 
@@ -96,6 +103,17 @@ def cluster_yaml(path: Path, hosts: SSHHosts, app: Path, name: str) -> Path:
     }
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+def run_driver(cfg_path: Path, tmp_path: Path) -> dict[str, object]:
+    """`exec` DRIVER on the head: the node and address its task ran at."""
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    run = cli("exec", str(cfg_path), f"{sys.executable} {script}")
+    assert run.returncode == 0, run.stdout + run.stderr
+    line = next(x for x in run.stdout.splitlines() if x.startswith("RESULT "))
+    result: dict[str, object] = json.loads(line.removeprefix("RESULT "))
+    return result
 
 
 def host_processes(hosts: SSHHosts) -> list[str]:
@@ -257,6 +275,86 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
     finally:
         if provider.non_terminated_nodes({}):
             cli("down", str(cfg_path), "-y")
+        home = Path(pwd.getpwnam(hosts.ssh_user).pw_dir)
+        shutil.rmtree(home / ".rayfield" / "bootstrap" / name, ignore_errors=True)
+        for ip in hosts.ips:
+            shutil.rmtree(f"/tmp/rayfield-{name}-{ip}", ignore_errors=True)
+
+
+@pytest.mark.slow  # 66-113 s on 2 busy cores: a second SSH cluster up, used and down
+def test_up_on_an_external_provider_sshes_into_the_hosts_it_launched(
+    tmp_path: Path, hosts: SSHHosts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # the CLI and the monitor
+    name = f"ext{secrets.token_hex(3)}"
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "version").write_text("v1\n")
+    cfg_path = cluster_yaml(tmp_path / "cluster.yaml", hosts, app, name)
+    cfg = yaml.safe_load(cfg_path.read_text())
+    pool_file = tmp_path / "pool.json"
+    state = tmp_path / "state"
+    cfg["provider"] = {
+        "type": "external",
+        "module": "pool_provider.PoolProvider",
+        "cluster_dir": str(state),
+        "use_internal_ips": True,
+        "extra_config": {"hosts": hosts.ips, "pool_file": str(pool_file)},
+    }
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    provider = provider_for(load_config(cfg_path))
+    assert isinstance(provider, SSHClusterProvider)
+    remote = Path(pwd.getpwnam(hosts.ssh_user).pw_dir) / ".rayfield" / "bootstrap" / name
+    try:
+        up = cli("up", str(cfg_path), "-y", "--update-interval-s", "0.5")
+        assert up.returncode == 0, up.stdout + up.stderr
+        head = head_node(provider)
+        assert head is not None and head.startswith("pool-")  # the pool provider's node
+        head_ip = provider.internal_ip(head)
+        assert head_ip in hosts.ips and f"the head {head} at {head_ip} over SSH" in up.stdout
+        assert cli("get-head-ip", str(cfg_path)).stdout.strip() == head_ip
+
+        def worker_up() -> str | None:
+            for w in worker_nodes(provider):
+                if provider.node_tags(w).get(TAG_NODE_STATUS) == STATUS_UP_TO_DATE:
+                    return w if provider.cluster_node_id(w) else None
+            return None
+
+        worker = wait_until(worker_up, 120, "the worker the monitor launched from the pool")
+        worker_ip = provider.internal_ip(worker)
+        assert {head_ip, worker_ip} == set(hosts.ips)
+        assert cli("get-worker-ips", str(cfg_path)).stdout.split() == [worker_ip, worker]
+
+        assert run_driver(cfg_path, tmp_path) == {
+            "node": provider.cluster_node_id(worker),
+            "ip": worker_ip,
+            "args": [],
+        }
+
+        # The launcher's state: a private directory of its own, the token in it and not
+        # in the provider's node records.
+        token = provider.token(head)
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+        for f in ("launcher.json", "bootstrap.yaml", "monitor.log"):
+            assert stat.S_IMODE((state / f).stat().st_mode) == 0o600, f
+        assert token in (state / "launcher.json").read_text()
+        assert token not in pool_file.read_text()
+        # The bootstrap config and key on the head (this filesystem), private.
+        show = cli("exec", str(cfg_path), f"stat -c %a {remote} {remote}/key.pem")
+        assert show.stdout.split() == ["700", "600"], show.stdout + show.stderr
+        on_head = yaml.safe_load((remote / "config.yaml").read_text())
+        assert on_head["auth"]["ssh_private_key"] == f"~/.rayfield/bootstrap/{name}/key.pem"
+        assert (remote / "key.pem").read_bytes() == hosts.ssh_private_key.read_bytes()
+
+        down = cli("down", str(cfg_path), "-y")
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert "terminated 2 nodes" in down.stdout
+        assert json.loads(pool_file.read_text()) == {}  # the hosts went back to the pool
+        wait_until(lambda: not host_processes(hosts), 30, "no rayfield process left on the hosts")
+    finally:
+        if provider.non_terminated_nodes({}):
+            cli("down", str(cfg_path), "-y")
+        shutil.rmtree(remote, ignore_errors=True)
         for ip in hosts.ips:
             shutil.rmtree(f"/tmp/rayfield-{name}-{ip}", ignore_errors=True)
         shutil.rmtree(on_head, ignore_errors=True)

@@ -126,7 +126,7 @@ def get_worker_ips(cluster_config_file: Path, cluster_name: str | None) -> None:
     """Print each worker's IP and node id, one worker a line."""
     cfg = _load(cluster_config_file, cluster_name)
     provider = commands.provider_for(cfg)
-    setup = commands.node_setup(cfg, provider)
+    setup = commands.head_monitor_setup(provider, commands.node_setup(cfg, provider))
     if setup is not None:  # the head's monitor keeps the workers' records
         head_monitor.pull_state(cfg, setup)
     for node_id in commands.worker_nodes(provider):
@@ -221,7 +221,7 @@ def monitor(cluster_config_file: Path, cluster_name: str | None, follow: bool, l
     monitor on the head."""
     cfg = _load(cluster_config_file, cluster_name)
     provider = commands.provider_for(cfg)
-    setup = commands.node_setup(cfg, provider)
+    setup = commands.head_monitor_setup(provider, commands.node_setup(cfg, provider))
     if setup is not None:
         status = head_monitor.follow_log(cfg, setup, lines, follow)
         if status:

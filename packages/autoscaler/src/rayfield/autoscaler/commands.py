@@ -1,7 +1,8 @@
 """What the launcher commands do (``up``, ``down``, ``exec``, ``submit``, the IP
 queries), apart from their command-line parsing (``cli.py``).
 
-``up`` starts the head through the provider, writes the prepared config as
+``up`` bootstraps the config through the provider's ``bootstrap_config`` (keys,
+security groups), starts the head through the provider, writes the prepared config as
 ``<cluster_dir>/bootstrap.yaml`` (0600) and starts the cluster's monitor process
 (``python -m rayfield.autoscaler.monitor``), which launches ``min_workers`` and
 autoscales; its log is ``<cluster_dir>/monitor.log`` and its pid ``monitor.pid``. On an
@@ -9,7 +10,11 @@ SSH (``local``) cluster the monitor runs on the head instead, with the bootstrap
 key and node records copied there (:mod:`rayfield.autoscaler.head_monitor`); ``down``
 stops it and pulls the node records back before terminating the nodes.
 ``exec`` and ``submit`` run on the head, which for ``local_process`` is this machine:
-the command gets ``RAYFIELD_ADDRESS`` (the GCS), ``RAYFIELD_TOKEN`` and
+on an SSH cluster (``local``, or any provider whose nodes are reached over SSH: its
+launcher state is kept by :class:`~rayfield.autoscaler.launcher_state.SSHClusterProvider`)
+they run over SSH, and ``up`` copies the bootstrap config and the SSH key to the head
+(``~/.rayfield/bootstrap/<cluster_name>/{config.yaml,key.pem}``, 0600 in 0700).
+The command gets ``RAYFIELD_ADDRESS`` (the GCS), ``RAYFIELD_TOKEN`` and
 ``RAYFIELD_HEAD_IP`` in its environment, so ``rayfield.init()`` joins the cluster.
 """
 
@@ -31,7 +36,9 @@ import yaml
 from rayfield.autoscaler import head_monitor
 from rayfield.autoscaler.autoscaler import node_config, node_tags
 from rayfield.autoscaler.cluster_state import StatefulProvider
+from rayfield.autoscaler.command_runner import CommandError
 from rayfield.autoscaler.config import launch_hash
+from rayfield.autoscaler.launcher_state import SSHClusterProvider
 from rayfield.autoscaler.node_provider import (
     KIND_HEAD,
     KIND_WORKER,
@@ -44,11 +51,13 @@ from rayfield.autoscaler.node_provider import (
     NodeProvider,
     ProviderError,
     get_node_provider,
+    provider_class,
 )
 from rayfield.autoscaler.node_setup import NodeSetup
 from rayfield.autoscaler.updater import UpdateError
 
 __all__ = [
+    "HeadSetupError",
     "LauncherError",
     "create_or_update",
     "exec_cluster",
@@ -61,24 +70,43 @@ __all__ = [
 MONITOR_MODULE = "rayfield.autoscaler.monitor"
 DEFAULT_UPDATE_INTERVAL_S = 5.0
 MONITOR_START_TIMEOUT_S = 60.0
+DEFAULT_SSH_TIMEOUT_S = 120.0
+#: Where ``up`` puts the bootstrap config and key on the head, relative to the SSH
+#: user's home.
+REMOTE_BOOTSTRAP_DIR = ".rayfield/bootstrap/{cluster_name}"
 
 
 class LauncherError(RuntimeError):
     """A launcher command could not do what was asked; the message says why."""
 
 
+class HeadSetupError(LauncherError):
+    """Setting the head up over SSH failed (it was not reachable, or a step failed).
+
+    Attributes:
+        node_id: the provider's id of the head.
+        host: the address the launcher reached it at (None when it had none).
+    """
+
+    def __init__(self, message: str, node_id: str, host: str | None) -> None:
+        super().__init__(message)
+        self.node_id = node_id
+        self.host = host
+
+
 def provider_for(config: dict[str, Any]) -> StatefulProvider:
-    """The cluster's provider (``local_process`` or ``local`` in this version).
+    """The cluster's provider: ``local_process`` and ``local`` keep their own state; any
+    other provider's nodes are set up over SSH, with the launcher's state kept by an
+    :class:`SSHClusterProvider` around it.
 
     Raises:
-        ProviderError: the config names a provider this launcher cannot drive.
+        ProviderError: the provider cannot be made, or its state directory is not this
+            user's alone.
     """
     provider: NodeProvider = get_node_provider(config["provider"], config["cluster_name"])
-    if not isinstance(provider, StatefulProvider):
-        raise ProviderError(
-            f"the launcher drives local_process and local clusters, not {provider!r}"
-        )
-    return provider
+    if isinstance(provider, StatefulProvider):
+        return provider
+    return SSHClusterProvider(provider)
 
 
 def head_node(provider: NodeProvider) -> str | None:
@@ -162,19 +190,23 @@ def create_or_update(
     restart_only: bool = False,
     update_interval_s: float = DEFAULT_UPDATE_INTERVAL_S,
     echo: Callable[[str], None] = print,
+    ssh_timeout_s: float = DEFAULT_SSH_TIMEOUT_S,
 ) -> str:
     """Bring the cluster up, or update a running one; returns the head's node id.
 
     A head whose launch-config hash is outdated is replaced (its workers go with it);
     a current one is kept. Unless ``no_restart``, the monitor is (re)started so that it
-    reads the new config.
+    reads the new config. ``ssh_timeout_s`` bounds the wait for an SSH head's sshd.
 
     Raises:
         LauncherError: ``no_restart`` and ``restart_only`` are both set.
-        ProviderError: the head could not be started.
+        HeadSetupError: the head did not answer SSH within ``ssh_timeout_s`` or a setup
+            step failed (the message names its address and its log).
+        ProviderError: the head could not be started, or bootstrapping failed.
     """
     if no_restart and restart_only:
         raise LauncherError("--no-restart and --restart-only exclude each other: pick one")
+    config = provider_class(config["provider"]).bootstrap_config(config)
     provider = provider_for(config)
     head_type = config["head_node_type"]
     head = head_node(provider)
@@ -196,53 +228,111 @@ def create_or_update(
             raise ProviderError("the head was created but the provider does not list it")
     elif not provider.needs_setup:  # an SSH head's setup is checked below
         echo(f"the head {head} is up to date")
-    setup = node_setup(config, provider)
+    setup = node_setup(config, provider, ssh_timeout_s)
+    on_head = head_monitor_setup(provider, setup)
     keep = False  # --no-restart: a monitor running on the head is kept
-    if setup is not None:
+    if on_head is not None:
         stop_monitor(provider)  # a monitor of an older version ran here
-        keep = no_restart and head_monitor.running(config, setup)
-        if not keep and head_monitor.stop(config, setup):
+        keep = no_restart and head_monitor.running(config, on_head)
+        if not keep and head_monitor.stop(config, on_head):
             echo("stopped the autoscaler on the head (no node changes while it is set up)")
-        head_monitor.pull_state(config, setup)
-        _set_up_head(config, provider, head, restart_only, echo)
-    bootstrap = provider.root / "bootstrap.yaml"
-    fd = os.open(bootstrap, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        yaml.safe_dump(config, f, sort_keys=False)
-    if setup is not None and not keep:
-        try:
-            head_monitor.start(config, setup, update_interval_s, echo)
-        except head_monitor.HeadMonitorError as exc:
-            raise LauncherError(str(exc)) from None
-    elif setup is None and (not no_restart or _monitor_pid(provider) is None):
-        stop_monitor(provider)
-        pid = _start_monitor(provider, bootstrap, update_interval_s)
-        echo(f"the autoscaler runs (pid {pid}); follow it with: rayfield-autoscaler monitor")
+        head_monitor.pull_state(config, on_head)
+    elif setup is not None and not no_restart and stop_monitor(provider):
+        echo("stopped the autoscaler (no node changes while the head is set up)")
+    if setup is not None:
+        _set_up_head(setup, head, restart_only, echo)
+    bootstrap = _write_private(provider.root / "bootstrap.yaml", config)
+    if on_head is not None:
+        if not keep:
+            try:
+                head_monitor.start(config, on_head, update_interval_s, echo)
+            except head_monitor.HeadMonitorError as exc:
+                raise LauncherError(str(exc)) from None
+    else:
+        if setup is not None:
+            _copy_bootstrap(config, provider, setup, head)
+        if not no_restart or _monitor_pid(provider) is None:
+            stop_monitor(provider)
+            pid = _start_monitor(provider, bootstrap, update_interval_s)
+            echo(f"the autoscaler runs (pid {pid}); follow it with: rayfield-autoscaler monitor")
     echo(f"head {head} at {provider.gcs_address(head)}; cluster dir {provider.root}")
     return head
 
 
-def node_setup(config: dict[str, Any], provider: StatefulProvider) -> NodeSetup | None:
+def node_setup(
+    config: dict[str, Any],
+    provider: StatefulProvider,
+    ssh_timeout_s: float = DEFAULT_SSH_TIMEOUT_S,
+) -> NodeSetup | None:
     """The cluster's :class:`NodeSetup` when its provider sets nodes up over SSH."""
     if not provider.needs_setup:
         return None
+    if not config.get("auth", {}).get("ssh_private_key"):
+        # A cloud's key is named by its bootstrap: the one `up` used, else bootstrap now.
+        stored = provider.root / "bootstrap.yaml"
+        used = yaml.safe_load(stored.read_text()) if stored.is_file() else None
+        if isinstance(used, dict) and used.get("auth", {}).get("ssh_private_key"):
+            config = {**config, "auth": used["auth"]}
+        else:
+            config = provider_class(config["provider"]).bootstrap_config(config)
     from rayfield.autoscaler.local import LocalNodeProvider
 
-    assert isinstance(provider, LocalNodeProvider)
-    return NodeSetup(config, provider)
+    assert isinstance(provider, (LocalNodeProvider, SSHClusterProvider))
+    return NodeSetup(config, provider, ssh_timeout_s=ssh_timeout_s)
+
+
+def head_monitor_setup(provider: StatefulProvider, setup: NodeSetup | None) -> NodeSetup | None:
+    """``setup`` when the cluster's monitor runs on its head (an SSH cluster of the
+    ``local`` provider, whose node records move with the monitor), else None: on other
+    providers the monitor runs on this machine and reads the nodes from the provider."""
+    if setup is None or isinstance(provider, SSHClusterProvider):
+        return None
+    return setup
+
+
+def _write_private(path: Path, config: dict[str, Any]) -> Path:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    return path
+
+
+def _copy_bootstrap(
+    config: dict[str, Any], provider: StatefulProvider, setup: NodeSetup, head: str
+) -> None:
+    """Copy the config (its ``auth.ssh_private_key`` pointing at the copied key) and the
+    key to the head's ``REMOTE_BOOTSTRAP_DIR``, 0600 files in a 0700 directory.
+
+    Raises:
+        HeadSetupError: the copy failed.
+    """
+    remote = REMOTE_BOOTSTRAP_DIR.format(cluster_name=config["cluster_name"])
+    on_head = {**config, "auth": {**config["auth"], "ssh_private_key": f"~/{remote}/key.pem"}}
+    local = _write_private(provider.root / "bootstrap-head.yaml", on_head)
+    runner = setup.runner(head)
+    try:
+        if runner.run(f"mkdir -p -m 700 {remote} && chmod 700 {remote}", timeout_s=60) != 0:
+            raise CommandError(f"cannot create ~/{remote} on {runner.ip}")
+        runner.sync_up(str(local), f"{remote}/config.yaml")
+        runner.sync_up(str(setup.key), f"{remote}/key.pem")
+        if runner.run(f"chmod 600 {remote}/config.yaml {remote}/key.pem", timeout_s=60) != 0:
+            raise CommandError(f"cannot make the bootstrap files on {runner.ip} private")
+    except CommandError as exc:
+        raise HeadSetupError(
+            f"copying the bootstrap config to the head {head} failed: {exc}", head, runner.ip
+        ) from None
 
 
 def _set_up_head(
-    config: dict[str, Any],
-    provider: StatefulProvider,
-    head: str,
-    restart_only: bool,
-    echo: Callable[[str], None],
+    setup: NodeSetup, head: str, restart_only: bool, echo: Callable[[str], None]
 ) -> None:
     """Set the head up over SSH when it is new, failed, or its runtime config (commands,
-    file mounts' contents) changed; with ``restart_only``, run its start commands."""
-    setup = node_setup(config, provider)
-    assert setup is not None
+    file mounts' contents) changed; with ``restart_only``, run its start commands.
+
+    Raises:
+        HeadSetupError: the head is unreachable or a step failed.
+    """
+    provider = setup.provider
     tags = provider.node_tags(head)
     current = tags.get(TAG_NODE_STATUS) == STATUS_UP_TO_DATE
     same = tags.get(TAG_RUNTIME_CONFIG) == setup.runtime_hashes[KIND_HEAD]
@@ -250,11 +340,12 @@ def _set_up_head(
         echo(f"the head {head} is up to date")
         return
     what = "restarting" if restart_only else "setting up"
-    echo(f"{what} the head {head} over SSH (log: {setup.log_path(head)})")
+    host = setup.ssh_ip(head)
+    echo(f"{what} the head {head} at {host} over SSH (log: {setup.log_path(head)})")
     try:
         setup.update(head, restart_only=restart_only)
-    except UpdateError as exc:
-        raise LauncherError(str(exc)) from None
+    except (UpdateError, ProviderError) as exc:
+        raise HeadSetupError(f"the head {head} at {host}: {exc}", head, host) from None
 
 
 def teardown(
@@ -266,16 +357,17 @@ def teardown(
     setup = node_setup(config, provider)
     if not workers_only and stop_monitor(provider):
         echo("stopped the autoscaler")
-    if setup is not None:
-        if not workers_only and head_monitor.stop(config, setup):
+    on_head = head_monitor_setup(provider, setup)
+    if on_head is not None:
+        if not workers_only and head_monitor.stop(config, on_head):
             echo("stopped the autoscaler on the head")
-        head_monitor.pull_state(config, setup)
+        head_monitor.pull_state(config, on_head)
     nodes = worker_nodes(provider)
     head = head_node(provider)
     if head is not None and not workers_only:
         nodes.append(head)
-        if setup is not None:
-            head_monitor.remove(config, setup)
+        if on_head is not None:
+            head_monitor.remove(config, on_head)
     for node_id in nodes:
         echo(f"terminating {node_id}")
         if setup is not None and not setup.stop(node_id):

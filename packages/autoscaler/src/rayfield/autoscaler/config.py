@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 # Providers this version can run; the schema accepts only these names.
-PROVIDER_TYPES = ("local_process", "local")
+PROVIDER_TYPES = ("local_process", "local", "aws", "gcp", "kubernetes", "external")
 
 _STR_LIST = {"type": "array", "items": {"type": "string"}}
 _RESOURCES = {
@@ -75,6 +75,10 @@ _PROVIDER = {
         "use_internal_ips": {"type": "boolean"},
         "cache_stopped_nodes": {"type": "boolean"},
         "extra_config": {"type": "object"},
+        # aws/gcp: the API's address when not the cloud's (a test server, a mirror)
+        "endpoint_url": {"type": "string"},
+        "ssh_source_cidr": {"type": "string"},  # aws: who may reach port 22
+        "namespace": {"type": "string"},  # kubernetes
     },
 }
 
@@ -156,6 +160,16 @@ _DEFAULTS: dict[str, Any] = {
 _PROVIDER_DEFAULTS: dict[str, dict[str, Any]] = {
     "local_process": {"use_internal_ips": True},
     "local": {"use_internal_ips": True, "worker_ips": []},
+    "aws": {"use_internal_ips": False, "cache_stopped_nodes": True},
+    "gcp": {"use_internal_ips": False},
+    "kubernetes": {"use_internal_ips": True, "namespace": "default"},
+    "external": {},
+}
+# Per provider type: the provider keys it cannot do without.
+_PROVIDER_REQUIRED: dict[str, tuple[str, ...]] = {
+    "aws": ("region",),
+    "gcp": ("project_id", "region", "availability_zone"),
+    "external": ("module",),
 }
 
 # What the nodes of an SSH provider run when the config gives no commands: rayfield on
@@ -305,6 +319,9 @@ def prepare_config(config: Any) -> dict[str, Any]:
         cfg.setdefault(key, copy.deepcopy(value))
     for key, value in _PROVIDER_DEFAULTS[cfg["provider"]["type"]].items():
         cfg["provider"].setdefault(key, value)
+    for key in _PROVIDER_REQUIRED.get(cfg["provider"]["type"], ()):
+        if not cfg["provider"].get(key):
+            raise ConfigError(f"provider type {cfg['provider']['type']!r} needs provider.{key}")
     if cfg.get("min_workers", 0) > cfg.get("max_workers", cfg.get("min_workers", 0)):
         raise ConfigError(
             f"min_workers {cfg['min_workers']} exceeds max_workers {cfg['max_workers']}: "
@@ -313,6 +330,10 @@ def prepare_config(config: Any) -> dict[str, Any]:
     _node_types(cfg)
     if cfg["provider"]["type"] == "local":
         _local(cfg)
+    if cfg["provider"]["type"] != "local_process":  # nodes set up over SSH
+        for key, commands in _SSH_COMMAND_DEFAULTS.items():
+            if not cfg[key]:
+                cfg[key] = list(commands)
     return cfg
 
 
@@ -330,9 +351,6 @@ def _local(cfg: dict[str, Any]) -> None:
             f"max_workers {cfg['max_workers']} exceeds the {n} machines of "
             "provider.worker_ips: list more, or lower max_workers"
         )
-    for key, commands in _SSH_COMMAND_DEFAULTS.items():
-        if not cfg[key]:
-            cfg[key] = list(commands)
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

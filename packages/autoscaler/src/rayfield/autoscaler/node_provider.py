@@ -14,6 +14,7 @@ Sources:
 from __future__ import annotations
 
 import abc
+import importlib
 from typing import Any
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "NodeProvider",
     "ProviderError",
     "get_node_provider",
+    "provider_class",
 ]
 
 # Tag keys (the reference's ``ray-*`` tags under this project's name).
@@ -139,12 +141,73 @@ class NodeProvider(abc.ABC):
     def cleanup(self) -> None:  # noqa: B027  (optional hook: nothing to release by default)
         """Release what the provider holds (connections, caches)."""
 
+    @classmethod
+    def bootstrap_config(cls, config: dict[str, Any]) -> dict[str, Any]:
+        """The prepared ``config`` with what this provider fills in (keys, security
+        groups, IAM profiles, subnets), creating those resources when missing; called
+        once before the cluster's first node is created. The default returns ``config``.
 
-def get_node_provider(provider_config: dict[str, Any], cluster_name: str) -> NodeProvider:
-    """The provider for ``provider_config["type"]``.
+        Raises:
+            ProviderError: a resource could not be created or found.
+        """
+        return config
+
+
+# provider type -> "module:Class" of the built-in providers (imported on use).
+_BUILT_IN = {
+    "local": "rayfield.autoscaler.local:LocalNodeProvider",
+    "local_process": "rayfield.autoscaler.local_process:LocalProcessProvider",
+    "aws": "rayfield.autoscaler.providers.aws:AWSNodeProvider",
+    "gcp": "rayfield.autoscaler.providers.gcp:GCPNodeProvider",
+    "kubernetes": "rayfield.autoscaler.providers.kubernetes:KubernetesNodeProvider",
+}
+
+
+def provider_class(provider_config: dict[str, Any]) -> type[NodeProvider]:
+    """The class of the provider ``provider_config`` names: a built-in type, or for
+    ``type: external`` the class at the dotted path ``module``
+    (``package.module.ClassName``).
 
     Raises:
-        ProviderError: the type is not one this version provides.
+        ProviderError: the type is unknown, or the external class cannot be imported or
+            is not a ``NodeProvider`` subclass.
+    """
+    kind = provider_config.get("type")
+    if kind == "external":
+        path = str(provider_config.get("module") or "")
+        module_name, _, attr = path.rpartition(".")
+        where = "provider.module"
+    elif kind in _BUILT_IN:
+        module_name, _, attr = _BUILT_IN[str(kind)].partition(":")
+        where = f"provider type {kind!r}"
+    else:
+        known = ", ".join(repr(k) for k in [*_BUILT_IN, "external"])
+        raise ProviderError(f"provider type {kind!r} is not available; use one of {known}")
+    if not module_name or not attr:
+        raise ProviderError(
+            f"provider.module {path!r} is not a dotted path to a class: write it as "
+            "'package.module.ProviderClass'"
+        )
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except ImportError as exc:
+        raise ProviderError(f"{where}: cannot import {module_name!r} ({exc})") from None
+    except AttributeError:
+        raise ProviderError(f"{where}: module {module_name!r} has no {attr!r}") from None
+    if not (isinstance(cls, type) and issubclass(cls, NodeProvider)):
+        raise ProviderError(
+            f"{where}: {module_name}.{attr} is not a subclass of "
+            "rayfield.autoscaler.node_provider.NodeProvider"
+        )
+    return cls
+
+
+def get_node_provider(provider_config: dict[str, Any], cluster_name: str) -> NodeProvider:
+    """The provider for ``provider_config["type"]`` (see :func:`provider_class`).
+
+    Raises:
+        ProviderError: the type is not one this version provides, the external class
+            cannot be used, or the provider refuses its config.
     """
     kind = provider_config.get("type")
     if kind == "local":
@@ -155,4 +218,4 @@ def get_node_provider(provider_config: dict[str, Any], cluster_name: str) -> Nod
         from rayfield.autoscaler.local_process import LocalProcessProvider
 
         return LocalProcessProvider(provider_config, cluster_name)
-    raise ProviderError(f"provider type {kind!r} is not available; use 'local_process' or 'local'")
+    return provider_class(provider_config)(provider_config, cluster_name)

@@ -1,5 +1,6 @@
 """Setting up, stopping and reaching the nodes of a provider whose nodes run nothing
-until set up over SSH (``needs_setup``; the ``local`` provider).
+until set up over SSH (``needs_setup``: the ``local`` provider, and any other provider
+through :class:`~rayfield.autoscaler.launcher_state.SSHClusterProvider`).
 
 :class:`NodeSetup` builds a node's :class:`~rayfield.autoscaler.command_runner.SSHCommandRunner`
 (``auth.ssh_user``, ``auth.ssh_private_key``), the environment of its commands and its
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rayfield.autoscaler.command_runner import CommandError, CommandRunner, SSHCommandRunner
+from rayfield.autoscaler.launcher_state import SSHClusterProvider
 from rayfield.autoscaler.local import LocalNodeProvider
 from rayfield.autoscaler.node_provider import (
     KIND_HEAD,
@@ -63,7 +65,10 @@ class NodeSetup:
     """
 
     def __init__(
-        self, config: dict[str, Any], provider: LocalNodeProvider, ssh_timeout_s: float = 120.0
+        self,
+        config: dict[str, Any],
+        provider: LocalNodeProvider | SSHClusterProvider,
+        ssh_timeout_s: float = 120.0,
     ) -> None:
         self.config = config
         self.provider = provider
@@ -81,15 +86,22 @@ class NodeSetup:
         if not self.key.is_file():
             raise ProviderError(f"auth.ssh_private_key {str(self.key)!r} is not a file")
 
+    def ssh_ip(self, node_id: str) -> str | None:
+        """The address SSH reaches the node at: its internal one with
+        ``provider.use_internal_ips``, else its external one; None when it has none."""
+        if self.config["provider"].get("use_internal_ips"):
+            return self.provider.internal_ip(node_id)
+        return self.provider.external_ip(node_id)
+
     def runner(self, node_id: str) -> SSHCommandRunner:
         """The node's command runner.
 
         Raises:
-            ProviderError: the node has no address (it is gone).
+            ProviderError: the node has no address (it is gone, or has none yet).
         """
-        ip = self.provider.external_ip(node_id)
+        ip = self.ssh_ip(node_id)
         if ip is None:
-            raise ProviderError(f"node {node_id} has no address: it was terminated")
+            raise ProviderError(f"node {node_id} has no address (terminated, or not assigned yet)")
         return SSHCommandRunner(ip, self.ssh_user, self.key)
 
     def log_path(self, node_id: str) -> Path:

@@ -1,0 +1,196 @@
+"""The ``kubernetes`` provider: each node is a Pod, through the official ``kubernetes``
+client (the ``[kubernetes]`` extra).
+
+A node's id is its pod's name (``rayfield-<cluster>-<kind>-<suffix>``, made by the API
+server from ``generateName``); the node config is the Pod manifest (``metadata``,
+``spec``; the ``resources`` key of the node type is not sent). Tags are the pod's
+labels, with ``rayfield-cluster-name: <cluster>`` added (and left out of
+:meth:`KubernetesNodeProvider.node_tags`); so tag values must be valid label values
+(at most 63 letters, digits, ``-``, ``_``, ``.``), which the launcher's tags are. Pods
+run what their manifest says: the head's container runs ``rayfield start --head``, a
+worker's ``rayfield start --address=...`` (see ``examples/kubernetes.yaml``); nothing
+is set up over SSH.
+
+The client is configured as ``kubectl`` is: inside a cluster from the pod's service
+account, elsewhere from ``$KUBECONFIG`` (default ``~/.kube/config``), current context.
+``create_node`` waits until the pods run (at most :data:`RUNNING_TIMEOUT_S`). Labels are
+changed with a JSON patch (the client would send a dict as one, which the API server
+refuses).
+
+Sources:
+    Ray 0.8 ``autoscaler/kubernetes/node_provider.py`` (spec 5.2); the Kubernetes Pod API
+    (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from typing import Any
+
+from rayfield.autoscaler.node_provider import (
+    TAG_CLUSTER_NAME,
+    TAG_NODE_KIND,
+    NodeProvider,
+    ProviderError,
+)
+
+__all__ = ["RUNNING_TIMEOUT_S", "KubernetesNodeProvider"]
+
+RUNNING_TIMEOUT_S = 600.0
+_GONE_PHASES = ("Succeeded", "Failed")
+
+
+def _api(provider_config: dict[str, Any]) -> Any:
+    """A ``CoreV1Api`` on a client of its own (no global configuration is changed)."""
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        raise ProviderError(
+            "provider type 'kubernetes' needs the kubernetes client: "
+            "pip install 'rayfield-autoscaler[kubernetes]'"
+        ) from None
+    try:
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            conf = client.Configuration()
+            config.load_incluster_config(client_configuration=conf)
+            api_client = client.ApiClient(conf)
+        else:
+            # read $KUBECONFIG now (the client reads it once, at its import)
+            path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+            api_client = config.new_client_from_config(config_file=path)
+    except config.ConfigException as exc:
+        raise ProviderError(
+            f"no Kubernetes cluster to talk to ({exc}): set KUBECONFIG or run inside a pod"
+        ) from None
+    return client.CoreV1Api(api_client)
+
+
+def _why(exc: Exception) -> str:
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None) or type(exc).__name__
+    return f"HTTP {status} {reason}" if status else str(reason)
+
+
+class KubernetesNodeProvider(NodeProvider):
+    """Pods as nodes (see the module docstring).
+
+    Args:
+        provider_config: ``type: kubernetes``, ``namespace`` (default ``default``).
+        cluster_name: the value of every pod's ``rayfield-cluster-name`` label.
+
+    Raises:
+        ProviderError: the client is not installed or finds no cluster configuration.
+    """
+
+    #: Seconds between two looks at a new pod's phase in ``create_node``.
+    running_poll_s = 1.0
+
+    def __init__(self, provider_config: dict[str, Any], cluster_name: str) -> None:
+        super().__init__(provider_config, cluster_name)
+        self.namespace = str(provider_config.get("namespace") or "default")
+        self.core = _api(provider_config)
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # kubernetes.client.ApiException, urllib3 errors
+            if getattr(exc, "status", None) == 404:
+                return None
+            raise ProviderError(
+                f"Kubernetes refused to {what} in namespace {self.namespace!r} ({_why(exc)})"
+            ) from None
+
+    def _pod(self, node_id: str) -> Any:
+        pod = self._call("read a pod", self.core.read_namespaced_pod, node_id, self.namespace)
+        labels = (pod.metadata.labels or {}) if pod else {}
+        return pod if labels.get(TAG_CLUSTER_NAME) == self.cluster_name else None
+
+    @staticmethod
+    def _live(pod: Any) -> bool:
+        return pod.metadata.deletion_timestamp is None and pod.status.phase not in _GONE_PHASES
+
+    # ---- NodeProvider ------------------------------------------------------------------
+
+    def non_terminated_nodes(self, tag_filters: dict[str, str]) -> list[str]:
+        wanted = {TAG_CLUSTER_NAME: self.cluster_name, **tag_filters}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(wanted.items()))
+        pods = self._call(
+            "list pods", self.core.list_namespaced_pod, self.namespace, label_selector=selector
+        )
+        items = pods.items if pods else []
+        return sorted(p.metadata.name for p in items if self._live(p))
+
+    def is_running(self, node_id: str) -> bool:
+        pod = self._pod(node_id)
+        return pod is not None and self._live(pod) and pod.status.phase == "Running"
+
+    def is_terminated(self, node_id: str) -> bool:
+        pod = self._pod(node_id)
+        return pod is None or not self._live(pod)
+
+    def node_tags(self, node_id: str) -> dict[str, str]:
+        pod = self._pod(node_id)
+        if pod is None:
+            raise ProviderError(f"cluster {self.cluster_name!r} has no pod {node_id!r}")
+        return {k: v for k, v in (pod.metadata.labels or {}).items() if k != TAG_CLUSTER_NAME}
+
+    def external_ip(self, node_id: str) -> str | None:
+        return self.internal_ip(node_id)
+
+    def internal_ip(self, node_id: str) -> str | None:
+        pod = self._pod(node_id)
+        return pod.status.pod_ip if pod is not None else None
+
+    def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
+        self.node_tags(node_id)  # ProviderError when unknown
+        patch = [
+            {
+                "op": "add",
+                "path": "/metadata/labels/" + k.replace("~", "~0").replace("/", "~1"),
+                "value": str(v),
+            }
+            for k, v in tags.items()
+        ]
+        self._call("label a pod", self.core.patch_namespaced_pod, node_id, self.namespace, patch)
+
+    def create_node(self, node_config: dict[str, Any], tags: dict[str, str], count: int) -> None:
+        manifest = copy.deepcopy({k: v for k, v in node_config.items() if k != "resources"})
+        meta = manifest.setdefault("metadata", {})
+        meta.pop("name", None)
+        kind = tags.get(TAG_NODE_KIND, "node")
+        meta["generateName"] = f"rayfield-{self.cluster_name}-{kind}-".lower().replace("_", "-")
+        meta["labels"] = {
+            **meta.get("labels", {}),
+            **{k: str(v) for k, v in tags.items()},
+            TAG_CLUSTER_NAME: self.cluster_name,
+        }
+        manifest.setdefault("apiVersion", "v1")
+        manifest.setdefault("kind", "Pod")
+        names = []
+        for _ in range(count):
+            pod = self._call(
+                "create a pod", self.core.create_namespaced_pod, self.namespace, manifest
+            )
+            if pod is None:
+                raise ProviderError(f"namespace {self.namespace!r} does not exist: create it first")
+            names.append(pod.metadata.name)
+        deadline = time.monotonic() + RUNNING_TIMEOUT_S
+        for name in names:
+            while not self.is_running(name):
+                pod = self._pod(name)
+                if pod is None or not self._live(pod) or time.monotonic() > deadline:
+                    phase = pod.status.phase if pod is not None else "deleted"
+                    raise ProviderError(
+                        f"pod {name} did not reach Running (phase {phase}): "
+                        f"see kubectl -n {self.namespace} describe pod {name}"
+                    )
+                time.sleep(self.running_poll_s)
+
+    def terminate_node(self, node_id: str) -> None:
+        if self._pod(node_id) is not None:
+            self._call("delete a pod", self.core.delete_namespaced_pod, node_id, self.namespace)
+
+    def cleanup(self) -> None:
+        self.core.api_client.close()
