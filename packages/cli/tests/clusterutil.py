@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -83,3 +84,46 @@ def wait_for(fn: Callable[[], Any], what: str, timeout_s: float = 20) -> Any:
     """Poll ``fn`` until it returns something true, and return that; raise TimeoutError
     naming ``what`` (:func:`rayfield.testing.wait_for`, polling every 0.2 s)."""
     return testing.wait_for(fn, timeout_s, what, interval=0.2)
+
+
+# `rayfield stop` runs still under way: (temp_dir, the process, its output file).
+_stopping: list[tuple[Path, subprocess.Popen[bytes], Any]] = []
+
+
+def stop_in_background(temp_dir: Path) -> None:
+    """Start ``rayfield stop --temp-dir TEMP_DIR`` and return at once.
+
+    A graceful stop takes seconds (each node ends its workers and leaves, then the GCS
+    drains its calls) while the next test starts its own cluster under another temp dir.
+    :func:`wait_for_stops` (run by conftest after the last test) waits for every stop
+    started here and fails on one that did not succeed. A test that checks what ``stop``
+    does runs it with :func:`rayfield_cmd` instead."""
+    out = tempfile.TemporaryFile()  # noqa: SIM115 (read and closed by wait_for_stops)
+    proc = subprocess.Popen(
+        [*CLI, "stop", "--temp-dir", str(temp_dir)], stdout=out, stderr=subprocess.STDOUT
+    )
+    _stopping.append((temp_dir, proc, out))
+
+
+def wait_for_stops(timeout_s: float = 120) -> None:
+    """Wait for the stops :func:`stop_in_background` started.
+
+    Raises:
+        AssertionError: one exited non-zero or ran past ``timeout_s`` (then it is
+            killed); the message has its temp dir and output.
+    """
+    failed = []
+    while _stopping:
+        temp_dir, proc, out = _stopping.pop(0)
+        try:
+            code = proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        out.seek(0)
+        said = out.read().decode(errors="replace")
+        out.close()
+        if code != 0:
+            failed.append(f"rayfield stop --temp-dir {temp_dir} exited {code}:\n{said}")
+    if failed:
+        raise AssertionError("\n".join(failed))

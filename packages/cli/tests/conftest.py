@@ -6,7 +6,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusterutil import rayfield_cmd, start_nodes
+from clusterutil import start_nodes, stop_in_background, wait_for_stops
+
+
+@pytest.fixture(scope="session", autouse=True)
+def clusters_stopped() -> Iterator[None]:
+    """After the last test: every cluster stopped in the background has stopped (the
+    run fails, naming it, if a ``rayfield stop`` did not succeed)."""
+    yield
+    wait_for_stops()
 
 
 @pytest.fixture(scope="module")
@@ -23,4 +31,4 @@ def driver_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[s
         yield address, temp_dir
     finally:
         rf.shutdown()
-        rayfield_cmd("stop", "--temp-dir", str(temp_dir))
+        stop_in_background(temp_dir)

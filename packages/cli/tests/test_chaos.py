@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from clusterutil import rayfield_cmd, start_nodes, wait_for
+from clusterutil import start_nodes, stop_in_background, wait_for
 
 import rayfield as rf
 from rayfield.exceptions import ActorDiedError
@@ -118,4 +118,4 @@ def test_tasks_and_actors_survive_killed_workers_and_a_dead_node(tmp_path: Path)
         assert x_used == pytest.approx(4)  # exactly the actors' resources, nothing leaked
     finally:
         rf.shutdown()
-        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+        stop_in_background(tmp_path)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusterutil import rayfield_cmd, start_nodes
+from clusterutil import rayfield_cmd, start_nodes, stop_in_background
 
 from rayfield.util.cluster import rayfield_processes
 
@@ -26,7 +26,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
     try:
         yield address, (temp_dir / "session_latest").resolve()
     finally:
-        rayfield_cmd("stop", "--temp-dir", str(temp_dir))
+        stop_in_background(temp_dir)
 
 
 @pytest.fixture

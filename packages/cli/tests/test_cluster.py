@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-from clusterutil import rayfield_cmd, wait_for
+from clusterutil import rayfield_cmd, stop_in_background, wait_for
 
 import rayfield as rf
 from rayfield.util import state
@@ -72,7 +72,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
     finally:
         rf.shutdown()
-        c.stop()
+        stop_in_background(temp_dir)
 
 
 @rf.remote

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from clusterutil import add_node, rayfield_cmd, start_nodes, wait_for
+from clusterutil import add_node, start_nodes, stop_in_background, wait_for
 
 import rayfield as rf
 import rayfield.util.state
@@ -79,7 +79,7 @@ def test_code_exported_on_a_dead_node_comes_from_the_gcs(tmp_path: Path) -> None
         assert text == "made with code exported on node B"
     finally:
         rf.shutdown()
-        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+        stop_in_background(tmp_path)
 
 
 DRIVER = """
@@ -118,4 +118,4 @@ def test_modules_next_to_the_driver_script_import_on_other_nodes(tmp_path: Path)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "(9, 'shapes')"
     finally:
-        rayfield_cmd("stop", "--temp-dir", str(tmp_path / "cluster"))
+        stop_in_background(tmp_path / "cluster")

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusterutil import rayfield_cmd, start_nodes
+from clusterutil import rayfield_cmd, start_nodes, stop_in_background
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "core" / "examples"
 
@@ -32,7 +32,7 @@ def two_nodes(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     try:
         yield address, temp_dir
     finally:
-        rayfield_cmd("stop", "--temp-dir", str(temp_dir))
+        stop_in_background(temp_dir)
 
 
 def node_sessions(temp_dir: Path) -> list[Path]:

@@ -13,7 +13,7 @@ import grpc
 import numpy as np
 import psutil
 import pytest
-from clusterutil import add_node, rayfield_cmd, start_nodes, wait_for
+from clusterutil import add_node, rayfield_cmd, start_nodes, stop_in_background, wait_for
 
 import rayfield as rf
 from rayfield._private.gcs.client import GcsClient
@@ -81,7 +81,7 @@ def test_gcs_restart_mid_workload_loses_nothing(tmp_path: Path) -> None:
         assert "2 node(s) alive, 0 dead" in out
     finally:
         rf.shutdown()
-        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+        stop_in_background(tmp_path)
 
 
 def test_tls_cluster_works_and_refuses_plaintext_peers(
@@ -116,7 +116,7 @@ def test_tls_cluster_works_and_refuses_plaintext_peers(
         assert "2 node(s) alive" in out
     finally:
         rf.shutdown()
-        rayfield_cmd("stop", "--temp-dir", str(tmp_path / "rf"))
+        stop_in_background(tmp_path / "rf")
 
 
 @rf.remote(resources={"x": 1})
@@ -152,7 +152,7 @@ def test_object_of_a_dead_node_raises_object_lost_not_a_hang(tmp_path: Path) -> 
         assert rf.get(kept)[-1] == 49_999  # a copy lives on the driver's node
     finally:
         rf.shutdown()
-        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+        stop_in_background(tmp_path)
 
 
 @rf.remote(num_cpus=0)
@@ -190,4 +190,4 @@ def test_a_forward_answered_late_is_retried_without_running_a_task_twice(tmp_pat
             time.sleep(0.2)
     finally:
         rf.shutdown()
-        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+        stop_in_background(tmp_path)

@@ -1,6 +1,10 @@
 """How actors and tasks end on a two-node cluster: names of dead actors are freed, actors
 end with the driver that created them (detached ones stay) or with their last handle
-anywhere, and a task forwarded to another node can be cancelled."""
+anywhere, and a task forwarded to another node can be cancelled.
+
+The tests that leave both nodes up share one cluster (module-scoped ``nodes``), each
+starting once it is idle, with a driver (job) of its own; the one that kills a node
+starts its own cluster."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from typing import Any
 
 import psutil
 import pytest
-from clusterutil import rayfield_cmd, start_nodes, wait_for
+from clusterutil import rayfield_cmd, start_nodes, stop_in_background, wait_for
 
 import rayfield as rf
 import rayfield.util.state
@@ -28,16 +32,44 @@ from rayfield.exceptions import ActorDiedError, TaskCancelledError
 from rayfield.util.cluster import find_token, rayfield_processes
 
 
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A head (1 CPU) and node b (1 CPU, b_res: 2) shared by the module's tests that
+    leave both nodes up: (address, temp_dir)."""
+    temp_dir = tmp_path_factory.mktemp("rf")
+    address = start_nodes(temp_dir, resources='{"b_res": 2}')
+    try:
+        yield address, temp_dir
+    finally:
+        stop_in_background(temp_dir)
+
+
+def idle(address: str, temp_dir: Path) -> None:
+    """Wait until every node of the shared cluster is alive, has all of its resources
+    free and nothing queued (what an earlier test started has ended)."""
+    with GcsClient(address, find_token(address, temp_dir)) as gcs:
+
+        def settled() -> bool:
+            alive = [n for n in gcs.get_nodes() if n.alive]
+            return len(alive) == 2 and all(
+                n.resources_available == n.resources_total and not any(d.count for d in n.demand)
+                for n in alive
+            )
+
+        wait_for(settled, "both nodes idle (every resource free, nothing queued)", 30)
+
+
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[str]:
-    """A head (1 CPU) and node b (1 CPU, b_res: 2); this process is a driver on the head."""
-    address = start_nodes(tmp_path, resources='{"b_res": 2}')
-    rf.init(address=address, temp_dir=str(tmp_path))
+def cluster(nodes: tuple[str, Path]) -> Iterator[str]:
+    """The shared head and node b, idle; this process is a driver on the head for the
+    test (its job ends, and with it its actors and tasks, when the test does)."""
+    address, temp_dir = nodes
+    idle(address, temp_dir)
+    rf.init(address=address, temp_dir=str(temp_dir))
     try:
         yield address
     finally:
         rf.shutdown()
-        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
 
 
 def node_id() -> str:
@@ -109,7 +141,7 @@ def test_a_named_actor_whose_node_dies_frees_its_name(tmp_path: Path) -> None:
             rf.get(actor.where.remote(), timeout=30)
     finally:
         rf.shutdown()
-        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+        stop_in_background(tmp_path)
 
 
 DRIVER = """
@@ -166,13 +198,14 @@ def start_driver(script: str) -> tuple[subprocess.Popen[str], str]:
     return driver, line
 
 
-def test_actors_end_with_their_killed_driver_on_every_node(tmp_path: Path) -> None:
-    address = start_nodes(tmp_path, resources='{"b_res": 2}')
-    driver, line = start_driver(DRIVER.format(address=address, temp_dir=str(tmp_path)))
+def test_actors_end_with_their_killed_driver_on_every_node(nodes: tuple[str, Path]) -> None:
+    address, temp_dir = nodes
+    idle(address, temp_dir)
+    driver, line = start_driver(DRIVER.format(address=address, temp_dir=str(temp_dir)))
     try:
         here_pid, there_pid, pong = json.loads(line.replace("'", '"'))
         assert pong == "pong"
-        with GcsClient(address, find_token(address, tmp_path)) as gcs:
+        with GcsClient(address, find_token(address, temp_dir)) as gcs:
             wait_for(
                 lambda: all(free.get("CPU", 0) == 0 for free, _ in free_and_total(gcs)),
                 "both nodes' CPUs held by the driver's actors",
@@ -185,18 +218,20 @@ def test_actors_end_with_their_killed_driver_on_every_node(tmp_path: Path) -> No
                 timeout_s=10,
             )
         wait_for(lambda: gone(here_pid) and gone(there_pid), "the actors' processes to exit")
-        status = rayfield_cmd("status", "--temp-dir", str(tmp_path)).stdout
+        status = rayfield_cmd("status", "--temp-dir", str(temp_dir)).stdout
         assert "2 node(s) alive" in status
-        rf.init(address=address, temp_dir=str(tmp_path))
+        rf.init(address=address, temp_dir=str(temp_dir))
         try:  # the detached actor outlives its driver
-            assert rf.get(rf.get_actor("keeper").ping.remote(), timeout=30) == "pong"
+            keeper = rf.get_actor("keeper")
+            assert rf.get(keeper.ping.remote(), timeout=30) == "pong"
+            rf.kill(keeper)  # the nodes are shared with the module's other tests
+            wait_for(lambda: name_is_free("keeper"), "the killed keeper's name to be free")
         finally:
             rf.shutdown()
     finally:
         if driver.poll() is None:
             driver.kill()
             driver.wait()
-        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
 
 
 @rf.remote(resources={"b_res": 1})
@@ -348,14 +383,17 @@ time.sleep(600)
 """
 
 
-def test_a_killed_drivers_queued_tasks_never_run_on_any_node(tmp_path: Path) -> None:
-    address = start_nodes(tmp_path, resources='{"b_res": 2}')
+def test_a_killed_drivers_queued_tasks_never_run_on_any_node(
+    nodes: tuple[str, Path], tmp_path: Path
+) -> None:
+    address, temp_dir = nodes
+    idle(address, temp_dir)
     runs = tmp_path / "runs"
     runs.mkdir()
-    script = QUEUING_DRIVER.format(address=address, temp_dir=str(tmp_path), runs=str(runs))
+    script = QUEUING_DRIVER.format(address=address, temp_dir=str(temp_dir), runs=str(runs))
     driver, _ = start_driver(script)
     try:
-        with GcsClient(address, find_token(address, tmp_path)) as gcs:
+        with GcsClient(address, find_token(address, temp_dir)) as gcs:
 
             def queued() -> list[int]:
                 return [sum(d.count for d in n.demand) for n in gcs.get_nodes() if n.alive]
@@ -377,7 +415,6 @@ def test_a_killed_drivers_queued_tasks_never_run_on_any_node(tmp_path: Path) -> 
         if driver.poll() is None:
             driver.kill()
             driver.wait()
-        rayfield_cmd("stop", "--temp-dir", str(tmp_path))
 
 
 @rf.remote(num_cpus=0, max_restarts=1)
@@ -395,9 +432,9 @@ class Restartable:
 
 
 def test_every_actor_is_in_the_gcs_table_and_its_state_kept_current(
-    cluster: str, tmp_path: Path
+    cluster: str, nodes: tuple[str, Path], tmp_path: Path
 ) -> None:
-    with GcsClient(cluster, find_token(cluster, tmp_path)) as gcs:
+    with GcsClient(cluster, find_token(cluster, nodes[1])) as gcs:
 
         def state(actor: Any) -> str:
             found = [a for a in gcs.list_actors() if a.actor_id == actor._actor_id]

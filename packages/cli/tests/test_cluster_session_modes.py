@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from clusterutil import rayfield_cmd, start_nodes
+from clusterutil import start_nodes, stop_in_background
 
 
 def modes(root: Path) -> dict[str, int]:
@@ -65,4 +65,4 @@ def test_sessions_logs_tokens_and_sockets_are_owner_only(tmp_path: Path) -> None
         }
         assert not loose, f"not owner-only (directories 0700, files 0600): {loose}"
     finally:
-        rayfield_cmd("stop", "--temp-dir", str(temp_dir))
+        stop_in_background(temp_dir)

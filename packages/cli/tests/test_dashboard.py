@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import psutil
 import pytest
-from clusterutil import rayfield_cmd, start_nodes, wait_for
+from clusterutil import rayfield_cmd, start_nodes, stop_in_background, wait_for
 from playwright.sync_api import Browser, Page, sync_playwright
 
 import rayfield as rf
@@ -88,7 +88,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     finally:
         client.close()
         rf.shutdown()
-        rayfield_cmd("stop", "--temp-dir", str(temp_dir))
+        stop_in_background(temp_dir)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterutil import rayfield_cmd, start_nodes
+from clusterutil import rayfield_cmd, start_nodes, stop_in_background
 
 from rayfield.util.cluster import make_test_certificates
 
@@ -73,7 +73,7 @@ def test_dashboard_with_its_own_certificate(tmp_path: Path) -> None:
     try:
         serves_https_only(temp_dir, certs)
     finally:
-        rayfield_cmd("stop", "--temp-dir", str(temp_dir))
+        stop_in_background(temp_dir)
 
 
 def test_dashboard_with_the_clusters_certificate(
@@ -91,7 +91,7 @@ def test_dashboard_with_the_clusters_certificate(
         )
         assert remote.stdout.strip().startswith("https://")  # the URL and cert from the GCS
     finally:
-        rayfield_cmd("stop", "--temp-dir", str(temp_dir))
+        stop_in_background(temp_dir)
 
 
 def _address(temp_dir: Path) -> str:

@@ -198,12 +198,11 @@ def test_old_step_api_and_bad_multiagent_config() -> None:
         get_trainer_class("PG")(env="MatchEnv", config={**config, **wrong})
 
 
-def test_remote_workers_return_multi_agent_batches(tmp_path: Path) -> None:
+def test_remote_workers_return_multi_agent_batches(cluster: dict[str, Any]) -> None:
     """A remote rollout worker (a rayfield actor) samples the multi-agent env; the
     learner trains both policies and the new weights reach the workers."""
     import rayfield as rf
 
-    rf.init(num_cpus=2, object_store_memory=256 << 20, temp_dir=str(tmp_path))
     config = {
         **CONFIGS["PPO"],
         "num_workers": 1,
@@ -226,7 +225,6 @@ def test_remote_workers_return_multi_agent_batches(tmp_path: Path) -> None:
         assert all(np.array_equal(local["p_opp"][k], remote["p_opp"][k]) for k in remote["p_opp"])
     finally:
         trainer.stop()
-        rf.shutdown()
 
 
 class TwoMemories(MultiAgentEnv):
@@ -318,11 +316,8 @@ def test_recurrent_policies_learn_their_memory_task() -> None:
     assert min(means.values()) >= 16.0, (means, result["timesteps_total"])
 
 
-def test_a3c_remote_workers_send_one_gradient_per_policy(tmp_path: Path) -> None:
+def test_a3c_remote_workers_send_one_gradient_per_policy(cluster: dict[str, Any]) -> None:
     """Asynchronous gradients from a remote worker update both policies."""
-    import rayfield as rf
-
-    rf.init(num_cpus=2, object_store_memory=256 << 20, temp_dir=str(tmp_path))
     config = {
         **CONFIGS["A3C"],
         "num_workers": 1,
@@ -336,7 +331,6 @@ def test_a3c_remote_workers_send_one_gradient_per_policy(tmp_path: Path) -> None
         after = trainer.get_weights()
     finally:
         trainer.stop()
-        rf.shutdown()
     assert set(result["info"]["learner"]) == {"p_same", "p_opp"}
     for pid in ("p_same", "p_opp"):
         assert any(not np.allclose(before[pid][k], after[pid][k]) for k in before[pid])
