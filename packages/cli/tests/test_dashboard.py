@@ -9,9 +9,9 @@ without one these tests fail with the install hint.
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import json
 import os
+import runpy
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +22,7 @@ import numpy as np
 import psutil
 import pytest
 from clusterutil import rayfield_cmd, start_nodes, stop_in_background, wait_for
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 import rayfield as rf
 from rayfield.util.state import StateClient
@@ -111,17 +111,9 @@ def workload(cluster: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    spec = importlib.util.spec_from_file_location("install_browser", TOOL)
-    assert spec is not None and spec.loader is not None
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    executable = tool.find_chromium()
-    if executable is None:
-        pytest.fail(f"{tool.HINT}; or run `python3 tools/install_browser.py` (as root)")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=executable, headless=True)
+    """Headless Chromium (tools/install_browser.py finds it), closed after the module."""
+    with runpy.run_path(str(TOOL))["headless_chromium"]() as chromium:
         yield chromium
-        chromium.close()
 
 
 def log_in(browser: Browser, url: str, token: str) -> Page:

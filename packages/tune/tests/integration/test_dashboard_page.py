@@ -9,9 +9,9 @@ without one this test fails with the install hint.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
+import runpy
 import subprocess
 import sys
 import threading
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("aiohttp")  # the dashboard extra of rayfield-core
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 import rayfield
 from rayfield import tune
@@ -59,17 +59,9 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    spec = importlib.util.spec_from_file_location("install_browser", TOOL)
-    assert spec is not None and spec.loader is not None
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    executable = tool.find_chromium()
-    if executable is None:
-        pytest.fail(f"{tool.HINT}; or run `python3 tools/install_browser.py` (as root)")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=executable, headless=True)
+    """Headless Chromium (tools/install_browser.py finds it), closed after the module."""
+    with runpy.run_path(str(TOOL))["headless_chromium"]() as chromium:
         yield chromium
-        chromium.close()
 
 
 def log_in(browser: Browser, url: str, token: str) -> Page:
