@@ -137,7 +137,7 @@ def build(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     install_packages(session)
-    session.install("ray", "numpy")
+    session.install("ray[train]", "numpy")  # ray.train (sgd's peer) needs the extra
     if "tune" in PACKAGES:  # --- tune: its peers, Ray Tune and Optuna ---
         session.install("ray[tune]", "optuna")
     if "rllib" in PACKAGES:  # the peers of packages/rllib/benchmarks/bench_rllib.py

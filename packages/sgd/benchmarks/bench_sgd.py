@@ -51,12 +51,13 @@ MB = 1 << 20
 
 
 def _time_allreduce(size_bytes: int, reps: int) -> float:
-    """Median seconds per gloo all_reduce of a float32 tensor (called on every rank)."""
+    """Median seconds per gloo all_reduce of a float32 tensor (called on every rank),
+    each after a barrier (as ``SGDWorker.time_allreduce``)."""
     tensor = torch.ones(size_bytes // 4)
     dist.all_reduce(tensor)  # warm-up (and connection set-up)
-    dist.barrier()
     times = []
     for _ in range(reps):
+        dist.barrier()
         start = time.perf_counter()
         dist.all_reduce(tensor)
         times.append(time.perf_counter() - start)
@@ -143,8 +144,9 @@ def _median_step_s(sgd: DistributedSGD, reps: int) -> float:
 
 def dsgd_exchange(size: int, strategy: str, allreduce: str, reps: int) -> tuple[float, float]:
     """Median seconds per DistributedSGD step of a free-loss model of ``size`` bytes, and
-    the median over those steps of the shorter of the two workers' all-reduce times (NaN
-    without a collective all-reduce)."""
+    (with a collective all-reduce, else NaN) the median seconds of worker 0's all-reduce
+    of its gradient buffer, the step's own code (``SGDWorker._allreduce``), each after a
+    barrier as in the raw gloo column."""
     elements = size // 4
     sgd = DistributedSGD(
         lambda w, d: FreeLossModel(elements),
@@ -157,11 +159,10 @@ def dsgd_exchange(size: int, strategy: str, allreduce: str, reps: int) -> tuple[
     try:
         sgd.warmup()
         step_s = _median_step_s(sgd, reps)
-        # Per step, the rank that entered the all-reduce last waited least for its peer:
-        # its time is the all-reduce's, without the skew of the driver's two calls.
-        per_rank = sgd.foreach_worker(lambda w: list(w.allreduce_times)[-reps:])
-        times = [min(pair) for pair in zip(*per_rank)]
-        return step_s, statistics.median(times) if times else float("nan")
+        if not sgd.foreach_worker(lambda w: w.world_size > 1)[0]:
+            return step_s, float("nan")
+        per_rank = sgd.foreach_worker(lambda w: w.time_allreduce(reps))
+        return step_s, statistics.median(per_rank[0])
     finally:
         sgd.shutdown()
 
@@ -320,8 +321,9 @@ def _print_allreduce(sizes: list[int], raw: list[float], reps: int) -> None:
     driver = [dsgd_exchange(s, "simple", "driver", reps)[0] for s in sizes]
     print("\nGradient all-reduce between two processes, GB/s (tensor bytes / median time)")
     print(
-        "DSGD allreduce: the all-reduce inside DistributedSGD(strategy='simple') steps, timed"
-        " on the rank that entered it last;"
+        "every all-reduce column: rank 0's time, each call after a barrier; DSGD allreduce:"
+        " DistributedSGD(strategy='simple')'s own all-reduce (with the division) of its"
+        " workers' gradient buffers;"
         " the DSGD columns after it: whole steps (all-reduce or exchange, zeroing the"
         " gradient, the SGD update, the driver's calls)"
     )

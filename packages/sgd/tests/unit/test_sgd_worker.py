@@ -141,3 +141,20 @@ def test_grad_buffer_copies_when_dtypes_differ() -> None:
     buffer.flat.fill_(5.0)
     buffer.scatter()
     assert b.grad.dtype == torch.float64 and b.grad.tolist() == [5.0] * 3
+
+
+def test_grad_buffer_collects_gradients_replaced_after_zero_and_assigns_shards() -> None:
+    module = torch.nn.Linear(3, 2)
+    buffer = GradBuffer(list(module.parameters()))
+    buffer.zero()
+    module.zero_grad(set_to_none=True)  # as a get_loss that zeroes its own gradients
+    module(torch.ones(1, 3)).sum().backward()
+    assert buffer.collect().tolist() == [1.0] * 8
+    assert module.weight.grad.data_ptr() == buffer.flat.data_ptr()  # re-bound to its view
+    # Shards that cut a parameter in two land in place, one copy each.
+    grad = np.arange(8, dtype=np.float32)
+    buffer.assign([grad[a:b] for a, b in shard_bounds(8, 12)])
+    assert module.weight.grad.flatten().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert module.bias.grad.tolist() == [6.0, 7.0]
+    with pytest.raises(ValueError, match="7 values"):
+        buffer.assign([grad[:7]])

@@ -10,8 +10,10 @@ all-reduced in place with no flatten or unflatten copy.
 from __future__ import annotations
 
 import os
+import warnings
 from datetime import timedelta
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -107,12 +109,39 @@ class GradBuffer:
                 p.grad = view
 
     def collect(self) -> torch.Tensor:
-        """``flat`` holding the current gradients (zeros where a gradient is None)."""
-        if not self.bound:
-            for p, view in zip(self.params, self.views):
-                if p.grad is not None:
-                    view.copy_(p.grad.detach().to(view.device, view.dtype))
+        """``flat`` holding the current gradients (zeros where a gradient is None). A
+        gradient that user code replaced since ``zero`` (for example
+        ``zero_grad(set_to_none=True)`` inside ``get_loss``) is copied in and, when
+        bound, re-pointed at its view."""
+        for p, view in zip(self.params, self.views):
+            grad = p.grad
+            if grad is None or (self.bound and grad.data_ptr() == view.data_ptr()):
+                continue
+            view.copy_(grad.detach().to(view.device, view.dtype))
+            if self.bound:
+                p.grad = view
         return self.flat
+
+    def assign(self, chunks: tuple[np.ndarray, ...] | list[np.ndarray]) -> None:
+        """Copy consecutive float32 chunks (a whole gradient, or its shards in order)
+        into ``flat``, one copy per chunk, and make every ``p.grad`` hold its part.
+
+        Raises:
+            ValueError: the chunks' total length is not the buffer's.
+        """
+        if sum(int(c.size) for c in chunks) != self.numel:
+            raise ValueError(
+                f"gradient has {sum(int(c.size) for c in chunks)} values, the parameters "
+                f"{self.numel}"
+            )
+        offset = 0
+        with warnings.catch_warnings():  # read-only store views: only read from here
+            warnings.simplefilter("ignore", UserWarning)
+            for chunk in chunks:
+                source = torch.from_numpy(np.ascontiguousarray(chunk).reshape(-1))
+                self.flat[offset : offset + source.numel()].copy_(source)
+                offset += source.numel()
+        self.scatter()
 
     def scatter(self) -> None:
         """Make every ``p.grad`` hold its part of ``flat`` (after ``flat`` was changed)."""

@@ -21,20 +21,22 @@ has arrived, so when a worker or a server dies during a step, no survivor has ap
 it. ``step()`` then replaces the dead actors, loads the state of the surviving worker
 with the most steps (or, when no worker survived, the driver's copy, refreshed every
 ``checkpoint_freq`` steps) into every worker, re-forms the process group and runs the
-step again, at most ``max_retries`` times per call.
+step again, at most ``max_retries`` times per call. ``foreach_worker``, ``foreach_model``,
+``for_model``, ``warmup``, ``save`` and ``restore`` recover the same way and run their
+call again.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 import rayfield
 from rayfield.actor import ActorOptions
-from rayfield.sgd.faults import ReplicaFailure, gather
+from rayfield.sgd.faults import gather, retrying
 from rayfield.sgd.param_server import ParameterServer
 from rayfield.sgd.utils import check_fits
 from rayfield.sgd.worker import SGDWorker
@@ -47,6 +49,7 @@ _STRATEGIES = ("ps", "simple")
 _ALLREDUCE = ("auto", "gloo", "nccl", "driver")
 _RemoteWorker = rayfield.remote(SGDWorker)
 _RemoteServer = rayfield.remote(ParameterServer)
+_T = TypeVar("_T")
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -84,7 +87,8 @@ class DistributedSGD:
         allreduce: how ``"simple"`` all-reduces across workers: ``"auto"`` (``"nccl"``
             with ``gpu``, else ``"gloo"``), ``"gloo"``, ``"nccl"``, or ``"driver"`` (the
             reference's average on the driver through the object store).
-        max_retries: rebuilds after actor deaths allowed per ``step()`` call, >= 0.
+        max_retries: rebuilds after actor deaths allowed per call (``step()``,
+            ``foreach_worker``, ``save``...), >= 0.
         timeout_s: how long a collective waits for a peer, and a rebuild for a worker
             to answer (seconds).
         checkpoint_freq: every this many steps the driver keeps worker 0's state (the
@@ -291,6 +295,12 @@ class DistributedSGD:
         self._gather([w.set_state.remote(state_ref) for w in self.workers])
 
     # ---------------------------------------------------------------- training
+    def _retrying(self, what: str, call: Callable[[], _T], max_retries: int | None) -> _T:
+        """``call()``, rebuilt (``_recover``) and called again when an actor dies during
+        it, at most ``max_retries`` times (None: the constructor's)."""
+        retries = self.max_retries if max_retries is None else max_retries
+        return retrying(what, call, self._recover, retries)
+
     def step(self, fetch_stats: bool = False, max_retries: int | None = None) -> float | None:
         """Run one synchronous SGD step on every replica.
 
@@ -312,26 +322,7 @@ class DistributedSGD:
             rayfield.exceptions.TaskError: the model's code failed in a worker.
             RuntimeError: actors died more than ``max_retries`` times in this call.
         """
-        retries = self.max_retries if max_retries is None else max_retries
-        attempt = 0
-        while True:
-            try:
-                if attempt:
-                    self._recover()
-                loss = self._step(fetch_stats)
-                break
-            except ReplicaFailure as failure:
-                if attempt >= retries:
-                    raise RuntimeError(
-                        f"step failed after {attempt} rebuilds: {failure}"
-                    ) from failure
-                attempt += 1
-                logger.warning(
-                    "An actor died during step (%s); rebuilding (retry %d of %d)",
-                    failure,
-                    attempt,
-                    retries,
-                )
+        loss = self._retrying("step", lambda: self._step(fetch_stats), max_retries)
         self.num_steps += 1
         if self.checkpoint_freq and self.num_steps % self.checkpoint_freq == 0:
             self._keep_state()
@@ -372,48 +363,101 @@ class DistributedSGD:
         if refs:
             self._gather(refs)
 
-    def foreach_worker(self, fn: Callable[[SGDWorker], Any]) -> list[Any]:
-        """``[fn(worker) for each worker]``, each run inside its worker's actor."""
-        self._wait_in_flight()
-        return rayfield.get([w.foreach_worker.remote(fn) for w in self.workers])
+    def foreach_worker(
+        self, fn: Callable[[SGDWorker], Any], max_retries: int | None = None
+    ) -> list[Any]:
+        """``[fn(worker) for each worker]``, each run inside its worker's actor.
 
-    def foreach_model(self, fn: Callable[[Any], Any]) -> list[Any]:
+        When a worker dies during the call, the dead actors are replaced and reloaded as
+        in ``step()`` and ``fn`` runs again on every worker (so on a survivor it may run
+        twice: keep it idempotent), at most ``max_retries`` times (default: the
+        constructor's).
+
+        Raises:
+            rayfield.exceptions.TaskError: ``fn`` raised in a worker.
+            RuntimeError: actors died more than ``max_retries`` times in this call.
+        """
+        return self._on_workers("foreach_worker", fn, max_retries)
+
+    def foreach_model(self, fn: Callable[[Any], Any], max_retries: int | None = None) -> list[Any]:
         """``fn(model)`` for every replica of every worker, as one flat list (worker-major).
-        A plain-module replica passes its ``torch.nn.Module``."""
-        self._wait_in_flight()
-        per_worker = rayfield.get([w.foreach_model.remote(fn) for w in self.workers])
+        A plain-module replica passes its ``torch.nn.Module``. Survives a worker's death
+        as ``foreach_worker`` does."""
+        per_worker = self._on_workers("foreach_model", fn, max_retries)
         return [result for results in per_worker for result in results]
 
-    def for_model(self, fn: Callable[[Any], Any]) -> Any:
-        """``fn(model)`` on worker 0's first replica."""
-        self._wait_in_flight()
-        return rayfield.get(self.workers[0].for_model.remote(fn))
+    def for_model(self, fn: Callable[[Any], Any], max_retries: int | None = None) -> Any:
+        """``fn(model)`` on worker 0's first replica. Survives worker 0's death as
+        ``foreach_worker`` does (``fn`` then runs on its replacement)."""
+        return self._on_workers("for_model", fn, max_retries, only_first=True)[0]
 
-    def warmup(self) -> None:
+    def _on_workers(
+        self, method: str, fn: Any, max_retries: int | None, only_first: bool = False
+    ) -> list[Any]:
+        """The worker method ``method(fn)`` on every worker (or worker 0), retried after
+        actor deaths; waits for a pipelined step first."""
+
+        def call() -> list[Any]:
+            self._wait_in_flight()
+            workers = self.workers[:1] if only_first else self.workers
+            return self._gather([getattr(w, method).remote(fn) for w in workers])
+
+        return self._retrying(method, call, max_retries)
+
+    def warmup(self, max_retries: int | None = None) -> None:
         """Touch a gradient-sized buffer in every worker's object store (first steps then
-        do not pay for mapping fresh pages)."""
-        rayfield.get([w.warmup.remote() for w in self.workers])
+        do not pay for mapping fresh pages). Survives a worker's death as ``step()``."""
+        self._retrying(
+            "warmup",
+            lambda: self._gather([w.warmup.remote() for w in self.workers]),
+            max_retries,
+        )
 
-    def save(self, checkpoint: str) -> str:
+    def save(self, checkpoint: str, max_retries: int | None = None) -> str:
         """Write worker 0's first replica (weights, optimizer state, step count) to the
-        file ``checkpoint`` with ``torch.save``; return the path."""
-        self._wait_in_flight()
-        blob = rayfield.get(self.workers[0].get_state.remote())
+        file ``checkpoint`` with ``torch.save``; return the path.
+
+        When worker 0 dies during the call, the dead actors are replaced and reloaded as
+        in ``step()`` (from the surviving worker with the most steps) and the state is
+        read again, at most ``max_retries`` times (default: the constructor's).
+
+        Raises:
+            OSError: the file cannot be written.
+            RuntimeError: actors died more than ``max_retries`` times in this call.
+        """
+
+        def read_state() -> bytes:
+            self._wait_in_flight()
+            [blob] = self._gather([self.workers[0].get_state.remote()])
+            return bytes(blob)
+
+        blob = self._retrying("save", read_state, max_retries)
         with open(checkpoint, "wb") as f:
             f.write(blob)
         return checkpoint
 
-    def restore(self, checkpoint: str) -> None:
+    def restore(self, checkpoint: str, max_retries: int | None = None) -> None:
         """Load a ``save`` file into every replica (``torch.load(weights_only=True)``).
+
+        The file's state also becomes the driver's copy (what a rebuild loads when no
+        worker survives). When a worker dies during the call, the dead actors are
+        replaced and the file's state is loaded again into every worker, at most
+        ``max_retries`` times (default: the constructor's).
 
         Raises:
             FileNotFoundError: no such file.
+            RuntimeError: actors died more than ``max_retries`` times in this call.
         """
-        self._wait_in_flight()
         with open(checkpoint, "rb") as f:
-            self._last_state = f.read()
-        blob = rayfield.put(self._last_state)
-        rayfield.get([w.set_state.remote(blob) for w in self.workers])
+            state = f.read()
+
+        def load() -> None:
+            self._wait_in_flight()
+            blob = rayfield.put(state)
+            self._gather([w.set_state.remote(blob) for w in self.workers])
+
+        self._last_state = state
+        self._retrying("restore", load, max_retries)
 
     def shutdown(self) -> None:
         """End the workers and the parameter servers."""

@@ -1,4 +1,5 @@
-"""Telling a dead actor from failing user code, for both trainers.
+"""Telling a dead actor from failing user code, and retrying after a rebuild, for both
+trainers.
 
 ``gather`` waits for one call on each of a group of actors and fails fast: a call whose
 actor (or its node) died raises ``ReplicaFailure``; a call that raised in user code is
@@ -8,14 +9,18 @@ replica whose peer died fails inside its collective with an ordinary error.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import rayfield
 from rayfield import exceptions as rf_exc
 
-__all__ = ["FAULTS", "ReplicaFailure", "first_death", "gather"]
+__all__ = ["FAULTS", "ReplicaFailure", "first_death", "gather", "retrying"]
+
+logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # Errors that mean an actor's process (or its node) is gone, not that user code failed.
 FAULTS = (rf_exc.ActorDiedError, rf_exc.WorkerCrashedError, rf_exc.ObjectLostError)
@@ -71,3 +76,38 @@ def gather(refs: Sequence[Any], actors: Sequence[Any], probe_timeout_s: float) -
                     raise ReplicaFailure(str(died)) from exc
                 raise
     return [results[i] for i in range(len(refs))]
+
+
+def retrying(what: str, call: Callable[[], _T], recover: Callable[[], None], retries: int) -> _T:
+    """``call()``; when it raises ``ReplicaFailure``, ``recover()`` (replace the dead
+    actors and reload the state) and call again, at most ``retries`` times. A failure
+    inside ``recover`` counts as one more.
+
+    Args:
+        what: the name of the call, for the log and the error.
+        call: the work, which raises ``ReplicaFailure`` when an actor died during it.
+        recover: rebuilds the group of actors.
+        retries: the most rebuilds, >= 0.
+
+    Raises:
+        RuntimeError: actors died more than ``retries`` times (from the last failure).
+    """
+    attempt = 0
+    while True:
+        try:
+            if attempt:
+                recover()
+            return call()
+        except ReplicaFailure as failure:
+            if attempt >= retries:
+                raise RuntimeError(
+                    f"{what} failed after {attempt} rebuilds: {failure}"
+                ) from failure
+            attempt += 1
+            logger.warning(
+                "An actor died during %s (%s); rebuilding (retry %d of %d)",
+                what,
+                failure,
+                attempt,
+                retries,
+            )

@@ -26,7 +26,6 @@ import torch.distributed as dist
 from rayfield.sgd.collective import GradBuffer, join_group, leave_group, rendezvous_address
 from rayfield.sgd.model import (
     ModuleModel,
-    assign_gradient,
     model_parameters,
     model_variables,
 )
@@ -169,8 +168,8 @@ class SGDWorker:
     def apply_gradients(self, *grads: np.ndarray) -> float:
         """Apply one averaged gradient (whole, or its shards in order) on every replica;
         return the mean loss of the step that produced this worker's share."""
-        for model, params in zip(self.models, self.params):
-            assign_gradient(params, grads)
+        for model, buffer in zip(self.models, self.buffers):
+            buffer.assign(grads)
             model.get_optimizer().step()
         self.steps += 1
         return self.last_loss
@@ -208,12 +207,27 @@ class SGDWorker:
         """One step of ``strategy="simple"`` with a collective: the local gradient is
         all-reduced in place across the workers' process group, divided by the number
         of workers and applied on every replica; returns this worker's mean loss."""
-        total = self._local_gradient()
+        self._allreduce(self._local_gradient())
+        return self._apply_local()
+
+    def _allreduce(self, total: torch.Tensor) -> None:
+        """All-reduce ``total`` in place across the group and divide it by the group's
+        size (the mean); the seconds it took join ``allreduce_times``."""
         started = time.perf_counter()
         dist.all_reduce(total)
         total /= self.world_size
         self.allreduce_times.append(time.perf_counter() - started)
-        return self._apply_local()
+
+    def time_allreduce(self, reps: int) -> list[float]:
+        """Seconds of ``reps`` all-reduces (with the division) of the gradient buffer,
+        each after a barrier, so that a rank's time is the collective's alone and not
+        the wait for a peer still computing (for benchmarks; every rank must call it)."""
+        times = []
+        for _ in range(reps):
+            dist.barrier()
+            self._allreduce(self.buffers[0].flat)
+            times.append(self.allreduce_times[-1])
+        return times
 
     def shard_shapes(self) -> list[int]:
         return [b - a for a, b in self.bounds]

@@ -7,10 +7,11 @@ directly between the replicas, never through the driver.
 
 Faults: after every successful epoch the trainer keeps replica 0's state (weights,
 optimizer and scheduler states, epoch number). When a replica's process or node dies
-during ``train()`` or ``validate()``, the trainer ends the other replicas, starts as many
-new ones as the cluster's remaining resources hold (at least one, at most
-``num_replicas``), loads the kept state into them and runs the call again: at most the
-epoch in progress is lost. ``max_retries`` bounds how often this happens per call.
+during ``train()``, ``validate()``, ``get_model()``, ``save()`` or ``restore()``, the
+trainer ends the other replicas, starts as many new ones as the cluster's remaining
+resources hold (at least one, at most ``num_replicas``), loads the kept state into them
+and runs the call again: at most the epoch in progress is lost. ``max_retries`` bounds
+how often this happens per call.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ import io
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 import rayfield
-from rayfield.sgd.faults import ReplicaFailure, gather
+from rayfield.sgd.faults import gather, retrying
 from rayfield.sgd.pytorch.runner import TorchRunner
 from rayfield.sgd.utils import (
     Resources,
@@ -42,6 +43,7 @@ _BACKENDS = ("auto", "gloo", "nccl", "mpi")
 _STEP_FREQS = ("epoch", "batch", "manual")
 
 _RemoteRunner = rayfield.remote(TorchRunner)
+_T = TypeVar("_T")
 
 
 def _check_callable(name: str, value: Any, required: bool = False) -> None:
@@ -84,8 +86,8 @@ class PyTorchTrainer:
             batch, default train function only) or ``"manual"``.
         use_gpu: train on GPUs (each replica gets one unless ``resources_per_replica``
             says otherwise).
-        max_retries: how many times one ``train()``/``validate()`` call rebuilds the
-            replicas after a replica died, >= 0.
+        max_retries: how many times one call (``train()``, ``validate()``, ``get_model()``,
+            ``save()``, ``restore()``) rebuilds the replicas after a replica died, >= 0.
         timeout_s: how long a collective operation waits for a peer before failing
             (seconds), so that a dead peer never hangs the others.
         startup_timeout_s: how long to wait for the replicas' actors to start (seconds).
@@ -283,37 +285,32 @@ class PyTorchTrainer:
             state_ref = rayfield.put(self._last_state)
             self._gather([w.set_state.remote(state_ref) for w in self.workers])
 
+    def _retrying(self, what: str, call: Callable[[], _T], max_retries: int | None) -> _T:
+        """``call()``, with the replicas rebuilt (``_recover``) and ``call`` run again when
+        a replica dies during it, at most ``max_retries`` times (None: the trainer's).
+
+        Raises:
+            RuntimeError: the trainer is shut down, or replicas died more than
+                ``max_retries`` times.
+        """
+        if not self.workers:
+            raise RuntimeError("the trainer is shut down")
+        retries = self.max_retries if max_retries is None else max_retries
+        return retrying(what, call, self._recover, retries)
+
     def _call_all(
         self, method: str, max_retries: int | None, keep_state: bool = False
     ) -> list[Any]:
         """``method`` on every replica; with ``keep_state``, then keep replica 0's state.
         A replica's death rebuilds the group and reruns both (``max_retries`` times)."""
-        retries = self.max_retries if max_retries is None else max_retries
-        attempt, rebuild = 0, False
-        if not self.workers:
-            raise RuntimeError("the trainer is shut down")
-        while True:
-            try:
-                if rebuild:
-                    self._recover()
-                results = self._gather([getattr(w, method).remote() for w in self.workers])
-                if keep_state:
-                    [self._last_state] = self._gather([self.workers[0].get_state.remote()])
-                return results
-            except ReplicaFailure as failure:
-                if attempt >= retries:
-                    raise RuntimeError(
-                        f"{method} failed after {attempt} retries: {failure}"
-                    ) from failure
-                attempt += 1
-                logger.warning(
-                    "A replica died during %s (%s); rebuilding (retry %d of %d)",
-                    method,
-                    failure,
-                    attempt,
-                    retries,
-                )
-                rebuild = True
+
+        def call() -> list[Any]:
+            results = self._gather([getattr(w, method).remote() for w in self.workers])
+            if keep_state:
+                [self._last_state] = self._gather([self.workers[0].get_state.remote()])
+            return results
+
+        return self._retrying(method, call, max_retries)
 
     # --------------------------------------------------------------- public API
     @classmethod
@@ -352,41 +349,72 @@ class PyTorchTrainer:
     def validate(self, max_retries: int | None = None) -> dict[str, Any]:
         """Evaluate the validation set, shared across the replicas.
 
+        When a replica dies during the call, the replicas are rebuilt from the last
+        epoch's state (as in ``train()``) and the validation runs again.
+
+        Args:
+            max_retries: overrides the trainer's ``max_retries`` for this call.
+
         Returns:
             ``validation_loss`` (mean per sample), ``num_samples``, ``val_accuracy``
             (classification) and ``validation_time_s``.
 
         Raises:
             rayfield.exceptions.TaskError: no validation set, or user code failed.
+            RuntimeError: replicas kept dying after ``max_retries`` rebuilds.
         """
         return aggregate_stats(self._call_all("validate", max_retries))
 
-    def _state(self) -> dict[str, Any]:
-        blob = rayfield.get(self.workers[0].get_state.remote())
-        return torch.load(io.BytesIO(blob), weights_only=True)
+    def _state(self, what: str, max_retries: int | None) -> dict[str, Any]:
+        """Replica 0's state dict, read again after a rebuild when replica 0 died."""
+        [blob] = self._retrying(
+            what, lambda: self._gather([self.workers[0].get_state.remote()]), max_retries
+        )
+        return dict(torch.load(io.BytesIO(blob), weights_only=True))
 
-    def get_model(self) -> Any:
+    def get_model(self, max_retries: int | None = None) -> Any:
         """A fresh ``model_creator(config)`` holding replica 0's current weights (a list
-        when the creator returns several models)."""
-        state = self._state()
+        when the creator returns several models).
+
+        When replica 0 dies during the call, the replicas are rebuilt from the last
+        epoch's state (as in ``train()``) and the weights are read from the new replica 0,
+        at most ``max_retries`` times (default: the trainer's).
+
+        Raises:
+            RuntimeError: replicas kept dying after ``max_retries`` rebuilds.
+        """
+        state = self._state("get_model", max_retries)
         models = _as_list(self.model_creator(self.config))
         for model, sd in zip(models, state["models"]):
             model.load_state_dict(sd)
         return models[0] if len(models) == 1 else models
 
-    def save(self, checkpoint: str) -> str:
+    def save(self, checkpoint: str, max_retries: int | None = None) -> str:
         """Write replica 0's state (``torch.save`` dict: ``epoch``, ``models``,
-        ``optimizers``, ``schedulers``) to the file ``checkpoint``; return the path."""
-        torch.save(self._state(), checkpoint)
+        ``optimizers``, ``schedulers``) to the file ``checkpoint``; return the path.
+
+        Survives replica 0's death as ``get_model`` does (the file then holds the last
+        epoch's state, which the rebuilt replicas loaded).
+
+        Raises:
+            OSError: the file cannot be written.
+            RuntimeError: replicas kept dying after ``max_retries`` rebuilds.
+        """
+        torch.save(self._state("save", max_retries), checkpoint)
         return checkpoint
 
-    def restore(self, checkpoint: str) -> None:
+    def restore(self, checkpoint: str, max_retries: int | None = None) -> None:
         """Load a file written by ``save`` (or a bare model ``state_dict``) into every
         replica. Read with ``torch.load(weights_only=True)``.
+
+        The file's state also becomes the state a rebuild loads. When a replica dies
+        during the call, the replicas are rebuilt and the file's state is loaded into
+        the new ones, at most ``max_retries`` times (default: the trainer's).
 
         Raises:
             FileNotFoundError: no such file.
             ValueError: the file holds neither a trainer state nor a model state dict.
+            RuntimeError: replicas kept dying after ``max_retries`` rebuilds.
         """
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
         if not isinstance(state, dict):
@@ -396,14 +424,19 @@ class PyTorchTrainer:
                 raise ValueError(
                     f"{checkpoint} is neither a trainer checkpoint nor a model state_dict"
                 )
-            current = self._state()
+            current = self._state("restore", max_retries)
             current["models"] = [state]
             state = current
         buffer = io.BytesIO()
         torch.save(state, buffer)
         self._last_state = buffer.getvalue()
-        ref = rayfield.put(self._last_state)
-        self._gather([w.set_state.remote(ref) for w in self.workers])
+
+        def load() -> None:
+            ref = rayfield.put(self._last_state)
+            self._gather([w.set_state.remote(ref) for w in self.workers])
+
+        # A rebuild loads the new _last_state, then ``load`` runs again on the new replicas.
+        self._retrying("restore", load, max_retries)
 
     def shutdown(self) -> None:
         """Leave the process group and end every replica's actor."""
