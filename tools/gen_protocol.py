@@ -79,7 +79,11 @@ def generate(dest: Path) -> None:
 
 
 def tree_files(base: Path) -> dict[str, Path]:
-    return {str(p.relative_to(base)): p for p in base.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(base)): p
+        for p in base.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts  # bytecode is not generated code
+    }
 
 
 def compare(fresh: Path, committed: Path) -> list[str]:
