@@ -108,10 +108,6 @@ def test_two_policies_learn_through_get_action() -> None:
     assert env is not None and not env.is_alive()  # stop() ended run() and its clients
 
 
-# Slow: 100-300 s. Its logging client thread runs free (log_action never blocks), so the
-# sampler competes with it for the GIL while the env's episode queue grows; the external
-# envs need backpressure (a bounded queue) before this can be fast.
-@pytest.mark.slow
 def test_batches_keep_each_agents_steps_and_late_rewards() -> None:
     config = {
         **PPO_CONFIG,
