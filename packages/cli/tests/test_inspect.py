@@ -178,7 +178,14 @@ def test_logs_follow_prints_new_output(
         assert proc.stdout.readline() == "Greeter hears later\n"  # then what is appended
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:  # where it hangs, for the failure report
+            spy = ["py-spy", "dump", "--pid", str(proc.pid)]
+            dump = subprocess.run(spy, capture_output=True, text=True, timeout=30)
+            proc.kill()
+            proc.communicate()
+            pytest.fail(f"`rayfield logs --follow` ignored Ctrl-C for 20 s:\n{dump.stdout}")
     assert proc.returncode == 0, err
 
 
