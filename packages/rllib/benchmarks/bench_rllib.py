@@ -2,16 +2,22 @@
 wall time (start-up included), env steps, and sampling throughput, for rayfield-rllib next to
 Stable-Baselines3 and RLlib when they are installed (``nox -s bench`` installs them).
 
-    python bench_rllib.py [--seeds 3] [--timeout 300] [--only rayfield]
+    python bench_rllib.py [--seeds 3] [--timeout 300] [--only rayfield] [--peer-python PATH]
 
 Each run is a fresh process, so start-up (imports, workers) counts as it does for a user.
-Ratios are printed against rayfield-rllib from the same run.
+Ratios are printed against rayfield-rllib from the same run. All three use the same
+hyperparameters (those of ``tuned_examples/cartpole-ppo.yaml``, SB3's rl-zoo CartPole
+setting: 256 env steps per update from 8 or 16 envs, 20 epochs of one 256-row minibatch,
+gamma 0.98, GAE lambda 0.8, clip 0.2, no value clipping, no entropy bonus, global gradient
+norm clipped at 0.5, learning rate 1e-3). ``--peer-python`` runs SB3 and RLlib with another
+interpreter (one where ``ray[rllib]`` and ``stable-baselines3`` are installed).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -59,7 +65,7 @@ class Stop(BaseCallback):
 
 env = make_vec_env("CartPole-v1", n_envs=8, seed=int(sys.argv[1]))
 model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
-            n_epochs=20, ent_coef=0.0, learning_rate=1e-3, clip_range=0.2,
+            n_epochs=20, ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, max_grad_norm=0.5,
             seed=int(sys.argv[1]), device="cpu")
 startup = time.time() - t0
 cb = Stop()
@@ -77,23 +83,29 @@ ray.init(num_cpus=2, include_dashboard=False)
 algo = (PPOConfig().environment("CartPole-v1")
         .env_runners(num_env_runners=2, num_envs_per_env_runner=4, rollout_fragment_length=32)
         .training(lr=1e-3, gamma=0.98, lambda_=0.8, train_batch_size=256, minibatch_size=256,
-                  num_epochs=20, clip_param=0.2, kl_coeff=0.0, vf_clip_param=1e6)
+                  num_epochs=20, clip_param=0.2, kl_coeff=0.0, vf_clip_param=1e6,
+                  entropy_coeff=0.0, grad_clip=0.5, grad_clip_by="global_norm")
         .debugging(seed=int(sys.argv[1])).build())
 startup = time.time() - t0
 while True:
     r = algo.train()
-    ret = r.get("env_runners", {}).get("episode_return_mean", r.get("episode_reward_mean", 0))
+    runners = r.get("env_runners", {})
+    ret = runners.get("episode_return_mean", r.get("episode_reward_mean", 0.0))
+    if ret is None or ret != ret:  # no episode finished yet (None or NaN)
+        ret = 0.0
     if ret >= 450 or time.time() - t0 > float(sys.argv[3]):
         break
-steps = r.get("num_env_steps_sampled_lifetime", r.get("timesteps_total", 0))
+steps = (runners.get("num_env_steps_sampled_lifetime")
+         or r.get("num_env_steps_sampled_lifetime") or r.get("timesteps_total", 0))
+algo.stop()
 print(json.dumps({"wall_s": time.time() - t0, "startup_s": startup, "steps": steps, "reward": ret}))
 """
 
 
-def run(code: str, seed: int, tuned: str, timeout: float) -> dict[str, float] | None:
+def run(python: str, code: str, seed: int, tuned: str, timeout: float) -> dict[str, float] | None:
     try:
         out = subprocess.run(
-            [sys.executable, "-c", code, str(seed), tuned, str(timeout)],
+            [python, "-c", code, str(seed), tuned, str(timeout)],
             capture_output=True,
             text=True,
             timeout=timeout + 120,
@@ -106,11 +118,8 @@ def run(code: str, seed: int, tuned: str, timeout: float) -> dict[str, float] | 
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def available(module: str) -> bool:
-    return (
-        subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode
-        == 0
-    )
+def available(python: str, module: str) -> bool:
+    return subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
 
 
 def main() -> None:
@@ -120,6 +129,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--only", default=None, help="rayfield, sb3 or rllib")
+    parser.add_argument(
+        "--peer-python", default=sys.executable, help="the interpreter for SB3 and RLlib"
+    )
     args = parser.parse_args()
     tuned = str(Path(__file__).resolve().parents[1] / "tuned_examples" / "cartpole-ppo.yaml")
     peers = [
@@ -131,13 +143,14 @@ def main() -> None:
     for name, code, module in peers:
         if args.only and args.only.lower() not in name.lower():
             continue
-        if not available(module):
-            print(f"{name}: not installed, skipped")
+        python = sys.executable if name == "rayfield-rllib" else args.peer_python
+        if not available(python, module):
+            print(f"{name}: not installed for {python}, skipped")
             continue
         runs = []
         for seed in range(args.seeds):
             t = time.time()
-            res = run(code, seed, tuned, args.timeout)
+            res = run(python, code, seed, tuned, args.timeout)
             print(f"{name} seed {seed}: {res} ({time.time() - t:.1f} s)")
             if res:
                 runs.append(res)
@@ -146,7 +159,7 @@ def main() -> None:
     base = statistics.median(r["wall_s"] for r in table.get("rayfield-rllib", [{"wall_s": 1.0}]))
     print(
         f"\n{'library':<15}{'wall s (median)':>16}{'start-up s':>12}{'env steps':>11}"
-        f"{'steps/s':>9}{'reached':>9}{'vs rayfield':>12}"
+        f"{'steps/s':>9}{'reached':>9}{'vs rayfield':>12}  env steps per seed"
     )
     for name, runs in table.items():
         wall = statistics.median(r["wall_s"] for r in runs)
@@ -155,8 +168,11 @@ def main() -> None:
         reached = sum(r["reward"] >= TARGET for r in runs)
         print(
             f"{name:<15}{wall:>16.1f}{start:>12.2f}{steps:>11.0f}{steps / wall:>9.0f}"
-            f"{reached:>6}/{len(runs)}{wall / base:>11.2f}x"
+            f"{reached:>6}/{len(runs)}{wall / base:>11.2f}x  "
+            + ", ".join(f"{r['steps']:.0f}" for r in runs)
         )
+    load = os.getloadavg()
+    print(f"load average at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min)")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,9 @@ class ExternalEnvStopped(RuntimeError):
 class ExternalEvent:
     """What an episode reports to the sampler.
 
+    For an `ExternalMultiAgentEnv` ``obs``, ``reward``, ``info`` and ``action`` are
+    dicts keyed by agent id.
+
     Attributes:
         episode_id: the episode.
         kind: ``"obs"`` (an observation that takes an action) or ``"end"``.
@@ -56,8 +59,8 @@ class ExternalEvent:
     episode_id: str
     kind: str
     obs: Any
-    reward: float
-    info: dict[str, Any]
+    reward: Any
+    info: dict[Any, Any]
     action: Any = None
     wants_action: bool = False
     training_enabled: bool = True
@@ -67,13 +70,17 @@ class ExternalEvent:
 class _Episode:
     episode_id: str
     training_enabled: bool
-    reward: float = 0.0
-    info: dict[str, Any] = field(default_factory=dict)
+    multiagent: bool = False
+    reward: Any = 0.0  # a float; {agent_id: float} for an ExternalMultiAgentEnv
+    info: dict[Any, Any] = field(default_factory=dict)
     actions: queue.Queue[Any] = field(default_factory=lambda: queue.Queue(maxsize=1))
 
-    def take(self) -> tuple[float, dict[str, Any]]:
+    def __post_init__(self) -> None:
+        self.reward = {} if self.multiagent else 0.0
+
+    def take(self) -> tuple[Any, dict[Any, Any]]:
         out = (self.reward, self.info)
-        self.reward, self.info = 0.0, {}
+        self.reward, self.info = ({} if self.multiagent else 0.0), {}
         return out
 
 
@@ -105,6 +112,9 @@ class ExternalEnv:
         ...                 done = term or trunc
         ...             self.end_episode(eid, obs)
     """
+
+    # True in ExternalMultiAgentEnv: observations, actions and rewards are dicts by agent id
+    _multiagent = False
 
     def __init__(
         self, action_space: Any, observation_space: Any, max_concurrent: int = 100
@@ -150,7 +160,7 @@ class ExternalEnv:
                     f"{len(self._episodes)} episodes are running, the most max_concurrent="
                     f"{self.max_concurrent} allows: end one first or raise max_concurrent"
                 )
-            self._episodes[eid] = _Episode(eid, bool(training_enabled))
+            self._episodes[eid] = _Episode(eid, bool(training_enabled), self._multiagent)
         return eid
 
     def get_action(self, episode_id: str, observation: Any) -> Any:

@@ -13,12 +13,13 @@ _ids = itertools.count()
 
 @dataclass
 class RolloutMetrics:
-    """One finished episode: length (env steps), total reward, custom metrics."""
+    """One finished episode: length (env steps), total reward, custom metrics and, for
+    multi-agent envs, the reward of each ``(agent_id, policy_id)``."""
 
     episode_length: int
     episode_reward: float
     custom_metrics: dict[str, float] = field(default_factory=dict)
-    agent_rewards: dict[str, float] = field(default_factory=dict)
+    agent_rewards: dict[Any, float] = field(default_factory=dict)
 
 
 class Episode:

@@ -29,7 +29,7 @@ import numpy as np
 from rayfield.rllib.env.multi_agent_env import ALL, normalize_reset, normalize_step
 from rayfield.rllib.evaluation.callbacks import DefaultCallbacks
 from rayfield.rllib.evaluation.episode import Episode, RolloutMetrics
-from rayfield.rllib.evaluation.sampler import check_sampling, clip_reward
+from rayfield.rllib.evaluation.sampler_base import SamplerBase, SamplerSettings, clip_reward
 from rayfield.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 _eps_ids = itertools.count(1 << 40)
@@ -51,6 +51,23 @@ def call_mapping_fn(fn: Callable[..., str], agent_id: Any, episode: Any, worker:
     if len(positional) == 2:
         return fn(agent_id, episode)
     return fn(agent_id)
+
+
+def map_agent(
+    fn: Callable[..., str], policies: dict[str, Any], agent_id: Any, episode: Any, worker: Any
+) -> str:
+    """The policy id `fn` binds `agent_id` to (see `call_mapping_fn`).
+
+    Raises:
+        KeyError: the id is not in `policies`.
+    """
+    pid = call_mapping_fn(fn, agent_id, episode, worker)
+    if pid not in policies:
+        raise KeyError(
+            f"policy_mapping_fn mapped agent {agent_id!r} to {pid!r}, which is not in "
+            f"multiagent.policies {sorted(policies)}"
+        )
+    return pid
 
 
 class MultiAgentEpisode(Episode):
@@ -103,7 +120,7 @@ class _EnvState:
         self.prev_reward: dict[Any, float] = {}
 
 
-class MultiAgentSampler:
+class MultiAgentSampler(SamplerBase):
     """Samples multi-agent envs with a map of policies.
 
     Args:
@@ -113,11 +130,7 @@ class MultiAgentSampler:
         preprocessors: ``{policy_id: Preprocessor}``.
         obs_filters: ``{policy_id: filter}``.
         callbacks: episode and sample hooks.
-        fragment_length, batch_mode, horizon, clip_rewards, clip_actions, seed,
-        worker: as for `SyncSampler`.
-
-    Raises:
-        ValueError: bad batch mode or fragment length.
+        settings, worker: as for `SyncSampler`.
     """
 
     def __init__(
@@ -128,45 +141,26 @@ class MultiAgentSampler:
         preprocessors: dict[str, Any],
         obs_filters: dict[str, Any],
         callbacks: DefaultCallbacks,
-        *,
-        fragment_length: int,
-        batch_mode: str = "truncate_episodes",
-        horizon: int | None = None,
-        clip_rewards: Any = None,
-        clip_actions: bool = True,
-        seed: int | None = None,
+        settings: SamplerSettings,
         worker: Any = None,
     ) -> None:
-        check_sampling(batch_mode, fragment_length)
+        super().__init__(callbacks, settings, worker)
         self._init_states = {pid: p.get_initial_state() for pid, p in policies.items()}
         self.envs = envs
         self.policies = policies
         self.mapping_fn = policy_mapping_fn
         self.preprocessors = preprocessors
         self.filters = obs_filters
-        self.callbacks = callbacks
-        self.fragment_length = int(fragment_length)
-        self.batch_mode = batch_mode
-        self.horizon = horizon
-        self.clip_rewards = clip_rewards
-        self.clip_actions = clip_actions
-        self.worker = worker
-        self.metrics: list[RolloutMetrics] = []
         self._done_pieces: dict[str, list[SampleBatch]] = {}
         self._done_steps = 0
         self._states = [
-            self._reset(j, None if seed is None else seed + j) for j in range(len(envs))
+            self._reset(j, None if settings.seed is None else settings.seed + j)
+            for j in range(len(envs))
         ]
 
     # -- episodes -------------------------------------------------------------------
     def _mapping(self, agent_id: Any, episode: Any) -> str:
-        pid = call_mapping_fn(self.mapping_fn, agent_id, episode, self.worker)
-        if pid not in self.policies:
-            raise KeyError(
-                f"policy_mapping_fn mapped agent {agent_id!r} to {pid!r}, which is not in "
-                f"multiagent.policies {sorted(self.policies)}"
-            )
-        return pid
+        return map_agent(self.mapping_fn, self.policies, agent_id, episode, self.worker)
 
     def _process(self, pid: str, raw: Any) -> np.ndarray:
         return self.filters[pid](self.preprocessors[pid].transform_batch([raw]))[0]
@@ -233,11 +227,7 @@ class MultiAgentSampler:
                     st.rnn[aid] = [s[k] for s in state_out]
             else:
                 acts, _, extra = policy.compute_actions(obs)
-            clip = (
-                self.clip_actions
-                and hasattr(space, "low")
-                and np.issubdtype(space.dtype, np.floating)
-            )
+            clip = self.clips_box(space)
             for i, (j, aid) in enumerate(members):
                 act = acts[i]
                 actions[j][aid] = np.clip(act, space.low, space.high) if clip else act
@@ -377,8 +367,4 @@ class MultiAgentSampler:
         out = MultiAgentBatch(batches, steps)
         if self.callbacks.overrides("on_sample_end"):
             self.callbacks.on_sample_end(worker=self.worker, samples=out)
-        return out
-
-    def get_metrics(self) -> list[RolloutMetrics]:
-        out, self.metrics = self.metrics, []
         return out

@@ -15,6 +15,7 @@ from typing import Any
 from rayfield.rllib.env.base_env import BaseEnv, BaseEnvSubEnv, _VectorEnvToBaseEnv
 from rayfield.rllib.env.env_context import EnvContext
 from rayfield.rllib.env.external_env import ExternalEnv
+from rayfield.rllib.env.external_multi_agent_env import ExternalMultiAgentEnv
 from rayfield.rllib.env.multi_agent_env import MultiAgentEnv
 from rayfield.rllib.env.remote_vector_env import RemoteVectorEnv
 from rayfield.rllib.env.vector_env import VectorEnv
@@ -103,6 +104,7 @@ class RolloutWorker:
         from rayfield.rllib.evaluation.external_sampler import ExternalEnvSampler
         from rayfield.rllib.evaluation.multi_agent_sampler import MultiAgentSampler
         from rayfield.rllib.evaluation.sampler import SyncSampler
+        from rayfield.rllib.evaluation.sampler_base import SamplerSettings
 
         config = copy.deepcopy(config or {})
         config.update(kwargs.pop("policy_config", None) or {})
@@ -170,33 +172,30 @@ class RolloutWorker:
             ]
             self.env = self.envs[0]
         self.callbacks = make_callbacks(config.get("callbacks"))
-        seed = config.get("seed")
-        horizon = config.get("horizon")
-        sampler_kwargs = {
-            "fragment_length": int(config.get("rollout_fragment_length", 200)),
-            "batch_mode": config.get("batch_mode", "truncate_episodes"),
-            "horizon": int(horizon) if horizon else None,
-            "clip_rewards": config.get("clip_rewards"),
-            "clip_actions": bool(config.get("clip_actions", True)),
-            "seed": None if seed is None else int(seed) + 1000 * worker_index,
-            "worker": self,
-        }
+        settings = SamplerSettings.from_config(config, worker_index)
         multiagent = config.get("multiagent") or {}
-        self.multiagent = isinstance(self.env, MultiAgentEnv) or bool(multiagent.get("policies"))
-        if self.multiagent and self.external_env is not None:
+        self.multiagent = isinstance(self.env, (MultiAgentEnv, ExternalMultiAgentEnv)) or bool(
+            multiagent.get("policies")
+        )
+        if self.multiagent and self.external_env is not None and not self.external_env._multiagent:
             raise NotImplementedError(
-                "an ExternalEnv is sampled with one policy: multiagent.policies is not supported"
+                "an ExternalEnv is sampled with one policy: for multiagent.policies subclass "
+                "ExternalMultiAgentEnv"
             )
         if self.multiagent:
             self._build_policies(policy, config, multiagent)
-            self.sampler: Any = MultiAgentSampler(
-                self.envs,
+            mapping = multiagent.get("policy_mapping_fn") or (lambda agent_id: DEFAULT_POLICY_ID)
+            source: Any = self.envs if self.external_env is None else self.external_env
+            sampler_cls = MultiAgentSampler if self.external_env is None else ExternalEnvSampler
+            self.sampler: Any = sampler_cls(
+                source,
                 self.policy_map,
-                multiagent.get("policy_mapping_fn") or (lambda agent_id: DEFAULT_POLICY_ID),
+                mapping,
                 self.preprocessors,
                 self.filters,
                 self.callbacks,
-                **sampler_kwargs,
+                settings,
+                self,
             )
             self.policy = self.policy_map.get(DEFAULT_POLICY_ID) or next(
                 iter(self.policy_map.values())
@@ -220,11 +219,13 @@ class RolloutWorker:
         if self.external_env is not None:
             self.sampler = ExternalEnvSampler(
                 self.external_env,
-                self.policy,
-                self.preprocessor,
-                self.filters[DEFAULT_POLICY_ID],
+                self.policy_map,
+                None,
+                self.preprocessors,
+                self.filters,
                 self.callbacks,
-                **sampler_kwargs,
+                settings,
+                self,
             )
             return
         self.sampler = SyncSampler(
@@ -233,7 +234,8 @@ class RolloutWorker:
             self.preprocessor,
             self.filters[DEFAULT_POLICY_ID],
             self.callbacks,
-            **sampler_kwargs,
+            settings,
+            self,
         )
 
     def _build_policies(

@@ -29,36 +29,21 @@ import numpy as np
 from rayfield.rllib.env.vector_env import VectorEnv
 from rayfield.rllib.evaluation.callbacks import DefaultCallbacks
 from rayfield.rllib.evaluation.episode import Episode, RolloutMetrics
+from rayfield.rllib.evaluation.sampler_base import (
+    SamplerBase,
+    SamplerSettings,
+    check_sampling,
+    clip_reward,
+)
 from rayfield.rllib.policy.policy import Policy
 from rayfield.rllib.policy.sample_batch import SampleBatch
+
+__all__ = ["SamplerSettings", "SyncSampler", "check_sampling", "clip_reward"]
 
 _eps_ids = itertools.count(1)
 
 
-def clip_reward(r: np.ndarray, clip: Any) -> np.ndarray:
-    """The ``clip_rewards`` rule: None/False keeps, True takes the sign, a number v
-    clips to [-v, v], a pair (a, b) to [a, b]."""
-    if clip is None or clip is False:
-        return r
-    if clip is True:
-        return np.sign(r)
-    if isinstance(clip, (tuple, list)):
-        return np.clip(r, clip[0], clip[1])
-    return np.clip(r, -float(clip), float(clip))
-
-
-def check_sampling(batch_mode: str, fragment_length: int) -> None:
-    """Raise ``ValueError`` for a ``batch_mode`` other than ``"truncate_episodes"`` or
-    ``"complete_episodes"``, or a ``rollout_fragment_length`` under 1."""
-    if batch_mode not in ("truncate_episodes", "complete_episodes"):
-        raise ValueError(
-            f"batch_mode must be 'truncate_episodes' or 'complete_episodes', got {batch_mode!r}"
-        )
-    if fragment_length < 1:
-        raise ValueError(f"rollout_fragment_length must be >= 1, got {fragment_length}")
-
-
-class SyncSampler:
+class SyncSampler(SamplerBase):
     """Samples a list of envs with one policy.
 
     Args:
@@ -68,17 +53,9 @@ class SyncSampler:
         preprocessor: turns raw observations into float vectors.
         obs_filter: applied after the preprocessor (updated with every observation).
         callbacks: hooks for episodes and samples.
-        fragment_length: env steps per env per chunk (``rollout_fragment_length``).
-        batch_mode: ``"truncate_episodes"`` or ``"complete_episodes"``.
-        horizon: end episodes after this many steps (None: the env decides).
-        clip_rewards: see `clip_reward`.
-        clip_actions: clip Box actions to the space before stepping the env (the
-            batch keeps the unclipped action).
-        seed: seed of the first reset of env ``j``: ``seed + j`` (None: unseeded).
+        settings: fragment length, batch mode, horizon, reward and action clipping,
+            seed (see `SamplerSettings`).
         worker: the rollout worker, passed to callbacks.
-
-    Raises:
-        ValueError: unknown batch mode or fragment length < 1.
     """
 
     def __init__(
@@ -88,16 +65,10 @@ class SyncSampler:
         preprocessor: Any,
         obs_filter: Any,
         callbacks: DefaultCallbacks,
-        *,
-        fragment_length: int,
-        batch_mode: str = "truncate_episodes",
-        horizon: int | None = None,
-        clip_rewards: Any = None,
-        clip_actions: bool = True,
-        seed: int | None = None,
+        settings: SamplerSettings,
         worker: Any = None,
     ) -> None:
-        check_sampling(batch_mode, fragment_length)
+        super().__init__(callbacks, settings, worker)
         self.vector_env = (
             envs
             if isinstance(envs, VectorEnv)
@@ -108,26 +79,17 @@ class SyncSampler:
         self.policy = policy
         self.preprocessor = preprocessor
         self.obs_filter = obs_filter
-        self.callbacks = callbacks
-        self.fragment_length = int(fragment_length)
-        self.batch_mode = batch_mode
-        self.horizon = horizon
-        self.clip_rewards = clip_rewards
-        self.worker = worker
         space = policy.action_space
-        self._clip_box = (
-            clip_actions and hasattr(space, "low") and np.issubdtype(space.dtype, np.floating)
-        )
+        self._clip_box = self.clips_box(space)
         self._cb_step = callbacks.overrides("on_episode_step")
         self._cb_start = callbacks.overrides("on_episode_start")
         self._cb_end = callbacks.overrides("on_episode_end")
         self._cb_post = callbacks.overrides("on_postprocess_trajectory")
         self._cb_sample = callbacks.overrides("on_sample_end")
-        self.metrics: list[RolloutMetrics] = []
         n = self.num_envs
         self._pending: list[SampleBatch | None] = [None] * n
         raw, _ = self.vector_env.vector_reset(
-            seeds=None if seed is None else [seed + j for j in range(n)]
+            seeds=None if settings.seed is None else [settings.seed + j for j in range(n)]
         )
         raw = list(raw)
         self._obs = self._process(raw)
@@ -329,8 +291,3 @@ class SyncSampler:
                 self._pending[j] = last
                 done_eps.extend(frags[:-1])
         return done_eps
-
-    def get_metrics(self) -> list[RolloutMetrics]:
-        """Episodes finished since the last call."""
-        out, self.metrics = self.metrics, []
-        return out

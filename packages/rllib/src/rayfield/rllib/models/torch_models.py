@@ -7,8 +7,9 @@ the value estimate of the same forward pass for `value_function()`.
 
 from __future__ import annotations
 
-import itertools
-from typing import Any
+from collections.abc import Sequence
+from itertools import pairwise
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -92,22 +93,68 @@ def check_value_head(model: Any, *inputs: Any) -> None:
         raise ValueError("a features-only model (num_outputs=None) has no value function")
 
 
+def activation_class(name: str, key: str = "fcnet_activation") -> type[nn.Module] | None:
+    """The torch module class of activation `name` (None for ``"linear"``).
+
+    Raises:
+        ValueError: an unknown name; the message names the config `key`.
+    """
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown {key} {name!r}; use one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+_Layer = TypeVar("_Layer", nn.Linear, nn.Conv2d)
+ROOT2 = float(np.sqrt(2))  # the gain of hidden layers
+
+
+def orthogonal(layer: _Layer, gain: float) -> _Layer:
+    """`layer` with orthogonal weights of `gain` and zero biases."""
+    nn.init.orthogonal_(layer.weight, gain)
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+def linears(sizes: Sequence[int], out_gain: float | None = None) -> list[nn.Linear]:
+    """Linear layers between consecutive `sizes`, each initialised orthogonally as
+    it is made: gain sqrt(2), or `out_gain` for the last (an output layer)."""
+    n = len(sizes) - 1
+    return [
+        orthogonal(nn.Linear(a, b), out_gain if out_gain is not None and i == n - 1 else ROOT2)
+        for i, (a, b) in enumerate(pairwise(sizes))
+    ]
+
+
+def with_activations(
+    layers: Sequence[nn.Module], activation: type[nn.Module] | None, output_last: bool = False
+) -> list[nn.Module]:
+    """`layers` with `activation` after each layer that has weights, except the last
+    one when `output_last` (an output layer); modules without weights (padding)
+    get none."""
+    weighted = [m for m in layers if isinstance(m, (nn.Linear, nn.Conv2d))]
+    out: list[nn.Module] = []
+    for module in layers:
+        out.append(module)
+        is_output = output_last and module is weighted[-1]
+        if activation is not None and module in weighted and not is_output:
+            out.append(activation())
+    return out
+
+
 def _mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
-    act = ACTIVATIONS.get(activation)
-    if activation not in ACTIVATIONS:
-        raise ValueError(
-            f"unknown fcnet_activation {activation!r}; use one of {sorted(ACTIVATIONS)}"
-        )
-    layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
-        lin = nn.Linear(a, b)
-        last = i == len(sizes) - 2
-        nn.init.orthogonal_(lin.weight, out_gain if last else float(np.sqrt(2)))
-        nn.init.zeros_(lin.bias)
-        layers.append(lin)
-        if not last and act is not None:
-            layers.append(act())
-    return nn.Sequential(*layers)
+    """Linear layers between `sizes`; the last is an output layer of `out_gain`."""
+    layers = linears(sizes, out_gain)
+    return nn.Sequential(*with_activations(layers, activation_class(activation), True))
+
+
+def policy_head(model: Any, in_dim: int, num_outputs: int) -> nn.Linear:
+    """The policy output layer (gain 0.01) of a model with ``free_log_std``: half the
+    outputs when it is set, the other half being ``model.log_std`` (created here)."""
+    policy_out = num_outputs // 2 if model.free_log_std else num_outputs
+    if model.free_log_std:
+        model.log_std = nn.Parameter(torch.zeros(policy_out))
+    return orthogonal(nn.Linear(in_dim, policy_out), 0.01)
 
 
 class FullyConnectedNetwork(TorchModelV2):
@@ -142,19 +189,17 @@ class FullyConnectedNetwork(TorchModelV2):
         activation = model_config.get("fcnet_activation", "tanh")
         self.free_log_std = bool(model_config.get("free_log_std", False))
         self.vf_share_layers = bool(model_config.get("vf_share_layers", False))
-        self._hidden = _mlp([in_dim, *hiddens], activation, float(np.sqrt(2))) if hiddens else None
-        if self._hidden is not None and ACTIVATIONS[activation] is not None:
-            self._hidden.append(ACTIVATIONS[activation]())  # type: ignore[misc]
+        act = activation_class(activation)
+        self._hidden = (
+            nn.Sequential(*with_activations(linears([in_dim, *hiddens]), act)) if hiddens else None
+        )
         last = hiddens[-1] if hiddens else in_dim
         self._logits: nn.Module | None = None
         self._value_branch: nn.Module | None = None
         if num_outputs is None:  # features only (for wrappers such as the LSTM)
             self.num_outputs = last
         else:
-            policy_out = num_outputs // 2 if self.free_log_std else num_outputs
-            self._logits = _mlp([last, policy_out], activation, 0.01)
-            if self.free_log_std:
-                self.log_std = nn.Parameter(torch.zeros(policy_out))
+            self._logits = nn.Sequential(policy_head(self, last, num_outputs))
             if self.vf_share_layers:
                 self._value_branch = _mlp([last, 1], activation, 1.0)
             else:

@@ -18,15 +18,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from rayfield.rllib.models.torch_models import (
-    ACTIVATIONS,
+    ROOT2,
     TorchModelV2,
+    activation_class,
     check_value_head,
+    orthogonal,
+    policy_head,
     policy_head_output,
+    with_activations,
 )
 
 # Default ``conv_filters`` by image size (height, width).
@@ -87,13 +90,9 @@ def conv_tower(
         ValueError: a malformed filter entry, an unknown activation, or filters that
             shrink the image below 1x1.
     """
-    if activation not in ACTIVATIONS:
-        raise ValueError(
-            f"unknown conv_activation {activation!r}; use one of {sorted(ACTIVATIONS)}"
-        )
+    act = activation_class(activation, "conv_activation")
     if not filters:
         raise ValueError("conv_filters must hold at least one [out_channels, kernel, stride]")
-    act = ACTIVATIONS[activation]
     size = (int(in_shape[0]), int(in_shape[1]))
     channels = int(in_shape[2])
     layers: list[nn.Module] = []
@@ -114,15 +113,10 @@ def conv_tower(
                 f"conv_filters[{i}] {entry!r} shrinks the {in_shape[0]}x{in_shape[1]} image "
                 "below 1x1: use a smaller kernel or stride"
             )
-        conv = nn.Conv2d(channels, out_ch, kernel, stride)
-        nn.init.orthogonal_(conv.weight, float(np.sqrt(2)))
-        nn.init.zeros_(conv.bias)
-        layers.append(conv)
-        if act is not None:
-            layers.append(act())
+        layers.append(orthogonal(nn.Conv2d(channels, out_ch, kernel, stride), ROOT2))
         channels = out_ch
-    layers.append(nn.Flatten())
-    return nn.Sequential(*layers), channels * size[0] * size[1]
+    tower = nn.Sequential(*with_activations(layers, act), nn.Flatten())
+    return tower, channels * size[0] * size[1]
 
 
 class VisionNetwork(TorchModelV2):
@@ -169,20 +163,13 @@ class VisionNetwork(TorchModelV2):
         if num_outputs is None:
             self.num_outputs = feat
         else:
-            policy_out = num_outputs // 2 if self.free_log_std else num_outputs
-            self._logits = nn.Linear(feat, policy_out)
-            nn.init.orthogonal_(self._logits.weight, 0.01)
-            nn.init.zeros_(self._logits.bias)
-            if self.free_log_std:
-                self.log_std = nn.Parameter(torch.zeros(policy_out))
+            self._logits = policy_head(self, feat, num_outputs)
         self._value_convs: nn.Module | None = None
         self._value_branch: nn.Linear | None = None
         if num_outputs is not None:
             if not self.vf_share_layers:
                 self._value_convs = conv_tower(shape, filters, activation)[0]  # type: ignore[arg-type]
-            self._value_branch = nn.Linear(feat, 1)
-            nn.init.orthogonal_(self._value_branch.weight, 1.0)
-            nn.init.zeros_(self._value_branch.bias)
+            self._value_branch = orthogonal(nn.Linear(feat, 1), 1.0)
         self._features: torch.Tensor | None = None
         self._images: torch.Tensor | None = None
 
