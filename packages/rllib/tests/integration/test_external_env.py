@@ -124,6 +124,10 @@ def test_dqn_learns_with_logged_off_policy_actions(
         trainer.stop()
 
 
+# Slow: 20-300 s (once over the 300 s timeout in a clean-clone run, with main's code
+# too). Its client logs actions without waiting, and the sampler falls behind it; the
+# cause is not found yet (see the CHANGELOG's known problems).
+@pytest.mark.slow
 def test_batches_hold_logged_actions_and_rewards() -> None:
     trainer = get_trainer_class("DQN")(
         env="served_cartpole",

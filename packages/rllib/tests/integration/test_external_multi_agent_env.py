@@ -108,6 +108,10 @@ def test_two_policies_learn_through_get_action() -> None:
     assert env is not None and not env.is_alive()  # stop() ended run() and its clients
 
 
+# Slow: 20-300 s (once over the 300 s timeout in a clean-clone run, with main's code
+# too). Its client logs actions without waiting, and the sampler falls behind it; the
+# cause is not found yet (see the CHANGELOG's known problems).
+@pytest.mark.slow
 def test_batches_keep_each_agents_steps_and_late_rewards() -> None:
     config = {
         **PPO_CONFIG,
