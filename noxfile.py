@@ -86,14 +86,22 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
+    run_package_tests(session, "not slow")
+
+
+def run_package_tests(
+    session: nox.Session, marker: str, success_codes: list[int] | None = None
+) -> None:
+    """Every package's tests selected by ``-m marker``, after the browser (the dashboard's
+    browser tests drive a system Chromium) and sshd (the autoscaler's SSH tests run it in
+    network namespaces) are installed. Only the installed packages are importable (no
+    src/ on the path), as for a user."""
     install_packages(session)
-    if "cli" in PACKAGES:  # the dashboard's browser tests drive a system Chromium
+    if "cli" in PACKAGES:
         session.run("python", str(ROOT / "tools" / "install_browser.py"))
-    if "autoscaler" in PACKAGES:  # its SSH tests run sshd in network namespaces
+    if "autoscaler" in PACKAGES:
         session.run("python", str(ROOT / "tools" / "install_sshd.py"))
     for name in PACKAGES:
-        # Only the installed packages are importable (no src/ on the path),
-        # as for a user.
         session.run(
             "python",
             "-m",
@@ -102,8 +110,9 @@ def tests(session: nox.Session) -> None:
             "-p",
             "no:cacheprovider",
             "-m",
-            "not slow",
+            marker,
             *session.posargs,
+            success_codes=success_codes,
         )
 
 
@@ -261,24 +270,7 @@ def rllib_demo(session: nox.Session, address: str, temp_dir: Path) -> None:
 def learning(session: nox.Session) -> None:
     """Every package's tests marked slow: rllib's tuned examples reaching their returns,
     the examples' and tune's long learning runs, the second SSH cluster of the autoscaler."""
-    install_packages(session)
-    if "cli" in PACKAGES:  # as in `tests`: browser and sshd for the slow tests that use them
-        session.run("python", str(ROOT / "tools" / "install_browser.py"))
-    if "autoscaler" in PACKAGES:
-        session.run("python", str(ROOT / "tools" / "install_sshd.py"))
-    for name in PACKAGES:
-        session.run(
-            "python",
-            "-m",
-            "pytest",
-            str(ROOT / "packages" / name / "tests"),
-            "-p",
-            "no:cacheprovider",
-            "-m",
-            "slow",
-            *session.posargs,
-            success_codes=[0, 5],  # 5: the package has no slow test
-        )
+    run_package_tests(session, "slow", success_codes=[0, 5])  # 5: the package has no slow test
 
 
 @nox.session(python=PYTHON)
