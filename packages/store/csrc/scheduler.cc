@@ -450,7 +450,7 @@ void Scheduler::RemoveWorker(WorkerID worker) {
   impl_->Schedule();
 }
 
-void Scheduler::TaskFinished(WorkerID worker, const UniqueID& task_id) {
+void Scheduler::TaskFinished(WorkerID worker, const UniqueID& task_id, bool leaving) {
   auto wit = impl_->workers.find(worker);
   if (wit == impl_->workers.end()) return;
   Worker& w = wit->second;
@@ -469,7 +469,7 @@ void Scheduler::TaskFinished(WorkerID worker, const UniqueID& task_id) {
     }
   } else if (w.running.empty()) {
     w.blocked = false;
-    impl_->idle.insert(worker);
+    if (!leaving) impl_->idle.insert(worker);
   }
   impl_->Schedule();
 }

@@ -138,7 +138,9 @@ class Scheduler {
   void AddWorker(WorkerID worker);
   // Emits WorkerLost; releases what the worker held.
   void RemoveWorker(WorkerID worker);
-  void TaskFinished(WorkerID worker, const UniqueID& task_id);
+  // `leaving`: the worker exits after this task; it takes no new task (the caller
+  // removes it next).
+  void TaskFinished(WorkerID worker, const UniqueID& task_id, bool leaving = false);
   void SetWorkerBlocked(WorkerID worker, bool blocked);
   void SetTotalResources(ResourceSet total);
   // Removes a task that is queued, waiting or infeasible (not running), e.g.

@@ -119,7 +119,7 @@ void TaskManager::TaskDone(WorkerID worker, const UniqueID& task_id, bool retry,
       break;
     }
   }
-  scheduler_.TaskFinished(worker, task_id);
+  scheduler_.TaskFinished(worker, task_id, exiting);  // a leaving worker gets no new task
   running_plain_.erase(worker);
   EndRun(task_id, retry);
   if (exiting) {

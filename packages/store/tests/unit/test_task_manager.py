@@ -105,6 +105,21 @@ def test_retry_exception_resubmits_until_none_left() -> None:
     assert errors(m.decisions()) == {oid(1): "WORKER_DIED"}
 
 
+def test_a_leaving_worker_takes_no_new_task() -> None:
+    # A worker that exits after its task (max_calls, or a CUDA view fixed for good) is not
+    # given the next ready task: that one waits for another worker instead of being lost
+    # with the leaving one (and retried, or failed when it has no retries).
+    m = manager(workers=1)
+    m.submit(tid(1), {"CPU": 1}, return_ids=[oid(1)])
+    m.submit(tid(2), {"CPU": 1}, return_ids=[oid(2)])
+    assert dispatched(m.decisions()) == [(1, tid(1))]
+    m.task_done(1, tid(1), exiting=True)
+    d = m.decisions()
+    assert dispatched(d) == [] and errors(d) == {}
+    m.worker_registered(2, 1002)
+    assert dispatched(m.decisions()) == [(2, tid(2))]
+
+
 def test_killed_worker_fails_its_task_with_the_hosts_tag() -> None:
     m = manager()
     m.submit(tid(1), {"CPU": 1}, return_ids=[oid(1)])
