@@ -18,6 +18,7 @@ from rayfield._private.common.events import EventLog
 from rayfield._private.common.ids import task_of
 from rayfield._private.context import Mode, ProcessContext
 from rayfield._private.driver.attach import local_node_of_cluster
+from rayfield._private.runtime import gpus
 from rayfield._private.runtime import runtime as _rt
 from rayfield._private.runtime.object_ref import ObjectRef
 from rayfield.actor import ActorClass, ActorHandle, _lookup
@@ -445,9 +446,10 @@ def get_resource_ids() -> dict[str, list[tuple[int, float]]]:
     Returns:
         ``{"CPU": [(index, fraction), ...], "GPU": [...]}``: a whole CPU or GPU is
         ``(index, 1.0)``, a share of one ``(index, fraction)``, e.g. ``{"CPU": [(0, 1.0)],
-        "GPU": [(1, 0.5)]}``. GPU indices are devices (``CUDA_VISIBLE_DEVICES`` is set
-        to them); CPU indices tell concurrent tasks' CPUs apart. An actor's calls report
-        what the actor holds. Empty in a driver.
+        "GPU": [(1, 0.5)]}``. GPU indices are the node's GPUs ``0..n-1`` (``get_gpu_ids``
+        names them as devices, as ``CUDA_VISIBLE_DEVICES`` does); CPU indices tell
+        concurrent tasks' CPUs apart. An actor's calls report what the actor holds. Empty
+        in a driver.
 
     Raises:
         RayfieldError: rayfield is not initialized.
@@ -456,14 +458,19 @@ def get_resource_ids() -> dict[str, list[tuple[int, float]]]:
     return {name: list(grants) for name, grants in ids.items()}
 
 
-def get_gpu_ids() -> list[int]:
+def get_gpu_ids() -> list[int | str]:
     """GPU ids reserved for the current task or actor (Ray's ``ray.get_gpu_ids``);
     ``CUDA_VISIBLE_DEVICES`` is set to them. Empty in a driver.
+
+    The ids are the node's devices: ``0..n-1``, or, when the node was started with
+    ``CUDA_VISIBLE_DEVICES`` set (e.g. ``"2,3"``), entries of that list (``[3]`` for the
+    node's second GPU); an entry that is not a number (``GPU-<uuid>``) is a string.
 
     Raises:
         RayfieldError: rayfield is not initialized.
     """
-    return [i for i, _ in get_resource_ids().get("GPU", [])]
+    grants = get_resource_ids().get("GPU", [])
+    return [device for device, _ in gpus.device_ids(grants, gpus.NODE_VISIBLE_DEVICES)[0]]
 
 
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rayfield._private.runtime import gpus
 from rayfield._private.runtime import runtime as _rt
 
 __all__ = ["RuntimeContext", "get_runtime_context"]
@@ -85,8 +86,9 @@ class RuntimeContext:
     def get_accelerator_ids(self) -> dict[str, list[str]]:
         """The accelerators given to the current task or actor, as Ray's: ``{"GPU":
         ["0", "1"]}`` (device ids as strings; an empty list when it holds none)."""
-        ids = getattr(self._local, "resource_ids", {}) or {}
-        return {"GPU": [str(index) for index, _ in ids.get("GPU", [])]}
+        grants = (getattr(self._local, "resource_ids", {}) or {}).get("GPU", [])
+        devices = gpus.device_ids(grants, gpus.NODE_VISIBLE_DEVICES)[0]
+        return {"GPU": [str(device) for device, _ in devices]}
 
     @property
     def namespace(self) -> str:

@@ -240,6 +240,10 @@ def test_max_calls_recycles_workers(cluster: Any) -> None:
 
     pids = {rf.get(pid.remote(), timeout=30) for _ in range(3)}
     assert len(pids) == 3
+    # Tasks queued behind leaving workers wait for fresh ones: none is handed to a worker
+    # that is exiting (it would be lost, and fail here, with no retries).
+    queued = rf.get([pid.options(max_retries=0).remote() for _ in range(6)], timeout=60)
+    assert len(set(queued)) == 6
 
 
 def test_options_are_validated(cluster: Any) -> None:
@@ -254,16 +258,42 @@ def test_options_are_validated(cluster: Any) -> None:
     rf.remote(num_return_vals=2)(lambda: (1, 2))  # the classic spelling
 
 
-def test_gpu_ids_and_cuda_visible_devices(tmp_path: Path) -> None:
-    rf.init(num_cpus=2, num_gpus=2, object_store_memory=64 << 20, temp_dir=str(tmp_path))
+@pytest.mark.parametrize(("node_cvd", "devices"), [(None, [0, 1]), ("5,7", [5, 7])])
+def test_gpu_ids_and_cuda_visible_devices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node_cvd: str | None, devices: list[int]
+) -> None:
+    # A node started with CUDA_VISIBLE_DEVICES="5,7" has two GPUs (detected from the list),
+    # and its tasks see devices of that list, not the node's instance numbers 0 and 1.
+    if node_cvd is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", node_cvd)
+    rf.init(
+        num_cpus=2,
+        num_gpus=None if node_cvd else 2,
+        object_store_memory=64 << 20,
+        temp_dir=str(tmp_path),
+    )
     try:
 
         @rf.remote(num_gpus=1)
-        def gpus() -> tuple[list[int], str]:
+        def gpus() -> tuple[list[int | str], list[str], str, list[int]]:
+            return (
+                rf.get_gpu_ids(),
+                rf.get_runtime_context().get_accelerator_ids()["GPU"],
+                os.environ["CUDA_VISIBLE_DEVICES"],
+                [i for i, _ in rf.get_resource_ids()["GPU"]],
+            )
+
+        @rf.remote(num_cpus=0)
+        def no_gpu() -> tuple[list[int | str], str]:
             return rf.get_gpu_ids(), os.environ["CUDA_VISIBLE_DEVICES"]
 
-        ids, env = rf.get(gpus.remote())
-        assert len(ids) == 1 and env == str(ids[0])
+        ids, accelerators, env, instances = rf.get(gpus.remote())
+        assert len(ids) == 1 and ids[0] in devices and instances[0] in (0, 1)
+        assert ids[0] == devices[instances[0]]
+        assert env == str(ids[0]) and accelerators == [env]
+        assert rf.get(no_gpu.remote()) == ([], "")
         assert rf.cluster_resources()["GPU"] == 2.0
     finally:
         rf.shutdown()

@@ -93,6 +93,7 @@ class Node:
             session_dir / "logs",
             cap=4 * num_cpus + 64,
             log_to_driver=log_to_driver,
+            node_gpus=resources.get("GPU", 0.0),
         )
         self.pool.start(num_cpus)  # warm pool
         self.memory_monitor = MemoryMonitor.from_env(self.server)  # kills workers near OOM

@@ -30,10 +30,19 @@ class WorkerPool:
         logs_dir: where ``worker-<pid>.out`` files are written.
         cap: most worker processes alive at once.
         log_to_driver: also copy worker output to this process's stdout.
+        node_gpus: the node's GPUs, which workers read from ``RAYFIELD_NODE_GPUS``.
     """
 
-    def __init__(self, socket_path: str, logs_dir: Path, cap: int, log_to_driver: bool) -> None:
+    def __init__(
+        self,
+        socket_path: str,
+        logs_dir: Path,
+        cap: int,
+        log_to_driver: bool,
+        node_gpus: float = 0,
+    ) -> None:
         self.socket_path = socket_path
+        self.node_gpus = node_gpus
         self.logs_dir = logs_dir
         self.cap = cap
         self.log_to_driver = log_to_driver
@@ -56,6 +65,7 @@ class WorkerPool:
             PYTHONUNBUFFERED="1",
             PYTHONPATH=os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p))),
             RAYFIELD_LOGS_DIR=str(self.logs_dir),
+            RAYFIELD_NODE_GPUS=str(self.node_gpus),
         )
         for _ in range(max(0, n)):
             proc = subprocess.Popen(

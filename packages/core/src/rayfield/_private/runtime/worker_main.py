@@ -2,7 +2,8 @@
 
 Started by the node as ``python -m rayfield._private.runtime.worker_main SOCKET``. It imports
 nothing heavy (no grpc) so a warm pool fills quickly. It exits when the node closes the
-connection, or after ``max_calls`` runs of a function.
+connection, after ``max_calls`` runs of a function, or after a task that initialised CUDA
+with GPUs that later tasks may not be given (``gpus.CudaPin``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import rayfield.exceptions as exceptions
 from rayfield._private import context
 from rayfield._private.common import serialization, task_retry
 from rayfield._private.common.events import EventLog
-from rayfield._private.runtime import signals
+from rayfield._private.runtime import gpus, signals
 from rayfield._private.runtime.interrupts import Interrupts
 from rayfield._private.runtime.runtime import Runtime
 from rayfield._private.runtime.task_context import TaskContext
@@ -45,6 +46,8 @@ class Worker:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.calls: dict[bytes, int] = {}
         self.exit_after = False
+        # Exits after a task that left CUDA fixed to GPUs a later task may not get.
+        self.cuda_pin = gpus.CudaPin(float(os.environ.get("RAYFIELD_NODE_GPUS") or 0))
         self.serializers: set[bytes] = set()
         logs = os.environ.get("RAYFIELD_LOGS_DIR")
         self.events = EventLog(logs) if logs else None
@@ -124,8 +127,8 @@ class Worker:
             for res, index, amount in task["instances"]:
                 ids.setdefault(res, []).append((index, amount))
             ctx.resource_ids, ctx.resources = ids, task.get("resources", {})
-            gpus = ",".join(str(i) for i, _ in ids.get("GPU", []))
-            os.environ["CUDA_VISIBLE_DEVICES"] = gpus
+            _, visible = gpus.device_ids(ids.get("GPU", []), gpus.NODE_VISIBLE_DEVICES)
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
         if kind == "actor_create":
             self.actor_context = {
                 "resource_ids": ctx.resource_ids,
@@ -185,6 +188,13 @@ class Worker:
         if kind == "task" and max_calls:
             self.calls[fid] = self.calls.get(fid, 0) + 1
             self.exit_after = self.calls[fid] >= max_calls
+        if kind == "task" and not self.exit_after:
+            try:
+                self.exit_after = self.cuda_pin.must_exit(
+                    os.environ.get("CUDA_VISIBLE_DEVICES", "")
+                )
+            except Exception:  # CUDA's state unknown: a fresh worker takes the next task
+                self.exit_after = True
         self.rt.client.task_done(task["task_id"], self.exit_after, staged, retry)
 
     def failed(
