@@ -7,7 +7,13 @@ import logging
 import pytest
 
 from rayfield.sgd import Resources, sgd_mse_optimizer
-from rayfield.sgd.utils import aggregate_stats, check_fits, find_free_port, split_batch_size
+from rayfield.sgd.utils import (
+    aggregate_stats,
+    check_distinct_gpus,
+    check_fits,
+    find_free_port,
+    split_batch_size,
+)
 
 
 def test_split_batch_size_divides_evenly_without_warning(caplog: pytest.LogCaptureFixture) -> None:
@@ -93,3 +99,12 @@ def test_check_fits_names_the_missing_resource() -> None:
         check_fits(Resources(num_gpus=1).actor_options(), total, "a replica")
     with pytest.raises(ValueError, match="CPU=3"):
         check_fits({"num_cpus": 3}, total, "a worker")
+
+
+def test_check_distinct_gpus_refuses_two_nccl_ranks_on_one_gpu() -> None:
+    whole = [("node-a", [0]), ("node-a", [1]), ("node-b", [0])]
+    check_distinct_gpus(whole, "nccl")  # one GPU per rank: fine
+    shared = [("node-a", [0]), ("node-b", [0]), ("node-a", [0])]
+    with pytest.raises(ValueError, match=r"replicas 0 and 2 share GPU 0 of node node-a.*gloo"):
+        check_distinct_gpus(shared, "nccl")
+    check_distinct_gpus(shared, "gloo")  # gloo runs ranks that share a device

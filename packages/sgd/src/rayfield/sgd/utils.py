@@ -19,6 +19,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "Resources",
     "aggregate_stats",
+    "check_distinct_gpus",
     "check_fits",
     "find_free_port",
     "sgd_mse_optimizer",
@@ -89,6 +90,38 @@ def check_fits(options: Mapping[str, Any], total: Mapping[str, float], what: str
                 f"{what} needs {name}={amount:g} but the cluster has {total.get(name, 0):g} in "
                 f"all; ask for less (Resources(...), use_gpu=False) or add nodes that have it"
             )
+
+
+def check_distinct_gpus(
+    placements: Iterable[tuple[Any, Iterable[int | str]]], backend: str
+) -> None:
+    """Raise when two ranks of an NCCL process group were given the same GPU.
+
+    NCCL puts one rank on one device: two ranks on one GPU (replicas of half a GPU
+    each, for example) fail in NCCL's own initialisation ("Duplicate GPU detected").
+    Other backends (gloo) run such groups, so only ``backend="nccl"`` is checked.
+
+    Args:
+        placements: per rank, in rank order, ``(node_id, gpu_ids)`` as the replica's
+            ``rayfield.get_runtime_context().get_node_id()`` and ``rayfield.get_gpu_ids()``.
+        backend: the process group's backend.
+
+    Raises:
+        ValueError: under ``nccl``, two ranks hold the same GPU of the same node; the
+            message names the ranks and the GPU and how to fix it.
+    """
+    if backend != "nccl":
+        return
+    owner: dict[tuple[Any, int | str], int] = {}
+    for rank, (node, gpu_ids) in enumerate(placements):
+        for gpu in gpu_ids:
+            other = owner.setdefault((node, gpu), rank)
+            if other != rank:
+                raise ValueError(
+                    f'backend="nccl" needs one GPU per replica, but replicas {other} and '
+                    f"{rank} share GPU {gpu} of node {node}: give each replica whole GPUs "
+                    '(Resources(num_gpus=1)) or use backend="gloo" for fractional GPUs'
+                )
 
 
 def sgd_mse_optimizer(model: Any, config: Mapping[str, Any]) -> tuple[Any, Any]:

@@ -58,6 +58,12 @@ class TorchRunner:
     def get_pid(self) -> int:
         return os.getpid()
 
+    def gpu_placement(self) -> tuple[str | None, list[int | str]]:
+        """``(node_id, gpu_ids)``: this replica's node and the GPUs it holds there."""
+        import rayfield
+
+        return rayfield.get_runtime_context().get_node_id(), rayfield.get_gpu_ids()
+
     def setup_address(self) -> str:
         """``tcp://ip:port`` for the process group's rendezvous, with a port free here."""
         return rendezvous_address()

@@ -30,6 +30,7 @@ from rayfield.sgd.pytorch.runner import TorchRunner
 from rayfield.sgd.utils import (
     Resources,
     aggregate_stats,
+    check_distinct_gpus,
     check_fits,
     sgd_mse_optimizer,
     split_batch_size,
@@ -73,8 +74,10 @@ class PyTorchTrainer:
             (``num_gpus=1`` as well when ``use_gpu``).
         batch_size: the GLOBAL batch size of one update, split evenly across replicas
             (rounded down with a warning when it does not divide).
-        backend: ``"auto"`` (nccl when the replicas have GPUs, else gloo), ``"gloo"``,
-            ``"nccl"`` or ``"mpi"``.
+        backend: ``"auto"`` (nccl when every replica holds whole GPUs, gloo when it
+            holds a fraction of one, which other replicas may share, or none),
+            ``"gloo"``, ``"nccl"`` (one GPU per replica: NCCL refuses two ranks on one
+            device) or ``"mpi"``.
         loss_creator: a loss class such as ``torch.nn.MSELoss`` or ``config -> loss``.
         train_function: ``(model, train_iterator, criterion, optimizer, config) -> stats``
             for one epoch; default: ``training.train_epoch``.
@@ -99,7 +102,8 @@ class PyTorchTrainer:
         TypeError: a creator is not callable, ``config`` is not a dict, or
             ``resources_per_replica`` is not a ``Resources``.
         ValueError: a count is out of range, or ``backend``/``scheduler_step_freq`` is
-            not one of the names above, or ``nccl`` is asked for without GPUs.
+            not one of the names above, or ``nccl`` is asked for without GPUs or for
+            replicas that share a GPU (fractional ``num_gpus``; use ``gloo`` for those).
         ValueError: one replica asks for more than the whole cluster has (for example
             a GPU on a cluster without one).
         RuntimeError: the replicas could not start within ``startup_timeout_s``.
@@ -181,7 +185,8 @@ class PyTorchTrainer:
         self.resources_per_replica = resources_per_replica.validate()
         use_gpu = use_gpu or resources_per_replica.num_gpus > 0
         if backend == "auto":
-            backend = "nccl" if use_gpu else "gloo"
+            shared = resources_per_replica.num_gpus != int(resources_per_replica.num_gpus)
+            backend = "nccl" if use_gpu and not shared else "gloo"
             logger.info("Using %s as backend.", backend)
         if num_replicas > 1 and not torch.distributed.is_available():
             raise ValueError("num_replicas > 1 needs torch.distributed, which this torch lacks")
@@ -255,6 +260,9 @@ class PyTorchTrainer:
         self.workers = handles
         self._gather(probes if len(handles) == num else [h.get_pid.remote() for h in handles])
         world = len(handles)
+        if self.backend == "nccl" and world > 1:
+            placements = self._gather([h.gpu_placement.remote() for h in handles])
+            check_distinct_gpus(placements, self.backend)
         per_replica = split_batch_size(self.batch_size, world)
         address = rayfield.get(handles[0].setup_address.remote()) if world > 1 else None
         self._gather(
