@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 import psutil
 
 from rayfield._private import context
+from rayfield._private.common.devices import detect_gpus
 from rayfield._private.common.events import EventLog
 from rayfield._private.common.ids import task_of
 from rayfield._private.context import Mode, ProcessContext
@@ -47,14 +48,6 @@ logger = logging.getLogger("rayfield")
 T = TypeVar("T")
 R = TypeVar("R")
 C = TypeVar("C")
-
-
-def _detect_gpus() -> int:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip()])
-    gpus = Path("/proc/driver/nvidia/gpus")
-    return len(list(gpus.iterdir())) if gpus.is_dir() else 0
 
 
 def init(
@@ -136,7 +129,7 @@ def init(
     if configure_logging:
         logging.basicConfig(level=logging_level, format="%(asctime)s %(levelname)s %(message)s")
     node_resources = {"CPU": float(num_cpus if num_cpus is not None else os.cpu_count() or 1)}
-    gpus = num_gpus if num_gpus is not None else _detect_gpus()
+    gpus = num_gpus if num_gpus is not None else detect_gpus()
     if gpus:
         node_resources["GPU"] = float(gpus)
     for name, amount in (resources or {}).items():

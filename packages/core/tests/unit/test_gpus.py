@@ -1,7 +1,15 @@
-"""GPU instances named as devices of the node's CUDA_VISIBLE_DEVICES (no processes)."""
+"""GPU detection, and GPU instances named as devices of the node's CUDA_VISIBLE_DEVICES (no
+processes)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
+
+from rayfield._private.common.devices import detect_gpus
+from rayfield._private.node_manager.node_main import node_resources
 from rayfield._private.runtime.gpus import CudaPin, cuda_initialized, device_ids, visible_devices
 
 
@@ -81,3 +89,28 @@ def test_nodes_without_gpus_never_probe() -> None:
 
 def test_cuda_initialized_is_false_in_a_process_that_never_used_cuda() -> None:
     assert not cuda_initialized()
+
+
+def test_detect_gpus_reads_cuda_visible_devices_first(tmp_path: Path) -> None:
+    driver = tmp_path / "gpus"
+    for bus in ("0000:01:00.0", "0000:02:00.0", "0000:03:00.0"):
+        (driver / bus).mkdir(parents=True)
+    assert detect_gpus({}, driver) == 3  # every GPU the driver lists
+    assert detect_gpus({"CUDA_VISIBLE_DEVICES": "1,2"}, driver) == 2
+    assert detect_gpus({"CUDA_VISIBLE_DEVICES": ""}, driver) == 0
+    assert detect_gpus({}, tmp_path / "no-driver") == 0
+
+
+def test_a_started_node_counts_its_gpus_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert node_resources(2, None, {})["GPU"] == 2.0  # `rayfield start` without --num-gpus
+    assert "GPU" not in node_resources(2, 0, {})  # --num-gpus 0
+    assert node_resources(None, 0.5, {"tpu": 1}) == {
+        "CPU": float(os.cpu_count() or 1),
+        "GPU": 0.5,
+        "tpu": 1.0,
+    }
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert "GPU" not in node_resources(2, None, {})

@@ -123,7 +123,11 @@ def _pair(kw: dict[str, Any], cert: str, key: str) -> tuple[str, str] | None:
     help="CPUs of this node (default: all).",
 )
 @click.option(
-    "--num-gpus", type=float, default=None, callback=_amount, help="GPUs of this node (default: 0)."
+    "--num-gpus",
+    type=float,
+    default=None,
+    callback=_amount,
+    help="GPUs of this node (default: those CUDA_VISIBLE_DEVICES lists, else every NVIDIA GPU).",
 )
 @click.option(
     "--resources",

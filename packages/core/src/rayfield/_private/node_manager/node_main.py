@@ -27,6 +27,7 @@ from pathlib import Path
 import psutil
 
 from rayfield._private.common import session_files
+from rayfield._private.common.devices import detect_gpus
 from rayfield._private.node_manager.node import Node
 
 
@@ -64,10 +65,25 @@ def _join_failure(exc: BaseException, address: str) -> str | None:
     return None
 
 
+def node_resources(
+    num_cpus: float | None, num_gpus: float | None, custom: dict[str, float]
+) -> dict[str, float]:
+    """The node's resources: ``CPU`` (default: the machine's CPUs), ``GPU`` when it has any
+    (default: :func:`~rayfield._private.common.devices.detect_gpus`), then ``custom``."""
+    resources = {"CPU": float(num_cpus if num_cpus is not None else os.cpu_count() or 1)}
+    gpus = num_gpus if num_gpus is not None else detect_gpus()
+    if gpus:
+        resources["GPU"] = float(gpus)
+    resources.update({k: float(v) for k, v in custom.items()})
+    return resources
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-cpus", type=float, default=None)
-    parser.add_argument("--num-gpus", type=float, default=0)
+    parser.add_argument(
+        "--num-gpus", type=float, default=None, help="default: the GPUs detect_gpus() finds"
+    )
     parser.add_argument("--resources", type=json.loads, default={}, help='e.g. {"tpu": 2}')
     parser.add_argument("--object-store-memory", type=int, default=None)
     parser.add_argument("--temp-dir", type=Path, default=None, help="default <tmp>/rayfield-<uid>")
@@ -86,10 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         level=os.environ.get("RAYFIELD_LOG_LEVEL", "INFO").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    resources = {"CPU": args.num_cpus if args.num_cpus is not None else float(os.cpu_count() or 1)}
-    if args.num_gpus:
-        resources["GPU"] = args.num_gpus
-    resources.update({k: float(v) for k, v in args.resources.items()})
+    resources = node_resources(args.num_cpus, args.num_gpus, args.resources)
     memory = args.object_store_memory or min(int(psutil.virtual_memory().total * 0.3), 20 * 10**9)
     os.umask(0o077)  # the node's files and its workers' are the user's alone
     root = session_files.ensure_root(args.temp_dir)
