@@ -37,7 +37,7 @@ IDLE_TIMEOUT_MINUTES = 0.1  # 6 s on both sides
 TIMEOUT_S = 300.0
 
 RAY_SIDE = r"""
-import json, os, signal, socket, subprocess, sys, tempfile, time
+import json, os, shutil, signal, socket, subprocess, sys, tempfile, time
 import ray
 from ray._private.services import get_node_ip_address
 
@@ -123,6 +123,7 @@ finally:
                 os.kill(int(pid), signal.SIGKILL)
             except OSError:
                 pass
+    shutil.rmtree(tmp, ignore_errors=True)
 """
 
 
