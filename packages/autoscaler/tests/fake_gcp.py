@@ -4,14 +4,23 @@ as much as the ``gcp`` provider uses: instances insert/get/list (with a
 operations wait, and ``POST /token`` (a service account's JWT grant). An inserted
 instance is ``PROVISIONING`` until its operation is waited for, then ``RUNNING``.
 Compute requests need the bearer token the token endpoint handed out; instance names
-and labels are checked as Compute Engine checks them."""
+and labels are checked as Compute Engine checks them, an instance's service account
+must exist and its metadata items be ``{key, value}`` strings with unique keys.
+
+Under ``/iam/`` the IAM API's service accounts (get, create; account ids checked) and
+under ``/crm/`` Resource Manager's project IAM policy (``getIamPolicy``,
+``setIamPolicy``: refused with 409 when the etag is stale, with 400 when a member
+names a service account that does not exist, and, ``iam_lag`` times, with 400 as IAM
+does while a new account propagates)."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import re
 import threading
 from typing import Any
+from urllib.parse import unquote
 
 ACCESS_TOKEN = "fake-gcp-access-token"
 _BASE = re.compile(
@@ -23,6 +32,9 @@ _GLOBAL = re.compile(
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")
 _FILTER = re.compile(r'^labels\.([\w-]+) = "([^"]*)"$')
+_IAM = re.compile(r"^/iam/v1/projects/([^/]+)/serviceAccounts(?:/([^/]+))?$")
+_CRM = re.compile(r"^/crm/v1/projects/([^/:]+):(getIamPolicy|setIamPolicy)$")
+_ACCOUNT_ID = re.compile(r"^[a-z]([-a-z0-9]{4,28}[a-z0-9])$")
 
 
 def _error(code: int, reason: str, message: str) -> tuple[int, dict[str, Any]]:
@@ -42,6 +54,10 @@ class FakeCompute:
         self.instances: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.firewalls: dict[tuple[str, str], dict[str, Any]] = {}
         self.tokens_issued = 0
+        self.service_accounts: dict[str, dict[str, Any]] = {}  # by email
+        self.policies: dict[str, dict[str, Any]] = {}  # by project
+        self.policy_writes = 0
+        self.iam_lag = 0  # setIamPolicy calls still to refuse as "not visible yet"
         self._ops: dict[str, dict[str, Any]] = {}
         self._n = itertools.count(1)
         self._lock = threading.Lock()
@@ -61,6 +77,13 @@ class FakeCompute:
                 }
             if headers.get("authorization") != f"Bearer {ACCESS_TOKEN}":
                 return _error(401, "unauthorized", "no valid access token")
+            path = unquote(path)
+            i = _IAM.match(path)
+            if i:
+                return self._iam(method, *i.groups(), body)
+            c = _CRM.match(path)
+            if c and method == "POST":
+                return self._crm(*c.groups(), body)
             g = _GLOBAL.match(path)
             if g:
                 return self._global(method, *g.groups(), body)
@@ -107,6 +130,48 @@ class FakeCompute:
                     project, zone, "delete", inst, then=lambda: self.instances.pop(key, None)
                 )
         return _error(405, "badRequest", method)
+
+    def _iam(self, method: str, project: str, email: str | None, body: Any) -> tuple[int, Any]:
+        if email is None and method == "POST":
+            account_id = str(body.get("accountId", ""))
+            if not _ACCOUNT_ID.match(account_id):
+                return _error(400, "badRequest", f"Invalid accountId {account_id!r}")
+            email = f"{account_id}@{project}.iam.gserviceaccount.com"
+            if email in self.service_accounts:
+                return _error(409, "alreadyExists", f"Service account {account_id} already exists")
+            account = {
+                "name": f"projects/{project}/serviceAccounts/{email}",
+                "projectId": project,
+                "email": email,
+                **body.get("serviceAccount", {}),
+            }
+            self.service_accounts[email] = account
+            return 200, account
+        account = self.service_accounts.get(email or "")
+        if method == "GET" and account is not None:
+            return 200, account
+        return _error(404, "notFound", f"Unknown service account {email}")
+
+    def _crm(self, project: str, verb: str, body: Any) -> tuple[int, Any]:
+        policy = self.policies.setdefault(project, {"version": 1, "etag": "e0", "bindings": []})
+        if verb == "getIamPolicy":
+            return 200, copy.deepcopy(policy)
+        new = body.get("policy", {})
+        if new.get("etag") != policy["etag"]:
+            return _error(409, "aborted", "There were concurrent policy changes")
+        for binding in new.get("bindings", []):
+            for member in binding.get("members", []):
+                email = member.removeprefix("serviceAccount:")
+                if member.startswith("serviceAccount:") and email not in self.service_accounts:
+                    return _error(400, "badRequest", f"Service account {email} does not exist.")
+                if member.startswith("serviceAccount:") and self.iam_lag > 0:
+                    self.iam_lag -= 1
+                    return _error(400, "badRequest", f"Service account {email} does not exist.")
+        self.policy_writes += 1
+        policy.update(
+            bindings=copy.deepcopy(new.get("bindings", [])), etag=f"e{self.policy_writes}"
+        )
+        return 200, copy.deepcopy(policy)
 
     def _global(
         self, method: str, project: str, coll: str, name: str | None, verb: str | None, body: Any
@@ -172,6 +237,17 @@ class FakeCompute:
         bad = self._bad_labels(body.get("labels", {}))
         if bad:
             return bad
+        for account in body.get("serviceAccounts", []):
+            if account.get("email") not in self.service_accounts:
+                return _error(
+                    400, "invalid", f"The resource '{account.get('email')}' was not found"
+                )
+        items = body.get("metadata", {}).get("items", [])
+        keys = [i.get("key") for i in items]
+        if len(set(keys)) != len(keys) or not all(
+            isinstance(i.get("key"), str) and isinstance(i.get("value"), str) for i in items
+        ):
+            return _error(400, "invalid", f"Invalid value for field 'resource.metadata': {items}")
         key = (project, zone, name)
         if key in self.instances:
             return _error(409, "alreadyExists", f"The resource '{name}' already exists")

@@ -3,7 +3,17 @@
 label selector, JSON-patch of labels, delete. Pods are ``Pending`` when created and
 ``Running`` (with a pod IP) from the next read, as a scheduled pod becomes. Requests
 need the bearer token of the test's kubeconfig; label values are checked as the API
-server checks them (422 when invalid)."""
+server checks them (422 when invalid).
+
+Also what the provider's bootstrap makes: ServiceAccounts and Services (core/v1),
+Roles and RoleBindings (rbac.authorization.k8s.io/v1); get and create (409 when the
+name is taken, 422 for an invalid name or a binding without ``roleRef``). A pod naming
+a ``serviceAccountName`` that does not exist is refused (403), as the ServiceAccount
+admission controller does. :meth:`FakeKubernetes.token_for` hands out a service
+account's token; a request with it is authorized by RBAC: allowed only when a
+RoleBinding of the namespace gives the account a Role whose rules cover the resource
+and verb (403 otherwise). :meth:`FakeKubernetes.endpoints` lists the pods a Service
+selects."""
 
 from __future__ import annotations
 
@@ -14,8 +24,16 @@ import threading
 from typing import Any
 
 TOKEN = "fake-kube-token"
+_RBAC = "rbac.authorization.k8s.io"
 _VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")
+_OBJECTS = re.compile(
+    r"^/(?:api/v1|apis/rbac\.authorization\.k8s\.io/v1)/namespaces/([^/]+)/"
+    r"(serviceaccounts|services|roles|rolebindings)(?:/([^/]+))?$"
+)
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_VERBS = {"GET": "get", "POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}
 
 
 def _status(code: int, reason: str, message: str) -> tuple[int, dict[str, Any]]:
@@ -28,19 +46,88 @@ class FakeKubernetes:
 
     def __init__(self) -> None:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        # (resource, namespace, name) -> object, for serviceaccounts, services, roles,
+        # rolebindings
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._tokens: dict[str, tuple[str, str]] = {}  # token -> (namespace, account)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+
+    def token_for(self, namespace: str, account: str) -> str:
+        """The token of an existing service account (as mounted in its pods)."""
+        assert ("serviceaccounts", namespace, account) in self.objects, account
+        token = f"sa-token-{namespace}-{account}"
+        self._tokens[token] = (namespace, account)
+        return token
+
+    def endpoints(self, namespace: str, service: str) -> list[str]:
+        """The names of the pods the Service selects."""
+        selector = self.objects[("services", namespace, service)]["spec"]["selector"]
+        return sorted(
+            name
+            for (ns, name), pod in self.pods.items()
+            if ns == namespace
+            and all(pod["metadata"]["labels"].get(k) == v for k, v in selector.items())
+        )
+
+    def _allowed(self, token: str, ns: str, resource: str, verb: str) -> bool:
+        """RBAC: a RoleBinding in ``ns`` gives the token's account a Role whose rules
+        cover ``resource`` and ``verb``."""
+        if token == TOKEN:
+            return True
+        account = self._tokens.get(token)
+        if account is None or account[0] != ns:
+            return False
+        group = "" if resource in ("pods", "serviceaccounts", "services") else _RBAC
+        for (kind, bns, _), binding in self.objects.items():
+            if kind != "rolebindings" or bns != ns:
+                continue
+            subjects = binding.get("subjects", [])
+            if not any(
+                s.get("kind") == "ServiceAccount"
+                and s.get("name") == account[1]
+                and s.get("namespace", ns) == ns
+                for s in subjects
+            ):
+                continue
+            role = self.objects.get(("roles", ns, binding["roleRef"]["name"]))
+            for rule in (role or {}).get("rules", []):
+                if (
+                    group in rule.get("apiGroups", [])
+                    and resource in rule.get("resources", [])
+                    and (verb in rule.get("verbs", []) or "*" in rule.get("verbs", []))
+                ):
+                    return True
+        return False
 
     def handle(
         self, method: str, path: str, query: dict[str, str], headers: dict[str, str], body: Any
     ) -> tuple[int, Any]:
-        if headers.get("authorization") != f"Bearer {TOKEN}":
+        auth = headers.get("authorization", "")
+        token = auth.removeprefix("Bearer ")
+        if not auth.startswith("Bearer ") or (token != TOKEN and token not in self._tokens):
             return _status(401, "Unauthorized", "no valid bearer token")
         m = _PODS.match(path)
-        if not m:
+        o = _OBJECTS.match(path)
+        if m:
+            ns, name, resource = m.group(1), m.group(2), "pods"
+        elif o:
+            ns, name, resource = o.group(1), o.group(3), o.group(2)
+        else:
             return _status(404, "NotFound", f"no route {path}")
-        ns, name = m.groups()
+        verb = _VERBS.get(method, method.lower())
+        if verb == "get" and name is None:
+            verb = "list"
         with self._lock:
+            if not self._allowed(token, ns, resource, verb):
+                return _status(
+                    403,
+                    "Forbidden",
+                    f'{resource} is forbidden: cannot {verb} resource "{resource}" in '
+                    f'namespace "{ns}"',
+                )
+            if resource != "pods":
+                return self._object(method, resource, ns, name, body)
             if name is None and method == "GET":
                 return 200, self._list(ns, query.get("labelSelector", ""))
             if name is None and method == "POST":
@@ -78,7 +165,52 @@ class FakeKubernetes:
                 return _status(422, "Invalid", f"metadata.labels: Invalid value: {v!r} for {k}")
         return None
 
+    def _object(
+        self, method: str, resource: str, ns: str, name: str | None, body: Any
+    ) -> tuple[int, Any]:
+        if name is not None and method == "GET":
+            found = self.objects.get((resource, ns, name))
+            if found is None:
+                return _status(404, "NotFound", f'{resource} "{name}" not found')
+            return 200, copy.deepcopy(found)
+        if name is not None or method != "POST":
+            return _status(405, "MethodNotAllowed", f"{method} {resource}")
+        new = body.get("metadata", {}).get("name", "")
+        valid = _DNS_LABEL if resource == "services" else _SUBDOMAIN
+        if not valid.match(new):
+            return _status(422, "Invalid", f"metadata.name: Invalid value: {new!r}")
+        bad = self._bad_labels(body.get("metadata", {}).get("labels", {}))
+        if bad:
+            return bad
+        if resource == "rolebindings":
+            ref = body.get("roleRef") or {}
+            if ref.get("apiGroup") != _RBAC or ref.get("kind") not in ("Role", "ClusterRole"):
+                return _status(422, "Invalid", f"roleRef: Invalid value: {ref}")
+        if resource == "roles" and not all(r.get("verbs") for r in body.get("rules", [])):
+            return _status(422, "Invalid", "rules[].verbs: Required value")
+        if resource == "services":
+            spec = body.get("spec", {})
+            bad = self._bad_labels(spec.get("selector", {}))
+            if bad:
+                return bad
+            if not all(isinstance(p.get("port"), int) for p in spec.get("ports", [])):
+                return _status(422, "Invalid", "spec.ports[].port: Required value")
+        if (resource, ns, new) in self.objects:
+            return _status(409, "AlreadyExists", f'{resource} "{new}" already exists')
+        obj = copy.deepcopy(body)
+        obj["metadata"].update(namespace=ns, uid=f"uid-{resource}-{new}")
+        self.objects[(resource, ns, new)] = obj
+        return 201, copy.deepcopy(obj)
+
     def _create(self, ns: str, pod: dict[str, Any]) -> tuple[int, Any]:
+        account = pod.get("spec", {}).get("serviceAccountName", "default")
+        if account != "default" and ("serviceaccounts", ns, account) not in self.objects:
+            return _status(
+                403,
+                "Forbidden",
+                f'error looking up service account {ns}/{account}: serviceaccount "{account}" '
+                "not found",
+            )
         meta = pod.setdefault("metadata", {})
         if "generateName" in meta:
             meta["name"] = f"{meta['generateName']}{next(self._ids):05d}"

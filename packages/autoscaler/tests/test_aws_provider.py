@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 pytest.importorskip("boto3", reason="the [aws] extra is not installed")
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
@@ -295,7 +296,8 @@ def test_up_launches_the_head_then_fails_clearly_when_its_ssh_does_not_answer(
     """moto's instances run nothing: `up` bootstraps (key pair under ~/.ssh), launches
     the head and waits for its sshd, then raises a HeadSetupError naming the head's
     address and the wait; `down` terminates the head."""
-    from rayfield.autoscaler import commands
+    from rayfield.autoscaler import commands, head_monitor
+    from rayfield.autoscaler.command_runner import SSHCommandRunner
 
     monkeypatch.setenv("HOME", str(tmp_path))
     name = cluster_name()
@@ -312,7 +314,27 @@ def test_up_launches_the_head_then_fails_clearly_when_its_ssh_does_not_answer(
     assert "did not answer ssh within 1 s" in str(err.value)
     assert p.node_tags(head)[TAG_NODE_STATUS] == STATUS_UPDATE_FAILED
     assert any("starting the head" in line for line in said)
-    assert (tmp_path / ".ssh" / f"rayfield-{name}-{REGION}.pem").is_file()  # bootstrapped
+    key = tmp_path / ".ssh" / f"rayfield-{name}-{REGION}.pem"
+    assert key.is_file()  # bootstrapped
+    # The monitor would run on the head: none was started on this machine, and the
+    # launcher noted nothing copied to the head, so `down` does not reach for it.
+    assert not (tmp_path / "state" / "monitor.pid").exists()
+    state = commands.provider_for(cfg)
+    assert head_monitor.RECORD_KEY not in state.records().get(head, {})
 
+    # What the head's monitor would get: the head's IAM profile as its credentials,
+    # the copied key, internal addresses, and no secret.
+    boot = head_monitor.head_bootstrap(AWSNodeProvider.bootstrap_config(cfg))
+    head_conf = boot["available_node_types"][boot["head_node_type"]]["node_config"]
+    assert head_conf["IamInstanceProfile"]["Arn"].endswith(f"/{IAM_PROFILE_NAME}")
+    assert boot["auth"]["ssh_private_key"] == f"~/rayfield-cluster-{name}/ssh_key"
+    assert boot["provider"]["use_internal_ips"] is True
+    text = yaml.safe_dump(boot)
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] not in text
+    assert key.read_text().strip().splitlines()[1] not in text
+
+    ssh_calls: list[str] = []
+    monkeypatch.setattr(SSHCommandRunner, "run", lambda self, cmd, *a, **k: ssh_calls.append(cmd))
     assert commands.teardown(cfg, echo=said.append) == 1
     assert p.non_terminated_nodes({}) == []
+    assert ssh_calls == []  # nothing waited for the unreachable head

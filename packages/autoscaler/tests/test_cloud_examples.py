@@ -44,6 +44,15 @@ def test_aws_example_has_spot_workers_and_the_cache() -> None:
     assert cfg["provider"]["cache_stopped_nodes"] is True
 
 
+def test_kubernetes_example_workers_reach_the_head_through_its_service() -> None:
+    from rayfield.autoscaler.providers.kubernetes_bootstrap import GCS_PORT, head_service_name
+
+    cfg = load_config(EXAMPLES / "kubernetes.yaml")
+    worker = cfg["available_node_types"]["worker"]["node_config"]["spec"]["containers"][0]
+    address = f"--address={head_service_name(cfg['cluster_name'])}:{GCS_PORT}"
+    assert address in worker["args"][0]
+
+
 @pytest.mark.parametrize(
     ("provider", "missing"),
     [

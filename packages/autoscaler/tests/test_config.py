@@ -202,3 +202,16 @@ def test_the_full_example_has_every_key_acted_on() -> None:
     from rayfield.autoscaler.config import CLUSTER_SCHEMA
 
     assert set(CLUSTER_SCHEMA["properties"]) - ignored - alternative <= set(raw)
+
+
+def test_node_configs_shared_by_a_yaml_anchor_become_copies(tmp_path: Path) -> None:
+    path = tmp_path / "anchor.yaml"
+    path.write_text(
+        "cluster_name: a\nprovider: {type: local_process}\nmax_workers: 1\n"
+        "head_node: &node {spec: {image: x}}\nworker_nodes: *node\n"
+    )
+    types = load_config(path)["available_node_types"]
+    head, worker = types["head"]["node_config"], types["worker"]["node_config"]
+    assert head == worker
+    head["spec"]["serviceAccountName"] = "head-only"  # what a bootstrap does to the head
+    assert "serviceAccountName" not in worker["spec"]

@@ -6,8 +6,8 @@ nodes are set up again), `down` (nothing of the cluster left running on the host
 the way: `attach`, `rsync-up`/`rsync-down`, `exec --tmux` and `exec --port-forward`
 against the head. Then (slow) the same hosts as the pool of an `external` provider
 (tests/pool_provider.py) that creates and terminates nodes: `up` SSHes into the node the
-provider gave it, the launcher's state is kept in its own directory and the bootstrap
-config and key are copied to the head."""
+provider gave it and starts the autoscaler there, as for a cloud provider; the
+launcher's state is kept in its own directory."""
 
 from __future__ import annotations
 
@@ -275,17 +275,20 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
     finally:
         if provider.non_terminated_nodes({}):
             cli("down", str(cfg_path), "-y")
-        home = Path(pwd.getpwnam(hosts.ssh_user).pw_dir)
-        shutil.rmtree(home / ".rayfield" / "bootstrap" / name, ignore_errors=True)
+        shutil.rmtree(on_head, ignore_errors=True)
         for ip in hosts.ips:
             shutil.rmtree(f"/tmp/rayfield-{name}-{ip}", ignore_errors=True)
 
 
 @pytest.mark.slow  # 66-113 s on 2 busy cores: a second SSH cluster up, used and down
-def test_up_on_an_external_provider_sshes_into_the_hosts_it_launched(
+def test_up_on_an_external_provider_runs_its_monitor_on_the_head_it_launched(
     tmp_path: Path, hosts: SSHHosts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # the CLI and the monitor
+    """As a cloud provider would: `up` SSHes into the head the provider gave it, copies
+    the bootstrap config, key and launcher records there and starts the monitor in the
+    head's namespace, which launches the worker through the same provider and sets it
+    up over SSH from the head; `down` stops it and pulls the records back."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # the launcher's CLI
     name = f"ext{secrets.token_hex(3)}"
     app = tmp_path / "app"
     app.mkdir()
@@ -299,62 +302,78 @@ def test_up_on_an_external_provider_sshes_into_the_hosts_it_launched(
         "module": "pool_provider.PoolProvider",
         "cluster_dir": str(state),
         "use_internal_ips": True,
+        # the head's Python, with the provider's module on its path
+        "head_python": f"env PYTHONPATH={Path(__file__).parent} {sys.executable}",
         "extra_config": {"hosts": hosts.ips, "pool_file": str(pool_file)},
     }
     cfg_path.write_text(yaml.safe_dump(cfg))
     provider = provider_for(load_config(cfg_path))
     assert isinstance(provider, SSHClusterProvider)
-    remote = Path(pwd.getpwnam(hosts.ssh_user).pw_dir) / ".rayfield" / "bootstrap" / name
+    on_head = Path(pwd.getpwnam(hosts.ssh_user).pw_dir) / f"rayfield-cluster-{name}"
     try:
         up = cli("up", str(cfg_path), "-y", "--update-interval-s", "0.5")
         assert up.returncode == 0, up.stdout + up.stderr
+        assert "the autoscaler runs on the head" in up.stdout
         head = head_node(provider)
         assert head is not None and head.startswith("pool-")  # the pool provider's node
         head_ip = provider.internal_ip(head)
         assert head_ip in hosts.ips and f"the head {head} at {head_ip} over SSH" in up.stdout
         assert cli("get-head-ip", str(cfg_path)).stdout.strip() == head_ip
+        # The monitor runs in the head's namespace, not on this machine.
+        assert not (state / "monitor.pid").exists()
+        head_ns = hosts.namespaces[hosts.ips.index(head_ip)]
+        ns_pids = subprocess.run(
+            ["ip", "netns", "pids", head_ns], capture_output=True, text=True
+        ).stdout.split()
+        assert (on_head / "monitor.pid").read_text().strip() in ns_pids
 
         def worker_up() -> str | None:
             for w in worker_nodes(provider):
                 if provider.node_tags(w).get(TAG_NODE_STATUS) == STATUS_UP_TO_DATE:
-                    return w if provider.cluster_node_id(w) else None
+                    return w
             return None
 
-        worker = wait_until(worker_up, 120, "the worker the monitor launched from the pool")
+        worker = wait_until(worker_up, 120, "the worker the head's monitor launched")
         worker_ip = provider.internal_ip(worker)
         assert {head_ip, worker_ip} == set(hosts.ips)
+        # get-worker-ips pulls the head's records (the worker's rayfield id) back
         assert cli("get-worker-ips", str(cfg_path)).stdout.split() == [worker_ip, worker]
+        assert provider.cluster_node_id(worker)
 
         assert run_driver(cfg_path, tmp_path) == {
             "node": provider.cluster_node_id(worker),
             "ip": worker_ip,
             "args": [],
         }
+        log = cli("monitor", str(cfg_path), "--no-follow", "--lines", "500")
+        assert "launching 1 node(s) of type worker" in log.stdout, log.stdout + log.stderr
 
         # The launcher's state: a private directory of its own, the token in it and not
-        # in the provider's node records.
+        # in the provider's node records; the head's copies private too.
         token = provider.token(head)
         assert stat.S_IMODE(state.stat().st_mode) == 0o700
-        for f in ("launcher.json", "bootstrap.yaml", "monitor.log"):
+        for f in ("launcher.json", "bootstrap.yaml"):
             assert stat.S_IMODE((state / f).stat().st_mode) == 0o600, f
         assert token in (state / "launcher.json").read_text()
         assert token not in pool_file.read_text()
-        # The bootstrap config and key on the head (this filesystem), private.
-        show = cli("exec", str(cfg_path), f"stat -c %a {remote} {remote}/key.pem")
-        assert show.stdout.split() == ["700", "600"], show.stdout + show.stderr
-        on_head = yaml.safe_load((remote / "config.yaml").read_text())
-        assert on_head["auth"]["ssh_private_key"] == f"~/.rayfield/bootstrap/{name}/key.pem"
-        assert (remote / "key.pem").read_bytes() == hosts.ssh_private_key.read_bytes()
+        d = head_monitor.head_dir(load_config(cfg_path))
+        show = cli("exec", str(cfg_path), f"stat -c %a {d} {d}/ssh_key {d}/bootstrap.yaml")
+        assert show.stdout.split() == ["700", "600", "600"], show.stdout + show.stderr
+        boot = yaml.safe_load((on_head / "bootstrap.yaml").read_text())
+        assert boot["auth"]["ssh_private_key"] == f"~/{d}/ssh_key"
+        assert token not in (on_head / "bootstrap.yaml").read_text()
+        assert (on_head / "ssh_key").read_bytes() == hosts.ssh_private_key.read_bytes()
 
         down = cli("down", str(cfg_path), "-y")
         assert down.returncode == 0, down.stdout + down.stderr
+        assert "stopped the autoscaler on the head" in down.stdout
         assert "terminated 2 nodes" in down.stdout
         assert json.loads(pool_file.read_text()) == {}  # the hosts went back to the pool
         wait_until(lambda: not host_processes(hosts), 30, "no rayfield process left on the hosts")
+        assert not on_head.exists()  # the key copy and the bootstrap config are gone
     finally:
         if provider.non_terminated_nodes({}):
             cli("down", str(cfg_path), "-y")
-        shutil.rmtree(remote, ignore_errors=True)
+        shutil.rmtree(on_head, ignore_errors=True)
         for ip in hosts.ips:
             shutil.rmtree(f"/tmp/rayfield-{name}-{ip}", ignore_errors=True)
-        shutil.rmtree(on_head, ignore_errors=True)

@@ -32,7 +32,13 @@ def _errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, ProviderError, commands.LauncherError, CommandError) as exc:
+        except (
+            ConfigError,
+            ProviderError,
+            commands.LauncherError,
+            CommandError,
+            head_monitor.HeadMonitorError,
+        ) as exc:
             raise click.ClickException(str(exc)) from None
 
     return wrapper  # type: ignore[return-value]
@@ -197,7 +203,8 @@ def submit(
 ) -> None:
     """Run SCRIPT with Python on the head (args after it go to the script). On an SSH
     cluster the script is copied to ~/rayfield-submit/ on the head and run with the
-    head's Python (``provider.head_python``, default python3)."""
+    head's Python (``provider.head_python``, default python3; a command, split as
+    the shell would)."""
     cfg = _load(cluster_config_file, cluster_name)
     cmd = [sys.executable, script, *script_args]
     if commands.provider_for(cfg).needs_setup:
@@ -206,7 +213,7 @@ def submit(
             commands.create_or_update(cfg, echo=click.echo)
             start = False
         remote.rsync(cfg, script, target, down=False)
-        cmd = [str(cfg["provider"].get("head_python", "python3")), target, *script_args]
+        cmd = [*head_monitor.head_python(cfg), target, *script_args]
     click.echo(f"running: {shlex.join(cmd)}", err=True)
     _run_on_head(cfg, cmd, start, stop, kw)
 

@@ -109,6 +109,11 @@ class StatefulProvider(NodeProvider):
         with self._locked() as nodes:
             return {k: dict(v) for k, v in nodes.items()}
 
+    @property
+    def state_file(self) -> Path:
+        """The file the node records are kept in."""
+        return self._state
+
     def records(self) -> dict[str, dict[str, Any]]:
         """Every node record (node id -> tags and provider fields), a copy."""
         return self._records()

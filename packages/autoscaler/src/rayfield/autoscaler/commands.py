@@ -2,20 +2,21 @@
 queries), apart from their command-line parsing (``cli.py``).
 
 ``up`` bootstraps the config through the provider's ``bootstrap_config`` (keys,
-security groups), starts the head through the provider, writes the prepared config as
-``<cluster_dir>/bootstrap.yaml`` (0600) and starts the cluster's monitor process
-(``python -m rayfield.autoscaler.monitor``), which launches ``min_workers`` and
-autoscales; its log is ``<cluster_dir>/monitor.log`` and its pid ``monitor.pid``. On an
-SSH (``local``) cluster the monitor runs on the head instead, with the bootstrap config,
-key and node records copied there (:mod:`rayfield.autoscaler.head_monitor`); ``down``
-stops it and pulls the node records back before terminating the nodes.
-``exec`` and ``submit`` run on the head, which for ``local_process`` is this machine:
-on an SSH cluster (``local``, or any provider whose nodes are reached over SSH: its
+security groups, service accounts), starts the head through the provider, writes the
+prepared config as ``<cluster_dir>/bootstrap.yaml`` (0600) and starts the cluster's
+monitor process (``python -m rayfield.autoscaler.monitor``), which launches
+``min_workers`` and autoscales. Where the monitor runs is :func:`head_monitor_setup`'s
+decision: on a ``local_process`` cluster on this machine (its log
+``<cluster_dir>/monitor.log``, its pid ``monitor.pid``); on a cluster whose nodes are
+set up over SSH (``local``, or any provider whose nodes are reached over SSH: its
 launcher state is kept by :class:`~rayfield.autoscaler.launcher_state.SSHClusterProvider`)
-they run over SSH, and ``up`` copies the bootstrap config and the SSH key to the head
-(``~/.rayfield/bootstrap/<cluster_name>/{config.yaml,key.pem}``, 0600 in 0700).
-The command gets ``RAYFIELD_ADDRESS`` (the GCS), ``RAYFIELD_TOKEN`` and
-``RAYFIELD_HEAD_IP`` in its environment, so ``rayfield.init()`` joins the cluster.
+on the head, as in the reference, with the bootstrap config, key and node records
+copied there (:mod:`rayfield.autoscaler.head_monitor`); ``down`` stops it and pulls the
+node records back before terminating the nodes. This machine need not stay up.
+``exec`` and ``submit`` run on the head, which for ``local_process`` is this machine:
+on an SSH cluster they run over SSH. The command gets ``RAYFIELD_ADDRESS`` (the GCS),
+``RAYFIELD_TOKEN`` and ``RAYFIELD_HEAD_IP`` in its environment, so ``rayfield.init()``
+joins the cluster.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import yaml
 from rayfield.autoscaler import head_monitor
 from rayfield.autoscaler.autoscaler import node_config, node_tags
 from rayfield.autoscaler.cluster_state import StatefulProvider
-from rayfield.autoscaler.command_runner import CommandError
 from rayfield.autoscaler.config import launch_hash
 from rayfield.autoscaler.launcher_state import SSHClusterProvider
 from rayfield.autoscaler.node_provider import (
@@ -71,9 +71,6 @@ MONITOR_MODULE = "rayfield.autoscaler.monitor"
 DEFAULT_UPDATE_INTERVAL_S = 5.0
 MONITOR_START_TIMEOUT_S = 60.0
 DEFAULT_SSH_TIMEOUT_S = 120.0
-#: Where ``up`` puts the bootstrap config and key on the head, relative to the SSH
-#: user's home.
-REMOTE_BOOTSTRAP_DIR = ".rayfield/bootstrap/{cluster_name}"
 
 
 class LauncherError(RuntimeError):
@@ -232,29 +229,23 @@ def create_or_update(
     on_head = head_monitor_setup(provider, setup)
     keep = False  # --no-restart: a monitor running on the head is kept
     if on_head is not None:
-        stop_monitor(provider)  # a monitor of an older version ran here
+        stop_monitor(provider)  # a monitor this machine ran for the cluster before
         keep = no_restart and head_monitor.running(config, on_head)
         if not keep and head_monitor.stop(config, on_head):
             echo("stopped the autoscaler on the head (no node changes while it is set up)")
         head_monitor.pull_state(config, on_head)
-    elif setup is not None and not no_restart and stop_monitor(provider):
-        echo("stopped the autoscaler (no node changes while the head is set up)")
-    if setup is not None:
-        _set_up_head(setup, head, restart_only, echo)
-    bootstrap = _write_private(provider.root / "bootstrap.yaml", config)
+        _set_up_head(on_head, head, restart_only, echo)
+    _write_private(provider.root / "bootstrap.yaml", config)
     if on_head is not None:
         if not keep:
             try:
                 head_monitor.start(config, on_head, update_interval_s, echo)
             except head_monitor.HeadMonitorError as exc:
                 raise LauncherError(str(exc)) from None
-    else:
-        if setup is not None:
-            _copy_bootstrap(config, provider, setup, head)
-        if not no_restart or _monitor_pid(provider) is None:
-            stop_monitor(provider)
-            pid = _start_monitor(provider, bootstrap, update_interval_s)
-            echo(f"the autoscaler runs (pid {pid}); follow it with: rayfield-autoscaler monitor")
+    elif not no_restart or _monitor_pid(provider) is None:
+        stop_monitor(provider)
+        pid = _start_monitor(provider, provider.root / "bootstrap.yaml", update_interval_s)
+        echo(f"the autoscaler runs (pid {pid}); follow it with: rayfield-autoscaler monitor")
     echo(f"head {head} at {provider.gcs_address(head)}; cluster dir {provider.root}")
     return head
 
@@ -282,10 +273,13 @@ def node_setup(
 
 
 def head_monitor_setup(provider: StatefulProvider, setup: NodeSetup | None) -> NodeSetup | None:
-    """``setup`` when the cluster's monitor runs on its head (an SSH cluster of the
-    ``local`` provider, whose node records move with the monitor), else None: on other
-    providers the monitor runs on this machine and reads the nodes from the provider."""
-    if setup is None or isinstance(provider, SSHClusterProvider):
+    """Where the cluster's monitor runs: ``setup`` (run it on the head, reached through
+    that setup) when the provider's nodes are set up over SSH (``local``, and ``aws``,
+    ``gcp``, ``kubernetes``, ``external`` through :class:`SSHClusterProvider`), as in
+    the reference: the head reaches the workers inside the cluster and the launching
+    machine need not stay up. None (run it on this machine) when the nodes are processes
+    here (``local_process``, ``setup`` None). Pure: reads only ``provider.needs_setup``."""
+    if setup is None or not provider.needs_setup:
         return None
     return setup
 
@@ -295,32 +289,6 @@ def _write_private(path: Path, config: dict[str, Any]) -> Path:
     with os.fdopen(fd, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
     return path
-
-
-def _copy_bootstrap(
-    config: dict[str, Any], provider: StatefulProvider, setup: NodeSetup, head: str
-) -> None:
-    """Copy the config (its ``auth.ssh_private_key`` pointing at the copied key) and the
-    key to the head's ``REMOTE_BOOTSTRAP_DIR``, 0600 files in a 0700 directory.
-
-    Raises:
-        HeadSetupError: the copy failed.
-    """
-    remote = REMOTE_BOOTSTRAP_DIR.format(cluster_name=config["cluster_name"])
-    on_head = {**config, "auth": {**config["auth"], "ssh_private_key": f"~/{remote}/key.pem"}}
-    local = _write_private(provider.root / "bootstrap-head.yaml", on_head)
-    runner = setup.runner(head)
-    try:
-        if runner.run(f"mkdir -p -m 700 {remote} && chmod 700 {remote}", timeout_s=60) != 0:
-            raise CommandError(f"cannot create ~/{remote} on {runner.ip}")
-        runner.sync_up(str(local), f"{remote}/config.yaml")
-        runner.sync_up(str(setup.key), f"{remote}/key.pem")
-        if runner.run(f"chmod 600 {remote}/config.yaml {remote}/key.pem", timeout_s=60) != 0:
-            raise CommandError(f"cannot make the bootstrap files on {runner.ip} private")
-    except CommandError as exc:
-        raise HeadSetupError(
-            f"copying the bootstrap config to the head {head} failed: {exc}", head, runner.ip
-        ) from None
 
 
 def _set_up_head(

@@ -70,13 +70,16 @@ _PROVIDER = {
         "worker_ips": _STR_LIST,
         "head_python": {
             "type": "string",
-            "description": "local provider: the Python on the head that runs the autoscaler",
+            "description": "SSH clusters: the command that runs Python on the head, for "
+            "the autoscaler and `submit` (default python3)",
         },
         "use_internal_ips": {"type": "boolean"},
         "cache_stopped_nodes": {"type": "boolean"},
         "extra_config": {"type": "object"},
         # aws/gcp: the API's address when not the cloud's (a test server, a mirror)
         "endpoint_url": {"type": "string"},
+        # gcp: other Google APIs' addresses by name (iam, cloudresourcemanager)
+        "api_endpoints": {"type": "object", "additionalProperties": {"type": "string"}},
         "ssh_source_cidr": {"type": "string"},  # aws: who may reach port 22
         "namespace": {"type": "string"},  # kubernetes
     },
@@ -256,7 +259,8 @@ def _node_types(cfg: dict[str, Any]) -> None:
             hint = f"did you mean {close[0]!r}?" if close else f"one of {', '.join(sorted(types))}"
             raise ConfigError(f"head_node_type {head!r} is not in available_node_types: {hint}")
         for name, t in types.items():
-            t.setdefault("node_config", {})
+            # a copy each: a YAML anchor must not tie two types' node configs together
+            t["node_config"] = copy.deepcopy(t.get("node_config", {}))
             t.setdefault("min_workers", 0)
             t.setdefault("max_workers", cfg.get("max_workers", t["min_workers"]))
             if t["min_workers"] > t["max_workers"]:
@@ -269,8 +273,9 @@ def _node_types(cfg: dict[str, Any]) -> None:
         return
     if "max_workers" not in cfg:
         raise ConfigError("the config is missing a required key: 'max_workers'")
-    head_cfg = dict(cfg.pop("head_node", {}) or {})
-    worker_cfg = dict(cfg.pop("worker_nodes", {}) or {})
+    # Copies: a YAML anchor (or one dict given twice) must not tie the two together.
+    head_cfg = copy.deepcopy(cfg.pop("head_node", {}) or {})
+    worker_cfg = copy.deepcopy(cfg.pop("worker_nodes", {}) or {})
     cfg["available_node_types"] = {
         "head": {
             "node_config": head_cfg,

@@ -1,23 +1,39 @@
-"""The monitor of an SSH (``local``) cluster runs on its head, as in the reference: the
-launcher copies the bootstrap config, the SSH key and the node records there and starts
+"""The monitor of an SSH cluster runs on its head, as in the reference: the launcher
+copies the bootstrap config, the SSH key and its node records there and starts
 ``python -m rayfield.autoscaler.monitor`` on the head, which then launches, sets up and
-terminates the workers itself (over SSH from the head).
+terminates the workers itself (over SSH from the head). This holds for every provider
+whose nodes are set up over SSH: ``local``, and ``aws``, ``gcp``, ``kubernetes`` and
+``external`` through :class:`~rayfield.autoscaler.launcher_state.SSHClusterProvider`.
+Once ``up`` returns, the launching machine may go away; ``down`` stops the monitor.
 
 On the head, in the SSH user's home, ``rayfield-cluster-<cluster_name>/`` (mode 0700)::
 
     bootstrap.yaml   the config as the head sees it (0600): ``provider.cluster_dir`` is
-                     this directory, ``auth.ssh_private_key`` the copied key, and each
-                     file mount's source is its remote path (the head has it after its
-                     own setup), as the reference rewrites its bootstrap config
+                     this directory, ``provider.use_internal_ips`` true (the head reaches
+                     the workers inside the cluster), ``auth.ssh_private_key`` the copied
+                     key, and each file mount's source is its remote path (the head has
+                     it after its own setup), as the reference rewrites its bootstrap
+                     config
     ssh_key          the cluster's SSH key (0600)
-    state.json       the node records the head's monitor keeps (the launcher's copy is
-                     pushed at ``up`` and pulled back by ``down``, ``get-worker-ips`` and
-                     :func:`pull_state`)
+    state.json       the node records the head's monitor keeps (``launcher.json`` for a
+    (launcher.json)  cloud or external provider: each node's rayfield id, the head's GCS
+                     address and token; 0600). The launcher's copy is pushed at ``up``
+                     and pulled back by ``down``, ``get-worker-ips`` and :func:`pull_state`
     monitor.log      the monitor's log (``rayfield-autoscaler monitor`` follows it)
     monitor.pid      its pid
 
-The head runs the monitor with ``provider.head_python`` (default ``python3``): a Python
-with rayfield-autoscaler installed on the head.
+No cloud credential is copied: the provider section names only where the nodes are
+(region, project, namespace), and the head's monitor authenticates as the head itself
+(AWS: the head's IAM instance profile; GCP: the service account the bootstrap attaches
+to the head; Kubernetes: the head pod's service account; see docs/providers.md).
+
+The head runs the monitor with ``provider.head_python`` (default ``python3``; a command,
+split as the shell would, e.g. ``env PYTHONPATH=/opt/lib /opt/venv/bin/python``): a
+Python with rayfield-autoscaler (and the provider's extra) installed on the head.
+
+The launcher notes in its record of the head that it copied files there and started a
+monitor (:data:`RECORD_KEY`); the commands that reach the head's monitor do nothing on a
+head without that note, so a head that never answered SSH is not waited for again.
 """
 
 from __future__ import annotations
@@ -36,27 +52,34 @@ import yaml
 
 from rayfield.autoscaler.cluster_state import StatefulProvider
 from rayfield.autoscaler.command_runner import CommandError, CommandRunner
+from rayfield.autoscaler.node_provider import ProviderError
 from rayfield.autoscaler.node_setup import NodeSetup
 
 __all__ = [
+    "RECORD_KEY",
     "HeadMonitorError",
     "follow_log",
     "head_bootstrap",
     "head_dir",
+    "head_python",
     "pull_state",
     "remove",
     "running",
     "start",
+    "started",
     "stop",
 ]
 
 MODULE = "rayfield.autoscaler.monitor"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 150.0  # the monitor finishes the launches it started before it exits
+#: The key of the launcher's record of the head that says what ``up`` left there:
+#: ``{"dir": <head_dir>, "pid": <monitor pid or None>}``.
+RECORD_KEY = "head_monitor"
 
 
 class HeadMonitorError(RuntimeError):
-    """The monitor on the head could not be started; the message says why."""
+    """The monitor on the head could not be started or reached; the message says why."""
 
 
 def head_dir(config: dict[str, Any]) -> str:
@@ -64,11 +87,28 @@ def head_dir(config: dict[str, Any]) -> str:
     return f"rayfield-cluster-{config['cluster_name']}"
 
 
+def head_python(config: dict[str, Any]) -> list[str]:
+    """``provider.head_python`` as an argv prefix (default ``["python3"]``).
+
+    Raises:
+        HeadMonitorError: it does not parse as a command (unbalanced quotes) or is empty.
+    """
+    text = str(config["provider"].get("head_python", "python3"))
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise HeadMonitorError(f"provider.head_python {text!r} is not a command ({exc})") from None
+    if not argv:
+        raise HeadMonitorError("provider.head_python is empty: give the head's Python")
+    return argv
+
+
 def head_bootstrap(config: dict[str, Any]) -> dict[str, Any]:
-    """The config the head's monitor loads (see the module docstring)."""
+    """The config the head's monitor loads (see the module docstring). Pure."""
     out = copy.deepcopy(config)
     d = f"~/{head_dir(config)}"
     out["provider"]["cluster_dir"] = d
+    out["provider"]["use_internal_ips"] = True
     out["auth"]["ssh_private_key"] = f"{d}/ssh_key"
     out["file_mounts"] = {remote: remote for remote in config.get("file_mounts", {})}
     return out
@@ -77,6 +117,23 @@ def head_bootstrap(config: dict[str, Any]) -> dict[str, Any]:
 def _head(setup: NodeSetup) -> tuple[str, CommandRunner]:
     head = setup.provider.head_id()
     return head, setup.runner(head)
+
+
+def _note(setup: NodeSetup) -> dict[str, Any] | None:
+    """What the launcher noted in its record of the head (:data:`RECORD_KEY`)."""
+    provider = setup.provider
+    try:
+        head = provider.head_id()
+    except ProviderError:
+        return None
+    note = provider.records().get(head, {}).get(RECORD_KEY)
+    return note if isinstance(note, dict) else None
+
+
+def started(setup: NodeSetup) -> bool:
+    """Whether ``up`` copied the cluster's directory to the current head (and so may have
+    started a monitor there)."""
+    return _note(setup) is not None
 
 
 def _push(runner: CommandRunner, data: bytes, target: str, log: IO[bytes] | None) -> None:
@@ -99,12 +156,16 @@ def start(
     monitor there; returns its pid on the head once it logged that it runs.
 
     Raises:
-        HeadMonitorError: a copy failed, or the monitor exited or hung at start (the
-            message has the last line of its log).
+        HeadMonitorError: a copy failed, ``provider.head_python`` is not a command, or
+            the monitor exited or hung at start (the message has the last line of its
+            log).
     """
     provider = setup.provider
     head, runner = _head(setup)
     d = head_dir(config)
+    python = shlex.join(head_python(config))
+    state = provider.state_file.name
+    provider.record_started(head, {RECORD_KEY: {"dir": d, "pid": None}})
     log_path = setup.log_path(head)
     with open(log_path, "ab") as log:
         try:
@@ -114,18 +175,18 @@ def start(
             bootstrap = yaml.safe_dump(head_bootstrap(config), sort_keys=False).encode()
             _push(runner, bootstrap, f"{d}/bootstrap.yaml", log)
             records = {"nodes": provider.records()}
-            _push(runner, json.dumps(records, indent=1).encode(), f"{d}/state.json", log)
-            python = shlex.quote(str(config["provider"].get("head_python", "python3")))
+            _push(runner, json.dumps(records, indent=1).encode(), f"{d}/{state}", log)
             cmd = (
-                f"cd {d} && chmod 600 ssh_key bootstrap.yaml state.json && "
+                f"cd {d} && chmod 600 ssh_key bootstrap.yaml {state} && "
                 f"(setsid nohup {python} -m {MODULE} bootstrap.yaml --interval-s {interval_s} "
-                ">> monitor.log 2>&1 < /dev/null & echo $! > monitor.pid)"
+                ">> monitor.log 2>&1 < /dev/null & echo $! > monitor.pid) && chmod 600 monitor.log"
             )
             if runner.run(cmd, log=log) != 0:
                 raise CommandError(f"starting the monitor on the head failed; see {log_path}")
             pid = int(runner.output(f"cat {d}/monitor.pid").strip())
         except (CommandError, ValueError) as exc:
             raise HeadMonitorError(f"starting the autoscaler on the head failed: {exc}") from None
+    provider.record_started(head, {RECORD_KEY: {"dir": d, "pid": pid}})
     from rayfield.autoscaler.commands import started_line
 
     marker = started_line(config["cluster_name"], pid)
@@ -148,7 +209,10 @@ def start(
 
 
 def running(config: dict[str, Any], setup: NodeSetup) -> bool:
-    """Whether the head's monitor runs (False when the head does not answer)."""
+    """Whether the head's monitor runs (False when the head does not answer, or ``up``
+    never started one there)."""
+    if not started(setup):
+        return False
     try:
         _, runner = _head(setup)
         d = head_dir(config)
@@ -160,7 +224,10 @@ def running(config: dict[str, Any], setup: NodeSetup) -> bool:
 
 def stop(config: dict[str, Any], setup: NodeSetup) -> bool:
     """Stop the head's monitor (SIGTERM; killed after ``STOP_TIMEOUT_S``); True when one
-    was running. A head that does not answer counts as none running."""
+    was running. A head that does not answer, or where ``up`` never started one, counts
+    as none running."""
+    if not started(setup):
+        return False
     try:
         _, runner = _head(setup)
     except Exception:
@@ -183,9 +250,12 @@ def pull_state(config: dict[str, Any], setup: NodeSetup) -> bool:
     """Replace the launcher's node records with the head's (which its monitor keeps);
     True when the head had records. The head's own record stays the launcher's."""
     provider: StatefulProvider = setup.provider
+    if not started(setup):
+        return False
     try:
-        _, runner = _head(setup)
-        text = runner.output(f"cat {head_dir(config)}/state.json 2>/dev/null || true")
+        head, runner = _head(setup)
+        path = f"{head_dir(config)}/{provider.state_file.name}"
+        text = runner.output(f"cat {path} 2>/dev/null || true")
     except Exception:
         return False
     try:
@@ -196,24 +266,38 @@ def pull_state(config: dict[str, Any], setup: NodeSetup) -> bool:
     if not isinstance(nodes, dict):
         return False
     mine = provider.records()
-    nodes = {k: v for k, v in nodes.items() if not v.get("head")}
-    nodes.update({k: v for k, v in mine.items() if v.get("head")})
+    nodes = {k: v for k, v in nodes.items() if k != head}
+    if head in mine:
+        nodes[head] = mine[head]
     provider.replace_records(nodes)
     return True
 
 
 def remove(config: dict[str, Any], setup: NodeSetup) -> None:
-    """Delete the cluster's directory on the head (its key copy included); best effort."""
+    """Delete the cluster's directory on the head (its key copy included) when ``up``
+    made one; best effort."""
+    if not started(setup):
+        return
     try:
-        _, runner = _head(setup)
+        head, runner = _head(setup)
         runner.run(f"rm -rf {head_dir(config)}")
+        setup.provider.record_started(head, {RECORD_KEY: None})
     except Exception:
         return
 
 
 def follow_log(config: dict[str, Any], setup: NodeSetup, lines: int, follow: bool) -> int:
     """Print the last ``lines`` lines of the head's monitor log (and follow it) on this
-    process's stdout; the exit status of ``tail`` on the head."""
+    process's stdout; the exit status of ``tail`` on the head.
+
+    Raises:
+        HeadMonitorError: ``up`` did not start a monitor on the current head.
+    """
+    if not started(setup):
+        raise HeadMonitorError(
+            f"no autoscaler was started on the head of {config['cluster_name']!r}: "
+            "run `rayfield-autoscaler up`"
+        )
     _, runner = _head(setup)
     flag = "-F" if follow else ""
     sys.stdout.flush()

@@ -11,8 +11,9 @@ mode 0700)::
 
     launcher.json       node id -> what the node reported (0600, replaced atomically)
     state.lock          serializes read-modify-write of launcher.json across processes
-    bootstrap.yaml      the prepared config the monitor runs on (0600, commands.py)
-    monitor.log/.pid    the monitor (commands.py)
+    bootstrap.yaml      the prepared config (0600, commands.py); the monitor runs on the
+                        head from a copy (rayfield.autoscaler.head_monitor), with a copy
+                        of launcher.json that ``down`` and ``get-worker-ips`` pull back
     nodes/<node_id>/    the node's update log
 
 The cluster token never goes into the provider's tags.
@@ -104,9 +105,9 @@ class SSHClusterProvider(StatefulProvider):
         except ProviderError:
             return None
 
-    def record_started(self, node_id: str, info: dict[str, str]) -> None:
+    def record_started(self, node_id: str, info: dict[str, Any]) -> None:
         """Keep what the started node reported: ``cluster_node_id`` and, for the head,
-        ``gcs_address`` and ``token``."""
+        ``gcs_address`` and ``token`` (and what the launcher notes about the head)."""
         with self._locked() as nodes:
             nodes.setdefault(node_id, {"tags": {}}).update(info)
 

@@ -95,9 +95,9 @@ class LocalNodeProvider(StatefulProvider):
 
     # ---- what setup records, and what the launcher reads ---------------------------------
 
-    def record_started(self, node_id: str, info: dict[str, str]) -> None:
+    def record_started(self, node_id: str, info: dict[str, Any]) -> None:
         """Keep what the started node reported: ``cluster_node_id`` and, for the head,
-        ``gcs_address`` and ``token``.
+        ``gcs_address`` and ``token`` (and what the launcher notes about the head).
 
         Raises:
             ProviderError: no such node.

@@ -17,17 +17,14 @@ the method returns; errors of the operation become :class:`ProviderError`.
 Credentials are Application Default Credentials (``google.auth.default``:
 ``$GOOGLE_APPLICATION_CREDENTIALS``, gcloud's, or the metadata server's).
 ``provider.endpoint_url`` replaces the API's base URL
-(``https://compute.googleapis.com/compute/v1/``), for a test server or a mirror.
+(``https://compute.googleapis.com/compute/v1/``), and ``provider.api_endpoints``
+(``{iam: URL, cloudresourcemanager: URL}``) those of the APIs the bootstrap calls, for
+a test server or a mirror.
 
-:meth:`GCPNodeProvider.bootstrap_config` gives every node type the network tag
-``rayfield-<cluster>`` and makes two firewall rules on the nodes' network when missing:
-``rayfield-<cluster>-internal`` (all traffic from instances with the tag) and
-``rayfield-<cluster>-ssh`` (22/tcp from ``provider.ssh_source_cidr``, default
-``0.0.0.0/0``). The default network's own ``default-allow-internal`` rule still opens
-its instances to the whole network: use a network of your own to keep the head's ports
-inside the cluster. Not done: the reference's service account for the head and SSH
-keys in the project metadata; nodes are set up over SSH with the key the config gives
-(``auth.ssh_private_key``).
+:meth:`GCPNodeProvider.bootstrap_config`
+(:mod:`rayfield.autoscaler.providers.gcp_bootstrap`) tags the nodes and makes their
+firewall rules, makes the cluster's SSH key (its public key in the instances'
+metadata) and the head's service account, which the monitor on the head runs as.
 
 Sources:
     Ray 0.7 ``autoscaler/gcp/node_provider.py`` (spec 5.2); the Compute Engine API
@@ -49,7 +46,7 @@ from rayfield.autoscaler.node_provider import (
     ProviderError,
 )
 
-__all__ = ["GCPNodeProvider"]
+__all__ = ["GCPNodeProvider", "google_api"]
 
 _LIVE = ("PROVISIONING", "STAGING", "RUNNING")
 _LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")
@@ -58,7 +55,16 @@ _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 OPERATION_TIMEOUT_S = 600.0
 
 
-def _compute(provider_config: dict[str, Any]) -> Any:
+def google_api(provider_config: dict[str, Any], api: str = "compute", version: str = "v1") -> Any:
+    """A client of a Google API (``compute``, ``iam``, ``cloudresourcemanager``) with
+    Application Default Credentials and the library's bundled discovery document.
+
+    ``provider.endpoint_url`` replaces Compute Engine's base URL, and
+    ``provider.api_endpoints.<api>`` any API's (a test server, a mirror).
+
+    Raises:
+        ProviderError: the client library or the credentials are missing.
+    """
     try:
         import google.auth
         from googleapiclient import discovery
@@ -71,16 +77,14 @@ def _compute(provider_config: dict[str, Any]) -> Any:
         creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
     except google.auth.exceptions.DefaultCredentialsError as exc:
         raise ProviderError(f"no Google Cloud credentials ({exc})") from None
-    options = (
-        {"api_endpoint": provider_config["endpoint_url"]}
-        if provider_config.get("endpoint_url")
-        else None
-    )
+    endpoint = provider_config.get("api_endpoints", {}).get(api)
+    if api == "compute" and provider_config.get("endpoint_url"):
+        endpoint = provider_config["endpoint_url"]
     return discovery.build(
-        "compute",
-        "v1",
+        api,
+        version,
         credentials=creds,
-        client_options=options,
+        client_options={"api_endpoint": endpoint} if endpoint else None,
         static_discovery=True,
         cache_discovery=False,
     )
@@ -115,7 +119,7 @@ class GCPNodeProvider(NodeProvider):
                 raise ProviderError(f"provider type 'gcp' needs provider.{key}")
         self.project = str(provider_config["project_id"])
         self.zone = str(provider_config["availability_zone"]).split(",")[0].strip()
-        self.compute = _compute(provider_config)
+        self.compute = google_api(provider_config)
         self._where = {"project": self.project, "zone": self.zone}
 
     def _run(self, what: str, request: Any) -> Any:
@@ -163,50 +167,17 @@ class GCPNodeProvider(NodeProvider):
 
     @classmethod
     def bootstrap_config(cls, config: dict[str, Any]) -> dict[str, Any]:
-        """A copy of the prepared ``config`` whose node types carry the cluster's network
-        tag, with its firewall rules made when missing (see the module docstring).
+        """A copy of the prepared ``config`` with the network tag, firewall rules, SSH
+        key and the head's service account filled
+        (:func:`rayfield.autoscaler.providers.gcp_bootstrap.bootstrap_gcp`).
 
         Raises:
-            ProviderError: Compute Engine refused a call.
+            ProviderError: a Google API refused a call, or ssh-keygen failed.
         """
+        from rayfield.autoscaler.providers.gcp_bootstrap import bootstrap_gcp
+
         cfg = copy.deepcopy(config)
-        self = cls(cfg["provider"], cfg["cluster_name"])
-        tag = re.sub(r"[^a-z0-9-]", "-", f"rayfield-{self.cluster_name}".lower())[:52]
-        networks = set()
-        for t in cfg["available_node_types"].values():
-            conf = t["node_config"]
-            items = conf.setdefault("tags", {}).setdefault("items", [])
-            if tag not in items:
-                items.append(tag)
-            nics = conf.get("networkInterfaces") or [{}]
-            networks.add(nics[0].get("network", "global/networks/default"))
-        source = cfg["provider"].get("ssh_source_cidr", "0.0.0.0/0")
-        rules: dict[str, dict[str, Any]] = {
-            f"{tag}-internal": {"allowed": [{"IPProtocol": "all"}], "sourceTags": [tag]},
-            f"{tag}-ssh": {
-                "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}],
-                "sourceRanges": [source],
-            },
-        }
-        firewalls = self.compute.firewalls()
-        for network in sorted(networks):
-            suffix = "" if len(networks) == 1 else "-" + network.rsplit("/", 1)[-1]
-            for name, rule in rules.items():
-                name = (name + suffix)[:63]
-                if self._run("read a firewall", firewalls.get(project=self.project, firewall=name)):
-                    continue
-                body = {
-                    "name": name,
-                    "network": network,
-                    "direction": "INGRESS",
-                    "targetTags": [tag],
-                    **rule,
-                }
-                op = self._run(
-                    f"create firewall {name}", firewalls.insert(project=self.project, body=body)
-                )
-                self._wait(f"create firewall {name}", op, zone=False)
-        return cfg
+        return bootstrap_gcp(cls(cfg["provider"], cfg["cluster_name"]), cfg)
 
     # ---- NodeProvider ------------------------------------------------------------------
 

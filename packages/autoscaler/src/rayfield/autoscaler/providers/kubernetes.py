@@ -17,6 +17,11 @@ account, elsewhere from ``$KUBECONFIG`` (default ``~/.kube/config``), current co
 changed with a JSON patch (the client would send a dict as one, which the API server
 refuses).
 
+:meth:`KubernetesNodeProvider.bootstrap_config`
+(:mod:`rayfield.autoscaler.providers.kubernetes_bootstrap`) gives the head pod a
+service account allowed to manage the namespace's pods (so that the monitor on the head
+launches workers) and makes a Service naming the head, ``rayfield-<cluster>-head``.
+
 Sources:
     Ray 0.8 ``autoscaler/kubernetes/node_provider.py`` (spec 5.2); the Kubernetes Pod API
     (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/).
@@ -36,14 +41,19 @@ from rayfield.autoscaler.node_provider import (
     ProviderError,
 )
 
-__all__ = ["RUNNING_TIMEOUT_S", "KubernetesNodeProvider"]
+__all__ = ["RUNNING_TIMEOUT_S", "KubernetesNodeProvider", "api_client"]
 
 RUNNING_TIMEOUT_S = 600.0
 _GONE_PHASES = ("Succeeded", "Failed")
 
 
-def _api(provider_config: dict[str, Any]) -> Any:
-    """A ``CoreV1Api`` on a client of its own (no global configuration is changed)."""
+def api_client(provider_config: dict[str, Any]) -> Any:
+    """A ``kubernetes.client.ApiClient`` of its own (no global configuration is
+    changed), configured as ``kubectl`` is (see the module docstring).
+
+    Raises:
+        ProviderError: the client is not installed or finds no cluster configuration.
+    """
     try:
         from kubernetes import client, config
     except ImportError:
@@ -55,16 +65,14 @@ def _api(provider_config: dict[str, Any]) -> Any:
         if os.environ.get("KUBERNETES_SERVICE_HOST"):
             conf = client.Configuration()
             config.load_incluster_config(client_configuration=conf)
-            api_client = client.ApiClient(conf)
-        else:
-            # read $KUBECONFIG now (the client reads it once, at its import)
-            path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-            api_client = config.new_client_from_config(config_file=path)
+            return client.ApiClient(conf)
+        # read $KUBECONFIG now (the client reads it once, at its import)
+        path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        return config.new_client_from_config(config_file=path)
     except config.ConfigException as exc:
         raise ProviderError(
             f"no Kubernetes cluster to talk to ({exc}): set KUBECONFIG or run inside a pod"
         ) from None
-    return client.CoreV1Api(api_client)
 
 
 def _why(exc: Exception) -> str:
@@ -90,7 +98,10 @@ class KubernetesNodeProvider(NodeProvider):
     def __init__(self, provider_config: dict[str, Any], cluster_name: str) -> None:
         super().__init__(provider_config, cluster_name)
         self.namespace = str(provider_config.get("namespace") or "default")
-        self.core = _api(provider_config)
+        self.api_client = api_client(provider_config)  # ProviderError without the client
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(self.api_client)
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -110,6 +121,20 @@ class KubernetesNodeProvider(NodeProvider):
     @staticmethod
     def _live(pod: Any) -> bool:
         return pod.metadata.deletion_timestamp is None and pod.status.phase not in _GONE_PHASES
+
+    @classmethod
+    def bootstrap_config(cls, config: dict[str, Any]) -> dict[str, Any]:
+        """A copy of the prepared ``config`` whose head pod runs as a service account
+        allowed to manage the namespace's pods, with a Service naming the head
+        (:func:`rayfield.autoscaler.providers.kubernetes_bootstrap.bootstrap_kubernetes`).
+
+        Raises:
+            ProviderError: the API server refused a call.
+        """
+        from rayfield.autoscaler.providers.kubernetes_bootstrap import bootstrap_kubernetes
+
+        cfg = copy.deepcopy(config)
+        return bootstrap_kubernetes(cls(cfg["provider"], cfg["cluster_name"]), cfg)
 
     # ---- NodeProvider ------------------------------------------------------------------
 
@@ -193,4 +218,4 @@ class KubernetesNodeProvider(NodeProvider):
             self._call("delete a pod", self.core.delete_namespaced_pod, node_id, self.namespace)
 
     def cleanup(self) -> None:
-        self.core.api_client.close()
+        self.api_client.close()
