@@ -195,6 +195,8 @@ class Failing(ExternalEnv):
             self.start_episode("b")
         with pytest.raises(KeyError, match="never started"):
             self.get_action("zzz", np.zeros(2))
+        with pytest.raises(TypeError, match="subclass ExternalMultiAgentEnv"):
+            self.log_returns(eid, {"agent": 1.0})
         self.end_episode(eid, np.zeros(2, np.float32))
         with pytest.raises(KeyError, match="has ended"):
             self.log_returns(eid, 1.0)

@@ -147,7 +147,7 @@ def test_dict_arguments_are_checked() -> None:
     env = ServedMatch({})
     eid = env.start_episode()
     with pytest.raises(TypeError, match="dict keyed by agent id"):
-        env.log_returns(eid, 1.0)  # type: ignore[arg-type]
+        env.log_returns(eid, 1.0)
     with pytest.raises(ValueError, match="one action per observing agent"):
         env.log_action(eid, {"same": 0, "opposite": 1}, {"same": 0})
     with pytest.raises(TypeError, match="use ExternalEnv for a single agent"):

@@ -193,13 +193,23 @@ class ExternalEnv:
         self._reply(ep)
 
     def log_returns(
-        self, episode_id: str, reward: float, info: dict[str, Any] | None = None
+        self,
+        episode_id: str,
+        reward: float | dict[Any, float],
+        info: dict[Any, Any] | None = None,
     ) -> None:
-        """Add `reward` to the reward of the episode's last action.
+        """Add `reward` (a number; a dict by agent id only in `ExternalMultiAgentEnv`)
+        to the reward of the episode's last action.
 
         Raises:
+            TypeError: `reward` is a dict.
             KeyError: no running episode has this id.
         """
+        if isinstance(reward, dict):
+            raise TypeError(
+                "an ExternalEnv's reward is a number, got a dict: for rewards by agent id "
+                "subclass ExternalMultiAgentEnv"
+            )
         ep = self._episode(episode_id)
         ep.reward += float(reward)
         if info:

@@ -104,7 +104,7 @@ class ExternalMultiAgentEnv(ExternalEnv):
     def log_returns(
         self,
         episode_id: str,
-        reward_dict: dict[Any, float],
+        reward_dict: float | dict[Any, float],
         info_dict: dict[Any, Any] | None = None,
     ) -> None:
         """Add each agent's reward to its current step (see the module docstring).
