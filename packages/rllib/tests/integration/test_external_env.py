@@ -124,10 +124,6 @@ def test_dqn_learns_with_logged_off_policy_actions(
         trainer.stop()
 
 
-# Slow: 20-300 s (once over the 300 s timeout in a clean-clone run, with main's code
-# too). Its client logs actions without waiting, and the sampler falls behind it; the
-# cause is not found yet (see the CHANGELOG's known problems).
-@pytest.mark.slow
 def test_batches_hold_logged_actions_and_rewards() -> None:
     trainer = get_trainer_class("DQN")(
         env="served_cartpole",
@@ -159,6 +155,34 @@ def test_batches_hold_logged_actions_and_rewards() -> None:
         trainer.stop()
 
 
+class LoggingAsFastAsItCan(ExternalEnv):
+    """One episode of logged steps in a loop that never waits on its own."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (2,)))
+        self.returned = 0  # log_action calls that returned
+
+    def run(self) -> None:
+        eid = self.start_episode("e")
+        while True:
+            self.log_action(eid, np.zeros(2, np.float32), 1)
+            self.returned += 1
+
+
+def test_log_action_waits_until_the_sampler_took_the_step() -> None:
+    # backpressure: a client that only logs runs at most one step ahead of the sampler
+    env = LoggingAsFastAsItCan()
+    env.start()
+    try:
+        (first,) = env.poll_events(5.0)
+        assert first.action == 1 and not first.wants_action and env.returned == 0
+        env.send_action("e", None)  # what the sampler does once the step is taken
+        assert len(env.poll_events(5.0)) == 1 and env.returned == 1
+    finally:
+        env.stop()
+    assert not env.is_alive()  # the waiting log_action raised ExternalEnvStopped
+
+
 class Failing(ExternalEnv):
     def __init__(self, config: Any) -> None:
         super().__init__(gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (2,)), max_concurrent=1)
@@ -171,6 +195,8 @@ class Failing(ExternalEnv):
             self.start_episode("b")
         with pytest.raises(KeyError, match="never started"):
             self.get_action("zzz", np.zeros(2))
+        with pytest.raises(TypeError, match="subclass ExternalMultiAgentEnv"):
+            self.log_returns(eid, {"agent": 1.0})
         self.end_episode(eid, np.zeros(2, np.float32))
         with pytest.raises(KeyError, match="has ended"):
             self.log_returns(eid, 1.0)

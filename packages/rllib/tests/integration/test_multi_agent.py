@@ -111,16 +111,24 @@ CONFIGS = {
 }
 
 
-def make(run: str, **multiagent: Any) -> Any:
-    config = {
+def match_config(run: str, **overrides: Any) -> dict[str, Any]:
+    """`run`'s config (`CONFIGS`) with a local worker, seed 0, gamma 0.5, a 16-unit
+    network and the two policies of `MatchEnv`, then `overrides`."""
+    return {
         **CONFIGS[run],
         "num_workers": 0,
         "seed": 0,
         "gamma": 0.5,
         "model": {"fcnet_hiddens": [16]},
-        "multiagent": {"policies": POLICIES, "policy_mapping_fn": mapping, **multiagent},
+        "multiagent": {"policies": POLICIES, "policy_mapping_fn": mapping},
+        **overrides,
     }
-    return get_trainer_class(run)(env="MatchEnv", config=config)
+
+
+def make(run: str, **multiagent: Any) -> Any:
+    """A `run` trainer on `MatchEnv`; `multiagent` adds keys to ``multiagent``."""
+    ma = {"policies": POLICIES, "policy_mapping_fn": mapping, **multiagent}
+    return get_trainer_class(run)(env="MatchEnv", config=match_config(run, multiagent=ma))
 
 
 @pytest.mark.parametrize("run", ["PPO", "PG", "A2C", "A3C", "DQN"])
@@ -203,16 +211,7 @@ def test_remote_workers_return_multi_agent_batches(cluster: dict[str, Any]) -> N
     learner trains both policies and the new weights reach the workers."""
     import rayfield as rf
 
-    config = {
-        **CONFIGS["PPO"],
-        "num_workers": 1,
-        "num_envs_per_worker": 4,
-        "rollout_fragment_length": 50,
-        "train_batch_size": 200,
-        "seed": 0,
-        "model": {"fcnet_hiddens": [16]},
-        "multiagent": {"policies": POLICIES, "policy_mapping_fn": mapping},
-    }
+    config = match_config("PPO", num_workers=1, train_batch_size=200)
     trainer = get_trainer_class("PPO")(env="MatchEnv", config=config)
     try:
         result = trainer.train()
@@ -262,20 +261,9 @@ register_env("TwoMemories", TwoMemories)
 
 def recurrent_multi_agent_trainer() -> Any:
     lstm = {"fcnet_hiddens": [32], "use_lstm": True, "lstm_cell_size": 32, "max_seq_len": 10}
-    config = {
-        **CONFIGS["PPO"],
-        "num_envs_per_worker": 4,
-        "train_batch_size": 400,
-        "num_sgd_iter": 8,
-        "num_workers": 0,
-        "seed": 0,
-        "gamma": 0.5,
-        "model": lstm,
-        "multiagent": {
-            "policies": {"px": (None, OBS, ACT, {}), "py": (None, OBS, ACT, {})},
-            "policy_mapping_fn": lambda agent_id: "p" + agent_id,
-        },
-    }
+    policies = {"px": (None, OBS, ACT, {}), "py": (None, OBS, ACT, {})}
+    ma = {"policies": policies, "policy_mapping_fn": lambda agent_id: "p" + agent_id}
+    config = match_config("PPO", num_sgd_iter=8, model=lstm, multiagent=ma)
     return get_trainer_class("PPO")(env="TwoMemories", config=config)
 
 
@@ -318,12 +306,7 @@ def test_recurrent_policies_learn_their_memory_task() -> None:
 
 def test_a3c_remote_workers_send_one_gradient_per_policy(cluster: dict[str, Any]) -> None:
     """Asynchronous gradients from a remote worker update both policies."""
-    config = {
-        **CONFIGS["A3C"],
-        "num_workers": 1,
-        "model": {"fcnet_hiddens": [16]},
-        "multiagent": {"policies": POLICIES, "policy_mapping_fn": mapping},
-    }
+    config = match_config("A3C", num_workers=1)
     trainer = get_trainer_class("A3C")(env="MatchEnv", config=config)
     try:
         before = trainer.get_weights()

@@ -110,7 +110,8 @@ class _VectorEnvToBaseEnv(BaseEnv):
         self.action_space = vector_env.action_space
         self.num_envs = vector_env.num_envs
         obs, infos = vector_env.vector_reset()
-        self._ready = {
+        # {env_id: (obs, rewards, terminateds, truncateds, infos)}, each by agent id
+        self._ready: dict[int, tuple[dict[str, Any], ...]] = {
             i: ({DUMMY_AGENT_ID: o}, {}, {ALL: False}, {ALL: False}, {DUMMY_AGENT_ID: info})
             for i, (o, info) in enumerate(zip(obs, infos))
         }
@@ -199,7 +200,7 @@ class BaseEnvSubEnv(MultiAgentEnv):
     def _wait(self) -> tuple:
         for _ in range(10_000):
             if self.env_id in self.pending:
-                return self.pending.pop(self.env_id)  # type: ignore[no-any-return]
+                return self.pending.pop(self.env_id)
             obs, rewards, terms, truncs, infos, _ = self.base_env.poll()
             for env_id, o in obs.items():
                 self.pending[env_id] = (

@@ -10,7 +10,11 @@ simulator with its own main loop, a service whose clients ask for actions. An
    action; the call blocks until the sampler has computed it) or
    ``log_action(episode_id, obs, action)`` (off-policy: the env chose the
    action itself, e.g. a human or a legacy controller; only off-policy
-   algorithms such as DQN learn correctly from such steps);
+   algorithms such as DQN learn correctly from such steps). `log_action` too
+   blocks until the sampler has taken the step, as RLlib's does: an episode
+   never runs more than one step ahead of the sampler, so a client that only
+   logs is held to the sampler's pace (backpressure) instead of filling memory
+   with steps the sampler must work through before it can return a batch;
 3. ``log_returns(episode_id, reward, info=None)`` for the reward of that action
    (several calls add up; no call means 0.0);
 4. repeat 2-3, then ``end_episode(episode_id, obs)`` with the last observation.
@@ -52,7 +56,9 @@ class ExternalEvent:
         reward: the sum of `log_returns` since the previous observation.
         info: the last info given to `log_returns` since then (or ``{}``).
         action: the logged action of `log_action` (None: the policy picks one).
-        wants_action: a `get_action` call waits for the action.
+        wants_action: True: a `get_action` call waits for the policy's action;
+            False (``"obs"`` of `log_action`): the call waits only for the sampler
+            to take the step (`send_action` with None).
         training_enabled: the episode's steps go into training batches.
     """
 
@@ -172,28 +178,38 @@ class ExternalEnv:
         """
         ep = self._episode(episode_id)
         self._post(ep, "obs", observation, wants_action=True)
-        action = ep.actions.get()
-        if action is _STOP:
-            raise ExternalEnvStopped("the ExternalEnv was stopped")
-        return action
+        return self._reply(ep)
 
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
-        """Record that the env took `action` at `observation` (off-policy).
+        """Record that the env took `action` at `observation` (off-policy); blocks
+        until the sampler has taken the step (see the module docstring).
 
         Raises:
             KeyError: no running episode has this id.
-            ExternalEnvStopped: the env was stopped.
+            ExternalEnvStopped: the env was stopped (also while waiting).
         """
-        self._post(self._episode(episode_id), "obs", observation, action=action)
+        ep = self._episode(episode_id)
+        self._post(ep, "obs", observation, action=action)
+        self._reply(ep)
 
     def log_returns(
-        self, episode_id: str, reward: float, info: dict[str, Any] | None = None
+        self,
+        episode_id: str,
+        reward: float | dict[Any, float],
+        info: dict[Any, Any] | None = None,
     ) -> None:
-        """Add `reward` to the reward of the episode's last action.
+        """Add `reward` (a number; a dict by agent id only in `ExternalMultiAgentEnv`)
+        to the reward of the episode's last action.
 
         Raises:
+            TypeError: `reward` is a dict.
             KeyError: no running episode has this id.
         """
+        if isinstance(reward, dict):
+            raise TypeError(
+                "an ExternalEnv's reward is a number, got a dict: for rewards by agent id "
+                "subclass ExternalMultiAgentEnv"
+            )
         ep = self._episode(episode_id)
         ep.reward += float(reward)
         if info:
@@ -267,7 +283,8 @@ class ExternalEnv:
                 return out
 
     def send_action(self, episode_id: str, action: Any) -> None:
-        """Hand `action` to the `get_action` call waiting in episode `episode_id`."""
+        """Hand `action` to the `get_action` call waiting in episode `episode_id`
+        (None to a waiting `log_action` call: the sampler took its step)."""
         with self._lock:
             ep = self._episodes.get(episode_id)
         if ep is not None:
@@ -286,6 +303,13 @@ class ExternalEnv:
             state = "has ended" if episode_id in self._finished else "was never started"
             raise KeyError(f"episode {episode_id!r} {state}: call start_episode() first")
         return ep
+
+    def _reply(self, ep: _Episode) -> Any:
+        """Wait for the sampler's reply to the episode's last observation."""
+        reply = ep.actions.get()
+        if reply is _STOP:
+            raise ExternalEnvStopped("the ExternalEnv was stopped")
+        return reply
 
     def _post(self, ep: _Episode, kind: str, obs: Any, **kw: Any) -> None:
         self._check_running()

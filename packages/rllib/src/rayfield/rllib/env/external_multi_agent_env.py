@@ -8,7 +8,8 @@ episode, passes dicts keyed by agent id where `ExternalEnv` passes single values
    action}`` for exactly the agents in the dict (each agent's policy, from
    ``multiagent.policy_mapping_fn``, picks its action; the agents of one policy go
    through one batched forward pass), or ``log_action(episode_id, {agent_id: obs},
-   {agent_id: action})`` when the env chose the actions itself;
+   {agent_id: action})`` when the env chose the actions itself (it blocks until
+   the sampler has taken the step, as for `ExternalEnv`);
 3. ``log_returns(episode_id, {agent_id: reward}, {agent_id: info})`` (several calls
    add up per agent);
 4. repeat 2-3, then ``end_episode(episode_id, {agent_id: obs})``.
@@ -83,13 +84,13 @@ class ExternalMultiAgentEnv(ExternalEnv):
         self, episode_id: str, observation_dict: dict[Any, Any], action_dict: dict[Any, Any]
     ) -> None:
         """Record that the agents of `observation_dict` took the actions of
-        `action_dict` (off-policy).
+        `action_dict` (off-policy); blocks until the sampler has taken the step.
 
         Raises:
             TypeError: either argument is not a dict.
             ValueError: the two dicts name different agents.
             KeyError: no running episode has this id.
-            ExternalEnvStopped: the env was stopped.
+            ExternalEnvStopped: the env was stopped (also while waiting).
         """
         obs = _check_dict("observation", observation_dict)
         actions = _check_dict("action", action_dict)
@@ -103,7 +104,7 @@ class ExternalMultiAgentEnv(ExternalEnv):
     def log_returns(
         self,
         episode_id: str,
-        reward_dict: dict[Any, float],
+        reward_dict: float | dict[Any, float],
         info_dict: dict[Any, Any] | None = None,
     ) -> None:
         """Add each agent's reward to its current step (see the module docstring).

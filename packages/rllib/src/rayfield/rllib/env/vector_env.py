@@ -120,7 +120,7 @@ class _VectorizedGymEnv(VectorEnv):
         env = self.envs[index]
         if seed is not None:
             env.action_space.seed(seed)
-        return env.reset(seed=seed, options=options)  # type: ignore[no-any-return]
+        return env.reset(seed=seed, options=options)
 
     def vector_step(
         self, actions: Any

@@ -14,7 +14,8 @@ of the episode as terminated and ends the episode. Then the observations of the
 round that take an action go through one batched forward pass per policy:
 `get_action` calls receive the policies' actions, `log_action` steps keep the
 env's actions (the policies' other outputs, e.g. value estimates, are recorded
-for them as computed).
+for them as computed) and their calls are released once the round is done: an
+episode posts its next observation only after the sampler took the previous one.
 
 Batch modes as in `SyncSampler`: ``truncate_episodes`` returns once
 ``rollout_fragment_length`` env steps are collected and the events taken from the
@@ -155,7 +156,8 @@ class ExternalEnvSampler(SamplerBase):
     def _round(self) -> None:
         acting: dict[str, list[tuple[_Running, Any, np.ndarray]]] = {}
         logged: dict[tuple[str, Any], Any] = {}
-        replies: dict[str, dict[Any, Any]] = {}
+        replies: dict[str, dict[Any, Any]] = {}  # get_action calls waiting for actions
+        released: list[str] = []  # log_action calls waiting for the round
         for ev in self._next_round():
             run = self._running.get(ev.episode_id) or self._start(ev)
             obs_d, rew_d, info_d, act_d = self._as_dicts(ev)
@@ -175,6 +177,8 @@ class ExternalEnvSampler(SamplerBase):
                 continue
             if ev.wants_action:
                 replies[ev.episode_id] = {}
+            else:
+                released.append(ev.episode_id)
             for aid, o in obs.items():
                 acting.setdefault(ep.policy_for(aid), []).append((run, aid, o))
                 if act_d is not None:
@@ -183,6 +187,8 @@ class ExternalEnvSampler(SamplerBase):
             self._act(pid, members, logged, replies)
         for eid, actions in replies.items():
             self.env.send_action(eid, actions if self.multiagent else actions[AGENT])
+        for eid in released:
+            self.env.send_action(eid, None)
 
     def _complete(self, run: _Running, obs: dict[Any, np.ndarray], ending: bool) -> None:
         """Complete the pending step of each agent in `obs` (all agents when

@@ -81,7 +81,7 @@ class MultiAgentEpisode(Episode):
         self._last: dict[str, dict[Any, Any]] = {"obs": {}, "raw": {}, "action": {}, "info": {}}
 
     @property
-    def agent_rewards(self) -> dict[tuple[Any, str], float]:  # type: ignore[override]
+    def agent_rewards(self) -> dict[tuple[Any, str], float]:
         return self._agent_rewards
 
     def policy_for(self, agent_id: Any = "agent0") -> str:

@@ -106,7 +106,7 @@ def compute_gae_for_sample_batch(policy: Any, sample_batch: SampleBatch) -> Samp
     if sample_batch[SampleBatch.TERMINATEDS][-1]:
         last_r = 0.0
     elif "state_out_0" in sample_batch:
-        states = []
+        states: list[np.ndarray] = []
         while f"state_out_{len(states)}" in sample_batch:
             states.append(sample_batch[f"state_out_{len(states)}"][-1:])
         last_r = float(

@@ -22,9 +22,10 @@ from rayfield.rllib.env.vector_env import VectorEnv
 from rayfield.rllib.evaluation.callbacks import make_callbacks
 from rayfield.rllib.evaluation.episode import RolloutMetrics
 from rayfield.rllib.models.catalog import ModelCatalog
+from rayfield.rllib.models.preprocessors import Preprocessor
 from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from rayfield.rllib.utils.config import deep_update
-from rayfield.rllib.utils.filter import filter_from_dict, get_filter
+from rayfield.rllib.utils.filter import MeanStdFilter, NoFilter, filter_from_dict, get_filter
 
 # RolloutWorker keyword names of RLlib 0.7, mapped to config keys.
 _KWARG_KEYS = {
@@ -135,6 +136,10 @@ class RolloutWorker:
         self.vector_env: VectorEnv | None = None
         self.base_env: BaseEnv | None = None
         self.external_env: ExternalEnv | None = None
+        # by policy id (set by _build_policies, or below for a single policy)
+        self.policy_map: dict[str, Any]
+        self.preprocessors: dict[str, Preprocessor]
+        self.filters: dict[str, NoFilter | MeanStdFilter]
         if isinstance(first, _VectorEnvToBaseEnv):
             first = first.vector_env
         if isinstance(first, BaseEnv):  # sampled one sub-env at a time (see base_env.py)

@@ -8,9 +8,12 @@ classes travel with the workers instead of through a global registry.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rayfield.rllib.models.preprocessors import Preprocessor, get_preprocessor
+
+if TYPE_CHECKING:  # torch is imported when a model is built
+    from rayfield.rllib.models.torch_models import TorchModelV2
 
 # The ``model`` config: every key of RLlib 0.7's MODEL_DEFAULTS plus ``vf_share_layers``
 # and Ray 2's ``lstm_use_prev_action`` / ``lstm_use_prev_reward``.
@@ -114,7 +117,7 @@ class ModelCatalog:
         elif isinstance(action_space, gym.spaces.Tuple) and all(
             isinstance(s, gym.spaces.Discrete) for s in action_space.spaces
         ):  # e.g. an agent group's joint action
-            sizes = tuple(int(s.n) for s in action_space.spaces)
+            sizes = tuple(int(cast(gym.spaces.Discrete, s).n) for s in action_space.spaces)
             cls = type("MultiCategorical", (d.MultiCategorical,), {"input_lens": sizes})
             return cls, sum(sizes)
         elif isinstance(action_space, gym.spaces.Box):
@@ -220,8 +223,9 @@ class ModelCatalog:
         if int(config.get("max_seq_len", 20)) < 1:
             raise ValueError(f"max_seq_len must be >= 1, got {config['max_seq_len']}")
 
-        def base(o: Any, a: Any, n: Any, c: dict[str, Any], nm: str) -> Any:
-            return cls(o, a, n, c, nm, **kwargs)
+        def base(o: Any, a: Any, n: int | None, c: dict[str, Any], nm: str) -> TorchModelV2:
+            model: TorchModelV2 = cls(o, a, n, c, nm, **kwargs)
+            return model
 
         return LSTMWrapper(obs_space, action_space, num_outputs, config, name, base)
 

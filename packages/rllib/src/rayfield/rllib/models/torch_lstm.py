@@ -23,6 +23,7 @@ Sources:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -81,7 +82,8 @@ class LSTMWrapper(TorchModelV2):
             ``lstm_use_prev_action``, ``lstm_use_prev_reward`` and
             ``lstm_use_prev_action_reward`` (both of the former).
         name: the model's name.
-        base_model_cls: the feature model's class, built with ``num_outputs=None``.
+        base_model_cls: the feature model's class (or a function with the
+            constructor's arguments), built with ``num_outputs=None``.
 
     Raises:
         ValueError: ``lstm_cell_size`` < 1.
@@ -94,7 +96,7 @@ class LSTMWrapper(TorchModelV2):
         num_outputs: int,
         model_config: dict[str, Any],
         name: str,
-        base_model_cls: type,
+        base_model_cls: Callable[[Any, Any, int | None, dict[str, Any], str], TorchModelV2],
     ) -> None:
         super().__init__(obs_space, action_space, num_outputs, model_config, name)
         self.cell_size = int(model_config.get("lstm_cell_size", 256))

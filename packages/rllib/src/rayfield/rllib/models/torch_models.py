@@ -86,11 +86,18 @@ def policy_head_output(model: Any, feats: torch.Tensor, state: list[Any]) -> Any
     return out, state
 
 
-def check_value_head(model: Any, *inputs: Any) -> None:
-    """Raise unless `model` ran `forward` and has a value head."""
+def value_branch(model: Any, *inputs: Any) -> nn.Module:
+    """`model`'s value head (``model._value_branch``), once `forward` recorded its
+    `inputs`.
+
+    Raises:
+        ValueError: a features-only model (``num_outputs=None``), which has no value head.
+    """
     assert all(x is not None for x in inputs), "call forward() first"
-    if model._value_branch is None:
+    branch: nn.Module | None = model._value_branch
+    if branch is None:
         raise ValueError("a features-only model (num_outputs=None) has no value function")
+    return branch
 
 
 def activation_class(name: str, key: str = "fcnet_activation") -> type[nn.Module] | None:
@@ -183,9 +190,12 @@ class FullyConnectedNetwork(TorchModelV2):
         model_config: dict[str, Any],
         name: str = "fcnet",
     ) -> None:
-        super().__init__(obs_space, action_space, num_outputs, model_config, name)
         in_dim = int(np.prod(obs_space.shape))
         hiddens = list(model_config.get("fcnet_hiddens", [256, 256]))
+        last = hiddens[-1] if hiddens else in_dim
+        # features only: the output is the last hidden layer
+        width = last if num_outputs is None else num_outputs
+        super().__init__(obs_space, action_space, width, model_config, name)
         activation = model_config.get("fcnet_activation", "tanh")
         self.free_log_std = bool(model_config.get("free_log_std", False))
         self.vf_share_layers = bool(model_config.get("vf_share_layers", False))
@@ -193,12 +203,9 @@ class FullyConnectedNetwork(TorchModelV2):
         self._hidden = (
             nn.Sequential(*with_activations(linears([in_dim, *hiddens]), act)) if hiddens else None
         )
-        last = hiddens[-1] if hiddens else in_dim
         self._logits: nn.Module | None = None
         self._value_branch: nn.Module | None = None
-        if num_outputs is None:  # features only (for wrappers such as the LSTM)
-            self.num_outputs = last
-        else:
+        if num_outputs is not None:  # None: features only (for wrappers such as the LSTM)
             self._logits = nn.Sequential(policy_head(self, last, num_outputs))
             if self.vf_share_layers:
                 self._value_branch = _mlp([last, 1], activation, 1.0)
@@ -216,6 +223,7 @@ class FullyConnectedNetwork(TorchModelV2):
         return policy_head_output(self, feats, state)
 
     def value_function(self) -> torch.Tensor:
-        check_value_head(self, self._features, self._obs)
+        branch = value_branch(self, self._features, self._obs)
         src = self._features if self.vf_share_layers else self._obs
-        return self._value_branch(src).squeeze(-1)
+        out: torch.Tensor = branch(src).squeeze(-1)
+        return out

@@ -25,10 +25,10 @@ from rayfield.rllib.models.torch_models import (
     ROOT2,
     TorchModelV2,
     activation_class,
-    check_value_head,
     orthogonal,
     policy_head,
     policy_head_output,
+    value_branch,
     with_activations,
 )
 
@@ -78,8 +78,46 @@ def _same_padding(size: tuple[int, int], kernel: tuple[int, int], stride: tuple[
     )
 
 
+# One convolution of a tower: (padding or None, in_channels, out_channels, kernel, stride)
+_ConvSpec = tuple[tuple[int, int, int, int] | None, int, int, tuple[int, int], tuple[int, int]]
+
+
+def conv_layout(in_shape: tuple[int, ...], filters: list[list[Any]]) -> tuple[list[_ConvSpec], int]:
+    """The convolutions of `filters` over ``(H, W, C)`` images and the width F of
+    their flattened output, checked before any layer is made.
+
+    Raises:
+        ValueError: no filter, a malformed filter entry, or filters that shrink the
+            image below 1x1.
+    """
+    if not filters:
+        raise ValueError("conv_filters must hold at least one [out_channels, kernel, stride]")
+    size = (int(in_shape[0]), int(in_shape[1]))
+    channels = int(in_shape[2])
+    specs: list[_ConvSpec] = []
+    for i, entry in enumerate(filters):
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+            raise ValueError(
+                f"conv_filters[{i}] must be [out_channels, kernel, stride], got {entry!r}"
+            )
+        out_ch, kernel, stride = int(entry[0]), _pair(entry[1]), _pair(entry[2])
+        pad = None
+        if i < len(filters) - 1:
+            pad, size = _same_padding(size, kernel, stride)
+        else:
+            size = ((size[0] - kernel[0]) // stride[0] + 1, (size[1] - kernel[1]) // stride[1] + 1)
+        if size[0] < 1 or size[1] < 1:
+            raise ValueError(
+                f"conv_filters[{i}] {entry!r} shrinks the {in_shape[0]}x{in_shape[1]} image "
+                "below 1x1: use a smaller kernel or stride"
+            )
+        specs.append((pad if pad and any(pad) else None, channels, out_ch, kernel, stride))
+        channels = out_ch
+    return specs, channels * size[0] * size[1]
+
+
 def conv_tower(
-    in_shape: tuple[int, int, int], filters: list[list[Any]], activation: str
+    in_shape: tuple[int, ...], filters: list[list[Any]], activation: str
 ) -> tuple[nn.Sequential, int]:
     """The convolutions of `filters` over ``(H, W, C)`` images, then flattening.
 
@@ -91,32 +129,13 @@ def conv_tower(
             shrink the image below 1x1.
     """
     act = activation_class(activation, "conv_activation")
-    if not filters:
-        raise ValueError("conv_filters must hold at least one [out_channels, kernel, stride]")
-    size = (int(in_shape[0]), int(in_shape[1]))
-    channels = int(in_shape[2])
+    specs, width = conv_layout(in_shape, filters)
     layers: list[nn.Module] = []
-    for i, entry in enumerate(filters):
-        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
-            raise ValueError(
-                f"conv_filters[{i}] must be [out_channels, kernel, stride], got {entry!r}"
-            )
-        out_ch, kernel, stride = int(entry[0]), _pair(entry[1]), _pair(entry[2])
-        if i < len(filters) - 1:
-            pad, size = _same_padding(size, kernel, stride)
-            if any(pad):
-                layers.append(nn.ZeroPad2d(pad))
-        else:
-            size = ((size[0] - kernel[0]) // stride[0] + 1, (size[1] - kernel[1]) // stride[1] + 1)
-        if size[0] < 1 or size[1] < 1:
-            raise ValueError(
-                f"conv_filters[{i}] {entry!r} shrinks the {in_shape[0]}x{in_shape[1]} image "
-                "below 1x1: use a smaller kernel or stride"
-            )
-        layers.append(orthogonal(nn.Conv2d(channels, out_ch, kernel, stride), ROOT2))
-        channels = out_ch
-    tower = nn.Sequential(*with_activations(layers, act), nn.Flatten())
-    return tower, channels * size[0] * size[1]
+    for pad, in_ch, out_ch, kernel, stride in specs:
+        if pad is not None:
+            layers.append(nn.ZeroPad2d(pad))
+        layers.append(orthogonal(nn.Conv2d(in_ch, out_ch, kernel, stride), ROOT2))
+    return nn.Sequential(*with_activations(layers, act), nn.Flatten()), width
 
 
 class VisionNetwork(TorchModelV2):
@@ -150,25 +169,25 @@ class VisionNetwork(TorchModelV2):
         model_config: dict[str, Any],
         name: str = "visionnet",
     ) -> None:
-        super().__init__(obs_space, action_space, num_outputs, model_config, name)
         shape = tuple(obs_space.shape)
         if len(shape) != 3:
             raise ValueError(f"VisionNetwork needs (H, W, C) observations, got shape {shape}")
         filters = model_config.get("conv_filters") or get_filter_config(shape)
+        feat = conv_layout(shape, filters)[1]
+        # features only: the output is the flattened last convolution
+        width = feat if num_outputs is None else num_outputs
+        super().__init__(obs_space, action_space, width, model_config, name)
         activation = model_config.get("conv_activation", "relu")
         self.vf_share_layers = bool(model_config.get("vf_share_layers", False))
         self.free_log_std = bool(model_config.get("free_log_std", False))
-        self._convs, feat = conv_tower(shape, filters, activation)  # type: ignore[arg-type]
+        self._convs = conv_tower(shape, filters, activation)[0]
         self._logits: nn.Module | None = None
-        if num_outputs is None:
-            self.num_outputs = feat
-        else:
-            self._logits = policy_head(self, feat, num_outputs)
         self._value_convs: nn.Module | None = None
         self._value_branch: nn.Linear | None = None
         if num_outputs is not None:
+            self._logits = policy_head(self, feat, num_outputs)
             if not self.vf_share_layers:
-                self._value_convs = conv_tower(shape, filters, activation)[0]  # type: ignore[arg-type]
+                self._value_convs = conv_tower(shape, filters, activation)[0]
             self._value_branch = orthogonal(nn.Linear(feat, 1), 1.0)
         self._features: torch.Tensor | None = None
         self._images: torch.Tensor | None = None
@@ -178,10 +197,11 @@ class VisionNetwork(TorchModelV2):
     ) -> tuple[torch.Tensor, list[Any]]:
         images = input_dict["obs"].float().permute(0, 3, 1, 2)
         self._images = images
-        return policy_head_output(self, self._convs(images), state)  # type: ignore[no-any-return]
+        out: tuple[torch.Tensor, list[Any]] = policy_head_output(self, self._convs(images), state)
+        return out
 
     def value_function(self) -> torch.Tensor:
-        check_value_head(self, self._features, self._images)
-        if self._value_convs is None:
-            return self._value_branch(self._features).squeeze(-1)
-        return self._value_branch(self._value_convs(self._images)).squeeze(-1)
+        branch = value_branch(self, self._features, self._images)
+        feats = self._features if self._value_convs is None else self._value_convs(self._images)
+        value: torch.Tensor = branch(feats).squeeze(-1)
+        return value

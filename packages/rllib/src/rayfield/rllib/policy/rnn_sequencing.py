@@ -23,7 +23,7 @@ SEQ_MASK = "seq_mask"
 
 def state_in_columns(batch: Any) -> list[str]:
     """The ``state_in_<i>`` column names of `batch`, in order."""
-    names = []
+    names: list[str] = []
     while f"state_in_{len(names)}" in batch:
         names.append(f"state_in_{len(names)}")
     return names
