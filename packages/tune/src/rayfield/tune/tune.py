@@ -142,10 +142,12 @@ def run(
         sync_config: the modern form of the three (``SyncConfig(upload_dir=...,
             syncer=..., sync_period=...)``).
         sync_to_driver: how files a trial writes on another node reach the driver's
-            trial directory: None/True copies them through the cluster when the trial
-            ends, False does not, a command template (``{source}`` is
-            ``<node ip>:<dir>``, ``{target}`` the driver's dir) or a function
-            ``f(source, target)`` does it (see :mod:`rayfield.tune.driver_sync`).
+            trial directory: None/True copies them through the cluster (while the trial
+            runs, after each checkpoint and every ``sync_config.sync_period`` seconds
+            (default 300), and when it ends), False does not, a command template
+            (``{source}`` is ``<node ip>:<dir>``, ``{target}`` the driver's dir) or a
+            function ``f(source, target)`` does it at the same moments (see
+            :mod:`rayfield.tune.driver_sync`).
         with_server, server_port: serve the trials over REST on loopback (see
             :mod:`rayfield.tune.web_server`; 0 picks a free port).
 
@@ -246,8 +248,10 @@ def run(
     if _should_resume(resume, experiment.path):
         _restore_runner(runner, search_alg, experiment)
     search_alg.add_configurations([experiment])
+    pacing = sync_config or SyncConfig()
+    driver_sync = DriverSync(sync_to_driver, pacing.sync_period, pacing.sync_on_checkpoint)
     executor = ActorExecutor(
-        reuse_actors=reuse_actors, buffer_results=buffer, driver_sync=DriverSync(sync_to_driver)
+        reuse_actors=reuse_actors, buffer_results=buffer, driver_sync=driver_sync
     )
     server = None
     if with_server:
