@@ -220,7 +220,7 @@ def run(
         else 1
     )
     reporter = CLIReporter(verbose) if verbose else None
-    writer = BackgroundWriter()
+    writer = BackgroundWriter(held=True)  # released while the loop waits for results
     all_callbacks: list[Callback] = [LoggerCallback(experiment.loggers, writer=writer)]
     if reporter is not None:
         all_callbacks.append(reporter)
@@ -329,8 +329,11 @@ class _DriverLoop:
                 self.runner.on_trial_error(event.trial, event.error or "")
             if errors:
                 continue
+            # After the decisions went out: the trials compute while this encodes.
+            self.save_state()
             if self.runner.is_finished():
                 break
+            self.writer.release()  # the file work runs while this loop waits
             if not self.executor.has_running():
                 if not self.runner.trials_with_status(
                     Trial.PENDING
@@ -354,7 +357,6 @@ class _DriverLoop:
                 if self.verbose >= 2:  # results were printed below: do not draw over them
                     self.printer.release()
                 self.printer.show(self.status(), self.runner.get_trials())
-            self.save_state()
 
     def _wait_for_resources(self) -> None:
         """Nothing runs and a trial waits: the cluster is smaller than it was."""
