@@ -4,6 +4,10 @@ Usage::
 
     python bench_tune.py [--trials 200] [--reports 10] [--num-cpus 2] [--json OUT]
         [--ray-python /path/to/ray-venv/bin/python] [--scale-trials 20000]
+        [--parts trivial,asha,scale] [--repeat N] [--no-ray]
+
+``--parts asha --no-ray --repeat 5`` runs only the ASHA row of rayfield-tune and Optuna,
+five rounds in turns, and prints each run, the medians and the per-round ratios.
 
 Workload: ``--trials`` trials of a trivial function trainable that reports ``--reports``
 times (no work between reports), so the time is the framework's own overhead. Each
@@ -380,6 +384,55 @@ def run_side(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def run_rounds(
+    names: tuple[str, ...], args: argparse.Namespace
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """Each side ``args.repeat`` times, the sides taking turns within each round (so
+    that a change in the machine's load falls on all of them); returns the first run of
+    each side as its row (with ``runs`` and ``median_wall_s`` when repeated) and every
+    run per side."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for _ in range(args.repeat):
+        for name in names:
+            runs[name].append(run_side(name, args))
+    rows = {}
+    for name, done in runs.items():
+        row = dict(done[0])
+        walls = [r["wall_s"] for r in done if "wall_s" in r]
+        if args.repeat > 1 and walls:
+            row["runs_wall_s"] = walls
+            row["median_wall_s"] = _median(walls)
+        rows[name] = row
+    return rows, runs
+
+
+def _spread(row: dict[str, Any]) -> str:
+    walls = row.get("runs_wall_s")
+    if not walls:
+        return ""
+    low, high = min(walls), max(walls)
+    return f"  median of {len(walls)}: {row['median_wall_s']:.2f} s ({low:.2f}-{high:.2f})"
+
+
+def _ratios(runs: dict[str, list[dict[str, Any]]], num: str, den: str) -> str:
+    """The median over rounds of ``num``'s wall time over ``den``'s in the same round."""
+    pairs = [
+        a["wall_s"] / b["wall_s"]
+        for a, b in zip(runs.get(num, []), runs.get(den, []), strict=False)
+        if "wall_s" in a and "wall_s" in b
+    ]
+    if len(pairs) < 2:
+        return ""
+    listed = ", ".join(f"{r:.2f}" for r in pairs)
+    return f"{num} / {den} per round: median {_median(pairs):.2f} ({listed})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--trials", type=int, default=200)
@@ -398,52 +451,68 @@ def main(argv: list[str] | None = None) -> int:
         default=20_000,
         help="trials of the 10 ms scale run (0: skip it)",
     )
+    parser.add_argument(
+        "--parts",
+        default="trivial,asha,scale",
+        help="which parts to run, comma-separated: trivial, asha, scale (default all)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each side of the trivial and ASHA parts this many times, the sides "
+        "taking turns; prints the median and the per-round ratios",
+    )
+    parser.add_argument("--no-ray", action="store_true", help="leave out the Ray Tune sides")
     parser.add_argument("--side", choices=sorted({**SIDES, **EXTRA}), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side:
         side = {**SIDES, **EXTRA}[args.side]
         print(json.dumps(side(args.trials, args.reports, args.num_cpus)))
         return 0
-    rows = {name: run_side(name, args) for name in SIDES}
-    base = rows["rayfield-tune"].get("wall_s")
-    results = args.trials * args.reports
-    print(
-        f"{args.trials} trials x {args.reports} reports of a trivial function trainable, "
-        f"{args.num_cpus} CPUs"
-    )
-    print(
-        f"{'system':15s} {'wall s':>8s} {'cpu s':>7s} {'ms/trial':>9s} {'ms/result':>10s} "
-        f"{'x rayfield':>11s}"
-    )
-    for name, row in rows.items():
-        if "wall_s" not in row:
-            print(f"{name:15s} {row.get('skipped') or row.get('error')}")
-            continue
-        wall = row["wall_s"]
-        ratio = f"{wall / base:.2f}" if base else "-"
-        print(
-            f"{name:15s} {wall:8.2f} {row.get('cpu_s', float('nan')):7.2f} "
-            f"{1000 * wall / args.trials:9.2f} "
-            f"{1000 * wall / results:10.3f} {ratio:>11s}  ({row['complete_trials']} complete)"
-        )
-    print()
-    print("ASHA (max_t 20, grace 1, rf 3) over 40 SGDClassifier configs on digits")
-    asha_sides = ("rayfield-asha-digits", "ray-asha-digits", "optuna-asha-digits")
-    asha = {name: run_side(name, args) for name in asha_sides}
-    for name, row in asha.items():
-        if "wall_s" not in row:
-            print(f"{name:22s} {row.get('skipped') or row.get('error')}")
-            continue
-        print(
-            f"{name:22s} {row['wall_s']:7.2f} s  best accuracy {row['best_accuracy']:.4f}  "
-            f"{row['epochs']} epochs"
-        )
-    rows.update(asha)
-    if args.scale_trials:
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    unknown = parts - {"trivial", "asha", "scale"}
+    if unknown or args.repeat < 1:
+        parser.error(f"--parts takes trivial, asha, scale (got {sorted(unknown)}); --repeat >= 1")
+
+    def keep(names: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(n for n in names if not (args.no_ray and n.startswith("ray-")))
+
+    rows: dict[str, dict[str, Any]] = {}
+    if "trivial" in parts:
+        trivial, runs = run_rounds(keep(tuple(SIDES)), args)
+        rows.update(trivial)
+        print_trivial(trivial, runs, args)
+    if "asha" in parts:
+        asha_sides = keep(("rayfield-asha-digits", "ray-asha-digits", "optuna-asha-digits"))
+        asha, runs = run_rounds(asha_sides, args)
+        rows.update(asha)
+        if rows.keys() - asha.keys():
+            print()
+        print("ASHA (max_t 20, grace 1, rf 3) over 40 SGDClassifier configs on digits")
+        for name, row in asha.items():
+            if "wall_s" not in row:
+                print(f"{name:22s} {row.get('skipped') or row.get('error')}")
+                continue
+            for i, run in enumerate(runs[name]):
+                if "wall_s" not in run:
+                    print(f"{name:22s} {run.get('error')}")
+                    continue
+                label = name if i == 0 else ""
+                print(
+                    f"{label:22s} {run['wall_s']:7.2f} s  best accuracy "
+                    f"{run['best_accuracy']:.4f}  {run['epochs']} epochs"
+                )
+            if spread := _spread(row):
+                print(f"{'':22s}{spread}")
+        if ratio := _ratios(runs, "rayfield-asha-digits", "optuna-asha-digits"):
+            print(ratio)
+    if "scale" in parts and args.scale_trials:
         scale_args = argparse.Namespace(**{**vars(args), "trials": args.scale_trials})
         row = run_side("rayfield-scale", scale_args)
         rows["rayfield-scale"] = row
-        print()
+        if len(rows) > 1:
+            print()
         print(f"scale: {args.scale_trials} trials of a 10 ms function trainable")
         if "wall_s" in row:
             print(
@@ -459,6 +528,37 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
     return 0
+
+
+def print_trivial(
+    rows: dict[str, dict[str, Any]],
+    runs: dict[str, list[dict[str, Any]]],
+    args: argparse.Namespace,
+) -> None:
+    base = rows["rayfield-tune"].get("median_wall_s", rows["rayfield-tune"].get("wall_s"))
+    results = args.trials * args.reports
+    print(
+        f"{args.trials} trials x {args.reports} reports of a trivial function trainable, "
+        f"{args.num_cpus} CPUs"
+    )
+    print(
+        f"{'system':15s} {'wall s':>8s} {'cpu s':>7s} {'ms/trial':>9s} {'ms/result':>10s} "
+        f"{'x rayfield':>11s}"
+    )
+    for name, row in rows.items():
+        if "wall_s" not in row:
+            print(f"{name:15s} {row.get('skipped') or row.get('error')}")
+            continue
+        wall = row.get("median_wall_s", row["wall_s"])
+        ratio = f"{wall / base:.2f}" if base else "-"
+        print(
+            f"{name:15s} {wall:8.2f} {row.get('cpu_s', float('nan')):7.2f} "
+            f"{1000 * wall / args.trials:9.2f} "
+            f"{1000 * wall / results:10.3f} {ratio:>11s}  ({row['complete_trials']} complete)"
+            f"{_spread(row)}"
+        )
+    if ratio_line := _ratios(runs, "rayfield-tune", "optuna"):
+        print(ratio_line)
 
 
 if __name__ == "__main__":

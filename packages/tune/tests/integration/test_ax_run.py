@@ -7,8 +7,7 @@ import pytest
 
 pytest.importorskip("ax")  # the [ax] extra, part of the test extra
 
-from rayfield import tune
-from rayfield.tune.search import ConcurrencyLimiter
+from searcher_run import run_searcher
 
 pytestmark = [
     pytest.mark.usefixtures("cluster"),
@@ -23,22 +22,7 @@ pytestmark = [
 def test_ax_search_drives_tune_run(tmp_path):
     from rayfield.tune.search.ax import AxSearch
 
-    def f(config):
-        tune.report(loss=(config["x"] - 0.25) ** 2 + config["offset"])
-
-    analysis = tune.run(
-        f,
-        name="ax",
-        config={"x": tune.uniform(0, 1), "offset": 1.0},
-        search_alg=ConcurrencyLimiter(AxSearch(seed=0), max_concurrent=2),
-        num_samples=4,  # Ax's Sobol start: no BoTorch fit (seconds each here)
-        metric="loss",
-        mode="min",
-        local_dir=str(tmp_path),
-        verbose=0,
-    )
-    trials = list(analysis)
-    assert len(trials) == 4 and all(t.status == "TERMINATED" for t in trials)
-    assert all(t.config["offset"] == 1.0 and 0 <= t.config["x"] <= 1 for t in trials)
-    assert len({t.config["x"] for t in trials}) == 4  # four distinct Sobol points
+    # 4 samples: Ax's Sobol start, no BoTorch fit (seconds each here).
+    analysis = run_searcher(AxSearch(seed=0), tmp_path, "ax", num_samples=4)
+    assert len({t.config["x"] for t in analysis}) == 4  # four distinct Sobol points
     assert 1.0 <= analysis.best_result["loss"] < 1.5625

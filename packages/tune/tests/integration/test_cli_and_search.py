@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from searcher_run import run_searcher
 
 from rayfield import tune
 from rayfield.tune.cli import cli
@@ -92,22 +93,5 @@ def test_model_based_searchers_through_tune_run(tmp_path, searcher_name):
         if searcher_name == "gp"
         else OptunaSearch(seed=0)
     )
-
-    def f(config):
-        tune.report(loss=(config["x"] - 0.25) ** 2 + config["offset"])
-
-    analysis = tune.run(
-        f,
-        name=searcher_name,
-        config={"x": tune.uniform(0, 1), "offset": 1.0},
-        search_alg=ConcurrencyLimiter(searcher, max_concurrent=2),
-        num_samples=8,
-        metric="loss",
-        mode="min",
-        local_dir=str(tmp_path),
-        verbose=0,
-    )
-    trials = list(analysis)
-    assert len(trials) == 8 and all(t.status == "TERMINATED" for t in trials)
-    assert all(t.config["offset"] == 1.0 and 0 <= t.config["x"] <= 1 for t in trials)
+    analysis = run_searcher(searcher, tmp_path, searcher_name, num_samples=8)
     assert analysis.best_result["loss"] < 1.05

@@ -115,6 +115,26 @@ def test_status_printer_redraws_on_a_terminal_and_appends_otherwise():
     assert html.count("<tr>") == 4 and "f_0" in html
 
 
+def test_the_notebook_check_imports_nothing(monkeypatch):
+    import sys
+    import types
+
+    from rayfield.tune.progress import _in_notebook
+
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    assert not _in_notebook() and "IPython" not in sys.modules  # not imported by the check
+
+    class ZMQInteractiveShell:
+        pass
+
+    fake = types.ModuleType("IPython")
+    fake.get_ipython = lambda: ZMQInteractiveShell()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", fake)
+    assert _in_notebook()  # a Jupyter kernel
+    fake.get_ipython = lambda: None  # type: ignore[attr-defined]
+    assert not _in_notebook()  # IPython imported, but no shell running
+
+
 def test_event_records_match_tensorboardx_encoding():
     """The records rayfield encodes itself are the bytes tensorboardX would write."""
     from tensorboardX.crc32c import crc32c as tbx_crc32c

@@ -83,6 +83,23 @@ def test_grid_times_num_samples_and_first_axis_varies_fastest():
     assert len(gen.next_trials()) == 60 and gen.is_finished()
 
 
+def test_without_a_seed_the_global_random_state_makes_a_search_repeatable():
+    def configs(seed: int | None) -> list[dict]:
+        gen = tune.search.BasicVariantGenerator(seed=seed, shuffle=True)
+        space = {"x": tune.uniform(0, 1), "g": tune.grid_search([1, 2, 3])}
+        gen.add_configurations(
+            tune.Experiment("e", lambda c: None, config=space, num_samples=4, local_dir="/x")
+        )
+        return [t.config for t in gen.next_trials()]
+
+    random.seed(7)
+    first = configs(None)
+    random.seed(7)
+    assert configs(None) == first  # as random.seed() before a run, in a script
+    assert configs(None) != first  # the global state moved on
+    assert configs(3) == configs(3) != configs(4)  # a seed: its own generator
+
+
 def test_docs_example_nested_lists_give_nine_then_ninety_trials():
     config = {
         "alpha": tune.sample_from(lambda spec: random.random()),

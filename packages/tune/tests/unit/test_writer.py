@@ -33,6 +33,23 @@ def test_writer_runs_operations_in_order_off_the_callers_thread():
         writer.submit(lambda: None)
 
 
+def test_a_held_writer_runs_nothing_until_released():
+    writer = BackgroundWriter(held=True)
+    seen: list[int] = []
+    writer.submit(lambda: seen.append(1))
+    writer.submit(lambda: seen.append(2))
+    probe = threading.Event()
+    writer._queue.put(probe.set)  # runs once the thread has taken what came before it
+    assert probe.wait(10) and seen == []  # the two are still held
+    writer.release()
+    writer.submit(lambda: seen.append(3))
+    writer.drain()  # releases the third
+    assert seen == [1, 2, 3]
+    writer.submit(lambda: seen.append(4))
+    writer.close()  # releases and runs it before the thread ends
+    assert seen == [1, 2, 3, 4]
+
+
 def test_writer_reports_a_failed_operation_on_drain_and_keeps_going():
     writer = BackgroundWriter()
     seen = []
@@ -103,3 +120,15 @@ def test_actors_import_of_rayfield_tune_stays_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[:2] == ["[]", "rayfield.tune.tune PB2"]
+
+
+def test_importing_one_scheduler_loads_only_its_module():
+    """What a trainable's module that imports ASHA costs each trial actor."""
+    code = (
+        "import sys\n"
+        "from rayfield.tune.schedulers import ASHAScheduler\n"
+        "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules"
+        " if m.startswith('rayfield.tune.schedulers.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['async_hyperband', 'trial_scheduler']"

@@ -74,7 +74,9 @@ class ActorExecutor:
     ) -> None:
         self.reuse_actors = reuse_actors
         self.driver_sync = driver_sync
-        self._syncs: dict[Any, str] = {}  # report ref -> the trial's logdir on the driver
+        # report ref -> (trial id, the trial's logdir on the driver, the trial's last copy)
+        self._syncs: dict[Any, tuple[str, str, bool]] = {}
+        self._syncing: set[str] = set()  # trials with a copy asked for during their run
         self.buffer_results = max(1, buffer_results)
         self.buffer_time_s = buffer_time_s
         self._actors: dict[str, Any] = {}
@@ -149,6 +151,8 @@ class ActorExecutor:
             blob = read_checkpoint_dir(trial.restore_path)
         if blob is not None:
             handle.restore_from_object.remote(blob)
+        if self.driver_sync is not None:
+            self.driver_sync.on_trial_start(trial.trial_id)
         self._train(trial, d.data)
 
     def _blob(self, checkpoint: TrialCheckpoint | None) -> Any:
@@ -164,6 +168,7 @@ class ActorExecutor:
         if trial.trial_id in self._busy:
             return  # a buffered call is already running for this trial
         handle = self._actors[trial.trial_id]
+        self._sync_if_due(trial, handle)
         count = max(self.buffer_results, batch or 1)
         if count > 1:
             ref = handle.train_buffered.remote(count, self.buffer_time_s, trial.stopping_criterion)
@@ -171,6 +176,22 @@ class ActorExecutor:
             ref = handle.train.remote()
         self._inflight[ref] = (trial, count > 1)
         self._busy.add(trial.trial_id)
+
+    def _sync_if_due(self, trial: Trial, handle: Any) -> None:
+        """Ask ``trial``'s actor for a copy of its directory (``sync_to_driver``) when one
+        is due and none is pending; it runs before the next training call."""
+        sync = self.driver_sync
+        if (
+            sync is None
+            or trial.trial_id in self._syncing
+            or not sync.due(trial.trial_id)
+            or not sync.wanted()
+        ):
+            return
+        sync.asked(trial.trial_id)
+        ref = handle.trial_dir_report.remote(sync.driver_node, sync.with_files)
+        self._syncs[ref] = (trial.trial_id, trial.logdir, False)
+        self._syncing.add(trial.trial_id)
 
     def _do_continue(self, d: Decision) -> None:
         # Results come in batches: a later result of the batch may have ended the trial.
@@ -187,6 +208,8 @@ class ActorExecutor:
         for ref, (t, _) in list(self._inflight.items()):
             if t is trial:
                 del self._inflight[ref]
+        if self.driver_sync is not None:
+            self.driver_sync.on_trial_end(trial.trial_id)
         if handle is None:
             return
         if error or busy or key is None:
@@ -196,7 +219,7 @@ class ActorExecutor:
         if self.driver_sync is not None and self.driver_sync.wanted():
             sync = self.driver_sync
             sync_ref = handle.trial_dir_report.remote(sync.driver_node, sync.with_files)
-            self._syncs[sync_ref] = trial.logdir
+            self._syncs[sync_ref] = (trial.trial_id, trial.logdir, trial.is_finished())
         stop_ref = handle.stop.remote()
         if self.reuse_actors and _supports_reset(get_trainable_cls(key[0])):
             self._cache[key].append(handle)
@@ -226,6 +249,8 @@ class ActorExecutor:
             checkpoint.value = ref
         else:
             write_checkpoint_dir(rayfield.get(ref), checkpoint.value)
+            if self.driver_sync is not None:
+                self.driver_sync.on_checkpoint(d.trial.trial_id)
 
     def _do_persist(self, d: Decision) -> None:
         assert d.checkpoint is not None
@@ -240,6 +265,8 @@ class ActorExecutor:
             "relpath": ".",
         }
         write_checkpoint_dir({"files": d.data["files"], "meta": meta}, d.checkpoint.value)
+        if self.driver_sync is not None:
+            self.driver_sync.on_checkpoint(d.trial.trial_id)
 
     def _do_export(self, d: Decision) -> None:
         handle = self._actors.get(d.trial.trial_id)
@@ -276,23 +303,32 @@ class ActorExecutor:
         refs = list(self._syncs)
         ready, _ = rayfield.wait(refs, num_returns=len(refs), timeout=timeout_s)
         for ref in ready:
-            logdir = self._syncs.pop(ref)
+            trial_id, logdir, last = self._syncs.pop(ref)
+            self._syncing.discard(trial_id)
             try:
-                self.driver_sync.apply(logdir, rayfield.get(ref))
+                self.driver_sync.apply(logdir, rayfield.get(ref), trial_id, last)
             except Exception as exc:
                 log.warning("sync_to_driver of %s failed: %s", logdir, exc)
 
     def poll(self, timeout_s: float) -> list[_Event]:
-        """Results of every call finished within ``timeout_s`` (at least one if any)."""
-        self.apply_syncs()
+        """Results of every call finished within ``timeout_s`` (at least one if any);
+        the directory copies that arrived meanwhile are written."""
         refs = list(self._inflight)
         if not refs:
+            self.apply_syncs()
             return []
-        ready, _ = rayfield.wait(refs, num_returns=1, timeout=timeout_s)
+        # The pending copies are waited on too: a wait that blocks is what makes this
+        # node fetch them from the trial's node (and one that arrives wakes the loop).
+        copies = list(self._syncs)
+        ready, _ = rayfield.wait([*refs, *copies], num_returns=1, timeout=timeout_s)
+        if copies:
+            self.apply_syncs()
         if not ready:
             return []
-        if len(refs) > 1:
+        if len(refs) > 1 or copies:
             ready, _ = rayfield.wait(refs, num_returns=len(refs), timeout=0)
+            if not ready:
+                return []
         started = time.perf_counter()
         try:
             values = rayfield.get(ready)

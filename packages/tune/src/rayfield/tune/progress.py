@@ -91,11 +91,12 @@ def status_html(trials: list[Trial], header: str) -> str:
 
 
 def _in_notebook() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
+    """Whether this runs in a Jupyter kernel. A kernel has imported IPython already, so
+    outside one IPython (about 0.2 s of imports) is never imported here."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
         return False
-    shell = get_ipython()
+    shell = ipython.get_ipython()
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 

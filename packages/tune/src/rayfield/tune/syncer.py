@@ -75,12 +75,17 @@ class SyncConfig:
         syncer: ``"auto"`` / None, a command template, a function ``f(source, target)``
             or a :class:`Syncer` (see the module docstring).
         sync_period: seconds between two uploads while the experiment runs (one more
-            upload always follows its end).
+            upload always follows its end); also the least seconds between two copies
+            of a running trial's directory to the driver (``sync_to_driver``, see
+            :mod:`rayfield.tune.driver_sync`).
+        sync_on_checkpoint: also copy a running trial's directory to the driver after
+            each of its checkpoints (``sync_to_driver``).
     """
 
     upload_dir: str | None = None
     syncer: Any = "auto"
     sync_period: float = 300.0
+    sync_on_checkpoint: bool = True
 
 
 def _unwrap(fn: Any) -> Any:

@@ -335,11 +335,16 @@ class Trainable:
         return {"pid": os.getpid(), "node_ip": _node_ip()}
 
     def trial_dir_report(self, driver_node: str, with_files: bool) -> dict[str, Any] | None:
-        """This trial's directory for the driver, when this actor runs on another node
-        (``sync_to_driver``; see :mod:`rayfield.tune.driver_sync`)."""
+        """This trial's directory for the driver, when this actor runs on another node:
+        the files new or changed since this trial's previous report (``sync_to_driver``;
+        see :mod:`rayfield.tune.driver_sync`)."""
         from rayfield.tune.driver_sync import trial_dir_report
 
-        return trial_dir_report(self._logdir, driver_node, with_files)
+        logdir, sent = getattr(self, "_dir_sent", ("", {}))
+        if logdir != self._logdir:  # another trial on this actor: every file is new
+            sent = {}
+        self._dir_sent: tuple[str, dict[str, tuple[int, int]]] = (self._logdir, sent)
+        return trial_dir_report(self._logdir, driver_node, with_files, sent)
 
     # -- hooks -------------------------------------------------------------------------
     def _save_hook(self, checkpoint_dir: str) -> Any:

@@ -142,10 +142,12 @@ def run(
         sync_config: the modern form of the three (``SyncConfig(upload_dir=...,
             syncer=..., sync_period=...)``).
         sync_to_driver: how files a trial writes on another node reach the driver's
-            trial directory: None/True copies them through the cluster when the trial
-            ends, False does not, a command template (``{source}`` is
-            ``<node ip>:<dir>``, ``{target}`` the driver's dir) or a function
-            ``f(source, target)`` does it (see :mod:`rayfield.tune.driver_sync`).
+            trial directory: None/True copies them through the cluster (while the trial
+            runs, after each checkpoint and every ``sync_config.sync_period`` seconds
+            (default 300), and when it ends), False does not, a command template
+            (``{source}`` is ``<node ip>:<dir>``, ``{target}`` the driver's dir) or a
+            function ``f(source, target)`` does it at the same moments (see
+            :mod:`rayfield.tune.driver_sync`).
         with_server, server_port: serve the trials over REST on loopback (see
             :mod:`rayfield.tune.web_server`; 0 picks a free port).
 
@@ -218,7 +220,7 @@ def run(
         else 1
     )
     reporter = CLIReporter(verbose) if verbose else None
-    writer = BackgroundWriter()
+    writer = BackgroundWriter(held=True)  # released while the loop waits for results
     all_callbacks: list[Callback] = [LoggerCallback(experiment.loggers, writer=writer)]
     if reporter is not None:
         all_callbacks.append(reporter)
@@ -246,8 +248,10 @@ def run(
     if _should_resume(resume, experiment.path):
         _restore_runner(runner, search_alg, experiment)
     search_alg.add_configurations([experiment])
+    pacing = sync_config or SyncConfig()
+    driver_sync = DriverSync(sync_to_driver, pacing.sync_period, pacing.sync_on_checkpoint)
     executor = ActorExecutor(
-        reuse_actors=reuse_actors, buffer_results=buffer, driver_sync=DriverSync(sync_to_driver)
+        reuse_actors=reuse_actors, buffer_results=buffer, driver_sync=driver_sync
     )
     server = None
     if with_server:
@@ -325,8 +329,11 @@ class _DriverLoop:
                 self.runner.on_trial_error(event.trial, event.error or "")
             if errors:
                 continue
+            # After the decisions went out: the trials compute while this encodes.
+            self.save_state()
             if self.runner.is_finished():
                 break
+            self.writer.release()  # the file work runs while this loop waits
             if not self.executor.has_running():
                 if not self.runner.trials_with_status(
                     Trial.PENDING
@@ -350,7 +357,6 @@ class _DriverLoop:
                 if self.verbose >= 2:  # results were printed below: do not draw over them
                     self.printer.release()
                 self.printer.show(self.status(), self.runner.get_trials())
-            self.save_state()
 
     def _wait_for_resources(self) -> None:
         """Nothing runs and a trial waits: the cluster is smaller than it was."""

@@ -5,6 +5,11 @@ files, the experiment state) to one thread as a closure, so that opening, writin
 syncing files overlaps the time the loop waits for the trials' actors. Operations run in
 the order they were submitted: the experiment state, submitted after the flush of the
 result files, never reaches the disk ahead of the results it describes.
+
+With ``held=True`` submitted operations wait until :meth:`BackgroundWriter.release`: the
+driver loop releases them just before it blocks for the next results, so the thread's
+work (which holds the GIL while it encodes) never delays the loop's decisions on the
+results that came in.
 """
 
 from __future__ import annotations
@@ -27,10 +32,15 @@ class BackgroundWriter:
 
     An operation that raises is logged; the first such error is raised again by the next
     :meth:`drain` or :meth:`close`, so a failing disk does not go unnoticed.
+
+    Args:
+        name: the thread's name.
+        held: keep submitted operations until :meth:`release` (or a drain or close).
     """
 
-    def __init__(self, name: str = "tune-writer") -> None:
+    def __init__(self, name: str = "tune-writer", held: bool = False) -> None:
         self._queue: queue.Queue[Any] = queue.Queue()
+        self._held: list[Callable[[], Any]] | None = [] if held else None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -50,14 +60,25 @@ class BackgroundWriter:
                 self._queue.task_done()
 
     def submit(self, op: Callable[[], Any]) -> None:
-        """Run ``op()`` on the writer thread after every operation submitted before it.
+        """Run ``op()`` on the writer thread after every operation submitted before it
+        (with ``held``, once released).
 
         Raises:
             RuntimeError: the writer was closed.
         """
         if not self._thread.is_alive():
             raise RuntimeError("the tune writer is closed: no more writes are accepted")
-        self._queue.put(op)
+        if self._held is not None:
+            self._held.append(op)
+        else:
+            self._queue.put(op)
+
+    def release(self) -> None:
+        """Hand the held operations to the thread (in order); nothing without ``held``."""
+        if self._held:
+            ops, self._held = self._held, []
+            for op in ops:
+                self._queue.put(op)
 
     def drain(self) -> None:
         """Wait until every submitted operation has run.
@@ -65,6 +86,7 @@ class BackgroundWriter:
         Raises:
             BaseException: the first error an operation raised since the last drain.
         """
+        self.release()
         if self._thread.is_alive():
             self._queue.join()
         error, self._error = self._error, None
@@ -77,6 +99,7 @@ class BackgroundWriter:
         Raises:
             BaseException: as :meth:`drain`.
         """
+        self.release()
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join()

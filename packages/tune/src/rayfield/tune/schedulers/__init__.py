@@ -1,20 +1,29 @@
 """Trial schedulers: FIFO, median stopping, ASHA, HyperBand, PBT, PB2 and HyperBand for BOHB.
 
-``PB2`` (which needs numpy) is imported on first use, so that trial actors, which import
-``rayfield.tune``, start without loading numpy.
+Each scheduler's module is imported on first use: a trainable's module that imports one
+scheduler (``from rayfield.tune.schedulers import ASHAScheduler``), and is imported again
+by every trial's actor, loads that one only (and never numpy, which ``PB2`` needs).
 """
 
 from __future__ import annotations
 
 from rayfield.tune.lazy import lazy_getattr
-from rayfield.tune.schedulers.async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
-from rayfield.tune.schedulers.hb_bohb import HyperBandForBOHB
-from rayfield.tune.schedulers.hyperband import HyperBandScheduler
-from rayfield.tune.schedulers.median_stopping import MedianStoppingRule
-from rayfield.tune.schedulers.pbt import PopulationBasedTraining
-from rayfield.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 
-__getattr__ = lazy_getattr(__name__, {"PB2": "rayfield.tune.schedulers.pb2:PB2"})
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "ASHAScheduler": "rayfield.tune.schedulers.async_hyperband:ASHAScheduler",
+        "AsyncHyperBandScheduler": "rayfield.tune.schedulers.async_hyperband:"
+        "AsyncHyperBandScheduler",
+        "FIFOScheduler": "rayfield.tune.schedulers.trial_scheduler:FIFOScheduler",
+        "HyperBandForBOHB": "rayfield.tune.schedulers.hb_bohb:HyperBandForBOHB",
+        "HyperBandScheduler": "rayfield.tune.schedulers.hyperband:HyperBandScheduler",
+        "MedianStoppingRule": "rayfield.tune.schedulers.median_stopping:MedianStoppingRule",
+        "PB2": "rayfield.tune.schedulers.pb2:PB2",
+        "PopulationBasedTraining": "rayfield.tune.schedulers.pbt:PopulationBasedTraining",
+        "TrialScheduler": "rayfield.tune.schedulers.trial_scheduler:TrialScheduler",
+    },
+)
 
 
 __all__ = [

@@ -74,7 +74,9 @@ class BasicVariantGenerator(SearchAlgorithm):
 
     Args:
         shuffle: shuffle the variants of each pass over the grid.
-        seed: seeds the random sampling (and the shuffle).
+        seed: seeds the random sampling (and the shuffle); None draws from the ``random``
+            module's global generator, so ``random.seed(n)`` before the run makes the
+            search repeatable (as the reference's default global generator).
         max_concurrent: at most this many unfinished trials at once (0: no limit).
     """
 
@@ -82,7 +84,7 @@ class BasicVariantGenerator(SearchAlgorithm):
         self, shuffle: bool = False, seed: int | None = None, max_concurrent: int = 0
     ) -> None:
         self._shuffle = shuffle
-        self._rng = random.Random(seed)
+        self._rng = random.Random(seed) if seed is not None else None
         self._max_concurrent = max_concurrent
         self._iterators: list[Iterator[Trial]] = []
         self._generated = 0
@@ -109,7 +111,7 @@ class BasicVariantGenerator(SearchAlgorithm):
             variants: Any = generate_variants(exp.spec, self._rng)
             if self._shuffle:
                 variants = list(variants)
-                self._rng.shuffle(variants)
+                (self._rng or random._inst).shuffle(variants)
             for resolved, spec in variants:
                 tag = str(index)
                 formatted = format_vars(resolved)
