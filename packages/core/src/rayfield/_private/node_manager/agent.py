@@ -433,7 +433,13 @@ class NodeAgent:
     # ---- stop -----------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Stop the agent's threads, leave the cluster, close the service and channels."""
+        """Stop the agent's threads, leave the cluster, close the service and channels.
+
+        Threads that wake on a timer are told first and joined later, so their waits
+        overlap. Closing the GCS client last ends the GCS calls still retried on pool
+        threads (an actor lookup while the GCS is down), so the process exits at once.
+        """
+        self.pusher.stop()
         self.membership.stop()
         self.spillback.stop()
         self.objects.stop()
@@ -448,3 +454,4 @@ class NodeAgent:
         self.objects.close()
         self.channels.close()
         self.store.close()
+        self.gcs.close()

@@ -160,9 +160,9 @@ class Membership:
             self._thread.join(timeout=2)
 
     def leave(self, timeout_s: float = 2.0) -> None:
-        """Tell the GCS this node leaves the cluster (trying for ``timeout_s`` at most: a
+        """Tell the GCS this node leaves the cluster: one try of ``timeout_s`` at most (a
         node the GCS does not hear from is declared dead after its heartbeat timeout)."""
         try:
-            self.gcs.with_limits(timeout_s, timeout_s).unregister_node(self.info.node_id)
+            self.beats.with_limits(timeout_s, 0.0).unregister_node(self.info.node_id)
         except Exception as exc:
             logger.debug("unregister failed: %s", exc)
