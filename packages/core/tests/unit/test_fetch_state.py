@@ -96,9 +96,21 @@ def test_a_fetch_that_finds_nothing_is_retried_with_a_doubling_delay() -> None:
         now = s.wanted[oid(1)][0]
         assert tick(s, now) == [LookUp((oid(1),))]
         s.found(oid(1), ["b:1"])
+        s.looked_up([oid(1)])
         s.fetch_done(oid(1), got=False, now=now)  # b:1 did not have it after all
         delays.append(round(s.wanted[oid(1)][0] - now, 3))
     assert delays == [0.2, 0.4, 0.8, 1.6, MAX_BACKOFF_S, MAX_BACKOFF_S]
+
+
+def test_an_object_being_looked_up_is_not_looked_up_again_until_that_ends() -> None:
+    s = state()
+    s.want(oid(1), now=0.0)
+    assert tick(s, 1.0) == [LookUp((oid(1),))]
+    s.want(oid(2), now=1.0)
+    assert tick(s, 5.0) == [LookUp((oid(2),))]  # the lookup of oid(1) runs still
+    s.not_found([oid(1)], orphaned=set(), now=5.0)
+    s.looked_up([oid(1)])
+    assert tick(s, 5.0 + 2 * FIRST_LOOKUP_S) == [LookUp((oid(1),))]  # due again, after backoff
 
 
 def test_an_object_found_nowhere_backs_off() -> None:

@@ -257,15 +257,33 @@ def test_only_node_service_imports_grpc_and_nothing_imports_the_layers_above() -
 class FakeGcs:
     def __init__(self) -> None:
         self.actors: dict[bytes, Any] = {}
+        self.asked = 0
 
     def get_actor(self, actor_id: bytes) -> Any:
+        self.asked += 1
         return self.actors.get(actor_id)
 
     def register_actor(self, info: Any) -> None:
         self.actors[info.actor_id] = info
 
 
-def router(refuse_from: int = -1, dead: str | None = None) -> tuple[ActorRouter, list[Any]]:
+class FakeWriter:
+    """A GcsWriter that runs each write at once."""
+
+    def __init__(self, gcs: FakeGcs) -> None:
+        self.gcs = gcs
+
+    def write(self, what: str, fn: Any) -> None:
+        fn(self.gcs)
+
+
+def inline(fn: Any, *args: Any) -> None:
+    fn(*args)
+
+
+def router(
+    refuse_from: int = -1, dead: str | None = None, background: Any = inline
+) -> tuple[ActorRouter, list[Any]]:
     log: list[Any] = []
     me, home = b"A" * 20, b"B" * 20
     peers = PeerView(me, "a:1")
@@ -279,15 +297,18 @@ def router(refuse_from: int = -1, dead: str | None = None) -> tuple[ActorRouter,
             log.append(("sent", address, n))
         return out
 
+    gcs = FakeGcs()
     r = ActorRouter(
         me,
-        FakeGcs(),  # type: ignore[arg-type]
+        gcs,  # type: ignore[arg-type]
+        FakeWriter(gcs),  # type: ignore[arg-type]
         peers,
         dead=lambda actor_id: dead,
         fail=lambda ids, tag, why: log.append(("fail", tag, list(ids))),
         send=send,
         sent=lambda c, address: log.append(("ok", int.from_bytes(c.spec.task_id, "big"))),
         drop=lambda c: log.append(("drop", int.from_bytes(c.spec.task_id, "big"))),
+        background=background,
     )
     return r, log
 
@@ -306,6 +327,21 @@ def test_calls_of_an_actor_that_never_moved_go_to_its_home_in_order() -> None:
         r.call_elsewhere(ACTOR, actor_call(i))
     assert [e for e in log if e[0] == "ok"] == [("ok", 0), ("ok", 1), ("ok", 2)]
     assert r.table.location(ACTOR) == "b:1" and r.table.waiting() == []
+
+
+def test_the_gcs_is_asked_once_off_the_callers_thread_and_never_once_the_node_is_known() -> None:
+    deferred: list[Any] = []
+    r, log = router(background=lambda fn, *args: deferred.append((fn, args)))
+    for i in range(3):
+        r.call_elsewhere(ACTOR, actor_call(i))
+    assert len(deferred) == 1 and r.gcs.asked == 0  # one lookup queued, none run here
+    assert not [e for e in log if e[0] == "ok"]  # the calls wait for it
+    fn, args = deferred.pop()
+    fn(*args)
+    assert r.gcs.asked == 1
+    assert [e for e in log if e[0] == "ok"] == [("ok", 0), ("ok", 1), ("ok", 2)]
+    r.call_elsewhere(ACTOR, actor_call(3))
+    assert ("ok", 3) in log and not deferred and r.gcs.asked == 1
 
 
 def test_a_refused_call_is_held_with_those_after_it_until_the_next_try() -> None:

@@ -28,6 +28,16 @@ def dispatched_ids(decisions: list[tuple[Any, ...]]) -> list[bytes]:
     return [task for _, task in dispatched(decisions)]
 
 
+def dispatch_order_one_at_a_time(s: SchedulerState, worker: int, count: int) -> list[bytes]:
+    """The ids of the tasks dispatched while the last one dispatched finishes on `worker`,
+    `count - 1` times (the first ones are dispatched by what the test submitted)."""
+    order = dispatched_ids(s.decisions())
+    for _ in range(count - 1):
+        s.task_finished(worker, order[-1])
+        order += dispatched_ids(s.decisions())
+    return order
+
+
 def with_workers(total: dict[str, float], n: int) -> SchedulerState:
     """A scheduler with resources `total` and idle workers 1..n."""
     s = SchedulerState(total)

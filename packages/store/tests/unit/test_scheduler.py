@@ -12,7 +12,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from scheduler_helpers import dispatched, dispatched_ids, of_kind, with_workers
+from scheduler_helpers import (
+    dispatch_order_one_at_a_time,
+    dispatched,
+    dispatched_ids,
+    of_kind,
+    with_workers,
+)
 from store_test_ids import aid, cid, oid, tid
 
 from rayfield.store._native import SchedulerState
@@ -60,11 +66,7 @@ def test_fifo_within_a_shape() -> None:
     s = with_workers({"CPU": 1}, 1)
     for i in range(4):
         s.submit(tid(i), {"CPU": 1})
-    order = dispatched_ids(s.decisions())
-    for _ in range(3):
-        s.task_finished(1, order[-1])
-        order += dispatched_ids(s.decisions())
-    assert order == [tid(0), tid(1), tid(2), tid(3)]
+    assert dispatch_order_one_at_a_time(s, 1, 4) == [tid(0), tid(1), tid(2), tid(3)]
 
 
 def test_big_shape_does_not_block_small_one() -> None:

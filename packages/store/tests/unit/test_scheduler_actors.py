@@ -9,6 +9,7 @@ from __future__ import annotations
 from scheduler_helpers import (
     actor_call,
     create_actor,
+    dispatch_order_one_at_a_time,
     dispatched,
     dispatched_ids,
     of_kind,
@@ -52,11 +53,7 @@ def test_actor_calls_run_in_caller_order_despite_arrival_order() -> None:
     actor_call(s, 1, aid(1), cid(1), 1)
     assert s.decisions() == []  # seq 0 not here yet
     actor_call(s, 0, aid(1), cid(1), 0)
-    order = dispatched_ids(s.decisions())
-    for _ in range(2):
-        s.task_finished(1, order[-1])
-        order += dispatched_ids(s.decisions())
-    assert order == [tid(0), tid(1), tid(2)]
+    assert dispatch_order_one_at_a_time(s, 1, 3) == [tid(0), tid(1), tid(2)]
 
 
 def test_actor_call_with_missing_dependency_holds_later_calls_of_its_caller() -> None:
@@ -92,11 +89,7 @@ def test_actor_calls_of_different_callers_interleave_fifo() -> None:
     actor_call(s, 0, aid(1), cid(2), 0)
     actor_call(s, 1, aid(1), cid(1), 0)
     actor_call(s, 2, aid(1), cid(2), 1)
-    order = dispatched_ids(s.decisions())
-    for _ in range(2):
-        s.task_finished(1, order[-1])
-        order += dispatched_ids(s.decisions())
-    assert order == [tid(0), tid(1), tid(2)]
+    assert dispatch_order_one_at_a_time(s, 1, 3) == [tid(0), tid(1), tid(2)]
 
 
 def test_actor_holds_gpu_for_its_lifetime_until_worker_lost() -> None:

@@ -9,7 +9,7 @@ stores the code in the GCS key-value table, namespace ``functions``, under the c
 (``driver/code_exports.publish``). A node that needs code it lacks (a worker loads the
 function of a task forwarded there) reads it from the GCS first (``fetch_into``) and
 only then asks the other nodes; so a task or an actor restart still finds its code after
-the exporting node died.
+the exporting node died. While the GCS does not answer, the nodes are asked at once.
 
 The GCS keeps code up to ``MAX_GCS_CODE_BYTES``; larger code (a function that closes
 over a big array) travels between nodes like any object and is lost with its node: put
@@ -80,16 +80,21 @@ def is_code(object_id: bytes) -> bool:
     return object_id[: len(CODE_ORIGIN)] == CODE_ORIGIN
 
 
-def fetch_into(gcs: Any, store: Any, function_id: bytes) -> bool:
+def fetch_into(gcs: Any, store: Any, function_id: bytes) -> bool | None:
     """Copy the code ``function_id`` from the GCS (client ``gcs``) into the local store
-    (client ``store``); False when the GCS does not hold it or cannot be reached."""
+    (client ``store``).
+
+    Returns:
+        True when it is in the store now; False when the GCS does not hold it; None when
+        the GCS call failed (unreachable: the caller asks the other nodes instead).
+    """
     from rayfield.store.errors import ObjectExistsError
 
     try:
         blob = gcs.kv_get(NAMESPACE, function_id)
     except Exception as exc:
         logger.info("reading code %s from the GCS failed: %s", function_id.hex(), exc)
-        return False
+        return None
     if blob is None:
         return False
     try:

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -85,8 +86,20 @@ class GcsClient:
         }
 
     def close(self) -> None:
-        """Close the channel."""
+        """Close the channel (of every client made from this one by ``with_limits``)."""
         self._channel.close()
+
+    def with_limits(self, timeout_s: float, retry_deadline_s: float) -> GcsClient:
+        """This client with other limits, sharing its channel (opens nothing).
+
+        ``retry_deadline_s=0`` makes a call that fails at once with
+        ``GcsUnavailableError`` while the GCS is unreachable, for callers that have
+        something better to do than wait: periodic calls (the heartbeat) and lookups with
+        another source (the object directory, code that peers also hold).
+        """
+        view = copy.copy(self)
+        view.timeout_s, view.retry_deadline_s = timeout_s, retry_deadline_s
+        return view
 
     def __enter__(self) -> GcsClient:
         return self

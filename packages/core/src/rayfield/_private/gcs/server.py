@@ -216,4 +216,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from rayfield._private.common.fast_exit import exit_now
+
+    exit_now(main())  # the server and its database are closed: no interpreter teardown

@@ -8,7 +8,12 @@ it, and is tried again after the next heartbeat. Calls of an actor that is dead 
 fail with ``ACTOR_DIED``.
 
 An actor's node is, in order: where this node sent its creation, the GCS actor table,
-or (never moved) its home, the node whose process created it.
+or (never moved) its home, the node whose process created it. Once known it is kept
+until that node dies, so calls of an actor whose node is known never touch the GCS. The
+GCS is asked off the caller's thread (``background``), once at a time an actor: a GCS
+that is slow or down holds up only the calls of the actors it is asked about, never the
+node's event thread. Records of moved actors go through the node's
+:class:`~.gcs_writer.GcsWriter`.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from rayfield._private.common.ids import short
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.node_manager.forwarding import batches
+from rayfield._private.node_manager.gcs_writer import GcsWriter
 from rayfield._private.node_manager.membership import PeerView
 from rayfield._private.node_manager.task_spec import TakenTask, TaskSpec
 from rayfield._private.protocol.types import ActorInfo, ActorState, NodeInfo
@@ -78,6 +85,7 @@ class ActorRouter:
     Args:
         node_id: this node's id.
         gcs: the cluster's GCS client (actor table).
+        writer: records actors this node moved in the GCS.
         peers: the cluster's nodes.
         dead: why an actor is dead for good, or None (``Recovery.actor_dead``).
         fail: stores error objects ``(ids, tag, message)`` (``Recovery.fail``).
@@ -85,21 +93,26 @@ class ActorRouter:
             when taken (``NodeAgent.send_batch``).
         sent: bookkeeping of a call a node took (where its results are made).
         drop: releases what the native core handed over with a call that is not sent.
+        background: runs ``fn(*args)`` off the caller's thread (GCS lookups); None: a
+            pool of the router's own, shut down by :meth:`close`.
     """
 
     def __init__(
         self,
         node_id: bytes,
         gcs: GcsClient,
+        writer: GcsWriter,
         peers: PeerView,
         dead: Callable[[bytes], str | None],
         fail: Callable[[list[bytes], str, str], None],
         send: Callable[[str, list[TakenTask]], list[str | None]],
         sent: Callable[[TakenTask, str], None],
         drop: Callable[[TakenTask], None],
+        background: Callable[..., object] | None = None,
     ) -> None:
         self.node_id = node_id
         self.gcs = gcs
+        self.writer = writer
         self.peers = peers
         self.dead = dead
         self.fail = fail
@@ -108,6 +121,12 @@ class ActorRouter:
         self.drop = drop
         self.table = ActorTable()
         self._lock = threading.Lock()
+        self._looking: set[bytes] = set()  # actors whose node the GCS is being asked for
+        self._pool: ThreadPoolExecutor | None = None
+        if background is None:
+            self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rayfield-actors")
+            background = self._pool.submit
+        self._background = background
 
     def call_elsewhere(self, actor_id: bytes, call: TakenTask) -> None:
         """Hold ``call`` (taken from the local queue) and send what can be sent now."""
@@ -117,19 +136,18 @@ class ActorRouter:
 
     def moved(self, actor_id: bytes, peer: NodeInfo) -> None:
         """The creation of ``actor_id`` was taken by ``peer``: record its new node here
-        and in the GCS, and send its held calls there."""
+        and (in the background) in the GCS, and send its held calls there."""
         with self._lock:
             self.table.located(actor_id, peer.address)
-        try:
-            info = ActorInfo(
-                actor_id=actor_id,
-                owner_node_id=self.node_id,
-                node_id=peer.node_id,
-                state=ActorState.ALIVE,
-            )
-            self.gcs.register_actor(info)
-        except Exception as exc:
-            logger.warning("could not record actor %s in the GCS: %s", short(actor_id), exc)
+        info = ActorInfo(
+            actor_id=actor_id,
+            owner_node_id=self.node_id,
+            node_id=peer.node_id,
+            state=ActorState.ALIVE,
+        )
+        self.writer.write(
+            f"record actor {short(actor_id)} moved", lambda gcs: gcs.register_actor(info)
+        )
         self.route(actor_id)
 
     def node_died(self, address: str) -> None:
@@ -145,7 +163,8 @@ class ActorRouter:
 
     def address_of(self, actor_id: bytes) -> str | None:
         """The address of the alive node hosting ``actor_id``; None when it is this node,
-        or not known (yet)."""
+        or not known (yet). Asks the GCS when it is not known here: it may wait for the
+        GCS, so only background threads call it."""
         with self._lock:
             address = self.table.location(actor_id)
         if address is not None:
@@ -165,11 +184,32 @@ class ActorRouter:
             self.table.located(actor_id, peer.address)
         return peer.address
 
+    def _look_up(self, actor_id: bytes) -> None:
+        """Find the node of ``actor_id`` (``address_of``), then send its held calls."""
+        try:
+            found = self.address_of(actor_id) is not None
+        finally:
+            with self._lock:
+                self._looking.discard(actor_id)
+        if found:
+            self.route(actor_id)
+
     def route(self, actor_id: bytes) -> None:
         """Forward the held calls of ``actor_id`` to its node, in order; what cannot be
-        sent now stays held. Calls of an actor dead for good fail."""
+        sent now stays held. Calls of an actor dead for good fail. An actor whose node is
+        not known here is looked up in the background; its calls go when it is found."""
         dead = self.dead(actor_id)
-        address = None if dead else self.address_of(actor_id)
+        with self._lock:
+            address = None if dead else self.table.location(actor_id)
+            look_up = address is None and not dead and actor_id not in self._looking
+            if look_up:
+                self._looking.add(actor_id)
+        if look_up:
+            try:
+                self._background(self._look_up, actor_id)
+            except RuntimeError:  # shutting down
+                with self._lock:
+                    self._looking.discard(actor_id)
         if address is None and not dead:
             return  # not known yet
         with self._lock:
@@ -191,3 +231,8 @@ class ActorRouter:
                     return
                 done += 1
                 self.sent(call, address)
+
+    def close(self) -> None:
+        """Drop the lookups not started (the node is stopping)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

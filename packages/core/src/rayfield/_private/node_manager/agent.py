@@ -19,7 +19,13 @@ core and workers) and this :class:`NodeAgent`, which wires together:
   ends;
 * ``node_service.py``: the node's gRPC service for the other nodes, the CLI and the
   dashboard (the only module here that imports grpc);
-* ``event_shipper.py``: the node's task events, sent to the GCS.
+* ``event_shipper.py``: the node's task events, sent to the GCS;
+* ``gcs_writer.py``: the GCS writes no thread waits for (object locations, actor
+  records), in order on a thread of their own, kept while the GCS is down.
+
+Only the heartbeat, the event shipper and the GCS writer wait for the GCS, each on its
+own thread: while the GCS is down (being restarted), tasks, actor calls and object
+transfers between nodes whose places are known here go on.
 
 The agent itself handles the native core's cluster events (``events.py``), accepts
 tasks forwarded here, and answers the node service (:class:`~.node_service.NodeBackend`).
@@ -41,6 +47,7 @@ from rayfield._private.node_manager.actor_routing import ActorRouter
 from rayfield._private.node_manager.arg_pins import ArgPins
 from rayfield._private.node_manager.event_shipper import EventShipper
 from rayfield._private.node_manager.forwarding import SEND_ATTEMPTS, AcceptedTasks, Forwarder
+from rayfield._private.node_manager.gcs_writer import GcsWriter
 from rayfield._private.node_manager.introspect import Introspector
 from rayfield._private.node_manager.lifecycle import Lifecycle, job_cancelled
 from rayfield._private.node_manager.membership import Membership, PeerView
@@ -104,11 +111,13 @@ class NodeAgent:
         self.server = RpcServer(self, token, host, port, tls)
         self.address = self.server.address
         self.peers = PeerView(self.node_id, self.address)
+        self.writer = GcsWriter(gcs, self.node_id)
         self.objects = ObjectManager(
             self.node_id,
             self.address,
             self.store,
             gcs,
+            self.writer,
             self.peers,
             self.channels,
             self._arrived,
@@ -119,6 +128,7 @@ class NodeAgent:
         self.actors = ActorRouter(
             self.node_id,
             gcs,
+            self.writer,
             self.peers,
             self.recovery.actor_dead,
             self.recovery.fail,
@@ -129,6 +139,7 @@ class NodeAgent:
         self.lifecycle = Lifecycle(
             self.node_id,
             gcs,
+            self.writer,
             self.store,
             node.server,
             node.scopes,
@@ -171,6 +182,7 @@ class NodeAgent:
             heartbeat_s,
         )
         self.membership.start()
+        self.writer.start()
         self.objects.start()
         self.spillback.start()
         self.events = EventShipper(node.session_dir / "logs", gcs, self.address, self.node_id)
@@ -421,16 +433,25 @@ class NodeAgent:
     # ---- stop -----------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Stop the agent's threads, leave the cluster, close the service and channels."""
+        """Stop the agent's threads, leave the cluster, close the service and channels.
+
+        Threads that wake on a timer are told first and joined later, so their waits
+        overlap. Closing the GCS client last ends the GCS calls still retried on pool
+        threads (an actor lookup while the GCS is down), so the process exits at once.
+        """
+        self.pusher.stop()
         self.membership.stop()
         self.spillback.stop()
         self.objects.stop()
         self.forwarder.close()
         self.lifecycle.close()
+        self.actors.close()
         self.pusher.close()
         self.events.stop()
+        self.writer.stop()
         self.membership.leave()
         self.server.stop(0.5)
         self.objects.close()
         self.channels.close()
         self.store.close()
+        self.gcs.close()

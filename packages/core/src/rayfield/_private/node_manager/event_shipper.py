@@ -39,7 +39,7 @@ class EventShipper:
         interval_s: float = 0.5,
     ) -> None:
         self.logs_dir = Path(logs_dir)
-        self.gcs = gcs
+        self.gcs = gcs.with_limits(gcs.timeout_s, retry_deadline_s=0.0)  # next round retries
         self.stamp = {"node": node_address, "node_id": node_id.hex()}
         self.interval_s = interval_s
         self.offsets: dict[Path, int] = {}

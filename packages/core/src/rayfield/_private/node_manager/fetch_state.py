@@ -80,7 +80,8 @@ class Fetch:
 @dataclass(frozen=True, slots=True)
 class LookUp:
     """Find ``object_ids`` in the GCS directory, else by asking every alive node; report
-    with :meth:`FetchState.found` and :meth:`FetchState.not_found`."""
+    with :meth:`FetchState.found` and :meth:`FetchState.not_found`, then
+    :meth:`FetchState.looked_up` (until then they are not looked up again)."""
 
     object_ids: tuple[bytes, ...]
 
@@ -123,6 +124,7 @@ class FetchState:
         self.inflight: set[bytes] = set()  # ids a Fetch runs for
         self.backoff: dict[bytes, float] = {}  # id -> its backoff, while its Fetch runs
         self.polling: set[str] = set()  # addresses a Poll runs for
+        self.looking: set[bytes] = set()  # ids a LookUp runs for
         self.made_at_: dict[bytes, str] = {}  # id -> address of the node making it
         self.held: set[bytes] = set()  # results made here for other nodes' tasks
         self.announced: set[bytes] = set()  # large objects a peer said it holds for us
@@ -195,10 +197,11 @@ class FetchState:
     def due(self, now: float) -> tuple[list[bytes], list[bytes]]:
         """The wanted ids due now, split into ``(hinted, to_check)``: those whose maker is
         known, and those the caller checks in the local store first (it reports the ones
-        found with :meth:`here`). Ids whose maker's long poll runs wait for the next one."""
+        found with :meth:`here`). Ids whose maker's long poll runs wait for the next one,
+        and ids being looked up for the end of their lookup."""
         hinted, to_check = [], []
         for oid, (t, _) in self.wanted.items():
-            if t > now:
+            if t > now or oid in self.looking:
                 continue
             hint = self.made_at_.get(oid)
             if hint is None:
@@ -233,8 +236,14 @@ class FetchState:
                 self.wanted.pop(oid, None)
             actions.append(Poll(address, tuple(ids)))
         if rest:
+            self.looking.update(rest)
             actions.append(LookUp(tuple(rest)))
         return actions
+
+    def looked_up(self, object_ids: Iterable[bytes]) -> None:
+        """A :class:`LookUp` of ``object_ids`` ended (after its ``found`` and
+        ``not_found``): those still wanted are due again at their time."""
+        self.looking.difference_update(object_ids)
 
     def found(self, object_id: bytes, addresses: Iterable[str]) -> list[Action]:
         """The directory, or an alive node asked, says ``addresses`` hold ``object_id``."""

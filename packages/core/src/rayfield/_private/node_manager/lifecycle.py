@@ -24,6 +24,10 @@ A node's agent (``agent.py``) hands this module these kinds of end:
   cancels it where it was forwarded (following forwards up to ``MAX_HOPS`` nodes). The
   node running it seals ``CANCELLED`` error objects under its returns; the origin
   fetches them as any result.
+
+Actor records (alive, restarting, dead) go to the GCS through the node's
+:class:`~.gcs_writer.GcsWriter`: in order, off the caller's thread, and kept until the
+GCS takes them when it is down.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from rayfield._private.common.actor_scope import NO_HANDLE_LEFT, ActorScopes, De
 from rayfield._private.common.ids import short
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.node_manager.actor_routing import ActorRouter
+from rayfield._private.node_manager.gcs_writer import GcsWriter
 from rayfield._private.node_manager.jobs import finish_on_node
 from rayfield._private.node_manager.membership import PeerView
 from rayfield._private.node_manager.node_service import PeerChannels, PeerError
@@ -88,7 +93,8 @@ class Lifecycle:
 
     Args:
         node_id: this node's id.
-        gcs: the cluster's GCS client (actor table, jobs).
+        gcs: the cluster's GCS client (jobs).
+        writer: writes actor records to the GCS.
         client: the agent's store client (kills, cancels).
         native: the native core (ends actors, cancels jobs).
         scopes: the node's actor-handle decisions.
@@ -104,6 +110,7 @@ class Lifecycle:
         self,
         node_id: bytes,
         gcs: GcsClient,
+        writer: GcsWriter,
         client: StoreClient,
         native: NativeActors,
         scopes: ActorScopes,
@@ -115,6 +122,7 @@ class Lifecycle:
     ) -> None:
         self.node_id = node_id
         self.gcs = gcs
+        self.writer = writer
         self.client = client
         self.native = native
         self.scopes = scopes  # the handle decisions (pure; under _scope_lock)
@@ -196,47 +204,42 @@ class Lifecycle:
     def actor_died(self, actor_id: bytes, reason: str) -> None:
         """Record in the GCS that ``actor_id`` is dead for good (its name is free again).
 
-        Runs the GCS call in the background, off the caller's thread. An actor
-        the GCS never recorded (unnamed, never moved) is skipped.
+        The write is queued (``GcsWriter``). An actor the GCS never recorded is skipped.
         """
         logger.info("actor %s is dead: %s", short(actor_id), reason)
         with self._scope_lock:
             self.scopes.forget(actor_id)
-        self._submit(self._mark_dead, actor_id)
+        self._mark_dead(actor_id)
 
     def _mark_dead(self, actor_id: bytes) -> None:
-        try:
-            self.gcs.update_actor(actor_id, ActorState.DEAD)
-        except GcsNotFoundError:
-            pass
-        except Exception as exc:
-            logger.warning("could not record actor %s dead: %s", short(actor_id), exc)
+        self._set_state(actor_id, ActorState.DEAD)
+
+    def _set_state(self, actor_id: bytes, state: ActorState, node_id: bytes = b"") -> None:
+        """Queue setting the GCS record of ``actor_id`` to ``state`` (on ``node_id``)."""
+
+        def update(gcs: GcsClient) -> None:
+            try:
+                gcs.update_actor(actor_id, state, node_id)
+            except GcsNotFoundError:
+                pass  # never recorded
+
+        self.writer.write(f"record actor {short(actor_id)} {state.name}", update)
 
     def actor_state(self, actor_id: bytes, alive: bool) -> None:
         """An actor hosted here finished its creation (``alive``) or is being restarted:
         record it ALIVE on this node or RESTARTING in the GCS (a re-record keeps its name,
         owner and handle data; an actor the GCS did not know is recorded so)."""
         state = ActorState.ALIVE if alive else ActorState.RESTARTING
-        self._submit(self._record, actor_id, state)
-
-    def _record(self, actor_id: bytes, state: ActorState) -> None:
         info = ActorInfo(actor_id=actor_id, node_id=self.node_id, state=state)
-        try:
-            self.gcs.register_actor(info)
-        except Exception as exc:
-            logger.warning("could not record actor %s %s: %s", short(actor_id), state.name, exc)
+        what = f"record actor {short(actor_id)} {state.name}"
+        self.writer.write(what, lambda gcs: gcs.register_actor(info))
 
     def actors_restarted(self, actor_ids: list[bytes]) -> None:
         """Actors of a dead node are being created again from here: record them alive on
         this node (the GCS marked them dead with their node; a move elsewhere re-records
         them)."""
         for actor_id in actor_ids:
-            try:
-                self.gcs.update_actor(actor_id, ActorState.ALIVE, self.node_id)
-            except GcsNotFoundError:
-                pass
-            except Exception as exc:
-                logger.debug("could not record actor %s restarted: %s", short(actor_id), exc)
+            self._set_state(actor_id, ActorState.ALIVE, self.node_id)
 
     def cancel_forwarded(self, task_ids: list[bytes], force: bool) -> None:
         """A recursive cancel on this node reached ``task_ids``, tasks the cancelled one

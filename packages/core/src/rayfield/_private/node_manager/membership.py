@@ -4,7 +4,9 @@ Every ``heartbeat_s`` the node tells the GCS its free resources and its pending 
 (ready work by resource shape, and the tasks no node fits yet), and reads back every
 node's record. A node that was alive and is not any more is reported to ``on_died``
 once; ``after_round`` runs after each round (work waiting for a fitting node, actor
-calls waiting for their actor's node, are tried again then).
+calls waiting for their actor's node, are tried again then), also when the GCS did not
+answer: the last view of the nodes stands meanwhile. Each heartbeat is one try (the next
+round is the retry), so a GCS that is down costs a round no more than one failed call.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ class Membership:
         heartbeat_s: float = 0.5,
     ) -> None:
         self.gcs = gcs
+        self.beats = gcs.with_limits(gcs.timeout_s, retry_deadline_s=0.0)
         self.info = info
         self.peers = peers
         self.snapshot = snapshot
@@ -132,19 +135,19 @@ class Membership:
                 for shape, n in snap.get("ready_by_shape", [])
             ]
             demand += [ResourceDemand(d, 1, True) for d in self.infeasible()]
-            if self.gcs.heartbeat(self.info.node_id, dict(snap["available"]), demand):
-                self.gcs.register_node(self.info)
-            nodes = self.gcs.get_nodes()
+            if self.beats.heartbeat(self.info.node_id, dict(snap["available"]), demand):
+                self.beats.register_node(self.info)
+            nodes: list[NodeInfo] | None = self.beats.get_nodes()
         except Exception as exc:
             logger.debug("heartbeat failed: %s", exc)
-            return False
+            nodes = None
         try:
-            for node in self.peers.update(nodes):
+            for node in self.peers.update(nodes) if nodes is not None else ():
                 self.on_died(node)
             self.after_round()
         except Exception:
             logger.exception("acting on the heartbeat's node list failed")
-        return True
+        return nodes is not None
 
     def _run(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
@@ -156,9 +159,10 @@ class Membership:
         if self._thread.is_alive():
             self._thread.join(timeout=2)
 
-    def leave(self) -> None:
-        """Tell the GCS this node leaves the cluster."""
+    def leave(self, timeout_s: float = 2.0) -> None:
+        """Tell the GCS this node leaves the cluster: one try of ``timeout_s`` at most (a
+        node the GCS does not hear from is declared dead after its heartbeat timeout)."""
         try:
-            self.gcs.unregister_node(self.info.node_id)
+            self.beats.with_limits(timeout_s, 0.0).unregister_node(self.info.node_id)
         except Exception as exc:
             logger.debug("unregister failed: %s", exc)

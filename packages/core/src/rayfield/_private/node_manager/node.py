@@ -165,12 +165,15 @@ class Node:
                 self.scopes.end_refused(aid)
 
     def shutdown(self) -> None:
+        """Stop the agent, the workers and the native core. The event thread is told
+        first (it notices within 0.2 s) and joined after the workers stopped; the events
+        of stopping workers are not acted on (no worker is started to replace them)."""
+        self._stop.set()
         if self.agent is not None:
             self.agent.shutdown()
-        self._stop.set()
-        self._events.join(timeout=2)
         self.memory_monitor.stop()
         self.pool.stop()
+        self._events.join(timeout=2)
         self.server.stop()
         shutil.rmtree(self.session_dir / "sockets", ignore_errors=True)
         shutil.rmtree(self.sockets_dir, ignore_errors=True)

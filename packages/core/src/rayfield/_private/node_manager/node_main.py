@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import signal
-import sys
 import threading
 from pathlib import Path
 
@@ -154,4 +153,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rayfield._private.common.fast_exit import exit_now
+
+    exit_now(main())  # the node stopped its parts itself: no interpreter teardown

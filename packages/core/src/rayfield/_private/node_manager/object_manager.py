@@ -5,9 +5,14 @@
 long-polls the nodes making wanted results (``FetchObjects``, whose reply carries the
 small ones whole), looks objects up in the GCS directory and asks every alive node, and
 pulls objects in chunks (``PullObject``) on a pool of transfer threads, writing them
-straight into the local store (``transfer.py``). New copies are recorded in the GCS
-directory, and pulled results released on the node that made them, in batches from the
-fetch thread.
+straight into the local store (``transfer.py``). Pulled results are released on the node
+that made them, in batches from the fetch thread.
+
+The fetch thread never calls the GCS: lookups run on the transfer pool, and new copies
+are recorded in the GCS directory by the node's :class:`~.gcs_writer.GcsWriter`. GCS
+lookups (the directory, code) are single tries (``LOOKUP_TIMEOUT_S``): while the GCS is
+unreachable the other nodes are asked at once instead, so objects and code that live on
+alive nodes are found while the GCS is down (being restarted).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from rayfield._private.common.code import fetch_into, is_code
 from rayfield._private.common.ids import short
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.node_manager import fetch_state as fs
+from rayfield._private.node_manager.gcs_writer import GcsWriter
 from rayfield._private.node_manager.membership import PeerView
 from rayfield._private.node_manager.node_service import PeerChannels, PeerError
 from rayfield._private.node_manager.object_push import INLINE_MAX_BYTES
@@ -39,6 +45,7 @@ logger = logging.getLogger("rayfield")
 PULL_WAIT_MS = 200
 POLL_WAIT_MS = 1000  # how long one FetchObjects long poll waits for a result being made
 LOOP_WAIT_S = 0.05  # the fetch thread runs at least this often
+LOOKUP_TIMEOUT_S = 2.0  # the limit of one GCS lookup (directory, code); it is not retried
 
 
 class ObjectManager:
@@ -49,6 +56,7 @@ class ObjectManager:
         address: this node's service address.
         client: the agent's store client.
         gcs: the cluster's GCS client (object directory, code exports).
+        writer: records new copies in the GCS directory.
         peers: the cluster's nodes.
         channels: stubs of the other nodes.
         on_arrival: told each object that came from another node (its task need not
@@ -62,6 +70,7 @@ class ObjectManager:
         address: str,
         client: StoreClient,
         gcs: GcsClient,
+        writer: GcsWriter,
         peers: PeerView,
         channels: PeerChannels,
         on_arrival: Callable[[bytes], None],
@@ -70,7 +79,8 @@ class ObjectManager:
         self.node_id = node_id
         self.address = address
         self.client = client
-        self.gcs = gcs
+        self.gcs = gcs.with_limits(LOOKUP_TIMEOUT_S, retry_deadline_s=0.0)
+        self.writer = writer
         self.peers = peers
         self.channels = channels
         self.on_arrival = on_arrival
@@ -79,7 +89,6 @@ class ObjectManager:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._new_locations: dict[bytes, list[bytes]] = {}  # node id -> ids to record
         self._to_release: dict[str, list[bytes]] = {}  # address -> ids it may drop
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rayfield-transfer")
         self._thread = threading.Thread(target=self._loop, daemon=True, name="rayfield-fetch")
@@ -119,8 +128,8 @@ class ObjectManager:
         now = time.monotonic()
         with self._lock:
             actions = [a for oid in ids for a in self.state.made_at(oid, address, now)]
-            if node_id is not None:
-                self._new_locations.setdefault(node_id, []).extend(ids)
+        if node_id is not None:
+            self.writer.add_locations(node_id, ids)
         self._act(actions)
 
     def hold(self, object_ids: Iterable[bytes]) -> None:
@@ -167,12 +176,11 @@ class ObjectManager:
             elif isinstance(action, fs.Poll):
                 self._pool.submit(self._poll, action.address, list(action.object_ids))
             elif isinstance(action, fs.LookUp):
-                self._look_up(list(action.object_ids))
+                self._pool.submit(self._look_up, list(action.object_ids))
             elif isinstance(action, fs.Lost):
                 self._lost(action.object_id)
             elif isinstance(action, fs.Recorded):
-                with self._lock:
-                    self._new_locations.setdefault(self.node_id, []).append(action.object_id)
+                self.writer.add_locations(self.node_id, [action.object_id])
             elif isinstance(action, fs.Release):
                 with self._lock:
                     self._to_release.setdefault(action.address, []).append(action.object_id)
@@ -201,39 +209,54 @@ class ObjectManager:
         self._act(actions)
 
     def _look_up(self, ids: list[bytes]) -> None:
-        """Find ``ids`` in the directory, else by asking every alive node."""
-        try:
-            locations = self.gcs.get_object_locations(ids)
-        except Exception as exc:
-            logger.debug("object directory lookup failed: %s", exc)
-            locations = {}
-        addresses = {n.node_id: n.address for n in self.peers.alive_peers()}
+        """Find ``ids`` in the directory, else by asking every alive node (on the
+        transfer pool; the GCS is asked once, the nodes at once if it does not answer)."""
         actions: list[fs.Action] = []
-        unknown = []
-        with self._lock:
-            for oid in ids:
-                found = [addresses[n] for n in locations.get(oid, []) if n in addresses]
-                if found:
-                    actions += self.state.found(oid, found)
-                else:
-                    unknown.append(oid)
-        for address in set(addresses.values()) if unknown else ():
+        try:
             try:
-                present = self.channels.stub(address).has_objects(unknown)
+                locations = self.gcs.get_object_locations(ids)
+            except Exception as exc:
+                logger.debug("object directory lookup failed: %s", exc)
+                locations = {}
+            addresses = {n.node_id: n.address for n in self.peers.alive_peers()}
+            unknown = []
+            with self._lock:
+                for oid in ids:
+                    found = [addresses[n] for n in locations.get(oid, []) if n in addresses]
+                    if found:
+                        actions += self.state.found(oid, found)
+                    else:
+                        unknown.append(oid)
+            holders = self._holders(unknown, set(addresses.values()))
+            with self._lock:
+                for oid, where in holders.items():
+                    actions += self.state.found(oid, where)
+            unknown = [oid for oid in unknown if oid not in holders]
+            orphaned = set()
+            for oid in unknown:  # made by a dead node, and not here
+                maker = self.peers.maker_of(oid)
+                if maker is not None and not maker.alive and not self.client.contains(oid):
+                    orphaned.add(oid)
+            with self._lock:
+                actions += self.state.not_found(unknown, orphaned, time.monotonic())
+        finally:
+            with self._lock:
+                self.state.looked_up(ids)
+        self._act(actions)
+
+    def _holders(self, ids: list[bytes], addresses: Iterable[str]) -> dict[bytes, list[str]]:
+        """Which of the nodes at ``addresses`` hold each of ``ids`` (those held by none
+        are left out); a node that does not answer holds nothing."""
+        holders: dict[bytes, list[str]] = {}
+        for address in addresses if ids else ():
+            try:
+                present = self.channels.stub(address).has_objects(ids)
             except PeerError:
                 continue
-            with self._lock:
-                for oid, is_there in zip(unknown, present, strict=False):
-                    if is_there:
-                        actions += self.state.found(oid, [address])
-        orphaned = set()
-        for oid in unknown:  # made by a dead node, and not here
-            maker = self.peers.maker_of(oid)
-            if maker is not None and not maker.alive and not self.client.contains(oid):
-                orphaned.add(oid)
-        with self._lock:
-            actions += self.state.not_found(unknown, orphaned, time.monotonic())
-        self._act(actions)
+            for oid, is_there in zip(ids, present, strict=False):
+                if is_there:
+                    holders.setdefault(oid, []).append(address)
+        return holders
 
     def _lost(self, object_id: bytes) -> None:
         maker = self.peers.maker_of(object_id)
@@ -291,10 +314,7 @@ class ObjectManager:
         got, retry = False, True
         try:
             if is_code(object_id):
-                got = fetch_into(self.gcs, self.client, object_id)
-                if not got:  # not exported to the GCS (too big): from a peer
-                    with self._lock:
-                        self.state.code_not_in_gcs(object_id)
+                got, addresses = self._fetch_code(object_id)
             for address in addresses if not got else ():
                 if self.pull(object_id, address):
                     got = True
@@ -305,6 +325,20 @@ class ObjectManager:
         finally:
             with self._lock:
                 self.state.fetch_done(object_id, got, time.monotonic(), retry)
+
+    def _fetch_code(self, code_id: bytes) -> tuple[bool, tuple[str, ...]]:
+        """Copy code from the GCS: ``(True, ())`` once here, else ``(False, nodes)``: the
+        alive nodes that hold it, when the GCS does not answer (asked again next time).
+        Code the GCS lacks (too big to export) is looked up on the nodes from now on."""
+        stored = fetch_into(self.gcs, self.client, code_id)
+        if stored:
+            return True, ()
+        if stored is False:
+            with self._lock:
+                self.state.code_not_in_gcs(code_id)
+            return False, ()
+        alive = [n.address for n in self.peers.alive_peers()]
+        return False, tuple(self._holders([code_id], alive).get(code_id, ()))
 
     def pull(self, object_id: bytes, address: str, wait_ms: int = PULL_WAIT_MS) -> bool:
         """Copy ``object_id`` from the node at ``address`` into the local store.
@@ -331,15 +365,9 @@ class ObjectManager:
         self._act(actions)
 
     def flush(self) -> None:
-        """Record new object locations in the GCS and release pulled objects, in batches."""
+        """Release pulled objects on the nodes that made them, in batches."""
         with self._lock:
-            locations, self._new_locations = self._new_locations, {}
             releases, self._to_release = self._to_release, {}
-        for node_id, ids in locations.items():
-            try:
-                self.gcs.add_object_locations(node_id, ids)
-            except Exception as exc:
-                logger.debug("object directory update failed: %s", exc)
         for address, ids in releases.items():
             try:
                 self.channels.stub(address).release(ids)
@@ -347,7 +375,7 @@ class ObjectManager:
                 logger.debug("releasing %d objects on %s failed: %s", len(ids), address, exc)
 
     def stop(self) -> None:
-        """Stop the fetch thread and send what it had batched."""
+        """Stop the fetch thread and send the releases it had batched."""
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():

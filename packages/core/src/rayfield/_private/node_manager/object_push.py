@@ -129,6 +129,10 @@ class ObjectPusher:
         except Exception:
             logger.exception("object push: bookkeeping of %s failed", short(object_id))
 
+    def stop(self) -> None:
+        """Tell the watcher thread to end (it notices within 0.2 s); :meth:`close` waits."""
+        self._stop.set()
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2)

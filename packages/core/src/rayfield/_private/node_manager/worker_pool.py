@@ -89,12 +89,19 @@ class WorkerPool:
             self.starting = max(0, self.starting - 1)
 
     def _stream_logs(self) -> None:
+        """Copy worker output to the log files until :meth:`stop`; after it, until every
+        stopped worker's output is read to its end (0.5 s at most)."""
         files: dict[int, Any] = {}
-        while not self._stop.is_set():
-            if not self.selector.get_map():
-                time.sleep(0.05)
+        drain_until = None
+        while True:
+            if self._stop.is_set():
+                drain_until = drain_until or time.monotonic() + 0.5
+                if not self.selector.get_map() or time.monotonic() > drain_until:
+                    break
+            elif not self.selector.get_map():
+                self._stop.wait(0.05)
                 continue
-            for key, _ in self.selector.select(timeout=0.2):
+            for key, _ in self.selector.select(timeout=0.2 if drain_until is None else 0.05):
                 pid = key.data
                 try:
                     data = os.read(key.fd, 65536)
@@ -131,8 +138,7 @@ class WorkerPool:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        time.sleep(0.05)  # let the log thread read the last output
-        self._stop.set()
+        self._stop.set()  # the log thread reads what the workers wrote until their EOF
         self._logs.join(timeout=2)
         for p in procs:
             if p.stdout is not None:
