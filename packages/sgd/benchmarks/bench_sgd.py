@@ -1,10 +1,14 @@
 """rayfield-sgd benchmarks, as ratios against a peer measured in the same run.
 
 1. Gradient all-reduce bandwidth (algorithm bandwidth: tensor bytes / seconds per
-   all-reduce, the median over ``--reps``) for 1 MB .. 256 MB float32 tensors between two
-   processes:
-   - raw ``torch.distributed`` gloo between two spawned processes (the peer);
+   all-reduce) for 1 MB .. 256 MB float32 tensors between two processes, timed in
+   ``--rounds`` rounds of ``--reps`` calls, the three all-reduce columns in turn within a
+   round so that the machine's load hits them alike:
+   - raw ``torch.distributed`` gloo between two spawned processes (the peer), which stay
+     up for the whole run;
    - gloo inside two ``PyTorchTrainer`` replicas (the group the trainer forms);
+   - ``DistributedSGD(strategy="simple")``'s own all-reduce of its workers' gradient
+     buffers (``SGDWorker.time_allreduce``);
    - ``DistributedSGD`` steps whose model is one parameter of that size and whose loss
      costs nothing, so a step is the gradient exchange plus zeroing the gradient and the
      SGD update: ``"simple"`` (the gloo all-reduce among the workers), ``"ps"`` and
@@ -16,7 +20,8 @@
    ``ray_train_peer.py`` under ``--ray-python`` (default: this Python when it imports
    ``ray``, else ``/tmp/raybench/bin/python`` when that exists).
 
-    python bench_sgd.py [--max-mb 256] [--reps 5] [--epochs 5] [--skip-ray]
+    python bench_sgd.py [--max-mb 256] [--reps 5] [--rounds 3] [--epochs 5] [--skip-ray]
+                        [--skip-steps] [--only allreduce|size|epoch]
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ import digits_cnn  # noqa: E402
 MB = 1 << 20
 
 
-def _time_allreduce(size_bytes: int, reps: int) -> float:
-    """Median seconds per gloo all_reduce of a float32 tensor (called on every rank),
+def _time_allreduce(size_bytes: int, reps: int) -> list[float]:
+    """Seconds of ``reps`` gloo all_reduces of a float32 tensor (called on every rank),
     each after a barrier (as ``SGDWorker.time_allreduce``)."""
     tensor = torch.ones(size_bytes // 4)
     dist.all_reduce(tensor)  # warm-up (and connection set-up)
@@ -61,34 +66,50 @@ def _time_allreduce(size_bytes: int, reps: int) -> float:
         start = time.perf_counter()
         dist.all_reduce(tensor)
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
 
 
-def _raw_gloo_rank(rank: int, address: str, sizes: list[int], reps: int, out: Any) -> None:
+def _raw_gloo_rank(rank: int, address: str, jobs: Any, out: Any) -> None:
+    """One rank of the raw pair: times ``(size, reps)`` jobs until it reads None."""
     torch.set_num_threads(1)
     dist.init_process_group(
-        "gloo", init_method=address, rank=rank, world_size=2, timeout=timedelta(seconds=120)
+        "gloo", init_method=address, rank=rank, world_size=2, timeout=timedelta(seconds=600)
     )
-    times = [_time_allreduce(size, reps) for size in sizes]
-    if rank == 0:
-        out.put(times)
+    while (job := jobs.get()) is not None:
+        times = _time_allreduce(*job)
+        if rank == 0:
+            out.put(times)
     dist.destroy_process_group()
 
 
-def raw_gloo(sizes: list[int], reps: int) -> list[float]:
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    address = f"tcp://127.0.0.1:{find_free_port()}"
-    procs = [
-        ctx.Process(target=_raw_gloo_rank, args=(r, address, sizes, reps, queue)) for r in (0, 1)
-    ]
-    for p in procs:
-        p.start()
-    times = queue.get(timeout=600)
-    for p in procs:
-        p.join(timeout=60)
-    return list(times)
+class RawGloo:
+    """Two spawned processes in a plain gloo group (no rayfield) that stay up for the
+    whole run, so their all-reduces can be timed in turn with the others'."""
+
+    def __init__(self) -> None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        ctx = mp.get_context("spawn")
+        self.jobs = [ctx.Queue(), ctx.Queue()]
+        self.out = ctx.Queue()
+        address = f"tcp://127.0.0.1:{find_free_port()}"
+        self.procs = [
+            ctx.Process(target=_raw_gloo_rank, args=(r, address, self.jobs[r], self.out))
+            for r in (0, 1)
+        ]
+        for p in self.procs:
+            p.start()
+
+    def time(self, size: int, reps: int) -> list[float]:
+        """Rank 0's seconds per all-reduce of ``size`` bytes, ``reps`` times."""
+        for jobs in self.jobs:
+            jobs.put((size, reps))
+        return list(self.out.get(timeout=600))
+
+    def close(self) -> None:
+        for jobs in self.jobs:
+            jobs.put(None)
+        for p in self.procs:
+            p.join(timeout=60)
 
 
 def _one_parameter(config: dict[str, Any]) -> torch.nn.Module:
@@ -115,23 +136,6 @@ def _no_data(config: dict[str, Any]) -> Any:
     return torch.utils.data.TensorDataset(torch.zeros(2, 1), torch.zeros(2, 1))
 
 
-def trainer_gloo(sizes: list[int], reps: int) -> list[float]:
-    """Seconds per all-reduce inside the two replicas of a PyTorchTrainer."""
-    trainer = PyTorchTrainer(
-        _one_parameter, _no_data, config={"elements": 1}, num_replicas=2, batch_size=2
-    )
-    try:
-        per_rank = rayfield.get(
-            [
-                w.apply.remote(lambda _runner: [_time_allreduce(s, reps) for s in sizes])
-                for w in trainer.workers
-            ]
-        )
-    finally:
-        trainer.shutdown()
-    return list(per_rank[0])
-
-
 def _median_step_s(sgd: DistributedSGD, reps: int) -> float:
     sgd.step(fetch_stats=True)
     times = []
@@ -142,11 +146,9 @@ def _median_step_s(sgd: DistributedSGD, reps: int) -> float:
     return statistics.median(times)
 
 
-def dsgd_exchange(size: int, strategy: str, allreduce: str, reps: int) -> tuple[float, float]:
-    """Median seconds per DistributedSGD step of a free-loss model of ``size`` bytes, and
-    (with a collective all-reduce, else NaN) the median seconds of worker 0's all-reduce
-    of its gradient buffer, the step's own code (``SGDWorker._allreduce``), each after a
-    barrier as in the raw gloo column."""
+def _free_loss_sgd(size: int, strategy: str, allreduce: str) -> DistributedSGD:
+    """Two workers whose model is one parameter of ``size`` bytes and whose loss costs
+    nothing, so a step is the gradient exchange, zeroing the gradient and the update."""
     elements = size // 4
     sgd = DistributedSGD(
         lambda w, d: FreeLossModel(elements),
@@ -156,13 +158,55 @@ def dsgd_exchange(size: int, strategy: str, allreduce: str, reps: int) -> tuple[
         grad_shard_bytes=max(MB, size // 4),
         checkpoint_freq=0,
     )
+    sgd.warmup()
+    return sgd
+
+
+def step_s(size: int, strategy: str, allreduce: str, reps: int) -> float:
+    """Median seconds per DistributedSGD step of a free-loss model of ``size`` bytes."""
+    sgd = _free_loss_sgd(size, strategy, allreduce)
     try:
-        sgd.warmup()
-        step_s = _median_step_s(sgd, reps)
-        if not sgd.foreach_worker(lambda w: w.world_size > 1)[0]:
-            return step_s, float("nan")
-        per_rank = sgd.foreach_worker(lambda w: w.time_allreduce(reps))
-        return step_s, statistics.median(per_rank[0])
+        return _median_step_s(sgd, reps)
+    finally:
+        sgd.shutdown()
+
+
+def allreduce_rounds(size: int, reps: int, rounds: int, raw: RawGloo, trainer: Any) -> Any:
+    """``rounds`` rounds, each timing ``reps`` all-reduces of ``size`` bytes (rank 0, each
+    after a barrier) by: the raw gloo pair, plain gloo inside the PyTorchTrainer's two
+    replicas, and DistributedSGD(strategy="simple")'s own all-reduce of its workers'
+    gradient buffers (``SGDWorker.time_allreduce``). The three take turns (the order
+    rotates every round), so machine load hits them alike.
+
+    Returns:
+        ``({"raw": [...], "trainer": [...], "dsgd": [...]}`` of per-round median seconds,
+        the median seconds of a whole ``"simple"`` step).
+    """
+    sgd = _free_loss_sgd(size, "simple", "auto")
+    try:
+        simple_step = _median_step_s(sgd, reps)
+
+        def in_trainer() -> float:
+            per_rank = rayfield.get(
+                [w.apply.remote(lambda _r: _time_allreduce(size, reps)) for w in trainer.workers]
+            )
+            return statistics.median(per_rank[0])
+
+        def in_dsgd() -> float:
+            per_rank = sgd.foreach_worker(lambda w: w.time_allreduce(reps))
+            return statistics.median(per_rank[0])
+
+        timers = {
+            "raw": lambda: statistics.median(raw.time(size, reps)),
+            "trainer": in_trainer,
+            "dsgd": in_dsgd,
+        }
+        names = list(timers)
+        out: dict[str, list[float]] = {n: [] for n in names}
+        for r in range(rounds):
+            for name in names[r % 3 :] + names[: r % 3]:
+                out[name].append(timers[name]())
+        return out, simple_step
     finally:
         sgd.shutdown()
 
@@ -286,22 +330,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="rayfield-sgd benchmarks")
     parser.add_argument("--max-mb", type=int, default=256)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3, help="all-reduce rounds per size")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--widths", default="64,256,1024,2048", help="MLP widths for ps vs simple")
     parser.add_argument("--ray-python", default=None, help="a Python that imports ray")
     parser.add_argument("--skip-ray", action="store_true")
+    parser.add_argument("--skip-steps", action="store_true", help="no ps and driver step columns")
     parser.add_argument("--only", choices=["allreduce", "size", "epoch"], default=None)
     args = parser.parse_args()
     sizes = [s * MB for s in (1, 4, 16, 64, 256) if s <= args.max_mb]
     widths = [int(w) for w in args.widths.split(",")]
     print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {_machine()}")
 
-    raw = raw_gloo(sizes, args.reps) if args.only in (None, "allreduce") else []
     if args.only in (None, "allreduce", "size"):
-        rayfield.init(num_cpus=2, object_store_memory=max(1 << 30, 6 * sizes[-1]))
+        # 4 logical CPUs: the trainer's two replicas stay up (idle) while the
+        # DistributedSGD workers they take turns with run.
+        rayfield.init(num_cpus=4, object_store_memory=max(1 << 30, 6 * sizes[-1]))
         try:
             if args.only in (None, "allreduce"):
-                _print_allreduce(sizes, raw, args.reps)
+                _print_allreduce(sizes, args)
             if args.only in (None, "size"):
                 print("\nDistributedSGD, 2 workers, MLP 64-w-w-1, samples/s (median step)")
                 print(f"{'params':>10} {'ps':>9} {'simple':>9} {'ps/simple':>10}")
@@ -309,31 +356,60 @@ def main() -> None:
                     print(f"{params:>10} {ps:9.0f} {simple:9.0f} {ps / simple:10.2f}")
         finally:
             rayfield.shutdown()
+        print(f"(load average at the end {os.getloadavg()[0]:.1f})")
     if args.only in (None, "epoch"):
         rows = [(n, rayfield_samples_per_s(n, args.epochs)) for n in (1, 2)]
         _print_epochs(rows, args)
 
 
-def _print_allreduce(sizes: list[int], raw: list[float], reps: int) -> None:
-    in_trainer = trainer_gloo(sizes, reps)
-    simple = [dsgd_exchange(s, "simple", "auto", reps) for s in sizes]
-    ps = [dsgd_exchange(s, "ps", "auto", reps)[0] for s in sizes]
-    driver = [dsgd_exchange(s, "simple", "driver", reps)[0] for s in sizes]
-    print("\nGradient all-reduce between two processes, GB/s (tensor bytes / median time)")
+def _print_allreduce(sizes: list[int], args: Any) -> None:
+    reps, rounds = args.reps, args.rounds
     print(
-        "every all-reduce column: rank 0's time, each call after a barrier; DSGD allreduce:"
-        " DistributedSGD(strategy='simple')'s own all-reduce (with the division) of its"
-        " workers' gradient buffers;"
-        " the DSGD columns after it: whole steps (all-reduce or exchange, zeroing the"
-        " gradient, the SGD update, the driver's calls)"
+        "\nGradient all-reduce between two processes, GB/s (tensor bytes / median time)."
+        f"\n{rounds} rounds per size of {reps} all-reduces per column, the columns in turn"
+        " (rank 0's time, each call after a barrier). raw: plain gloo between two spawned"
+        " processes, its median and [min-max] of the round medians; trainer: plain gloo"
+        " inside PyTorchTrainer's two replicas; DSGD: DistributedSGD(strategy='simple')'s"
+        " own all-reduce of its workers' gradient buffers. ratio: the median over rounds"
+        " of (column / raw of the same round). Step columns: whole DistributedSGD steps"
+        " (all-reduce or exchange, zeroing the gradient, the SGD update, the driver's"
+        " calls) against the raw median."
     )
-    names = ["raw gloo", "trainer gloo", "DSGD allreduce", "simple step", "ps step", "driver step"]
-    print(f"{'size':>8} " + " ".join(f"{n:>14} {'ratio':>6}" for n in names))
-    for i, size in enumerate(sizes):
-        times = (raw[i], in_trainer[i], simple[i][1], simple[i][0], ps[i], driver[i])
-        gbps = [size / t / 1e9 for t in times]
-        cells = [f"{g:14.2f} {g / gbps[0]:6.2f}" for g in gbps]
-        print(f"{size // MB:>6}MB " + " ".join(cells))
+    raw = RawGloo()
+    trainer = PyTorchTrainer(
+        _one_parameter, _no_data, config={"elements": 1}, num_replicas=2, batch_size=2
+    )
+    rows = []
+    try:
+        for size in sizes:
+            rounds_s, simple_step = allreduce_rounds(size, reps, rounds, raw, trainer)
+            if args.skip_steps:
+                steps = [simple_step]
+            else:
+                steps = [
+                    simple_step,
+                    step_s(size, "ps", "auto", reps),
+                    step_s(size, "simple", "driver", reps),
+                ]
+            rows.append((size, rounds_s, steps))
+    finally:
+        trainer.shutdown()
+        raw.close()
+    step_names = ["simple step", "ps step", "driver step"][: len(rows[0][2]) if rows else 0]
+    header = f"{'size':>6} {'raw':>6} {'[min-max]':>11} {'trainer':>8} {'ratio':>6}"
+    header += f" {'DSGD':>6} {'ratio':>6}" + "".join(f" {n:>12} {'ratio':>6}" for n in step_names)
+    print(header)
+    for size, per_round, steps in rows:
+        gb = {k: [size / t / 1e9 for t in v] for k, v in per_round.items()}
+        raw_gb = statistics.median(gb["raw"])
+        line = f"{size // MB:>4}MB {raw_gb:6.2f} [{min(gb['raw']):4.2f}-{max(gb['raw']):4.2f}]"
+        for name in ("trainer", "dsgd"):
+            ratio = statistics.median(c / r for c, r in zip(gb[name], gb["raw"]))
+            line += f" {statistics.median(gb[name]):{8 if name == 'trainer' else 6}.2f}"
+            line += f" {ratio:6.2f}"
+        for t in steps:
+            line += f" {size / t / 1e9:12.2f} {size / t / 1e9 / raw_gb:6.2f}"
+        print(line)
 
 
 def _print_epochs(rows: list[tuple[int, float]], args: Any) -> None:

@@ -1,8 +1,11 @@
-"""Creators shared by the tests: a noisy line to regress and the digits to classify."""
+"""Creators shared by the tests (a noisy line to regress) and the pause gate of the fault
+tests."""
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import TensorDataset
+
+from rayfield.testing import wait_for
 
 
 def line_data(config: dict[str, Any]) -> tuple[TensorDataset, TensorDataset]:
@@ -47,21 +52,70 @@ class LineModel:
         return self.optimizer
 
 
+def pause_while_closed(marker_dir: str | Path, go: str | Path) -> None:
+    """Called inside an actor: while the file ``go`` is missing, write
+    ``<marker_dir>/marker-<pid>`` and wait (at most 60 s) for ``go`` to appear."""
+    go = Path(go)
+    if go.exists():
+        return
+    (Path(marker_dir) / f"marker-{os.getpid()}").touch()
+    deadline = time.monotonic() + 60
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+class PauseGate:
+    """A folder and its ``go`` file, through which a test holds actors inside a call:
+    actor code calls ``pause_while_closed(gate.dir, gate.go)``, which waits while ``go``
+    is missing (the gate starts open)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.dir, self.go = folder, folder / "go"
+        self.go.touch()
+
+    def reset(self) -> None:
+        """Open, with no markers left from an earlier pause."""
+        self.go.touch()
+        for marker in self.dir.glob("marker-*"):
+            marker.unlink()
+
+    def kill_inside(
+        self, call: Callable[[], Any], pid: int, what: str, held: int = 2
+    ) -> tuple[threading.Thread, dict[str, Any]]:
+        """Close the gate, start ``call()`` in a thread, wait until ``held`` actors are
+        paused inside it, then SIGKILL process ``pid``. The call stays paused until
+        ``release``; returns ``(thread, result)``, where ``result["value"]`` will hold
+        the call's return value."""
+        self.go.unlink()
+        result: dict[str, Any] = {}
+        thread = threading.Thread(target=lambda: result.update(value=call()))
+        thread.start()
+        wait_for(lambda: len(list(self.dir.glob("marker-*"))) == held, 60, what)
+        os.kill(pid, signal.SIGKILL)
+        return thread, result
+
+    def release(self, thread: threading.Thread, timeout_s: float) -> None:
+        """Open the gate and wait for ``thread`` (from ``kill_inside``) to finish.
+
+        Raises:
+            AssertionError: the call did not return within ``timeout_s`` seconds.
+        """
+        self.go.touch()
+        thread.join(timeout=timeout_s)
+        assert not thread.is_alive(), "the call did not return after its actor died"
+
+
 class PausingLineModel(LineModel):
-    """``LineModel`` whose ``get_loss`` pauses while the file ``go`` is missing: it first
-    writes ``<marker_dir>/marker-<pid>``, then waits (at most 60 s) for ``go``. A test
-    removes ``go`` to hold every worker inside a step, kills a process, then writes it."""
+    """``LineModel`` whose ``get_loss`` first calls ``pause_while_closed`` (a
+    ``PauseGate``'s folder and go file), so a test can hold every worker inside a step,
+    kill a process, then let the step go on."""
 
     def __init__(self, worker_idx: int, device_idx: int, marker_dir: str, go: str) -> None:
         super().__init__(worker_idx, device_idx)
-        self.marker_dir, self.go = Path(marker_dir), Path(go)
+        self.marker_dir, self.go = marker_dir, go
 
     def get_loss(self) -> torch.Tensor:
-        if not self.go.exists():
-            (self.marker_dir / f"marker-{os.getpid()}").touch()
-            deadline = time.monotonic() + 60
-            while not self.go.exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
+        pause_while_closed(self.marker_dir, self.go)
         return super().get_loss()
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from sgd_testing import LineModel, line_data, linear_model
 
 from rayfield.sgd import DistributedSGD, get_weights, set_weights, sgd_mse_optimizer
@@ -88,6 +89,34 @@ def test_one_worker_two_devices_averages_locally(cluster: Any) -> None:
         assert all(np.array_equal(a[k], b[k]) for k in a)
     finally:
         sgd.shutdown()
+
+
+def test_allreduce_step_applies_the_mean_of_every_workers_gradients(cluster: Any) -> None:
+    """One collective ``"simple"`` step (two workers, two batches each) moves the weights
+    exactly as one process applying the mean of the four batches' gradients: the
+    averaging folded into the loss plus the all-reduce SUM give the mean."""
+    sgd = DistributedSGD(LineModel, num_workers=2, strategy="simple", grads_per_step=2)
+    try:
+        start = sgd.for_model(lambda m: [p.detach().clone() for p in m.module.parameters()])
+        sgd.step(fetch_stats=True)
+        after = sgd.foreach_model(lambda m: [p.detach().clone() for p in m.module.parameters()])
+    finally:
+        sgd.shutdown()
+    grads = []
+    for worker_idx in (0, 1):
+        model = LineModel(worker_idx, 0)  # the same data stream as that worker's replica
+        with torch.no_grad():
+            for p, value in zip(model.module.parameters(), start):
+                p.copy_(value)
+        for _ in range(2):
+            model.module.zero_grad()
+            model.get_loss().backward()
+            grads.append([p.grad.clone() for p in model.module.parameters()])
+    mean = [torch.stack(column).mean(dim=0) for column in zip(*grads)]
+    expected = [w - 0.5 * g for w, g in zip(start, mean)]  # LineModel's SGD, lr 0.5
+    for replica in after:
+        for got, want in zip(replica, expected):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize(

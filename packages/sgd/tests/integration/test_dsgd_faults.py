@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,22 +18,20 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from sgd_testing import pausing_line_model
+from sgd_testing import PauseGate, pausing_line_model
 
 import rayfield as rf
 from rayfield.sgd import DistributedSGD
-from rayfield.testing import wait_for
 
 
 class Setup:
-    """A DistributedSGD of ``PausingLineModel``s, its marker folder and go file, and a
-    checkpoint of its first state."""
+    """A DistributedSGD of ``PausingLineModel``s, their ``PauseGate`` and a checkpoint
+    of its first state."""
 
     def __init__(self, folder: Path, **kwargs: Any) -> None:
-        self.dir, self.go = folder, folder / "go"
-        self.go.touch()
+        self.gate = PauseGate(folder)
         self.sgd = DistributedSGD(
-            pausing_line_model(str(self.dir), str(self.go)),
+            pausing_line_model(str(self.gate.dir), str(self.gate.go)),
             num_workers=2,
             max_retries=2,
             timeout_s=30,
@@ -45,9 +42,7 @@ class Setup:
 
     def fresh(self) -> DistributedSGD:
         """The DistributedSGD, back at its first state, with no pause markers left."""
-        self.go.touch()
-        for marker in self.dir.glob("marker-*"):
-            marker.unlink()
+        self.gate.reset()
         self.sgd.restore(self.initial)
         return self.sgd
 
@@ -57,7 +52,7 @@ class Setup:
         return workers, rf.get([s.get_pid.remote() for s in self.sgd.ps_actors])
 
     def close(self) -> None:
-        self.go.touch()
+        self.gate.go.touch()
         self.sgd.shutdown()
 
 
@@ -183,18 +178,13 @@ def test_killing_an_actor_mid_step_rebuilds_and_training_goes_on(
     worker_pids, server_pids = setup.pids()
     pid = worker_pids[1] if victim == "worker" else server_pids[1]
 
-    setup.go.unlink()  # hold both workers inside the next step's get_loss
-    result: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: result.update(loss=sgd.step(fetch_stats=True)))
-    thread.start()
-    wait_for(lambda: len(list(setup.dir.glob("marker-*"))) == 2, 60, "both workers in a step")
-    os.kill(pid, signal.SIGKILL)
-    setup.go.touch()
-    thread.join(timeout=180)
-    assert not thread.is_alive(), "step() did not return after an actor died"
+    # Both workers held inside the next step's get_loss when the actor dies.
+    gate = setup.gate
+    thread, result = gate.kill_inside(lambda: sgd.step(fetch_stats=True), pid, "workers in step")
+    gate.release(thread, 180)
 
     assert sgd.num_failures == failures + 1
-    assert result["loss"] is not None
+    assert result["value"] is not None
     new_worker_pids, new_server_pids = setup.pids()
     if victim == "worker":
         assert new_worker_pids[0] == worker_pids[0] and new_worker_pids[1] != pid

@@ -6,35 +6,28 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from sgd_testing import line_data, linear_model
+from sgd_testing import PauseGate, line_data, linear_model, pause_while_closed
 
 import rayfield as rf
 from rayfield.sgd import PyTorchTrainer
 from rayfield.sgd.pytorch import training
-from rayfield.testing import wait_for
 
 
 def pausing_train(model: Any, loader: Any, criterion: Any, optimizer: Any, config: dict) -> dict:
-    """The default epoch, except that while ``config["go"]`` does not exist, every replica
-    writes ``marker-<pid>`` after its first batch and waits for the go file (so the test
-    kills a replica that is surely in the middle of an epoch)."""
-    marker_dir, go = Path(config["dir"]), Path(config["go"])
+    """The default epoch, except that after its first batch every replica calls
+    ``pause_while_closed`` on the ``PauseGate`` in ``config`` (so the test kills a
+    replica that is surely in the middle of an epoch)."""
 
     def batches() -> Any:
         for i, batch in enumerate(loader):
-            if i == 1 and not go.exists():
-                (marker_dir / f"marker-{os.getpid()}").touch()
-                deadline = time.monotonic() + 60
-                while not go.exists() and time.monotonic() < deadline:
-                    time.sleep(0.01)
+            if i == 1:
+                pause_while_closed(config["dir"], config["go"])
             yield batch
 
     return training.train_epoch(model, batches(), criterion, optimizer, config)
@@ -46,12 +39,11 @@ class Setup:
     of its first state. The test that leaves it with one replica runs last."""
 
     def __init__(self, folder: Path) -> None:
-        self.dir, self.go = folder, folder / "go"
-        self.go.touch()  # epochs run straight through until a test removes it
+        self.gate = PauseGate(folder)  # open: epochs run straight through
         self.trainer = PyTorchTrainer(
             linear_model,
             line_data,
-            config={"lr": 0.1, "dir": str(folder), "go": str(self.go)},
+            config={"lr": 0.1, "dir": str(folder), "go": str(self.gate.go)},
             num_replicas=2,
             batch_size=32,
             train_function=pausing_train,
@@ -62,9 +54,7 @@ class Setup:
 
     def fresh(self) -> PyTorchTrainer:
         """The trainer back at its first state (epoch 0), with no pause markers left."""
-        self.go.touch()
-        for marker in self.dir.glob("marker-*"):
-            marker.unlink()
+        self.gate.reset()
         self.trainer.restore(self.initial)
         return self.trainer
 
@@ -73,7 +63,7 @@ class Setup:
 def setup(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     shared = Setup(tmp_path_factory.mktemp("trainer"))
     yield shared
-    shared.go.touch()
+    shared.gate.go.touch()
     shared.trainer.shutdown()
 
 
@@ -83,15 +73,10 @@ def _pids(trainer: PyTorchTrainer) -> list[int]:
 
 def _kill_one_mid_epoch(setup: Setup) -> Any:
     """Start an epoch in a thread, kill replica 1 once both replicas are inside it;
-    return (thread, result dict, old pids) with the epoch paused until ``go`` exists."""
-    trainer = setup.trainer
-    old_pids = _pids(trainer)
-    setup.go.unlink()
-    result: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: result.update(trainer.train()))
-    thread.start()
-    wait_for(lambda: len(list(setup.dir.glob("marker-*"))) == 2, 60, "both replicas at batch 1")
-    os.kill(old_pids[1], signal.SIGKILL)
+    return (thread, result dict, old pids) with the epoch paused until the gate's
+    ``release``; ``result["value"]`` will hold the epoch's stats."""
+    old_pids = _pids(setup.trainer)
+    thread, result = setup.gate.kill_inside(setup.trainer.train, old_pids[1], "replicas at batch 1")
     return thread, result, old_pids
 
 
@@ -101,12 +86,11 @@ def test_killing_a_replica_mid_epoch_rebuilds_and_resumes(setup: Setup) -> None:
     first = trainer.train()
     assert first["epoch"] == 1
     thread, result, old_pids = _kill_one_mid_epoch(setup)
-    setup.go.touch()
-    thread.join(timeout=240)
-    assert not thread.is_alive(), "train() did not finish after the replica died"
+    setup.gate.release(thread, 240)
+    stats = result["value"]
     assert trainer.num_failures == failures + 1
-    assert result["epoch"] == 2  # the epoch in progress was run again from epoch 1's state
-    assert result["num_replicas"] == 2 and result["num_samples"] == 512
+    assert stats["epoch"] == 2  # the epoch in progress was run again from epoch 1's state
+    assert stats["num_replicas"] == 2 and stats["num_samples"] == 512
     assert not set(_pids(trainer)) & set(old_pids)
     for _ in range(2):
         last = trainer.train()
@@ -186,15 +170,14 @@ def test_rebuild_continues_on_the_resources_left(setup: Setup) -> None:
         thread, result, _ = _kill_one_mid_epoch(setup)
         hog = CpuHog.remote()
         assert rf.get(hog.ping.remote(), timeout=60)  # the dead replica's CPU is taken
-        setup.go.touch()
-        thread.join(timeout=240)
-        assert not thread.is_alive(), "train() did not finish after the replica died"
+        setup.gate.release(thread, 240)
+        stats = result["value"]
         assert trainer.num_failures == failures + 1
-        assert result["num_replicas"] == 1 and len(trainer.workers) == 1
-        assert result["num_samples"] == 512 and result["epoch"] == 2
+        assert stats["num_replicas"] == 1 and len(trainer.workers) == 1
+        assert stats["num_samples"] == 512 and stats["epoch"] == 2
         last = trainer.train()
         assert last["train_loss"] < first["train_loss"] / 10
     finally:
-        setup.go.touch()
+        setup.gate.go.touch()
         if hog is not None:
             rf.kill(hog)

@@ -82,7 +82,7 @@ class SGDWorker:
         self.last_loss = float("nan")
         self.steps = 0
         self.world_size = 1
-        # Seconds each of the last 1000 collective all-reduces took (with the division).
+        # Seconds each of the last 1000 collective all-reduces took.
         self.allreduce_times: collections.deque[float] = collections.deque(maxlen=1000)
 
     def _make_model(self, device_index: int) -> Any:
@@ -133,24 +133,31 @@ class SGDWorker:
         return model.model if isinstance(model, ModuleModel) else model
 
     # ------------------------------------------------------------------ gradients
-    def _local_gradient(self) -> torch.Tensor:
+    def _local_gradient(self, num_workers: int = 1) -> torch.Tensor:
         """Every replica's gradient over ``grads_per_step`` batches, averaged over the
-        replicas into replica 0's flat buffer (returned; the step's mean loss is kept
-        in ``last_loss``)."""
+        replicas and divided by ``num_workers``, summed into replica 0's flat buffer
+        (returned; the step's mean loss is kept in ``last_loss``).
+
+        The averaging is folded into the loss: each backward runs on
+        ``loss / (grads_per_step * devices_per_worker * num_workers)``, a scalar, so the
+        gradients come out already scaled and no pass over the buffer divides them. With
+        ``num_workers`` > 1 the buffer then only needs an all-reduce SUM across the
+        workers to hold the mean (``compute_allreduce_apply``). When the divisor is a
+        power of two the result is bit for bit the sum divided afterwards.
+        """
         per_step = int(self.spec.get("grads_per_step", 1))
+        divisor = per_step * len(self.models) * num_workers
         losses = []
         for model, buffer in zip(self.models, self.buffers):
             buffer.zero()
             for _ in range(per_step):
                 loss = model.get_loss()
-                (loss / per_step).backward()
+                (loss / divisor if divisor > 1 else loss).backward()
                 losses.append(float(loss.detach()))
             buffer.collect()
         total = self.buffers[0].flat
         for buffer in self.buffers[1:]:
             total += buffer.flat.to(total.device, total.dtype)
-        if len(self.buffers) > 1:
-            total /= len(self.buffers)
         self.last_loss = float(np.mean(losses))
         return total
 
@@ -204,24 +211,28 @@ class SGDWorker:
         self.world_size = world_size
 
     def compute_allreduce_apply(self) -> float:
-        """One step of ``strategy="simple"`` with a collective: the local gradient is
-        all-reduced in place across the workers' process group, divided by the number
-        of workers and applied on every replica; returns this worker's mean loss."""
-        self._allreduce(self._local_gradient())
+        """One step of ``strategy="simple"`` with a collective: the local gradient,
+        already divided by the number of workers (``_local_gradient``), is all-reduced
+        (SUM) in place across the workers' process group, which leaves the mean in every
+        worker's buffer, and applied on every replica; returns this worker's mean loss."""
+        self._allreduce(self._local_gradient(self.world_size))
         return self._apply_local()
 
     def _allreduce(self, total: torch.Tensor) -> None:
-        """All-reduce ``total`` in place across the group and divide it by the group's
-        size (the mean); the seconds it took join ``allreduce_times``."""
+        """All-reduce (SUM) ``total`` in place across the group: one gloo/nccl call on
+        the flat buffer, no copy and no pass of its own. The seconds it took join
+        ``allreduce_times``."""
         started = time.perf_counter()
         dist.all_reduce(total)
-        total /= self.world_size
         self.allreduce_times.append(time.perf_counter() - started)
 
     def time_allreduce(self, reps: int) -> list[float]:
-        """Seconds of ``reps`` all-reduces (with the division) of the gradient buffer,
-        each after a barrier, so that a rank's time is the collective's alone and not
-        the wait for a peer still computing (for benchmarks; every rank must call it)."""
+        """Seconds of ``reps`` all-reduces of the gradient buffer by the step's own code
+        (``_allreduce``), each after a barrier, so that a rank's time is the collective's
+        alone and not the wait for a peer still computing (for benchmarks; every rank
+        must call it). The buffer is zeroed first, so repeated sums cannot overflow; the
+        next step zeroes it again anyway."""
+        self.buffers[0].flat.zero_()
         times = []
         for _ in range(reps):
             dist.barrier()
