@@ -54,11 +54,14 @@ def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
 
 
 def processes_under(root: Path) -> list[psutil.Process]:
-    """This user's processes whose command line names a path under ``root``."""
+    """This user's running processes whose command line names a path under ``root`` (a
+    zombie has exited: only its reaping by init is left)."""
     prefix = str(root.resolve())
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in psutil.process_iter(["cmdline", "status"]):
         try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
             if any(prefix in arg for arg in proc.info["cmdline"] or []):
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied):

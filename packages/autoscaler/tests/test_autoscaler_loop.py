@@ -139,14 +139,20 @@ def test_loop_scales_up_on_queued_demand_and_down_after_idle_timeout() -> None:
     cluster.busy |= {"n2", "n3"}
     cluster.queued = 0
     assert autoscaler.update().launch == {}
+    assert autoscaler.next_step_in(5.0) == 5.0  # nothing idle: the loop's interval
     cluster.busy.clear()
     clock[0] = 10.0
     assert autoscaler.update().terminate == []  # idle, not for 60 s yet
+    assert autoscaler.next_step_in(5.0) == 5.0  # idle until 70: not within 5 s
+    clock[0] = 67.5
+    assert autoscaler.update().terminate == []
+    assert autoscaler.next_step_in(5.0) == 2.5  # woken at the idle timeout, not at 72.5
     clock[0] = 71.0
     decision = autoscaler.update()
     assert sorted(node for node, _ in decision.terminate) == ["n1", "n2"]
     assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n3"]  # min_workers 1
     assert "n0" in provider.nodes  # the head stays
+    assert autoscaler.next_step_in(5.0) == 5.0  # n3's deadline is past (min_workers)
 
 
 def test_outdated_workers_are_replaced() -> None:

@@ -6,6 +6,7 @@ import json
 import stat
 from pathlib import Path
 
+import psutil
 import pytest
 
 from rayfield.autoscaler.local_process import LocalProcessProvider
@@ -67,6 +68,12 @@ def test_head_and_worker_lifecycle(cluster_dir: Path) -> None:
     assert provider.token(head) not in state.read_text()  # no secret in the tags/state
     assert "started" in provider.log_path(worker).read_text()
 
+    infos = cluster_dir.glob("nodes/*/session_*/node.json")
+    pids = {json.loads(p.read_text())["pid"] for p in infos}  # session_latest: the head's again
+    assert len(pids) == 2
     provider.terminate_nodes([worker, head])
     assert provider.non_terminated_nodes({}) == []
     assert provider.is_terminated(head) and not provider.is_running(head)
+    for pid in pids:  # stopped (a zombie init has not reaped yet counts as stopped)
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not list(cluster_dir.glob("nodes/*/session_*/node.json"))  # cleaned

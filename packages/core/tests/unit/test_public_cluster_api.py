@@ -106,3 +106,26 @@ def test_the_cluster_module_loads_grpc_only_for_tls_and_tokens() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         cluster.nope  # noqa: B018
+
+
+def test_stop_wait_counts_a_zombie_as_exited() -> None:
+    import time
+
+    import psutil
+
+    from rayfield._private.driver.launch import wait_exited
+
+    done = subprocess.Popen([sys.executable, "-c", "pass"])  # never reaped: a zombie
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        gone, busy = psutil.Process(done.pid), psutil.Process(running.pid)
+        exited: list[psutil.Process] = []
+        start = time.monotonic()
+        assert wait_exited([gone], 30.0, on_exit=exited.append) == []
+        assert time.monotonic() - start < 10.0 and exited == [gone]
+        assert gone.status() == psutil.STATUS_ZOMBIE  # not reaped, yet counted as exited
+        assert wait_exited([busy], 0.2) == [busy]
+    finally:
+        running.kill()
+        running.wait()
+        done.wait()

@@ -202,6 +202,7 @@ class Autoscaler:
         self._missing: dict[str, float] = {}  # started nodes the cluster has no row of: since
         self.last: Decision | None = None
         self._last_status = ""
+        self._idle_deadlines: list[float] = []  # when idle workers reach the idle timeout
 
     def views(self, rows: Sequence[Row], now: float) -> list[NodeView]:
         """The policy's view of every non-terminated node, matched to the cluster's rows
@@ -364,4 +365,19 @@ class Autoscaler:
             logger.info("%s", status)
             self._last_status = status
         self.last = decision
+        terminated = {n for n, _ in decision.terminate}
+        self._idle_deadlines = [
+            v.idle_since + self.policy.idle_timeout_s
+            for v in views
+            if not v.is_head and v.idle_since is not None and v.node_id not in terminated
+        ]
         return decision
+
+    def next_step_in(self, interval_s: float, min_s: float = 0.05) -> float:
+        """Seconds until the next ``update`` is due: ``interval_s``, or sooner (at least
+        ``min_s``) when an idle worker reaches the idle timeout before then, so that it is
+        removed at its timeout rather than up to one interval later. Deadlines already
+        past (workers kept for ``min_workers`` or demand) do not shorten the wait."""
+        now = self.clock()
+        due = [d - now for d in self._idle_deadlines if d > now]
+        return max(min_s, min([interval_s, *due]))

@@ -184,17 +184,15 @@ class LocalProcessProvider(StatefulProvider):
             return False
 
     def _stop(self, temp_dir: Path) -> None:
-        cmd = [*rayfield_command(), "stop", "--temp-dir", str(temp_dir)]
-        cmd += ["--grace-period", str(STOP_GRACE_S)]
-        with open(temp_dir / "start.log", "ab") as out:
-            subprocess.run(
-                cmd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                timeout=STOP_GRACE_S * 4 + 30,
-                check=False,
-            )
+        """Stop the node whose sessions are under ``temp_dir``, in this process (no
+        ``rayfield stop`` subprocess to start, about a second on a loaded machine): its
+        node process first, then the head's GCS; SIGKILL for what outlives
+        ``STOP_GRACE_S``; then remove what they left (sockets, ``node.json``). A process
+        counts as stopped once it has exited, without waiting for init to reap it."""
+        from rayfield.util import cluster
+
+        cluster.stop_all(STOP_GRACE_S, temp_dir=temp_dir)
+        cluster.clean_stopped_sessions(temp_dir)
 
 
 def _resource_args(node_config: dict[str, Any]) -> list[str]:

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 logger.error("%d failures in a row: the monitor stops", failures)
                 launcher.shutdown(wait=True, cancel_futures=True)
                 return 1
-        stop.wait(args.interval_s)
+        stop.wait(autoscaler.next_step_in(args.interval_s))
     launcher.shutdown(wait=True, cancel_futures=True)
     logger.info("monitor stopped")
     return 0

@@ -298,7 +298,8 @@ def stop_all(
     on_exit: Callable[[psutil.Process], None] | None = None,
 ) -> int:
     """SIGTERM every node (then GCS) process of this user (under ``temp_dir`` if given),
-    SIGKILL what outlives ``grace_s``. Returns how many were stopped.
+    SIGKILL what outlives ``grace_s``. Returns how many were stopped. A process counts as
+    stopped once it has exited, zombie or reaped (see :func:`wait_exited`).
 
     ``on_progress`` is told after each group (nodes, GCS) in words; ``on_exit`` is called
     with each process as it exits or is killed (e.g. to advance a progress bar)."""
@@ -315,7 +316,7 @@ def stop_all(
                 p.send_signal(signal.SIGTERM)
             except psutil.NoSuchProcess:
                 continue
-        _, alive = psutil.wait_procs(group, timeout=grace_s, callback=on_exit)
+        alive = wait_exited(group, grace_s, on_exit)
         for p in alive:
             try:
                 for child in p.children(recursive=True):
@@ -330,3 +331,36 @@ def stop_all(
             kind = "node" if group is nodes else "dashboard" if group is dashboards else "GCS"
             on_progress(f"stopped {len(group)} {kind} process{'es' if len(group) > 1 else ''}")
     return stopped
+
+
+def _exited(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:  # reaped (or its pid reused by another process's start)
+        return True
+
+
+def wait_exited(
+    procs: list[psutil.Process],
+    timeout_s: float,
+    on_exit: Callable[[psutil.Process], None] | None = None,
+    poll_s: float = 0.02,
+) -> list[psutil.Process]:
+    """Wait up to ``timeout_s`` seconds for ``procs`` to exit; returns the ones still
+    running. A zombie counts as exited: a stopped node's processes are reparented to
+    init, which on some machines reaps them only every second or two, and
+    ``psutil.wait_procs`` would wait for that. ``on_exit`` is called once per process
+    that exits (polled every ``poll_s`` seconds)."""
+    deadline = time.monotonic() + timeout_s
+    alive = list(procs)
+    while True:
+        still = []
+        for p in alive:
+            if not _exited(p):
+                still.append(p)
+            elif on_exit is not None:
+                on_exit(p)
+        alive = still
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(poll_s)
