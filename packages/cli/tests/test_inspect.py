@@ -169,7 +169,15 @@ def test_logs_follow_prints_new_output(
     address, temp_dir = driver_cluster
     cmd = [*CLI, "logs", str(workload["greeter_pid"]), "--follow", "--interval-s", "0.1"]
     cmd += ["--address", address, "--temp-dir", str(temp_dir)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Started with SIGINT ignored, as a shell without job control starts a background
+    # command (CI scripts do; the action is inherited across exec): Python then installs
+    # no KeyboardInterrupt handler, and the command must end on Ctrl-C all the same
+    # (once, in CI, it did not).
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "Greeter is up\n"  # the tail first

@@ -21,6 +21,7 @@ def test_missing_library_gives_an_install_hint(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_public_names_exist() -> None:
+    assert set(rayfield._PUBLIC) == set(rayfield.__all__)  # each imported on first use
     for name in rayfield.__all__:
         assert hasattr(rayfield, name), name
     assert rayfield.ObjectID is rayfield.ObjectRef

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import ssl
-import urllib.error
-import urllib.request
-import webbrowser
 from pathlib import Path
 
 import click
-import psutil
 
 from rayfield.cli._common import Cluster, cluster_options
-from rayfield.util import cluster as clusters
 
 START_HINT = "start the head with `rayfield start --head --include-dashboard`"
 
 
 def _local_url(temp_dir: Path | None) -> tuple[str, bytes]:
+    import psutil
+
+    from rayfield.util import cluster as clusters
+
     session = clusters.head_session(temp_dir)
     if session is None:
         raise click.ClickException(f"no rayfield cluster runs on this machine: {START_HINT}")
@@ -57,6 +55,10 @@ def _remote_url(cluster: Cluster) -> tuple[str, bytes]:
 def _answers(url: str, cert: bytes) -> bool:
     """Whether the dashboard's login page answers; over HTTPS the dashboard must present
     ``cert`` (PEM), the certificate it published (pinned: trusted as is)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
     context = None
     if url.startswith("https:"):
         context = ssl.create_default_context(cadata=cert.decode() if cert else None)
@@ -86,5 +88,9 @@ def dashboard(cluster: Cluster, open_browser: bool) -> None:
             f"stop` and {START_HINT}"
         )
     click.echo(url)
-    if open_browser and not webbrowser.open(url):
+    if not open_browser:
+        return
+    import webbrowser
+
+    if not webbrowser.open(url):
         raise click.ClickException(f"no web browser could be started here: open {url} yourself")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rayfield.cli._common import Cluster, cluster_options, human_bytes, print_table
+from rayfield.cli._interrupt import StopOnInterrupt
 
 if TYPE_CHECKING:
     from rayfield.util.state import StateClient
@@ -56,22 +58,27 @@ def _read(client: StateClient, node: str, name: str, offset: int, size: int) -> 
     return reply
 
 
-def follow_log(client: StateClient, node: str, name: str, offset: int, interval_s: float) -> None:
-    """Print what is appended to the log from ``offset`` on, until Ctrl-C."""
-    try:
-        while True:
-            reply = _read(client, node, name, offset, MAX_READ)
-            if reply["size"] < offset:  # truncated or replaced: start again from its top
-                offset = 0
-                continue
-            if reply["data"]:
-                sys.stdout.buffer.write(reply["data"])
-                sys.stdout.buffer.flush()
-                offset = reply["offset"] + len(reply["data"])
-                continue
-            time.sleep(interval_s)
-    except KeyboardInterrupt:
-        pass
+def follow_log(
+    client: StateClient,
+    node: str,
+    name: str,
+    offset: int,
+    interval_s: float,
+    interrupt: StopOnInterrupt,
+) -> None:
+    """Print what is appended to the log from ``offset`` on, until ``interrupt`` is
+    stopped (Ctrl-C: see ``_interrupt.py``; the read under way when it comes ends first)."""
+    while not interrupt.stopped:
+        reply = _read(client, node, name, offset, MAX_READ)
+        if reply["size"] < offset:  # truncated or replaced: start again from its top
+            offset = 0
+            continue
+        if reply["data"]:
+            sys.stdout.buffer.write(reply["data"])
+            sys.stdout.buffer.flush()
+            offset = reply["offset"] + len(reply["data"])
+            continue
+        interrupt.sleep(interval_s)
 
 
 def list_logs(client: StateClient) -> None:
@@ -124,7 +131,8 @@ def list_logs(client: StateClient) -> None:
     "--follow",
     "-f",
     is_flag=True,
-    help="Keep printing what is appended to the log until Ctrl-C.",
+    help="Keep printing what is appended to the log until Ctrl-C (which ends the command "
+    "with exit status 0).",
 )
 @click.option(
     "--interval-s",
@@ -155,7 +163,11 @@ def logs(
     given = [x is not None for x in (pid, actor_id, task_id, node_file)] + [list_files]
     if sum(given) != 1:
         raise click.UsageError("give one of PID, --actor ID, --task ID, --node NODE FILE or --list")
-    with cluster.state() as client:
+    with contextlib.ExitStack() as stack:
+        # With --follow, Ctrl-C stops the command between two reads from the start on
+        # (closing the state client last, with no call under way).
+        interrupt = stack.enter_context(StopOnInterrupt()) if follow else None
+        client = stack.enter_context(cluster.state())
         if list_files:
             list_logs(client)
             return
@@ -167,5 +179,5 @@ def logs(
         click.echo(f"==> {name} on node {node} <==", err=True)
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
-        if follow:
-            follow_log(client, node, name, offset, interval_s)
+        if interrupt is not None:
+            follow_log(client, node, name, offset, interval_s, interrupt)

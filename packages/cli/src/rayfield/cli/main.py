@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import click
 
-from rayfield.cli.dashboard import dashboard
-from rayfield.cli.listing import list_
-from rayfield.cli.logs import logs
-from rayfield.cli.memory import memory
-from rayfield.cli.microbenchmark import microbenchmark
-from rayfield.cli.stack import stack
-from rayfield.cli.start import start
-from rayfield.cli.status import status
-from rayfield.cli.stop import stop
-from rayfield.cli.timeline import timeline
+# The built-in commands: name -> (module, attribute). A command's module is imported when
+# the command runs (or for --help), so `rayfield status` loads neither what `start` nor
+# what `dashboard` needs.
+BUILT_IN = {
+    "start": ("rayfield.cli.start", "start"),
+    "stop": ("rayfield.cli.stop", "stop"),
+    "status": ("rayfield.cli.status", "status"),
+    "list": ("rayfield.cli.listing", "list_"),
+    "memory": ("rayfield.cli.memory", "memory"),
+    "logs": ("rayfield.cli.logs", "logs"),
+    "timeline": ("rayfield.cli.timeline", "timeline"),
+    "stack": ("rayfield.cli.stack", "stack"),
+    "microbenchmark": ("rayfield.cli.microbenchmark", "microbenchmark"),
+    "dashboard": ("rayfield.cli.dashboard", "dashboard"),
+}
 
 PLUGIN_GROUP = "rayfield.cli_commands"
 
@@ -31,13 +37,18 @@ def _plugins() -> dict[str, Any]:
 class _Group(click.Group):
     """The command group; session files another user could control (``rayfield.exceptions.
     UnsafeSessionError``) end any command with their one-line message, not a traceback.
-    Plug-in commands are looked up only when a name is not built in (or for ``--help``),
-    so the built-in commands start without reading every installed distribution."""
+    Built-in commands are imported when named (:data:`BUILT_IN`); plug-in commands are
+    looked up only when a name is not built in (or for ``--help``), so the built-in
+    commands start without reading every installed distribution."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(super().list_commands(ctx)) | set(_plugins()))
+        return sorted(set(BUILT_IN) | set(super().list_commands(ctx)) | set(_plugins()))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in BUILT_IN:
+            module, attribute = BUILT_IN[cmd_name]
+            built_in: click.Command = getattr(importlib.import_module(module), attribute)
+            return built_in
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             return command
@@ -66,10 +77,6 @@ class _Group(click.Group):
 def cli() -> None:
     """Start, stop and inspect rayfield clusters."""
 
-
-COMMANDS = (start, stop, status, list_, memory, logs, timeline, stack, microbenchmark, dashboard)
-for command in COMMANDS:
-    cli.add_command(command)
 
 if __name__ == "__main__":
     cli()

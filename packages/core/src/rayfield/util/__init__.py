@@ -5,8 +5,8 @@ Public modules for tools and libraries: ``rayfield.util.state`` (the cluster's s
 ``rayfield.util.cluster`` (finding, starting and stopping a cluster), ``rayfield.util.perf``
 (the microbenchmark).
 
-``rayfield.util.multiprocessing`` and ``rayfield.util.joblib`` are imported on first use, so
-``import rayfield.util`` never imports joblib.
+Every name here is imported on first use: ``import rayfield.util`` loads neither the
+runtime nor joblib.
 
 Example:
     from rayfield.util import ActorPool, Queue
@@ -16,11 +16,12 @@ Example:
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rayfield.util.actor_pool import ActorPool
-from rayfield.util.network import get_node_ip_address
-from rayfield.util.queue import Empty, Full, Queue
+if TYPE_CHECKING:
+    from rayfield.util.actor_pool import ActorPool
+    from rayfield.util.network import get_node_ip_address
+    from rayfield.util.queue import Empty, Full, Queue
 
 __all__ = [
     "ActorPool",
@@ -32,10 +33,27 @@ __all__ = [
     "multiprocessing",
 ]
 
-_LAZY_SUBMODULES = ("joblib", "multiprocessing")
+# Each name is imported from its module on first use (PEP 562), so `from rayfield.util
+# import cluster` (the `rayfield` command) does not load the runtime.
+_NAMES = {
+    "ActorPool": "rayfield.util.actor_pool",
+    "Empty": "rayfield.util.queue",
+    "Full": "rayfield.util.queue",
+    "Queue": "rayfield.util.queue",
+    "get_node_ip_address": "rayfield.util.network",
+}
+_LAZY_SUBMODULES = ("actor_pool", "joblib", "multiprocessing", "network", "queue")
 
 
 def __getattr__(name: str) -> Any:
+    if name in _NAMES:
+        value = getattr(importlib.import_module(_NAMES[name]), name)
+        globals()[name] = value
+        return value
     if name in _LAZY_SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

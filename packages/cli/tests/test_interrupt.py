@@ -1,0 +1,98 @@
+"""Ctrl-C in ``rayfield logs --follow`` without processes: SIGINT stops the loop between
+two reads, never inside one (``rayfield/cli/_interrupt.py`` says why)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+from test_inspect_units import FakeLogs
+
+from rayfield.cli._interrupt import StopOnInterrupt
+from rayfield.cli.logs import follow_log
+
+
+class InterruptedLogs(FakeLogs):
+    """A log whose ``read_number``-th read gets SIGINT while it runs (as a grpc call
+    would, waiting for its answer), then finishes; records reads started and finished."""
+
+    def __init__(self, data: bytes, read_number: int) -> None:
+        super().__init__(data)
+        self.read_number = read_number
+        self.finished = 0
+
+    def read_log(self, node: str, name: str, offset: int, max_bytes: int) -> dict[str, Any]:
+        if len(self.reads) + 1 == self.read_number:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # under Python's own handler, KeyboardInterrupt comes here
+            self.data += b"appended during the interrupted read\n"
+        reply = super().read_log(node, name, offset, max_bytes)
+        self.finished += 1
+        return reply
+
+
+def test_ctrl_c_during_a_read_ends_the_follow_after_that_read(
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    log = InterruptedLogs(b"old\n", read_number=3)
+    with StopOnInterrupt() as interrupt:
+        follow_log(log, "n", "worker-1.out", 0, 0.05, interrupt)  # type: ignore[arg-type]
+    assert interrupt.stopped
+    assert len(log.reads) == log.finished == 3  # the interrupted read finished; no more
+    out = capsysbinary.readouterr().out
+    assert out == b"old\nappended during the interrupted read\n"
+
+
+def test_sleep_returns_when_sigint_comes_and_the_handler_is_restored() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))  # from another thread
+    with StopOnInterrupt() as interrupt:
+        started = time.monotonic()
+        timer.start()
+        interrupt.sleep(30)
+        assert interrupt.stopped and time.monotonic() - started < 10
+        interrupt.sleep(30)  # stopped already: returns at once
+        assert time.monotonic() - started < 10
+    timer.join()
+    assert signal.getsignal(signal.SIGINT) is before
+    assert signal.set_wakeup_fd(-1) == -1  # the wakeup descriptor is unset again
+
+
+def test_sigint_stops_even_when_it_was_ignored_before() -> None:
+    # A background command of a shell without job control starts with SIGINT ignored.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with StopOnInterrupt() as interrupt:
+            os.kill(os.getpid(), signal.SIGINT)
+            interrupt.sleep(30)  # returns at once: the signal came already
+            assert interrupt.stopped
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_sleep_runs_its_time_without_a_signal() -> None:
+    with StopOnInterrupt() as interrupt:
+        started = time.monotonic()
+        interrupt.sleep(0.1)
+        assert not interrupt.stopped and time.monotonic() - started >= 0.1
+
+
+def test_refused_off_the_main_thread() -> None:
+    errors: list[BaseException] = []
+
+    def enter() -> None:
+        try:
+            with StopOnInterrupt():
+                pass
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=enter)
+    thread.start()
+    thread.join()
+    assert [str(e) for e in errors] == ["StopOnInterrupt handles SIGINT: use it on the main thread"]
