@@ -15,7 +15,7 @@ import pytest
 from rayfield._private.node_manager import events as ev
 from rayfield._private.node_manager.actor_routing import ActorRouter, ActorTable
 from rayfield._private.node_manager.arg_pins import ArgPins
-from rayfield._private.node_manager.membership import PeerView
+from rayfield._private.node_manager.membership import Membership, PeerView
 from rayfield._private.node_manager.placement import (
     REFUSED_RETRY_S,
     SENT_MEMORY_S,
@@ -109,6 +109,55 @@ def node(address: str, total: dict[str, float], free: dict[str, float]) -> NodeI
         resources_total=total,
         resources_available=free,
     )
+
+
+class _FakeGcs:
+    """Answers register_node and get_nodes; every call after ``up_calls`` is refused."""
+
+    timeout_s = 1.0
+
+    def __init__(self, nodes: list[NodeInfo], up_calls: int) -> None:
+        self.nodes, self.up_calls, self.calls = nodes, up_calls, 0
+
+    def with_limits(self, timeout_s: float, retry_deadline_s: float) -> _FakeGcs:
+        return self
+
+    def _call(self) -> None:
+        self.calls += 1
+        if self.calls > self.up_calls:
+            raise ConnectionError("GCS down")
+
+    def register_node(self, node: NodeInfo) -> None:
+        self._call()
+
+    def get_nodes(self) -> list[NodeInfo]:
+        self._call()
+        return self.nodes
+
+
+def test_a_node_knows_its_peers_from_its_start_even_if_the_gcs_dies_at_once() -> None:
+    me, b = b"M" * 20, b"B" * 20
+    nodes = [NodeInfo(node_id=me, address="a:1"), NodeInfo(node_id=b, address="b:1")]
+    gcs = _FakeGcs(nodes, up_calls=2)  # register and one read, then the GCS is gone
+    view = PeerView(me, "a:1")
+    rounds: list[int] = []
+    membership = Membership(
+        gcs,  # type: ignore[arg-type]
+        nodes[0],
+        view,
+        snapshot=lambda: {"available": {}},
+        infeasible=list,
+        on_died=lambda node: None,
+        after_round=lambda: rounds.append(1),
+        heartbeat_s=3600,
+    )
+    membership.start()
+    try:
+        assert [n.address for n in view.alive_peers()] == ["b:1"]
+        assert membership.beat() is False  # the GCS is down: the view stands
+        assert [n.address for n in view.alive_peers()] == ["b:1"] and rounds == [1]
+    finally:
+        membership.stop()
 
 
 def test_an_infeasible_task_goes_to_fitting_nodes_most_free_first() -> None:

@@ -123,7 +123,14 @@ class Membership:
         self._thread = threading.Thread(target=self._run, daemon=True, name="rayfield-heartbeat")
 
     def start(self) -> None:
+        """Register this node, read the cluster's nodes once (so a node that joined just
+        before the GCS went down still knows its peers), then beat every
+        ``heartbeat_s``."""
         self.gcs.register_node(self.info)
+        try:
+            self.peers.update(self.gcs.get_nodes())
+        except Exception as exc:  # the first heartbeat round reads them again
+            logger.debug("reading the cluster's nodes at start failed: %s", exc)
         self._thread.start()
 
     def beat(self) -> bool:
