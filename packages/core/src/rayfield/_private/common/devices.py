@@ -6,9 +6,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["detect_gpus"]
+__all__ = ["detect_gpus", "visible_devices"]
 
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
+
+
+def visible_devices(value: str | None) -> list[str] | None:
+    """The devices a ``CUDA_VISIBLE_DEVICES`` value lists (None when it is unset)."""
+    if value is None:
+        return None
+    return [d.strip() for d in value.split(",") if d.strip()]
 
 
 def detect_gpus(environ: dict[str, str] | None = None, nvidia_gpus: Path = NVIDIA_GPUS) -> int:
@@ -24,7 +31,7 @@ def detect_gpus(environ: dict[str, str] | None = None, nvidia_gpus: Path = NVIDI
         nvidia_gpus: the driver's folder of GPUs.
     """
     env = os.environ if environ is None else environ
-    visible = env.get("CUDA_VISIBLE_DEVICES")
+    visible = visible_devices(env.get("CUDA_VISIBLE_DEVICES"))
     if visible is not None:
-        return len([d for d in visible.split(",") if d.strip()])
+        return len(visible)
     return len(list(nvidia_gpus.iterdir())) if nvidia_gpus.is_dir() else 0

@@ -21,6 +21,8 @@ import os
 import sys
 from collections.abc import Callable
 
+from rayfield._private.common.devices import visible_devices
+
 __all__ = [
     "NODE_VISIBLE_DEVICES",
     "CudaPin",
@@ -33,13 +35,6 @@ __all__ = [
 # Modules that load the CUDA driver; a process without any of them has not initialised it.
 CUDA_MODULES = ("torch", "cupy", "jax", "jaxlib", "tensorflow", "numba", "pycuda", "cuda")
 CUDA_ERROR_NOT_INITIALIZED = 3
-
-
-def visible_devices(value: str | None) -> list[str] | None:
-    """The devices a ``CUDA_VISIBLE_DEVICES`` value lists (None when it is unset)."""
-    if value is None:
-        return None
-    return [d.strip() for d in value.split(",") if d.strip()]
 
 
 NODE_VISIBLE_DEVICES = visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -83,20 +78,19 @@ def cuda_initialized() -> bool:
     """
     if not any(name in sys.modules for name in CUDA_MODULES):
         return False
-    try:
-        driver = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD)  # only if already loaded
-    except OSError:
+    driver = _loaded_driver()
+    if driver is None:
         return False
     count = ctypes.c_int(0)
     return bool(driver.cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED)
 
 
-def _driver_loaded() -> bool:
+def _loaded_driver() -> ctypes.CDLL | None:
+    """The CUDA driver library if this process already loaded it (never loads it)."""
     try:
-        ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD)  # only if already loaded
+        return ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD)
     except OSError:
-        return False
-    return True
+        return None
 
 
 def torch_gpu_count_with_node_devices() -> int | None:
@@ -109,7 +103,7 @@ def torch_gpu_count_with_node_devices() -> int | None:
     """
     torch = sys.modules.get("torch")
     count_devices = getattr(getattr(torch, "_C", None), "_cuda_getDeviceCount", None)
-    if count_devices is None or not _driver_loaded():
+    if count_devices is None or _loaded_driver() is None:
         return None
     task_value = os.environ.get("CUDA_VISIBLE_DEVICES")
     if NODE_VISIBLE_DEVICES is None:
