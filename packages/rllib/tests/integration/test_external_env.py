@@ -92,14 +92,18 @@ def test_ppo_learns_cartpole_through_get_action(greedy_return: Any) -> None:
     }
     trainer = get_trainer_class("PPO")(env="served_cartpole", config=config)
     try:
-        result: dict[str, Any] = {}
-        while not result or (
-            result["episode_reward_mean"] < 100 and result["timesteps_total"] < 30_000
-        ):
+        # the clients' threads interleave as the OS schedules them, so the seed fixes
+        # the policy's start but not the order of steps: train until the greedy policy
+        # also plays well, within a step budget
+        greedy, result = 0.0, trainer.train()
+        while result["timesteps_total"] < 40_000:
+            if result["episode_reward_mean"] >= 100:
+                greedy = greedy_return(trainer)
+                if greedy >= 100:
+                    break
             result = trainer.train()
-        assert result["episode_reward_mean"] >= 100, result["episode_reward_mean"]
         assert result["timesteps_this_iter"] >= 256
-        assert greedy_return(trainer) >= 100
+        assert greedy >= 100, f"greedy return {greedy} after {result['timesteps_total']} steps"
     finally:
         trainer.stop()
     env = trainer.workers.local_worker().external_env
