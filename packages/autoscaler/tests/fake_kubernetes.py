@@ -13,15 +13,33 @@ admission controller does. :meth:`FakeKubernetes.token_for` hands out a service
 account's token; a request with it is authorized by RBAC: allowed only when a
 RoleBinding of the namespace gives the account a Role whose rules cover the resource
 and verb (403 otherwise). :meth:`FakeKubernetes.endpoints` lists the pods a Service
-selects."""
+selects.
+
+Secrets (core/v1): get, create, replace (PUT) and delete, ``data`` values base64 as
+the API keeps them. The exec subresource (``pods/<name>/exec``, a websocket;
+``fake_exec.py``) runs the command with bash on this machine in a directory of the
+pod's own (its ``$HOME``), with the container's ``env`` (``value``, or
+``valueFrom.secretKeyRef`` read from the Secret, as the kubelet does at the
+container's start): authorized as ``create`` on ``pods/exec``; 404 for a missing pod,
+400 for an unknown container or a pod that is not running."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import ipaddress
 import itertools
+import os
 import re
+import shutil
+import ssl
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any
+
+import yaml
+from fake_exec import serve_exec
 
 TOKEN = "fake-kube-token"
 _RBAC = "rbac.authorization.k8s.io"
@@ -29,11 +47,103 @@ _VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")
 _OBJECTS = re.compile(
     r"^/(?:api/v1|apis/rbac\.authorization\.k8s\.io/v1)/namespaces/([^/]+)/"
-    r"(serviceaccounts|services|roles|rolebindings)(?:/([^/]+))?$"
+    r"(serviceaccounts|services|secrets|roles|rolebindings)(?:/([^/]+))?$"
 )
+_EXEC = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/exec$")
+_DISCOVERY: dict[str, Any] = {
+    "/version": {"major": "1", "minor": "32", "gitVersion": "v1.32.0-fake"},
+    "/api": {"kind": "APIVersions", "versions": ["v1"]},
+    "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": []},
+    "/api/v1": {
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [
+            {
+                "name": "pods",
+                "singularName": "pod",
+                "namespaced": True,
+                "kind": "Pod",
+                "verbs": ["create", "delete", "get", "list", "patch"],
+                "shortNames": ["po"],
+            },
+            {
+                "name": "pods/exec",
+                "singularName": "",
+                "namespaced": True,
+                "kind": "PodExecOptions",
+                "verbs": ["create", "get"],
+            },
+        ],
+    },
+}
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _VERBS = {"GET": "get", "POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}
+
+
+def tls_context(directory: Path) -> tuple[ssl.SSLContext, str]:
+    """A server TLS context with a new self-signed certificate for 127.0.0.1, and the
+    certificate (PEM) for the kubeconfig's ``certificate-authority-data``. kubectl sends
+    a bearer token over HTTPS only."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-kube-apiserver")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+    (directory / "server.crt").write_bytes(cert_pem)
+    (directory / "server.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(directory / "server.crt", directory / "server.key")
+    return ctx, cert_pem.decode()
+
+
+def write_kubeconfig(directory: Path, url: str, token: str, ca_pem: str | None = None) -> Path:
+    """A kubeconfig naming the fake API server, authenticating with ``token`` (and
+    trusting ``ca_pem`` for an HTTPS server)."""
+    path = directory / "config"
+    cluster: dict[str, str] = {"server": url}
+    if ca_pem:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem.encode()).decode()
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": cluster}],
+                "users": [{"name": "me", "user": {"token": token}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "me"}}],
+                "current-context": "fake",
+            }
+        )
+    )
+    return path
 
 
 def _status(code: int, reason: str, message: str) -> tuple[int, dict[str, Any]]:
@@ -52,6 +162,67 @@ class FakeKubernetes:
         self._tokens: dict[str, tuple[str, str]] = {}  # token -> (namespace, account)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._exec_root: str | None = None
+        #: The argv of every exec served, in order.
+        self.execs: list[list[str]] = []
+
+    def pod_home(self, namespace: str, pod: str) -> str:
+        """The directory the pod's exec'd commands run in (their ``$HOME``)."""
+        if self._exec_root is None:
+            self._exec_root = tempfile.mkdtemp(prefix="fake-kube-pods-")
+        home = os.path.join(self._exec_root, namespace, pod)
+        os.makedirs(home, exist_ok=True)
+        return home
+
+    def close(self) -> None:
+        """Delete the pods' directories."""
+        if self._exec_root is not None:
+            shutil.rmtree(self._exec_root, ignore_errors=True)
+            self._exec_root = None
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        """A Secret's decoded value; None when the Secret or its key is missing."""
+        data = self.objects.get(("secrets", namespace, name), {}).get("data", {})
+        return base64.b64decode(data[key]).decode() if key in data else None
+
+    def exec_upgrade(
+        self, handler: Any, path: str, query: dict[str, list[str]], headers: dict[str, str]
+    ) -> tuple[int, Any] | None:
+        """Serve ``pods/<name>/exec`` (see the module docstring); an error reply, or None
+        once the command ran."""
+        token = headers.get("authorization", "").removeprefix("Bearer ")
+        if token != TOKEN and token not in self._tokens:
+            return _status(401, "Unauthorized", "no valid bearer token")
+        m = _EXEC.match(path)
+        if not m:
+            return _status(404, "NotFound", f"no websocket route {path}")
+        ns, name = m.groups()
+        with self._lock:
+            if not self._allowed(token, ns, "pods/exec", "create"):
+                return _status(403, "Forbidden", f'cannot create resource "pods/exec" in "{ns}"')
+            pod = self.pods.get((ns, name))
+            if pod is None:
+                return _status(404, "NotFound", f'pods "{name}" not found')
+            pod = self._advance(pod)
+        if pod["status"]["phase"] != "Running":
+            return _status(400, "BadRequest", f"pod {name} is not running")
+        containers = pod["spec"]["containers"]
+        wanted = query.get("container", [containers[0]["name"]])[-1]
+        found = [c for c in containers if c["name"] == wanted]
+        if not found:
+            return _status(400, "BadRequest", f"container {wanted} is not valid for pod {name}")
+        home = self.pod_home(ns, name)
+        self.execs.append(query.get("command", []))
+        env = {"HOME": home, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        for var in found[0].get("env", []):
+            ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+            value = self.secret_value(ns, ref["name"], ref["key"]) if ref else var.get("value")
+            if value is not None:
+                env[var["name"]] = value
+        serve_exec(
+            handler, query.get("command", []), home, env, headers.get("sec-websocket-protocol", "")
+        )
+        return None
 
     def token_for(self, namespace: str, account: str) -> str:
         """The token of an existing service account (as mounted in its pods)."""
@@ -78,7 +249,8 @@ class FakeKubernetes:
         account = self._tokens.get(token)
         if account is None or account[0] != ns:
             return False
-        group = "" if resource in ("pods", "serviceaccounts", "services") else _RBAC
+        core = ("pods", "pods/exec", "serviceaccounts", "services", "secrets")
+        group = "" if resource in core else _RBAC
         for (kind, bns, _), binding in self.objects.items():
             if kind != "rolebindings" or bns != ns:
                 continue
@@ -107,6 +279,8 @@ class FakeKubernetes:
         token = auth.removeprefix("Bearer ")
         if not auth.startswith("Bearer ") or (token != TOKEN and token not in self._tokens):
             return _status(401, "Unauthorized", "no valid bearer token")
+        if path in _DISCOVERY:  # what kubectl reads before a request
+            return 200, _DISCOVERY[path]
         m = _PODS.match(path)
         o = _OBJECTS.match(path)
         if m:
@@ -168,10 +342,18 @@ class FakeKubernetes:
     def _object(
         self, method: str, resource: str, ns: str, name: str | None, body: Any
     ) -> tuple[int, Any]:
-        if name is not None and method == "GET":
+        if name is not None and method in ("GET", "DELETE", "PUT"):
             found = self.objects.get((resource, ns, name))
             if found is None:
                 return _status(404, "NotFound", f'{resource} "{name}" not found')
+            if method == "DELETE":
+                del self.objects[(resource, ns, name)]
+            if method == "PUT":
+                if body.get("metadata", {}).get("name") != name:
+                    return _status(400, "BadRequest", "the name in the body differs")
+                found = copy.deepcopy(body)
+                found["metadata"].update(namespace=ns, uid=f"uid-{resource}-{name}")
+                self.objects[(resource, ns, name)] = found
             return 200, copy.deepcopy(found)
         if name is not None or method != "POST":
             return _status(405, "MethodNotAllowed", f"{method} {resource}")
@@ -195,6 +377,12 @@ class FakeKubernetes:
                 return bad
             if not all(isinstance(p.get("port"), int) for p in spec.get("ports", [])):
                 return _status(422, "Invalid", "spec.ports[].port: Required value")
+        if resource == "secrets":
+            for k, v in body.get("data", {}).items():
+                try:
+                    base64.b64decode(v, validate=True)
+                except ValueError:
+                    return _status(400, "BadRequest", f"data[{k}]: illegal base64 data")
         if (resource, ns, new) in self.objects:
             return _status(409, "AlreadyExists", f'{resource} "{new}" already exists')
         obj = copy.deepcopy(body)

@@ -9,12 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 pytest.importorskip("kubernetes", reason="the [kubernetes] extra is not installed")
 
 from fake_http import FakeAPIServer
-from fake_kubernetes import TOKEN, FakeKubernetes
+from fake_kubernetes import TOKEN, FakeKubernetes, write_kubeconfig
 
 from rayfield.autoscaler.autoscaler import node_config, node_tags
 from rayfield.autoscaler.config import prepare_config
@@ -34,24 +33,6 @@ from rayfield.autoscaler.providers.kubernetes import KubernetesNodeProvider
 
 _names = itertools.count()
 FAKE = FakeKubernetes()
-
-
-def write_kubeconfig(directory: Path, url: str, token: str) -> Path:
-    """A kubeconfig naming the fake API server, authenticating with ``token``."""
-    path = directory / "config"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "fake", "cluster": {"server": url}}],
-                "users": [{"name": "me", "user": {"token": token}}],
-                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "me"}}],
-                "current-context": "fake",
-            }
-        )
-    )
-    return path
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -148,7 +129,12 @@ def test_bootstrap_lets_the_head_manage_pods_and_names_it_with_a_service(
     assert "serviceAccountName" not in types["worker"]["node_config"]["spec"]
     assert ("serviceaccounts", "rf", account) in FAKE.objects
     assert FAKE.objects[("roles", "rf", account)]["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": list(kubernetes_bootstrap.POD_VERBS)}
+        {"apiGroups": [""], "resources": ["pods"], "verbs": list(kubernetes_bootstrap.POD_VERBS)},
+        {
+            "apiGroups": [""],
+            "resources": ["pods/exec"],
+            "verbs": list(kubernetes_bootstrap.EXEC_VERBS),
+        },
     ]
     binding = FAKE.objects[("rolebindings", "rf", account)]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "rf"}]

@@ -258,7 +258,7 @@ def node_setup(
     """The cluster's :class:`NodeSetup` when its provider sets nodes up over SSH."""
     if not provider.needs_setup:
         return None
-    if not config.get("auth", {}).get("ssh_private_key"):
+    if not provider.runs_commands and not config.get("auth", {}).get("ssh_private_key"):
         # A cloud's key is named by its bootstrap: the one `up` used, else bootstrap now.
         stored = provider.root / "bootstrap.yaml"
         used = yaml.safe_load(stored.read_text()) if stored.is_file() else None
@@ -320,7 +320,8 @@ def teardown(
     config: dict[str, Any], workers_only: bool = False, echo: Callable[[str], None] = print
 ) -> int:
     """Stop the monitor (unless ``workers_only``) and terminate the workers, then the
-    head (unless ``workers_only``). Returns how many nodes were terminated."""
+    head and what the provider kept for the cluster (``remove_cluster``: the Kubernetes
+    token's Secret) unless ``workers_only``. Returns how many nodes were terminated."""
     provider = provider_for(config)
     setup = node_setup(config, provider)
     if not workers_only and stop_monitor(provider):
@@ -341,6 +342,8 @@ def teardown(
         if setup is not None and not setup.stop(node_id):
             echo(f"  stopping rayfield on {node_id} failed; see {setup.log_path(node_id)}")
         provider.terminate_node(node_id)
+    if not workers_only:
+        provider.remove_cluster()  # what the provider kept for the cluster (its token)
     return len(nodes)
 
 

@@ -82,6 +82,10 @@ _PROVIDER = {
         "api_endpoints": {"type": "object", "additionalProperties": {"type": "string"}},
         "ssh_source_cidr": {"type": "string"},  # aws: who may reach port 22
         "namespace": {"type": "string"},  # kubernetes
+        # kubernetes: how setup commands reach the pods (the exec API through the
+        # client, or kubectl exec) and in which container (default the pod's first)
+        "command_runner": {"enum": ["api", "kubectl"]},
+        "container": {"type": "string"},
     },
 }
 

@@ -109,7 +109,8 @@ def head_bootstrap(config: dict[str, Any]) -> dict[str, Any]:
     d = f"~/{head_dir(config)}"
     out["provider"]["cluster_dir"] = d
     out["provider"]["use_internal_ips"] = True
-    out["auth"]["ssh_private_key"] = f"{d}/ssh_key"
+    if config.get("auth", {}).get("ssh_private_key"):  # none: nodes reached without SSH
+        out["auth"]["ssh_private_key"] = f"{d}/ssh_key"
     out["file_mounts"] = {remote: remote for remote in config.get("file_mounts", {})}
     return out
 
@@ -171,13 +172,16 @@ def start(
         try:
             if runner.run(f"mkdir -p {d} && chmod 700 {d}", log=log) != 0:
                 raise CommandError(f"cannot create ~/{d} on the head")
-            runner.sync_up(str(setup.key), f"{d}/ssh_key", log)
+            private = f"bootstrap.yaml {state}"
+            if setup.key is not None:  # a provider reaching its nodes itself needs none
+                runner.sync_up(str(setup.key), f"{d}/ssh_key", log)
+                private = f"ssh_key {private}"
             bootstrap = yaml.safe_dump(head_bootstrap(config), sort_keys=False).encode()
             _push(runner, bootstrap, f"{d}/bootstrap.yaml", log)
             records = {"nodes": provider.records()}
             _push(runner, json.dumps(records, indent=1).encode(), f"{d}/{state}", log)
             cmd = (
-                f"cd {d} && chmod 600 ssh_key bootstrap.yaml {state} && "
+                f"cd {d} && chmod 600 {private} && "
                 f"(setsid nohup {python} -m {MODULE} bootstrap.yaml --interval-s {interval_s} "
                 ">> monitor.log 2>&1 < /dev/null & echo $! > monitor.pid) && chmod 600 monitor.log"
             )

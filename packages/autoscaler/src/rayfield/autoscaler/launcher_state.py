@@ -16,7 +16,8 @@ mode 0700)::
                         of launcher.json that ``down`` and ``get-worker-ips`` pull back
     nodes/<node_id>/    the node's update log
 
-The cluster token never goes into the provider's tags.
+The cluster token never goes into the provider's tags; the wrapped provider may keep it
+for nodes that start later (``publish_token``: a Kubernetes Secret).
 """
 
 from __future__ import annotations
@@ -85,6 +86,20 @@ class SSHClusterProvider(StatefulProvider):
 
     def cleanup(self) -> None:
         self.inner.cleanup()
+
+    @property
+    def runs_commands(self) -> bool:  # type: ignore[override]
+        """Whether the wrapped provider reaches its nodes itself (no SSH)."""
+        return self.inner.runs_commands
+
+    def command_runner(self, node_id: str) -> Any:
+        return self.inner.command_runner(node_id)
+
+    def publish_token(self, token: str) -> None:
+        self.inner.publish_token(token)
+
+    def remove_cluster(self) -> None:
+        self.inner.remove_cluster()
 
     # ---- what setup records, and what the launcher reads ---------------------------------
 

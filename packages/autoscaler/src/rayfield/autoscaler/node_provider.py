@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import abc
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rayfield.autoscaler.command_runner import CommandRunner
 
 __all__ = [
     "STATUS_SETTING_UP",
@@ -75,6 +78,9 @@ class NodeProvider(abc.ABC):
     #: (:class:`~rayfield.autoscaler.node_setup.NodeSetup`); its nodes are created with
     #: status ``uninitialized``.
     needs_setup = False
+    #: True when :meth:`command_runner` reaches the nodes (the launcher then needs no
+    #: SSH user or key for them).
+    runs_commands = False
 
     def __init__(self, provider_config: dict[str, Any], cluster_name: str) -> None:
         self.provider_config = provider_config
@@ -140,6 +146,25 @@ class NodeProvider(abc.ABC):
 
     def cleanup(self) -> None:  # noqa: B027  (optional hook: nothing to release by default)
         """Release what the provider holds (connections, caches)."""
+
+    def command_runner(self, node_id: str) -> CommandRunner:
+        """A runner reaching the node through the provider's own channel (with
+        :attr:`runs_commands`; e.g. the Kubernetes exec API). The default has none.
+
+        Raises:
+            ProviderError: the provider reaches no node itself (the launcher uses SSH).
+        """
+        raise ProviderError(f"{type(self).__name__} runs no commands itself: nodes use SSH")
+
+    def publish_token(self, token: str) -> None:  # noqa: B027  (optional hook)
+        """Keep the cluster ``token`` (which the head made when it started) where nodes
+        started later read it (Kubernetes: a Secret their pods' env reference). Called
+        by the launcher once the head reported it. The default keeps nothing: the
+        launcher hands the token to each node it sets up, on the command's stdin."""
+
+    def remove_cluster(self) -> None:  # noqa: B027  (optional hook)
+        """Delete what :meth:`publish_token` kept; called by ``down`` once the head is
+        terminated. The default has nothing to delete."""
 
     @classmethod
     def bootstrap_config(cls, config: dict[str, Any]) -> dict[str, Any]:

@@ -6,8 +6,12 @@ through :class:`~rayfield.autoscaler.launcher_state.SSHClusterProvider`).
 (``auth.ssh_user``, ``auth.ssh_private_key``), the environment of its commands and its
 :class:`~rayfield.autoscaler.updater.NodeUpdater`; after the start commands it reads what
 the node wrote in its newest session under ``$RAYFIELD_NODE_TEMP_DIR`` (``node.json``;
-on the head also ``cluster.json`` and ``token``) and records it with the provider. Each node's
-output goes to ``<cluster_dir>/nodes/<node_id>/update.log``.
+on the head also ``cluster.json`` and ``token``) and records it with the provider (and
+hands the head's token to ``provider.publish_token``). Each node's output goes to
+``<cluster_dir>/nodes/<node_id>/update.log``.
+
+A provider that reaches its nodes itself (``runs_commands``: Kubernetes, through the
+exec API) needs no ``auth``: its ``command_runner`` replaces SSH, and :attr:`NodeSetup.key` is None.
 
 ``RAYFIELD_NODE_TEMP_DIR`` is ``/tmp/rayfield-<cluster_name>-<node_ip>`` on the node (one
 per address, so that several nodes may share a filesystem).
@@ -61,7 +65,8 @@ class NodeSetup:
         ssh_timeout_s: how long an update waits for a node's sshd.
 
     Raises:
-        ProviderError: ``auth`` lacks the user or the key, or the key file is missing.
+        ProviderError: the nodes are reached over SSH and ``auth`` lacks the user or the
+            key, or the key file is missing.
     """
 
     def __init__(
@@ -77,11 +82,15 @@ class NodeSetup:
         #: they were when this object was made (a monitor acts on the config it loaded).
         self.runtime_hashes = {k: runtime_hash(config, k) for k in (KIND_HEAD, KIND_WORKER)}
         auth = config.get("auth", {})
+        #: The SSH key; None when the provider reaches its nodes itself.
+        self.key: Path | None = None
+        self.ssh_user = str(auth.get("ssh_user") or "")
+        if provider.runs_commands:
+            return
         if not auth.get("ssh_user") or not auth.get("ssh_private_key"):
             raise ProviderError(
                 "an SSH cluster needs auth.ssh_user and auth.ssh_private_key (the key's path)"
             )
-        self.ssh_user = str(auth["ssh_user"])
         self.key = Path(str(auth["ssh_private_key"])).expanduser()
         if not self.key.is_file():
             raise ProviderError(f"auth.ssh_private_key {str(self.key)!r} is not a file")
@@ -93,12 +102,14 @@ class NodeSetup:
             return self.provider.internal_ip(node_id)
         return self.provider.external_ip(node_id)
 
-    def runner(self, node_id: str) -> SSHCommandRunner:
-        """The node's command runner.
+    def runner(self, node_id: str) -> CommandRunner:
+        """The node's command runner: the provider's own when it has one, else SSH.
 
         Raises:
             ProviderError: the node has no address (it is gone, or has none yet).
         """
+        if self.key is None:
+            return self.provider.command_runner(node_id)
         ip = self.ssh_ip(node_id)
         if ip is None:
             raise ProviderError(f"node {node_id} has no address (terminated, or not assigned yet)")
@@ -184,6 +195,8 @@ class NodeSetup:
                 '"$RAYFIELD_NODE_TEMP_DIR"?'
             ) from None
         self.provider.record_started(node_id, info)
+        if head:
+            self.provider.publish_token(info["token"])
 
     def stop(self, node_id: str) -> bool:
         """Run ``stop_ray_commands`` on the node (best effort: an unreachable node is

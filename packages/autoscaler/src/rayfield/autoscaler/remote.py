@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rayfield.autoscaler import commands
-from rayfield.autoscaler.command_runner import env_script
+from rayfield.autoscaler.command_runner import SSHCommandRunner, env_script
 
 __all__ = ["attach", "exec_on_head", "rsync", "wrap_command"]
 
@@ -73,7 +73,7 @@ def exec_on_head(
     env = commands.cluster_env(config)
     head = commands.head_node(provider)
     assert head is not None
-    ssh = setup.runner(head).ssh_command(port_forward=port_forward)
+    ssh = _ssh_runner(setup, head, "--port-forward").ssh_command(port_forward=port_forward)
     sys.stdout.flush()
     done = subprocess.run([*ssh, "bash -s"], input=env_script(line, env).encode(), check=False)
     return done.returncode
@@ -102,8 +102,23 @@ def attach(config: dict[str, Any], screen: bool = False, tmux: bool = False) -> 
     exports.append(f"export RAYFIELD_TOKEN=$(cat {token})")
     shell = "tmux attach || tmux new" if tmux else "screen -xRR" if screen else "bash -l"
     remote = "; ".join([*exports, f"exec {shell}" if not (tmux or screen) else shell])
-    ssh = setup.runner(head).ssh_command(tty=interactive)
+    ssh = _ssh_runner(setup, head, "attach").ssh_command(tty=interactive)
     return subprocess.run([*ssh, remote], check=False).returncode
+
+
+def _ssh_runner(setup: Any, head: str, what: str) -> SSHCommandRunner:
+    """The head's SSH runner.
+
+    Raises:
+        commands.LauncherError: the provider reaches its nodes otherwise (Kubernetes).
+    """
+    runner = setup.runner(head)
+    if not isinstance(runner, SSHCommandRunner):
+        raise commands.LauncherError(
+            f"{what} needs SSH and this provider reaches its nodes otherwise; on Kubernetes "
+            f"use kubectl: kubectl exec -it {head} -- bash, kubectl port-forward {head} PORT"
+        )
+    return runner
 
 
 def rsync(config: dict[str, Any], source: str, target: str, down: bool) -> None:

@@ -8,8 +8,19 @@ labels, with ``rayfield-cluster-name: <cluster>`` added (and left out of
 :meth:`KubernetesNodeProvider.node_tags`); so tag values must be valid label values
 (at most 63 letters, digits, ``-``, ``_``, ``.``), which the launcher's tags are. Pods
 run what their manifest says: the head's container runs ``rayfield start --head``, a
-worker's ``rayfield start --address=...`` (see ``examples/kubernetes.yaml``); nothing
-is set up over SSH.
+worker's ``rayfield start --address=...``, or they wait (``sleep infinity``) and the
+launcher sets them up through the Kubernetes exec API, never SSH
+(:meth:`KubernetesNodeProvider.command_runner`:
+:class:`~rayfield.autoscaler.providers.kubernetes_runner.KubernetesCommandRunner`,
+``provider.command_runner: api`` or ``kubectl``, in ``provider.container``); see
+``examples/kubernetes.yaml``.
+
+**The cluster token.** The head makes it when it starts; the launcher reads it from the
+head's session and :meth:`KubernetesNodeProvider.publish_token` keeps it in the Secret
+``rayfield-<cluster>-token`` (key ``token``), which every worker pod's containers read
+as ``RAYFIELD_TOKEN`` through ``valueFrom.secretKeyRef`` (added by the bootstrap): the
+token is in no label, annotation, command line or log. ``down`` deletes the Secret
+(:meth:`KubernetesNodeProvider.remove_cluster`); the next ``up`` stores the new head's.
 
 The client is configured as ``kubectl`` is: inside a cluster from the pod's service
 account, elsewhere from ``$KUBECONFIG`` (default ``~/.kube/config``), current context.
@@ -29,11 +40,13 @@ Sources:
 
 from __future__ import annotations
 
+import base64
 import copy
 import os
 import time
 from typing import Any
 
+from rayfield.autoscaler.command_runner import CommandRunner
 from rayfield.autoscaler.node_provider import (
     TAG_CLUSTER_NAME,
     TAG_NODE_KIND,
@@ -94,6 +107,8 @@ class KubernetesNodeProvider(NodeProvider):
 
     #: Seconds between two looks at a new pod's phase in ``create_node``.
     running_poll_s = 1.0
+    #: Nodes are reached through the exec API (:meth:`command_runner`), not SSH.
+    runs_commands = True
 
     def __init__(self, provider_config: dict[str, Any], cluster_name: str) -> None:
         super().__init__(provider_config, cluster_name)
@@ -219,3 +234,56 @@ class KubernetesNodeProvider(NodeProvider):
 
     def cleanup(self) -> None:
         self.api_client.close()
+
+    def command_runner(self, node_id: str) -> CommandRunner:
+        """The pod's runner through the exec API: ``provider.command_runner`` (``api``,
+        default, or ``kubectl``), in ``provider.container`` (default the pod's first).
+
+        Raises:
+            ProviderError: ``provider.command_runner`` names no transport.
+        """
+        from rayfield.autoscaler.providers.kubernetes_runner import KubernetesCommandRunner
+
+        transport = str(self.provider_config.get("command_runner") or "api")
+        try:
+            return KubernetesCommandRunner(
+                self.namespace,
+                node_id,
+                self.provider_config.get("container"),
+                transport,
+                self.provider_config,
+            )
+        except ValueError as exc:
+            raise ProviderError(str(exc)) from None
+
+    def publish_token(self, token: str) -> None:
+        """Keep ``token`` in the Secret the worker pods read (made, or replaced when it
+        holds another cluster token).
+
+        Raises:
+            ProviderError: the API server refused (the message has the HTTP status).
+        """
+        from rayfield.autoscaler.providers.kubernetes_bootstrap import token_secret_name
+
+        name = token_secret_name(self.cluster_name)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": name, "labels": {TAG_CLUSTER_NAME: self.cluster_name}},
+            "data": {"token": base64.b64encode(token.encode()).decode()},
+        }
+        found = self._call("read a secret", self.core.read_namespaced_secret, name, self.namespace)
+        if found is None:
+            self._call("create a secret", self.core.create_namespaced_secret, self.namespace, body)
+        elif (found.data or {}).get("token") != body["data"]["token"]:
+            self._call(
+                "replace a secret", self.core.replace_namespaced_secret, name, self.namespace, body
+            )
+
+    def remove_cluster(self) -> None:
+        """Delete the token's Secret (already gone is not an error)."""
+        from rayfield.autoscaler.providers.kubernetes_bootstrap import token_secret_name
+
+        name = token_secret_name(self.cluster_name)
+        self._call("delete a secret", self.core.delete_namespaced_secret, name, self.namespace)

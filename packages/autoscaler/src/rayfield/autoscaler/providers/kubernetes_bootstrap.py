@@ -15,6 +15,14 @@ beyond its pods, made when missing (an object that exists is left as it is).
   the head pod's own address, so a worker pod reaches every port of the head at
   ``rayfield-<cluster>-head:6379`` inside the namespace
   (``rayfield-<cluster>-head.<namespace>.svc`` from elsewhere).
+- **The workers' token**: every container of every worker node type gets
+  ``RAYFIELD_TOKEN`` from the Secret ``rayfield-<cluster>-token`` (key ``token``)
+  through ``valueFrom.secretKeyRef`` (a container that sets ``RAYFIELD_TOKEN`` itself
+  is left as it is). The Secret is made later, once the head started and reported the
+  token (``KubernetesNodeProvider.publish_token``); the kubelet starts a worker's
+  containers only once it exists. The head makes the token, so it gets none.
+- The Role also allows ``create`` and ``get`` on ``pods/exec``: the monitor on the head
+  sets workers up through the exec API. It allows nothing on Secrets.
 
 Sources:
     Ray 0.8 ``autoscaler/kubernetes/config.py`` (service account, role, binding); the
@@ -37,12 +45,24 @@ from rayfield.autoscaler.node_provider import (
     ProviderError,
 )
 
-__all__ = ["GCS_PORT", "POD_VERBS", "account_name", "bootstrap_kubernetes", "head_service_name"]
+__all__ = [
+    "EXEC_VERBS",
+    "GCS_PORT",
+    "POD_VERBS",
+    "account_name",
+    "bootstrap_kubernetes",
+    "head_service_name",
+    "token_secret_name",
+    "with_token_env",
+]
 
 logger = logging.getLogger(__name__)
 
 #: What the provider does with pods: read, list (and watch), create, label, delete.
 POD_VERBS = ("get", "list", "watch", "create", "patch", "delete")
+#: What the exec runner does with ``pods/exec`` (websocket exec is authorized as either,
+#: by Kubernetes version).
+EXEC_VERBS = ("create", "get")
 GCS_PORT = 6379
 _RBAC_GROUP = "rbac.authorization.k8s.io"
 
@@ -61,10 +81,27 @@ def head_service_name(cluster_name: str) -> str:
     return _dns_label(f"rayfield-{cluster_name}-head")
 
 
+def token_secret_name(cluster_name: str) -> str:
+    """The Secret holding the cluster token (key ``token``)."""
+    return _dns_label(f"rayfield-{cluster_name}-token")
+
+
+def with_token_env(pod_manifest: dict[str, Any], secret: str) -> dict[str, Any]:
+    """A copy of ``pod_manifest`` whose containers read ``RAYFIELD_TOKEN`` from the
+    Secret ``secret`` (key ``token``), unless one sets it already. Pure."""
+    out = copy.deepcopy(pod_manifest)
+    ref = {"secretKeyRef": {"name": secret, "key": "token"}}
+    for container in out.get("spec", {}).get("containers", []):
+        env = container.setdefault("env", [])
+        if not any(var.get("name") == "RAYFIELD_TOKEN" for var in env):
+            env.append({"name": "RAYFIELD_TOKEN", "valueFrom": copy.deepcopy(ref)})
+    return out
+
+
 def bootstrap_kubernetes(provider: Any, config: dict[str, Any]) -> dict[str, Any]:
     """A copy of the prepared ``config`` whose head pod runs as the autoscaler's
-    account, with the account, its Role and RoleBinding and the head's Service made
-    (see the module docstring).
+    account and whose worker pods read the token's Secret, with the account, its Role
+    and RoleBinding and the head's Service made (see the module docstring).
 
     Args:
         provider: the cluster's ``KubernetesNodeProvider`` (its client and namespace).
@@ -77,6 +114,10 @@ def bootstrap_kubernetes(provider: Any, config: dict[str, Any]) -> dict[str, Any
 
     cfg = copy.deepcopy(config)
     ns, cluster = provider.namespace, provider.cluster_name
+    secret = token_secret_name(cluster)
+    for type_name, node_type in cfg["available_node_types"].items():
+        if type_name != cfg["head_node_type"]:
+            node_type["node_config"] = with_token_env(node_type.get("node_config", {}), secret)
     core = client.CoreV1Api(provider.api_client)
     rbac = client.RbacAuthorizationV1Api(provider.api_client)
     name = account_name(cluster)
@@ -93,14 +134,17 @@ def bootstrap_kubernetes(provider: Any, config: dict[str, Any]) -> dict[str, Any
             core.create_namespaced_service_account,
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
         )
-    rule = {"apiGroups": [""], "resources": ["pods"], "verbs": list(POD_VERBS)}
+    rules = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": list(POD_VERBS)},
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": list(EXEC_VERBS)},
+    ]
     _ensure(
         provider,
         "role",
         name,
         rbac.read_namespaced_role,
         rbac.create_namespaced_role,
-        {"apiVersion": f"{_RBAC_GROUP}/v1", "kind": "Role", "metadata": meta, "rules": [rule]},
+        {"apiVersion": f"{_RBAC_GROUP}/v1", "kind": "Role", "metadata": meta, "rules": rules},
     )
     _ensure(
         provider,
