@@ -3,6 +3,11 @@
 Each command is a click command of its own; :data:`COMMANDS` lists them, and
 rayfield-cli adds each one registered under the ``rayfield.cli_commands`` entry-point
 group (see pyproject.toml) to the ``rayfield`` group.
+
+This module imports only click at its top: the launcher's modules (and through them
+jsonschema, yaml, psutil and the cloud clients) are imported by the command that runs,
+so ``rayfield-autoscaler --help`` and ``rayfield --help``, which load every command to
+list it, stay fast (``tests/test_cli_startup.py``).
 """
 
 from __future__ import annotations
@@ -17,12 +22,10 @@ from typing import Any, TypeVar
 
 import click
 
-from rayfield.autoscaler import commands, head_monitor, remote
-from rayfield.autoscaler.command_runner import CommandError
-from rayfield.autoscaler.config import ConfigError, load_config
-from rayfield.autoscaler.node_provider import ProviderError
-
 F = TypeVar("F", bound=Callable[..., Any])
+#: Seconds between two autoscaler steps when ``up`` is not told
+#: (``rayfield.autoscaler.commands.DEFAULT_UPDATE_INTERVAL_S``; equal, checked by a test).
+DEFAULT_UPDATE_INTERVAL_S = 5.0
 
 
 def _errors(fn: F) -> F:
@@ -30,15 +33,15 @@ def _errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from rayfield.autoscaler.command_runner import CommandError
+        from rayfield.autoscaler.commands import LauncherError
+        from rayfield.autoscaler.config import ConfigError
+        from rayfield.autoscaler.head_monitor import HeadMonitorError
+        from rayfield.autoscaler.node_provider import ProviderError
+
         try:
             return fn(*args, **kwargs)
-        except (
-            ConfigError,
-            ProviderError,
-            commands.LauncherError,
-            CommandError,
-            head_monitor.HeadMonitorError,
-        ) as exc:
+        except (ConfigError, ProviderError, LauncherError, CommandError, HeadMonitorError) as exc:
             raise click.ClickException(str(exc)) from None
 
     return wrapper  # type: ignore[return-value]
@@ -54,6 +57,8 @@ def _config_arg(fn: F) -> F:
 
 
 def _load(path: Path, cluster_name: str | None, **overrides: Any) -> dict[str, Any]:
+    from rayfield.autoscaler.config import load_config
+
     return load_config(path, {"cluster_name": cluster_name, **overrides})
 
 
@@ -71,7 +76,7 @@ def _load(path: Path, cluster_name: str | None, **overrides: Any) -> dict[str, A
 @click.option(
     "--update-interval-s",
     type=click.FloatRange(min=0.1),
-    default=commands.DEFAULT_UPDATE_INTERVAL_S,
+    default=DEFAULT_UPDATE_INTERVAL_S,
     show_default=True,
     help="Seconds between two autoscaler steps.",
 )
@@ -87,6 +92,8 @@ def up(
     update_interval_s: float,
 ) -> None:
     """Create or update the cluster of CLUSTER_CONFIG_FILE and start its autoscaler."""
+    from rayfield.autoscaler import commands
+
     cfg = _load(cluster_config_file, cluster_name, min_workers=min_workers, max_workers=max_workers)
     if not yes:
         click.confirm(f"Create or update cluster {cfg['cluster_name']!r}?", abort=True)
@@ -105,6 +112,8 @@ def down(
     cluster_config_file: Path, cluster_name: str | None, workers_only: bool, yes: bool
 ) -> None:
     """Tear down the cluster of CLUSTER_CONFIG_FILE (its autoscaler and nodes)."""
+    from rayfield.autoscaler import commands
+
     cfg = _load(cluster_config_file, cluster_name)
     if not yes:
         what = "the workers of" if workers_only else "cluster"
@@ -118,6 +127,8 @@ def down(
 @_errors
 def get_head_ip(cluster_config_file: Path, cluster_name: str | None) -> None:
     """Print the head node's IP."""
+    from rayfield.autoscaler import commands
+
     provider = commands.provider_for(_load(cluster_config_file, cluster_name))
     head = commands.head_node(provider)
     if head is None:
@@ -130,6 +141,8 @@ def get_head_ip(cluster_config_file: Path, cluster_name: str | None) -> None:
 @_errors
 def get_worker_ips(cluster_config_file: Path, cluster_name: str | None) -> None:
     """Print each worker's IP and node id, one worker a line."""
+    from rayfield.autoscaler import commands, head_monitor
+
     cfg = _load(cluster_config_file, cluster_name)
     provider = commands.provider_for(cfg)
     setup = commands.head_monitor_setup(provider, commands.node_setup(cfg, provider))
@@ -142,6 +155,8 @@ def get_worker_ips(cluster_config_file: Path, cluster_name: str | None) -> None:
 def _run_on_head(
     cfg: dict[str, Any], cmd: list[str] | str, start: bool, stop: bool, options: dict[str, Any]
 ) -> None:
+    from rayfield.autoscaler import commands, remote
+
     if start:
         commands.create_or_update(cfg, echo=click.echo)
     try:
@@ -205,6 +220,8 @@ def submit(
     cluster the script is copied to ~/rayfield-submit/ on the head and run with the
     head's Python (``provider.head_python``, default python3; a command, split as
     the shell would)."""
+    from rayfield.autoscaler import commands, head_monitor, remote
+
     cfg = _load(cluster_config_file, cluster_name)
     cmd = [sys.executable, script, *script_args]
     if commands.provider_for(cfg).needs_setup:
@@ -226,6 +243,8 @@ def submit(
 def monitor(cluster_config_file: Path, cluster_name: str | None, follow: bool, lines: int) -> None:
     """Print the autoscaler's log (and follow it); on an SSH cluster, the log of the
     monitor on the head."""
+    from rayfield.autoscaler import commands, head_monitor
+
     cfg = _load(cluster_config_file, cluster_name)
     provider = commands.provider_for(cfg)
     setup = commands.head_monitor_setup(provider, commands.node_setup(cfg, provider))
@@ -255,6 +274,8 @@ def monitor(cluster_config_file: Path, cluster_name: str | None, follow: bool, l
 @_errors
 def attach(cluster_config_file: Path, cluster_name: str | None, screen: bool, tmux: bool) -> None:
     """Open a shell on the head, with RAYFIELD_ADDRESS set."""
+    from rayfield.autoscaler import remote
+
     status = remote.attach(_load(cluster_config_file, cluster_name), screen, tmux)
     if status:
         raise click.exceptions.Exit(status)
@@ -267,6 +288,8 @@ def attach(cluster_config_file: Path, cluster_name: str | None, screen: bool, tm
 @_errors
 def rsync_up(cluster_config_file: Path, cluster_name: str | None, source: str, target: str) -> None:
     """Copy SOURCE (here) to TARGET on the head."""
+    from rayfield.autoscaler import remote
+
     remote.rsync(_load(cluster_config_file, cluster_name), source, target, down=False)
 
 
@@ -279,6 +302,8 @@ def rsync_down(
     cluster_config_file: Path, cluster_name: str | None, source: str, target: str
 ) -> None:
     """Copy SOURCE on the head to TARGET (here)."""
+    from rayfield.autoscaler import remote
+
     remote.rsync(_load(cluster_config_file, cluster_name), source, target, down=True)
 
 
