@@ -44,13 +44,17 @@ def test_aws_example_has_spot_workers_and_the_cache() -> None:
     assert cfg["provider"]["cache_stopped_nodes"] is True
 
 
-def test_kubernetes_example_workers_reach_the_head_through_its_service() -> None:
-    from rayfield.autoscaler.providers.kubernetes_bootstrap import GCS_PORT, head_service_name
+def test_kubernetes_example_is_set_up_over_exec_with_the_token_from_the_secret() -> None:
+    from rayfield.autoscaler.providers.kubernetes_bootstrap import token_secret_name, with_token_env
 
     cfg = load_config(EXAMPLES / "kubernetes.yaml")
-    worker = cfg["available_node_types"]["worker"]["node_config"]["spec"]["containers"][0]
-    address = f"--address={head_service_name(cfg['cluster_name'])}:{GCS_PORT}"
-    assert address in worker["args"][0]
+    assert cfg["provider"]["command_runner"] == "api"
+    worker = cfg["available_node_types"]["worker"]["node_config"]
+    assert worker["spec"]["containers"][0]["command"] == ["sleep", "infinity"]
+    assert cfg["worker_start_ray_commands"]  # the defaults, run over exec
+    assert any("rayfield-autoscaler[kubernetes]" in c for c in cfg["setup_commands"])
+    (container,) = with_token_env(worker, token_secret_name("k8s-demo"))["spec"]["containers"]
+    assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "rayfield-k8s-demo-token"
 
 
 @pytest.mark.parametrize(

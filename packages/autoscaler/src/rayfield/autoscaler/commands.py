@@ -309,7 +309,8 @@ def _set_up_head(
         return
     what = "restarting" if restart_only else "setting up"
     host = setup.ssh_ip(head)
-    echo(f"{what} the head {head} at {host} over SSH (log: {setup.log_path(head)})")
+    over = "through the provider" if provider.runs_commands else "over SSH"
+    echo(f"{what} the head {head} at {host} {over} (log: {setup.log_path(head)})")
     try:
         setup.update(head, restart_only=restart_only)
     except (UpdateError, ProviderError) as exc:
