@@ -266,7 +266,7 @@ class KubernetesNodeProvider(NodeProvider):
         from rayfield.autoscaler.providers.kubernetes_bootstrap import token_secret_name
 
         name = token_secret_name(self.cluster_name)
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Secret",
             "type": "Opaque",
