@@ -233,6 +233,16 @@ def _pair(kw: dict[str, Any], cert: str, key: str) -> tuple[str, str] | None:
     "work is retried elsewhere.",
 )
 @click.option(
+    "--gcs-reconnect-timeout-s",
+    type=float,
+    envvar="RAYFIELD_GCS_RECONNECT_TIMEOUT_S",
+    default=None,
+    callback=_amount,
+    help="A node that has not reached the GCS this long shuts down with its workers and "
+    "actors (default 60; 0: never). Shorter outages (a GCS restart) do not disturb work "
+    "between nodes. Env: RAYFIELD_GCS_RECONNECT_TIMEOUT_S.",
+)
+@click.option(
     "--block",
     is_flag=True,
     help="Stay in the foreground until the node stops (Ctrl-C stops what this command started).",
@@ -295,6 +305,7 @@ def start(**kw: Any) -> None:
         node_ip_address=kw["node_ip_address"],
         node_manager_port=kw["node_manager_port"],
         heartbeat_timeout_s=kw["heartbeat_timeout_s"],
+        gcs_reconnect_timeout_s=kw["gcs_reconnect_timeout_s"],
         tls=(tls_parts[0], tls_parts[1], tls_parts[2]) if all(tls_parts) else None,
         dashboard_tls=dashboard_tls,
     )
