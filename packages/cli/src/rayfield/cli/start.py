@@ -351,6 +351,9 @@ def start(**kw: Any) -> None:
     except cluster.ClusterError as exc:
         cluster.stop_all(5.0, temp_dir=session)  # what this command started before it failed
         raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:  # Ctrl-C: no half-started cluster is left (then exit 130)
+        cluster.stop_all(5.0, temp_dir=session)
+        raise
     click.echo(
         f"rayfield node started in {time.monotonic() - t0:.1f} s: {info['node_id'][:12]} "
         f"with {_fmt(info['resources'])}, session {session}"
