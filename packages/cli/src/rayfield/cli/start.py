@@ -245,7 +245,8 @@ def _pair(kw: dict[str, Any], cert: str, key: str) -> tuple[str, str] | None:
 @click.option(
     "--block",
     is_flag=True,
-    help="Stay in the foreground until the node stops (Ctrl-C stops what this command started).",
+    help="Stay in the foreground until the node stops, then exit with its status (1: it gave "
+    "up on the GCS); Ctrl-C stops what this command started.",
 )
 @click.option("--num-redis-shards", type=int, hidden=True, callback=_refuse, expose_value=False)
 @click.option("--redis-shard-ports", hidden=True, callback=_refuse, expose_value=False)
@@ -424,12 +425,18 @@ def _print_next_steps(address: str, session: Path) -> None:
 
 
 def _block(pid: int) -> None:
+    """Wait for the node process ``pid`` (this command's child) to end, and exit with its
+    status (1: it gave up on the GCS); Ctrl-C stops what this command started, exit 0."""
     import psutil
 
     try:
-        while psutil.pid_exists(pid):
-            time.sleep(1)
+        status = psutil.Process(pid).wait()  # a child: reaped, not left a zombie
+    except psutil.NoSuchProcess:
+        status = 0
     except KeyboardInterrupt:
         click.echo("stopping...", err=True)
         cluster.stop_all()
-    os._exit(0)
+        os._exit(0)
+    code = 1 if status is None else status if status >= 0 else 128 - status  # -N: signal N
+    click.echo(f"the node (pid {pid}) exited with status {code}", err=True)
+    os._exit(code)

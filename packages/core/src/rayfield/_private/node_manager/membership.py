@@ -184,12 +184,14 @@ class Membership:
         timeout_s = self.reach.timeout_s
         if verdict is Reach.LOST:
             logger.warning(
-                "the GCS at %s does not answer; the node works on and gives up after %s",
+                "the GCS at %s does not answer; the node works on, %s",
                 self.gcs.address,
-                f"{timeout_s:g} s without it" if timeout_s < float("inf") else "never",
+                f"and stops after {timeout_s:g} s without it"
+                if timeout_s < float("inf")
+                else "however long it takes (gcs_reconnect_timeout_s=0)",
             )
         elif verdict is Reach.BACK:
-            logger.warning("the GCS at %s answers again", self.gcs.address)
+            logger.info("the GCS at %s answers again", self.gcs.address)
         elif verdict is Reach.GIVE_UP:
             why = (
                 f"the GCS at {self.gcs.address} has not answered for "
