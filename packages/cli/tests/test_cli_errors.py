@@ -103,6 +103,7 @@ def test_busy_ports(cluster: tuple[str, Path], tmp_path: Path) -> None:
         (["--resources", '{"x": -1}'], "'x' must be a finite number >= 0"),
         (["--num-cpus", "nan"], "must be a finite number >= 0, not nan"),
         (["--num-gpus", "inf"], "must be a finite number >= 0, not inf"),
+        (["--gcs-reconnect-timeout-s", "-1"], "must be a finite number >= 0, not -1"),
         (["--dashboard-tls-cert", "c.pem"], "go together"),
     ],
 )

@@ -128,3 +128,56 @@ def test_work_between_nodes_goes_on_while_the_gcs_is_down(
             interval=0.1,
         )
     assert rf.get(counter.add.remote(1)) == n + 1
+
+
+GIVE_UP_S = 2.0  # the nodes' gcs_reconnect_timeout_s in the test below
+HEARTBEAT_S = 0.5  # the nodes' heartbeat interval
+
+
+@rf.remote(num_cpus=0)
+class Keeper:
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+
+@rf.remote
+def double(i: int) -> int:
+    return 2 * i
+
+
+def test_a_node_whose_gcs_never_comes_back_shuts_down_with_its_workers(tmp_path: Path) -> None:
+    head = cluster.new_session_dir(tmp_path)
+    try:
+        address = cluster.start_gcs(head, "127.0.0.1", 0, cluster.NodeOptions(temp_dir=tmp_path))
+        token = (head / "token").read_text().strip()
+        opts = cluster.NodeOptions(num_cpus=1, temp_dir=tmp_path, gcs_reconnect_timeout_s=GIVE_UP_S)
+        node = psutil.Process(cluster.start_node(head, address, token, opts, head=True)["pid"])
+        rf.init(address=address, temp_dir=str(tmp_path))
+        keeper = Keeper.options(name="keeper", lifetime="detached").remote()
+        actor_pid = rf.get(keeper.pid.remote())
+        assert rf.get(double.remote(3)) == 6  # and a worker for tasks
+        workers = node.children(recursive=True)
+        assert actor_pid in [w.pid for w in workers]
+        rf.shutdown()  # the detached actor's worker stays
+
+        gcs = _gcs_process(tmp_path)
+        gcs.send_signal(signal.SIGKILL)
+        gcs.wait(5)
+        killed = time.monotonic()
+        status = node.wait(timeout=GIVE_UP_S + 30)  # never restarted: the node gives up
+        took = time.monotonic() - killed
+        assert status == 1, (head / "logs" / "node.out").read_text()[-3000:]
+        # The count starts at the last heartbeat the GCS answered, at most one interval
+        # before it was killed.
+        assert took >= GIVE_UP_S - HEARTBEAT_S - 0.1, took
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        assert alive == [], f"orphan workers: {alive}"
+        log = (head / "logs" / "node.out").read_text()
+        assert "has not answered for" in log and "shutting this node down" in log
+        assert not (head / "node.json").exists()
+        print(f"the node stopped {took:.1f} s after its GCS was killed")
+    finally:
+        rf.shutdown()
+        cluster.stop_all(5.0, temp_dir=tmp_path)

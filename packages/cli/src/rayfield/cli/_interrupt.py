@@ -1,5 +1,13 @@
-"""Ctrl-C for a command that runs until it (``rayfield logs --follow``): a stop request
-that the command's loop reads between two calls, never an exception inside one.
+"""Ctrl-C in ``rayfield`` commands.
+
+A one-shot command (``status``, ``list``, ``start``...) that gets Ctrl-C ends at once
+with exit status :data:`INTERRUPTED_EXIT_STATUS` (130, 128 + SIGINT: what a shell
+reports for a command SIGINT ended, so scripts can tell it from a failure) and one line
+on stderr: :func:`interrupted` makes that exit, and the command group turns every
+``KeyboardInterrupt`` into it (click's own handling prints "Aborted!" and exits 1).
+
+A command that runs until Ctrl-C (``rayfield logs --follow``) ends that way normally:
+it reads a stop request between two calls, never an exception inside one, and exits 0.
 
 Python turns SIGINT into ``KeyboardInterrupt`` only when SIGINT's action was the
 default at start-up: a process started with SIGINT ignored (what a shell without job
@@ -23,7 +31,18 @@ import time
 from types import FrameType, TracebackType
 from typing import Any
 
-__all__ = ["StopOnInterrupt"]
+import click
+
+__all__ = ["INTERRUPTED_EXIT_STATUS", "StopOnInterrupt", "interrupted"]
+
+INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT (2)
+
+
+def interrupted() -> click.exceptions.Exit:
+    """Say on stderr that Ctrl-C ended the command; returns the exit (status 130) to
+    raise, e.g. ``except KeyboardInterrupt: raise interrupted() from None``."""
+    click.echo("rayfield: interrupted (Ctrl-C)", err=True)
+    return click.exceptions.Exit(INTERRUPTED_EXIT_STATUS)
 
 
 class StopOnInterrupt:

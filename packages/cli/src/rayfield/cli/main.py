@@ -36,7 +36,8 @@ def _plugins() -> dict[str, Any]:
 
 class _Group(click.Group):
     """The command group; session files another user could control (``rayfield.exceptions.
-    UnsafeSessionError``) end any command with their one-line message, not a traceback.
+    UnsafeSessionError``) end any command with their one-line message, not a traceback,
+    and Ctrl-C ends any command with exit status 130 (``_interrupt.interrupted``).
     Built-in commands are imported when named (:data:`BUILT_IN`); plug-in commands are
     looked up only when a name is not built in (or for ``--help``), so the built-in
     commands start without reading every installed distribution."""
@@ -64,12 +65,15 @@ class _Group(click.Group):
         return loaded
 
     def invoke(self, ctx: click.Context) -> Any:
+        from rayfield.cli._interrupt import interrupted
         from rayfield.exceptions import UnsafeSessionError
 
         try:
             return super().invoke(ctx)
         except UnsafeSessionError as exc:
             raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            raise interrupted() from None
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

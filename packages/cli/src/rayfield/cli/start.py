@@ -233,9 +233,20 @@ def _pair(kw: dict[str, Any], cert: str, key: str) -> tuple[str, str] | None:
     "work is retried elsewhere.",
 )
 @click.option(
+    "--gcs-reconnect-timeout-s",
+    type=float,
+    envvar="RAYFIELD_GCS_RECONNECT_TIMEOUT_S",
+    default=None,
+    callback=_amount,
+    help="A node that has not reached the GCS this long shuts down with its workers and "
+    "actors (default 60; 0: never). Shorter outages (a GCS restart) do not disturb work "
+    "between nodes. Env: RAYFIELD_GCS_RECONNECT_TIMEOUT_S.",
+)
+@click.option(
     "--block",
     is_flag=True,
-    help="Stay in the foreground until the node stops (Ctrl-C stops what this command started).",
+    help="Stay in the foreground until the node stops, then exit with its status (1: it gave "
+    "up on the GCS); Ctrl-C stops what this command started.",
 )
 @click.option("--num-redis-shards", type=int, hidden=True, callback=_refuse, expose_value=False)
 @click.option("--redis-shard-ports", hidden=True, callback=_refuse, expose_value=False)
@@ -295,6 +306,7 @@ def start(**kw: Any) -> None:
         node_ip_address=kw["node_ip_address"],
         node_manager_port=kw["node_manager_port"],
         heartbeat_timeout_s=kw["heartbeat_timeout_s"],
+        gcs_reconnect_timeout_s=kw["gcs_reconnect_timeout_s"],
         tls=(tls_parts[0], tls_parts[1], tls_parts[2]) if all(tls_parts) else None,
         dashboard_tls=dashboard_tls,
     )
@@ -340,6 +352,9 @@ def start(**kw: Any) -> None:
     except cluster.ClusterError as exc:
         cluster.stop_all(5.0, temp_dir=session)  # what this command started before it failed
         raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:  # Ctrl-C: no half-started cluster is left (then exit 130)
+        cluster.stop_all(5.0, temp_dir=session)
+        raise
     click.echo(
         f"rayfield node started in {time.monotonic() - t0:.1f} s: {info['node_id'][:12]} "
         f"with {_fmt(info['resources'])}, session {session}"
@@ -410,12 +425,18 @@ def _print_next_steps(address: str, session: Path) -> None:
 
 
 def _block(pid: int) -> None:
+    """Wait for the node process ``pid`` (this command's child) to end, and exit with its
+    status (1: it gave up on the GCS); Ctrl-C stops what this command started, exit 0."""
     import psutil
 
     try:
-        while psutil.pid_exists(pid):
-            time.sleep(1)
+        status = psutil.Process(pid).wait()  # a child: reaped, not left a zombie
+    except psutil.NoSuchProcess:
+        status = 0
     except KeyboardInterrupt:
         click.echo("stopping...", err=True)
         cluster.stop_all()
-    os._exit(0)
+        os._exit(0)
+    code = 1 if status is None else status if status >= 0 else 128 - status  # -N: signal N
+    click.echo(f"the node (pid {pid}) exited with status {code}", err=True)
+    os._exit(code)

@@ -25,7 +25,9 @@ core and workers) and this :class:`NodeAgent`, which wires together:
 
 Only the heartbeat, the event shipper and the GCS writer wait for the GCS, each on its
 own thread: while the GCS is down (being restarted), tasks, actor calls and object
-transfers between nodes whose places are known here go on.
+transfers between nodes whose places are known here go on. A GCS that does not answer
+for ``gcs_reconnect_timeout_s`` (``gcs_reach.py``) is given up on: ``on_gcs_gone`` tells
+the node process to shut down.
 
 The agent itself handles the native core's cluster events (``events.py``), accepts
 tasks forwarded here, and answers the node service (:class:`~.node_service.NodeBackend`).
@@ -37,7 +39,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rayfield._private.common.ids import ORIGIN_BYTES, origin_of
@@ -47,6 +49,7 @@ from rayfield._private.node_manager.actor_routing import ActorRouter
 from rayfield._private.node_manager.arg_pins import ArgPins
 from rayfield._private.node_manager.event_shipper import EventShipper
 from rayfield._private.node_manager.forwarding import SEND_ATTEMPTS, AcceptedTasks, Forwarder
+from rayfield._private.node_manager.gcs_reach import DEFAULT_GCS_RECONNECT_TIMEOUT_S
 from rayfield._private.node_manager.gcs_writer import GcsWriter
 from rayfield._private.node_manager.introspect import Introspector
 from rayfield._private.node_manager.lifecycle import Lifecycle, job_cancelled
@@ -83,6 +86,10 @@ class NodeAgent:
         port: its TCP port; 0 picks a free one.
         tls: mutual TLS for the service and for channels to peers (None: plaintext).
         heartbeat_s: seconds between heartbeats.
+        gcs_reconnect_timeout_s: seconds without reaching the GCS after which the node
+            gives up on it (0 or less: never).
+        on_gcs_gone: called once, from the heartbeat thread, with why the node gives up
+            on the GCS; it must only ask for :meth:`shutdown`, not call it (None: logged).
 
     Raises:
         RuntimeError: when the port cannot be bound.
@@ -97,6 +104,8 @@ class NodeAgent:
         port: int = 0,
         tls: TlsConfig | None = None,
         heartbeat_s: float = 0.5,
+        gcs_reconnect_timeout_s: float = DEFAULT_GCS_RECONNECT_TIMEOUT_S,
+        on_gcs_gone: Callable[[str], None] | None = None,
     ) -> None:
         keep_freed_memory()
         self.node = node
@@ -180,6 +189,8 @@ class NodeAgent:
             self._node_died,
             self._after_heartbeat,
             heartbeat_s,
+            gcs_reconnect_timeout_s,
+            on_gcs_gone,
         )
         self.membership.start()
         self.writer.start()

@@ -7,17 +7,25 @@ once; ``after_round`` runs after each round (work waiting for a fitting node, ac
 calls waiting for their actor's node, are tried again then), also when the GCS did not
 answer: the last view of the nodes stands meanwhile. Each heartbeat is one try (the next
 round is the retry), so a GCS that is down costs a round no more than one failed call.
+A GCS not reached for ``reconnect_timeout_s`` (``gcs_reach.py`` decides) is reported to
+``on_gcs_gone`` once: the node shuts down.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from rayfield._private.common.ids import ORIGIN_BYTES, origin_of
 from rayfield._private.gcs.client import GcsClient
+from rayfield._private.node_manager.gcs_reach import (
+    DEFAULT_GCS_RECONNECT_TIMEOUT_S,
+    GcsReach,
+    Reach,
+)
 from rayfield._private.protocol.types import NodeInfo, ResourceDemand
 
 __all__ = ["Membership", "PeerView"]
@@ -97,6 +105,10 @@ class Membership:
         on_died: called with each node found dead.
         after_round: called after each heartbeat round.
         heartbeat_s: seconds between heartbeats.
+        reconnect_timeout_s: seconds without reaching the GCS after which ``on_gcs_gone``
+            is called (0 or less: never).
+        on_gcs_gone: called once, on the heartbeat thread, with why the node gives up on
+            the GCS; it must not wait for :meth:`stop` (None: only logged).
     """
 
     def __init__(
@@ -109,6 +121,8 @@ class Membership:
         on_died: Callable[[NodeInfo], None],
         after_round: Callable[[], None],
         heartbeat_s: float = 0.5,
+        reconnect_timeout_s: float = DEFAULT_GCS_RECONNECT_TIMEOUT_S,
+        on_gcs_gone: Callable[[str], None] | None = None,
     ) -> None:
         self.gcs = gcs
         self.beats = gcs.with_limits(gcs.timeout_s, retry_deadline_s=0.0)
@@ -119,6 +133,8 @@ class Membership:
         self.on_died = on_died
         self.after_round = after_round
         self.heartbeat_s = heartbeat_s
+        self.reach = GcsReach(reconnect_timeout_s, time.monotonic())
+        self.on_gcs_gone = on_gcs_gone
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="rayfield-heartbeat")
 
@@ -127,6 +143,7 @@ class Membership:
         before the GCS went down still knows its peers), then beat every
         ``heartbeat_s``."""
         self.gcs.register_node(self.info)
+        self.reach.observe(True, time.monotonic())
         try:
             self.peers.update(self.gcs.get_nodes())
         except Exception as exc:  # the first heartbeat round reads them again
@@ -158,7 +175,33 @@ class Membership:
 
     def _run(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
-            self.beat()
+            self.judge(self.beat(), time.monotonic())
+
+    def judge(self, reached: bool, now: float) -> Reach:
+        """Log what a round's outcome means (``reached``: the GCS answered, at monotonic
+        ``now``) and call ``on_gcs_gone`` when the node gives up; returns the verdict."""
+        verdict = self.reach.observe(reached, now)
+        timeout_s = self.reach.timeout_s
+        if verdict is Reach.LOST:
+            logger.warning(
+                "the GCS at %s does not answer; the node works on, %s",
+                self.gcs.address,
+                f"and stops after {timeout_s:g} s without it"
+                if timeout_s < float("inf")
+                else "however long it takes (gcs_reconnect_timeout_s=0)",
+            )
+        elif verdict is Reach.BACK:
+            logger.info("the GCS at %s answers again", self.gcs.address)
+        elif verdict is Reach.GIVE_UP:
+            why = (
+                f"the GCS at {self.gcs.address} has not answered for "
+                f"{self.reach.unreachable_s(now):.1f} s (gcs_reconnect_timeout_s="
+                f"{timeout_s:g})"
+            )
+            logger.error("%s: shutting this node down with its workers and actors", why)
+            if self.on_gcs_gone is not None:
+                self.on_gcs_gone(why)
+        return verdict
 
     def stop(self) -> None:
         """Stop the heartbeat."""

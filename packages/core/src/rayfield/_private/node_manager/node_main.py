@@ -3,14 +3,18 @@
     python -m rayfield._private.node_manager.node_main [--num-cpus N] [--num-gpus N]
         [--resources JSON] [--object-store-memory BYTES] [--temp-dir DIR]
         [--session-dir DIR] [--gcs-address HOST:PORT --token-file PATH
-         [--node-ip-address IP] [--node-manager-port P] [--tls-cert F --tls-key F --tls-ca F]]
+         [--node-ip-address IP] [--node-manager-port P] [--tls-cert F --tls-key F --tls-ca F]
+         [--gcs-reconnect-timeout-s S]]
 
 It creates a session directory (or uses ``--session-dir``), writes ``<session>/node.json``
 (socket path, resources, pid, and in a cluster the node's gRPC address) and, unless it
 joins a cluster as a non-head node, points ``<temp_dir>/session_latest`` at the session.
 With ``--gcs-address`` it joins that cluster (``agent.NodeAgent``). It prints one
 line with the session directory and serves until SIGTERM or SIGINT, then stops its
-workers, leaves the cluster and removes its socket. ``rayfield start`` runs it.
+workers, leaves the cluster and removes its socket (exit status 0). A node in a cluster
+also stops so, with exit status 1, when it has not reached the GCS for
+``--gcs-reconnect-timeout-s`` seconds (default ``RAYFIELD_GCS_RECONNECT_TIMEOUT_S``, else
+60; 0: never; see ``gcs_reach.py``). ``rayfield start`` runs it.
 """
 
 from __future__ import annotations
@@ -21,17 +25,26 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
 from rayfield._private.common import session_files
 from rayfield._private.common.devices import detect_gpus
+from rayfield._private.node_manager.gcs_reach import (
+    DEFAULT_GCS_RECONNECT_TIMEOUT_S,
+    ENV_GCS_RECONNECT_TIMEOUT_S,
+    reconnect_timeout_from_env,
+)
 from rayfield._private.node_manager.node import Node
 
 
-def join_cluster(node: Node, args: argparse.Namespace) -> dict[str, str]:
-    """Start the node's cluster agent (imports grpc only here: plain nodes never need it)."""
+def join_cluster(
+    node: Node, args: argparse.Namespace, on_gcs_gone: Callable[[str], None]
+) -> dict[str, str]:
+    """Start the node's cluster agent (imports grpc only here: plain nodes never need it);
+    ``on_gcs_gone`` is called when the node gives up on the GCS."""
     from rayfield._private.gcs.auth import read_token
     from rayfield._private.gcs.client import GcsClient
     from rayfield._private.node_manager.agent import NodeAgent
@@ -41,7 +54,14 @@ def join_cluster(node: Node, args: argparse.Namespace) -> dict[str, str]:
     tls = TlsConfig(args.tls_cert, args.tls_key, args.tls_ca) if args.tls_cert else None
     gcs = GcsClient(args.gcs_address, token, tls=tls if tls else None)
     node.agent = NodeAgent(
-        node, gcs, token, host=args.node_ip_address, port=args.node_manager_port, tls=tls
+        node,
+        gcs,
+        token,
+        host=args.node_ip_address,
+        port=args.node_manager_port,
+        tls=tls,
+        gcs_reconnect_timeout_s=args.gcs_reconnect_timeout_s,
+        on_gcs_gone=on_gcs_gone,
     )
     return {"gcs_address": args.gcs_address, "node_manager_address": node.agent.address}
 
@@ -94,9 +114,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node-ip-address", default="127.0.0.1")
     parser.add_argument("--node-manager-port", type=int, default=0)
     parser.add_argument("--head", action="store_true", help="point session_latest here")
+    parser.add_argument(
+        "--gcs-reconnect-timeout-s",
+        type=float,
+        default=None,
+        help="stop after this long without reaching the GCS (0: never); default "
+        f"${ENV_GCS_RECONNECT_TIMEOUT_S}, else {DEFAULT_GCS_RECONNECT_TIMEOUT_S:g}",
+    )
     for flag in ("--tls-cert", "--tls-key", "--tls-ca"):
         parser.add_argument(flag, default=None)
     args = parser.parse_args(argv)
+    if args.gcs_reconnect_timeout_s is None:
+        try:
+            args.gcs_reconnect_timeout_s = reconnect_timeout_from_env()
+        except ValueError as exc:
+            parser.error(str(exc))
     logging.basicConfig(
         level=os.environ.get("RAYFIELD_LOG_LEVEL", "INFO").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -127,9 +159,16 @@ def main(argv: list[str] | None = None) -> int:
         "object_store_memory": memory,
         "node_id": node.server.node_id.hex(),
     }
+    stop = threading.Event()
+    gave_up: list[str] = []
+
+    def give_up(why: str) -> None:
+        gave_up.append(why)
+        stop.set()
+
     if args.gcs_address:
         try:
-            info.update(join_cluster(node, args))
+            info.update(join_cluster(node, args, give_up))
         except BaseException as exc:
             node.shutdown()
             reason = _join_failure(exc, args.gcs_address)
@@ -141,7 +180,6 @@ def main(argv: list[str] | None = None) -> int:
     session_files.write_private(session / "node.json", json.dumps(info))
     if args.head or not args.gcs_address:
         session_files.point_latest(root, session)
-    stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     print(f"rayfield node started: session {session}", flush=True)
@@ -149,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         pass
     node.shutdown()
     (session / "node.json").unlink(missing_ok=True)
+    if gave_up:
+        print(f"rayfield node stopped: {gave_up[0]}", flush=True)
+        return 1
     return 0
 
 

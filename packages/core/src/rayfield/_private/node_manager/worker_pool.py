@@ -2,7 +2,9 @@
 
 Workers run ``python -m rayfield._private.runtime.worker_main <socket>`` with the node's module
 search path; each one's stdout and stderr go to ``<logs>/worker-<pid>.out`` and, with
-``log_to_driver``, to this process's stdout with a ``(pid=..., ip=...)`` prefix.
+``log_to_driver``, to this process's stdout with a ``(pid=..., ip=...)`` prefix. Once
+:meth:`WorkerPool.stop` began no worker is started: a start that races with it (the
+node's event thread asking for workers while the node stops) ends the worker it made.
 """
 
 from __future__ import annotations
@@ -51,11 +53,15 @@ class WorkerPool:
         self.lock = threading.Lock()
         self.selector = selectors.DefaultSelector()
         self._stop = threading.Event()
+        self._closed = False  # stop() began: start() makes no worker (under ``lock``)
         self._logs = threading.Thread(target=self._stream_logs, daemon=True, name="rayfield-logs")
         self._logs.start()
 
     def start(self, n: int) -> None:
+        """Start ``n`` workers, fewer if the cap is reached; none once :meth:`stop` began."""
         with self.lock:
+            if self._closed:
+                return
             alive = sum(1 for p in self.procs.values() if p.poll() is None)
             n = min(n, self.cap - alive)
         # Workers import what the driver can: its sys.path (the script's folder included).
@@ -80,9 +86,15 @@ class WorkerPool:
             assert proc.stdout is not None
             os.set_blocking(proc.stdout.fileno(), False)
             with self.lock:
-                self.procs[proc.pid] = proc
-                self.starting += 1
-            self.selector.register(proc.stdout, selectors.EVENT_READ, proc.pid)
+                if not self._closed:  # stop() takes it with the others
+                    self.procs[proc.pid] = proc
+                    self.starting += 1
+                    self.selector.register(proc.stdout, selectors.EVENT_READ, proc.pid)
+                    continue
+            proc.kill()  # stop() began while it was being started
+            proc.wait()
+            proc.stdout.close()
+            return
 
     def registered(self) -> None:
         with self.lock:
@@ -126,7 +138,9 @@ class WorkerPool:
             f.close()
 
     def stop(self) -> None:
+        """Stop every worker (SIGTERM, SIGKILL after 3 s) and the log thread."""
         with self.lock:
+            self._closed = True
             procs = list(self.procs.values())
         for p in procs:
             if p.poll() is None:
