@@ -1,11 +1,15 @@
 """The monitor process: runs the autoscaler loop of one cluster until SIGTERM.
 
-``python -m rayfield.autoscaler.monitor BOOTSTRAP_YAML [--interval-s S]`` (started by
-``rayfield-autoscaler up``). Each step reads the load and the current
-``request_resources`` request through rayfield-core's public
+``python -m rayfield.autoscaler.monitor BOOTSTRAP_YAML [--interval-s S] [--poll-s S]``
+(started by ``rayfield-autoscaler up``). Each step reads the load (the GCS's node
+records: resources, pending demand and idle time as each node's last heartbeat reported
+them) and the current ``request_resources`` request through rayfield-core's public
 ``rayfield.util.state.StateClient``, and writes its report
 (:mod:`rayfield.autoscaler.report`) to the GCS key-value store, where ``rayfield
-status`` shows it; after ``MAX_FAILURES`` steps in a row that raise, the monitor exits
+status`` shows it. Steps run every ``--interval-s``, at an idle worker's timeout, and
+between those as soon as a poll of the node records (every ``--poll-s``) finds new
+demand or a node that joined or left (:class:`~rayfield.autoscaler.trigger.DemandWatch`);
+after ``MAX_FAILURES`` steps in a row that raise, the monitor exits
 with status 1 (the reference's abort rule).
 """
 
@@ -17,6 +21,8 @@ import logging
 import os
 import signal
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,6 +31,7 @@ from rayfield.autoscaler.cluster_state import StatefulProvider
 from rayfield.autoscaler.commands import head_node, node_setup, provider_for, started_line
 from rayfield.autoscaler.config import load_config
 from rayfield.autoscaler.sdk import KV_NAMESPACE, REQUEST_KEY, STATUS_KEY, parse_request
+from rayfield.autoscaler.trigger import DemandWatch
 
 MAX_FAILURES = 5
 MAX_CONCURRENT_LAUNCHES = 10  # the reference's max_concurrent_launches
@@ -33,21 +40,16 @@ logger = logging.getLogger("rayfield.autoscaler")
 
 
 def state_load(provider: StatefulProvider) -> Any:
-    """A load function over the cluster's GCS: rows of ``StateClient.nodes()``, each with
-    the node's pending work by resource shape (``demand``, from
-    ``StateClient.resource_demand()``)."""
-    from rayfield.util.state import StateClient
+    """A load function over the cluster's GCS: ``StateClient.node_records()`` (one call to
+    the GCS, none to the nodes): each node's resources, pending work by resource shape
+    (``demand``) and idle time (``idle_duration_s``) as of its last heartbeat."""
 
     def load() -> list[Row]:
-        head = head_node(provider)
-        if head is None:
+        client = _client(provider)
+        if client is None:
             return []
-        with StateClient(provider.gcs_address(head), token=provider.token(head)) as client:
-            rows = list(client.nodes())
-            demand = client.resource_demand()
-        for row in rows:
-            row["demand"] = [d for d in demand if d["node_id"] == row["node_id"]]
-        return rows
+        with client:
+            return list(client.node_records())
 
     return load
 
@@ -88,27 +90,92 @@ def state_publish(provider: StatefulProvider) -> Any:
     return publish
 
 
+Poll = Callable[[], list[Row] | None]
+
+
+def wait_for_step(
+    stop: threading.Event,
+    wait_s: float,
+    poll: Poll,
+    watch: DemandWatch,
+    poll_s: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Wait up to ``wait_s`` for the next step, polling the node records every
+    ``poll_s``; return early when ``stop`` is set or ``watch`` finds the polled records
+    call for a step. ``poll`` returns None when the records cannot be read (the wait goes
+    on)."""
+    end = clock() + wait_s
+    while not stop.is_set():
+        left = end - clock()
+        if left <= 0 or stop.wait(min(poll_s, left)):
+            return
+        rows = poll()
+        if rows is not None and watch.due(rows, clock()):
+            return
+
+
+def _poller(
+    provider: StatefulProvider,
+) -> tuple[Callable[[], list[Row] | None], Callable[[], None]]:
+    """A poll of the node records on one kept connection (opened again after a failure),
+    and the function that closes it."""
+    held: list[Any] = []
+
+    def close() -> None:
+        while held:
+            try:
+                held.pop().close()
+            except Exception as exc:
+                logger.debug("closing the poll's connection failed: %s", exc)
+
+    def poll() -> list[Row] | None:
+        try:
+            if not held:
+                client = _client(provider)
+                if client is None:
+                    return None
+                held.append(client)
+            return list(held[0].node_records())
+        except Exception as exc:
+            logger.debug("polling the node records failed: %s", exc)
+            close()
+            return None
+
+    return poll, close
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the loop; the exit status."""
     parser = argparse.ArgumentParser(prog="rayfield.autoscaler.monitor")
     parser.add_argument("config")
     parser.add_argument("--interval-s", type=float, default=5.0)
+    parser.add_argument("--poll-s", type=float, default=0.1)
     parser.add_argument("--heartbeat-timeout-s", type=float, default=30.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     config = load_config(args.config)
     provider = provider_for(config)
     launcher = ThreadPoolExecutor(MAX_CONCURRENT_LAUNCHES, thread_name_prefix="launch")
+    watch = DemandWatch()
+    load = state_load(provider)
+
+    def watched_load() -> list[Row]:
+        rows = load()
+        watch.stepped(rows, time.monotonic())
+        return rows
+
     autoscaler = Autoscaler(
         config,
         provider,
-        state_load(provider),
+        watched_load,
         executor=launcher,
         setup=node_setup(config, provider),
         requests_fn=state_requests(provider),
         publish_fn=state_publish(provider),
         heartbeat_timeout_s=args.heartbeat_timeout_s,
     )
+    poll, close_poll = _poller(provider)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     failures = 0
@@ -123,9 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             if failures >= MAX_FAILURES:
                 logger.error("%d failures in a row: the monitor stops", failures)
                 launcher.shutdown(wait=True, cancel_futures=True)
+                close_poll()
                 return 1
-        stop.wait(autoscaler.next_step_in(args.interval_s))
+        wait_for_step(stop, autoscaler.next_step_in(args.interval_s), poll, watch, args.poll_s)
     launcher.shutdown(wait=True, cancel_futures=True)
+    close_poll()
     logger.info("monitor stopped")
     return 0
 
