@@ -1,0 +1,138 @@
+"""Where a ``local_process`` scale-up's time goes: the cluster of ``bench_scale.py``
+(a head with 0 CPUs, 0 to 1 workers of 1 CPU, loop period 1 s), one ``num_cpus=1`` task
+submitted, and the time (seconds after the submission) of each step on its way:
+
+- ``demand at GCS``: a poll of the GCS's node records (every 20 ms, from this process)
+  first shows the task's demand (it reached the head's heartbeat);
+- ``decision``: the monitor logged its launch (its log's millisecond timestamps);
+- ``node listed``: the provider lists the new worker (its launch began);
+- ``node process``: the worker's node process was created (``psutil``, 10 ms ticks);
+- ``worker process``: the worker process that ran the task was created (the node
+  prestarts one worker per CPU);
+- ``registered``: the GCS lists the new node alive;
+- ``task starts``: the task's first line ran (it returns ``time.time()``);
+- ``result``: ``get`` returned in the driver.
+
+Nothing of Ray here; ``bench_scale.py`` compares with Ray.
+
+    python breakdown_scale.py [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+
+import rayfield
+from rayfield.autoscaler import commands
+from rayfield.autoscaler.config import prepare_config
+from rayfield.util.state import StateClient
+
+LOOP_S = 1.0
+ORDER = [
+    "demand at GCS",
+    "decision",
+    "node listed",
+    "node process",
+    "worker process",
+    "registered",
+    "task starts",
+    "result",
+]
+
+
+def one_run(workdir: Path) -> dict[str, float]:
+    """One scale-up; each step's time after the submission (seconds)."""
+    cfg = prepare_config(
+        {
+            "cluster_name": f"breakdown-{os.getpid()}",
+            "provider": {"type": "local_process", "cluster_dir": str(workdir / "cluster")},
+            "max_workers": 1,
+            "idle_timeout_minutes": 0.1,
+            "upscaling_speed": 1.0,
+            "head_node_type": "head",
+            "available_node_types": {
+                "head": {"resources": {"CPU": 0}},
+                "worker": {"resources": {"CPU": 1}, "min_workers": 0, "max_workers": 1},
+            },
+        }
+    )
+    commands.create_or_update(cfg, update_interval_s=LOOP_S, echo=lambda _: None)
+    provider = commands.provider_for(cfg)
+    marks: dict[str, float] = {}
+    try:
+        os.environ.update(commands.cluster_env(cfg))
+        rayfield.init()
+        head = commands.head_node(provider)
+        assert head is not None
+        stop = threading.Event()
+
+        def watch() -> None:
+            with StateClient(provider.gcs_address(head), token=provider.token(head)) as c:
+                while not stop.is_set():
+                    rows = c.node_records()
+                    now = time.time()
+                    if any(r["demand"] for r in rows):
+                        marks.setdefault("demand at GCS", now)
+                    if sum(r["alive"] for r in rows) > 1:
+                        marks.setdefault("registered", now)
+                    if commands.worker_nodes(provider):
+                        marks.setdefault("node listed", now)
+                    stop.wait(0.02)
+
+        @rayfield.remote(num_cpus=1)
+        def first() -> tuple[float, int]:
+            return time.time(), os.getpid()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        time.sleep(0.3)  # the watcher polls before the submission
+        t0 = time.time()
+        started, worker_pid = rayfield.get(first.remote(), timeout=120)
+        marks["result"] = time.time()
+        marks["task starts"] = started
+        stop.set()
+        watcher.join()
+        marks["worker process"] = psutil.Process(worker_pid).create_time()
+        (worker,) = commands.worker_nodes(provider)
+        (session,) = (provider.root / "nodes" / worker).glob("session_*")
+        node_pid = json.loads((session / "node.json").read_text())["pid"]
+        marks["node process"] = psutil.Process(node_pid).create_time()
+        for line in commands.monitor_log(provider).read_text().splitlines():
+            if "launching 1 node(s) of type worker" in line:
+                stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+                marks.setdefault("decision", stamp.timestamp())
+        rayfield.shutdown()
+    finally:
+        commands.teardown(cfg, echo=lambda _: None)
+    return {k: v - t0 for k, v in marks.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    runs = []
+    for _ in range(args.repeats):
+        with tempfile.TemporaryDirectory(prefix="breakdown-scale-") as d:
+            runs.append(one_run(Path(d)))
+        print(json.dumps(runs[-1]), flush=True)
+    print(f"{args.repeats} run(s), medians, seconds after the submission:")
+    for key in ORDER:
+        values = [r[key] for r in runs if key in r]
+        if values:
+            low, high = min(values), max(values)
+            print(f"  {key:15} {statistics.median(values):6.2f}  ({low:.2f}-{high:.2f})")
+
+
+if __name__ == "__main__":
+    main()
