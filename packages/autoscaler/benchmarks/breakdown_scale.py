@@ -6,7 +6,7 @@ submitted, and the time (seconds after the submission) of each step on its way:
   first shows the task's demand (it reached the head's heartbeat);
 - ``decision``: the monitor logged its launch (its log's millisecond timestamps);
 - ``node listed``: the provider lists the new worker (its launch began);
-- ``node process``: the worker's node process was created (``psutil``, 10 ms ticks);
+- ``node process``: the worker's node process was created (``/proc``, 10 ms ticks);
 - ``worker process``: the worker process that ran the task was created (the node
   prestarts one worker per CPU);
 - ``registered``: the GCS lists the new node alive;
@@ -30,8 +30,6 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import psutil
-
 import rayfield
 from rayfield.autoscaler import commands
 from rayfield.autoscaler.config import prepare_config
@@ -48,6 +46,17 @@ ORDER = [
     "task starts",
     "result",
 ]
+
+
+def started_at(pid: int) -> float:
+    """When process ``pid`` started (Unix seconds, to a clock tick): from its start in
+    ticks after boot and ``/proc/uptime`` (``psutil``'s ``create_time`` adds the boot
+    time in whole seconds, up to 1 s off)."""
+    with open(f"/proc/{pid}/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def one_run(workdir: Path) -> dict[str, float]:
@@ -102,11 +111,11 @@ def one_run(workdir: Path) -> dict[str, float]:
         marks["task starts"] = started
         stop.set()
         watcher.join()
-        marks["worker process"] = psutil.Process(worker_pid).create_time()
+        marks["worker process"] = started_at(worker_pid)
         (worker,) = commands.worker_nodes(provider)
         (session,) = (provider.root / "nodes" / worker).glob("session_*")
         node_pid = json.loads((session / "node.json").read_text())["pid"]
-        marks["node process"] = psutil.Process(node_pid).create_time()
+        marks["node process"] = started_at(node_pid)
         for line in commands.monitor_log(provider).read_text().splitlines():
             if "launching 1 node(s) of type worker" in line:
                 stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")

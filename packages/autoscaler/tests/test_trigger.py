@@ -5,7 +5,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from rayfield.autoscaler.monitor import wait_for_step
+import pytest
+
+from rayfield.autoscaler import monitor
+from rayfield.autoscaler.monitor import ClusterGcs, wait_for_step
 from rayfield.autoscaler.trigger import DemandWatch, signature
 
 
@@ -85,3 +88,39 @@ def test_wait_runs_its_full_time_on_a_quiet_cluster_and_stops_when_told() -> Non
     calls: list[int] = []
     wait_for_step(stop, 10.0, lambda: calls.append(1) or [], watch, 0.1, lambda: clock.now)
     assert calls == []
+
+
+class FakeStateClient:
+    opened = 0
+
+    def __init__(self, fail: bool = False) -> None:
+        FakeStateClient.opened += 1
+        self.fail = fail
+        self.closed = False
+
+    def node_records(self) -> list[dict[str, Any]]:
+        if self.fail:
+            raise ConnectionError("GCS down")
+        return [row("h")]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_cluster_gcs_keeps_one_connection_and_reopens_after_a_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clients = [FakeStateClient(), FakeStateClient(fail=True), FakeStateClient()]
+    handed = iter([None, *clients])  # no head at first
+    monkeypatch.setattr(monitor, "_client", lambda provider: next(handed))
+    gcs = ClusterGcs(provider=None)  # type: ignore[arg-type]
+    assert gcs.node_records() == []  # no head: nothing to read
+    assert gcs.node_records() == gcs.poll() == [row("h")]  # one connection, kept
+    clients[0].fail = True
+    assert gcs.poll() is None and clients[0].closed  # failed: closed
+    with pytest.raises(ConnectionError):
+        gcs.node_records()  # the next one is opened, and fails too
+    assert clients[1].closed
+    assert gcs.node_records() == [row("h")]
+    gcs.close()
+    assert clients[2].closed

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from rayfield.autoscaler.autoscaler import Autoscaler, Row
 from rayfield.autoscaler.cluster_state import StatefulProvider
@@ -39,19 +39,76 @@ MAX_CONCURRENT_LAUNCHES = 10  # the reference's max_concurrent_launches
 logger = logging.getLogger("rayfield.autoscaler")
 
 
-def state_load(provider: StatefulProvider) -> Any:
-    """A load function over the cluster's GCS: ``StateClient.node_records()`` (one call to
-    the GCS, none to the nodes): each node's resources, pending work by resource shape
-    (``demand``) and idle time (``idle_duration_s``) as of its last heartbeat."""
+T = TypeVar("T")
 
-    def load() -> list[Row]:
-        client = _client(provider)
-        if client is None:
-            return []
-        with client:
-            return list(client.node_records())
 
-    return load
+class ClusterGcs:
+    """The monitor's one connection to its cluster's GCS (a public
+    ``rayfield.util.state.StateClient``), opened at first use, kept across steps and
+    polls, and opened again (to the head the provider lists then) after a call fails.
+
+    Args:
+        provider: the cluster's provider (its head's GCS address and token).
+    """
+
+    def __init__(self, provider: StatefulProvider) -> None:
+        self.provider = provider
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def call(self, fn: Callable[[Any], T], default: T) -> T:
+        """``fn(client)``; ``default`` while the cluster has no head.
+
+        Raises:
+            Exception: what ``fn`` raised (the connection is closed first).
+        """
+        with self._lock:
+            if self._client is None:
+                self._client = _client(self.provider)
+                if self._client is None:
+                    return default
+            try:
+                return fn(self._client)
+            except BaseException:
+                self._close()
+                raise
+
+    def close(self) -> None:
+        """Close the connection (the next call opens one)."""
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception as exc:
+                logger.debug("closing the GCS connection failed: %s", exc)
+
+    def node_records(self) -> list[Row]:
+        """``StateClient.node_records()`` (one call to the GCS, none to the nodes): each
+        node's resources, pending work by resource shape (``demand``) and idle time
+        (``idle_duration_s``) as of its last heartbeat; [] without a head."""
+        return self.call(lambda c: list(c.node_records()), [])
+
+    def requested(self) -> list[dict[str, float]]:
+        """The bundles of the current ``request_resources`` request ([] while there is
+        none or the cluster has no head)."""
+        return self.call(lambda c: parse_request(c.kv_get(KV_NAMESPACE, REQUEST_KEY)), [])
+
+    def publish(self, report: dict[str, Any]) -> None:
+        """Write a step's report to the GCS (``STATUS_KEY``), where ``rayfield status``
+        reads it."""
+        self.call(lambda c: c.kv_put(KV_NAMESPACE, STATUS_KEY, json.dumps(report).encode()), None)
+
+    def poll(self) -> list[Row] | None:
+        """The node records, or None when they cannot be read now."""
+        try:
+            return self.node_records()
+        except Exception as exc:
+            logger.debug("polling the node records failed: %s", exc)
+            return None
 
 
 def _client(provider: StatefulProvider) -> Any:
@@ -61,33 +118,6 @@ def _client(provider: StatefulProvider) -> Any:
     if head is None:
         return None
     return StateClient(provider.gcs_address(head), token=provider.token(head))
-
-
-def state_requests(provider: StatefulProvider) -> Any:
-    """A function returning the bundles of the cluster's current ``request_resources``
-    request ([] while there is none or the cluster has no head)."""
-
-    def requested() -> list[dict[str, float]]:
-        client = _client(provider)
-        if client is None:
-            return []
-        with client:
-            return parse_request(client.kv_get(KV_NAMESPACE, REQUEST_KEY))
-
-    return requested
-
-
-def state_publish(provider: StatefulProvider) -> Any:
-    """A function writing a step's report to the cluster's GCS (``STATUS_KEY``)."""
-
-    def publish(report: dict[str, Any]) -> None:
-        client = _client(provider)
-        if client is None:
-            return
-        with client:
-            client.kv_put(KV_NAMESPACE, STATUS_KEY, json.dumps(report).encode())
-
-    return publish
 
 
 Poll = Callable[[], list[Row] | None]
@@ -115,36 +145,6 @@ def wait_for_step(
             return
 
 
-def _poller(
-    provider: StatefulProvider,
-) -> tuple[Callable[[], list[Row] | None], Callable[[], None]]:
-    """A poll of the node records on one kept connection (opened again after a failure),
-    and the function that closes it."""
-    held: list[Any] = []
-
-    def close() -> None:
-        while held:
-            try:
-                held.pop().close()
-            except Exception as exc:
-                logger.debug("closing the poll's connection failed: %s", exc)
-
-    def poll() -> list[Row] | None:
-        try:
-            if not held:
-                client = _client(provider)
-                if client is None:
-                    return None
-                held.append(client)
-            return list(held[0].node_records())
-        except Exception as exc:
-            logger.debug("polling the node records failed: %s", exc)
-            close()
-            return None
-
-    return poll, close
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the loop; the exit status."""
     parser = argparse.ArgumentParser(prog="rayfield.autoscaler.monitor")
@@ -158,10 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     provider = provider_for(config)
     launcher = ThreadPoolExecutor(MAX_CONCURRENT_LAUNCHES, thread_name_prefix="launch")
     watch = DemandWatch()
-    load = state_load(provider)
+    gcs = ClusterGcs(provider)
 
     def watched_load() -> list[Row]:
-        rows = load()
+        rows = gcs.node_records()
         watch.stepped(rows, time.monotonic())
         return rows
 
@@ -171,11 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         watched_load,
         executor=launcher,
         setup=node_setup(config, provider),
-        requests_fn=state_requests(provider),
-        publish_fn=state_publish(provider),
+        requests_fn=gcs.requested,
+        publish_fn=gcs.publish,
         heartbeat_timeout_s=args.heartbeat_timeout_s,
     )
-    poll, close_poll = _poller(provider)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     failures = 0
@@ -190,11 +189,11 @@ def main(argv: list[str] | None = None) -> int:
             if failures >= MAX_FAILURES:
                 logger.error("%d failures in a row: the monitor stops", failures)
                 launcher.shutdown(wait=True, cancel_futures=True)
-                close_poll()
+                gcs.close()
                 return 1
-        wait_for_step(stop, autoscaler.next_step_in(args.interval_s), poll, watch, args.poll_s)
+        wait_for_step(stop, autoscaler.next_step_in(args.interval_s), gcs.poll, watch, args.poll_s)
     launcher.shutdown(wait=True, cancel_futures=True)
-    close_poll()
+    gcs.close()
     logger.info("monitor stopped")
     return 0
 
