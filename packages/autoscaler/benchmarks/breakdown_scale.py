@@ -30,12 +30,12 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from bench_scale import LOOP_S, rayfield_config  # this folder's
+
 import rayfield
 from rayfield.autoscaler import commands
-from rayfield.autoscaler.config import prepare_config
 from rayfield.util.state import StateClient
 
-LOOP_S = 1.0
 ORDER = [
     "demand at GCS",
     "decision",
@@ -61,20 +61,7 @@ def started_at(pid: int) -> float:
 
 def one_run(workdir: Path) -> dict[str, float]:
     """One scale-up; each step's time after the submission (seconds)."""
-    cfg = prepare_config(
-        {
-            "cluster_name": f"breakdown-{os.getpid()}",
-            "provider": {"type": "local_process", "cluster_dir": str(workdir / "cluster")},
-            "max_workers": 1,
-            "idle_timeout_minutes": 0.1,
-            "upscaling_speed": 1.0,
-            "head_node_type": "head",
-            "available_node_types": {
-                "head": {"resources": {"CPU": 0}},
-                "worker": {"resources": {"CPU": 1}, "min_workers": 0, "max_workers": 1},
-            },
-        }
-    )
+    cfg = rayfield_config(workdir, "breakdown")
     commands.create_or_update(cfg, update_interval_s=LOOP_S, echo=lambda _: None)
     provider = commands.provider_for(cfg)
     marks: dict[str, float] = {}
