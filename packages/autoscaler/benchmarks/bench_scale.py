@@ -5,7 +5,9 @@
 Both clusters have a head without CPUs (Ray's started with ``ray start --head`` and the
 fake provider's config, as ``AutoscalingCluster`` does, on a port of its own) and one
 worker type of 1 CPU (at most 1 worker, none at first), the same autoscaler loop period
-and idle timeout. Measured on each side:
+and idle timeout (rayfield's monitor also steps early when its 0.1 s poll of the GCS's
+node records finds new demand; Ray's steps at its period only: each side as it ships).
+Measured on each side:
 
 - scale-up: from submitting one ``num_cpus=1`` task (it cannot run anywhere yet) to the
   task starting on the new worker (the task returns ``time.time()`` at its start);
@@ -148,15 +150,14 @@ def ray_side(python: str) -> dict[str, float]:
     return result
 
 
-def rayfield_side(workdir: Path) -> dict[str, float]:
-    """One scale-up and scale-down on a ``local_process`` cluster."""
-    import rayfield
-    from rayfield.autoscaler import commands
+def rayfield_config(workdir: Path, name: str) -> dict[str, Any]:
+    """The prepared config of the rayfield side's cluster: a head with 0 CPUs, 0 to 1
+    workers of 1 CPU, the idle timeout of both sides."""
     from rayfield.autoscaler.config import prepare_config
 
-    cfg = prepare_config(
+    return prepare_config(
         {
-            "cluster_name": f"bench-{os.getpid()}",
+            "cluster_name": f"{name}-{os.getpid()}",
             "provider": {"type": "local_process", "cluster_dir": str(workdir / "cluster")},
             "max_workers": 1,
             "idle_timeout_minutes": IDLE_TIMEOUT_MINUTES,
@@ -168,6 +169,14 @@ def rayfield_side(workdir: Path) -> dict[str, float]:
             },
         }
     )
+
+
+def rayfield_side(workdir: Path) -> dict[str, float]:
+    """One scale-up and scale-down on a ``local_process`` cluster."""
+    import rayfield
+    from rayfield.autoscaler import commands
+
+    cfg = rayfield_config(workdir, "bench")
     commands.create_or_update(cfg, update_interval_s=LOOP_S, echo=lambda _: None)
     provider = commands.provider_for(cfg)
     try:

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rayfield.autoscaler.autoscaler import Autoscaler, demand_from_queued_tasks, demand_from_rows
+from rayfield.autoscaler.autoscaler import (
+    Autoscaler,
+    demand_from_queued_tasks,
+    demand_from_rows,
+    reported_idle_since,
+)
 from rayfield.autoscaler.config import launch_hash, prepare_config
 from rayfield.autoscaler.node_provider import (
     TAG_LAUNCH_CONFIG,
@@ -322,3 +327,52 @@ def test_a_started_worker_the_cluster_forgot_is_lost_after_the_timeout() -> None
     assert autoscaler.update().terminate == []
     clock[0] = 16.0
     assert autoscaler.update().terminate == [("n1", "lost")]
+
+
+def test_reported_idle_since_counts_back_from_the_heartbeat() -> None:
+    row = {"idle_duration_s": 30.0, "last_heartbeat_s": 1000.0}
+    assert reported_idle_since(row, now=50.0, wall=1002.0) == 50.0 - 2.0 - 30.0
+    assert reported_idle_since({**row, "idle_duration_s": 0.0}, 50.0, 1002.0) is None
+    assert reported_idle_since({**row, "last_heartbeat_s": 1005.0}, 50.0, 1002.0) == 20.0
+
+
+def test_scale_down_follows_the_idle_time_nodes_report() -> None:
+    provider, cluster, clock, _ = setup()
+    wall = [5000.0]
+    reported: dict[str, float] = {}
+
+    def rows() -> list[dict[str, Any]]:
+        out = cluster.rows()
+        for r in out:
+            r["last_heartbeat_s"] = wall[0] - 0.5
+            r["idle_duration_s"] = reported.get(r["node_id"], 0.0)
+        return out
+
+    cfg = config()
+    autoscaler = Autoscaler(cfg, provider, rows, clock=lambda: clock[0], wall_clock=lambda: wall[0])
+    provider.create_node({"resources": {"CPU": 1}}, autoscaler_tags(cfg), 3)
+    cluster.joined |= {"n1", "n2", "n3"}
+    # Every CPU is free on all three; n1 says it has been idle 59 s, n2 that it is busy
+    # (e.g. it holds an actor that needs no CPU: free resources alone miss that), n3
+    # that it became idle just now.
+    reported["cluster-n1"] = 59.0
+    assert autoscaler.update().terminate == []  # idle 59.5 s at the first look: not 60
+    assert autoscaler.next_step_in(5.0) == 0.5  # woken at its timeout
+    clock[0] += 0.5
+    wall[0] += 0.5
+    reported["cluster-n1"] = 59.5
+    assert [node for node, _ in autoscaler.update().terminate] == ["n1"]
+    clock[0] += 600.0
+    wall[0] += 600.0
+    reported["cluster-n3"] = 600.0
+    decision = autoscaler.update()
+    assert [node for node, _ in decision.terminate] == ["n3"]  # n2 stays: it is busy
+    assert provider.non_terminated_nodes({TAG_NODE_KIND: "worker"}) == ["n2"]
+
+
+def autoscaler_tags(cfg: dict[str, Any]) -> dict[str, str]:
+    return {
+        TAG_NODE_KIND: "worker",
+        TAG_NODE_TYPE: "worker",
+        TAG_LAUNCH_CONFIG: launch_hash(cfg, "worker"),
+    }

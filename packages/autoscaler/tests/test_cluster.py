@@ -83,6 +83,14 @@ DRIVER = textwrap.dedent(
             (out / "on-new-node").write_text(new_node)
             break
     print("ran on", sorted(set(rayfield.get(refs, timeout=300))))
+    # Nothing runs now: the workers report themselves idle with their heartbeats.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        idle = [n["idle_duration_s"] for n in rayfield.nodes() if n["alive"]]
+        if any(s > 0 for s in idle):
+            print("idle reported", idle)
+            break
+        time.sleep(0.1)
     """
 )
 
@@ -137,6 +145,7 @@ def test_up_scale_up_scale_down_request_recover_down(tmp_path: Path, cluster_dir
         (out / "release").write_text("")
         output, _ = driver.communicate(timeout=120)
         assert driver.returncode == 0, output
+        assert "idle reported" in output, output  # rayfield.nodes() has the nodes' figure
     finally:
         if driver.poll() is None:
             driver.kill()

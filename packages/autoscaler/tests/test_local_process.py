@@ -1,4 +1,4 @@
-"""The local_process provider on real `rayfield start` processes."""
+"""The local_process provider on real node processes."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from rayfield.autoscaler.node_provider import (
     ProviderError,
     get_node_provider,
 )
+from rayfield.testing import wait_for
+from rayfield.util.state import StateClient
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -67,6 +69,15 @@ def test_head_and_worker_lifecycle(cluster_dir: Path) -> None:
     assert set(recorded) == {head, worker}
     assert provider.token(head) not in state.read_text()  # no secret in the tags/state
     assert "started" in provider.log_path(worker).read_text()
+
+    # Each node reports how long it has been idle; the GCS's node records have it.
+    def idle_figures() -> dict[str, float]:
+        with StateClient(provider.gcs_address(head), token=provider.token(head)) as client:
+            rows = {r["node_id"]: r["idle_duration_s"] for r in client.node_records()}
+        return rows if len(rows) == 2 and all(v > 0 for v in rows.values()) else {}
+
+    idle = wait_for(idle_figures, 30, "both nodes reporting idle time", interval=0.2)
+    assert set(idle) == {provider.cluster_node_id(head), provider.cluster_node_id(worker)}
 
     infos = cluster_dir.glob("nodes/*/session_*/node.json")
     pids = {json.loads(p.read_text())["pid"] for p in infos}  # session_latest: the head's again

@@ -81,7 +81,10 @@ def list_nodes() -> list[dict[str, Any]]:
     """One dict per node, alive or dead: ``NodeID``, ``Alive`` (also ``alive``),
     ``NodeManagerAddress``, ``NodeManagerPort``, ``NodeManagerHostname``,
     ``ObjectStoreSocketName``, ``Resources`` (totals), ``Available``, ``ObjectStore``
-    (store statistics; this driver's node only, else None).
+    (store statistics; this driver's node only, else None), ``idle_duration_s`` (in a
+    cluster: the seconds the node had been idle at its last heartbeat, 0.0 while busy,
+    see ``rayfield.util.state.list_nodes``; None for a node outside a cluster, which
+    reports to no one).
 
     Raises:
         rayfield._private.protocol.errors.GcsError: in a cluster whose GCS cannot be reached.
@@ -102,6 +105,7 @@ def list_nodes() -> list[dict[str, Any]]:
                 "Resources": state["total"],
                 "Available": state["available"],
                 "ObjectStore": rt.client.stats(),
+                "idle_duration_s": None,
             }
         ]
     out = []
@@ -120,6 +124,7 @@ def list_nodes() -> list[dict[str, Any]]:
                 "Resources": dict(n.resources_total),
                 "Available": dict(n.resources_available) if n.alive else {},
                 "ObjectStore": rt.client.stats() if mine else None,
+                "idle_duration_s": n.idle_duration_s,
             }
         )
     return out

@@ -53,7 +53,9 @@ def test_drivers_share_a_running_node(node_process: Path) -> None:
     try:
         assert info["connected"]
         assert rf.cluster_resources() == {"CPU": 2.0, "tpu": 1.0}
-        assert rf.nodes()[0]["Alive"]
+        [node] = rf.nodes()
+        assert node["Alive"]
+        assert node["idle_duration_s"] is None  # a node outside a cluster reports to no one
 
         @rf.remote
         class Board:

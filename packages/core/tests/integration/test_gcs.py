@@ -42,6 +42,7 @@ from rayfield._private.gcs import (
 )
 from rayfield._private.protocol import codec
 from rayfield.testing import wait_for
+from rayfield.util.state import StateClient
 
 SERVICE = "rayfield.Gcs"
 _RECORD_OF_CHANNEL = {
@@ -208,8 +209,12 @@ def test_nodes_round_trip(shared_gcs: Gcs) -> None:
     with shared_gcs.client() as c, Subscription(shared_gcs, [CHANNEL_NODE_DEAD]) as sub:
         c.register_node(_node(b"node-rt"))
         demand = [ResourceDemand({"CPU": 1.0, "GPU": 0.5}, count=3, infeasible=True)]
-        assert c.heartbeat(b"node-rt", {"CPU": 2.5}, demand) is False
+        assert c.heartbeat(b"node-rt", {"CPU": 2.5}, demand, idle_duration_s=4.25) is False
         [node] = [n for n in c.get_nodes() if n.node_id == b"node-rt"]
+        assert node.idle_duration_s == 4.25
+        with StateClient(f"127.0.0.1:{shared_gcs.port}", token=shared_gcs.token) as state:
+            [row] = [r for r in state.node_records() if r["node_id"] == b"node-rt".hex()]
+        assert row["idle_duration_s"] == 4.25 and row["alive"]  # the public state API
         assert node.alive and node.address == "127.0.0.1:7000" and node.hostname == "host-a"
         assert node.socket_path == "/tmp/node.sock" and node.session_dir == "/tmp/session"
         assert node.resources_total == {"CPU": 4.0, "memory": 1.5e9}

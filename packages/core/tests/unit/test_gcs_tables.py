@@ -74,3 +74,17 @@ def test_tables_liveness_and_recovery(tmp_path: Path) -> None:
     clock.now += 3.5
     assert t2.check_heartbeats() == [b"a"]
     t2.close()
+
+
+def test_heartbeat_records_the_idle_time_the_node_reports(tmp_path: Path) -> None:
+    t = GcsTables(str(tmp_path / "gcs.sqlite"), lambda *m: None, clock=Clock())
+    t.register_node(NodeInfo(b"a", resources_total={"CPU": 2}))
+    assert t.nodes[b"a"].idle_duration_s == 0.0
+    assert t.heartbeat(b"a", {"CPU": 2}, [], 7.5) is False
+    assert t.nodes[b"a"].idle_duration_s == 7.5
+    t.heartbeat(b"a", {"CPU": 1}, [])  # a heartbeat without the figure: busy
+    assert t.nodes[b"a"].idle_duration_s == 0.0
+    t.heartbeat(b"a", {"CPU": 2}, [], 3.0)
+    t.register_node(NodeInfo(b"a", resources_total={"CPU": 2}))  # registered again
+    assert t.nodes[b"a"].idle_duration_s == 0.0
+    t.close()

@@ -338,7 +338,8 @@ struct GcsNodeInfo FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_ALIVE = 20,
     VT_LAST_HEARTBEAT_S = 22,
     VT_REGISTERED_S = 24,
-    VT_DEATH_REASON = 26
+    VT_DEATH_REASON = 26,
+    VT_IDLE_DURATION_S = 28
   };
   const ::flatbuffers::Vector<uint8_t> *node_id() const {
     return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_NODE_ID);
@@ -378,6 +379,11 @@ struct GcsNodeInfo FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::String *death_reason() const {
     return GetPointer<const ::flatbuffers::String *>(VT_DEATH_REASON);
   }
+  /// Seconds the node had been idle (nothing running, queued or leased) at its last
+  /// heartbeat; 0 while busy.
+  double idle_duration_s() const {
+    return GetField<double>(VT_IDLE_DURATION_S, 0.0);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -405,6 +411,7 @@ struct GcsNodeInfo FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<double>(verifier, VT_REGISTERED_S, 8) &&
            VerifyOffset(verifier, VT_DEATH_REASON) &&
            verifier.VerifyString(death_reason()) &&
+           VerifyField<double>(verifier, VT_IDLE_DURATION_S, 8) &&
            verifier.EndTable();
   }
 };
@@ -449,6 +456,9 @@ struct GcsNodeInfoBuilder {
   void add_death_reason(::flatbuffers::Offset<::flatbuffers::String> death_reason) {
     fbb_.AddOffset(GcsNodeInfo::VT_DEATH_REASON, death_reason);
   }
+  void add_idle_duration_s(double idle_duration_s) {
+    fbb_.AddElement<double>(GcsNodeInfo::VT_IDLE_DURATION_S, idle_duration_s, 0.0);
+  }
   explicit GcsNodeInfoBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -473,8 +483,10 @@ inline ::flatbuffers::Offset<GcsNodeInfo> CreateGcsNodeInfo(
     bool alive = false,
     double last_heartbeat_s = 0.0,
     double registered_s = 0.0,
-    ::flatbuffers::Offset<::flatbuffers::String> death_reason = 0) {
+    ::flatbuffers::Offset<::flatbuffers::String> death_reason = 0,
+    double idle_duration_s = 0.0) {
   GcsNodeInfoBuilder builder_(_fbb);
+  builder_.add_idle_duration_s(idle_duration_s);
   builder_.add_registered_s(registered_s);
   builder_.add_last_heartbeat_s(last_heartbeat_s);
   builder_.add_death_reason(death_reason);
@@ -503,7 +515,8 @@ inline ::flatbuffers::Offset<GcsNodeInfo> CreateGcsNodeInfoDirect(
     bool alive = false,
     double last_heartbeat_s = 0.0,
     double registered_s = 0.0,
-    const char *death_reason = nullptr) {
+    const char *death_reason = nullptr,
+    double idle_duration_s = 0.0) {
   auto node_id__ = node_id ? _fbb.CreateVector<uint8_t>(*node_id) : 0;
   auto address__ = address ? _fbb.CreateString(address) : 0;
   auto socket_path__ = socket_path ? _fbb.CreateString(socket_path) : 0;
@@ -526,7 +539,8 @@ inline ::flatbuffers::Offset<GcsNodeInfo> CreateGcsNodeInfoDirect(
       alive,
       last_heartbeat_s,
       registered_s,
-      death_reason__);
+      death_reason__,
+      idle_duration_s);
 }
 
 struct GcsActorInfo FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
@@ -853,7 +867,8 @@ struct GcsHeartbeatRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Tabl
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
     VT_NODE_ID = 4,
     VT_RESOURCES_AVAILABLE = 6,
-    VT_DEMAND = 8
+    VT_DEMAND = 8,
+    VT_IDLE_DURATION_S = 10
   };
   const ::flatbuffers::Vector<uint8_t> *node_id() const {
     return GetPointer<const ::flatbuffers::Vector<uint8_t> *>(VT_NODE_ID);
@@ -863,6 +878,10 @@ struct GcsHeartbeatRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Tabl
   }
   const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::GcsResourceDemand>> *demand() const {
     return GetPointer<const ::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::GcsResourceDemand>> *>(VT_DEMAND);
+  }
+  /// Seconds the node has been idle; 0 while busy.
+  double idle_duration_s() const {
+    return GetField<double>(VT_IDLE_DURATION_S, 0.0);
   }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
@@ -875,6 +894,7 @@ struct GcsHeartbeatRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Tabl
            VerifyOffset(verifier, VT_DEMAND) &&
            verifier.VerifyVector(demand()) &&
            verifier.VerifyVectorOfTables(demand()) &&
+           VerifyField<double>(verifier, VT_IDLE_DURATION_S, 8) &&
            verifier.EndTable();
   }
 };
@@ -892,6 +912,9 @@ struct GcsHeartbeatRequestBuilder {
   void add_demand(::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::GcsResourceDemand>>> demand) {
     fbb_.AddOffset(GcsHeartbeatRequest::VT_DEMAND, demand);
   }
+  void add_idle_duration_s(double idle_duration_s) {
+    fbb_.AddElement<double>(GcsHeartbeatRequest::VT_IDLE_DURATION_S, idle_duration_s, 0.0);
+  }
   explicit GcsHeartbeatRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -907,8 +930,10 @@ inline ::flatbuffers::Offset<GcsHeartbeatRequest> CreateGcsHeartbeatRequest(
     ::flatbuffers::FlatBufferBuilder &_fbb,
     ::flatbuffers::Offset<::flatbuffers::Vector<uint8_t>> node_id = 0,
     ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>> resources_available = 0,
-    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::GcsResourceDemand>>> demand = 0) {
+    ::flatbuffers::Offset<::flatbuffers::Vector<::flatbuffers::Offset<rayfield::store::protocol::fb::GcsResourceDemand>>> demand = 0,
+    double idle_duration_s = 0.0) {
   GcsHeartbeatRequestBuilder builder_(_fbb);
+  builder_.add_idle_duration_s(idle_duration_s);
   builder_.add_demand(demand);
   builder_.add_resources_available(resources_available);
   builder_.add_node_id(node_id);
@@ -919,7 +944,8 @@ inline ::flatbuffers::Offset<GcsHeartbeatRequest> CreateGcsHeartbeatRequestDirec
     ::flatbuffers::FlatBufferBuilder &_fbb,
     const std::vector<uint8_t> *node_id = nullptr,
     const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>> *resources_available = nullptr,
-    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::GcsResourceDemand>> *demand = nullptr) {
+    const std::vector<::flatbuffers::Offset<rayfield::store::protocol::fb::GcsResourceDemand>> *demand = nullptr,
+    double idle_duration_s = 0.0) {
   auto node_id__ = node_id ? _fbb.CreateVector<uint8_t>(*node_id) : 0;
   auto resources_available__ = resources_available ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>(*resources_available) : 0;
   auto demand__ = demand ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::GcsResourceDemand>>(*demand) : 0;
@@ -927,7 +953,8 @@ inline ::flatbuffers::Offset<GcsHeartbeatRequest> CreateGcsHeartbeatRequestDirec
       _fbb,
       node_id__,
       resources_available__,
-      demand__);
+      demand__,
+      idle_duration_s);
 }
 
 struct GcsHeartbeatReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {

@@ -3,8 +3,13 @@
 node provider.
 
 Load comes from rayfield-core's public state API (``rayfield.util.state.StateClient``:
-each alive node's total and available resources, its count of queued tasks and its
-pending work by resource shape, as the node reported with its last heartbeat). The
+each alive node's total and available resources, its pending work by resource shape and
+how long it has been idle, as the node reported with its last heartbeat). A worker's
+idle time is the node's own figure (``idle_duration_s``: no running task or actor,
+nothing leased, queued or waiting; :func:`reported_idle_since`); for a row without it
+(a node of an older core, or a load function that does not give it) the loop infers it
+from the node's free resources across steps
+(:class:`~rayfield.autoscaler.decisions.IdleTracker`). The
 pending demand is read by an injected callable (``demand_fn``) from those rows; the
 default, :func:`demand_from_rows`, takes the shapes (``demand``) and, for a row without
 them, counts one ``{"CPU": 1}`` per queued or infeasible task
@@ -56,6 +61,7 @@ __all__ = [
     "demand_from_rows",
     "node_tags",
     "policy_from_config",
+    "reported_idle_since",
 ]
 
 logger = logging.getLogger(__name__)
@@ -95,6 +101,29 @@ def demand_from_rows(rows: Sequence[Row]) -> list[dict[str, float]]:
         else:
             shapes += demand_from_queued_tasks([row])
     return shapes
+
+
+def reported_idle_since(row: Row, now: float, wall: float) -> float | None:
+    """When the node of ``row`` became idle, on the caller's clock, from what the node
+    itself reported with its last heartbeat (``rayfield.util.state`` rows:
+    ``idle_duration_s``, the seconds it had been idle then, 0.0 while busy;
+    ``last_heartbeat_s``, Unix seconds).
+
+    Args:
+        row: a node row with ``idle_duration_s`` (and ``last_heartbeat_s``).
+        now: the caller's clock (seconds) at ``wall``.
+        wall: Unix seconds now.
+
+    Returns:
+        ``now - (seconds since the heartbeat) - idle_duration_s``; None when the node
+        reported itself busy.
+    """
+    idle_s = float(row.get("idle_duration_s") or 0.0)
+    if idle_s <= 0.0:
+        return None
+    beat = row.get("last_heartbeat_s")
+    since_beat = max(0.0, wall - float(beat)) if beat is not None else 0.0
+    return now - since_beat - idle_s
 
 
 def policy_from_config(config: dict[str, Any], heartbeat_timeout_s: float = 30.0) -> ScalingPolicy:
@@ -236,7 +265,14 @@ class Autoscaler:
             else:
                 total = {k: float(v) for k, v in row["resources_total"].items()}
                 available = {k: float(v) for k, v in row["resources_available"].items()}
-                self.idle.observe(node_id, total, available, now)
+                if "idle_duration_s" not in row:  # a node that does not report it
+                    self.idle.observe(node_id, total, available, now)
+            idle_since = None
+            if row is not None and not dead:
+                if "idle_duration_s" in row:
+                    idle_since = reported_idle_since(row, now, wall)
+                else:
+                    idle_since = self.idle.idle_since(node_id)
             views.append(
                 NodeView(
                     node_id=node_id,
@@ -246,7 +282,7 @@ class Autoscaler:
                     launch_hash=tags.get(TAG_LAUNCH_CONFIG, ""),
                     total=total,
                     available=available,
-                    idle_since=None if row is None or dead else self.idle.idle_since(node_id),
+                    idle_since=idle_since,
                     last_heartbeat=heartbeat,
                     dead=dead,
                 )

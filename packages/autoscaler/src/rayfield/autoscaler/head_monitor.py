@@ -180,10 +180,11 @@ def start(
             _push(runner, bootstrap, f"{d}/bootstrap.yaml", log)
             records = {"nodes": provider.records()}
             _push(runner, json.dumps(records, indent=1).encode(), f"{d}/{state}", log)
-            cmd = (
+            cmd = (  # the log exists, 0600, before the monitor appends to it
                 f"cd {d} && chmod 600 {private} && "
+                "touch monitor.log && chmod 600 monitor.log && "
                 f"(setsid nohup {python} -m {MODULE} bootstrap.yaml --interval-s {interval_s} "
-                ">> monitor.log 2>&1 < /dev/null & echo $! > monitor.pid) && chmod 600 monitor.log"
+                ">> monitor.log 2>&1 < /dev/null & echo $! > monitor.pid)"
             )
             if runner.run(cmd, log=log) != 0:
                 raise CommandError(f"starting the monitor on the head failed; see {log_path}")

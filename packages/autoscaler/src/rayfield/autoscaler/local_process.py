@@ -1,17 +1,21 @@
-"""The ``local_process`` provider: each node is a ``rayfield start`` process tree on this
-machine, with a temp dir (so its own session, store and ports) of its own.
+"""The ``local_process`` provider: each node is a rayfield node process tree on this
+machine, with a temp dir (so its own session, store and ports) of its own. The head is
+started with ``rayfield start --head`` (rayfield-cli); workers are started from the
+calling process with rayfield-core's ``rayfield.util.cluster.start_node`` (what
+``rayfield start --address`` runs), which saves starting an interpreter for the command
+on every launch.
 
 Layout under the cluster directory (``provider.cluster_dir``, default
 ``<tmp>/rayfield-autoscaler-<uid>/<cluster_name>``, mode 0700)::
 
     state.json          the nodes and their tags (0600, replaced atomically)
     state.lock          serializes read-modify-write of state.json across processes
-    nodes/<node_id>/    the node's --temp-dir; start.log keeps `rayfield start`'s output
+    nodes/<node_id>/    the node's --temp-dir; start.log says how its start went
 
 The head is started with ``rayfield start --head --port 0`` and its GCS address is read
 from its session's ``cluster.json``; workers join it with the cluster token in their
-environment (never on the command line or in a tag). A node's resources are its type's
-``resources`` (``CPU``, ``GPU`` and custom ones); ``node_config`` may set
+node process's environment (never on the command line or in a tag). A node's resources
+are its type's ``resources`` (``CPU``, ``GPU`` and custom ones); ``node_config`` may set
 ``object_store_memory`` (bytes, default 200 MB: many nodes share this machine).
 """
 
@@ -131,34 +135,17 @@ class LocalProcessProvider(StatefulProvider):
         temp_dir = self.node_dir(node_id)
         with self._locked() as nodes:
             nodes[node_id] = {"tags": dict(tags), "temp_dir": str(temp_dir), "head": head}
-        env = dict(os.environ)
-        args = [*rayfield_command(), "start", "--temp-dir", str(temp_dir)]
-        if head:
-            args += ["--head", "--port", "0"]
-        else:
-            head_id = self.head_id()
-            args += ["--address", self.gcs_address(head_id)]
-            env["RAYFIELD_TOKEN"] = self.token(head_id)
-        args += _resource_args(node_config)
         log = temp_dir / "start.log"
-        with open(log, "ab") as out:
-            os.chmod(log, 0o600)
-            try:
-                subprocess.run(
-                    args,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=env,
-                    timeout=START_TIMEOUT_S,
-                    check=True,
-                )
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-                self._stop(temp_dir)
-                with self._locked() as nodes:
-                    nodes.pop(node_id, None)
-                why = "timed out" if isinstance(exc, subprocess.TimeoutExpired) else "failed"
-                raise ProviderError(f"starting node {node_id} {why}; see {log}") from None
+        try:
+            if head:
+                self._start_head(temp_dir, node_config, log)
+            else:
+                self._start_worker(temp_dir, node_config, log)
+        except ProviderError:
+            self._stop(temp_dir)
+            with self._locked() as nodes:
+                nodes.pop(node_id, None)
+            raise
         if head:
             session = _session(temp_dir)
             cluster = read_json(session / "cluster.json") if session else None
@@ -170,6 +157,54 @@ class LocalProcessProvider(StatefulProvider):
             with self._locked() as nodes:
                 nodes[node_id]["gcs_address"] = cluster["gcs_address"]
         return node_id
+
+    @staticmethod
+    def _start_head(temp_dir: Path, node_config: dict[str, Any], log: Path) -> None:
+        """``rayfield start --head`` (its GCS and first node), output to ``log``."""
+        args = [*rayfield_command(), "start", "--temp-dir", str(temp_dir), "--head"]
+        args += ["--port", "0", *_resource_args(node_config)]
+        with open(log, "ab") as out:
+            os.chmod(log, 0o600)
+            try:
+                subprocess.run(
+                    args,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    timeout=START_TIMEOUT_S,
+                    check=True,
+                )
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+                why = "timed out" if isinstance(exc, subprocess.TimeoutExpired) else "failed"
+                raise ProviderError(f"starting the head {why}; see {log}") from None
+
+    def _start_worker(self, temp_dir: Path, node_config: dict[str, Any], log: Path) -> None:
+        """Start a node process joining the head, from this process (rayfield-core's
+        ``rayfield.util.cluster.start_node``, what ``rayfield start --address`` runs,
+        without starting that command's interpreter first); waits for its ``node.json``
+        (it has joined the cluster). One line about it goes to ``log``; the node's own
+        output is ``<session>/logs/node.out``."""
+        from rayfield.util import cluster
+
+        head_id = self.head_id()
+        address, token = self.gcs_address(head_id), self.token(head_id)
+        resources = dict(node_config.get("resources", {}))
+        opts = cluster.NodeOptions(
+            num_cpus=float(resources.pop("CPU", 1)),
+            num_gpus=float(resources.pop("GPU")) if "GPU" in resources else None,
+            resources={k: float(v) for k, v in resources.items()},
+            object_store_memory=_object_store_memory(node_config),
+            temp_dir=temp_dir,
+        )
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as out:
+            try:
+                session = cluster.new_session_dir(temp_dir)
+                info = cluster.start_node(session, address, token, opts, timeout_s=START_TIMEOUT_S)
+            except (cluster.ClusterError, OSError) as exc:
+                out.write(f"starting the node failed: {exc}\n")
+                raise ProviderError(f"starting a node failed: {exc}; see {log}") from None
+            out.write(f"rayfield node started: {info['node_id'][:12]}, session {session}\n")
 
     @staticmethod
     def _node_pid_alive(temp_dir: Path) -> bool:
@@ -202,5 +237,8 @@ def _resource_args(node_config: dict[str, Any]) -> list[str]:
         args += ["--num-gpus", f"{float(resources.pop('GPU')):g}"]
     if resources:
         args += ["--resources", json.dumps(resources)]
-    memory = int(node_config.get("object_store_memory", DEFAULT_OBJECT_STORE_MEMORY))
-    return [*args, "--object-store-memory", str(memory)]
+    return [*args, "--object-store-memory", str(_object_store_memory(node_config))]
+
+
+def _object_store_memory(node_config: dict[str, Any]) -> int:
+    return int(node_config.get("object_store_memory", DEFAULT_OBJECT_STORE_MEMORY))

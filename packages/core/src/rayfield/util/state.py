@@ -16,8 +16,9 @@ start or name one) and ``GcsError`` subclasses (``GcsUnavailableError``,
 ``GcsAuthError``) when the GCS cannot be reached or refuses the token.
 
 ``StateClient`` is the same queries on one connection (what the CLI and the dashboard
-use): ``nodes()``, ``actors()``, ``jobs()``, ``tasks()``, ``objects()``, ``workers()``,
-``task_events()``, ``timeline()``, ``logs()``, ``find_log()``, ``read_log()``,
+use): ``nodes()``, ``node_records()`` (the GCS's node records alone, without asking the
+nodes: what an autoscaler polls), ``actors()``, ``jobs()``, ``tasks()``, ``objects()``,
+``workers()``, ``task_events()``, ``timeline()``, ``logs()``, ``find_log()``, ``read_log()``,
 ``kill_actor()``, ``resource_demand()``, ``kv_get()``, ``kv_put()``, ``kv_del()``,
 ``kv_keys()``. A node that fails a call raises
 ``NodeCallError``; ``call_status(exc)`` gives its status name and details.
@@ -66,9 +67,16 @@ def _with_client(address: str | None, fn: Callable[[StateClient], T]) -> T:
 
 
 def list_nodes(address: str | None = None) -> list[dict[str, Any]]:
-    """Every node, alive or dead: ``node_id``, ``address``, ``alive``, resources, and for
-    alive nodes ``cpu_percent``, ``memory_used``/``memory_total``, ``store_used``/
-    ``store_capacity`` (bytes), ``num_workers`` and task counts."""
+    """Every node, alive or dead: ``node_id``, ``address``, ``alive``, resources,
+    ``last_heartbeat_s`` (Unix seconds), ``idle_duration_s``, and for alive nodes
+    ``cpu_percent``, ``memory_used``/``memory_total``, ``store_used``/``store_capacity``
+    (bytes), ``num_workers`` and task counts.
+
+    ``idle_duration_s`` is what the node itself reported with its last heartbeat: the
+    seconds it had been idle then (no running task or actor, no worker blocked in a
+    task, every resource free, nothing queued, waiting or infeasible), counted from the
+    first heartbeat that found it idle; 0.0 while it is busy. A node still idle now has
+    been idle for about ``idle_duration_s + (time.time() - last_heartbeat_s)``."""
     return _with_client(address, lambda c: c.nodes())
 
 

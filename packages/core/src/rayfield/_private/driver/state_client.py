@@ -186,6 +186,7 @@ class StateClient:
                 "resources_total": n.resources_total,
                 "resources_available": n.resources_available,
                 "last_heartbeat_s": n.last_heartbeat_s,
+                "idle_duration_s": n.idle_duration_s,
                 "reachable": stats is not None,
                 "error": err,
             }
@@ -213,7 +214,9 @@ class StateClient:
         """Every node as the GCS records it, alive or dead, without asking the nodes:
         ``node_id`` (hex), ``address``, ``alive``, ``death_reason``, ``hostname``,
         ``resources_total``, ``resources_available``, ``demand`` (a list of ``shape``,
-        ``count``, ``infeasible``: the node's last heartbeat) and ``last_heartbeat_s``."""
+        ``count``, ``infeasible``: the node's last heartbeat), ``last_heartbeat_s`` and
+        ``idle_duration_s`` (seconds the node had been idle at that heartbeat: nothing
+        running, queued or leased; 0.0 while busy)."""
         return [
             {
                 "node_id": n.node_id.hex(),
@@ -228,6 +231,7 @@ class StateClient:
                     for d in n.demand
                 ],
                 "last_heartbeat_s": n.last_heartbeat_s,
+                "idle_duration_s": n.idle_duration_s,
             }
             for n in self.gcs.get_nodes()
         ]

@@ -150,13 +150,20 @@ class GcsClient:
         node_id: bytes,
         resources_available: dict[str, float],
         demand: list[ResourceDemand] | None = None,
+        idle_duration_s: float = 0.0,
     ) -> bool:
-        """Report a node's free resources and pending demand.
+        """Report a node's free resources, pending demand and the seconds it has been
+        idle (0.0: busy).
 
         Returns:
             True when the GCS does not know the node as alive: register it again.
         """
-        req = {"node_id": node_id, "resources_available": resources_available, "demand": demand}
+        req = {
+            "node_id": node_id,
+            "resources_available": resources_available,
+            "demand": demand,
+            "idle_duration_s": idle_duration_s,
+        }
         return bool(self.call("Heartbeat", req)["reregister"])
 
     def get_nodes(self) -> list[NodeInfo]:

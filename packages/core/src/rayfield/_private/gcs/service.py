@@ -101,7 +101,8 @@ class GcsService:
 
     def Heartbeat(self, req: dict[str, Any]) -> dict[str, Any]:
         t = self.tables
-        again = t.heartbeat(req["node_id"], req["resources_available"], req["demand"])
+        idle_s = float(req.get("idle_duration_s") or 0.0)
+        again = t.heartbeat(req["node_id"], req["resources_available"], req["demand"], idle_s)
         return {"reregister": again}
 
     def GetNodes(self, req: dict[str, Any]) -> dict[str, Any]:

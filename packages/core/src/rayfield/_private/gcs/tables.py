@@ -160,6 +160,7 @@ class GcsTables:
         with self._lock:
             node.alive, node.death_reason = True, ""
             node.registered_s = node.last_heartbeat_s = time.time()
+            node.idle_duration_s = 0.0  # until its first heartbeat says otherwise
             if not node.resources_available:
                 node.resources_available = dict(node.resources_total)
             self.nodes[node.node_id] = node
@@ -168,9 +169,14 @@ class GcsTables:
             self._publish(CHANNEL_NODE_ALIVE, node.node_id, node)
 
     def heartbeat(
-        self, node_id: bytes, available: dict[str, float], demand: list[ResourceDemand]
+        self,
+        node_id: bytes,
+        available: dict[str, float],
+        demand: list[ResourceDemand],
+        idle_duration_s: float = 0.0,
     ) -> bool:
-        """Record a heartbeat; return True when the node must register (again).
+        """Record a heartbeat (free resources, pending demand, seconds idle); return True
+        when the node must register (again).
 
         A node that the GCS does not know, or has declared dead, must register.
         """
@@ -179,6 +185,7 @@ class GcsTables:
             if node is None or not node.alive:
                 return True
             node.resources_available, node.demand = available, demand
+            node.idle_duration_s = max(0.0, idle_duration_s)
             node.last_heartbeat_s = time.time()
             self._last_seen[node_id] = self._clock()
             return False

@@ -1,7 +1,8 @@
 """A node's membership in the cluster: its heartbeat and its view of the other nodes.
 
-Every ``heartbeat_s`` the node tells the GCS its free resources and its pending demand
-(ready work by resource shape, and the tasks no node fits yet), and reads back every
+Every ``heartbeat_s`` the node tells the GCS its free resources, its pending demand
+(ready work by resource shape, and the tasks no node fits yet) and how long it has been
+idle (:mod:`~rayfield._private.node_manager.idleness`), and reads back every
 node's record. A node that was alive and is not any more is reported to ``on_died``
 once; ``after_round`` runs after each round (work waiting for a fitting node, actor
 calls waiting for their actor's node, are tried again then), also when the GCS did not
@@ -26,6 +27,7 @@ from rayfield._private.node_manager.gcs_reach import (
     GcsReach,
     Reach,
 )
+from rayfield._private.node_manager.idleness import IdleClock, is_idle
 from rayfield._private.protocol.types import NodeInfo, ResourceDemand
 
 __all__ = ["Membership", "PeerView"]
@@ -135,6 +137,7 @@ class Membership:
         self.heartbeat_s = heartbeat_s
         self.reach = GcsReach(reconnect_timeout_s, time.monotonic())
         self.on_gcs_gone = on_gcs_gone
+        self.idle = IdleClock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="rayfield-heartbeat")
 
@@ -158,8 +161,10 @@ class Membership:
                 ResourceDemand(shape=dict(shape), count=int(n))
                 for shape, n in snap.get("ready_by_shape", [])
             ]
-            demand += [ResourceDemand(d, 1, True) for d in self.infeasible()]
-            if self.beats.heartbeat(self.info.node_id, dict(snap["available"]), demand):
+            waiting = self.infeasible()
+            demand += [ResourceDemand(d, 1, True) for d in waiting]
+            idle_s = self.idle.observe(is_idle(snap, len(waiting)))
+            if self.beats.heartbeat(self.info.node_id, dict(snap["available"]), demand, idle_s):
                 self.beats.register_node(self.info)
             nodes: list[NodeInfo] | None = self.beats.get_nodes()
         except Exception as exc:

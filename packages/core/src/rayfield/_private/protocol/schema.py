@@ -82,6 +82,7 @@ SPECS: dict[str, dict[str, Any]] = {
         "last_heartbeat_s": FLOAT,
         "registered_s": FLOAT,
         "death_reason": STR,
+        "idle_duration_s": FLOAT,
     },
     "GcsActorInfo": {
         "actor_id": BYTES,
@@ -103,7 +104,12 @@ SPECS: dict[str, dict[str, Any]] = {
         "finished": BOOL,
     },
     "GcsRegisterNodeRequest": {"node": Table("GcsNodeInfo")},
-    "GcsHeartbeatRequest": {"node_id": BYTES, "resources_available": RES, "demand": _DEMANDS},
+    "GcsHeartbeatRequest": {
+        "node_id": BYTES,
+        "resources_available": RES,
+        "demand": _DEMANDS,
+        "idle_duration_s": FLOAT,
+    },
     "GcsHeartbeatReply": {"reregister": BOOL},
     "GcsGetNodesReply": {"nodes": Table("GcsNodeInfo", many=True)},
     "GcsUnregisterNodeRequest": {"node_id": BYTES},

@@ -66,6 +66,9 @@ class NodeInfo:
     last_heartbeat_s: float = 0.0
     registered_s: float = 0.0
     death_reason: str = ""
+    idle_duration_s: float = 0.0
+    """Seconds the node had been idle (nothing running, queued or leased) at its last
+    heartbeat; 0.0 while busy."""
 
 
 @dataclass

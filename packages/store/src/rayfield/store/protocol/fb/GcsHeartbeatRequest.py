@@ -103,8 +103,16 @@ class GcsHeartbeatRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         return o == 0
 
+    # Seconds the node has been idle; 0 while busy.
+    # GcsHeartbeatRequest
+    def IdleDurationS(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Float64Flags, o + self._tab.Pos)
+        return 0.0
+
 def GcsHeartbeatRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(3)
+    builder.StartObject(4)
 
 def Start(builder: flatbuffers.Builder):
     GcsHeartbeatRequestStart(builder)
@@ -145,6 +153,12 @@ def GcsHeartbeatRequestStartDemandVector(builder, numElems: int) -> int:
 def StartDemandVector(builder, numElems: int) -> int:
     return GcsHeartbeatRequestStartDemandVector(builder, numElems)
 
+def GcsHeartbeatRequestAddIdleDurationS(builder: flatbuffers.Builder, idleDurationS: float):
+    builder.PrependFloat64Slot(3, idleDurationS, 0.0)
+
+def AddIdleDurationS(builder: flatbuffers.Builder, idleDurationS: float):
+    GcsHeartbeatRequestAddIdleDurationS(builder, idleDurationS)
+
 def GcsHeartbeatRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
 
@@ -166,10 +180,12 @@ class GcsHeartbeatRequestT(object):
         nodeId = None,
         resourcesAvailable = None,
         demand = None,
+        idleDurationS = 0.0,
     ):
         self.nodeId = nodeId  # type: Optional[List[int]]
         self.resourcesAvailable = resourcesAvailable  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
         self.demand = demand  # type: Optional[List[rayfield.store.protocol.fb.GcsResourceDemand.GcsResourceDemandT]]
+        self.idleDurationS = idleDurationS  # type: float
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -215,6 +231,7 @@ class GcsHeartbeatRequestT(object):
                 else:
                     gcsResourceDemand_ = rayfield.store.protocol.fb.GcsResourceDemand.GcsResourceDemandT.InitFromObj(gcsHeartbeatRequest.Demand(i))
                     self.demand.append(gcsResourceDemand_)
+        self.idleDurationS = gcsHeartbeatRequest.IdleDurationS()
 
     # GcsHeartbeatRequestT
     def Pack(self, builder):
@@ -249,5 +266,6 @@ class GcsHeartbeatRequestT(object):
             GcsHeartbeatRequestAddResourcesAvailable(builder, resourcesAvailable)
         if self.demand is not None:
             GcsHeartbeatRequestAddDemand(builder, demand)
+        GcsHeartbeatRequestAddIdleDurationS(builder, self.idleDurationS)
         gcsHeartbeatRequest = GcsHeartbeatRequestEnd(builder)
         return gcsHeartbeatRequest

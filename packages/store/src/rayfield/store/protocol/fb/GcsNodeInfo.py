@@ -185,8 +185,17 @@ class GcsNodeInfo(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # Seconds the node had been idle (nothing running, queued or leased) at its last
+    # heartbeat; 0 while busy.
+    # GcsNodeInfo
+    def IdleDurationS(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Float64Flags, o + self._tab.Pos)
+        return 0.0
+
 def GcsNodeInfoStart(builder: flatbuffers.Builder):
-    builder.StartObject(12)
+    builder.StartObject(13)
 
 def Start(builder: flatbuffers.Builder):
     GcsNodeInfoStart(builder)
@@ -287,6 +296,12 @@ def GcsNodeInfoAddDeathReason(builder: flatbuffers.Builder, deathReason: int):
 def AddDeathReason(builder: flatbuffers.Builder, deathReason: int):
     GcsNodeInfoAddDeathReason(builder, deathReason)
 
+def GcsNodeInfoAddIdleDurationS(builder: flatbuffers.Builder, idleDurationS: float):
+    builder.PrependFloat64Slot(12, idleDurationS, 0.0)
+
+def AddIdleDurationS(builder: flatbuffers.Builder, idleDurationS: float):
+    GcsNodeInfoAddIdleDurationS(builder, idleDurationS)
+
 def GcsNodeInfoEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
 
@@ -317,6 +332,7 @@ class GcsNodeInfoT(object):
         lastHeartbeatS = 0.0,
         registeredS = 0.0,
         deathReason = None,
+        idleDurationS = 0.0,
     ):
         self.nodeId = nodeId  # type: Optional[List[int]]
         self.address = address  # type: Optional[str]
@@ -330,6 +346,7 @@ class GcsNodeInfoT(object):
         self.lastHeartbeatS = lastHeartbeatS  # type: float
         self.registeredS = registeredS  # type: float
         self.deathReason = deathReason  # type: Optional[str]
+        self.idleDurationS = idleDurationS  # type: float
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -391,6 +408,7 @@ class GcsNodeInfoT(object):
         self.lastHeartbeatS = gcsNodeInfo.LastHeartbeatS()
         self.registeredS = gcsNodeInfo.RegisteredS()
         self.deathReason = gcsNodeInfo.DeathReason()
+        self.idleDurationS = gcsNodeInfo.IdleDurationS()
 
     # GcsNodeInfoT
     def Pack(self, builder):
@@ -458,5 +476,6 @@ class GcsNodeInfoT(object):
         GcsNodeInfoAddRegisteredS(builder, self.registeredS)
         if self.deathReason is not None:
             GcsNodeInfoAddDeathReason(builder, deathReason)
+        GcsNodeInfoAddIdleDurationS(builder, self.idleDurationS)
         gcsNodeInfo = GcsNodeInfoEnd(builder)
         return gcsNodeInfo
