@@ -388,10 +388,8 @@ def run_side(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _compile_rayfield() -> None:
-    """Byte-compile rayfield's packages, as ``pip install`` does for the libraries it
-    installs (Optuna, scikit-learn): with an editable install and PYTHONDONTWRITEBYTECODE
-    set, each process (the driver and every worker) would otherwise compile each rayfield
-    module it imports, inside the timer."""
+    """Byte-compile rayfield, as ``pip install`` did Optuna and scikit-learn (else, with
+    PYTHONDONTWRITEBYTECODE, every process compiles what it imports inside the timer)."""
     import compileall
 
     import rayfield
