@@ -170,10 +170,11 @@ def side_rayfield_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:
     _warm(rayfield.remote, rayfield.get, cpus, ("sklearn.linear_model",))
     data = asha_digits.load_data()  # before the timer, as on the Optuna side
     try:
-        start = time.perf_counter()
+        cpu0, start = _tree_cpu_s(), time.perf_counter()
         out = asha_digits.main(num_samples=40, data=data)
         return {
             "wall_s": time.perf_counter() - start,
+            "cpu_s": _tree_cpu_s() - cpu0,
             "complete_trials": out["trials"],
             "best_accuracy": out["val_accuracy"],
             "epochs": out["epochs"],
@@ -221,7 +222,7 @@ def side_optuna_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:
                 raise optuna.TrialPruned()
         return acc
 
-    start = time.perf_counter()
+    cpu0, start = _tree_cpu_s(), time.perf_counter()
     study = optuna.create_study(
         direction="maximize",
         sampler=optuna.samplers.RandomSampler(seed=0),
@@ -230,6 +231,7 @@ def side_optuna_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:
     study.optimize(objective, n_trials=40)
     return {
         "wall_s": time.perf_counter() - start,
+        "cpu_s": _tree_cpu_s() - cpu0,
         "complete_trials": len(study.trials),
         "best_accuracy": study.best_value,
         "epochs": epochs,
@@ -272,7 +274,7 @@ def side_ray_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:
     ray.init(num_cpus=cpus, include_dashboard=False, logging_level="ERROR")
     _warm(ray.remote, ray.get, cpus, ("sklearn.linear_model",))
     try:
-        start = time.perf_counter()
+        cpu0, start = _tree_cpu_s(), time.perf_counter()
         grid = tune.Tuner(
             tune.with_parameters(train, data=(x[:cut], y[:cut], x[cut:], y[cut:])),
             param_space={
@@ -295,6 +297,7 @@ def side_ray_asha(trials: int, reports: int, cpus: int) -> dict[str, Any]:
         best = grid.get_best_result()
         return {
             "wall_s": wall,
+            "cpu_s": _tree_cpu_s() - cpu0,
             "complete_trials": len(grid),
             "best_accuracy": best.metrics["mean_accuracy"],
             "epochs": sum(r.metrics.get("training_iteration", 0) for r in grid),
@@ -384,6 +387,17 @@ def run_side(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _compile_rayfield() -> None:
+    """Byte-compile rayfield, as ``pip install`` did Optuna and scikit-learn (else, with
+    PYTHONDONTWRITEBYTECODE, every process compiles what it imports inside the timer)."""
+    import compileall
+
+    import rayfield
+
+    for path in rayfield.__path__:
+        compileall.compile_dir(path, quiet=2)
+
+
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
@@ -420,17 +434,25 @@ def _spread(row: dict[str, Any]) -> str:
     return f"  median of {len(walls)}: {row['median_wall_s']:.2f} s ({low:.2f}-{high:.2f})"
 
 
-def _ratios(runs: dict[str, list[dict[str, Any]]], num: str, den: str) -> str:
-    """The median over rounds of ``num``'s wall time over ``den``'s in the same round."""
+def _ratios(
+    runs: dict[str, list[dict[str, Any]]], num: str, den: str, per: str | None = None
+) -> str:
+    """The median over rounds of ``num``'s wall time over ``den``'s in the same round
+    (with ``per``: of the wall time per unit of that field, e.g. per epoch)."""
+
+    def cost(run: dict[str, Any]) -> float:
+        return float(run["wall_s"]) / (max(run.get(per, 1), 1) if per else 1)
+
     pairs = [
-        a["wall_s"] / b["wall_s"]
+        cost(a) / cost(b)
         for a, b in zip(runs.get(num, []), runs.get(den, []), strict=False)
         if "wall_s" in a and "wall_s" in b
     ]
     if len(pairs) < 2:
         return ""
     listed = ", ".join(f"{r:.2f}" for r in pairs)
-    return f"{num} / {den} per round: median {_median(pairs):.2f} ({listed})"
+    what = f"wall time per {per.rstrip('s')}" if per else "wall time"
+    return f"{num} / {den} {what}, per round: median {_median(pairs):.2f} ({listed})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -464,12 +486,20 @@ def main(argv: list[str] | None = None) -> int:
         "taking turns; prints the median and the per-round ratios",
     )
     parser.add_argument("--no-ray", action="store_true", help="leave out the Ray Tune sides")
+    parser.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="do not byte-compile rayfield's sources first (an editable install run with "
+        "PYTHONDONTWRITEBYTECODE=1 then compiles every module it imports, in every process)",
+    )
     parser.add_argument("--side", choices=sorted({**SIDES, **EXTRA}), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side:
         side = {**SIDES, **EXTRA}[args.side]
         print(json.dumps(side(args.trials, args.reports, args.num_cpus)))
         return 0
+    if not args.no_compile:
+        _compile_rayfield()
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     unknown = parts - {"trivial", "asha", "scale"}
     if unknown or args.repeat < 1:
@@ -500,13 +530,17 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 label = name if i == 0 else ""
                 print(
-                    f"{label:22s} {run['wall_s']:7.2f} s  best accuracy "
-                    f"{run['best_accuracy']:.4f}  {run['epochs']} epochs"
+                    f"{label:22s} {run['wall_s']:7.2f} s  cpu {run.get('cpu_s', 0.0):5.2f} s  "
+                    f"best accuracy {run['best_accuracy']:.4f}  {run['epochs']} epochs  "
+                    f"{1000 * run['wall_s'] / max(run['epochs'], 1):5.1f} ms/epoch"
                 )
             if spread := _spread(row):
                 print(f"{'':22s}{spread}")
         if ratio := _ratios(runs, "rayfield-asha-digits", "optuna-asha-digits"):
             print(ratio)
+        per_epoch = _ratios(runs, "rayfield-asha-digits", "optuna-asha-digits", "epochs")
+        if per_epoch:
+            print(per_epoch)
     if "scale" in parts and args.scale_trials:
         scale_args = argparse.Namespace(**{**vars(args), "trials": args.scale_trials})
         row = run_side("rayfield-scale", scale_args)

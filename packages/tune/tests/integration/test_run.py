@@ -199,6 +199,51 @@ def test_reuse_actors_runs_many_trials_on_few_processes(tmp_path):
     assert sorted(t.last_result["x"] for t in reused) == list(range(8))
 
 
+class PickyCounter(Counter):
+    """Takes a reused actor's next trial unless its config says no; marks each cleanup."""
+
+    def step(self):
+        return {**super().step(), "pid": os.getpid()}
+
+    def reset_config(self, new_config):
+        self.total = 0
+        return not new_config["refuse"]
+
+    def cleanup(self):
+        Path(self.logdir, "cleaned").write_text(self.trial_id)
+
+
+def test_reused_actors_switch_trials_in_one_call_and_refusals_get_new_actors(tmp_path):
+    # Six trials on at most two actors at a time: each switch is one next_trial call
+    # (stop, reset, train); a refused reset starts the trial on a fresh actor.
+    trials = tune.run(
+        PickyCounter,
+        name="picky",
+        config={"inc": tune.grid_search([1, 2, 3, 4, 5, 6]), "refuse": False},
+        stop={"training_iteration": 2},
+        local_dir=str(tmp_path),
+        verbose=0,
+        reuse_actors=True,
+        return_trials=True,
+    )
+    assert sorted(t.last_result["total"] for t in trials) == [2, 4, 6, 8, 10, 12]
+    assert len({t.last_result["pid"] for t in trials}) <= 2
+    assert all(Path(t.logdir, "cleaned").read_text() == t.trial_id for t in trials)
+    refused = tune.run(
+        PickyCounter,
+        name="refused",
+        config={"inc": tune.grid_search([1, 2, 3, 4]), "refuse": True},
+        stop={"training_iteration": 2},
+        local_dir=str(tmp_path),
+        verbose=0,
+        reuse_actors=True,
+        return_trials=True,
+    )
+    assert sorted(t.last_result["total"] for t in refused) == [2, 4, 6, 8]
+    assert len({t.last_result["pid"] for t in refused}) == 4
+    assert all(t.status == "TERMINATED" for t in refused)
+
+
 def test_max_failures_restarts_from_the_last_checkpoint(tmp_path):
     marker = tmp_path / "crashed"
 

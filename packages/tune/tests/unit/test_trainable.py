@@ -155,6 +155,45 @@ def test_reset_gives_a_new_trial_fresh_counters(tmp_path):
     assert not Classic({"start": 0}, trial_info={"logdir": str(tmp_path)}).reset({}, {})
 
 
+def test_next_trial_stops_resets_restores_and_trains_in_one_call(tmp_path):
+    stopped = []
+
+    class Tracked(Modern):
+        def cleanup(self):
+            stopped.append(self.trial_id)
+
+    t = Tracked({"start": 0}, trial_info={"trial_id": "a", "logdir": str(tmp_path / "a")})
+    t.train()
+    blob = t.save_to_object()  # value 1
+    out = t.next_trial(
+        {"start": 50}, {"trial_id": "b", "logdir": str(tmp_path / "b")}, True, None, 3, 10.0
+    )
+    assert stopped == ["a"] and t.trial_id == "b"
+    assert [r["value"] for r in out] == [51, 52, 53]
+    assert [r["training_iteration"] for r in out] == [1, 2, 3]
+    # A checkpoint blob is restored before training; without stop_first no cleanup runs.
+    out = t.next_trial({"start": 7}, {"trial_id": "c"}, False, blob, 1, 10.0)
+    assert stopped == ["a"] and [(r["value"], r["training_iteration"]) for r in out] == [(2, 2)]
+    # A trainable that cannot reset says so (None) and trains nothing.
+    classic = Classic({"start": 0}, trial_info={"logdir": str(tmp_path)})
+    assert classic.next_trial({}, {}, True, None, 1, 1.0) is None
+    assert classic.iteration == 0
+
+
+def test_next_trial_on_a_reused_function_actor_ends_the_old_thread(tmp_path):
+    def count(config):
+        for i in range(100):
+            tune.report(x=config["k"] * i)
+
+    t = wrap_function(count)({"k": 1}, trial_info={"logdir": str(tmp_path)})
+    t.train()
+    old = t._thread
+    out = t.next_trial({"k": 10}, {"logdir": str(tmp_path)}, True, None, 4, 10.0)
+    assert old is not None and not old.is_alive()
+    assert [r["x"] for r in out] == [0, 10, 20, 30]
+    t.stop()
+
+
 def run_function(fn, config=None, tmp_path=None, max_iters=100):
     cls = wrap_function(fn)
     t = cls(config or {}, trial_info={"logdir": str(tmp_path) if tmp_path else None})

@@ -50,6 +50,22 @@ def test_a_held_writer_runs_nothing_until_released():
     assert seen == [1, 2, 3, 4]
 
 
+def test_a_release_wakes_the_thread_once_and_a_failure_spares_the_rest():
+    writer = BackgroundWriter(held=True)
+    seen: list[int] = []
+    puts: list[object] = []
+    put = writer._queue.put
+    writer._queue.put = lambda item, *a, **k: (puts.append(item), put(item, *a, **k))[1]
+    for i in range(50):
+        writer.submit(lambda i=i: seen.append(i) if i != 7 else 1 / 0)
+    writer.release()
+    assert len(puts) == 1  # one queue item (one wake-up) for the 50 operations
+    with pytest.raises(ZeroDivisionError):
+        writer.drain()
+    assert seen == [i for i in range(50) if i != 7]  # in order, the failed one skipped
+    writer.close()
+
+
 def test_writer_reports_a_failed_operation_on_drain_and_keeps_going():
     writer = BackgroundWriter()
     seen = []

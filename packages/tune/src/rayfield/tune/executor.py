@@ -2,7 +2,9 @@
 
 Each running trial is one actor with the trial's resources. With ``reuse_actors`` the
 actor of a finished trial is kept and handed the next trial of the same trainable and
-resources through ``reset`` (no process start). Results are collected in batches: one
+resources (no process start): one ``next_trial`` call ends the old trial on it, resets
+it to the new config, restores the new trial's checkpoint and trains it, so a trial
+switch costs the driver one message. Results are collected in batches: one
 ``rayfield.wait`` for the first ready result, then every other one ready at that moment.
 For schedulers that do not act per result, a function trainable returns several results
 per call (``train_buffered``).
@@ -20,7 +22,6 @@ from typing import Any
 import rayfield
 from rayfield.tune import result as R
 from rayfield.tune.driver_sync import DriverSync
-from rayfield.tune.function_trainable import FunctionTrainable
 from rayfield.tune.registry import get_trainable_cls
 from rayfield.tune.runner import Decision
 from rayfield.tune.trainable import Trainable, read_checkpoint_dir, write_checkpoint_dir
@@ -81,9 +82,18 @@ class ActorExecutor:
         self.buffer_time_s = buffer_time_s
         self._actors: dict[str, Any] = {}
         self._keys: dict[str, tuple[str, Resources]] = {}
-        self._inflight: dict[Any, tuple[Trial, bool]] = {}
+        # call ref -> (trial, what the call returns: "one" result, "many" (a list), or
+        # "next": a list, or None when the reused actor refused the trial's config, with
+        # the (checkpoint blob, batch) to start a fresh actor with then)
+        self._inflight: dict[Any, tuple[Trial, str, Any]] = {}
         self._busy: set[str] = set()
         self._cache: dict[tuple[str, Resources], list[Any]] = defaultdict(list)
+        # Cached actors whose finished trial's ``stop`` is not sent yet: the next trial's
+        # ``next_trial`` call runs it, else the end of :meth:`apply` sends it.
+        self._unstopped: list[Any] = []
+        # The pending ``stop`` calls of cached actors (by id of the handle): shutdown lets
+        # them finish before it kills the actors.
+        self._stops: dict[int, Any] = {}
         self._classes: dict[tuple[str, Resources], Any] = {}
         self.actors_started = 0
 
@@ -96,6 +106,10 @@ class ActorExecutor:
                 getattr(self, f"_do_{decision.kind}")(decision)
             except Exception as exc:
                 errors.append(_Event(decision.trial, [], _format(exc)))
+        # Actors no trial of this batch took: their finished trial's cleanup runs now.
+        for handle in self._unstopped:
+            self._stops[id(handle)] = handle.stop.remote()
+        self._unstopped.clear()
         return errors
 
     def _trial_info(self, trial: Trial) -> dict[str, Any]:
@@ -117,6 +131,7 @@ class ActorExecutor:
         for other, handles in list(self._cache.items()):
             if other != key:  # cached actors hold resources another shape may need
                 for handle in handles:
+                    self._stops.pop(id(handle), None)
                     _kill(handle)
                 del self._cache[other]
         cls = self._actor_class(key)
@@ -128,32 +143,44 @@ class ActorExecutor:
     def _do_start(self, d: Decision) -> None:
         trial = d.trial
         key = (trial.trainable_name, trial.resources)
-        handle = None
+        blob = self._blob(d.checkpoint)
+        if blob is None and trial.restore_path and not trial.last_result:
+            blob = read_checkpoint_dir(trial.restore_path)
+        if self.driver_sync is not None:
+            self.driver_sync.on_trial_start(trial.trial_id)
+        self._keys[trial.trial_id] = key
         if (
             self.reuse_actors
             and self._cache.get(key)
             and _supports_reset(get_trainable_cls(trial.trainable_name))
         ):
             handle = self._cache[key].pop()
-            ok = handle.reset.remote(trial.config, self._trial_info(trial))
-            # A function trainable always takes the new trial: no need to wait for it.
-            if not issubclass(get_trainable_cls(trial.trainable_name), FunctionTrainable) and (
-                not rayfield.get(ok)
-            ):
-                _kill(handle)
-                handle = None
-        if handle is None:
-            handle = self._new_actor(trial, key)
+            self._stops.pop(id(handle), None)
+            stop_first = any(h is handle for h in self._unstopped)
+            self._unstopped = [h for h in self._unstopped if h is not handle]
+            self._actors[trial.trial_id] = handle
+            count = max(self.buffer_results, d.data or 1)
+            ref = handle.next_trial.remote(
+                trial.config,
+                self._trial_info(trial),
+                stop_first,
+                blob,
+                count,
+                self.buffer_time_s,
+                trial.stopping_criterion,
+            )
+            self._inflight[ref] = (trial, "next", (blob, d.data))
+            self._busy.add(trial.trial_id)
+            return
+        self._start_fresh(trial, blob, d.data)
+
+    def _start_fresh(self, trial: Trial, blob: Any, batch: int | None) -> None:
+        """Start ``trial`` on a new actor: restore ``blob`` (if any), then train it."""
+        handle = self._new_actor(trial, self._keys[trial.trial_id])
         self._actors[trial.trial_id] = handle
-        self._keys[trial.trial_id] = key
-        blob = self._blob(d.checkpoint)
-        if blob is None and trial.restore_path and not trial.last_result:
-            blob = read_checkpoint_dir(trial.restore_path)
         if blob is not None:
             handle.restore_from_object.remote(blob)
-        if self.driver_sync is not None:
-            self.driver_sync.on_trial_start(trial.trial_id)
-        self._train(trial, d.data)
+        self._train(trial, batch)
 
     def _blob(self, checkpoint: TrialCheckpoint | None) -> Any:
         if checkpoint is None or checkpoint.value is None:
@@ -174,7 +201,7 @@ class ActorExecutor:
             ref = handle.train_buffered.remote(count, self.buffer_time_s, trial.stopping_criterion)
         else:
             ref = handle.train.remote()
-        self._inflight[ref] = (trial, count > 1)
+        self._inflight[ref] = (trial, "many" if count > 1 else "one", None)
         self._busy.add(trial.trial_id)
 
     def _sync_if_due(self, trial: Trial, handle: Any) -> None:
@@ -205,7 +232,7 @@ class ActorExecutor:
         key = self._keys.pop(trial.trial_id, None)
         busy = trial.trial_id in self._busy
         self._busy.discard(trial.trial_id)
-        for ref, (t, _) in list(self._inflight.items()):
+        for ref, (t, _, _) in list(self._inflight.items()):
             if t is trial:
                 del self._inflight[ref]
         if self.driver_sync is not None:
@@ -220,10 +247,11 @@ class ActorExecutor:
             sync = self.driver_sync
             sync_ref = handle.trial_dir_report.remote(sync.driver_node, sync.with_files)
             self._syncs[sync_ref] = (trial.trial_id, trial.logdir, trial.is_finished())
-        stop_ref = handle.stop.remote()
         if self.reuse_actors and _supports_reset(get_trainable_cls(key[0])):
             self._cache[key].append(handle)
+            self._unstopped.append(handle)  # stopped by the next trial's call or apply()
             return
+        stop_ref = handle.stop.remote()
         # A kill fails the actor's pending calls: let the save and the cleanup finish.
         pending = [r for r in (wait_for, sync_ref, stop_ref) if r is not None]
         rayfield.wait(pending, num_returns=len(pending), timeout=_DRAIN_TIMEOUT_S)
@@ -337,14 +365,18 @@ class ActorExecutor:
         fetched = time.perf_counter() - started
         events = []
         for i, ref in enumerate(ready):
-            trial, buffered = self._inflight.pop(ref)
+            trial, kind, extra = self._inflight.pop(ref)
             self._busy.discard(trial.trial_id)
             try:
                 value = values[i] if values is not None else rayfield.get(ref)
+                if kind == "next" and value is None:  # reset_config refused the config
+                    _kill(self._actors[trial.trial_id])
+                    self._start_fresh(trial, *extra)
+                    continue
             except Exception as exc:
                 events.append(_Event(trial, [], _format(exc)))
                 continue
-            events.append(_Event(trial, value if buffered else [value], None))
+            events.append(_Event(trial, [value] if kind == "one" else value, None))
         count = sum(len(e.results) for e in events) or 1
         for event in events:
             event.fetch_s = fetched / count
@@ -355,8 +387,12 @@ class ActorExecutor:
 
     def shutdown(self) -> None:
         """End every actor this executor started (after the pending ``sync_to_driver``
-        copies, up to 30 s)."""
+        copies and the cached actors' ``stop`` calls, up to 30 s each)."""
         self.apply_syncs(timeout_s=30.0)
+        stops = list(self._stops.values())  # the last trials' cleanup, before the kill
+        if stops:
+            rayfield.wait(stops, num_returns=len(stops), timeout=_DRAIN_TIMEOUT_S)
+        self._stops.clear()
         for handle in self._actors.values():
             _kill(handle)
         for handles in self._cache.values():
@@ -366,6 +402,7 @@ class ActorExecutor:
         self._cache.clear()
         self._inflight.clear()
         self._busy.clear()
+        self._unstopped.clear()
 
 
 def _kill(handle: Any) -> None:

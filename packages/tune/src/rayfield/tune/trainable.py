@@ -324,6 +324,39 @@ class Trainable:
         self._reset_counters()
         return True
 
+    def next_trial(
+        self,
+        config: dict[str, Any],
+        trial_info: dict[str, Any],
+        stop_first: bool,
+        blob: dict[str, Any] | None,
+        max_results: int,
+        max_time_s: float,
+        stop: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]] | None:
+        """Hand this reused actor the next trial and train it, in one call.
+
+        Does what ``stop()`` (when ``stop_first``: the previous trial's cleanup was not
+        sent yet), ``reset(config, trial_info)``, ``restore_from_object(blob)`` (when a
+        blob is given) and ``train_buffered(max_results, max_time_s, stop)`` (or one
+        ``train()`` when ``max_results`` is 1) do one after the other, so that the driver
+        sends one message per trial switch instead of three or four.
+
+        Returns:
+            The results as ``train_buffered`` returns them; None when ``reset_config``
+            refused the new config (nothing was restored or trained: the driver starts a
+            fresh actor).
+        """
+        if stop_first:
+            self.stop()
+        if not self.reset(config, trial_info):
+            return None
+        if blob is not None:
+            self.restore_from_object(blob)
+        if max_results > 1:
+            return self.train_buffered(max_results, max_time_s, stop)
+        return [self.train()]
+
     def stop(self) -> None:
         """End the trial: runs ``cleanup()`` (classic ``_stop()``)."""
         if _overrides(self, "cleanup"):

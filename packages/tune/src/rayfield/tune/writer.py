@@ -47,15 +47,18 @@ class BackgroundWriter:
 
     def _loop(self) -> None:
         while True:
-            op = self._queue.get()
+            item = self._queue.get()
             try:
-                if op is _STOP:
+                if item is _STOP:
                     return
-                op()
-            except BaseException as exc:
-                log.warning("tune file write failed: %s", exc)
-                if self._error is None:
-                    self._error = exc
+                # One queue item is one operation, or the list of a release's operations.
+                for op in item if isinstance(item, list) else (item,):
+                    try:
+                        op()
+                    except BaseException as exc:
+                        log.warning("tune file write failed: %s", exc)
+                        if self._error is None:
+                            self._error = exc
             finally:
                 self._queue.task_done()
 
@@ -74,11 +77,12 @@ class BackgroundWriter:
             self._queue.put(op)
 
     def release(self) -> None:
-        """Hand the held operations to the thread (in order); nothing without ``held``."""
+        """Hand the held operations to the thread (in order) as one queue item: one
+        wake-up of the thread however many there are (each wake-up can cost the caller
+        the GIL for a switch interval, 5 ms); nothing without ``held``."""
         if self._held:
             ops, self._held = self._held, []
-            for op in ops:
-                self._queue.put(op)
+            self._queue.put(ops)
 
     def drain(self) -> None:
         """Wait until every submitted operation has run.
