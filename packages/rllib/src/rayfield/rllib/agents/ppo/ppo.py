@@ -11,7 +11,8 @@ shuffled minibatches of ``sgd_minibatch_size`` rows minimising::
              + vf_loss_coeff max((V - V_t)^2, (V_old + clip(V - V_old, +-vf_clip_param) - V_t)^2)
              - entropy_coeff H(pi))
 
-with ``r = pi(a|s) / pi_old(a|s)``. After the epochs, ``kl_coeff`` is multiplied by
+with ``r = pi(a|s) / pi_old(a|s)``; ``vf_clip_param: .inf`` (YAML) or ``float("inf")`` turns
+the value clipping off (the plain squared error). After the epochs, ``kl_coeff`` is multiplied by
 1.5 when the mean KL exceeded ``2 * kl_target`` and by 0.5 when it was under
 ``kl_target / 2`` (the adaptive KL penalty of the paper's section 4). Set
 ``kl_coeff: 0`` for the clipped objective alone.

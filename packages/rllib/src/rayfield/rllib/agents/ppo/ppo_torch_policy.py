@@ -8,6 +8,7 @@ starts its rollout workers first and imports this module while they start.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -51,11 +52,14 @@ class PPOTorchPolicy(TorchPolicy):
     def loss(
         self, model: Any, dist_class: type, train_batch: dict[str, torch.Tensor]
     ) -> torch.Tensor:
+        """The combined loss of the module docstring. Terms whose coefficient is 0 (the
+        KL penalty, the entropy bonus) are computed for the statistics only, outside
+        autograd, and an infinite ``vf_clip_param`` leaves the value loss unclipped
+        without computing the clipped branch."""
         cfg = self.config
         logits, _ = self.forward_train(model, train_batch)
         mean = self.reduce_mean
         dist = dist_class(logits, model)
-        prev_dist = dist_class(train_batch[SampleBatch.ACTION_DIST_INPUTS], model)
         logp_ratio = torch.exp(
             dist.logp(train_batch[SampleBatch.ACTIONS]) - train_batch[SampleBatch.ACTION_LOGP]
         )
@@ -64,19 +68,30 @@ class PPOTorchPolicy(TorchPolicy):
             adv * logp_ratio,
             adv * torch.clamp(logp_ratio, 1 - cfg["clip_param"], 1 + cfg["clip_param"]),
         )
-        kl = mean(prev_dist.kl(dist), train_batch)
-        entropy = mean(dist.entropy(), train_batch)
         policy_loss = -mean(surrogate, train_batch)
-        total = policy_loss - cfg["entropy_coeff"] * entropy
+        total = policy_loss
+        with torch.set_grad_enabled(self.kl_coeff > 0):
+            prev_dist = dist_class(train_batch[SampleBatch.ACTION_DIST_INPUTS], model)
+            kl = mean(prev_dist.kl(dist), train_batch)
         if self.kl_coeff > 0:
             total = total + self.kl_coeff * kl
+        with torch.set_grad_enabled(cfg["entropy_coeff"] != 0):
+            entropy = mean(dist.entropy(), train_batch)
+        if cfg["entropy_coeff"] != 0:
+            total = total - cfg["entropy_coeff"] * entropy
         vf_loss = torch.zeros(())
         if cfg["use_gae"] or cfg.get("use_critic", True):
             value = model.value_function()
             targets = train_batch[Postprocessing.VALUE_TARGETS]
-            old = train_batch[SampleBatch.VF_PREDS]
-            clipped = old + torch.clamp(value - old, -cfg["vf_clip_param"], cfg["vf_clip_param"])
-            vf_loss = mean(torch.max((value - targets) ** 2, (clipped - targets) ** 2), train_batch)
+            vf_clip = cfg["vf_clip_param"]
+            if vf_clip is None or math.isinf(vf_clip):
+                vf_loss = mean((value - targets) ** 2, train_batch)
+            else:
+                old = train_batch[SampleBatch.VF_PREDS]
+                clipped = old + torch.clamp(value - old, -vf_clip, vf_clip)
+                vf_loss = mean(
+                    torch.max((value - targets) ** 2, (clipped - targets) ** 2), train_batch
+                )
             total = total + cfg["vf_loss_coeff"] * vf_loss
         total = model.custom_loss(total, train_batch)
         self.stats = {
