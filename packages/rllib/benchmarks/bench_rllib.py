@@ -5,6 +5,12 @@ Stable-Baselines3 and RLlib when they are installed (``nox -s bench`` installs t
     python bench_rllib.py [--seeds 3] [--timeout 300] [--only rayfield] [--peer-python PATH]
 
 Each run is a fresh process, so start-up (imports, workers) counts as it does for a user.
+Start-up is the wall time from the process's first line (before the library's import)
+until the first ``train()`` / ``learn()`` can start: for rayfield-rllib until
+``PPOTrainer(...)`` returns, which includes ``rayfield.init()`` and both rollout workers
+started, with their envs and policies built and the learner's weights set (the trainer
+waits for them); for SB3 until ``PPO(...)`` returns (envs, policy, optimizer); for RLlib
+until ``build()`` returns. The wall time to 450 includes it.
 Ratios are printed against rayfield-rllib from the same run. All three use the same
 hyperparameters (those of ``tuned_examples/cartpole-ppo.yaml``, SB3's rl-zoo CartPole
 setting: 256 env steps per update from 8 or 16 envs, 20 epochs of one 256-row minibatch,

@@ -54,6 +54,23 @@ def _kill_first_worker(trainer: PPOTrainer) -> None:
     rf.kill(victim)
 
 
+def test_workers_are_ready_with_the_learners_weights_when_the_trainer_is_built(
+    cluster: Any,
+) -> None:
+    trainer = PPOTrainer(env="CartPole-v1", config=CFG)
+    try:
+        local = trainer.get_weights()["default_policy"]
+        remote = rf.get([w.get_weights.remote() for w in trainer.workers.remote_workers()])
+        for weights in remote:  # the first samples come from the learner's weights
+            for k, v in local.items():
+                assert np.array_equal(weights["default_policy"][k], v)
+        # only the learner builds an optimizer: sampling workers need none
+        built = trainer.workers.foreach_worker(lambda w: w.policy._optimizer is not None)
+        assert built == [True, False, False]
+    finally:
+        trainer.stop()
+
+
 def test_ignore_worker_failures_with_pipelined_sampling(cluster: Any) -> None:
     cfg = {**CFG, "ignore_worker_failures": True, "sample_async": True}
     trainer = PPOTrainer(env="CartPole-v1", config=cfg)

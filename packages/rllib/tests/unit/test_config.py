@@ -135,3 +135,23 @@ def test_algorithm_config_builder() -> None:
     assert cfg.lr == 3e-4 and cfg.algo_class is PPO
     with pytest.raises(UnknownConfigKeyError, match="did you mean 'clip_param'"):
         PPOConfig().training(clip_parm=0.1)
+
+
+def test_ppo_trainer_imports_without_torch_and_names_its_policy_lazily() -> None:
+    import subprocess
+    import sys
+
+    # the trainer starts its rollout workers before the driver loads torch
+    code = (
+        "import sys; from rayfield.rllib.agents.ppo import PPOTrainer; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    from rayfield.rllib.agents.ppo import PPOTorchPolicy
+    from rayfield.rllib.evaluation.rollout_worker import resolve_policy_class
+
+    assert PPOTrainer.get_default_policy_class() is PPOTorchPolicy
+    assert resolve_policy_class(PPOTorchPolicy) is PPOTorchPolicy
+    with pytest.raises(AttributeError):
+        resolve_policy_class("rayfield.rllib.agents.ppo.ppo_torch_policy.NoSuchPolicy")

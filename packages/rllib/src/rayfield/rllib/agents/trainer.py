@@ -6,7 +6,8 @@ Trainable protocol by duck typing (``train``, ``save``, ``restore``, ``stop``,
 ``setup``/``step``, ``_setup``/``_train``, ``default_resource_request``) without
 importing Tune.
 
-Subclasses set ``_name``, ``_default_config`` and ``_policy`` and implement
+Subclasses set ``_name``, ``_default_config`` and ``_policy`` (a policy class, or its
+dotted path so that importing the trainer does not import torch) and implement
 `training_step`, which returns the learner statistics of one step. Sampling
 helpers (`sample_batch`) record episodes for the result's metrics.
 """
@@ -39,6 +40,7 @@ from rayfield.rllib.env.registry import get_env_creator
 from rayfield.rllib.evaluation.callbacks import make_callbacks
 from rayfield.rllib.evaluation.episode import RolloutMetrics
 from rayfield.rllib.evaluation.metrics import summarize_episodes
+from rayfield.rllib.evaluation.rollout_worker import resolve_policy_class
 from rayfield.rllib.evaluation.worker_set import WorkerSet
 from rayfield.rllib.models.catalog import MODEL_DEFAULTS
 from rayfield.rllib.policy.policy import clip_action
@@ -85,7 +87,7 @@ class Trainer:
 
     _name = "Trainer"
     _default_config: dict[str, Any] = COMMON_CONFIG
-    _policy: type | None = None
+    _policy: type | str | None = None
 
     def __init__(
         self,
@@ -169,17 +171,28 @@ class Trainer:
 
         return AlgorithmConfig(cls)
 
+    @classmethod
+    def get_default_policy_class(cls, config: dict[str, Any] | None = None) -> type:
+        """The policy class of the algorithm (``_policy``; a dotted path is imported).
+
+        Raises:
+            TypeError: the trainer class names no policy.
+        """
+        if cls._policy is None:
+            raise TypeError(f"{cls.__name__} names no policy class: set _policy")
+        return resolve_policy_class(cls._policy)
+
     # -- setup ----------------------------------------------------------------------
     def setup(self, config: dict[str, Any]) -> None:
-        """Seed, connect to rayfield when remote workers are asked for, build the workers."""
-        logging.getLogger("rayfield.rllib").setLevel(str(config["log_level"]).upper())
-        import torch
+        """Seed, connect to rayfield when remote workers are asked for, build the workers.
 
-        torch.set_num_threads(max(1, int(config["num_cpus_for_driver"])))
+        The remote workers start before the driver imports torch and builds its own
+        policy, so their start-up runs alongside the driver's (see `WorkerSet`).
+        """
+        logging.getLogger("rayfield.rllib").setLevel(str(config["log_level"]).upper())
         if config["seed"] is not None:
             random.seed(config["seed"])
             np.random.seed(config["seed"])
-            torch.manual_seed(config["seed"])
         if config["num_workers"] > 0:
             import rayfield
 
@@ -190,9 +203,15 @@ class Trainer:
         if self.env_creator is None:
             raise ValueError("no env given: pass env=... or config={'env': ...}")
         self.callbacks = make_callbacks(config["callbacks"])
+        # a dotted path is imported where the policy is built (RolloutWorker)
         self.workers = self._make_workers(
             self.env_creator, self._policy, config, config["num_workers"]
         )
+        import torch  # loaded by now when the policy is a torch one
+
+        torch.set_num_threads(max(1, int(config["num_cpus_for_driver"])))
+        if config["seed"] is not None:
+            torch.manual_seed(config["seed"])
         self.evaluation_workers: WorkerSet | None = None
         if config["evaluation_interval"]:
             eval_cfg = deep_update(

@@ -9,6 +9,7 @@ Every method is plain Python, so the same class is a local object or an actor
 from __future__ import annotations
 
 import copy
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,20 @@ _KWARG_KEYS = {
     "callbacks": "callbacks",
     "seed": "seed",
 }
+
+
+def resolve_policy_class(policy: type | str) -> type:
+    """A policy class, or the class a dotted path ``"package.module.Class"`` names
+    (imported here, so a trainer can name a torch policy without importing torch).
+
+    Raises:
+        ImportError: the path's module does not import.
+        AttributeError: the module has no such class.
+    """
+    if isinstance(policy, str):
+        module, _, name = policy.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+    return policy
 
 
 class _IndexedCreator:
@@ -79,7 +94,8 @@ class RolloutWorker:
 
     Args:
         env_creator: ``f(EnvContext) -> gymnasium.Env``.
-        policy: the policy class, built with ``(obs_space, action_space, config)``.
+        policy: the policy class, built with ``(obs_space, action_space, config)``, or its
+            dotted path (see `resolve_policy_class`).
         config: the trainer config (``rollout_fragment_length``, ``batch_mode``,
             ``num_envs_per_worker``, ``horizon``, ``observation_filter``, ``seed``...).
         worker_index: 0 for the local worker, 1..num_workers for remote ones.
@@ -95,7 +111,7 @@ class RolloutWorker:
     def __init__(
         self,
         env_creator: Callable[[Any], Any],
-        policy: type,
+        policy: type | str,
         config: dict[str, Any] | None = None,
         worker_index: int = 0,
         num_workers: int = 0,
@@ -107,6 +123,7 @@ class RolloutWorker:
         from rayfield.rllib.evaluation.sampler import SyncSampler
         from rayfield.rllib.evaluation.sampler_base import SamplerSettings
 
+        policy = resolve_policy_class(policy)
         config = copy.deepcopy(config or {})
         config.update(kwargs.pop("policy_config", None) or {})
         for name, key in _KWARG_KEYS.items():

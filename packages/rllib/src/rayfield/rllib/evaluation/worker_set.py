@@ -1,5 +1,11 @@
 """`WorkerSet`: the local rollout worker and ``num_workers`` remote ones (actors).
 
+The remote workers are started first, so their processes import torch and build
+their envs and policies while the driver builds the local worker; the constructor
+then sends them the local worker's weights and returns once every remote worker has
+them, so a trainer is ready to sample when it is built (and a worker that fails to
+start fails here).
+
 Weights go to the remote workers as one object put in the store once per sync
 (``rayfield.put``), so every worker reads the same copy. A remote call that fails
 because its actor died is handled by `sample`'s failure policy: raise (default),
@@ -26,7 +32,7 @@ class WorkerSet:
 
     Args:
         env_creator: ``f(EnvContext) -> env``.
-        policy: the policy class.
+        policy: the policy class, or its dotted path (imported by each worker).
         trainer_config: the trainer's config (``num_workers``, ``num_cpus_per_worker``,
             ``num_gpus_per_worker``, ``custom_resources_per_worker``,
             ``ignore_worker_failures``, ``recreate_failed_workers``...).
@@ -39,7 +45,7 @@ class WorkerSet:
     def __init__(
         self,
         env_creator: Callable[[Any], Any],
-        policy: type,
+        policy: type | str,
         trainer_config: dict[str, Any],
         num_workers: int | None = None,
     ) -> None:
@@ -55,9 +61,6 @@ class WorkerSet:
             raise ValueError(
                 "ignore_worker_failures and recreate_failed_workers are mutually exclusive: set one"
             )
-        self._local_worker = RolloutWorker(
-            env_creator, policy, trainer_config, worker_index=0, num_workers=self._num_workers
-        )
         self._remote_workers: list[Any] = []
         self._indices: list[int] = []
         self._actor_cls: Any = None
@@ -66,6 +69,11 @@ class WorkerSet:
         for i in range(1, self._num_workers + 1):
             self._remote_workers.append(self._make_remote(i))
             self._indices.append(i)
+        self._local_worker = RolloutWorker(
+            env_creator, policy, trainer_config, worker_index=0, num_workers=self._num_workers
+        )
+        if self._remote_workers:  # the first samples come from the learner's weights
+            self.sync_weights(wait=True)
 
     def _make_remote(self, index: int) -> Any:
         import rayfield
@@ -116,15 +124,33 @@ class WorkerSet:
         return self.foreach_worker_with_index(lambda w, i: func(i, w))
 
     # -- weights and sampling ---------------------------------------------------------
-    def sync_weights(self, global_vars: dict[str, Any] | None = None) -> None:
-        """Send the local worker's weights (one shared store object) to every remote one."""
+    def sync_weights(self, global_vars: dict[str, Any] | None = None, wait: bool = False) -> None:
+        """Send the local worker's weights (one shared store object) to every remote one.
+
+        Args:
+            global_vars: passed to each worker's `set_weights` (``{"timestep": ...}``).
+            wait: return once every remote worker has set them (a failed worker is
+                handled by the failure policy, as in `sample`); otherwise the calls run in
+                the background, ahead of the workers' next calls.
+        """
         if not self._remote_workers:
             return
         import rayfield
+        from rayfield.exceptions import RayfieldError
 
         ref = rayfield.put(self._local_worker.get_weights())
-        for w in self._remote_workers:
-            w.set_weights.remote(ref, global_vars)
+        refs = [w.set_weights.remote(ref, global_vars) for w in self._remote_workers]
+        if not wait:
+            return
+        failed = []
+        for pos, done in enumerate(refs):
+            try:
+                rayfield.get(done)
+            except RayfieldError as exc:
+                self.check_failure_allowed(pos, exc)
+                failed.append(pos)
+        if failed:
+            self.handle_failures(failed)
 
     def sample(self, pipelined: bool = False) -> tuple[list[SampleBatch], list[RolloutMetrics]]:
         """One batch from each remote worker (or from the local one when there are
