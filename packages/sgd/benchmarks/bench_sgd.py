@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import platform
+import queue
 import statistics
 import subprocess
 import sys
@@ -74,17 +75,28 @@ def _time_allreduce(size_bytes: int, reps: int) -> list[float]:
     return times
 
 
-def _raw_gloo_rank(rank: int, address: str, jobs: Any, out: Any, own_session: bool) -> None:
+def _raw_gloo_rank(
+    rank: int, address: str, jobs: Any, out: Any, own_session: bool, parent: int
+) -> None:
     """One rank of a raw pair: times ``(size, reps)`` jobs until it reads None. With
     ``own_session`` the rank first leaves the bench's session for its own, as rayfield's
-    worker pool starts every actor (``start_new_session``)."""
+    worker pool starts every actor (``start_new_session``). It also stops when the bench
+    process ``parent`` is gone (killed), since a rank in its own session outlives it."""
     if own_session:
         os.setsid()
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=address, rank=rank, world_size=2, timeout=timedelta(seconds=600)
     )
-    while (job := jobs.get()) is not None:
+    while True:
+        try:
+            job = jobs.get(timeout=5)
+        except queue.Empty:
+            if os.getppid() != parent:
+                break
+            continue
+        if job is None:
+            break
         times = _time_allreduce(*job)
         if rank == 0:
             out.put(times)
@@ -113,7 +125,8 @@ class RawGloo:
         address = f"tcp://127.0.0.1:{find_free_port()}"
         self.procs = [
             ctx.Process(
-                target=_raw_gloo_rank, args=(r, address, self.jobs[r], self.out, own_session)
+                target=_raw_gloo_rank,
+                args=(r, address, self.jobs[r], self.out, own_session, os.getpid()),
             )
             for r in (0, 1)
         ]
