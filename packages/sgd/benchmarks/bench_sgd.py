@@ -2,13 +2,17 @@
 
 1. Gradient all-reduce bandwidth (algorithm bandwidth: tensor bytes / seconds per
    all-reduce) for 1 MB .. 256 MB float32 tensors between two processes, timed in
-   ``--rounds`` rounds of ``--reps`` calls, the three all-reduce columns in turn within a
+   ``--rounds`` rounds of ``--reps`` calls, the all-reduce columns in turn within a
    round so that the machine's load hits them alike:
    - raw ``torch.distributed`` gloo between two spawned processes (the peer), which stay
-     up for the whole run;
+     up for the whole run, each in a session of its own as rayfield's actors are; and
+     the same pair with both ranks in the bench's session (``raw1s``, for reference);
    - gloo inside two ``PyTorchTrainer`` replicas (the group the trainer forms);
    - ``DistributedSGD(strategy="simple")``'s own all-reduce of its workers' gradient
      buffers (``SGDWorker.time_allreduce``);
+   - a ``DistributedDataParallel`` backward pass in the trainer's replicas (the trainer's
+     own ``wrap_ddp``) over parameters of that size in all: what training pays for the
+     gradient exchange, DDP's reducer included;
    - ``DistributedSGD`` steps whose model is one parameter of that size and whose loss
      costs nothing, so a step is the gradient exchange plus zeroing the gradient and the
      SGD update: ``"simple"`` (the gloo all-reduce among the workers), ``"ps"`` and
@@ -30,10 +34,12 @@ import argparse
 import json
 import os
 import platform
+import queue
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -69,13 +75,28 @@ def _time_allreduce(size_bytes: int, reps: int) -> list[float]:
     return times
 
 
-def _raw_gloo_rank(rank: int, address: str, jobs: Any, out: Any) -> None:
-    """One rank of the raw pair: times ``(size, reps)`` jobs until it reads None."""
+def _raw_gloo_rank(
+    rank: int, address: str, jobs: Any, out: Any, own_session: bool, parent: int
+) -> None:
+    """One rank of a raw pair: times ``(size, reps)`` jobs until it reads None. With
+    ``own_session`` the rank first leaves the bench's session for its own, as rayfield's
+    worker pool starts every actor (``start_new_session``). It also stops when the bench
+    process ``parent`` is gone (killed), since a rank in its own session outlives it."""
+    if own_session:
+        os.setsid()
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=address, rank=rank, world_size=2, timeout=timedelta(seconds=600)
     )
-    while (job := jobs.get()) is not None:
+    while True:
+        try:
+            job = jobs.get(timeout=5)
+        except queue.Empty:
+            if os.getppid() != parent:
+                break
+            continue
+        if job is None:
+            break
         times = _time_allreduce(*job)
         if rank == 0:
             out.put(times)
@@ -84,16 +105,29 @@ def _raw_gloo_rank(rank: int, address: str, jobs: Any, out: Any) -> None:
 
 class RawGloo:
     """Two spawned processes in a plain gloo group (no rayfield) that stay up for the
-    whole run, so their all-reduces can be timed in turn with the others'."""
+    whole run, so their all-reduces can be timed in turn with the others'.
 
-    def __init__(self) -> None:
+    Args:
+        own_session: each rank runs in a session of its own, as every rayfield actor
+            does (the fair peer). With False both ranks stay in the bench's session.
+            Where the kernel groups CPU time by session (``sched_autogroup``, the
+            default of most Linux desktops and of this VM), two ranks in one session
+            hand the CPU to each other at every gloo segment without competing with
+            the other sessions' tasks, which on a loaded machine made them ~2.5x
+            faster than the same pair in two sessions (see the README).
+    """
+
+    def __init__(self, own_session: bool = True) -> None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         ctx = mp.get_context("spawn")
         self.jobs = [ctx.Queue(), ctx.Queue()]
         self.out = ctx.Queue()
         address = f"tcp://127.0.0.1:{find_free_port()}"
         self.procs = [
-            ctx.Process(target=_raw_gloo_rank, args=(r, address, self.jobs[r], self.out))
+            ctx.Process(
+                target=_raw_gloo_rank,
+                args=(r, address, self.jobs[r], self.out, own_session, os.getpid()),
+            )
             for r in (0, 1)
         ]
         for p in self.procs:
@@ -171,16 +205,62 @@ def step_s(size: int, strategy: str, allreduce: str, reps: int) -> float:
         sgd.shutdown()
 
 
-def allreduce_rounds(size: int, reps: int, rounds: int, raw: RawGloo, trainer: Any) -> Any:
+class GradientModel(torch.nn.Module):
+    """Parameters of ``size_bytes`` float32 in all, at most 4 MB each (a 16 MB model has
+    four), whose forward is ``x * sum(p.sum())``: its backward writes a gradient of ones
+    into every parameter and costs one pass over them."""
+
+    def __init__(self, size_bytes: int) -> None:
+        super().__init__()
+        n, per = size_bytes // 4, MB
+        self.chunks = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.zeros(min(per, n - i))) for i in range(0, n, per)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.stack([p.sum() for p in self.chunks]).sum()
+
+
+def _time_ddp_backward(runner: Any, size: int, reps: int) -> list[float]:
+    """Seconds of ``reps`` backward passes of a ``GradientModel(size)`` wrapped by the
+    trainer's own ``wrap_ddp`` in a replica (called on every replica), each after the
+    forward, the gradients set to None (``zero_grad``'s default) and a barrier: the
+    gradients' production, DDP's bucket copies and its bucketed all-reduces. The model
+    is built (and warmed up by one backward) once per size and kept on the runner."""
+    from rayfield.sgd.pytorch.runner import wrap_ddp
+
+    cache = runner.__dict__.setdefault("_bench_ddp", {})
+    if size not in cache:
+        cache.clear()
+        cache[size] = wrap_ddp(GradientModel(size), torch.device("cpu"))
+        cache[size](torch.ones(())).backward()
+    model = cache[size]
+    times = []
+    for _ in range(reps):
+        for p in model.parameters():
+            p.grad = None
+        loss = model(torch.ones(()))
+        dist.barrier()
+        start = time.perf_counter()
+        loss.backward()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def allreduce_rounds(
+    size: int, reps: int, rounds: int, raws: dict[str, RawGloo], trainer: Any
+) -> Any:
     """``rounds`` rounds, each timing ``reps`` all-reduces of ``size`` bytes (rank 0, each
-    after a barrier) by: the raw gloo pair, plain gloo inside the PyTorchTrainer's two
-    replicas, and DistributedSGD(strategy="simple")'s own all-reduce of its workers'
-    gradient buffers (``SGDWorker.time_allreduce``). The three take turns (the order
-    rotates every round), so machine load hits them alike.
+    after a barrier) by: each raw gloo pair in ``raws``, plain gloo inside the
+    PyTorchTrainer's two replicas, DistributedSGD(strategy="simple")'s own all-reduce of
+    its workers' gradient buffers (``SGDWorker.time_allreduce``), and the trainer's
+    ``DistributedDataParallel`` backward over ``size`` bytes of gradient
+    (``_time_ddp_backward``). They take turns (the order rotates every round), so
+    machine load hits them alike.
 
     Returns:
-        ``({"raw": [...], "trainer": [...], "dsgd": [...]}`` of per-round median seconds,
-        the median seconds of a whole ``"simple"`` step).
+        ``({"raw": [...], ..., "trainer": [...], "dsgd": [...], "ddp": [...]}`` of
+        per-round median seconds, the median seconds of a whole ``"simple"`` step).
     """
     sgd = _free_loss_sgd(size, "simple", "auto")
     try:
@@ -196,15 +276,25 @@ def allreduce_rounds(size: int, reps: int, rounds: int, raw: RawGloo, trainer: A
             per_rank = sgd.foreach_worker(lambda w: w.time_allreduce(reps))
             return statistics.median(per_rank[0])
 
-        timers = {
-            "raw": lambda: statistics.median(raw.time(size, reps)),
-            "trainer": in_trainer,
-            "dsgd": in_dsgd,
+        def in_ddp() -> float:
+            per_rank = rayfield.get(
+                [
+                    w.apply.remote(lambda r: _time_ddp_backward(r, size, reps))
+                    for w in trainer.workers
+                ]
+            )
+            return statistics.median(per_rank[0])
+
+        timers: dict[str, Callable[[], float]] = {
+            name: (lambda raw=raw: statistics.median(raw.time(size, reps)))
+            for name, raw in raws.items()
         }
+        timers.update(trainer=in_trainer, dsgd=in_dsgd, ddp=in_ddp)
         names = list(timers)
         out: dict[str, list[float]] = {n: [] for n in names}
         for r in range(rounds):
-            for name in names[r % 3 :] + names[: r % 3]:
+            turn = r % len(names)
+            for name in names[turn:] + names[:turn]:
                 out[name].append(timers[name]())
         return out, simple_step
     finally:
@@ -366,23 +456,26 @@ def _print_allreduce(sizes: list[int], args: Any) -> None:
     reps, rounds = args.reps, args.rounds
     print(
         "\nGradient all-reduce between two processes, GB/s (tensor bytes / median time)."
-        f"\n{rounds} rounds per size of {reps} all-reduces per column, the columns in turn"
+        f"\n{rounds} rounds per size of {reps} calls per column, the columns in turn"
         " (rank 0's time, each call after a barrier). raw: plain gloo between two spawned"
-        " processes, its median and [min-max] of the round medians; trainer: plain gloo"
-        " inside PyTorchTrainer's two replicas; DSGD: DistributedSGD(strategy='simple')'s"
-        " own all-reduce of its workers' gradient buffers. ratio: the median over rounds"
-        " of (column / raw of the same round). Step columns: whole DistributedSGD steps"
-        " (all-reduce or exchange, zeroing the gradient, the SGD update, the driver's"
-        " calls) against the raw median."
+        " processes, each in a session of its own as rayfield's actors are (the peer), its"
+        " median and [min-max] of the round medians; raw1s: the same with both ranks in"
+        " the bench's session; trainer: plain gloo inside PyTorchTrainer's two replicas;"
+        " DSGD: DistributedSGD(strategy='simple')'s own all-reduce of its workers' gradient"
+        " buffers; DDP: a backward pass of DistributedDataParallel (the trainer's wrap_ddp)"
+        " over parameters of that size in all (gradients, bucket copies, bucketed"
+        " all-reduces). ratio: the median over rounds of (column / raw of the same round)."
+        " Step columns: whole DistributedSGD steps (all-reduce or exchange, zeroing the"
+        " gradient, the SGD update, the driver's calls) against the raw median."
     )
-    raw = RawGloo()
+    raws = {"raw": RawGloo(own_session=True), "raw1s": RawGloo(own_session=False)}
     trainer = PyTorchTrainer(
         _one_parameter, _no_data, config={"elements": 1}, num_replicas=2, batch_size=2
     )
     rows = []
     try:
         for size in sizes:
-            rounds_s, simple_step = allreduce_rounds(size, reps, rounds, raw, trainer)
+            rounds_s, simple_step = allreduce_rounds(size, reps, rounds, raws, trainer)
             if args.skip_steps:
                 steps = [simple_step]
             else:
@@ -394,19 +487,21 @@ def _print_allreduce(sizes: list[int], args: Any) -> None:
             rows.append((size, rounds_s, steps))
     finally:
         trainer.shutdown()
-        raw.close()
+        for raw in raws.values():
+            raw.close()
     step_names = ["simple step", "ps step", "driver step"][: len(rows[0][2]) if rows else 0]
-    header = f"{'size':>6} {'raw':>6} {'[min-max]':>11} {'trainer':>8} {'ratio':>6}"
-    header += f" {'DSGD':>6} {'ratio':>6}" + "".join(f" {n:>12} {'ratio':>6}" for n in step_names)
+    columns = {"raw1s": "raw1s", "trainer": "trainer", "dsgd": "DSGD", "ddp": "DDP"}
+    header = f"{'size':>6} {'raw':>6} {'[min-max]':>11}"
+    header += "".join(f" {title:>7} {'ratio':>6}" for title in columns.values())
+    header += "".join(f" {n:>12} {'ratio':>6}" for n in step_names)
     print(header)
     for size, per_round, steps in rows:
         gb = {k: [size / t / 1e9 for t in v] for k, v in per_round.items()}
         raw_gb = statistics.median(gb["raw"])
         line = f"{size // MB:>4}MB {raw_gb:6.2f} [{min(gb['raw']):4.2f}-{max(gb['raw']):4.2f}]"
-        for name in ("trainer", "dsgd"):
+        for name in columns:
             ratio = statistics.median(c / r for c, r in zip(gb[name], gb["raw"]))
-            line += f" {statistics.median(gb[name]):{8 if name == 'trainer' else 6}.2f}"
-            line += f" {ratio:6.2f}"
+            line += f" {statistics.median(gb[name]):7.2f} {ratio:6.2f}"
         for t in steps:
             line += f" {size / t / 1e9:12.2f} {size / t / 1e9 / raw_gb:6.2f}"
         print(line)

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from rayfield.sgd import sgd_mse_optimizer
 from rayfield.sgd.pytorch import training
-from rayfield.sgd.pytorch.runner import TorchRunner
+from rayfield.sgd.pytorch.runner import TorchRunner, wrap_ddp
 
 
 def _spec(**overrides: Any) -> dict[str, Any]:
@@ -159,3 +159,21 @@ def test_two_ranks_read_disjoint_halves() -> None:
         assert len(runner._loader(validation, shuffle=False).dataset) == 64
     assert len(shards[0]) == len(shards[1]) == 256
     assert not shards[0] & shards[1]
+
+
+def test_wrap_ddp_wraps_trainable_models_and_leaves_frozen_ones(tmp_path: Any) -> None:
+    frozen = torch.nn.Linear(2, 1).requires_grad_(False)
+    assert wrap_ddp(frozen, torch.device("cpu")) is frozen
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1
+    )
+    try:
+        model = torch.nn.Linear(2, 1)
+        wrapped = wrap_ddp(model, torch.device("cpu"))
+        assert isinstance(wrapped, torch.nn.parallel.DistributedDataParallel)
+        assert wrapped.module is model
+        wrapped(torch.ones(3, 2)).sum().backward()
+        assert model.weight.grad is not None
+        assert torch.allclose(model.weight.grad, torch.full((1, 2), 3.0))
+    finally:
+        torch.distributed.destroy_process_group()

@@ -21,7 +21,23 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from rayfield.sgd.collective import join_group, leave_group, rendezvous_address
 from rayfield.sgd.pytorch import training
 
-__all__ = ["TorchRunner"]
+__all__ = ["TorchRunner", "wrap_ddp"]
+
+
+def wrap_ddp(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``module`` wrapped in ``DistributedDataParallel`` as every replica trains it (the
+    default process group; torch's default buckets: the first of 1 MB, then 25 MB, each
+    all-reduced as soon as its gradients are ready during backward), or ``module`` itself
+    when it has no trainable parameter.
+
+    Args:
+        module: the replica's model, already on ``device``.
+        device: the replica's device; for CUDA its index is DDP's ``device_ids``.
+    """
+    if not any(p.requires_grad for p in module.parameters()):
+        return module
+    ids = [device.index or 0] if device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(module, device_ids=ids)
 
 
 class TorchRunner:
@@ -128,13 +144,7 @@ class TorchRunner:
             self._loader(validation, shuffle=False) if validation is not None else None
         )
         if self.world_size > 1:
-            ids = [self.device.index or 0] if self.device.type == "cuda" else None
-            self.models = [
-                torch.nn.parallel.DistributedDataParallel(m, device_ids=ids)
-                if any(p.requires_grad for p in m.parameters())
-                else m
-                for m in self.models
-            ]
+            self.models = [wrap_ddp(m, self.device) for m in self.models]
 
     def _loader(self, data: Any, shuffle: bool) -> Any:
         if isinstance(data, DataLoader) or not isinstance(data, Dataset):
