@@ -151,6 +151,8 @@ def bench(session: nox.Session) -> None:
         session.install("ray[tune]", "optuna")
     if "rllib" in PACKAGES:  # the peers of packages/rllib/benchmarks/bench_rllib.py
         session.install("ray[rllib]", "stable-baselines3")
+    if "autoscaler" in PACKAGES:  # bench_up_ssh.py: sshd hosts in network namespaces
+        session.run("python", str(ROOT / "tools" / "install_sshd.py"))
     for name in PACKAGES:
         bench_dir = ROOT / "packages" / name / "benchmarks"
         for script in sorted(bench_dir.glob("bench_*.py")):

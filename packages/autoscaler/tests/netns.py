@@ -192,3 +192,16 @@ def namespaces_left(hosts: SSHHosts) -> list[str]:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     names = {line.split()[0] for line in listed.splitlines() if line.strip()}
     return [ns for ns in hosts.namespaces if ns in names]
+
+
+def node_commands() -> tuple[str, str]:
+    """``(stop, start)``: the `rayfield stop` and `rayfield start` command lines (of this
+    interpreter's environment) a `local`-provider cluster YAML gives its nodes, reading
+    the node's IP, temp dir and resources from the variables the updater sets."""
+    rf = Path(sys.executable).parent / "rayfield"
+    stop = f'{rf} stop --temp-dir="$RAYFIELD_NODE_TEMP_DIR"'
+    start = (
+        f'{rf} start --node-ip-address="$RAYFIELD_NODE_IP" '
+        '--temp-dir="$RAYFIELD_NODE_TEMP_DIR" $RAYFIELD_RESOURCE_ARGS'
+    )
+    return stop, start

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import cli, wait_until
-from netns import SSHHosts, namespaces_left, ssh_hosts
+from netns import SSHHosts, namespaces_left, node_commands, ssh_hosts
 
 from rayfield.autoscaler import head_monitor
 from rayfield.autoscaler.commands import head_node, node_setup, provider_for, worker_nodes
@@ -73,12 +73,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHHosts]:
 
 
 def cluster_yaml(path: Path, hosts: SSHHosts, app: Path, name: str) -> Path:
-    rf = Path(sys.executable).parent / "rayfield"
-    stop = f'{rf} stop --temp-dir="$RAYFIELD_NODE_TEMP_DIR"'
-    start = (
-        f'{rf} start --node-ip-address="$RAYFIELD_NODE_IP" '
-        '--temp-dir="$RAYFIELD_NODE_TEMP_DIR" $RAYFIELD_RESOURCE_ARGS'
-    )
+    stop, start = node_commands()
     cfg: dict[str, Any] = {
         "cluster_name": name,
         "provider": {

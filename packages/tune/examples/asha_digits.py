@@ -1,5 +1,7 @@
 """ASHA over an SGD classifier on scikit-learn's digits; prints the best config.
 
+Needs scikit-learn (``pip install 'packages/tune[examples]'``).
+
 Usage::
 
     python packages/tune/examples/asha_digits.py                      # local, 2 CPUs
@@ -28,7 +30,14 @@ from rayfield.tune.schedulers import ASHAScheduler
 def load_data(seed: int = 0) -> dict[str, Any]:
     """Digits (1,797 8x8 images) scaled to [0, 1], split 75/25 into train and validation."""
     import numpy as np
-    from sklearn.datasets import load_digits
+
+    try:
+        from sklearn.datasets import load_digits
+    except ModuleNotFoundError:
+        sys.exit(
+            "asha_digits.py needs scikit-learn: pip install 'packages/tune[examples]' "
+            "(or pip install scikit-learn)"
+        )
 
     x, y = load_digits(return_X_y=True)
     order = np.random.default_rng(seed).permutation(len(x))
