@@ -10,17 +10,35 @@ waits come from :mod:`rayfield.testing`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from rayfield import testing
+from rayfield.util.cluster import stop_all
 
 CLI = [sys.executable, "-m", "rayfield.cli.main"]
+
+
+@contextlib.contextmanager
+def cli_process(args: list[str], temp_dir: Path) -> Iterator[subprocess.Popen[str]]:
+    """``rayfield ARGS`` running, its stdout and stderr piped (text). On exit it is killed
+    if it still runs, and what a failing run left under ``temp_dir`` is stopped."""
+    proc = subprocess.Popen(
+        [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        stop_all(5.0, temp_dir=temp_dir)
 
 
 def rayfield_cmd(*args: str, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:

@@ -13,13 +13,20 @@ import grpc
 import numpy as np
 import psutil
 import pytest
-from clusterutil import CLI, add_node, rayfield_cmd, start_nodes, stop_in_background, wait_for
+from clusterutil import (
+    add_node,
+    cli_process,
+    rayfield_cmd,
+    start_nodes,
+    stop_in_background,
+    wait_for,
+)
 
 import rayfield as rf
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.protocol.errors import GcsUnavailableError
 from rayfield.exceptions import ObjectLostError
-from rayfield.util.cluster import find_token, make_test_certificates, rayfield_processes, stop_all
+from rayfield.util.cluster import find_token, make_test_certificates, rayfield_processes
 
 
 @rf.remote(resources={"x": 1})
@@ -194,21 +201,15 @@ def test_a_forward_answered_late_is_retried_without_running_a_task_twice(tmp_pat
 
 
 def test_start_block_ends_with_its_node_when_the_gcs_never_comes_back(tmp_path: Path) -> None:
-    cmd = [*CLI, "start", "--head", "--port", "0", "--num-cpus", "1", "--block"]
-    cmd += ["--gcs-reconnect-timeout-s", "1", "--temp-dir", str(tmp_path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    args = ["start", "--head", "--port", "0", "--num-cpus", "1", "--block"]
+    args += ["--gcs-reconnect-timeout-s", "1", "--temp-dir", str(tmp_path)]
+    with cli_process(args, tmp_path) as proc:
         node_json = tmp_path / "session_latest" / "node.json"
         wait_for(node_json.exists, "the head's node started", 60)
         [gcs] = [p for p in rayfield_processes(tmp_path) if "--port-file" in p.cmdline()]
         gcs.kill()  # never restarted: the node gives up after 1 s, and `start --block` ends
         _, err = proc.communicate(timeout=30)
         left = rayfield_processes(tmp_path)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        stop_all(5.0, temp_dir=tmp_path)  # what a failing run left
     assert proc.returncode == 1, err
     assert "exited with status 1" in err, err
     assert left == [], [p.cmdline() for p in left]

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterutil import CLI
+from clusterutil import CLI, cli_process
 from test_inspect_units import FakeLogs
 
 from rayfield.cli._interrupt import INTERRUPTED_EXIT_STATUS, StopOnInterrupt
 from rayfield.cli.logs import follow_log
 from rayfield.testing import wait_for
-from rayfield.util.cluster import rayfield_processes, stop_all
+from rayfield.util.cluster import rayfield_processes
 
 
 class InterruptedLogs(FakeLogs):
@@ -129,18 +129,12 @@ def test_ctrl_c_ends_a_one_shot_command_with_status_130(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_while_start_starts_stops_what_it_started(tmp_path: Path) -> None:
-    cmd = [*CLI, "start", "--head", "--port", "0", "--num-cpus", "1", "--temp-dir", str(tmp_path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    args = ["start", "--head", "--port", "0", "--num-cpus", "1", "--temp-dir", str(tmp_path)]
+    with cli_process(args, tmp_path) as proc:
         wait_for(lambda: rayfield_processes(tmp_path), 60, "the GCS started", interval=0.05)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
         left = rayfield_processes(tmp_path)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        stop_all(5.0, temp_dir=tmp_path)  # what a failing run left
     assert proc.returncode == 130, err
     assert "rayfield: interrupted (Ctrl-C)" in err and "Traceback" not in err, err
     assert left == [], f"left running: {[p.cmdline() for p in left]}"
