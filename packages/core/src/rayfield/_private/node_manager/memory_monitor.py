@@ -39,6 +39,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,14 @@ def pick_victim(tasks: list[dict[str, Any]], exclude: int | None = None) -> dict
     return max(workers.values(), key=lambda w: (w["retriable"], w["dispatch_seq"]), default=None)
 
 
+def holds_memory(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (a zombie's memory is free)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 class MemoryMonitor:
     """Polls memory usage and kills one worker at a time while it is above the threshold.
 
@@ -147,6 +156,8 @@ class MemoryMonitor:
             in (0, 1].
         interval_s: seconds between readings; 0 or less: the monitor does nothing.
         cgroup_root: where the cgroup v2 files are read.
+        process_alive: whether a pid's process still holds memory (running, not a
+            zombie); the default asks the operating system.
     """
 
     def __init__(
@@ -155,6 +166,7 @@ class MemoryMonitor:
         usage_threshold: float = DEFAULT_THRESHOLD,
         interval_s: float = DEFAULT_INTERVAL_S,
         cgroup_root: Path = CGROUP_DIR,
+        process_alive: Callable[[int], bool] | None = None,
     ) -> None:
         if not 0 < usage_threshold <= 1:
             raise ValueError(f"usage_threshold must be in (0, 1], got {usage_threshold}")
@@ -162,6 +174,7 @@ class MemoryMonitor:
         self.usage_threshold = usage_threshold
         self.interval_s = interval_s
         self.cgroup_root = cgroup_root
+        self.process_alive = process_alive or holds_memory
         self.kills: list[int] = []  # pids killed, oldest first
         self._victim: tuple[int, float] | None = None  # (pid, monotonic time of the kill)
         self._stop = threading.Event()
@@ -211,18 +224,28 @@ class MemoryMonitor:
                 logger.exception("memory monitor: check failed")
 
     def check(self) -> int | None:
-        """Read the usage once; kill a worker if it is above the threshold. Returns its pid."""
+        """Read the usage once; kill a worker if it is above the threshold. Returns its pid.
+
+        After a kill nothing more is killed until the victim has gone, or for at most
+        ``VICTIM_WAIT_S``: its task must have left the running tasks (the node sees that
+        when the worker's socket closes, which the kernel does after it has freed the
+        process's memory) and its process must have exited. Only then is the usage read
+        again, so a reading taken while the victim still held its memory never picks a
+        second one.
+        """
+        if self._victim is not None:
+            pid, at = self._victim
+            waited = time.monotonic() - at
+            listed = any(t["pid"] == pid for t in self.server.running_tasks())
+            if waited < VICTIM_WAIT_S and (
+                listed or self.process_alive(pid) or waited < self.interval_s
+            ):
+                return None
+            self._victim = None
         usage = memory_usage(self.cgroup_root)
         if usage.fraction <= self.usage_threshold:
             return None
         tasks = self.server.running_tasks()
-        if self._victim is not None:  # let the last kill free its memory first
-            pid, at = self._victim
-            waited = time.monotonic() - at
-            still_running = any(t["pid"] == pid for t in tasks)
-            if waited < VICTIM_WAIT_S and (still_running or waited < self.interval_s):
-                return None
-            self._victim = None
         victim = pick_victim(tasks, exclude=os.getpid())
         if victim is None:
             return None
