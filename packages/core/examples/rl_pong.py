@@ -15,8 +15,9 @@ random policy's game lasts about 1,000 steps and its score is about -20.
 
 Prints, per update: the games' scores, the running reward (an exponential average over games,
 0.99 / 0.01 as in the reference), the update's wall time and the steps per second over all actors.
-Learning Pong takes many hours on 2 cores; in an hour the running reward rises from about -20.5
-by one to two points.
+Learning Pong takes many hours on 2 cores; in an hour the scores rise by about half a point
+(4,120 games in 55 minutes on this 2-core machine under load: the mean of the first 300 games
+-20.46, of the last 300 -19.87).
 
 Ports "Learning to Play Pong" of Ray's example applications (``examples/rl_pong/driver.py``),
 Karpathy's "Pong from Pixels" (2016) with the games played by actors; only the import differs.
