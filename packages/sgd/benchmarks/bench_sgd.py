@@ -5,8 +5,10 @@
    ``--rounds`` rounds of ``--reps`` calls, the all-reduce columns in turn within a
    round so that the machine's load hits them alike:
    - raw ``torch.distributed`` gloo between two spawned processes (the peer), which stay
-     up for the whole run, each in a session of its own as rayfield's actors are; and
-     the same pair with both ranks in the bench's session (``raw1s``, for reference);
+     up for the whole run in the bench's session, as rayfield's workers stay in their
+     node's session (here the driver's); and the same pair with each rank in a session of
+     its own (``rawos``, where rayfield's workers were before 2026-11-26 17:00, for
+     reference);
    - gloo inside two ``PyTorchTrainer`` replicas (the group the trainer forms);
    - ``DistributedSGD(strategy="simple")``'s own all-reduce of its workers' gradient
      buffers (``SGDWorker.time_allreduce``);
@@ -26,6 +28,7 @@
 
     python bench_sgd.py [--max-mb 256] [--reps 5] [--rounds 3] [--epochs 5] [--skip-ray]
                         [--skip-steps] [--only allreduce|size|epoch]
+                        [--columns rawos,trainer,dsgd,ddp]
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ sys.path.insert(0, str(EXAMPLES))
 import digits_cnn  # noqa: E402
 
 MB = 1 << 20
+# The all-reduce columns besides the peer ("raw"), with their titles.
+COLUMNS = {"rawos": "rawos", "trainer": "trainer", "dsgd": "DSGD", "ddp": "DDP"}
 
 
 def _time_allreduce(size_bytes: int, reps: int) -> list[float]:
@@ -78,12 +83,15 @@ def _time_allreduce(size_bytes: int, reps: int) -> list[float]:
 def _raw_gloo_rank(
     rank: int, address: str, jobs: Any, out: Any, own_session: bool, parent: int
 ) -> None:
-    """One rank of a raw pair: times ``(size, reps)`` jobs until it reads None. With
-    ``own_session`` the rank first leaves the bench's session for its own, as rayfield's
-    worker pool starts every actor (``start_new_session``). It also stops when the bench
-    process ``parent`` is gone (killed), since a rank in its own session outlives it."""
+    """One rank of a raw pair: times ``(size, reps)`` jobs until it reads None. The rank
+    leads a process group of its own, as rayfield's worker pool starts every worker; with
+    ``own_session`` it leads a session of its own instead. It also stops when the bench
+    process ``parent`` is gone (killed), since a rank outside the bench's group outlives
+    a Ctrl-C."""
     if own_session:
         os.setsid()
+    else:
+        os.setpgid(0, 0)
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=address, rank=rank, world_size=2, timeout=timedelta(seconds=600)
@@ -108,16 +116,17 @@ class RawGloo:
     whole run, so their all-reduces can be timed in turn with the others'.
 
     Args:
-        own_session: each rank runs in a session of its own, as every rayfield actor
-            does (the fair peer). With False both ranks stay in the bench's session.
-            Where the kernel groups CPU time by session (``sched_autogroup``, the
-            default of most Linux desktops and of this VM), two ranks in one session
-            hand the CPU to each other at every gloo segment without competing with
-            the other sessions' tasks, which on a loaded machine made them ~2.5x
-            faster than the same pair in two sessions (see the README).
+        own_session: each rank runs in a session of its own (rayfield's workers did
+            until 2026-11-26 17:00). With False (the peer) both ranks stay in the
+            bench's session, as rayfield's workers stay in their node's. Where the
+            kernel groups CPU time by session (``sched_autogroup``, the default of most
+            Linux desktops and of this VM), two ranks in one session hand the CPU to
+            each other at every gloo segment without competing with the other
+            sessions' tasks, which on a loaded machine made them ~2.5x faster than the
+            same pair in two sessions (see the README).
     """
 
-    def __init__(self, own_session: bool = True) -> None:
+    def __init__(self, own_session: bool = False) -> None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         ctx = mp.get_context("spawn")
         self.jobs = [ctx.Queue(), ctx.Queue()]
@@ -248,15 +257,20 @@ def _time_ddp_backward(runner: Any, size: int, reps: int) -> list[float]:
 
 
 def allreduce_rounds(
-    size: int, reps: int, rounds: int, raws: dict[str, RawGloo], trainer: Any
+    size: int,
+    reps: int,
+    rounds: int,
+    raws: dict[str, RawGloo],
+    trainer: Any,
+    columns: frozenset[str] = frozenset(COLUMNS),
 ) -> Any:
     """``rounds`` rounds, each timing ``reps`` all-reduces of ``size`` bytes (rank 0, each
     after a barrier) by: each raw gloo pair in ``raws``, plain gloo inside the
     PyTorchTrainer's two replicas, DistributedSGD(strategy="simple")'s own all-reduce of
     its workers' gradient buffers (``SGDWorker.time_allreduce``), and the trainer's
     ``DistributedDataParallel`` backward over ``size`` bytes of gradient
-    (``_time_ddp_backward``). They take turns (the order rotates every round), so
-    machine load hits them alike.
+    (``_time_ddp_backward``); of the last four only those named in ``columns``. They
+    take turns (the order rotates every round), so machine load hits them alike.
 
     Returns:
         ``({"raw": [...], ..., "trainer": [...], "dsgd": [...], "ddp": [...]}`` of
@@ -290,6 +304,7 @@ def allreduce_rounds(
             for name, raw in raws.items()
         }
         timers.update(trainer=in_trainer, dsgd=in_dsgd, ddp=in_ddp)
+        timers = {n: t for n, t in timers.items() if n == "raw" or n in columns}
         names = list(timers)
         out: dict[str, list[float]] = {n: [] for n in names}
         for r in range(rounds):
@@ -427,7 +442,15 @@ def main() -> None:
     parser.add_argument("--skip-ray", action="store_true")
     parser.add_argument("--skip-steps", action="store_true", help="no ps and driver step columns")
     parser.add_argument("--only", choices=["allreduce", "size", "epoch"], default=None)
+    parser.add_argument(
+        "--columns",
+        default=",".join(COLUMNS),
+        help="all-reduce columns timed besides raw (any of rawos,trainer,dsgd,ddp)",
+    )
     args = parser.parse_args()
+    args.columns = frozenset(c for c in args.columns.split(",") if c)
+    if not args.columns <= set(COLUMNS):
+        parser.error(f"--columns: unknown {sorted(args.columns - set(COLUMNS))}")
     sizes = [s * MB for s in (1, 4, 16, 64, 256) if s <= args.max_mb]
     widths = [int(w) for w in args.widths.split(",")]
     print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {_machine()}")
@@ -458,9 +481,9 @@ def _print_allreduce(sizes: list[int], args: Any) -> None:
         "\nGradient all-reduce between two processes, GB/s (tensor bytes / median time)."
         f"\n{rounds} rounds per size of {reps} calls per column, the columns in turn"
         " (rank 0's time, each call after a barrier). raw: plain gloo between two spawned"
-        " processes, each in a session of its own as rayfield's actors are (the peer), its"
-        " median and [min-max] of the round medians; raw1s: the same with both ranks in"
-        " the bench's session; trainer: plain gloo inside PyTorchTrainer's two replicas;"
+        " processes in the bench's session, as rayfield's workers are in their node's (the"
+        " peer), its median and [min-max] of the round medians; rawos: the same with each"
+        " rank in a session of its own; trainer: plain gloo inside PyTorchTrainer's two replicas;"
         " DSGD: DistributedSGD(strategy='simple')'s own all-reduce of its workers' gradient"
         " buffers; DDP: a backward pass of DistributedDataParallel (the trainer's wrap_ddp)"
         " over parameters of that size in all (gradients, bucket copies, bucketed"
@@ -468,14 +491,20 @@ def _print_allreduce(sizes: list[int], args: Any) -> None:
         " Step columns: whole DistributedSGD steps (all-reduce or exchange, zeroing the"
         " gradient, the SGD update, the driver's calls) against the raw median."
     )
-    raws = {"raw": RawGloo(own_session=True), "raw1s": RawGloo(own_session=False)}
-    trainer = PyTorchTrainer(
-        _one_parameter, _no_data, config={"elements": 1}, num_replicas=2, batch_size=2
-    )
+    raws = {"raw": RawGloo()}
+    if "rawos" in args.columns:
+        raws["rawos"] = RawGloo(own_session=True)
+    trainer = None
+    if args.columns & {"trainer", "ddp"}:
+        trainer = PyTorchTrainer(
+            _one_parameter, _no_data, config={"elements": 1}, num_replicas=2, batch_size=2
+        )
     rows = []
     try:
         for size in sizes:
-            rounds_s, simple_step = allreduce_rounds(size, reps, rounds, raws, trainer)
+            rounds_s, simple_step = allreduce_rounds(
+                size, reps, rounds, raws, trainer, args.columns
+            )
             if args.skip_steps:
                 steps = [simple_step]
             else:
@@ -486,11 +515,12 @@ def _print_allreduce(sizes: list[int], args: Any) -> None:
                 ]
             rows.append((size, rounds_s, steps))
     finally:
-        trainer.shutdown()
+        if trainer is not None:
+            trainer.shutdown()
         for raw in raws.values():
             raw.close()
     step_names = ["simple step", "ps step", "driver step"][: len(rows[0][2]) if rows else 0]
-    columns = {"raw1s": "raw1s", "trainer": "trainer", "dsgd": "DSGD", "ddp": "DDP"}
+    columns = {n: title for n, title in COLUMNS.items() if n in args.columns}
     header = f"{'size':>6} {'raw':>6} {'[min-max]':>11}"
     header += "".join(f" {title:>7} {'ratio':>6}" for title in columns.values())
     header += "".join(f" {n:>12} {'ratio':>6}" for n in step_names)

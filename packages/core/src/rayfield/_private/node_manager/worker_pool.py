@@ -23,6 +23,13 @@ from rayfield._private.common import session_files
 
 __all__ = ["WorkerPool"]
 
+# Each worker leads a process group of its own inside the node's session: a Ctrl-C in the
+# driver's terminal (SIGINT to the terminal's foreground group) is the driver's alone, and
+# the node's workers share its session, hence one CPU autogroup under sched_autogroup.
+_OWN_GROUP: dict[str, Any] = (
+    {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+)
+
 
 class WorkerPool:
     """Starts worker processes on demand, up to a cap, and streams their output.
@@ -80,7 +87,7 @@ class WorkerPool:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                start_new_session=True,  # a Ctrl-C in the driver's terminal is the driver's
+                **_OWN_GROUP,
                 umask=0o077,  # the files it writes (events, spill) are the user's alone
             )
             assert proc.stdout is not None
