@@ -197,13 +197,18 @@ class NodeAgent:
             on_gcs_gone,
         )
         self.watch = NodeWatch(gcs, self.peers, self.spillback.node_joined)
-        self.watch.start()
-        self.membership.start()
+        self.events = EventShipper(node.session_dir / "logs", gcs, self.address, self.node_id)
         self.writer.start()
         self.objects.start()
         self.spillback.start()
-        self.events = EventShipper(node.session_dir / "logs", gcs, self.address, self.node_id)
         self.events.start()
+        self.watch.start()
+        # Registering makes the node known: peers forward work to it at once (they hear
+        # of it from NODE_ALIVE), and that work's native events (code or arguments to
+        # fetch) must reach this agent, so every part runs and the node hands its
+        # events here before that.
+        node.agent = self
+        self.membership.start()
 
     # ---- the native core's events ---------------------------------------------------
 

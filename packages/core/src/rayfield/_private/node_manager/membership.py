@@ -160,6 +160,7 @@ class Membership:
         self.pacer = BeatPacer(heartbeat_s, time.monotonic())
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self.registered = False  # the GCS took this node's registration
         self._thread = threading.Thread(target=self._run, daemon=True, name="rayfield-heartbeat")
 
     def start(self) -> None:
@@ -167,6 +168,7 @@ class Membership:
         before the GCS went down still knows its peers), then beat every
         ``heartbeat_s``."""
         self.gcs.register_node(self.info)
+        self.registered = True
         self.reach.observe(True, time.monotonic())
         try:
             self.peers.update(self.gcs.get_nodes())
@@ -274,7 +276,10 @@ class Membership:
 
     def leave(self, timeout_s: float = 2.0) -> None:
         """Tell the GCS this node leaves the cluster: one try of ``timeout_s`` at most (a
-        node the GCS does not hear from is declared dead after its heartbeat timeout)."""
+        node the GCS does not hear from is declared dead after its heartbeat timeout).
+        A node that never registered has nothing to say."""
+        if not self.registered:
+            return
         try:
             self.beats.with_limits(timeout_s, 0.0).unregister_node(self.info.node_id)
         except Exception as exc:
