@@ -504,3 +504,31 @@ def test_workers_and_rayfield_do_not_import_grpc() -> None:
         "assert 'grpc' not in sys.modules, 'grpc imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env=_env(), timeout=60)
+
+
+def test_client_subscription_decodes_node_records_and_ends_when_cancelled(
+    shared_gcs: Gcs,
+) -> None:
+    with shared_gcs.client() as c:
+        sub = c.subscribe([CHANNEL_NODE_ALIVE])
+        got: queue.Queue[GcsMessage] = queue.Queue()
+        errors: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                for m in sub:
+                    got.put(m)
+            except BaseException as exc:
+                errors.append(exc)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        node = NodeInfo(node_id=b"S" * 20, address="s:1", resources_total={"x": 2.0})
+        c.register_node(node)
+        message = got.get(timeout=10)
+        assert message.channel == CHANNEL_NODE_ALIVE and message.key == node.node_id
+        assert isinstance(message.value, NodeInfo) and message.value.resources_total == {"x": 2.0}
+        sub.cancel()
+        reader.join(timeout=10)
+        assert not reader.is_alive() and errors == []  # cancelling ends it without an error
+        c.unregister_node(node.node_id)

@@ -70,6 +70,7 @@ class NodeOptions:
     tls: tuple[str, str, str] | None = None  # cert, key, ca
     dashboard_tls: tuple[str, str] | None = None  # cert, key of the dashboard's HTTPS
     heartbeat_timeout_s: float = 3.0  # head only: silence after which a node is dead
+    heartbeat_s: float | None = None  # seconds between a node's heartbeats (None: 0.5)
     # a node that has not reached the GCS this long stops (0: never; None: the node's
     # default, $RAYFIELD_GCS_RECONNECT_TIMEOUT_S, else 60)
     gcs_reconnect_timeout_s: float | None = None
@@ -197,6 +198,8 @@ def start_node(
         args.append("--head")
     if opts.gcs_reconnect_timeout_s is not None:
         args += ["--gcs-reconnect-timeout-s", str(opts.gcs_reconnect_timeout_s)]
+    if opts.heartbeat_s is not None:
+        args += ["--heartbeat-s", str(opts.heartbeat_s)]
     args += _tls_args(opts)
     env = dict(os.environ, **{ENV_TOKEN: token})  # not on the command line: ps shows that
     log = session / "logs" / "node.out"

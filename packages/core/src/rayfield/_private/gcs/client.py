@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from rayfield._private import transport
@@ -24,15 +25,25 @@ from rayfield._private.protocol import codec
 from rayfield._private.protocol.constants import MAX_MESSAGE_BYTES
 from rayfield._private.protocol.errors import GcsError, GcsUnavailableError, error_for_status
 from rayfield._private.protocol.types import (
+    CHANNEL_ACTOR,
+    CHANNEL_NODE_ALIVE,
+    CHANNEL_NODE_DEAD,
     ActorInfo,
     ActorState,
+    GcsMessage,
     JobInfo,
     NodeInfo,
     ResourceDemand,
 )
 from rayfield._private.transport import TlsConfig, auth_metadata, open_channel
 
-__all__ = ["GcsClient"]
+__all__ = ["GcsClient", "GcsSubscription"]
+
+_RECORD_OF_CHANNEL = {
+    CHANNEL_NODE_ALIVE: "GcsNodeInfo",
+    CHANNEL_NODE_DEAD: "GcsNodeInfo",
+    CHANNEL_ACTOR: "GcsActorInfo",
+}
 
 _KEY = str | bytes
 
@@ -264,3 +275,60 @@ class GcsClient:
     def publish(self, channel: str, key: _KEY, payload: bytes) -> None:
         """Publish a message to the subscribers of ``channel`` (Subscribe streams)."""
         self.call("Publish", {"channel": channel, "key": _key(key), "payload": payload})
+
+    def subscribe(self, channels: list[str]) -> GcsSubscription:
+        """Open a Subscribe stream for ``channels`` (empty: every channel); returns once
+        the GCS confirmed it. One try, no retry: a caller that wants the stream back
+        after a GCS restart subscribes again.
+
+        Raises:
+            GcsUnavailableError: the GCS could not be reached.
+            GcsError: another refusal, e.g. ``GcsTooManySubscribersError``
+                (RESOURCE_EXHAUSTED) when the GCS serves its most streams.
+        """
+        stream = self._channel.unary_stream(f"/{codec.SERVICE}/Subscribe")
+        request = codec.encode("GcsSubscribeRequest", {"channels": channels})
+        call = stream(request, metadata=self.metadata)
+        try:
+            next(call)  # the confirmation: an empty channel
+        except transport.RpcError as exc:
+            call.cancel()
+            raise self.error("Subscribe", exc) from None
+        except StopIteration:
+            why = f"the GCS at {self.address} ended a new subscription before confirming it"
+            raise GcsUnavailableError(why) from None
+        return GcsSubscription(self, call)
+
+
+class GcsSubscription:
+    """An open Subscribe stream (see :meth:`GcsClient.subscribe`): iterate it for the
+    messages, :meth:`cancel` it (from any thread) to end it.
+
+    Iterating yields :class:`GcsMessage` values; the records of the built-in channels
+    (``NODE_ALIVE``, ``NODE_DEAD``: ``NodeInfo``; ``ACTOR``: ``ActorInfo``) are decoded
+    into ``value``. It ends without error when cancelled, and raises ``GcsError`` when the
+    stream breaks (the GCS stopped, or dropped this subscriber for falling behind).
+    """
+
+    def __init__(self, client: GcsClient, call: Any) -> None:
+        self._client = client
+        self._call = call
+        self.cancelled = False
+
+    def __iter__(self) -> Iterator[GcsMessage]:
+        try:
+            for raw in self._call:
+                fields = codec.decode("GcsPubSubMessage", raw)
+                message = GcsMessage(fields["channel"], fields["key"], fields["payload"])
+                table = _RECORD_OF_CHANNEL.get(message.channel)
+                if table is not None:
+                    message.value = codec.decode_record(table, message.payload)
+                yield message
+        except transport.RpcError as exc:
+            if not self.cancelled:
+                raise self._client.error("Subscribe", exc) from None
+
+    def cancel(self) -> None:
+        """End the stream; an iteration in progress ends."""
+        self.cancelled = True
+        self._call.cancel()

@@ -4,9 +4,9 @@ Each Subscribe stream owns a ``Subscription``: a bounded queue that ``publish``
 fills without blocking. A subscriber that falls ``queue_size`` messages behind
 is closed (its stream ends; the subscriber may subscribe again), so one slow
 reader never holds up the GCS. Messages published while a client is not
-subscribed (e.g. during a GCS restart) are not replayed. No rayfield process
-subscribes (nodes poll ``GetNodes`` with every heartbeat); the stream is there for
-tools that watch the cluster.
+subscribed (e.g. during a GCS restart) are not replayed. Nodes subscribe to
+``NODE_ALIVE`` (``node_manager/node_watch.py``) to hear of nodes that join at once;
+tools that watch the cluster may subscribe too.
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 A node started by ``rayfield start --address`` (or the head) hosts a ``Node`` (native
 core and workers) and this :class:`NodeAgent`, which wires together:
 
-* ``membership.py``: the heartbeat to the GCS (free resources, pending demand) and the
-  view of the other nodes; a node's death reaches every part below;
+* ``membership.py``: the heartbeat to the GCS (free resources, pending demand, sent
+  early when the demand grew) and the view of the other nodes; a node's death reaches
+  every part below; ``node_watch.py``: nodes that join, heard of at once from the GCS's
+  ``NODE_ALIVE`` stream (work waiting for them is tried then);
 * ``spillback.py``: tasks the local node cannot place, or that wait here for busy
   resources, forwarded to other nodes (``forwarding.py`` sends them in batches);
 * ``arg_pins.py``: the arguments of tasks sent elsewhere, pinned until their results
@@ -56,6 +58,7 @@ from rayfield._private.node_manager.lifecycle import Lifecycle, job_cancelled
 from rayfield._private.node_manager.membership import Membership, PeerView
 from rayfield._private.node_manager.node import Node
 from rayfield._private.node_manager.node_service import PeerChannels, PeerError, RpcServer
+from rayfield._private.node_manager.node_watch import NodeWatch
 from rayfield._private.node_manager.object_manager import ObjectManager
 from rayfield._private.node_manager.object_push import ObjectPusher
 from rayfield._private.node_manager.recovery import Recovery
@@ -169,6 +172,7 @@ class NodeAgent:
             self.accepted_ids,
             node_id=self.node_id,
             keep=self._keep_here,
+            on_demand=self._demand_changed,
         )
         self.introspector = Introspector(node, self.address)
         self.info = NodeInfo(
@@ -192,12 +196,19 @@ class NodeAgent:
             gcs_reconnect_timeout_s,
             on_gcs_gone,
         )
-        self.membership.start()
+        self.watch = NodeWatch(gcs, self.peers, self.spillback.node_joined)
+        self.events = EventShipper(node.session_dir / "logs", gcs, self.address, self.node_id)
         self.writer.start()
         self.objects.start()
         self.spillback.start()
-        self.events = EventShipper(node.session_dir / "logs", gcs, self.address, self.node_id)
         self.events.start()
+        self.watch.start()
+        # Registering makes the node known: peers forward work to it at once (they hear
+        # of it from NODE_ALIVE), and that work's native events (code or arguments to
+        # fetch) must reach this agent, so every part runs and the node hands its
+        # events here before that.
+        node.agent = self
+        self.membership.start()
 
     # ---- the native core's events ---------------------------------------------------
 
@@ -240,6 +251,11 @@ class NodeAgent:
 
     def alive_peers(self) -> list[NodeInfo]:
         return self.peers.alive_peers()
+
+    def _demand_changed(self) -> None:
+        membership = getattr(self, "membership", None)  # None while the agent is built
+        if membership is not None:
+            membership.nudge()
 
     def _after_heartbeat(self) -> None:
         self.spillback.retry()
@@ -451,6 +467,7 @@ class NodeAgent:
         threads (an actor lookup while the GCS is down), so the process exits at once.
         """
         self.pusher.stop()
+        self.watch.stop()
         self.membership.stop()
         self.spillback.stop()
         self.objects.stop()

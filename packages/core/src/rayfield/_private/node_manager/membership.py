@@ -3,11 +3,15 @@
 Every ``heartbeat_s`` the node tells the GCS its free resources, its pending demand
 (ready work by resource shape, and the tasks no node fits yet) and how long it has been
 idle (:mod:`~rayfield._private.node_manager.idleness`), and reads back every
-node's record. A node that was alive and is not any more is reported to ``on_died``
-once; ``after_round`` runs after each round (work waiting for a fitting node, actor
-calls waiting for their actor's node, are tried again then), also when the GCS did not
-answer: the last view of the nodes stands meanwhile. Each heartbeat is one try (the next
-round is the retry), so a GCS that is down costs a round no more than one failed call.
+node's record. A demand that grew goes out at once in a beat of its own (the heartbeat
+alone, without reading the nodes back): the parts that see the demand change call
+:meth:`Membership.nudge`, and ``beat_pacer.py`` decides when that beat goes (debounced,
+so a burst of submissions sends one). A node that was alive and is not any more is
+reported to ``on_died`` once; ``after_round`` runs after each round (work waiting for a
+fitting node, actor calls waiting for their actor's node, are tried again then), also
+when the GCS did not answer: the last view of the nodes stands meanwhile. Each heartbeat
+is one try (the next round is the retry), so a GCS that is down costs a round no more
+than one failed call.
 A GCS not reached for ``reconnect_timeout_s`` (``gcs_reach.py`` decides) is reported to
 ``on_gcs_gone`` once: the node shuts down.
 """
@@ -22,6 +26,7 @@ from typing import Any
 
 from rayfield._private.common.ids import ORIGIN_BYTES, origin_of
 from rayfield._private.gcs.client import GcsClient
+from rayfield._private.node_manager.beat_pacer import BeatPacer, demand_key
 from rayfield._private.node_manager.gcs_reach import (
     DEFAULT_GCS_RECONNECT_TIMEOUT_S,
     GcsReach,
@@ -55,6 +60,19 @@ class PeerView:
             was_alive = {i for i, n in self._nodes.items() if n.alive}
             self._nodes = {n.node_id: n for n in nodes}
         return [n for n in nodes if n.node_id in was_alive and not n.alive]
+
+    def joined(self, node: NodeInfo) -> bool:
+        """Take ``node``, a record the GCS published as alive (``NODE_ALIVE``), into the
+        view; True when it is a peer the view did not know as alive (a node that joined).
+        The record of a peer known as alive is kept: its heartbeats made it newer."""
+        if not node.alive or node.node_id == self.self_id:
+            return False
+        with self._lock:
+            known = self._nodes.get(node.node_id)
+            if known is not None and known.alive:
+                return False
+            self._nodes[node.node_id] = node
+        return True
 
     def alive_peers(self) -> list[NodeInfo]:
         """The alive nodes other than this one."""
@@ -106,7 +124,8 @@ class Membership:
         infeasible: the demands no node fits yet (resource name -> amount, one a task).
         on_died: called with each node found dead.
         after_round: called after each heartbeat round.
-        heartbeat_s: seconds between heartbeats.
+        heartbeat_s: seconds between heartbeats (an early beat goes when the demand grew,
+            see :meth:`nudge`).
         reconnect_timeout_s: seconds without reaching the GCS after which ``on_gcs_gone``
             is called (0 or less: never).
         on_gcs_gone: called once, on the heartbeat thread, with why the node gives up on
@@ -138,7 +157,10 @@ class Membership:
         self.reach = GcsReach(reconnect_timeout_s, time.monotonic())
         self.on_gcs_gone = on_gcs_gone
         self.idle = IdleClock()
+        self.pacer = BeatPacer(heartbeat_s, time.monotonic())
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self.registered = False  # the GCS took this node's registration
         self._thread = threading.Thread(target=self._run, daemon=True, name="rayfield-heartbeat")
 
     def start(self) -> None:
@@ -146,6 +168,7 @@ class Membership:
         before the GCS went down still knows its peers), then beat every
         ``heartbeat_s``."""
         self.gcs.register_node(self.info)
+        self.registered = True
         self.reach.observe(True, time.monotonic())
         try:
             self.peers.update(self.gcs.get_nodes())
@@ -153,19 +176,29 @@ class Membership:
             logger.debug("reading the cluster's nodes at start failed: %s", exc)
         self._thread.start()
 
+    def nudge(self) -> None:
+        """The node's demand may have grown: the heartbeat thread measures it and, when it
+        grew over what the last beat said, sends it early (``beat_pacer.py``). Cheap, and
+        safe from any thread."""
+        self._wake.set()
+
+    def _send(self) -> None:
+        """Send one heartbeat: free resources, demand, idle time (raises when it fails);
+        register again when the GCS asks."""
+        snap = self.snapshot()
+        ready = snap.get("ready_by_shape", [])
+        demand = [ResourceDemand(shape=dict(shape), count=int(n)) for shape, n in ready]
+        waiting = self.infeasible()
+        demand += [ResourceDemand(d, 1, True) for d in waiting]
+        idle_s = self.idle.observe(is_idle(snap, len(waiting)))
+        self.pacer.beaten(demand_key(ready, waiting), time.monotonic())
+        if self.beats.heartbeat(self.info.node_id, dict(snap["available"]), demand, idle_s):
+            self.beats.register_node(self.info)
+
     def beat(self) -> bool:
         """One heartbeat round; False when the GCS could not be reached."""
         try:
-            snap = self.snapshot()
-            demand = [
-                ResourceDemand(shape=dict(shape), count=int(n))
-                for shape, n in snap.get("ready_by_shape", [])
-            ]
-            waiting = self.infeasible()
-            demand += [ResourceDemand(d, 1, True) for d in waiting]
-            idle_s = self.idle.observe(is_idle(snap, len(waiting)))
-            if self.beats.heartbeat(self.info.node_id, dict(snap["available"]), demand, idle_s):
-                self.beats.register_node(self.info)
+            self._send()
             nodes: list[NodeInfo] | None = self.beats.get_nodes()
         except Exception as exc:
             logger.debug("heartbeat failed: %s", exc)
@@ -178,9 +211,35 @@ class Membership:
             logger.exception("acting on the heartbeat's node list failed")
         return nodes is not None
 
+    def _observe(self) -> None:
+        """Measure the demand after a :meth:`nudge`; the pacer may bring a beat forward."""
+        if self.pacer.early:  # one is due already: it will carry whatever is there then
+            return
+        try:
+            ready = self.snapshot().get("ready_by_shape", [])
+            self.pacer.observe(demand_key(ready, self.infeasible()), time.monotonic())
+        except Exception as exc:
+            logger.debug("measuring the demand failed: %s", exc)
+
     def _run(self) -> None:
-        while not self._stop.wait(self.heartbeat_s):
-            self.judge(self.beat(), time.monotonic())
+        while not self._stop.is_set():
+            if self._wake.wait(self.pacer.wait_s(time.monotonic())):
+                self._wake.clear()
+                if not self._stop.is_set():
+                    self._observe()
+                continue
+            if self._stop.is_set():
+                return
+            now = time.monotonic()
+            if now < self.pacer.last_beat + self.pacer.period_s:  # an early beat
+                try:
+                    self._send()
+                except Exception as exc:
+                    logger.debug("early heartbeat failed: %s", exc)
+            else:
+                self.judge(self.beat(), time.monotonic())
+            if self.pacer.last_beat < now:  # it failed before it was sent: the next round
+                self.pacer.beaten(self.pacer.sent, now)  # (or the next growth) is the retry
 
     def judge(self, reached: bool, now: float) -> Reach:
         """Log what a round's outcome means (``reached``: the GCS answered, at monotonic
@@ -211,12 +270,16 @@ class Membership:
     def stop(self) -> None:
         """Stop the heartbeat."""
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2)
 
     def leave(self, timeout_s: float = 2.0) -> None:
         """Tell the GCS this node leaves the cluster: one try of ``timeout_s`` at most (a
-        node the GCS does not hear from is declared dead after its heartbeat timeout)."""
+        node the GCS does not hear from is declared dead after its heartbeat timeout).
+        A node that never registered has nothing to say."""
+        if not self.registered:
+            return
         try:
             self.beats.with_limits(timeout_s, 0.0).unregister_node(self.info.node_id)
         except Exception as exc:

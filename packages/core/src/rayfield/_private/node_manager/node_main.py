@@ -60,6 +60,7 @@ def join_cluster(
         host=args.node_ip_address,
         port=args.node_manager_port,
         tls=tls,
+        heartbeat_s=args.heartbeat_s,
         gcs_reconnect_timeout_s=args.gcs_reconnect_timeout_s,
         on_gcs_gone=on_gcs_gone,
     )
@@ -115,6 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node-manager-port", type=int, default=0)
     parser.add_argument("--head", action="store_true", help="point session_latest here")
     parser.add_argument(
+        "--heartbeat-s",
+        type=float,
+        default=0.5,
+        help="seconds between heartbeats (a demand that grew goes out at once); keep it "
+        "well under the GCS's --heartbeat-timeout-s",
+    )
+    parser.add_argument(
         "--gcs-reconnect-timeout-s",
         type=float,
         default=None,
@@ -124,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("--tls-cert", "--tls-key", "--tls-ca"):
         parser.add_argument(flag, default=None)
     args = parser.parse_args(argv)
+    if not args.heartbeat_s > 0:
+        parser.error(f"--heartbeat-s {args.heartbeat_s}: give a positive number of seconds")
     if args.gcs_reconnect_timeout_s is None:
         try:
             args.gcs_reconnect_timeout_s = reconnect_timeout_from_env()

@@ -3,12 +3,18 @@
 A task no local resources can ever fit (the native core's ``task_infeasible`` event) is
 taken out of the local queue and forwarded to an alive node whose totals fit it
 (``placement.spill_order``); while none does it stays queued here, and is tried again
-after each heartbeat (a fitting node may join). Several times a second, queued work that
+after each heartbeat and at once when a node joins (:meth:`Spillback.node_joined`, told
+by ``node_watch.py``). Several times a second, queued work that
 waits here for busy resources moves to a peer where they are free (``placement.plan_moves``),
 actor creations first. A task or actor creation with a scheduling strategy (``"SPREAD"``,
 a node affinity) is placed where ``placement.place_strategy`` says: here, on a peer, or
 nowhere (it fails). Tasks go to each peer in batches, in the background
 (``forwarding.py``); a task every candidate refuses is queued here again.
+
+A task that starts waiting for a fitting node, and a change of the ready queue that the
+placement loop sees, call ``on_demand``: the heartbeat reports a demand that grew at
+once (``membership.py``, ``beat_pacer.py``), so an autoscaler hears of it without
+waiting for the next periodic beat.
 """
 
 from __future__ import annotations
@@ -63,6 +69,9 @@ class Spillback:
         stay: the ids of tasks that must not move (forwarded here already).
         node_id: this node's id (placement by strategy).
         keep: records a task placed here by a strategy (it must not move).
+        on_demand: called (on the caller's thread; it must be cheap) when the demand
+            this node reports may have grown: a task started waiting for a fitting
+            node, or the ready queue changed.
     """
 
     def __init__(
@@ -77,6 +86,7 @@ class Spillback:
         stay: Callable[[], set[bytes]],
         node_id: bytes = b"",
         keep: Callable[[bytes], object] = lambda task_id: None,
+        on_demand: Callable[[], object] = lambda: None,
     ) -> None:
         self.queue = queue
         self.client_id = client_id
@@ -88,6 +98,8 @@ class Spillback:
         self.stay = stay
         self.node_id = node_id
         self.keep = keep
+        self.on_demand = on_demand
+        self._ready_seen: list[Any] = []  # the ready queue's shapes the loop saw last
         self.last_spread = b""  # the node the last SPREAD task went to
         self.table = SpillTable()
         self._lock = threading.Lock()
@@ -114,6 +126,13 @@ class Spillback:
         for task_id, demand in waiting:
             self.spill(task_id, demand)
 
+    def node_joined(self, node: NodeInfo) -> None:
+        """``node`` joined the cluster: forward to it at once the tasks waiting for a node
+        that fits them, and move there the work queued for busy resources here."""
+        logger.debug("node %s joined: trying waiting work", node.address)
+        self.retry()
+        self.place_by_load()
+
     def _take(self, task_id: bytes) -> TakenTask | None:
         taken = self.queue.take_task(task_id, self.client_id)
         return None if taken is None else TakenTask.from_native(taken)
@@ -131,9 +150,13 @@ class Spillback:
         candidates = spill_order(demand, self.peers.alive_peers())
         with self._lock:
             retry_later = self.table.retry_later(task_id, time.monotonic())
+            new = task_id not in self.table.infeasible
             if not candidates or retry_later:
                 self.table.waiting(task_id, demand)
-                return retry_later
+        if not candidates or retry_later:
+            if new:
+                self.on_demand()
+            return retry_later
         taken = self._take(task_id)
         with self._lock:
             self.table.taken(task_id)
@@ -213,6 +236,11 @@ class Spillback:
         returns how many tasks are on their way (a peer that refuses one gives it back
         to this node's queue)."""
         snap = self.queue.scheduler_snapshot()
+        shapes = snap.get("ready_by_shape") or []
+        if shapes != self._ready_seen:
+            self._ready_seen = shapes
+            if shapes:
+                self.on_demand()
         ready = snap.get("ready_tasks") or []
         if not ready:
             return 0
