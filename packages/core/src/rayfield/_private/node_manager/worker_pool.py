@@ -96,6 +96,7 @@ class WorkerPool:
                 self.starting += n
                 self._wake.notify()
                 return
+        self._warn_if_failed()
         env = self._worker_env()
         for _ in range(n):
             if not self._spawn(env, counted=False):
@@ -151,6 +152,7 @@ class WorkerPool:
             ready = self.zygote.wait_ready(state.wait_left(time.monotonic()))
         except ZygoteError as exc:
             state.failed(str(exc))
+            self.zygote.close()
         else:
             state.ready()
             for name, error in ready.get("failed", {}).items():
@@ -174,16 +176,22 @@ class WorkerPool:
                     with self.lock:
                         if self._closed:  # stop() shut the zygote's socket
                             return
+                    self.zygote.close()
                 if proc is not None:
                     self._add(proc, counted=True)
                     continue
-            warning = state.take_warning()
-            if warning is not None:
-                logger.warning(
-                    "worker preload is off from now on, workers start as fresh interpreters: %s",
-                    warning,
-                )
+            self._warn_if_failed()
             self._spawn(env, counted=True)
+
+    def _warn_if_failed(self) -> None:
+        """Log the zygote's failure, once."""
+        with self.lock:
+            warning = self.zygote_state.take_warning()
+        if warning is not None:
+            logger.warning(
+                "worker preload is off from now on, workers start as fresh interpreters: %s",
+                warning,
+            )
 
     def registered(self) -> None:
         with self.lock:

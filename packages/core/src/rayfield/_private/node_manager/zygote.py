@@ -125,13 +125,14 @@ class Zygote:
         """Wait for the zygote's ready message (``{"failed": {module: error}, ...}``).
 
         Raises:
-            ZygoteError: it exited or sent nothing within ``timeout_s`` seconds.
+            ZygoteError: it exited, sent nothing within ``timeout_s`` seconds, or cannot
+                fork (an import initialised CUDA).
         """
         reply, fds = self._receive(timeout_s, "get ready")
         for fd in fds:
             os.close(fd)
         if not reply.get("ready"):
-            raise ZygoteError(f"unexpected first message from the zygote: {reply}")
+            raise ZygoteError(f"the zygote cannot fork workers: {reply.get('error', reply)}")
         return reply
 
     def fork(self, env: dict[str, str], cwd: str, socket_path: str) -> ForkedWorker:

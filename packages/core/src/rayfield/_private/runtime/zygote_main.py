@@ -4,7 +4,8 @@ Started by the worker pool as ``python -m rayfield._private.runtime.zygote_main 
 SOCKET`` (``FD``: its end of a ``SOCK_SEQPACKET`` socket pair with the pool; ``MODULES``:
 comma-separated names; ``SOCKET``: the node's socket, for ``ps``). It imports the worker's
 modules (``worker_main``) and ``MODULES`` once, sends ``{"ready": true, "failed": {name:
-error}, "threads": n}``, then serves one request at a time:
+error}, "threads": n}`` (``{"ready": false, "error": ...}`` and exits when an import
+initialised CUDA, which a forked child could not use), then serves one request at a time:
 
 - request: ``{"env": {...}, "cwd": str, "socket": str}`` with one file descriptor, the write
   end of the worker's log pipe;
@@ -163,6 +164,11 @@ def main() -> None:
             importlib.import_module(name)
         except BaseException as exc:  # a module that fails is imported by each worker instead
             failed[name] = f"{type(exc).__name__}: {exc}"
+    from rayfield._private.runtime import gpus
+
+    if gpus.cuda_initialized():  # a forked child cannot use a CUDA its parent initialised
+        _send(sock, {"ready": False, "error": "a preloaded module initialised CUDA"})
+        return
     _send(sock, {"ready": True, "failed": failed, "threads": _native_threads()})
     served = serve(sock)
     if served is None:
