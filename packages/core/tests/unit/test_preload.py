@@ -90,3 +90,14 @@ def test_new_pythonpath_entries_go_after_the_ones_the_zygote_has() -> None:
     ]
     assert merge_sys_path(["/cwd", "/site"], "/x") == ["/cwd", "/x", "/site"]
     assert merge_sys_path([], "/x") == ["/x"]
+
+
+def test_a_node_process_refuses_a_bad_preload_flag_before_starting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rayfield._private.node_manager import node_main
+
+    with pytest.raises(SystemExit) as exit_info:
+        node_main.main(["--worker-preload-modules", "torch,not a module"])
+    assert exit_info.value.code == 2
+    assert "'not a module' is not a module name" in capsys.readouterr().err
