@@ -68,6 +68,7 @@ def init(
     include_dashboard: bool | None = None,
     include_webui: bool | None = None,
     redis_address: str | None = None,
+    worker_preload_modules: Sequence[str] | str | None = None,
     **unsupported: Any,
 ) -> dict[str, Any]:
     """Start a local cluster (the embedded default) and connect this process to it (Ray's
@@ -93,6 +94,11 @@ def init(
         include_dashboard: (classic ``include_webui``) the dashboard is served by a
             cluster's head, not by ``init``: a true value only logs a warning saying how to
             start one (``rayfield start --head --include-dashboard``).
+        worker_preload_modules: modules (e.g. ``["torch"]``) that a fork server imports
+            once, so each worker starts as a fork of it with them already imported instead
+            of a fresh interpreter importing them (default ``RAYFIELD_WORKER_PRELOAD_MODULES``,
+            comma-separated; ``[]``: off). A module that fails to import is left out with a
+            warning; a failed fork server makes the node start fresh workers, with a warning.
 
     Returns:
         Address information: ``node_ip_address``, ``session_dir``, ``object_store_address``.
@@ -101,7 +107,7 @@ def init(
         RuntimeError: already initialized (unless ``ignore_reinit_error``).
         TypeError: an argument rayfield does not know (``**unsupported``).
         ValueError: resource arguments given together with ``address``, or an amount
-            that is negative or not finite.
+            that is negative or not finite; a preload entry that is not a module name.
         ConnectionError: no running node at ``address``.
         UnsafeSessionError: the root, or a session file found there, is not this user's
             alone (another user created it, or others can write it).
@@ -120,10 +126,12 @@ def init(
     if include_dashboard or include_webui:
         _warn_no_dashboard(address is not None)
     if address is not None:
-        if any(v is not None for v in (num_cpus, num_gpus, resources, object_store_memory)):
+        given = (num_cpus, num_gpus, resources, object_store_memory, worker_preload_modules)
+        if any(v is not None for v in given):
             raise ValueError(
-                "When connecting to an existing cluster, num_cpus, num_gpus, resources and "
-                "object_store_memory must not be given: set them with 'rayfield start'."
+                "When connecting to an existing cluster, num_cpus, num_gpus, resources, "
+                "object_store_memory and worker_preload_modules must not be given: set them "
+                "with 'rayfield start'."
             )
         return _connect(address, temp_dir)
     if configure_logging:
@@ -137,8 +145,10 @@ def init(
             raise ValueError(f"use num_cpus/num_gpus instead of resources[{name!r}]")
         node_resources[name] = float(amount)
     from rayfield._private.common.options import check_node_resources
+    from rayfield._private.common.preload import resolve_modules
 
     check_node_resources(node_resources)
+    preload = resolve_modules(worker_preload_modules)
     if local_mode:
         from rayfield._private.runtime.local_mode import LocalRuntime
 
@@ -150,7 +160,9 @@ def init(
     from rayfield._private.node_manager.node import Node as LocalNode
 
     session = session_files.new_session_dir(Path(temp_dir) if temp_dir else None)
-    node = LocalNode(session, node_resources, memory, plasma_directory, huge_pages, log_to_driver)
+    node = LocalNode(
+        session, node_resources, memory, plasma_directory, huge_pages, log_to_driver, preload
+    )
     try:
         runtime = _rt.Runtime(node.socket_path, is_worker=False)
         runtime.events = EventLog(session / "logs")

@@ -155,6 +155,14 @@ def _pair(kw: dict[str, Any], cert: str, key: str) -> tuple[str, str] | None:
     help="Back the store with huge pages (with --plasma-directory on a hugetlbfs mount).",
 )
 @click.option(
+    "--worker-preload-modules",
+    default=None,
+    metavar="MODULES",
+    help="Comma-separated modules (e.g. torch) that a fork server imports once, so this "
+    "node's workers start as forks of it with them imported (default "
+    "$RAYFIELD_WORKER_PRELOAD_MODULES; '' turns it off).",
+)
+@click.option(
     "--temp-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -302,6 +310,7 @@ def start(**kw: Any) -> None:
         object_store_memory=kw["object_store_memory"],
         plasma_directory=kw["plasma_directory"],
         huge_pages=kw["huge_pages"],
+        worker_preload_modules=kw["worker_preload_modules"],
         temp_dir=temp_dir,
         node_ip_address=kw["node_ip_address"],
         node_manager_port=kw["node_manager_port"],

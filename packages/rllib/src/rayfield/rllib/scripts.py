@@ -63,7 +63,9 @@ def _connect(address: str | None, num_cpus: int | None, temp_dir: str | None) ->
     if address:
         rayfield.init(address=address, temp_dir=temp_dir)
     elif num_cpus is not None:
-        rayfield.init(num_cpus=num_cpus)
+        from rayfield.rllib.utils import preload
+
+        rayfield.init(num_cpus=num_cpus, **preload.init_options())
 
 
 def _experiments_from_file(path: str) -> dict[str, Any]:

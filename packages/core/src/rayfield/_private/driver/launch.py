@@ -74,6 +74,9 @@ class NodeOptions:
     # a node that has not reached the GCS this long stops (0: never; None: the node's
     # default, $RAYFIELD_GCS_RECONNECT_TIMEOUT_S, else 60)
     gcs_reconnect_timeout_s: float | None = None
+    # comma-separated modules the node's worker fork server imports ("": none; None: the
+    # node's default, $RAYFIELD_WORKER_PRELOAD_MODULES, else none)
+    worker_preload_modules: str | None = None
 
 
 def _spawn(
@@ -200,6 +203,8 @@ def start_node(
         args += ["--gcs-reconnect-timeout-s", str(opts.gcs_reconnect_timeout_s)]
     if opts.heartbeat_s is not None:
         args += ["--heartbeat-s", str(opts.heartbeat_s)]
+    if opts.worker_preload_modules is not None:
+        args += ["--worker-preload-modules", opts.worker_preload_modules]
     args += _tls_args(opts)
     env = dict(os.environ, **{ENV_TOKEN: token})  # not on the command line: ps shows that
     log = session / "logs" / "node.out"

@@ -17,6 +17,7 @@ import logging
 import shutil
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -59,6 +60,8 @@ class Node:
         plasma_directory: where the store's memory file lives (None: the default).
         huge_pages: back the store with huge pages.
         log_to_driver: copy worker output to this process's stdout.
+        worker_preload_modules: modules a fork server imports once for every worker
+            (``WorkerPool``; empty: each worker is a fresh interpreter).
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class Node:
         plasma_directory: str | None,
         huge_pages: bool,
         log_to_driver: bool,
+        worker_preload_modules: Sequence[str] = (),
     ) -> None:
         self.session_dir = session_dir
         self.resources = resources
@@ -94,6 +98,7 @@ class Node:
             cap=4 * num_cpus + 64,
             log_to_driver=log_to_driver,
             node_gpus=resources.get("GPU", 0.0),
+            preload_modules=worker_preload_modules,
         )
         self.pool.start(num_cpus)  # warm pool
         self.memory_monitor = MemoryMonitor.from_env(self.server)  # kills workers near OOM

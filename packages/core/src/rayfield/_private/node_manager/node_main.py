@@ -32,6 +32,7 @@ import psutil
 
 from rayfield._private.common import session_files
 from rayfield._private.common.devices import detect_gpus
+from rayfield._private.common.preload import ENV_PRELOAD, resolve_modules
 from rayfield._private.node_manager.gcs_reach import (
     DEFAULT_GCS_RECONNECT_TIMEOUT_S,
     ENV_GCS_RECONNECT_TIMEOUT_S,
@@ -129,11 +130,20 @@ def main(argv: list[str] | None = None) -> int:
         help="stop after this long without reaching the GCS (0: never); default "
         f"${ENV_GCS_RECONNECT_TIMEOUT_S}, else {DEFAULT_GCS_RECONNECT_TIMEOUT_S:g}",
     )
+    parser.add_argument(
+        "--worker-preload-modules",
+        default=None,
+        help=f"comma-separated modules workers start with (default ${ENV_PRELOAD})",
+    )
     for flag in ("--tls-cert", "--tls-key", "--tls-ca"):
         parser.add_argument(flag, default=None)
     args = parser.parse_args(argv)
     if not args.heartbeat_s > 0:
         parser.error(f"--heartbeat-s {args.heartbeat_s}: give a positive number of seconds")
+    try:
+        preload = resolve_modules(args.worker_preload_modules)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.gcs_reconnect_timeout_s is None:
         try:
             args.gcs_reconnect_timeout_s = reconnect_timeout_from_env()
@@ -160,7 +170,13 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[ENV_TLS_CERT], os.environ[ENV_TLS_KEY] = args.tls_cert, args.tls_key
             os.environ[ENV_TLS_CA] = args.tls_ca
     node = Node(
-        session, resources, memory, args.plasma_directory, args.huge_pages, log_to_driver=False
+        session,
+        resources,
+        memory,
+        args.plasma_directory,
+        args.huge_pages,
+        log_to_driver=False,
+        worker_preload_modules=preload,
     )
     info = {
         "socket": node.socket_path,

@@ -5,10 +5,17 @@ search path; each one's stdout and stderr go to ``<logs>/worker-<pid>.out`` and,
 ``log_to_driver``, to this process's stdout with a ``(pid=..., ip=...)`` prefix. Once
 :meth:`WorkerPool.stop` began no worker is started: a start that races with it (the
 node's event thread asking for workers while the node stops) ends the worker it made.
+
+With ``preload_modules`` the pool also starts a fork server (``zygote.py``) that imports the
+worker's modules and those once, and forks workers from it instead: ``start`` then only
+queues the request, and the pool's ``rayfield-zygote`` thread forks the workers (waiting for
+the zygote to be ready first). Should the zygote fail (exit, not answer, not get ready within
+``READY_TIMEOUT_S``) the pool warns once and spawns fresh interpreters from then on.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import selectors
 import signal
@@ -16,19 +23,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rayfield._private.common import session_files
+from rayfield._private.common.preload import ZygoteState
+from rayfield._private.node_manager.zygote import OWN_GROUP, ForkedWorker, Zygote, ZygoteError
 
 __all__ = ["WorkerPool"]
 
-# Each worker leads a process group of its own inside the node's session: a Ctrl-C in the
-# driver's terminal (SIGINT to the terminal's foreground group) is the driver's alone, and
-# the node's workers share its session, hence one CPU autogroup under sched_autogroup.
-_OWN_GROUP: dict[str, Any] = (
-    {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-)
+
+logger = logging.getLogger("rayfield")
 
 
 class WorkerPool:
@@ -40,6 +46,8 @@ class WorkerPool:
         cap: most worker processes alive at once.
         log_to_driver: also copy worker output to this process's stdout.
         node_gpus: the node's GPUs, which workers read from ``RAYFIELD_NODE_GPUS``.
+        preload_modules: modules the workers' fork server imports (empty: no fork server,
+            every worker is a fresh interpreter).
     """
 
     def __init__(
@@ -49,13 +57,14 @@ class WorkerPool:
         cap: int,
         log_to_driver: bool,
         node_gpus: float = 0,
+        preload_modules: Sequence[str] = (),
     ) -> None:
         self.socket_path = socket_path
         self.node_gpus = node_gpus
         self.logs_dir = logs_dir
         self.cap = cap
         self.log_to_driver = log_to_driver
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.procs: dict[int, subprocess.Popen[bytes] | ForkedWorker] = {}
         self.starting = 0
         self.lock = threading.Lock()
         self.selector = selectors.DefaultSelector()
@@ -63,45 +72,127 @@ class WorkerPool:
         self._closed = False  # stop() began: start() makes no worker (under ``lock``)
         self._logs = threading.Thread(target=self._stream_logs, daemon=True, name="rayfield-logs")
         self._logs.start()
+        self._queued = 0  # workers asked for and not yet forked (under ``lock``)
+        self._wake = threading.Condition(self.lock)
+        self.zygote: Zygote | None = None
+        self.zygote_state = ZygoteState(preload_modules, time.monotonic())
+        if preload_modules:
+            self.zygote = Zygote(preload_modules, socket_path, logs_dir, self._worker_env())
+            self._forker = threading.Thread(
+                target=self._fork_workers, daemon=True, name="rayfield-zygote"
+            )
+            self._forker.start()
 
     def start(self, n: int) -> None:
-        """Start ``n`` workers, fewer if the cap is reached; none once :meth:`stop` began."""
+        """Start ``n`` workers, fewer if the cap is reached; none once :meth:`stop` began.
+        With a fork server that is not failed, the workers are queued for the
+        ``rayfield-zygote`` thread (counted in ``starting`` at once)."""
         with self.lock:
             if self._closed:
                 return
-            alive = sum(1 for p in self.procs.values() if p.poll() is None)
-            n = min(n, self.cap - alive)
+            alive = sum(1 for p in self.procs.values() if p.poll() is None) + self._queued
+            n = max(0, min(n, self.cap - alive))
+            if n and self.zygote_state.choice(time.monotonic()) != "spawn":
+                self._queued += n
+                self.starting += n
+                self._wake.notify()
+                return
+        self._warn_if_failed()
+        env = self._worker_env()
+        for _ in range(n):
+            if not self._spawn(env, counted=False):
+                return
+
+    def _worker_env(self) -> dict[str, str]:
         # Workers import what the driver can: its sys.path (the script's folder included).
         paths = [os.path.abspath(p or os.getcwd()) for p in sys.path]
-        env = dict(
+        return dict(
             os.environ,
             PYTHONUNBUFFERED="1",
             PYTHONPATH=os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p))),
             RAYFIELD_LOGS_DIR=str(self.logs_dir),
             RAYFIELD_NODE_GPUS=str(self.node_gpus),
         )
-        for _ in range(max(0, n)):
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "rayfield._private.runtime.worker_main", self.socket_path],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                **_OWN_GROUP,
-                umask=0o077,  # the files it writes (events, spill) are the user's alone
-            )
-            assert proc.stdout is not None
-            os.set_blocking(proc.stdout.fileno(), False)
+
+    def _spawn(self, env: dict[str, str], counted: bool) -> bool:
+        """Start one fresh worker interpreter; False when the pool stopped meanwhile.
+        ``counted``: it is already in ``starting`` (queued for the zygote)."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rayfield._private.runtime.worker_main", self.socket_path],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            **OWN_GROUP,
+            umask=0o077,  # the files it writes (events, spill) are the user's alone
+        )
+        return self._add(proc, counted)
+
+    def _add(self, proc: subprocess.Popen[bytes] | ForkedWorker, counted: bool) -> bool:
+        """Track a started worker and stream its output; False (and the worker ended)
+        when the pool stopped meanwhile."""
+        assert proc.stdout is not None
+        os.set_blocking(proc.stdout.fileno(), False)
+        with self.lock:
+            if not self._closed:  # stop() takes it with the others
+                self.procs[proc.pid] = proc
+                self.starting += 0 if counted else 1
+                self.selector.register(proc.stdout, selectors.EVENT_READ, proc.pid)
+                return True
+        proc.kill()  # stop() began while it was being started
+        proc.wait()
+        proc.stdout.close()
+        return False
+
+    def _fork_workers(self) -> None:
+        """The ``rayfield-zygote`` thread: wait for the zygote, then start the queued
+        workers, forked while the zygote works and spawned fresh once it failed."""
+        assert self.zygote is not None
+        state = self.zygote_state
+        try:
+            ready = self.zygote.wait_ready(state.wait_left(time.monotonic()))
+        except ZygoteError as exc:
+            state.failed(str(exc))
+            self.zygote.close()
+        else:
+            state.ready()
+            for name, error in ready.get("failed", {}).items():
+                logger.warning("worker preload: %s could not be imported (%s)", name, error)
+        while True:
             with self.lock:
-                if not self._closed:  # stop() takes it with the others
-                    self.procs[proc.pid] = proc
-                    self.starting += 1
-                    self.selector.register(proc.stdout, selectors.EVENT_READ, proc.pid)
+                while not self._queued and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                self._queued -= 1
+            env = self._worker_env()
+            if state.choice(time.monotonic()) == "fork":
+                try:
+                    proc: subprocess.Popen[bytes] | ForkedWorker | None = self.zygote.fork(
+                        env, os.getcwd(), self.socket_path
+                    )
+                except ZygoteError as exc:
+                    state.failed(str(exc))
+                    proc = None
+                    with self.lock:
+                        if self._closed:  # stop() shut the zygote's socket
+                            return
+                    self.zygote.close()
+                if proc is not None:
+                    self._add(proc, counted=True)
                     continue
-            proc.kill()  # stop() began while it was being started
-            proc.wait()
-            proc.stdout.close()
-            return
+            self._warn_if_failed()
+            self._spawn(env, counted=True)
+
+    def _warn_if_failed(self) -> None:
+        """Log the zygote's failure, once."""
+        with self.lock:
+            warning = self.zygote_state.take_warning()
+        if warning is not None:
+            logger.warning(
+                "worker preload is off from now on, workers start as fresh interpreters: %s",
+                warning,
+            )
 
     def registered(self) -> None:
         with self.lock:
@@ -148,7 +239,12 @@ class WorkerPool:
         """Stop every worker (SIGTERM, SIGKILL after 3 s) and the log thread."""
         with self.lock:
             self._closed = True
+            self._queued = 0
+            self._wake.notify_all()
             procs = list(self.procs.values())
+        if self.zygote is not None:
+            self.zygote.close()  # a fork in flight fails at once
+            self._forker.join(timeout=5)
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)

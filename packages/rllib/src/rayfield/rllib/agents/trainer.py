@@ -45,6 +45,7 @@ from rayfield.rllib.evaluation.worker_set import WorkerSet
 from rayfield.rllib.models.catalog import MODEL_DEFAULTS
 from rayfield.rllib.policy.policy import clip_action
 from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from rayfield.rllib.utils import preload
 from rayfield.rllib.utils.config import check_types, deep_update, unknown_key_error
 
 logger = logging.getLogger("rayfield.rllib")
@@ -196,8 +197,8 @@ class Trainer:
         if config["num_workers"] > 0:
             import rayfield
 
-            if not rayfield.is_initialized():
-                rayfield.init()
+            if not rayfield.is_initialized():  # workers forked with torch imported
+                rayfield.init(**preload.init_options(self._policy))
                 self._owns_rayfield = True
         self.env_creator = get_env_creator(config["env"]) if config["env"] is not None else None
         if self.env_creator is None:
