@@ -22,9 +22,10 @@ from typing import IO, Any
 
 from rayfield._private.common import session_files
 
-# Each worker (and the zygote) leads a process group of its own inside the node's session: a Ctrl-C in the
-# driver's terminal (SIGINT to the terminal's foreground group) is the driver's alone, and
-# the node's workers share its session, hence one CPU autogroup under sched_autogroup.
+# Each worker (and the zygote) leads a process group of its own inside the node's session:
+# a Ctrl-C in the driver's terminal (SIGINT to the terminal's foreground group) is the
+# driver's alone, and the node's workers share its session, hence one CPU autogroup under
+# sched_autogroup.
 OWN_GROUP: dict[str, Any] = (
     {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 )
