@@ -15,9 +15,10 @@ initialised CUDA, which a forked child could not use), then serves one request a
 The forked child becomes a worker as a fresh one would start: a process group of its own in
 the node's session, umask 077, stdout and stderr on the log pipe, the request's environment,
 working directory and module search path, Python's, numpy's and torch's random generators
-seeded anew, and then ``worker_main.main()``. The zygote reaps its children (``SIGCHLD``) and exits when the pool
-closes its socket. It forks only while it runs no Python thread besides its main one; native
-thread pools (OpenBLAS's, imported with numpy) shut down around ``fork`` themselves.
+seeded anew, and then ``worker_main.main()``. The zygote reaps its children (``SIGCHLD``)
+and exits when the pool closes its socket. It forks only while it runs no Python thread
+besides its main one; native thread pools (OpenBLAS's, imported with numpy) shut down around
+``fork`` themselves.
 """
 
 from __future__ import annotations
