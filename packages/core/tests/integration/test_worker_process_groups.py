@@ -76,6 +76,9 @@ def test_ctrl_c_reaches_the_driver_and_no_worker(tmp_path: Path) -> None:
     pid, fd = pty.fork()  # the child leads a new session on the terminal, in the foreground
     if pid == 0:
         try:
+            # A shell starts background jobs with SIGINT ignored, and exec keeps that: the
+            # driver must see the Ctrl-C as an interactive one would.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execv(sys.executable, [sys.executable, "-c", DRIVER, str(tmp_path)])
         finally:
             os._exit(127)
