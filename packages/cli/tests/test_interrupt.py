@@ -10,6 +10,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,20 @@ class InterruptedLogs(FakeLogs):
         reply = super().read_log(node, name, offset, max_bytes)
         self.finished += 1
         return reply
+
+
+@pytest.fixture(autouse=True)
+def sigint_not_ignored() -> Iterator[None]:
+    """SIGINT at Python's handler, so the commands started here begin with its default.
+
+    A shell starts a background job with SIGINT ignored and its children inherit that (a
+    test run started with ``&`` in a script): the commands these tests interrupt would
+    then never see the Ctrl-C a terminal sends."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_during_a_read_ends_the_follow_after_that_read(
