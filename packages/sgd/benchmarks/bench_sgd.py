@@ -2,8 +2,11 @@
 
 1. Gradient all-reduce bandwidth (algorithm bandwidth: tensor bytes / seconds per
    all-reduce) for 1 MB .. 256 MB float32 tensors between two processes, timed in
-   ``--rounds`` rounds of ``--reps`` calls, the all-reduce columns in turn within a
-   round so that the machine's load hits them alike:
+   rounds of ``--reps`` calls, the all-reduce columns in turn within a round so that the
+   machine's load hits them alike. ``--rounds`` defaults to 30 rounds for 1 and 4 MB, 10
+   for 16 MB and 3 above: a 4 MB all-reduce takes a few milliseconds, so one scheduler
+   delay moves a round's median by 2x (round medians of raw gloo alone ranged 0.81-1.80
+   GB/s in a 3-round run on an idle machine) and only many rounds give a stable ratio:
    - raw ``torch.distributed`` gloo between two spawned processes (the peer), which stay
      up for the whole run in the bench's session, as rayfield's workers stay in their
      node's session (here the driver's); and the same pair with each rank in a session of
@@ -26,7 +29,7 @@
    ``ray_train_peer.py`` under ``--ray-python`` (default: this Python when it imports
    ``ray``, else ``/tmp/raybench/bin/python`` when that exists).
 
-    python bench_sgd.py [--max-mb 256] [--reps 5] [--rounds 3] [--epochs 5] [--skip-ray]
+    python bench_sgd.py [--max-mb 256] [--reps 5] [--rounds N] [--epochs 5] [--skip-ray]
                         [--skip-steps] [--only allreduce|size|epoch]
                         [--columns rawos,trainer,dsgd,ddp]
 """
@@ -435,7 +438,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="rayfield-sgd benchmarks")
     parser.add_argument("--max-mb", type=int, default=256)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=3, help="all-reduce rounds per size")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="all-reduce rounds per size (default: 30 up to 4 MB, 10 at 16 MB, 3 above)",
+    )
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--widths", default="64,256,1024,2048", help="MLP widths for ps vs simple")
     parser.add_argument("--ray-python", default=None, help="a Python that imports ray")
@@ -475,11 +483,23 @@ def main() -> None:
         _print_epochs(rows, args)
 
 
+def rounds_for(size: int, rounds: int | None) -> int:
+    """All-reduce rounds for ``size`` bytes: ``rounds`` when given, else 30 up to 4 MB,
+    10 up to 16 MB and 3 above (small all-reduces need many rounds for a stable median)."""
+    if rounds is not None:
+        return rounds
+    return 30 if size <= 4 * MB else 10 if size <= 16 * MB else 3
+
+
+def _rounds_text(sizes: list[int], rounds: int | None) -> str:
+    return ", ".join(f"{rounds_for(s, rounds)} rounds at {s // MB} MB" for s in sizes)
+
+
 def _print_allreduce(sizes: list[int], args: Any) -> None:
-    reps, rounds = args.reps, args.rounds
+    reps = args.reps
     print(
         "\nGradient all-reduce between two processes, GB/s (tensor bytes / median time)."
-        f"\n{rounds} rounds per size of {reps} calls per column, the columns in turn"
+        f"\n{_rounds_text(sizes, args.rounds)} of {reps} calls per column, the columns in turn"
         " (rank 0's time, each call after a barrier). raw: plain gloo between two spawned"
         " processes in the bench's session, as rayfield's workers are in their node's (the"
         " peer), its median and [min-max] of the round medians; rawos: the same with each"
@@ -503,7 +523,7 @@ def _print_allreduce(sizes: list[int], args: Any) -> None:
     try:
         for size in sizes:
             rounds_s, simple_step = allreduce_rounds(
-                size, reps, rounds, raws, trainer, args.columns
+                size, reps, rounds_for(size, args.rounds), raws, trainer, args.columns
             )
             if args.skip_steps:
                 steps = [simple_step]
