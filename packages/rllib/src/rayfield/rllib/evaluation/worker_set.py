@@ -4,7 +4,8 @@ The remote workers are started first, so their processes import torch and build
 their envs and policies while the driver builds the local worker; the constructor
 then sends them the local worker's weights and returns once every remote worker has
 them, so a trainer is ready to sample when it is built (and a worker that fails to
-start fails here).
+start fails here). While it waits, a thread builds the local worker's optimizers
+(`build_optimizers`).
 
 Weights go to the remote workers as one object put in the store once per sync
 (``rayfield.put``), so every worker reads the same copy. A remote call that fails
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rayfield.rllib.evaluation.episode import RolloutMetrics
@@ -25,6 +27,15 @@ from rayfield.rllib.models.catalog import ModelCatalog
 from rayfield.rllib.policy.sample_batch import SampleBatch
 
 logger = logging.getLogger(__name__)
+
+
+def build_optimizers(worker: RolloutWorker) -> None:
+    """Build the optimizer of each of ``worker``'s policies that builds one lazily (an
+    ``optimizer`` property, as `TorchPolicy`'s). `WorkerSet` runs this on a thread while
+    its remote workers start, since torch's first optimizer imports ``torch._dynamo``
+    (about a CPU-second of the driver's start-up otherwise)."""
+    for policy in worker.policy_map.values():
+        getattr(policy, "optimizer", None)
 
 
 class WorkerSet:
@@ -72,8 +83,11 @@ class WorkerSet:
         self._local_worker = RolloutWorker(
             env_creator, policy, trainer_config, worker_index=0, num_workers=self._num_workers
         )
-        if self._remote_workers:  # the first samples come from the learner's weights
-            self.sync_weights(wait=True)
+        with ThreadPoolExecutor(1, thread_name_prefix="rllib-optimizer") as pool:
+            built = pool.submit(build_optimizers, self._local_worker)
+            if self._remote_workers:  # the first samples come from the learner's weights
+                self.sync_weights(wait=True)
+            built.result()
 
     def _make_remote(self, index: int) -> Any:
         import rayfield

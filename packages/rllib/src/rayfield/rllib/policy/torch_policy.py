@@ -68,8 +68,7 @@ class TorchPolicy(Policy):
         )
         self.cur_lr = float(config.get("lr", 1e-4))
         self._optimizer: torch.optim.Optimizer | None = None
-        if not config.get("worker_index"):
-            self._optimizer = self.make_optimizer()
+        self._optimizer_lock = threading.Lock()
         self._initial_state = [
             np.asarray(s.detach().cpu().numpy(), dtype=np.float32)
             for s in self.model.get_initial_state()
@@ -78,17 +77,19 @@ class TorchPolicy(Policy):
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        """The optimizer (`make_optimizer`). The learner's (worker_index 0) is built with
-        the policy; a remote rollout worker's only when first used, since sampling
-        needs none (torch's first optimizer imports ``torch._dynamo``, about a second of
-        a worker's start-up)."""
-        if self._optimizer is None:
-            self._optimizer = self.make_optimizer()
-        return self._optimizer
+        """The optimizer (`make_optimizer`), built on first use: sampling needs none, and
+        torch's first optimizer imports ``torch._dynamo`` (about a CPU-second). A
+        trainer's `WorkerSet` builds the learner's on a thread while its remote rollout
+        workers start; a remote rollout worker builds one only if it learns."""
+        with self._optimizer_lock:
+            if self._optimizer is None:
+                self._optimizer = self.make_optimizer()
+            return self._optimizer
 
     @optimizer.setter
     def optimizer(self, value: torch.optim.Optimizer) -> None:
-        self._optimizer = value
+        with self._optimizer_lock:
+            self._optimizer = value
 
     # -- construction hooks -------------------------------------------------------------
     def make_model(
