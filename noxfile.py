@@ -8,6 +8,7 @@ order; a package folder that does not exist yet is skipped.
     tests       install each package as a user would (built wheel), run its tests
     protocol    regenerate the flatbuffers code, fail if the committed copy differs
     build       a wheel per package, installed into a fresh venv and imported
+    docs        API reference (HTML, pdoc) of every package's public modules, in build/api/
     bench       benchmarks next to Ray (installed here only) and the machine's memcpy
     demo        the main job end to end: the store's demo, then the examples on a
                 two-node cluster started with `rayfield start`, then an autoscaled
@@ -141,6 +142,32 @@ def build(session: nox.Session) -> None:
         session.run(
             py, "-c", f"import {module}; print('imported', {module}.__name__)", external=True
         )
+
+
+# The public modules documented by `nox -s docs` (pdoc leaves out `_private` and other
+# underscore modules); each package's top module and its submodules.
+API_MODULES = {
+    "store": "rayfield.store",
+    "core": "rayfield",
+    "cli": "rayfield.cli",
+    "autoscaler": "rayfield.autoscaler",
+    "tune": "rayfield.tune",
+    "rllib": "rayfield.rllib",
+    "sgd": "rayfield.sgd",
+}
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """The API reference: pdoc renders every public module's docstrings to HTML in
+    ``build/api/`` (open ``build/api/index.html``). A module that fails to import fails
+    the session."""
+    install_packages(session)  # with the test extras: rayfield.*.testing needs pytest
+    session.install("pdoc>=14")
+    out = ROOT / "build" / "api"
+    shutil.rmtree(out, ignore_errors=True)
+    modules = [API_MODULES[p] for p in PACKAGES]
+    session.run("python", str(ROOT / "tools" / "api_docs.py"), str(out), *modules)
 
 
 @nox.session(python=PYTHON)

@@ -38,7 +38,9 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later lookups (and `dir`, `vars`) find it directly
+        return value
     raise AttributeError(f"module 'rayfield.rllib' has no attribute {name!r}")
 
 
