@@ -3,6 +3,10 @@ wall time (start-up included), env steps, and sampling throughput, for rayfield-
 Stable-Baselines3 and RLlib when they are installed (``nox -s bench`` installs them).
 
     python bench_rllib.py [--seeds 3] [--timeout 300] [--only rayfield] [--peer-python PATH]
+                          [--algo ppo|dqn]
+
+``--algo dqn`` runs DQN instead (``tuned_examples/cartpole-dqn.yaml``, same stop rule) for
+rayfield-rllib and SB3's DQN with the settings SB3 has (see ``SB3_DQN``); RLlib is not run.
 
 Each run is a fresh process, so start-up (imports, workers) counts as it does for a user.
 Start-up is the wall time from the process's first line (before the library's import)
@@ -34,11 +38,12 @@ TARGET = 450.0
 RAYFIELD = r"""
 import json, sys, time
 t0 = time.time()
-from rayfield.rllib.agents.ppo import PPOTrainer
+from rayfield.rllib.agents.registry import get_trainer_class
 import yaml, pathlib
 spec = yaml.safe_load(pathlib.Path(sys.argv[2]).read_text())
 (exp,) = spec.values()
-trainer = PPOTrainer(env="CartPole-v1", config={**exp["config"], "seed": int(sys.argv[1])})
+trainer = get_trainer_class(exp["run"])(env="CartPole-v1",
+                                         config={**exp["config"], "seed": int(sys.argv[1])})
 startup = time.time() - t0
 while True:
     r = trainer.train()
@@ -79,6 +84,29 @@ model.learn(total_timesteps=10**7, callback=cb)
 print(json.dumps({"wall_s": time.time() - t0, "startup_s": startup, "steps": model.num_timesteps,
                   "reward": sum(cb.returns) / max(1, len(cb.returns))}))
 """
+
+# DQN with the settings of tuned_examples/cartpole-dqn.yaml where SB3 has them (SB3's DQN has
+# no double Q, dueling head, n-step returns or prioritized replay): one env, 4 env steps per
+# gradient step of 64 rows, lr 1e-3, 128x128 net, target copied every 1,000 steps, epsilon
+# from 1.0 to 0.02 over the first 8,000 steps (SB3 counts that fraction of total_timesteps).
+SB3_DQN = (
+    SB3.split("env = make_vec_env")[0]
+    + r"""
+from stable_baselines3 import DQN
+env = make_vec_env("CartPole-v1", n_envs=1, seed=int(sys.argv[1]))
+total = 10**7
+model = DQN("MlpPolicy", env, learning_rate=1e-3, buffer_size=50000, learning_starts=1000,
+            batch_size=64, gamma=0.99, train_freq=4, gradient_steps=1,
+            target_update_interval=1000, exploration_fraction=8000 / total,
+            exploration_final_eps=0.02, max_grad_norm=40,
+            policy_kwargs={"net_arch": [128, 128]}, seed=int(sys.argv[1]), device="cpu")
+startup = time.time() - t0
+cb = Stop()
+model.learn(total_timesteps=total, callback=cb)
+print(json.dumps({"wall_s": time.time() - t0, "startup_s": startup, "steps": model.num_timesteps,
+                  "reward": sum(cb.returns) / max(1, len(cb.returns))}))
+"""
+)
 
 RLLIB = r"""
 import json, sys, time
@@ -136,15 +164,24 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--only", default=None, help="rayfield, sb3 or rllib")
     parser.add_argument(
+        "--algo",
+        choices=["ppo", "dqn"],
+        default="ppo",
+        help="ppo: the three-way table; dqn: rayfield-rllib and SB3 (RLlib not run)",
+    )
+    parser.add_argument(
         "--peer-python", default=sys.executable, help="the interpreter for SB3 and RLlib"
     )
     args = parser.parse_args()
-    tuned = str(Path(__file__).resolve().parents[1] / "tuned_examples" / "cartpole-ppo.yaml")
+    tuned = str(
+        Path(__file__).resolve().parents[1] / "tuned_examples" / f"cartpole-{args.algo}.yaml"
+    )
     peers = [
         ("rayfield-rllib", RAYFIELD, "rayfield.rllib"),
-        ("SB3", SB3, "stable_baselines3"),
-        ("RLlib", RLLIB, "ray.rllib"),
+        ("SB3", SB3 if args.algo == "ppo" else SB3_DQN, "stable_baselines3"),
     ]
+    if args.algo == "ppo":
+        peers.append(("RLlib", RLLIB, "ray.rllib"))
     table = {}
     for name, code, module in peers:
         if args.only and args.only.lower() not in name.lower():

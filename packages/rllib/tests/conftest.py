@@ -54,11 +54,21 @@ def greedy_return() -> Any:
 
 @pytest.fixture
 def dqn_cartpole_config() -> dict[str, Any]:
-    """The tuned cartpole-dqn example's config, local worker only, seed 0."""
-    from pathlib import Path
-
-    import yaml
-
-    path = Path(__file__).resolve().parents[1] / "tuned_examples" / "cartpole-dqn.yaml"
-    (exp,) = yaml.safe_load(path.read_text()).values()
-    return {**exp["config"], "num_workers": 0, "seed": 0}
+    """A small DQN setting (double Q, dueling, 3-step returns, prioritized replay) that
+    lifts CartPole past a random policy within a few thousand env steps: the short
+    learning checks build on it (the tuned example, `cartpole-dqn.yaml`, is set for a
+    mean return of 450 instead). Local worker only, seed 0."""
+    return {
+        "n_step": 3,
+        "lr": 0.001,
+        "model": {"fcnet_hiddens": [64]},
+        "hiddens": [64],
+        "learning_starts": 500,
+        "target_network_update_freq": 500,
+        "schedule_max_timesteps": 10000,
+        "exploration_fraction": 1.0,
+        "min_iter_time_s": 0,
+        "timesteps_per_iteration": 1000,
+        "num_workers": 0,
+        "seed": 0,
+    }
