@@ -23,7 +23,7 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "fcnet_activation": "tanh",
     "fcnet_hiddens": [256, 256],
     "free_log_std": False,
-    "squash_to_range": False,
+    "squash_to_range": False,  # True: a SquashedGaussian for bounded Box actions
     "use_lstm": False,
     "max_seq_len": 20,
     "lstm_cell_size": 256,
@@ -90,12 +90,16 @@ class ModelCatalog:
         """The distribution class and the model output width it needs.
 
         Discrete -> `Categorical`; MultiDiscrete or a Tuple of Discrete ->
-        `MultiCategorical`; Box ->
-        `DiagGaussian` (or `Deterministic` with ``dist_type="deterministic"``).
+        `MultiCategorical`; Box -> `DiagGaussian` (or `Deterministic` with
+        ``dist_type="deterministic"``, or a `SquashedGaussian` over the Box's bounds
+        with ``dist_type="squashed_gaussian"`` or the model config's
+        ``squash_to_range: True``).
 
         Raises:
             NotImplementedError: the action space is not Discrete or Box.
             KeyError: ``custom_action_dist`` names no registered distribution.
+            ValueError: a squashed Gaussian for a Box with an infinite bound, or
+                ``dist_type="squashed_gaussian"`` for a space that is not a Box.
         """
         import gymnasium as gym
 
@@ -109,6 +113,8 @@ class ModelCatalog:
             cls = _custom_action_dists[name]
         elif dist_type == "deterministic":
             cls = d.Deterministic
+        elif dist_type == "squashed_gaussian" and not isinstance(action_space, gym.spaces.Box):
+            raise ValueError(f"dist_type='squashed_gaussian' needs a Box, got {action_space!r}")
         elif isinstance(action_space, gym.spaces.Discrete):
             cls = d.Categorical
         elif isinstance(action_space, gym.spaces.MultiDiscrete):
@@ -125,7 +131,15 @@ class ModelCatalog:
                 raise NotImplementedError(
                     f"Box action spaces must be 1-D, got shape {action_space.shape}"
                 )
-            cls = d.DiagGaussian
+            if dist_type == "squashed_gaussian" or config.get("squash_to_range"):
+                low, high = d.SquashedGaussian.check_bounds(action_space.low, action_space.high)
+                cls = type(
+                    "SquashedGaussian",
+                    (d.SquashedGaussian,),
+                    {"low": tuple(low.tolist()), "high": tuple(high.tolist())},
+                )
+            else:
+                cls = d.DiagGaussian
         else:
             raise NotImplementedError(
                 f"no action distribution for {action_space!r} yet: use Discrete, "

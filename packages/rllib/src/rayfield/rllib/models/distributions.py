@@ -2,8 +2,9 @@
 
 Each takes the model's output tensor (float32[B, num_outputs]) and offers
 ``sample``, ``deterministic_sample``, ``logp(actions)``, ``entropy`` and
-``kl(other)``, all batched (one value per row). They use torch ops directly rather
-than ``torch.distributions`` to keep the per-step sampling path short.
+``kl(other)``, all batched (one value per row). Most use torch ops directly rather
+than ``torch.distributions`` to keep the per-step sampling path short;
+`SquashedGaussian` builds on ``torch.distributions``' tanh change of variables.
 """
 
 from __future__ import annotations
@@ -13,6 +14,14 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.distributions import (
+    AffineTransform,
+    Independent,
+    Normal,
+    TanhTransform,
+    TransformedDistribution,
+    kl_divergence,
+)
 
 
 class ActionDistribution:
@@ -183,8 +192,142 @@ class Deterministic(ActionDistribution):
         return int(np.prod(action_space.shape))
 
 
+class SquashedGaussian(ActionDistribution):
+    """A diagonal Gaussian squashed by tanh into a bounded Box (SAC's policy
+    distribution: Haarnoja et al. 2018, "Soft Actor-Critic: Off-Policy Maximum
+    Entropy Deep Reinforcement Learning with a Stochastic Actor", Appendix C).
+
+    A Gaussian sample ``u`` becomes the action
+    ``a = low + (tanh(u) + 1) / 2 * (high - low)``, inside ``[low, high]``. By the
+    change of variables (the paper's Appendix C, plus the affine scale's log-determinant),
+    ``log pi(a) = log N(u) - sum log(1 - tanh(u)^2) - sum log((high - low) / 2)``;
+    ``torch.distributions``' ``TanhTransform`` computes the tanh term in a stable form.
+
+    The inputs are laid out as for `DiagGaussian`: float32[B, 2k], the k means of
+    ``u`` then its k log standard deviations (in the units of ``u``, before the
+    squash). Actions are float[B, k] in the Box's units.
+
+    Args:
+        inputs: float32[B, 2k], the model's outputs.
+        model: unused.
+        low, high: the Box's bounds, k values each (default: the class attributes,
+            which `ModelCatalog.get_action_dist` sets for a space).
+
+    Raises:
+        ValueError: no bounds, a bound that is not finite, or ``low >= high``.
+    """
+
+    low: tuple[float, ...] | None = None  # set by ModelCatalog for a space
+    high: tuple[float, ...] | None = None
+
+    def __init__(
+        self, inputs: torch.Tensor, model: Any = None, low: Any = None, high: Any = None
+    ) -> None:
+        super().__init__(inputs, model)
+        low, high = self.check_bounds(
+            self.low if low is None else low, self.high if high is None else high
+        )
+        self.mean, self.log_std = torch.chunk(inputs, 2, dim=-1)
+        # The base Gaussian over u, and u -> tanh(u) on top of it (cache_size=1: the
+        # log-probability of a fresh sample reuses its u instead of atanh).
+        # validate_args=False: no per-step argument checks, as in the other classes.
+        self.gaussian = Independent(Normal(self.mean, self.log_std.exp(), validate_args=False), 1)
+        self.tanh_gaussian = TransformedDistribution(
+            self.gaussian, [TanhTransform(cache_size=1)], validate_args=False
+        )
+        self.action_low = torch.as_tensor(low, dtype=inputs.dtype)
+        self.action_high = torch.as_tensor(high, dtype=inputs.dtype)
+        # [-1, 1] -> [low, high].
+        self.to_box = AffineTransform(
+            loc=torch.as_tensor((high + low) / 2, dtype=inputs.dtype),
+            scale=torch.as_tensor((high - low) / 2, dtype=inputs.dtype),
+            event_dim=1,
+        )
+
+    @staticmethod
+    def check_bounds(low: Any, high: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The bounds as float64[k] arrays.
+
+        Raises:
+            ValueError: a bound is missing or not finite (the message names the
+                indices), or ``low >= high`` somewhere.
+        """
+        if low is None or high is None:
+            raise ValueError("SquashedGaussian needs the Box's bounds (low and high)")
+        low = np.asarray(low, dtype=np.float64).ravel()
+        high = np.asarray(high, dtype=np.float64).ravel()
+        bad_low = np.flatnonzero(~np.isfinite(low)).tolist()
+        bad_high = np.flatnonzero(~np.isfinite(high)).tolist()
+        if bad_low or bad_high:
+            raise ValueError(
+                "a squashed Gaussian needs a Box with finite bounds, but low is infinite at "
+                f"indices {bad_low} and high at {bad_high}: give the Box finite low/high, or "
+                "leave squash_to_range off and dist_type unset (a DiagGaussian, whose "
+                "actions the sampler clips for the env)"
+            )
+        if not np.all(low < high):
+            raise ValueError(f"a squashed Gaussian needs low < high, got {low} and {high}")
+        return low, high
+
+    def _to_action(self, y: torch.Tensor) -> torch.Tensor:
+        """tanh-space values in [-1, 1] -> actions, clamped to the bounds against
+        rounding (clamp's gradient is 1 inside and on the bounds)."""
+        return torch.clamp(self.to_box(y), self.action_low, self.action_high)
+
+    def _logp_tanh_space(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """log pi(x) float[B] of actions x = to_box(y), from their tanh-space values y."""
+        return self.tanh_gaussian.log_prob(y) - self.to_box.log_abs_det_jacobian(y, x)
+
+    def sample(self) -> torch.Tensor:
+        """A reparameterised sample float[B, k] (gradients flow to the inputs)."""
+        self.last_sample = self._to_action(self.tanh_gaussian.rsample())
+        return self.last_sample
+
+    def deterministic_sample(self) -> torch.Tensor:
+        """The squashed mean ``low + (tanh(mean) + 1) / 2 * (high - low)``, float[B, k]."""
+        self.last_sample = self._to_action(torch.tanh(self.mean))
+        return self.last_sample
+
+    def logp(self, x: torch.Tensor) -> torch.Tensor:
+        """Log-density float[B] of actions float[B, k] (per unit of action volume).
+
+        Actions on (or, by rounding, beyond) a bound are moved just inside it (by the
+        dtype's machine epsilon in tanh space) before ``atanh``, so logp stays finite.
+        """
+        y = self.to_box.inv(x)
+        eps = torch.finfo(y.dtype).eps
+        return self._logp_tanh_space(y.clamp(-1.0 + eps, 1.0 - eps), x)
+
+    def entropy(self) -> torch.Tensor:
+        """A one-sample estimate float[B]: ``-logp`` of a reparameterised sample.
+
+        The squashed Gaussian's entropy has no closed form; SAC's losses use the same
+        estimate (``-log pi`` of the sampled action)."""
+        y = self.tanh_gaussian.rsample()
+        return -self._logp_tanh_space(y, self.to_box(y))
+
+    def kl(self, other: ActionDistribution) -> torch.Tensor:
+        """KL(self || other) float[B], exact: KL divergence is invariant under a
+        bijection applied to both distributions, so it is the KL of the two
+        underlying Gaussians.
+
+        Raises:
+            ValueError: `other` has other bounds (then the squashes differ).
+        """
+        assert isinstance(other, SquashedGaussian)
+        if not (
+            torch.equal(self.action_low, other.action_low)
+            and torch.equal(self.action_high, other.action_high)
+        ):
+            raise ValueError("KL between squashed Gaussians needs the same bounds")
+        return kl_divergence(self.gaussian, other.gaussian)
+
+    required_model_output_shape = staticmethod(DiagGaussian.required_model_output_shape)
+
+
 # RLlib's torch names.
 TorchCategorical = Categorical
 TorchDiagGaussian = DiagGaussian
 TorchDeterministic = Deterministic
 TorchMultiCategorical = MultiCategorical
+TorchSquashedGaussian = SquashedGaussian
