@@ -8,8 +8,11 @@ importing Tune.
 
 Subclasses set ``_name``, ``_default_config`` and ``_policy`` (a policy class, or its
 dotted path so that importing the trainer does not import torch) and implement
-`training_step`, which returns the learner statistics of one step. Sampling
-helpers (`sample_batch`) record episodes for the result's metrics.
+`training_step`, which returns the learner statistics of one step. The built-in
+algorithms build a policy optimizer (`rayfield.rllib.optimizers`) in ``_init`` as
+``self.optimizer`` and call its ``step()``; the trainer then reports the optimizer's
+counters and the episodes its steps finished. A trainer without one counts
+``_timesteps_total`` / ``_steps_trained`` and fills ``_episodes_this_iter`` itself.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,13 +47,34 @@ from rayfield.rllib.evaluation.rollout_worker import resolve_policy_class
 from rayfield.rllib.evaluation.worker_set import WorkerSet
 from rayfield.rllib.models.catalog import MODEL_DEFAULTS
 from rayfield.rllib.policy.policy import clip_action
-from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID
 from rayfield.rllib.utils import preload
 from rayfield.rllib.utils.config import check_types, deep_update, unknown_key_error
+
+if TYPE_CHECKING:
+    from rayfield.rllib.optimizers.policy_optimizer import PolicyOptimizer
 
 logger = logging.getLogger("rayfield.rllib")
 
 MAX_WORKER_FAILURE_RETRIES = 3
+
+
+def _optimizer_counter(name: str) -> property:
+    """A trainer counter that is the policy optimizer's attribute `name` when the trainer
+    has one (so `Trainer.restore` sets the optimizer's), else the trainer's own
+    ``_own_<name>``."""
+    own = f"_own_{name}"
+
+    def holder(self: Trainer) -> tuple[Any, str]:
+        return (self.optimizer, name) if self.optimizer is not None else (self, own)
+
+    def get(self: Trainer) -> int:
+        return getattr(*holder(self))  # type: ignore[no-any-return]
+
+    def set_(self: Trainer, value: int) -> None:
+        setattr(*holder(self), value)
+
+    return property(get, set_)
 
 
 class SaveResult(str):
@@ -89,6 +113,9 @@ class Trainer:
     _name = "Trainer"
     _default_config: dict[str, Any] = COMMON_CONFIG
     _policy: type | str | None = None
+    optimizer: PolicyOptimizer | None = None
+    """The policy optimizer ``_init`` builds (None: the subclass's `training_step`
+    samples and counts itself)."""
 
     def __init__(
         self,
@@ -234,33 +261,23 @@ class Trainer:
 
     _setup = setup
 
+    # -- counters -------------------------------------------------------------------
+    _timesteps_total = _optimizer_counter("num_steps_sampled")
+    _steps_trained = _optimizer_counter("num_steps_trained")
+
     # -- training -------------------------------------------------------------------
     def training_step(self) -> dict[str, Any]:
-        """One step of the algorithm; returns ``{policy_id: learner stats}``."""
-        raise NotImplementedError
+        """One step of the algorithm; returns ``{policy_id: learner stats}``. The
+        default runs ``self.optimizer.step()``.
 
-    def on_policy_step(self) -> dict[str, Any]:
-        """Sample ``train_batch_size`` steps with the current weights, learn on them on
-        the local worker, send the new weights out (PG, A2C, PPO)."""
-        batch = self.sample_batch(int(self.config["train_batch_size"]))
-        stats = self.workers.local_worker().learn_on_batch(batch)
-        self._steps_trained += batch.count
-        self.workers.sync_weights({"timestep": self._timesteps_total})
-        return stats
-
-    def sample_batch(self, min_steps: int) -> SampleBatch:
-        """Sample from the workers until at least `min_steps` env steps; records the
-        finished episodes for the metrics."""
-        batches, steps = [], 0
-        while steps < min_steps:
-            got, metrics = self.workers.sample(pipelined=bool(self.config["sample_async"]))
-            self._episodes_this_iter.extend(metrics)
-            for b in got:
-                batches.append(b)
-                steps += b.count
-        batch: SampleBatch = SampleBatch.concat_samples(batches)
-        self._timesteps_total += batch.count
-        return batch
+        Raises:
+            NotImplementedError: the trainer built no optimizer and does not override this.
+        """
+        if self.optimizer is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} builds no optimizer: override training_step"
+            )
+        return self.optimizer.step()
 
     def train(self) -> dict[str, Any]:
         """One training iteration; returns the result dict (see `step`).
@@ -292,6 +309,8 @@ class Trainer:
         stats: dict[str, Any] = {}
         while True:
             stats = self.training_step()
+            if self.optimizer is not None:
+                self._episodes_this_iter.extend(self.optimizer.take_episodes())
             steps = self._timesteps_total - steps_before
             if steps >= self.config["timesteps_per_iteration"] and (
                 time.time() - start >= self.config["min_iter_time_s"]
@@ -325,6 +344,7 @@ class Trainer:
                     "learner": stats,
                     "num_steps_sampled": self._timesteps_total,
                     "num_steps_trained": self._steps_trained,
+                    **(self.optimizer.stats() if self.optimizer is not None else {}),
                 },
                 "done": False,
                 "timestamp": int(time.time()),
@@ -511,6 +531,8 @@ class Trainer:
             "steps_trained": self._steps_trained,
             "time_total_s": self._time_total,
         }
+        if self.optimizer is not None:
+            algo_state["optimizer"] = self.optimizer.save()
         worker_state = {"worker": self.workers.local_worker().save(), "extra": self._extra_state()}
         return SaveResult(
             checkpoints.write(Path(checkpoint_dir), self._iteration, worker_state, algo_state)
@@ -530,6 +552,8 @@ class Trainer:
         self._episodes_total = int(algo_state["episodes_total"])
         self._steps_trained = int(algo_state.get("steps_trained", 0))
         self._time_total = float(algo_state["time_total_s"])
+        if self.optimizer is not None and "optimizer" in algo_state:
+            self.optimizer.restore(algo_state["optimizer"])
         self._iterations_since_restore = 0
         self.workers.sync_weights()
         if self.config["observation_filter"] != "NoFilter":
@@ -572,7 +596,10 @@ class Trainer:
 
     # -- teardown -------------------------------------------------------------------
     def stop(self) -> None:
-        """End the workers (and the local rayfield runtime if this trainer started it)."""
+        """Stop the policy optimizer, end the workers (and the local rayfield runtime if
+        this trainer started it)."""
+        if self.optimizer is not None:
+            self.optimizer.stop()
         workers = getattr(self, "workers", None)
         if workers is not None:
             workers.stop()

@@ -4,7 +4,8 @@
 
 with ``A`` from GAE (``lambda: 1.0`` gives n-step returns minus the value) and the
 gradient's global norm clipped to ``grad_clip``. The samples of all rollout
-workers are gathered and applied at once: A3C's update without the asynchrony.
+workers are gathered and applied at once (the trainer's ``optimizer`` is a
+`SyncSamplesOptimizer`): A3C's update without the asynchrony.
 Losses are means over the batch (RLlib's TF version sums; the mean keeps the
 learning rate independent of the batch size).
 
@@ -22,6 +23,7 @@ import torch
 from rayfield.rllib.agents.common_config import with_common_config
 from rayfield.rllib.agents.trainer import Trainer
 from rayfield.rllib.evaluation.postprocessing import Postprocessing, compute_gae_for_sample_batch
+from rayfield.rllib.optimizers import SyncSamplesOptimizer
 from rayfield.rllib.policy.sample_batch import SampleBatch
 from rayfield.rllib.policy.torch_policy import TorchPolicy
 
@@ -89,8 +91,12 @@ class A2CTrainer(Trainer):
     _default_config = DEFAULT_CONFIG
     _policy = A3CTorchPolicy
 
-    def training_step(self) -> dict[str, Any]:
-        return self.on_policy_step()
+    def _init(self, config: dict[str, Any], env_creator: Any) -> None:
+        self.optimizer = SyncSamplesOptimizer(
+            self.workers,
+            train_batch_size=config["train_batch_size"],
+            sample_async=config["sample_async"],
+        )
 
 
 A2CAgent = A2CTrainer

@@ -2,7 +2,9 @@
 returns, prioritized replay, distributional C51 and noisy nets; parametric
 action spaces through an action mask.
 
-Each training step samples ``rollout_fragment_length`` steps per env with an
+Each training step (the trainer's ``optimizer`` is a `SyncReplayOptimizer`;
+the trainer anneals epsilon and updates the target network around its steps)
+samples ``rollout_fragment_length`` steps per env with an
 epsilon-greedy policy (epsilon annealed linearly from 1.0 to
 ``exploration_final_eps`` over ``exploration_fraction * schedule_max_timesteps``
 steps), stores them in the replay buffer and, after ``learning_starts`` steps,
@@ -61,9 +63,10 @@ from torch import nn
 from rayfield.rllib.agents.common_config import with_common_config
 from rayfield.rllib.agents.dqn.dqn_model import DQNTorchModel, project_distribution
 from rayfield.rllib.agents.trainer import Trainer
-from rayfield.rllib.execution.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
+from rayfield.rllib.execution.replay_buffer import ReplayBuffer
 from rayfield.rllib.models.preprocessors import restore_original_dimensions
-from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
+from rayfield.rllib.optimizers import SyncReplayOptimizer
+from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 from rayfield.rllib.policy.torch_policy import TorchPolicy
 from rayfield.rllib.utils.schedules import PiecewiseSchedule
 
@@ -336,30 +339,30 @@ class DQNTrainer(Trainer):
     _name = "DQN"
     _default_config = DEFAULT_CONFIG
     _policy = DQNTorchPolicy
+    optimizer: SyncReplayOptimizer  # built in _init
 
     def _init(self, config: dict[str, Any], env_creator: Any) -> None:
-        # one replay buffer per policy (only the default one for single-agent envs)
-        self.replay_buffers: dict[str, ReplayBuffer] = {
-            pid: self._make_buffer(config) for pid in self.workers.local_worker().policy_map
-        }
-        self._beta = PiecewiseSchedule(
-            [
-                [0, config["prioritized_replay_beta"]],
-                [
-                    max(1, config["beta_annealing_fraction"] * config["schedule_max_timesteps"]),
-                    config["final_prioritized_replay_beta"],
-                ],
-            ]
+        self.optimizer = SyncReplayOptimizer(
+            self.workers,
+            learning_starts=config["learning_starts"],
+            buffer_size=config["buffer_size"],
+            prioritized_replay=config["prioritized_replay"],
+            prioritized_replay_alpha=config["prioritized_replay_alpha"],
+            prioritized_replay_beta=config["prioritized_replay_beta"],
+            schedule_max_timesteps=config["schedule_max_timesteps"],
+            beta_annealing_fraction=config["beta_annealing_fraction"],
+            final_prioritized_replay_beta=config["final_prioritized_replay_beta"],
+            prioritized_replay_eps=config["prioritized_replay_eps"],
+            train_batch_size=config["train_batch_size"],
+            sample_batch_size=config["rollout_fragment_length"],
+            seed=config["seed"],
         )
         self._last_target_update = 0
 
-    @staticmethod
-    def _make_buffer(config: dict[str, Any]) -> ReplayBuffer:
-        if config["prioritized_replay"]:
-            return PrioritizedReplayBuffer(
-                config["buffer_size"], config["prioritized_replay_alpha"], config["seed"]
-            )
-        return ReplayBuffer(config["buffer_size"], config["seed"])
+    @property
+    def replay_buffers(self) -> dict[str, ReplayBuffer]:
+        """The optimizer's replay buffers, ``{policy_id: buffer}``."""
+        return self.optimizer.replay_buffers
 
     @property
     def replay_buffer(self) -> ReplayBuffer:
@@ -367,40 +370,21 @@ class DQNTrainer(Trainer):
         return self.replay_buffers[DEFAULT_POLICY_ID]
 
     def training_step(self) -> dict[str, Any]:
-        """Sample into the replay buffers, then one TD step per trained policy."""
-        cfg = self.config
+        """Anneal epsilon to the current step, run the optimizer's step (sample into
+        the replay buffers, one TD step per trained policy), then copy the online
+        networks to the targets every ``target_network_update_freq`` sampled steps."""
         worker = self.workers.local_worker()
         worker.set_global_vars({"timestep": self._timesteps_total})
-        batches, metrics = self.workers.sample()
-        self._episodes_this_iter.extend(metrics)
-        for b in batches:
-            per_policy = (
-                b.policy_batches if isinstance(b, MultiAgentBatch) else {DEFAULT_POLICY_ID: b}
-            )
-            for pid, pb in per_policy.items():
-                if pb.count:
-                    self.replay_buffers[pid].add_batch(pb)
-            self._timesteps_total += b.count
-        stats: dict[str, Any] = {}
-        for pid in worker.policies_to_train:
-            policy = worker.policy_map[pid]
-            buffer = self.replay_buffers[pid]
-            stats[pid] = {"cur_epsilon": policy.cur_epsilon}
-            if self._timesteps_total < cfg["learning_starts"] or len(buffer) == 0:
-                continue
-            replay = buffer.sample(
-                int(cfg["train_batch_size"]), beta=self._beta.value(self._timesteps_total)
-            )
-            stats[pid] = policy.learn_on_batch(replay)
-            self._steps_trained += replay.count
-            if isinstance(buffer, PrioritizedReplayBuffer):
-                prios = policy.td_error.abs().cpu().numpy() + cfg["prioritized_replay_eps"]
-                buffer.update_priorities(replay["batch_indexes"], prios)
-        if self._timesteps_total - self._last_target_update >= cfg["target_network_update_freq"]:
+        stats = self.optimizer.step()
+        for pid, policy_stats in stats.items():
+            policy_stats.setdefault("cur_epsilon", worker.policy_map[pid].cur_epsilon)
+        if (
+            self._timesteps_total - self._last_target_update
+            >= self.config["target_network_update_freq"]
+        ):
             for pid in worker.policies_to_train:
                 worker.policy_map[pid].update_target()
             self._last_target_update = self._timesteps_total
-        self.workers.sync_weights({"timestep": self._timesteps_total})
         return stats
 
     def _extra_state(self) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """Vanilla policy gradient (REINFORCE): ascend ``mean(log pi(a|s) * R)`` with ``R``
-the discounted return from each step to the end of the episode fragment.
+the discounted return from each step to the end of the episode fragment. The
+trainer's ``optimizer`` is a `SyncSamplesOptimizer` (one gradient step per batch of
+``train_batch_size`` steps).
 
 Sources:
     Williams, "Simple Statistical Gradient-Following Algorithms for Connectionist
@@ -17,6 +19,7 @@ import torch
 from rayfield.rllib.agents.common_config import with_common_config
 from rayfield.rllib.agents.trainer import Trainer
 from rayfield.rllib.evaluation.postprocessing import Postprocessing, compute_advantages
+from rayfield.rllib.optimizers import SyncSamplesOptimizer
 from rayfield.rllib.policy.sample_batch import SampleBatch
 from rayfield.rllib.policy.torch_policy import TorchPolicy
 
@@ -61,8 +64,12 @@ class PGTrainer(Trainer):
     _default_config = DEFAULT_CONFIG
     _policy = PGTorchPolicy
 
-    def training_step(self) -> dict[str, Any]:
-        return self.on_policy_step()
+    def _init(self, config: dict[str, Any], env_creator: Any) -> None:
+        self.optimizer = SyncSamplesOptimizer(
+            self.workers,
+            train_batch_size=config["train_batch_size"],
+            sample_async=config["sample_async"],
+        )
 
 
 PGAgent = PGTrainer

@@ -2,7 +2,8 @@
 penalty, GAE, and several epochs of minibatch SGD per batch.
 
 Per iteration the trainer samples ``train_batch_size`` env steps with the current
-policy (on the rollout workers), adds GAE advantages per episode fragment,
+policy (on the rollout workers; the trainer's ``optimizer`` is a
+`SyncSamplesOptimizer`), adds GAE advantages per episode fragment,
 standardises the advantages over the batch, then runs ``num_sgd_iter`` epochs over
 shuffled minibatches of ``sgd_minibatch_size`` rows minimising::
 
@@ -31,6 +32,7 @@ from typing import Any
 
 from rayfield.rllib.agents.common_config import with_common_config
 from rayfield.rllib.agents.trainer import Trainer
+from rayfield.rllib.optimizers import SyncSamplesOptimizer
 
 DEFAULT_CONFIG = with_common_config(
     {
@@ -79,8 +81,14 @@ class PPOTrainer(Trainer):
         if config["num_sgd_iter"] < 1:
             raise ValueError("num_sgd_iter must be >= 1")
 
-    def training_step(self) -> dict[str, Any]:
-        return self.on_policy_step()
+    def _init(self, config: dict[str, Any], env_creator: Any) -> None:
+        # num_sgd_iter stays 1 here: the policy's learn_on_batch runs the
+        # num_sgd_iter minibatch epochs itself
+        self.optimizer = SyncSamplesOptimizer(
+            self.workers,
+            train_batch_size=config["train_batch_size"],
+            sample_async=config["sample_async"],
+        )
 
 
 PPOAgent = PPOTrainer
