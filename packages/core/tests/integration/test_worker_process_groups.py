@@ -38,8 +38,8 @@ DRIVER = textwrap.dedent(
 
     a, b = Pid.remote(), Pid.remote()
     pids = rf.get([a.pid.remote(), b.pid.remote()])
-    print("pids", os.getpid(), *pids, flush=True)
-    try:
+    try:  # the test types ^C as soon as it reads the pids: be inside the try by then
+        print("pids", os.getpid(), *pids, flush=True)
         time.sleep(60)
     except KeyboardInterrupt:
         print("driver interrupted", flush=True)
