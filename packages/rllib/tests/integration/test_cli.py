@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from rayfield.rllib import tune_runner
 from rayfield.rllib.scripts import cli, should_stop
 
 CONFIG = json.dumps(
@@ -119,3 +120,52 @@ def test_stop_rule() -> None:
 
     with pytest.raises(click.UsageError):
         should_stop({"a": 1}, {"b": 1})
+
+
+# Flags (and a config) that only Tune runs: without rayfield-tune each is a usage error that
+# says how to install it, raised before anything is trained or written.
+TUNE_ONLY = [
+    ["--num-samples", "2"],
+    ["--resources-per-trial", '{"cpu": 1}'],
+    ["--upload-dir", "file:///tmp/rllib-upload"],
+    ["--keep-checkpoints-num", "1"],
+    ["--checkpoint-score-attr", "min-episode_reward_mean"],
+    ["--max-failures", "0"],
+    ["--scheduler", "AsyncHyperBand"],
+    ["--scheduler-config", '{"max_t": 2}'],
+    ["--resume"],
+    ["--queue-trials"],
+    ["--export-formats", "model"],
+    ["--config", '{"lr": {"grid_search": [0.01, 0.001]}}'],
+]
+
+
+@pytest.mark.parametrize("flag", TUNE_ONLY, ids=lambda f: f[0])
+def test_tune_only_flags_without_tune_are_usage_errors(
+    flag: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tune_runner, "import_tune", lambda: None)
+    args = ["train", "--run", "PG", "--env", "CartPole-v1", "--local-dir", str(tmp_path)]
+    res = CliRunner().invoke(cli, [*args, *flag])
+    assert res.exit_code == 2, res.output
+    assert "pip install 'rayfield-rllib[tune]'" in res.output
+    assert (flag[0] if flag[0] != "--config" else "grid_search") in res.output
+    assert not any(tmp_path.iterdir())
+
+
+def test_yaml_with_tune_keys_without_tune_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tune_runner, "import_tune", lambda: None)
+    spec = tmp_path / "exp.yaml"
+    spec.write_text("cartpole:\n  run: PG\n  env: CartPole-v1\n  max_failures: 1\n")
+    res = CliRunner().invoke(cli, ["train", "-f", str(spec), "--local-dir", str(tmp_path)])
+    assert res.exit_code == 2 and "'max_failures' (experiment 'cartpole')" in res.output
+    assert "pip install 'rayfield-rllib[tune]'" in res.output
+
+
+def test_bad_export_format_is_a_usage_error(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        cli, ["train", "--run", "PG", "--env", "CartPole-v1", "--export-formats", "onnx"]
+    )
+    assert res.exit_code == 2 and "unknown format 'onnx'" in res.output

@@ -3,7 +3,9 @@
 ``rllib train`` runs one trial in this process (the workers on the cluster) and
 writes ``params.json`` and ``result.json`` (one JSON line per iteration) under
 ``<local-dir>/<experiment-name>/<RUN>_<ENV>_<date>/``, with checkpoints beside
-them. ``rllib rollout`` rebuilds the algorithm from a checkpoint and runs its policy.
+them. A run that needs Tune (``--num-samples > 1``, a Tune-only flag, a search space in
+the config) goes to `rayfield.rllib.tune_runner` instead. ``rllib rollout`` rebuilds the
+algorithm from a checkpoint and runs its policy.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from rayfield.rllib import tune_runner
 
 
 def _json_arg(value: str | None, name: str) -> dict[str, Any]:
@@ -57,15 +61,17 @@ def should_stop(result: dict[str, Any], stop: dict[str, Any]) -> bool:
     return False
 
 
-def _connect(address: str | None, num_cpus: int | None, temp_dir: str | None) -> None:
+def _connect(address: str | None, temp_dir: str | None, options: dict[str, Any]) -> None:
+    """Join ``address``, or start a local runtime when ``options`` (``--ray-num-cpus``,
+    ``--ray-num-gpus``, ``--ray-object-store-memory``) asks for one."""
     import rayfield
 
     if address:
         rayfield.init(address=address, temp_dir=temp_dir)
-    elif num_cpus is not None:
+    elif options:
         from rayfield.rllib.utils import preload
 
-        rayfield.init(num_cpus=num_cpus, **preload.init_options())
+        rayfield.init(**preload.init_options(), **options)
 
 
 def _experiments_from_file(path: str) -> dict[str, Any]:
@@ -104,7 +110,7 @@ def cli() -> None:
 @click.option("--local-dir", default="~/ray_results", show_default=True, help="Where results go.")
 @click.option("--experiment-name", "-n", default="default", show_default=True)
 @click.option(
-    "--num-samples", default=1, show_default=True, help="Trials (only 1 without rayfield-tune)."
+    "--num-samples", default=1, show_default=True, help="Trials (more than 1 runs with Tune)."
 )
 @click.option("--restore", default=None, help="Checkpoint to resume from.")
 @click.option("--config-file", "-f", default=None, help="A YAML experiment spec (tuned example).")
@@ -117,8 +123,13 @@ def cli() -> None:
     help="Cluster to join.",
 )
 @click.option("--ray-num-cpus", type=int, default=None, help="CPUs for a local cluster.")
+@click.option("--ray-num-gpus", type=int, default=None, help="GPUs for a local cluster.")
+@click.option(
+    "--ray-object-store-memory", type=int, default=None, help="Object store bytes (local cluster)."
+)
 @click.option("--temp-dir", default=None, help="With --ray-address: the cluster's --temp-dir.")
 @click.option("-v", "verbose", count=True, help="-v: INFO logging, -vv: DEBUG.")
+@tune_runner.tune_options
 def train(
     run: str | None,
     env: str | None,
@@ -133,16 +144,27 @@ def train(
     config_file: str | None,
     address: str | None,
     ray_num_cpus: int | None,
+    ray_num_gpus: int | None,
+    ray_object_store_memory: int | None,
     temp_dir: str | None,
     verbose: int,
+    **tune_flags: Any,
 ) -> None:
-    """Train an algorithm until a stop criterion is met."""
+    """Train an algorithm until a stop criterion is met.
+
+    One trial runs in this process; with --num-samples > 1, a Tune-only flag, or a
+    grid_search in the config, the experiment runs through rayfield-tune instead."""
+    spec_flags = tune_runner.spec_flags(
+        tune_flags, _json_arg(tune_flags["resources_json"], "--resources-per-trial")
+    )
     if config_file:
         experiments = _experiments_from_file(config_file)
         for spec in experiments.values():  # flags given on the command line fill in
             spec.setdefault("local_dir", local_dir)
             spec.setdefault("checkpoint_freq", checkpoint_freq)
             spec.setdefault("checkpoint_at_end", checkpoint_at_end)
+            for key, value in spec_flags.items():
+                spec.setdefault(key, value)
     else:
         experiments = {
             experiment_name: {
@@ -155,9 +177,39 @@ def train(
                 "num_samples": num_samples,
                 "restore": restore,
                 "local_dir": local_dir,
+                **spec_flags,
             }
         }
-    _connect(address, ray_num_cpus, temp_dir)
+    options = {
+        k: v
+        for k, v in (
+            ("num_cpus", ray_num_cpus),
+            ("num_gpus", ray_num_gpus),
+            ("object_store_memory", ray_object_store_memory),
+        )
+        if v is not None
+    }
+    reason = tune_runner.tune_reason(experiments, tune_runner.flags_given(tune_flags))
+    if reason is not None:
+        tune = tune_runner.import_tune()
+        if tune is None:
+            raise click.UsageError(
+                f"{reason} runs through Tune, which is not installed: {tune_runner.INSTALL_HINT}"
+            )
+        if address:
+            _connect(address, temp_dir, {})
+        tune_runner.run_with_tune(
+            tune,
+            experiments,
+            scheduler=tune_flags["scheduler"],
+            scheduler_config=_json_arg(tune_flags["scheduler_json"], "--scheduler-config"),
+            resume=bool(tune_flags["resume"]),
+            queue_trials=bool(tune_flags["queue_trials"]),
+            verbose=verbose,
+            init_options=options,
+        )
+        return
+    _connect(address, temp_dir, options)
     for name, spec in experiments.items():
         _run_experiment(name, spec, verbose)
 
@@ -165,16 +217,7 @@ def train(
 def _run_experiment(name: str, spec: dict[str, Any], verbose: int) -> None:
     from rayfield.rllib.agents.registry import get_trainer_class
 
-    config = dict(spec.get("config") or {})
-    run, env = spec.get("run"), spec.get("env") or config.get("env")
-    if not run:
-        raise click.UsageError("the following arguments are required: --run")
-    if not env:
-        raise click.UsageError("the following arguments are required: --env")
-    if int(spec.get("num_samples", 1)) != 1:
-        raise click.UsageError("--num-samples > 1 needs rayfield-tune (tune.run)")
-    if verbose:
-        config["log_level"] = "DEBUG" if verbose > 1 else "INFO"
+    run, env, config = tune_runner.experiment_basics(spec, verbose)
     config["env"] = env
     stop = dict(spec.get("stop") or {})
     freq = int(spec.get("checkpoint_freq", 0))
