@@ -112,3 +112,26 @@ def test_keep_one_checkpoint_export_and_rollout(cluster: Any, tmp_path: Path) ->
     )
     assert out.exit_code == 0, out.output
     assert out.output.count("Episode reward") == 1
+
+
+def test_tune_finds_every_algorithm_by_name(tmp_path: Path) -> None:
+    from importlib.metadata import entry_points
+
+    from rayfield import tune
+    from rayfield.rllib.agents.registry import ALGORITHMS
+
+    # the installed entry points themselves load to Trainable classes (so Tune never skips them)
+    found = {ep.name: ep.load() for ep in entry_points(group="rayfield.tune.trainables")}
+    assert set(ALGORITHMS) <= set(found)
+    for name in ALGORITHMS:
+        assert issubclass(found[name], tune.Trainable), name
+    analysis = tune.run(
+        "PG",
+        config={**TINY, "env": "CartPole-v1"},
+        stop={"training_iteration": 1},
+        local_dir=str(tmp_path),
+    )
+    (trial,) = analysis.trials
+    assert trial.status == "TERMINATED"
+    assert trial.last_result["training_iteration"] == 1
+    assert trial.last_result["timesteps_total"] >= 200

@@ -261,14 +261,15 @@ def make_trainable(tune: Any, algorithm: str, own_resources: bool = True) -> typ
 
     from rayfield.rllib.agents.registry import get_trainer_class
 
-    class RLlibTrainable(tune.Trainable):  # type: ignore[misc,name-defined]
+    class RLlibTrainable(tune.Trainable):
         _algorithm = algorithm
 
         @classmethod
         def default_resource_request(cls, config: dict[str, Any]) -> Any:
             if not own_resources:
                 return None
-            return get_trainer_class(cls._algorithm).default_resource_request(config)
+            trainer_cls: Any = get_trainer_class(cls._algorithm)
+            return trainer_cls.default_resource_request(config)
 
         def setup(self, config: dict[str, Any]) -> None:
             self.trainer = get_trainer_class(self._algorithm)(config=config)

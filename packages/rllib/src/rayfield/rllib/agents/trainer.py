@@ -69,7 +69,7 @@ def _optimizer_counter(name: str) -> property:
         return (self.optimizer, name) if self.optimizer is not None else (self, own)
 
     def get(self: Trainer) -> int:
-        return getattr(*holder(self))  # type: ignore[no-any-return]
+        return getattr(*holder(self))
 
     def set_(self: Trainer, value: int) -> None:
         setattr(*holder(self), value)
