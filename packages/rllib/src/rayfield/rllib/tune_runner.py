@@ -409,6 +409,8 @@ def run_with_tune(
         click.UsageError: a bad spec or flag (Tune's message).
         click.ClickException: a trial ended in error (its error file is named).
     """
+    from rayfield.rllib import tune_trainables
+
     specs = {name: tune_spec(spec, verbose) for name, spec in experiments.items()}
     sched, search_alg = make_scheduler(tune, scheduler, scheduler_config)
     kwargs: dict[str, Any] = {}
@@ -418,8 +420,11 @@ def run_with_tune(
     trials: list[Any] = []
     with _runtime(init_options):
         for name, spec in specs.items():
-            own = spec["resources_per_trial"] is None
-            tune.register_trainable(spec["run"], make_trainable(tune, spec["run"], own))
+            if spec["resources_per_trial"] is None:  # the trainer's own resources
+                trainable = getattr(tune_trainables, spec["run"])
+            else:
+                trainable = make_trainable(tune, spec["run"], own_resources=False)
+            tune.register_trainable(spec["run"], trainable)
             try:
                 trials += tune.run_experiments(
                     {name: spec},

@@ -344,7 +344,6 @@ class Trainer:
                     "learner": stats,
                     "num_steps_sampled": self._timesteps_total,
                     "num_steps_trained": self._steps_trained,
-                    **(self.optimizer.stats() if self.optimizer is not None else {}),
                 },
                 "done": False,
                 "timestamp": int(time.time()),
@@ -531,8 +530,6 @@ class Trainer:
             "steps_trained": self._steps_trained,
             "time_total_s": self._time_total,
         }
-        if self.optimizer is not None:
-            algo_state["optimizer"] = self.optimizer.save()
         worker_state = {"worker": self.workers.local_worker().save(), "extra": self._extra_state()}
         return SaveResult(
             checkpoints.write(Path(checkpoint_dir), self._iteration, worker_state, algo_state)
@@ -552,8 +549,6 @@ class Trainer:
         self._episodes_total = int(algo_state["episodes_total"])
         self._steps_trained = int(algo_state.get("steps_trained", 0))
         self._time_total = float(algo_state["time_total_s"])
-        if self.optimizer is not None and "optimizer" in algo_state:
-            self.optimizer.restore(algo_state["optimizer"])
         self._iterations_since_restore = 0
         self.workers.sync_weights()
         if self.config["observation_filter"] != "NoFilter":

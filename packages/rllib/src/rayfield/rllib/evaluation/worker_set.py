@@ -83,10 +83,12 @@ class WorkerSet:
         self._local_worker = RolloutWorker(
             env_creator, policy, trainer_config, worker_index=0, num_workers=self._num_workers
         )
+        if not self._remote_workers:
+            build_optimizers(self._local_worker)
+            return
         with ThreadPoolExecutor(1, thread_name_prefix="rllib-optimizer") as pool:
             built = pool.submit(build_optimizers, self._local_worker)
-            if self._remote_workers:  # the first samples come from the learner's weights
-                self.sync_weights(wait=True)
+            self.sync_weights(wait=True)  # the first samples come from the learner's weights
             built.result()
 
     def _make_remote(self, index: int) -> Any:
