@@ -32,8 +32,8 @@ logger = logging.getLogger(__name__)
 def build_optimizers(worker: RolloutWorker) -> None:
     """Build the optimizer of each of ``worker``'s policies that builds one lazily (an
     ``optimizer`` property, as `TorchPolicy`'s). `WorkerSet` runs this on a thread while
-    its remote workers start, since torch's first optimizer imports ``torch._dynamo``
-    (about a CPU-second of the driver's start-up otherwise)."""
+    its remote workers start: the default `Adam` is cheap to build, but a
+    `torch.optim.Optimizer` imports ``torch._dynamo`` when built (about a CPU-second)."""
     for policy in worker.policy_map.values():
         getattr(policy, "optimizer", None)
 

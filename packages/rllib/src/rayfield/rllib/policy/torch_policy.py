@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from rayfield.rllib.models.catalog import ModelCatalog
+from rayfield.rllib.policy.adam import Adam
 from rayfield.rllib.policy.policy import Policy
 from rayfield.rllib.policy.rnn_sequencing import SEQ_LENS, SEQ_MASK, pad_batch_to_sequences
 from rayfield.rllib.policy.sample_batch import SampleBatch
@@ -67,7 +68,7 @@ class TorchPolicy(Policy):
             PiecewiseSchedule(config["lr_schedule"]) if config.get("lr_schedule") else None
         )
         self.cur_lr = float(config.get("lr", 1e-4))
-        self._optimizer: torch.optim.Optimizer | None = None
+        self._optimizer: torch.optim.Optimizer | Adam | None = None
         self._optimizer_lock = threading.Lock()
         self._initial_state = [
             np.asarray(s.detach().cpu().numpy(), dtype=np.float32)
@@ -76,18 +77,19 @@ class TorchPolicy(Policy):
         self.max_seq_len = int((config.get("model") or {}).get("max_seq_len", 20))
 
     @property
-    def optimizer(self) -> torch.optim.Optimizer:
-        """The optimizer (`make_optimizer`), built on first use: sampling needs none, and
-        torch's first optimizer imports ``torch._dynamo`` (about a CPU-second). A
+    def optimizer(self) -> torch.optim.Optimizer | Adam:
+        """The optimizer (`make_optimizer`), built on first use: sampling needs none. A
         trainer's `WorkerSet` builds the learner's on a thread while its remote rollout
-        workers start; a remote rollout worker builds one only if it learns."""
+        workers start (a `torch.optim.Optimizer` from an overridden `make_optimizer`
+        imports ``torch._dynamo`` when built, about a CPU-second); a remote rollout worker
+        builds one only if it learns."""
         with self._optimizer_lock:
             if self._optimizer is None:
                 self._optimizer = self.make_optimizer()
             return self._optimizer
 
     @optimizer.setter
-    def optimizer(self, value: torch.optim.Optimizer) -> None:
+    def optimizer(self, value: torch.optim.Optimizer | Adam) -> None:
         with self._optimizer_lock:
             self._optimizer = value
 
@@ -97,8 +99,11 @@ class TorchPolicy(Policy):
     ) -> Any:
         return ModelCatalog.get_model_v2(obs_space, action_space, num_outputs, config.get("model"))
 
-    def make_optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.model.parameters(), lr=self.cur_lr, foreach=True)
+    def make_optimizer(self) -> torch.optim.Optimizer | Adam:
+        """The learner's optimizer: `Adam` (torch's Adam update without the start-up cost
+        of `torch.optim.Optimizer`) at ``lr``. Override to return any
+        `torch.optim.Optimizer`."""
+        return Adam(self.model.parameters(), lr=self.cur_lr)
 
     # -- acting -----------------------------------------------------------------------
     def get_initial_state(self) -> list[np.ndarray]:

@@ -66,6 +66,7 @@ from rayfield.rllib.agents.trainer import Trainer
 from rayfield.rllib.execution.replay_buffer import ReplayBuffer
 from rayfield.rllib.models.preprocessors import restore_original_dimensions
 from rayfield.rllib.optimizers import SyncReplayOptimizer
+from rayfield.rllib.policy.adam import Adam
 from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 from rayfield.rllib.policy.torch_policy import TorchPolicy
 from rayfield.rllib.utils.schedules import PiecewiseSchedule
@@ -219,10 +220,8 @@ class DQNTorchPolicy(TorchPolicy):
         if self.noisy:
             model.set_noise(on)
 
-    def make_optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(
-            self.model.parameters(), lr=self.cur_lr, eps=self.config["adam_epsilon"], foreach=True
-        )
+    def make_optimizer(self) -> Adam:
+        return Adam(self.model.parameters(), lr=self.cur_lr, eps=self.config["adam_epsilon"])
 
     def compute_actions(
         self,
