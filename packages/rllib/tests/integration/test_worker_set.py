@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import queue
+import subprocess
+import sys
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -125,3 +130,33 @@ def test_a3c_learns_with_async_gradients(cluster: Any) -> None:
     assert {"policy_loss", "vf_loss", "policy_entropy"} <= set(
         r["info"]["learner"]["default_policy"]
     )
+
+
+def test_more_workers_than_the_cluster_fits_warns_while_it_waits() -> None:
+    """A trainer whose workers cannot all start (3 one-CPU workers, 2 CPUs) says so at
+    once instead of waiting in silence; it keeps waiting, since nodes may still join."""
+    code = (
+        "import rayfield as rf\n"
+        "from rayfield.rllib.agents.pg import PGTrainer\n"
+        "rf.init(num_cpus=2)\n"
+        "PGTrainer(env='CartPole-v1', config={'num_workers': 3})\n"
+        "print('built')\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(line) for line in proc.stdout or []], daemon=True
+    ).start()
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 90
+        while not any("rollout workers need" in line for line in seen):
+            seen.append(lines.get(timeout=max(0.1, deadline - time.monotonic())))
+    finally:
+        proc.kill()
+        proc.wait()
+    warning = next(line for line in seen if "rollout workers need" in line)
+    assert "3 rollout workers need 3 CPU (the cluster has 2)" in warning
+    assert "built\n" not in seen

@@ -38,6 +38,34 @@ def build_optimizers(worker: RolloutWorker) -> None:
         getattr(policy, "optimizer", None)
 
 
+def resource_shortfall(
+    num_workers: int, config: dict[str, Any], cluster: dict[str, float]
+) -> str | None:
+    """Why ``num_workers`` remote workers with ``config``'s per-worker resources can never
+    all run at once on a cluster whose totals are ``cluster`` (``rayfield.cluster_resources()``),
+    as a message that says how to fix it; None when they fit.
+
+    `WorkerSet` logs it as a warning and waits: nodes may still join (an autoscaler,
+    ``rayfield start``), and the workers start as resources free up."""
+    per_worker = {
+        "CPU": float(config.get("num_cpus_per_worker", 1) or 0),
+        "GPU": float(config.get("num_gpus_per_worker", 0) or 0),
+        **{k: float(v) for k, v in (config.get("custom_resources_per_worker") or {}).items()},
+    }
+    short = [
+        f"{num_workers * amount:g} {name} (the cluster has {cluster.get(name, 0.0):g})"
+        for name, amount in per_worker.items()
+        if amount > 0 and num_workers * amount > cluster.get(name, 0.0) + 1e-9
+    ]
+    if not short:
+        return None
+    return (
+        f"{num_workers} rollout workers need {', '.join(short)}: only some of them can start, "
+        "and the trainer waits until the others can (nodes joining, an autoscaler). Lower "
+        "num_workers or the per-worker resources (num_cpus_per_worker...), or add nodes."
+    )
+
+
 class WorkerSet:
     """A local `RolloutWorker` and remote ones on the cluster.
 
@@ -80,6 +108,14 @@ class WorkerSet:
         for i in range(1, self._num_workers + 1):
             self._remote_workers.append(self._make_remote(i))
             self._indices.append(i)
+        if self._remote_workers:
+            import rayfield
+
+            shortfall = resource_shortfall(
+                self._num_workers, trainer_config, rayfield.cluster_resources()
+            )
+            if shortfall:
+                logger.warning(shortfall)
         self._local_worker = RolloutWorker(
             env_creator, policy, trainer_config, worker_index=0, num_workers=self._num_workers
         )
