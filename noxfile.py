@@ -14,6 +14,7 @@ order; a package folder that does not exist yet is skipped.
                 two-node cluster started with `rayfield start`, then an autoscaled
                 local_process cluster (`rayfield-autoscaler up/submit/down`)
     learning    rayfield-rllib's slow learning tests (each tuned example to its return)
+    learning-cluster  the learning runs that need a large cluster (pong-ppo.yaml: 32 workers)
     sanitize    the store built with ASan + UBSan, its tests run against it
     fuzz        the frame fuzzers with many more examples
 """
@@ -299,7 +300,15 @@ def rllib_demo(session: nox.Session, address: str, temp_dir: Path) -> None:
 def learning(session: nox.Session) -> None:
     """Every package's tests marked slow: rllib's tuned examples reaching their returns,
     the examples' and tune's long learning runs, the second SSH cluster of the autoscaler."""
-    run_package_tests(session, "slow", success_codes=[0, 5])  # 5: the package has no slow test
+    run_package_tests(session, "slow and not large_cluster", success_codes=[0, 5])  # 5: none
+
+
+@nox.session(python=PYTHON, name="learning-cluster")
+def learning_cluster(session: nox.Session) -> None:
+    """The learning runs that need more than a workstation (marked ``large_cluster``:
+    ``tuned_examples/pong-ppo.yaml`` with 32 rollout workers, hours). Each fails at once,
+    naming what it needs, on a machine without the CPUs."""
+    run_package_tests(session, "large_cluster", success_codes=[0, 5])
 
 
 @nox.session(python=PYTHON)
