@@ -186,6 +186,7 @@ def start_driver(script: str) -> tuple[subprocess.Popen[str], str]:
     (after which the test kills it)."""
     driver = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(script)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -363,6 +364,7 @@ def test_a_handle_held_on_the_other_node_keeps_the_actor_until_it_goes(cluster: 
 
 
 QUEUING_DRIVER = """
+import sys
 import time
 from pathlib import Path
 import rayfield as rf
@@ -379,13 +381,19 @@ def slow(i, runs):
 refs = [slow.remote(i, {runs!r}) for i in range(12)]
 refs += [slow.options(resources={{"b_res": 1}}).remote(i, {runs!r}) for i in range(12, 24)]
 print("submitted", flush=True)
+if sys.stdin.readline().strip() == "shutdown":
+    rf.shutdown()
+    print("shut down", flush=True)
 time.sleep(600)
 """
 
 
-def test_a_killed_drivers_queued_tasks_never_run_on_any_node(
-    nodes: tuple[str, Path], tmp_path: Path
+@pytest.mark.parametrize("ending", ["killed", "shutdown"])
+def test_a_gone_drivers_queued_tasks_never_run_on_any_node(
+    nodes: tuple[str, Path], tmp_path: Path, ending: str
 ) -> None:
+    """A driver killed, or one that calls ``rayfield.shutdown()`` and lives on: the tasks
+    it left queued on every node are cancelled."""
     address, temp_dir = nodes
     idle(address, temp_dir)
     runs = tmp_path / "runs"
@@ -400,8 +408,15 @@ def test_a_killed_drivers_queued_tasks_never_run_on_any_node(
 
             wait_for(lambda: len(queued()) == 2 and all(queued()), "tasks queued on both nodes")
             wait_for(lambda: len(list(runs.iterdir())) >= 2, "a task running on each node")
-            driver.send_signal(signal.SIGKILL)
-            driver.wait(10)
+            if ending == "killed":
+                driver.send_signal(signal.SIGKILL)
+                driver.wait(10)
+            else:
+                assert driver.stdin is not None and driver.stdout is not None
+                driver.stdin.write("shutdown\n")
+                driver.stdin.flush()
+                assert driver.stdout.readline() == "shut down\n"
+                assert driver.poll() is None
             started = len(list(runs.iterdir()))
             wait_for(lambda: not any(queued()), "no task queued on any node", timeout_s=15)
             wait_for(
