@@ -142,6 +142,31 @@ def test_more_workers_than_the_cluster_fits_warns_while_it_waits() -> None:
         "PGTrainer(env='CartPole-v1', config={'num_workers': 3})\n"
         "print('built')\n"
     )
+    seen = _lines_until(code, "rollout workers need")
+    warning = seen[-1]
+    assert "3 rollout workers need 3 CPU (the cluster has 2)" in warning
+    assert "built\n" not in seen
+
+
+def test_workers_waiting_for_cpus_other_trainers_hold_are_named_at_once() -> None:
+    """A second trainer whose worker needs the CPU a first trainer's workers hold."""
+    code = (
+        "import rayfield as rf\n"
+        "from rayfield.rllib.agents.pg import PGTrainer\n"
+        "rf.init(num_cpus=2)\n"
+        "first = PGTrainer(env='CartPole-v1', config={'num_workers': 2})\n"
+        "print('first built', flush=True)\n"
+        "PGTrainer(env='CartPole-v1', config={'num_workers': 1})\n"
+        "print('second built', flush=True)\n"
+    )
+    seen = _lines_until(code, "rollout workers need")
+    assert "first built\n" in seen and "second built\n" not in seen
+    assert "1 CPU (0 of the cluster's 2 are free now" in seen[-1]
+
+
+def _lines_until(code: str, needle: str, timeout_s: float = 90.0) -> list[str]:
+    """Run ``code`` in a fresh interpreter; its output lines up to the first containing
+    ``needle``, after which the process is killed."""
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -151,12 +176,10 @@ def test_more_workers_than_the_cluster_fits_warns_while_it_waits() -> None:
     ).start()
     seen: list[str] = []
     try:
-        deadline = time.monotonic() + 90
-        while not any("rollout workers need" in line for line in seen):
+        deadline = time.monotonic() + timeout_s
+        while not seen or needle not in seen[-1]:
             seen.append(lines.get(timeout=max(0.1, deadline - time.monotonic())))
     finally:
         proc.kill()
         proc.wait()
-    warning = next(line for line in seen if "rollout workers need" in line)
-    assert "3 rollout workers need 3 CPU (the cluster has 2)" in warning
-    assert "built\n" not in seen
+    return seen

@@ -13,10 +13,17 @@ def test_workers_that_fit_give_none() -> None:
 
 
 def test_too_many_cpus_names_the_need_the_total_and_the_fix() -> None:
-    msg = resource_shortfall(32, {"num_workers": 32}, {"CPU": 2.0})
+    msg = resource_shortfall(32, {"num_workers": 32}, {"CPU": 2.0}, {"CPU": 2.0})
     assert msg is not None
     assert "32 rollout workers need 32 CPU (the cluster has 2)" in msg
     assert "Lower num_workers" in msg
+
+
+def test_cpus_held_by_other_actors_name_what_is_free_now() -> None:
+    msg = resource_shortfall(2, {}, {"CPU": 4.0}, {"CPU": 1.0})
+    assert msg is not None
+    assert "2 CPU (1 of the cluster's 4 are free now: other actors or tasks hold" in msg
+    assert resource_shortfall(2, {}, {"CPU": 4.0}, {"CPU": 2.0}) is None
 
 
 def test_gpus_and_custom_resources_count_too() -> None:

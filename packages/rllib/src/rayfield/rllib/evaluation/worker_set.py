@@ -39,30 +39,47 @@ def build_optimizers(worker: RolloutWorker) -> None:
 
 
 def resource_shortfall(
-    num_workers: int, config: dict[str, Any], cluster: dict[str, float]
+    num_workers: int,
+    config: dict[str, Any],
+    total: dict[str, float],
+    available: dict[str, float] | None = None,
 ) -> str | None:
-    """Why ``num_workers`` remote workers with ``config``'s per-worker resources can never
-    all run at once on a cluster whose totals are ``cluster`` (``rayfield.cluster_resources()``),
-    as a message that says how to fix it; None when they fit.
+    """Why ``num_workers`` remote workers with ``config``'s per-worker resources cannot all
+    start now, as a message that says how to fix it; None when they can.
 
-    `WorkerSet` logs it as a warning and waits: nodes may still join (an autoscaler,
-    ``rayfield start``), and the workers start as resources free up."""
+    Args:
+        total: the cluster's resources (``rayfield.cluster_resources()``).
+        available: those free now (``rayfield.available_resources()``), before the
+            workers are created; None: only ``total`` is checked.
+
+    `WorkerSet` logs the message as a warning and waits: resources may free up and nodes
+    may join (an autoscaler, ``rayfield start``)."""
+    free = total if available is None else available
     per_worker = {
         "CPU": float(config.get("num_cpus_per_worker", 1) or 0),
         "GPU": float(config.get("num_gpus_per_worker", 0) or 0),
         **{k: float(v) for k, v in (config.get("custom_resources_per_worker") or {}).items()},
     }
-    short = [
-        f"{num_workers * amount:g} {name} (the cluster has {cluster.get(name, 0.0):g})"
-        for name, amount in per_worker.items()
-        if amount > 0 and num_workers * amount > cluster.get(name, 0.0) + 1e-9
-    ]
+    short = []
+    for name, amount in per_worker.items():
+        need = num_workers * amount
+        if amount <= 0 or need <= free.get(name, 0.0) + 1e-9:
+            continue
+        has = total.get(name, 0.0)
+        if need > has + 1e-9:
+            short.append(f"{need:g} {name} (the cluster has {has:g})")
+        else:
+            short.append(
+                f"{need:g} {name} ({free.get(name, 0.0):g} of the cluster's {has:g} are free "
+                "now: other actors or tasks hold the rest)"
+            )
     if not short:
         return None
     return (
-        f"{num_workers} rollout workers need {', '.join(short)}: only some of them can start, "
-        "and the trainer waits until the others can (nodes joining, an autoscaler). Lower "
-        "num_workers or the per-worker resources (num_cpus_per_worker...), or add nodes."
+        f"{num_workers} rollout workers need {', '.join(short)}: the trainer waits until they "
+        "can all start (resources freed, nodes joining, an autoscaler). Lower num_workers or "
+        "the per-worker resources (num_cpus_per_worker...), stop other actors or trainers, "
+        "or add nodes."
     )
 
 
@@ -105,17 +122,20 @@ class WorkerSet:
         self._actor_cls: Any = None
         self._pending: list[Any] | None = None
         self.num_recreated = 0
-        for i in range(1, self._num_workers + 1):
-            self._remote_workers.append(self._make_remote(i))
-            self._indices.append(i)
-        if self._remote_workers:
+        if self._num_workers:
             import rayfield
 
             shortfall = resource_shortfall(
-                self._num_workers, trainer_config, rayfield.cluster_resources()
+                self._num_workers,
+                trainer_config,
+                rayfield.cluster_resources(),
+                rayfield.available_resources(),
             )
             if shortfall:
                 logger.warning(shortfall)
+        for i in range(1, self._num_workers + 1):
+            self._remote_workers.append(self._make_remote(i))
+            self._indices.append(i)
         self._local_worker = RolloutWorker(
             env_creator, policy, trainer_config, worker_index=0, num_workers=self._num_workers
         )
