@@ -1,5 +1,6 @@
 """Utilities on top of the core API: actor pools, a distributed queue, ``multiprocessing.Pool``,
-a joblib backend, and ``get_node_ip_address``.
+a joblib backend, ``get_node_ip_address``, and ``inspect_serializability`` (which pieces of a
+value cannot be sent to a task).
 
 Public modules for tools and libraries: ``rayfield.util.state`` (the cluster's state),
 ``rayfield.util.cluster`` (finding, starting and stopping a cluster), ``rayfield.util.perf``
@@ -20,15 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rayfield.util.actor_pool import ActorPool
+    from rayfield.util.check_serialize import FailureTuple, inspect_serializability
     from rayfield.util.network import get_node_ip_address
     from rayfield.util.queue import Empty, Full, Queue
 
 __all__ = [
     "ActorPool",
     "Empty",
+    "FailureTuple",
     "Full",
     "Queue",
     "get_node_ip_address",
+    "inspect_serializability",
     "joblib",
     "multiprocessing",
 ]
@@ -38,9 +42,11 @@ __all__ = [
 _NAMES = {
     "ActorPool": "rayfield.util.actor_pool",
     "Empty": "rayfield.util.queue",
+    "FailureTuple": "rayfield.util.check_serialize",
     "Full": "rayfield.util.queue",
     "Queue": "rayfield.util.queue",
     "get_node_ip_address": "rayfield.util.network",
+    "inspect_serializability": "rayfield.util.check_serialize",
 }
 _LAZY_SUBMODULES = ("actor_pool", "joblib", "multiprocessing", "network", "queue")
 
