@@ -14,11 +14,9 @@ import sys
 from typing import IO, Any
 
 from rayfield._private.common.serialization import _probe
-from rayfield._private.common.serialization_errors import _children, type_name
+from rayfield._private.common.serialization_errors import _MAX_CHILDREN, _children, type_name
 
 __all__ = ["FailureTuple", "inspect_serializability"]
-
-_MAX_CHILDREN = 10_000
 
 
 class FailureTuple:

@@ -38,6 +38,16 @@ def build_optimizers(worker: RolloutWorker) -> None:
         getattr(policy, "optimizer", None)
 
 
+def worker_resources(config: dict[str, Any]) -> dict[str, float]:
+    """The resources each remote worker asks for: ``CPU`` (``num_cpus_per_worker``),
+    ``GPU`` (``num_gpus_per_worker``) and ``custom_resources_per_worker``."""
+    return {
+        "CPU": float(config.get("num_cpus_per_worker", 1) or 0),
+        "GPU": float(config.get("num_gpus_per_worker", 0) or 0),
+        **{k: float(v) for k, v in (config.get("custom_resources_per_worker") or {}).items()},
+    }
+
+
 def resource_shortfall(
     num_workers: int,
     config: dict[str, Any],
@@ -55,13 +65,8 @@ def resource_shortfall(
     `WorkerSet` logs the message as a warning and waits: resources may free up and nodes
     may join (an autoscaler, ``rayfield start``)."""
     free = total if available is None else available
-    per_worker = {
-        "CPU": float(config.get("num_cpus_per_worker", 1) or 0),
-        "GPU": float(config.get("num_gpus_per_worker", 0) or 0),
-        **{k: float(v) for k, v in (config.get("custom_resources_per_worker") or {}).items()},
-    }
     short = []
-    for name, amount in per_worker.items():
+    for name, amount in worker_resources(config).items():
         need = num_workers * amount
         if amount <= 0 or need <= free.get(name, 0.0) + 1e-9:
             continue
@@ -151,11 +156,9 @@ class WorkerSet:
         import rayfield
 
         if self._actor_cls is None:
-            cfg = self._config
+            custom = worker_resources(self._config)
             self._actor_cls = rayfield.remote(
-                num_cpus=cfg.get("num_cpus_per_worker", 1),
-                num_gpus=cfg.get("num_gpus_per_worker", 0),
-                resources=cfg.get("custom_resources_per_worker") or None,
+                num_cpus=custom.pop("CPU"), num_gpus=custom.pop("GPU"), resources=custom or None
             )(RolloutWorker)
         return self._actor_cls.remote(
             self._env_creator,
