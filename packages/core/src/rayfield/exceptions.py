@@ -22,6 +22,7 @@ __all__ = [
     "TaskCancelledError",
     "TaskError",
     "UnreconstructableError",
+    "UnsafeFileError",
     "UnsafeSessionError",
     "WorkerCrashedError",
 ]
@@ -151,7 +152,18 @@ class ActorUnschedulableError(ActorDiedError):
     for good: its creation and every call raise this (an ``ActorDiedError``)."""
 
 
-class UnsafeSessionError(RayfieldError, PermissionError):
+class UnsafeFileError(RayfieldError, PermissionError):
+    """A directory or file that another local user could control was refused.
+
+    Every rayfield package keeps its files through :mod:`rayfield.util.private_files`:
+    a path is trusted only when the current user owns it, neither group nor others can
+    write it, and every directory above it is owned by the current user or root and, if
+    others can write it, has the sticky bit (as ``/tmp``). The message names the path,
+    its owner and mode, and what to do.
+    """
+
+
+class UnsafeSessionError(UnsafeFileError):
     """A session directory, file or socket that another user could control was refused.
 
     rayfield trusts what it finds under its temp root (``session_latest``, ``node.json``,

@@ -4,7 +4,8 @@ value cannot be sent to a task).
 
 Public modules for tools and libraries: ``rayfield.util.state`` (the cluster's state),
 ``rayfield.util.cluster`` (finding, starting and stopping a cluster), ``rayfield.util.perf``
-(the microbenchmark).
+(the microbenchmark), ``rayfield.util.private_files`` (owner-only files, as every package
+keeps them).
 
 Every name here is imported on first use: ``import rayfield.util`` loads neither the
 runtime nor joblib.
@@ -35,6 +36,7 @@ __all__ = [
     "inspect_serializability",
     "joblib",
     "multiprocessing",
+    "private_files",
 ]
 
 # Each name is imported from its module on first use (PEP 562), so `from rayfield.util
@@ -48,7 +50,14 @@ _NAMES = {
     "get_node_ip_address": "rayfield.util.network",
     "inspect_serializability": "rayfield.util.check_serialize",
 }
-_LAZY_SUBMODULES = ("actor_pool", "joblib", "multiprocessing", "network", "queue")
+_LAZY_SUBMODULES = (
+    "actor_pool",
+    "joblib",
+    "multiprocessing",
+    "network",
+    "private_files",
+    "queue",
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,8 @@ only when the current user owns it and neither its group nor others can write it
 symlink is checked link by link). The default root is per user
 (``<tmp>/rayfield-<uid>``), so users never share one; one that another user created first
 (the name is predictable) fails the check, and the directories above it must not let
-others rename it (writable by others only with the sticky bit, as ``/tmp``). What fails a
+others rename it (owned by this user or root; writable by others only with the sticky
+bit, as ``/tmp``). What fails a
 check raises :class:`UnsafeSessionError`, whose message names the path, its owner and
 mode, and what to do.
 
@@ -34,6 +35,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from rayfield._private.common import private_files
 from rayfield.exceptions import UnsafeSessionError
 
 __all__ = [
@@ -54,7 +56,6 @@ __all__ = [
 ]
 
 LATEST = "session_latest"
-MAX_LINKS = 8  # symlinks followed, one after the other, before a path is refused
 ERROR_MARK = "rayfield-error: "
 """A process ``rayfield start`` runs that fails for a known reason (a refused token, a
 port in use) writes one line starting with this to its log; the command shows that line
@@ -72,28 +73,9 @@ def default_root() -> Path:
     return Path(tempfile.gettempdir()) / f"rayfield-{os.getuid()}"
 
 
-def _describe(st: os.stat_result) -> str:
-    try:
-        import pwd
-
-        owner = f"{pwd.getpwuid(st.st_uid).pw_name} (uid {st.st_uid})"
-    except (ImportError, KeyError):
-        owner = f"uid {st.st_uid}"
-    return f"owned by {owner}, mode {stat.S_IMODE(st.st_mode):o}"
-
-
-def _refuse(what: str, path: Path, st: os.stat_result, why: str, fix: str) -> UnsafeSessionError:
-    return UnsafeSessionError(
-        f"refusing {what} {path} ({_describe(st)}): {why}, so another user could control "
-        f"what rayfield reads or runs there; {fix}"
-    )
-
-
 def check_owned(path: Path, what: str, *, fix: str | None = None) -> os.stat_result:
-    """Check that this user owns ``path`` and that neither group nor others can write it.
-
-    A symlink must be this user's itself, and so must the path it points at (checked
-    the same way, link by link). Returns the ``stat`` of the final target.
+    """Check that this user owns ``path`` and that neither group nor others can write it
+    (:func:`rayfield.util.private_files.check_owned`, raising :class:`UnsafeSessionError`).
 
     Args:
         path: the file, directory, socket or symlink to check; it must exist.
@@ -106,40 +88,15 @@ def check_owned(path: Path, what: str, *, fix: str | None = None) -> os.stat_res
         FileNotFoundError: it does not exist (or a symlink's target does not).
     """
     fix = fix or f"remove it (rm -rf {path}) or {FIX}"
-    me = os.getuid()
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        if st.st_uid != me:
-            raise _refuse(what, path, st, f"the symlink is not yours (you are uid {me})", fix)
-        if what.count("the target of") >= MAX_LINKS:
-            raise _refuse(what, path, st, "it is a chain of too many symlinks", fix)
-        target = path.parent / os.readlink(path)  # relative to the link's directory
-        return check_owned(target, f"the target of {what}", fix=fix)
-    if st.st_uid != me:
-        raise _refuse(what, path, st, f"it is not yours (you are uid {me})", fix)
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        fix = f"make it private (chmod go-w {path}) or {fix}"
-        raise _refuse(what, path, st, "its group or others can write it", fix)
-    return st
+    return private_files.check_owned(path, what, fix=fix, error=UnsafeSessionError)
 
 
 def _check_ancestors(root: Path) -> None:
-    """The directories above ``root`` must not let others rename or replace it: writable
-    by group or others only with the sticky bit (as ``/tmp``)."""
-    for parent in root.absolute().parents:
-        try:
-            st = os.stat(parent)
-        except FileNotFoundError:
-            continue
-        loose = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        if loose and not st.st_mode & stat.S_ISVTX:
-            raise _refuse(
-                "a directory above the session root",
-                parent,
-                st,
-                "others can write it without the sticky bit (they could rename the root)",
-                f"use chmod +t {parent}, or {FIX}",
-            )
+    """The directories above ``root`` must not let others rename or replace it: owned by
+    this user or root, writable by group or others only with the sticky bit (as ``/tmp``)."""
+    private_files.check_ancestors(
+        root, what="a directory above the session root", fix=FIX, error=UnsafeSessionError
+    )
 
 
 def ensure_root(root: Path | None = None) -> Path:
@@ -221,19 +178,13 @@ def new_session_dir(root: Path | None = None) -> Path:
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` mode 0600, atomically (a temporary file renamed over
     it: readers see the old file or the whole new one)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    private_files.write_text(path, text)
 
 
 def open_private(path: Path) -> IO[bytes]:
     """Open ``path`` for appending bytes, created mode 0600 (an existing file of this
-    user is set to 0600)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-    os.fchmod(fd, 0o600)
-    return os.fdopen(fd, "ab")
+    user is set to 0600; a symlink or another user's file is refused)."""
+    return private_files.open_private(path, "ab", error=UnsafeSessionError)
 
 
 def point_latest(root: Path, session: Path) -> None:
