@@ -27,6 +27,8 @@ from rayfield.autoscaler.node_provider import (
 )
 from rayfield.autoscaler.updater import NodeUpdater, plan_update, runtime_hash
 
+pytest_plugins = ["rayfield.testing"]
+
 T = TypeVar("T")
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from clusterutil import start_nodes, stop_in_background, wait_for_stops
 
+pytest_plugins = ["rayfield.testing"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def clusters_stopped() -> Iterator[None]:

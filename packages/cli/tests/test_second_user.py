@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,8 +26,7 @@ from pathlib import Path
 import pytest
 from clusterutil import CLI
 
-ATTACKER = "rfattacker"
-OPT_OUT = "RAYFIELD_TESTS_NO_SECOND_USER"
+from rayfield.testing import run_as
 
 # Runs as the attacker, with the system Python (stdlib only).
 PLANT = textwrap.dedent("""
@@ -81,54 +78,17 @@ PLANT = textwrap.dedent("""
 """)
 
 
-def _need(condition: bool, what: str) -> None:
-    if condition:
-        return
-    if os.environ.get(OPT_OUT) == "1":
-        pytest.skip(f"{OPT_OUT}=1: the second-user attack is not tested ({what})")
-    pytest.fail(
-        f"this test needs a real second user: {what}. Run it as root on a machine with "
-        f"useradd and runuser, or set {OPT_OUT}=1 to go without it knowingly",
-        pytrace=False,
-    )
-
-
-@pytest.fixture(scope="module")
-def attacker() -> Iterator[str]:
-    """A system user with no home and no login; removed afterwards if made here."""
-    _need(os.geteuid() == 0, "the tests do not run as root")
-    for tool in ("useradd", "userdel", "runuser"):
-        _need(shutil.which(tool) is not None, f"{tool} is not installed")
-    _need(os.path.exists("/usr/bin/python3"), "/usr/bin/python3 is missing")
-    made = subprocess.run(["id", "-u", ATTACKER], capture_output=True).returncode != 0
-    if made:
-        subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", ATTACKER],
-            check=True,
-        )
-    try:
-        yield ATTACKER
-    finally:
-        if made:
-            subprocess.run(["userdel", ATTACKER], check=False)
-
-
 @pytest.fixture
-def shared() -> Iterator[Path]:
+def shared(rayfield_shared_tmp: Path) -> Iterator[Path]:
     """A private stand-in for /tmp (mode 1777, as /tmp): TMPDIR of every process here."""
-    path = Path(tempfile.mkdtemp(prefix="rf-2nd-user-", dir="/tmp"))
-    path.chmod(0o1777)
-    try:
-        yield path
-    finally:
-        for root in path.glob("rayfield*"):  # stop whatever a refusal that failed started
-            subprocess.run(
-                [*CLI, "stop", "--temp-dir", str(root), "--grace-period", "3"],
-                capture_output=True,
-                env=_env(path),
-                timeout=60,
-            )
-        shutil.rmtree(path, ignore_errors=True)
+    yield rayfield_shared_tmp
+    for root in rayfield_shared_tmp.glob("rayfield*"):  # stop what a failed refusal started
+        subprocess.run(
+            [*CLI, "stop", "--temp-dir", str(root), "--grace-period", "3"],
+            capture_output=True,
+            env=_env(rayfield_shared_tmp),
+            timeout=60,
+        )
 
 
 def _env(shared: Path) -> dict[str, str]:
@@ -148,18 +108,18 @@ def _python(code: str) -> list[str]:
 
 
 def test_a_session_planted_by_another_user_is_refused_everywhere(
-    attacker: str, shared: Path, tmp_path: Path
+    rayfield_second_user: pwd.struct_passwd, shared: Path, tmp_path: Path
 ) -> None:
     (shared / "attacker").mkdir(mode=0o777)
-    attacker_uid = pwd.getpwnam(attacker).pw_uid
+    attacker_uid = rayfield_second_user.pw_uid
     os.chown(shared / "attacker", attacker_uid, -1)
-    as_attacker = ["runuser", "-u", attacker, "--", "/usr/bin/python3", "-c", PLANT]
-    plant = subprocess.Popen(
-        [*as_attacker, str(shared), str(os.getuid())],
+    plant = run_as(
+        rayfield_second_user.pw_name,
+        PLANT,
+        str(shared),
+        str(os.getuid()),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        text=True,
-        cwd="/",
     )
     try:
         assert plant.stdout is not None

@@ -9,6 +9,8 @@ The counterpart of Ray's ``ray._private.test_utils`` (``wait_for_condition``) an
   temporary directory, and shuts it down.
 * :class:`LeakCheck` notes the process's threads, file descriptors, child processes and
   rayfield shared-memory files, and fails when a test leaves any behind.
+* :func:`second_user`, :func:`run_as` and :func:`shared_tmp` play another local user who
+  attacks rayfield's files (a real user made with ``useradd``; the tests run as root).
 * The pytest fixtures ``rayfield_runtime`` (one runtime per test),
   ``rayfield_module_runtime`` (one per test module), ``rayfield_leak_check`` and
   ``rayfield_known_leaks`` (what the leak check tolerates suite-wide). Enable them in the
@@ -32,8 +34,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import pwd
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -50,6 +55,8 @@ T = TypeVar("T")
 
 __all__ = [
     "RUNTIME_LEAKS",
+    "SECOND_USER",
+    "SECOND_USER_OPT_OUT",
     "LeakCheck",
     "ResourceSnapshot",
     "local_runtime",
@@ -57,6 +64,11 @@ __all__ = [
     "rayfield_leak_check",
     "rayfield_module_runtime",
     "rayfield_runtime",
+    "rayfield_second_user",
+    "rayfield_shared_tmp",
+    "run_as",
+    "second_user",
+    "shared_tmp",
     "wait_for",
 ]
 
@@ -277,6 +289,73 @@ class LeakCheck:
             )
 
 
+# ---- a second local user ----------------------------------------------------------------
+
+SECOND_USER = "rfattacker"
+SECOND_USER_OPT_OUT = "RAYFIELD_TESTS_NO_SECOND_USER"
+"""Set to 1 to run without the second-user tests knowingly (they are skipped, not failed)."""
+
+
+class SecondUserUnavailable(RuntimeError):
+    """This machine cannot make a second user (not root, or no ``useradd``/``runuser``)."""
+
+
+def _second_user_missing() -> str | None:
+    if os.geteuid() != 0:
+        return "the tests do not run as root"
+    for tool in ("useradd", "userdel", "runuser"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    if not os.path.exists("/usr/bin/python3"):
+        return "/usr/bin/python3 is missing"
+    return None
+
+
+@contextlib.contextmanager
+def second_user(name: str = SECOND_USER) -> Iterator[pwd.struct_passwd]:
+    """A real local user (a system user with no home and no login) for the length of the
+    ``with`` block, removed afterwards if it was made here.
+
+    Raises:
+        SecondUserUnavailable: this process is not root, or ``useradd``, ``userdel``,
+            ``runuser`` or ``/usr/bin/python3`` is missing (the message says which).
+    """
+    missing = _second_user_missing()
+    if missing:
+        raise SecondUserUnavailable(missing)
+    made = subprocess.run(["id", "-u", name], capture_output=True).returncode != 0
+    if made:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            check=True,
+        )
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        if made:
+            subprocess.run(["userdel", name], check=False)
+
+
+def run_as(user: str, code: str, *args: str, **popen: Any) -> subprocess.Popen[str]:
+    """Start ``/usr/bin/python3 -c code args...`` as ``user`` (``runuser``), in ``/``, with
+    text pipes as ``popen`` asks (``stdin``, ``stdout``, ``env``...)."""
+    popen.setdefault("cwd", "/")
+    argv = ["runuser", "-u", user, "--", "/usr/bin/python3", "-c", code, *args]
+    return subprocess.Popen(argv, text=True, **popen)
+
+
+@contextlib.contextmanager
+def shared_tmp(prefix: str = "rf-2nd-user-") -> Iterator[Path]:
+    """A stand-in for ``/tmp`` that every user may write (mode 1777, as ``/tmp``), removed
+    afterwards; point ``TMPDIR`` of the processes under test at it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o1777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 # ---- pytest plugin -----------------------------------------------------------------------
 
 try:
@@ -342,6 +421,30 @@ if pytest is not None:
         otherwise), shut down afterwards, and checked for leaks."""
         with local_runtime(temp_dir=tmp_path, **_runtime_kwargs(request.node)) as info:
             yield info
+
+    @pytest.fixture(scope="module")
+    def rayfield_second_user() -> Iterator[pwd.struct_passwd]:
+        """A real second local user for the module's tests (see :func:`second_user`).
+        Without root or ``useradd`` the test FAILS, unless ``RAYFIELD_TESTS_NO_SECOND_USER=1``
+        says the run knowingly goes without it (then it is skipped)."""
+        missing = _second_user_missing()
+        if missing:
+            if os.environ.get(SECOND_USER_OPT_OUT) == "1":
+                pytest.skip(f"{SECOND_USER_OPT_OUT}=1: the second-user attack is not tested")
+            pytest.fail(
+                f"this test needs a real second user: {missing}. Run it as root on a "
+                f"machine with useradd and runuser, or set {SECOND_USER_OPT_OUT}=1 to go "
+                "without it knowingly",
+                pytrace=False,
+            )
+        with second_user() as user:
+            yield user
+
+    @pytest.fixture
+    def rayfield_shared_tmp() -> Iterator[Path]:
+        """A 1777 stand-in for ``/tmp`` (see :func:`shared_tmp`)."""
+        with shared_tmp() as path:
+            yield path
 
     @pytest.fixture(scope="module")
     def rayfield_module_runtime(
