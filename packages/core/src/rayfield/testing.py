@@ -38,7 +38,6 @@ import pwd
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
