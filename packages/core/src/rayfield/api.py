@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 import psutil
 
 from rayfield._private import context
-from rayfield._private.common.devices import detect_gpus
 from rayfield._private.common.events import EventLog
 from rayfield._private.common.ids import task_of
+from rayfield._private.common.options import check_timeout
 from rayfield._private.context import Mode, ProcessContext
 from rayfield._private.driver.attach import local_node_of_cluster
 from rayfield._private.runtime import gpus
@@ -136,18 +136,10 @@ def init(
         return _connect(address, temp_dir)
     if configure_logging:
         logging.basicConfig(level=logging_level, format="%(asctime)s %(levelname)s %(message)s")
-    node_resources = {"CPU": float(num_cpus if num_cpus is not None else os.cpu_count() or 1)}
-    gpus = num_gpus if num_gpus is not None else detect_gpus()
-    if gpus:
-        node_resources["GPU"] = float(gpus)
-    for name, amount in (resources or {}).items():
-        if name in ("CPU", "GPU"):
-            raise ValueError(f"use num_cpus/num_gpus instead of resources[{name!r}]")
-        node_resources[name] = float(amount)
-    from rayfield._private.common.options import check_node_resources
+    from rayfield._private.common.options import node_resources_of
     from rayfield._private.common.preload import resolve_modules
 
-    check_node_resources(node_resources)
+    node_resources = node_resources_of(num_cpus, gpus=num_gpus, resources=resources)
     preload = resolve_modules(worker_preload_modules)
     if local_mode:
         from rayfield._private.runtime.local_mode import LocalRuntime
@@ -368,7 +360,9 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
         WorkerCrashedError, ActorDiedError: the process running the task died.
         GetTimeoutError: ``timeout`` seconds passed first.
         TypeError: ``object_refs`` is neither an ObjectRef nor a list of them.
+        ValueError: ``timeout`` is negative or NaN.
     """
+    check_timeout("get", timeout)
     if isinstance(object_refs, ObjectRef):
         return _rt.get_runtime().get([object_refs], timeout)[0]
     if isinstance(object_refs, (str, bytes)) or not hasattr(object_refs, "__iter__"):
@@ -408,8 +402,9 @@ def wait(
 
     Raises:
         TypeError: not a list of ObjectRefs, or a ``fetch_local`` that is not a bool.
-        ValueError: duplicates, or a bad num_returns.
+        ValueError: duplicates, a bad num_returns, or a ``timeout`` that is negative or NaN.
     """
+    check_timeout("wait", timeout)
     if not isinstance(fetch_local, bool):
         raise TypeError(f"fetch_local must be True or False, got {fetch_local!r}")
     refs = list(object_refs)
@@ -419,6 +414,8 @@ def wait(
         raise ValueError("wait() requires a list of unique object refs")
     if not refs:
         return [], []
+    if isinstance(num_returns, bool) or not isinstance(num_returns, int):
+        raise TypeError(f"num_returns must be an int, got {num_returns!r}")
     if not 1 <= num_returns <= len(refs):
         raise ValueError(f"num_returns must be between 1 and {len(refs)}, got {num_returns}")
     return _rt.get_runtime().wait(refs, num_returns, timeout, fetch_local)
@@ -436,8 +433,15 @@ def get_actor(name: str, namespace: str = "") -> ActorHandle:
 
     Raises:
         ValueError: no live actor has that name in that namespace.
+        TypeError: ``name`` or ``namespace`` is not a str.
         RayfieldError: rayfield is not initialized.
     """
+    for what, value in (("name", name), ("namespace", namespace)):
+        if not isinstance(value, str):
+            raise TypeError(
+                f"get_actor() takes the actor's {what} as a str, got "
+                f"{type(value).__name__} {value!r}"
+            )
     handle = _lookup(name, namespace)
     if handle is None:
         raise ValueError(f"no actor named {name!r}")

@@ -95,3 +95,62 @@ def test_node_resources_must_be_finite() -> None:
     with pytest.raises(ValueError, match=r"resources\['x'\] must be a finite number >= 0"):
         rf.init(num_cpus=1, resources={"x": math.inf})
     assert not rf.is_initialized()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "pattern"),
+    [
+        ({"num_returns": 10**9}, ValueError, r"num_returns must be a whole number from 1 to"),
+        ({"num_returns": 0}, ValueError, r"num_returns must be a whole number from 1"),
+        ({"num_returns": True}, ValueError, r"num_returns"),
+        ({"max_retries": 10**30}, ValueError, r"max_retries must be -1 .* to 2147483647"),
+        ({"resources": "CPU"}, TypeError, r"resources must be a dict of \{name: amount\}.*str"),
+        ({"resources": {"": 1}}, ValueError, r"resource names must not be empty"),
+        ({"resources": {"  ": 1}}, ValueError, r"resource names must not be empty"),
+        ({"resources": {3: 1}}, TypeError, r"resource names must be str, got int 3"),
+    ],
+)
+def test_out_of_range_task_options_name_the_option(
+    options: dict[str, Any], error: type[Exception], pattern: str
+) -> None:
+    with pytest.raises(error, match=pattern):
+        opt.normalize(options, actor=False)
+    with pytest.raises(error, match=pattern):
+        rf.remote(fn).options(**options)
+
+
+@pytest.mark.parametrize("value", [0, -1, 10**6, 1.5, True])
+def test_max_concurrency_is_a_whole_number_from_one(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"max_concurrency must be a whole number from 1"):
+        rf.remote(Actor).options(max_concurrency=value)
+    assert opt.normalize({"max_concurrency": 8}, actor=True) == {"max_concurrency": 8}
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error"), [(math.nan, ValueError), (-1, ValueError), ("5", TypeError)]
+)
+def test_get_and_wait_refuse_a_bad_timeout_before_anything_else(
+    timeout: Any, error: type[Exception]
+) -> None:
+    # Raised before rayfield is even initialized: the argument is checked first.
+    with pytest.raises(error, match=r"get\(timeout=...\) must be None"):
+        rf.get([], timeout=timeout)
+    with pytest.raises(error, match=r"wait\(timeout=...\) must be None"):
+        rf.wait([], timeout=timeout)
+    opt.check_timeout("get", 0)
+    opt.check_timeout("get", None)
+
+
+def test_get_actor_of_a_non_string_name_says_so() -> None:
+    with pytest.raises(TypeError, match=r"get_actor\(\) takes the actor's name as a str, got int"):
+        rf.get_actor(123)  # type: ignore[arg-type]
+
+
+def test_node_resources_of_init() -> None:
+    assert opt.node_resources_of(2, gpus=0, resources={"x": 1}) == {"CPU": 2.0, "x": 1.0}
+    with pytest.raises(TypeError, match=r"resources must be a dict"):
+        opt.node_resources_of(2, gpus=0, resources="CPU")
+    with pytest.raises(ValueError, match=r"must not be empty"):
+        opt.node_resources_of(2, gpus=0, resources={"": 1})
+    with pytest.raises(ValueError, match=r"use num_cpus/num_gpus"):
+        opt.node_resources_of(2, gpus=0, resources={"CPU": 1})

@@ -53,6 +53,8 @@ def _resources(ctx: click.Context, param: click.Parameter, value: str | None) ->
         bad = [k for k, v in out.items() if not math.isfinite(v) or v < 0]
         if bad:
             raise ValueError(f"{bad[0]!r} must be a finite number >= 0")
+        if any(not k.strip() for k in out):
+            raise ValueError("a resource name must not be empty")
     except (ValueError, TypeError) as exc:
         raise click.BadParameter(
             f"{value!r} is not a JSON object of numbers ({exc}); e.g. '{{\"tpu\": 2}}'"

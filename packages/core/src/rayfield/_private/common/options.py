@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from typing import Any, TypedDict
 
 from rayfield._private.common import scheduling, task_retry
@@ -17,6 +18,9 @@ __all__ = [
     "TaskOptions",
     "actor_resources",
     "check_node_resources",
+    "check_resource_dict",
+    "check_timeout",
+    "node_resources_of",
     "normalize",
     "task_resources",
 ]
@@ -83,6 +87,9 @@ TASK_OPTIONS = frozenset(TaskOptions.__annotations__) - CLASSIC.keys()
 ACTOR_OPTIONS = frozenset(ActorOptions.__annotations__) - CLASSIC.keys()
 MAX_RESOURCE = 1e9
 RETRY_COUNTS = ("max_retries", "max_restarts", "max_task_retries")  # -1: without end
+MAX_COUNT = 2**31 - 1  # retries, restarts: a retry count travels as an int32
+MAX_NUM_RETURNS = 100_000  # refs made per call; each costs the driver time and memory
+MAX_CONCURRENCY = 100_000  # calls at once in one actor
 
 
 def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
@@ -92,10 +99,12 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
         TypeError: an unknown option (the message names the closest valid one and lists
             them all), a ``retry_exceptions`` that is not a bool or a list of exception
             classes, or a ``scheduling_strategy`` of another type.
+        TypeError: ``resources`` that is not a dict of str names.
         ValueError: a resource amount that is negative, not finite (NaN, inf) or not a
-            number; a bad num_returns; a retry or restart count other than -1 (no limit)
-            or a whole number >= 0; a ``scheduling_strategy`` string other than
-            ``"DEFAULT"`` or ``"SPREAD"``.
+            number, or an empty resource name; a num_returns outside 1..100,000; a retry
+            or restart count other than -1 (no limit) or a whole number up to 2**31 - 1;
+            a max_concurrency outside 1..100,000; a ``scheduling_strategy`` string other
+            than ``"DEFAULT"`` or ``"SPREAD"``.
     """
     valid = ACTOR_OPTIONS if actor else TASK_OPTIONS
     out: dict[str, Any] = {}
@@ -107,21 +116,43 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
     for key in ("num_cpus", "num_gpus", "memory"):
         if key in out and out[key] is not None:
             _check_amount(key, out[key])
-    for name, amount in (out.get("resources") or {}).items():
+    for name, amount in check_resource_dict(out.get("resources")).items():
         if name in ("CPU", "GPU"):
             raise ValueError(f"use num_cpus/num_gpus, not resources={{{name!r}: ...}}")
         _check_amount(f"resources[{name!r}]", amount)
     for key in RETRY_COUNTS:
         if key in out and out[key] is not None:
             _check_count(key, out[key])
+    if out.get("max_concurrency") is not None:
+        _check_whole("max_concurrency", out["max_concurrency"], 1, MAX_CONCURRENCY)
     if "scheduling_strategy" in out:
         out["scheduling_strategy"] = scheduling.check(out["scheduling_strategy"])
     if "retry_exceptions" in out:
         out["retry_exceptions"] = task_retry.check(out["retry_exceptions"])
-    n = out.get("num_returns", 1)
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"num_returns must be an integer >= 1, got {n!r}")
+    _check_whole("num_returns", out.get("num_returns", 1), 1, MAX_NUM_RETURNS)
     return out
+
+
+def check_resource_dict(resources: Any) -> dict[str, Any]:
+    """``resources=`` as a dict of non-empty names (``{}`` for None).
+
+    Raises:
+        TypeError: it is not a dict, or a name is not a str.
+        ValueError: a name is empty or only spaces.
+    """
+    if resources is None:
+        return {}
+    if not isinstance(resources, dict):
+        raise TypeError(
+            f"resources must be a dict of {{name: amount}}, e.g. {{'big_mem': 1}}, got "
+            f"{type(resources).__name__} {resources!r} (use num_cpus/num_gpus for CPU and GPU)"
+        )
+    for name in resources:
+        if not isinstance(name, str):
+            raise TypeError(f"resource names must be str, got {type(name).__name__} {name!r}")
+        if not name.strip():
+            raise ValueError(f"resource names must not be empty, got {name!r}")
+    return resources
 
 
 def unknown_option(key: str, *, actor: bool) -> str:
@@ -134,10 +165,16 @@ def unknown_option(key: str, *, actor: bool) -> str:
 
 
 def _check_count(what: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+    if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value <= MAX_COUNT:
         raise ValueError(
-            f"{what} must be -1 (retry without end) or a whole number >= 0, got {value!r}"
+            f"{what} must be -1 (retry without end) or a whole number from 0 to {MAX_COUNT}, "
+            f"got {value!r}"
         )
+
+
+def _check_whole(what: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{what} must be a whole number from {low} to {high:,}, got {value!r}")
 
 
 def _check_amount(what: str, value: Any) -> None:
@@ -176,9 +213,53 @@ def check_node_resources(resources: dict[str, float]) -> None:
     """Check a node's resources (``init(num_cpus=..., resources=...)``, ``rayfield start``).
 
     Raises:
-        ValueError: an amount that is negative or not finite (NaN, inf).
+        ValueError: an amount that is negative or not finite (NaN, inf), or an empty name.
+        TypeError: a name that is not a str.
     """
-    for name, amount in resources.items():
+    for name, amount in check_resource_dict(resources).items():
         if not math.isfinite(amount) or amount < 0:
             option = {"CPU": "num_cpus", "GPU": "num_gpus"}.get(name, f"resources[{name!r}]")
             raise ValueError(f"{option} must be a finite number >= 0, got {amount!r}")
+
+
+def check_timeout(caller: str, timeout: Any) -> None:
+    """Check ``get``/``wait``'s ``timeout``: None or a number of seconds >= 0.
+
+    Raises:
+        TypeError: not a number.
+        ValueError: negative or NaN.
+    """
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"{caller}(timeout=...) must be None or seconds >= 0, got {timeout!r}")
+    if not timeout >= 0:  # also NaN
+        raise ValueError(
+            f"{caller}(timeout=...) must be None (no limit) or seconds >= 0, got {timeout!r}"
+        )
+
+
+def node_resources_of(
+    num_cpus: float | None, *, gpus: float | None, resources: Any
+) -> dict[str, float]:
+    """An embedded node's resources from ``init(num_cpus, num_gpus, resources)``: the
+    machine's CPUs and detected GPUs where not given.
+
+    Raises:
+        TypeError: ``resources`` is not a dict of str names.
+        ValueError: a bad amount or name, or ``CPU``/``GPU`` in ``resources``.
+    """
+    from rayfield._private.common.devices import detect_gpus
+
+    out = {"CPU": float(num_cpus if num_cpus is not None else os.cpu_count() or 1)}
+    gpus = gpus if gpus is not None else detect_gpus()
+    if gpus:
+        out["GPU"] = float(gpus)
+    for name, amount in check_resource_dict(resources).items():
+        if name in ("CPU", "GPU"):
+            raise ValueError(f"use num_cpus/num_gpus instead of resources[{name!r}]")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+            raise ValueError(f"resources[{name!r}] must be a number, got {amount!r}")
+        out[name] = float(amount)
+    check_node_resources(out)
+    return out
