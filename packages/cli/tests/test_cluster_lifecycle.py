@@ -380,6 +380,8 @@ def slow(i, runs):
 # Half queue on the head, half on node b (only it has b_res): one CPU each.
 refs = [slow.remote(i, {runs!r}) for i in range(12)]
 refs += [slow.options(resources={{"b_res": 1}}).remote(i, {runs!r}) for i in range(12, 24)]
+# And three that no node fits: demand (infeasible) until the driver goes.
+refs += [slow.options(resources={{"nowhere": 1}}).remote(i, {runs!r}) for i in range(24, 27)]
 print("submitted", flush=True)
 if sys.stdin.readline().strip() == "shutdown":
     rf.shutdown()
@@ -393,7 +395,8 @@ def test_a_gone_drivers_queued_tasks_never_run_on_any_node(
     nodes: tuple[str, Path], tmp_path: Path, ending: str
 ) -> None:
     """A driver killed, or one that calls ``rayfield.shutdown()`` and lives on: the tasks
-    it left queued on every node are cancelled."""
+    it left queued on every node are cancelled, and those no node fits leave the
+    cluster's demand (an autoscaler would scale for them)."""
     address, temp_dir = nodes
     idle(address, temp_dir)
     runs = tmp_path / "runs"

@@ -113,7 +113,8 @@ class Queue:
         return self.queued.pop(task_id, None)
 
     def scheduler_snapshot(self) -> dict[str, Any]:
-        return {"available": {}, "ready_tasks": [], "ready_by_shape": []}
+        held = [(t, {}, "") for t in self.queued]  # the native core holds them as infeasible
+        return {"available": {}, "ready_tasks": [], "ready_by_shape": [], "infeasible": held}
 
 
 class Forwarder:
@@ -153,6 +154,26 @@ def test_a_task_waiting_for_a_fitting_node_goes_to_it_when_it_joins() -> None:
     assert view.joined(new)
     spill.node_joined(new)
     assert fwd.sent == ["new:1"] and sent == ["new:1"] and spill.demands() == []
+
+
+def test_a_waiting_task_that_is_cancelled_leaves_the_demand() -> None:
+    """A job's infeasible tasks end with it: when the native core no longer holds one
+    (cancelled, or its driver exited), the heartbeat's demand drops it."""
+    queue = Queue()
+    spill = Spillback(
+        queue,
+        client_id=7,
+        peers=PeerView(b"me", "me:1"),
+        forwarder=Forwarder(),  # type: ignore[arg-type]
+        push_args=lambda address, spec: [],
+        on_sent=lambda taken, peer: None,
+        give_back=lambda taken: None,
+        stay=set,
+    )
+    assert not spill.spill(b"t" * 20, {"x": 1.0})
+    assert spill.demands() == [{"x": 1.0}]
+    queue.queued.clear()  # cancelled in the native core
+    assert spill.demands() == [] and spill.table.to_retry() == []
 
 
 def test_the_placement_loop_nudges_the_heartbeat_when_the_ready_queue_changes() -> None:

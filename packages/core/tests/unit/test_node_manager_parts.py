@@ -416,7 +416,11 @@ class FakeQueue:
         return self.queued.pop(task_id, None)
 
     def scheduler_snapshot(self) -> dict[str, Any]:
-        return {"available": {}, "ready_tasks": []}
+        return {
+            "available": {},
+            "ready_tasks": [],
+            "infeasible": [(t, {}, "") for t in self.queued],
+        }
 
 
 class FakeForwarder:

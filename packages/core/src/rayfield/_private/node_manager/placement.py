@@ -155,6 +155,14 @@ class SpillTable:
     def accepted(self, task_id: bytes) -> None:
         self.not_before.pop(task_id, None)
 
+    def keep_only(self, held: set[bytes], now: float) -> None:
+        """Forget the waiting tasks not in ``held`` (the native core no longer queues
+        them: cancelled, or their job ended), and refusals waited out by ``now``."""
+        for task_id in [t for t in self.infeasible if t not in held]:
+            del self.infeasible[task_id]
+        for task_id in [t for t, when in self.not_before.items() if when <= now]:
+            del self.not_before[task_id]
+
     def demands(self) -> list[dict[str, float]]:
         """The demand of each waiting task (the heartbeat's infeasible demand)."""
         return [dict(d) for d in self.infeasible.values()]

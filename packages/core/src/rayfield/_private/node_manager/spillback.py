@@ -115,8 +115,14 @@ class Spillback:
             self._thread.join(timeout=2)
 
     def demands(self) -> list[dict[str, float]]:
-        """The demand of each task no node fits (the heartbeat reports it)."""
+        """The demand of each task no node fits (the heartbeat reports it).
+
+        Tasks the native core no longer holds as infeasible (cancelled, alone or with
+        their job when its driver exited) are dropped first, so the demand ends with them.
+        """
+        held = {task_id for task_id, _, _ in self.queue.scheduler_snapshot()["infeasible"]}
         with self._lock:
+            self.table.keep_only(held, time.monotonic())
             return self.table.demands()
 
     def retry(self) -> None:
