@@ -176,6 +176,30 @@ def test_page_data_picks_the_newest_or_the_asked_experiment() -> None:
         page_data(kv, {"experiment": "000000000000001-1"})
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [b"not json", b"\xff\xfe", b"[1, 2]", b'"text"', b'{"name": "no id"}', b'{"id": "other"}'],
+)
+def test_malformed_records_in_the_kv_store_are_left_out_or_answered_400(bad: bytes) -> None:
+    """Anyone who can write the cluster's KV store can put a bad record there: the page
+    leaves bad index records out (it answered 500 before) and answers a bad experiment
+    record with a ValueError (400)."""
+    kv, clock = KV(), Clock()
+    good = publisher(kv, clock)
+    good.on_experiment_end([])
+    kv.data[D.INDEX_PREFIX + "999999999999999-1"] = bad  # newer than the good one
+    kv.data[D.INDEX_PREFIX + "not-an-id"] = kv.data[D.INDEX_PREFIX + good.id]
+    kv.data[D.RECORD_PREFIX + "999999999999999-1"] = bad
+    data = page_data(kv, {})
+    assert [e["id"] for e in data["experiments"]] == [good.id]
+    assert data["experiment"]["id"] == good.id
+    if bad.startswith(b"{"):  # a JSON object: the page draws what it has
+        page_data(kv, {"experiment": "999999999999999-1"})
+    else:
+        with pytest.raises(ValueError, match="record of Tune experiment .* is malformed"):
+            page_data(kv, {"experiment": "999999999999999-1"})
+
+
 def test_the_page_is_declared_for_the_dashboard() -> None:
     from rayfield.dashboard.pages import discover
 
