@@ -196,7 +196,7 @@ def test_malformed_records_in_the_kv_store_are_left_out_or_answered_400(bad: byt
     if bad.startswith(b"{"):  # a JSON object: the page draws what it has
         page_data(kv, {"experiment": "999999999999999-1"})
     else:
-        with pytest.raises(ValueError, match="record of Tune experiment .* is malformed"):
+        with pytest.raises(ValueError, match=r"record of Tune experiment .* is malformed"):
             page_data(kv, {"experiment": "999999999999999-1"})
 
 
