@@ -75,9 +75,10 @@ _PUBLIC = {
     for name in names.split()
 }
 
-# Submodules that importing this package used to load as well: still attributes of it.
+# Submodules that are attributes of this package (imported on first use), as Ray's
+# ``ray.util`` is; some of them importing this package used to load as well.
 _SUBMODULES = frozenset(
-    ("_private", "actor", "api", "remote_function", "runtime_context", "state", "store")
+    ("_private", "actor", "api", "remote_function", "runtime_context", "state", "store", "util")
 )
 
 # The libraries that come as separate distributions, and where to get them.

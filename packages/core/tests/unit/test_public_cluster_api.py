@@ -129,3 +129,11 @@ def test_stop_wait_counts_a_zombie_as_exited() -> None:
         running.kill()
         running.wait()
         done.wait()
+
+
+def test_rayfield_util_is_an_attribute_of_rayfield_imported_on_first_use() -> None:
+    code = (
+        "import sys, rayfield; assert 'rayfield.util' not in sys.modules; "
+        "assert rayfield.util.private_files.write_json and rayfield.util.ActorPool"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
