@@ -40,3 +40,61 @@ def test_a_worker_started_while_the_pool_stops_is_ended(
     assert len(made) == 1 and made[0].poll() is not None  # ended, not left running
     assert made[0].stdout is not None and made[0].stdout.closed
     assert pool.procs == {}
+
+
+def _exiting_popen(real_popen: Any, made: list[subprocess.Popen[bytes]]) -> Any:
+    """Popen that starts, instead of a worker, a process that exits at once without ever
+    registering (a worker SIGKILLed while it starts)."""
+
+    def popen(args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        proc = real_popen([sys.executable, "-c", "pass"], **kw)
+        made.append(proc)
+        return proc
+
+    return popen
+
+
+def test_a_worker_that_dies_before_registering_is_replaced_and_not_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed while it started, a worker never registers: the pool used to count it as
+    starting for good, so the node asked for no other and its queue stalled."""
+    from rayfield.testing import wait_for
+
+    made: list[subprocess.Popen[bytes]] = []
+    monkeypatch.setattr(worker_pool, "MAX_FAILED_STARTS", 3)
+    monkeypatch.setattr(worker_pool.subprocess, "Popen", _exiting_popen(subprocess.Popen, made))
+    pool = WorkerPool(str(tmp_path / "node.sock"), tmp_path, cap=8, log_to_driver=False)
+    try:
+        pool.start(1)
+        # Replaced after each exit, 3 times in a row; then no more until one registers.
+        wait_for(lambda: len(made) == 4 and pool.starting == 0, 20, "the replacements")
+        assert len(made) == 4
+        pool.start(1)  # the node asks again: one is started (and exits, not replaced)
+        wait_for(lambda: len(made) == 5 and pool.starting == 0, 20, "the worker asked for")
+        pool.registered(made[-1].pid)  # too late (it exited): nothing changes
+        assert pool.starting == 0
+    finally:
+        pool.stop()
+
+
+def test_registered_counts_each_worker_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_popen = subprocess.Popen
+
+    def sleeper(args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        return real_popen([sys.executable, "-c", "import time; time.sleep(60)"], **kw)
+
+    monkeypatch.setattr(worker_pool.subprocess, "Popen", sleeper)
+    pool = WorkerPool(str(tmp_path / "node.sock"), tmp_path, cap=8, log_to_driver=False)
+    try:
+        pool.start(2)
+        assert pool.starting == 2
+        first = next(iter(pool.procs))
+        pool.registered(first)
+        pool.registered(first)  # the same worker again: counted once
+        pool.registered(424242)  # not one of this pool's
+        assert pool.starting == 1
+    finally:
+        pool.stop()

@@ -127,7 +127,7 @@ class Node:
             if starting < event.num_waiting:
                 self.pool.start(event.num_waiting - starting)
         elif isinstance(event, ev.WorkerRegistered):
-            self.pool.registered()
+            self.pool.registered(event.pid)
         elif isinstance(event, ev.StoreFull):
             logger.warning(
                 "object store full, spilling did not make room: %d bytes requested, "

@@ -36,6 +36,8 @@ __all__ = ["WorkerPool"]
 
 logger = logging.getLogger("rayfield")
 
+MAX_FAILED_STARTS = 20  # workers in a row that exit before registering, each replaced
+
 
 class WorkerPool:
     """Starts worker processes on demand, up to a cap, and streams their output.
@@ -65,7 +67,9 @@ class WorkerPool:
         self.cap = cap
         self.log_to_driver = log_to_driver
         self.procs: dict[int, subprocess.Popen[bytes] | ForkedWorker] = {}
-        self.starting = 0
+        self.starting = 0  # asked for and not yet registered (under ``lock``)
+        self._unregistered: set[int] = set()  # started, not yet registered (under ``lock``)
+        self._failed_starts = 0  # workers in a row that exited before registering
         self.lock = threading.Lock()
         self.selector = selectors.DefaultSelector()
         self._stop = threading.Event()
@@ -136,6 +140,7 @@ class WorkerPool:
         with self.lock:
             if not self._closed:  # stop() takes it with the others
                 self.procs[proc.pid] = proc
+                self._unregistered.add(proc.pid)
                 self.starting += 0 if counted else 1
                 self.selector.register(proc.stdout, selectors.EVENT_READ, proc.pid)
                 return True
@@ -194,9 +199,35 @@ class WorkerPool:
                 warning,
             )
 
-    def registered(self) -> None:
+    def registered(self, pid: int) -> None:
+        """The worker ``pid`` connected to the node: it is no longer starting."""
         with self.lock:
+            if pid in self._unregistered:
+                self._unregistered.discard(pid)
+                self.starting = max(0, self.starting - 1)
+                self._failed_starts = 0
+
+    def _exited(self, pid: int) -> None:
+        """The worker ``pid``'s output ended (it exited). One that never registered (killed
+        while it started) is replaced: the node asked for it, and asks again only when its
+        queue changes. After ``MAX_FAILED_STARTS`` such exits in a row (workers that cannot
+        start) none is replaced until one registers."""
+        with self.lock:
+            if pid not in self._unregistered or self._closed:
+                return
+            self._unregistered.discard(pid)
             self.starting = max(0, self.starting - 1)
+            self._failed_starts += 1
+            replace = self._failed_starts <= MAX_FAILED_STARTS
+        if replace:
+            logger.info("worker %d exited before it registered: starting another", pid)
+            self.start(1)
+        else:
+            logger.error(
+                "%d workers in a row exited before they registered; not starting more until "
+                "one does (see their logs, worker-<pid>.out)",
+                MAX_FAILED_STARTS,
+            )
 
     def _stream_logs(self) -> None:
         """Copy worker output to the log files until :meth:`stop`; after it, until every
@@ -222,6 +253,7 @@ class WorkerPool:
                     f = files.pop(pid, None)
                     if f is not None:
                         f.close()
+                    self._exited(pid)
                     continue
                 if pid not in files:
                     files[pid] = session_files.open_private(self.logs_dir / f"worker-{pid}.out")
