@@ -40,7 +40,7 @@ from rayfield.util.cluster import rayfield_processes, stop_all  # noqa: E402
 
 @rf.remote(max_retries=10)
 def square(i: int) -> int:
-    time.sleep(0.002)
+    time.sleep(0.005)  # 2,000 of them keep two CPUs busy past the node's kill
     return i * i
 
 

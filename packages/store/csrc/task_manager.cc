@@ -37,7 +37,11 @@ void TaskManager::Submit(Submission s) {
   rec.held_actors = spec.actor_handles;
   if (rec.actor_task) rec.held_actors.push_back(spec.actor_id);  // a call holds its actor
   for (const UniqueID& a : rec.held_actors) HoldActor(a);
-  if (rec.retries_left != 0 && !rec.actor_task) rec.retry_spec = std::make_unique<TaskSpec>(spec);
+  // Plain tasks (max_retries) and actor calls (their actor's max_task_retries) run again
+  // when their worker dies; an actor creation is restarted by ActorGone instead.
+  if (rec.retries_left != 0 && !spec.actor_creation) {
+    rec.retry_spec = std::make_unique<TaskSpec>(spec);
+  }
   const UniqueID task_id = spec.task_id;
   const bool actor_task = rec.actor_task;
   if (s.parent_worker != 0) {  // a child of the plain task that worker runs

@@ -192,12 +192,19 @@ class ActorClass(Generic[C]):
                 o.get("lifetime") == "detached",
                 self._methods,
                 self.__name__,
+                o.get("max_task_retries") or 0,
             )
         is_async = any(inspect.iscoroutinefunction(f) for _, f in inspect.getmembers(self._cls))
         concurrency = o.get("max_concurrency") or (1000 if is_async else 1)
         # An unnamed, non-detached actor ends when no handle to it remains anywhere.
         scoped = not o.get("name") and o.get("lifetime") != "detached"
-        handle = ActorHandle(actor_id, self._methods, self.__name__, _scoped=scoped)
+        handle = ActorHandle(
+            actor_id,
+            self._methods,
+            self.__name__,
+            o.get("max_task_retries") or 0,
+            _scoped=scoped,
+        )
         [handle._ready] = rt.submit(
             "actor_create",
             self._exported[1],
@@ -269,12 +276,19 @@ class ActorHandle:
     """
 
     def __init__(
-        self, actor_id: bytes, methods: dict[str, int], class_name: str, *, _scoped: bool = False
+        self,
+        actor_id: bytes,
+        methods: dict[str, int],
+        class_name: str,
+        max_task_retries: int = 0,
+        *,
+        _scoped: bool = False,
     ) -> None:
         rt = get_runtime()
         self._actor_id = actor_id
         self._methods = methods
         self._class_name = class_name
+        self._max_task_retries = max_task_retries
         self._caller_id = rt.ids.put_id()
         self._seq = 0
         self._lock = threading.Lock()
@@ -311,7 +325,10 @@ class ActorHandle:
         ctx = serialization.current_context()
         if ctx is not None:  # the task or object that carries it holds the actor
             ctx.contained_refs.append(self)
-        return (ActorHandle, (self._actor_id, self._methods, self._class_name))
+        return (
+            ActorHandle,
+            (self._actor_id, self._methods, self._class_name, self._max_task_retries),
+        )
 
     def _call(self, name: str, args: Any, kwargs: Any, num_returns: int) -> Any:
         with self._lock:
@@ -325,6 +342,7 @@ class ActorHandle:
                 num_returns,
                 f"{self._class_name}.{name}",
                 {},
+                max_retries=self._max_task_retries,
                 actor_id=self._actor_id,
                 caller_id=self._caller_id,
                 sequence_no=seq,

@@ -374,6 +374,30 @@ def test_actor_restarts_after_its_process_dies(cluster: Any) -> None:
         rf.get(c.inc.remote(), timeout=10)
 
 
+@rf.remote(max_restarts=-1)
+class CrashOnce:
+    def crash_once(self, marker: str) -> int:
+        if not os.path.exists(marker):
+            Path(marker).touch()
+            os._exit(1)  # the actor's process dies while it runs this call
+        return os.getpid()
+
+
+def test_max_task_retries_runs_a_call_again_on_the_restarted_actor(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """A call in flight when its actor's process dies runs again on the restarted actor
+    when the actor has ``max_task_retries`` left (Ray's semantics); without, it fails."""
+    retried = CrashOnce.options(max_task_retries=-1).remote()
+    first = rf.get(retried.crash_once.remote(str(tmp_path / "a")), timeout=60)
+    assert first == rf.get(retried.crash_once.remote(str(tmp_path / "a")), timeout=30)
+    handle_copy = rf.get(rf.put([retried]))[0]  # a copy of the handle keeps the setting
+    assert rf.get(handle_copy.crash_once.remote(str(tmp_path / "b")), timeout=60) > 0
+    plain = CrashOnce.remote()
+    with pytest.raises(rf.exceptions.ActorDiedError, match="died while running this call"):
+        rf.get(plain.crash_once.remote(str(tmp_path / "c")), timeout=60)
+
+
 def test_cancel_queued_and_running_tasks(cluster: Any) -> None:
     from rayfield.exceptions import TaskCancelledError
 

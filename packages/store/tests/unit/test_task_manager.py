@@ -178,9 +178,15 @@ def create_actor(m: TaskManagerState, restarts: int = 0, owner: int = 0) -> list
     return d + m.decisions()
 
 
-def call(m: TaskManagerState, n: int) -> None:
+def call(m: TaskManagerState, n: int, retries: int = 0) -> None:
     m.submit(
-        tid(n), {}, actor_id=aid(1), caller_id=tid(1, b"c"), sequence_no=n - 1, return_ids=[oid(n)]
+        tid(n),
+        {},
+        actor_id=aid(1),
+        caller_id=tid(1, b"c"),
+        sequence_no=n - 1,
+        return_ids=[oid(n)],
+        max_retries=retries,
     )
 
 
@@ -215,6 +221,26 @@ def test_actor_restarts_then_dies_and_fails_its_calls() -> None:
     assert died.actor_id == aid(1) and "no restart is left" in died.reason
     call(m, 5)  # a call to a dead actor fails at once
     assert errors(m.decisions()) == {oid(5): "ACTOR_DIED"}
+
+
+def test_a_call_with_task_retries_runs_again_on_the_restarted_actor() -> None:
+    """An actor call submitted with ``max_retries`` (its actor's ``max_task_retries``)
+    that was running when the actor's worker died runs again once the actor restarted;
+    with no restart left, it fails with the actor."""
+    m = manager(workers=1)
+    create_actor(m, restarts=1)
+    call(m, 1, retries=1)
+    assert dispatched(m.decisions()) == [(1, tid(1))]
+    m.client_gone(1, worker=True)
+    assert errors(m.decisions()) == {}  # not failed: it waits for the restart
+    m.worker_registered(2)
+    assert dispatched(m.decisions()) == [(2, tid(100))]  # the restart first
+    m.task_done(2, tid(100))
+    d = m.decisions()
+    [again] = of_kind(d, "dispatch_task")
+    assert (again.worker, again.task_id, again.attempt) == (2, tid(1), 1)
+    m.client_gone(2, worker=True)  # its one retry used, and no restart left
+    assert errors(m.decisions()) == {oid(1): "ACTOR_DIED"}
 
 
 def test_kill_actor_kills_its_worker_process() -> None:

@@ -50,6 +50,7 @@ def register(
     detached: bool,
     methods: dict[str, int],
     class_name: str,
+    max_task_retries: int = 0,
 ) -> None:
     """Record ``actor_id`` in the cluster's actor table (PENDING_CREATION; its node
     records it ALIVE once created), taking ``name`` when one is given.
@@ -64,7 +65,9 @@ def register(
     from rayfield._private.protocol.errors import GcsAlreadyExistsError
     from rayfield._private.protocol.types import ActorInfo, ActorState
 
-    payload = json.dumps({"methods": methods, "class_name": class_name}).encode()
+    payload = json.dumps(
+        {"methods": methods, "class_name": class_name, "max_task_retries": max_task_retries}
+    ).encode()
     info = ActorInfo(
         actor_id=actor_id,
         name=name,
@@ -83,13 +86,22 @@ def register(
         logger.warning("could not record actor %s in the GCS: %s", short(actor_id), exc)
 
 
-def lookup(address: str, name: str, namespace: str) -> tuple[bytes, dict[str, int], str] | None:
-    """(actor id, methods, class name) of the live actor called ``name``, else None."""
+def lookup(
+    address: str, name: str, namespace: str
+) -> tuple[bytes, dict[str, int], str, int] | None:
+    """(actor id, methods, class name, max_task_retries) of the live actor called
+    ``name``, else None."""
     record = client(address).get_actor(name=name, namespace=namespace)
     if record is None or not record.payload:
         return None
     data = json.loads(record.payload)
-    return record.actor_id, dict(data["methods"]), str(data["class_name"])
+    retries = data.get("max_task_retries", 0)
+    return (
+        record.actor_id,
+        dict(data["methods"]),
+        str(data["class_name"]),
+        retries if isinstance(retries, int) else 0,
+    )
 
 
 def mark_dead(address: str, actor_id: bytes) -> None:

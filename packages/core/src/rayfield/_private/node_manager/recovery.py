@@ -6,8 +6,9 @@ not lost with the node that ran it:
 * a forwarded task is submitted again (and placed anew: here or on another node) while
   its ``max_retries`` allow, else its results become ``WORKER_DIED`` errors;
 * an actor created on the dead node is created again (``max_restarts``; its calls that
-  were in flight there fail with ``ACTOR_DIED``, as for a local restart), else it is dead
-  and every call to it fails with ``ACTOR_DIED``;
+  were in flight there run again on the new instance while the actor's
+  ``max_task_retries`` allow, else they fail with ``ACTOR_DIED``, as for a local
+  restart), else it is dead and every call to it fails with ``ACTOR_DIED``;
 * results of finished tasks that lived only on the dead node are rebuilt the same way
   (lineage: the task is run again) when their task is still known here.
 
@@ -95,13 +96,20 @@ class Recovery:
                     self.by_return.pop(rid, None)
         restarted = []
         why = f"the node {address} that ran it died"
+        lost.sort(key=lambda s: not s.spec.actor_creation)  # creations first, then calls
         for s in lost:
             spec = s.spec
             if spec.actor_creation and spec.actor_id is not None:
                 if self._restart_actor(spec, address):
                     restarted.append(spec.actor_id)
             elif spec.actor_id:
-                self.fail(list(spec.return_ids), "ACTOR_DIED", f"the actor's node {address} died")
+                if spec.max_retries != 0 and spec.actor_id in restarted:
+                    logger.warning("actor call %s is run again: %s", short(spec.task_id), why)
+                    self.resubmit(spec.replace(max_retries=_one_less(spec.max_retries)))
+                else:
+                    self.fail(
+                        list(spec.return_ids), "ACTOR_DIED", f"the actor's node {address} died"
+                    )
             elif spec.max_retries != 0:
                 logger.warning("task %s is run again: %s", short(spec.task_id), why)
                 self.resubmit(spec.replace(max_retries=_one_less(spec.max_retries)))
