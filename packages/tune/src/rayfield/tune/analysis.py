@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from collections.abc import Iterator
@@ -10,9 +11,10 @@ from typing import Any
 
 from rayfield.tune.checkpoint import Checkpoint
 from rayfield.tune.error import TuneError
-from rayfield.tune.logger import flatten, load_pickled_config
+from rayfield.tune.logger import flatten, saved_config
 from rayfield.tune.state import load_state, rebase_trial, trial_from_json
 from rayfield.tune.trial import Trial
+from rayfield.util import private_files
 
 __all__ = ["ExperimentAnalysis", "Result", "ResultGrid"]
 
@@ -21,6 +23,21 @@ def _score(value: Any, mode: str) -> float:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return -math.inf
     return float(value) if mode == "max" else -float(value)
+
+
+def _progress(logdir: str) -> Any:
+    """The trial's ``progress.csv`` as a DataFrame (empty if it has none).
+
+    Raises:
+        UnsafeFileError: the file is not this user's alone.
+    """
+    import pandas as pd
+
+    path = os.path.join(logdir, "progress.csv")
+    if not os.path.lexists(path):
+        return pd.DataFrame()
+    data = private_files.read_bytes(path)
+    return pd.read_csv(io.BytesIO(data)) if data else pd.DataFrame()
 
 
 def _check_mode(mode: str) -> None:
@@ -34,13 +51,23 @@ class ExperimentAnalysis:
     Iterating it (or indexing it) gives its :class:`Trial` objects, as the list that
     classic ``tune.run`` returned.
 
+    Reading a directory takes JSON only: the experiment state (each trial's config,
+    results and checkpoints) and the trials' ``progress.csv``, all checked to be this
+    user's alone. A config that JSON could not hold (functions, classes, tuples...) shows
+    its JSON copy, with strings for those values, unless ``trusted=True`` lets Tune load
+    the trial's ``params.pkl``.
+
     Args:
         experiment_checkpoint_path: the experiment directory (``<local_dir>/<name>``).
         trials: the trials, when already in memory (else read from the directory).
         default_metric, default_mode: used when a method is called without them.
+        trusted: the directory is yours: the trials' ``params.pkl`` pickles may be
+            loaded for configs that JSON could not hold. Never for a directory someone
+            else made, copied or could write: loading a pickle runs its code.
 
     Raises:
         TuneError: the directory does not exist or holds no experiment state.
+        UnsafeFileError: the state is not this user's alone.
     """
 
     def __init__(
@@ -49,6 +76,8 @@ class ExperimentAnalysis:
         trials: list[Trial] | None = None,
         default_metric: str | None = None,
         default_mode: str | None = None,
+        *,
+        trusted: bool = False,
     ) -> None:
         path = os.path.expanduser(experiment_checkpoint_path)
         self.experiment_path = path
@@ -61,7 +90,11 @@ class ExperimentAnalysis:
             if state is None:
                 raise TuneError(f"No experiment state found in {path}!")
             saved = [rebase_trial(t, path) for t in state["trials"]]  # copied elsewhere
-            trials = [trial_from_json(t, load_pickled_config(t["logdir"])) for t in saved]
+            opt_in = "ExperimentAnalysis(path, trusted=True)"
+            trials = [
+                trial_from_json(t, saved_config(t, trusted=trusted, opt_in=opt_in, strict=False))
+                for t in saved
+            ]
         self.trials = trials
 
     def __iter__(self) -> Iterator[Trial]:
@@ -177,13 +210,12 @@ class ExperimentAnalysis:
         return pd.DataFrame(self.rows())
 
     def trial_dataframe(self, trial: Trial) -> Any:
-        """The trial's ``progress.csv`` as a DataFrame (empty if it has none)."""
-        import pandas as pd
+        """The trial's ``progress.csv`` as a DataFrame (empty if it has none).
 
-        path = os.path.join(trial.logdir, "progress.csv")
-        if not os.path.exists(path) or os.path.getsize(path) == 0:
-            return pd.DataFrame()
-        return pd.read_csv(path)
+        Raises:
+            UnsafeFileError: the file is not this user's alone.
+        """
+        return _progress(trial.logdir)
 
     @property
     def trial_dataframes(self) -> dict[str, Any]:
@@ -231,12 +263,7 @@ class Result:
 
     @property
     def metrics_dataframe(self) -> Any:
-        import pandas as pd
-
-        path = os.path.join(self.path, "progress.csv")
-        if not os.path.exists(path) or os.path.getsize(path) == 0:
-            return pd.DataFrame()
-        return pd.read_csv(path)
+        return _progress(self.path)
 
     @classmethod
     def from_trial(cls, trial: Trial) -> Result:
