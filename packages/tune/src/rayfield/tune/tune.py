@@ -18,6 +18,7 @@ from typing import Any
 import rayfield
 from rayfield.tune import dashboard
 from rayfield.tune.analysis import ExperimentAnalysis
+from rayfield.tune.arguments import check_scheduler, check_search_alg, check_time_budget
 from rayfield.tune.callback import Callback
 from rayfield.tune.driver_sync import DriverSync
 from rayfield.tune.error import TuneError
@@ -109,13 +110,15 @@ def run(
         metric, mode: the default metric and ``"min"``/``"max"`` for schedulers,
             searchers and the returned analysis.
         stop: ``{metric: threshold}``, ``f(trial_id, result) -> bool`` or a ``Stopper``.
-        time_budget_s: stop the whole experiment after this many seconds.
+        time_budget_s: stop the whole experiment after this many seconds (> 0, or a
+            ``datetime.timedelta``).
         config: the search space.
         resources_per_trial: ``{"cpu": 1, "gpu": 0, "extra_cpu": 0, <custom>: n}``.
         num_samples: how often the space is sampled (a grid is repeated).
         local_dir, storage_path: results root (default ``~/rayfield_results``).
         search_alg: a SearchAlgorithm or a Searcher (default grid/random search).
-        scheduler: a TrialScheduler (default FIFO).
+        scheduler: a TrialScheduler instance (default FIFO; a name such as ``"asha"`` is
+            not resolved).
         keep_checkpoints_num, checkpoint_score_attr, checkpoint_freq, checkpoint_at_end:
             the checkpoint policy of every trial.
         verbose: 0 silent, 1 status table, 2 also results.
@@ -172,6 +175,10 @@ def run(
         TuneError: failed trials (with ``raise_on_failed_trial``), bad arguments, a stop
             criterion missing from the results, or a trial that needs more resources than
             the cluster has.
+        ValueError: ``time_budget_s`` not > 0 (or NaN), ``max_failures`` below -1, an
+            empty ``grid_search``.
+        TypeError: ``scheduler`` not a TrialScheduler, ``search_alg`` not a Searcher or
+            SearchAlgorithm, ``time_budget_s`` not a number or timedelta.
         UntrustedPickleError: (a TuneError) ``resume`` or ``restore`` needs a pickle and
             ``trusted`` is False.
         UnsafeFileError: the experiment directory (made mode 0700) or a file Tune keeps
@@ -181,6 +188,9 @@ def run(
         raise TuneError(
             f"tune.run() got arguments rayfield-tune does not support: {sorted(unsupported)}"
         )
+    check_scheduler(scheduler)
+    check_search_alg(search_alg)
+    budget_s = check_time_budget(time_budget_s)
     if sync_config is not None and upload_dir is None:
         upload_dir = sync_config.upload_dir
     if sync_to_cloud is not None and sync_function is not None:
@@ -225,8 +235,8 @@ def run(
     scheduler.set_search_properties(metric, mode)
     search_alg.set_search_properties(metric, mode)
     stopper = experiment.stopper
-    if time_budget_s is not None:
-        timeout = TimeoutStopper(time_budget_s)
+    if budget_s is not None:
+        timeout = TimeoutStopper(budget_s)
         stopper = _Combined(stopper, timeout) if stopper else timeout
     is_function = issubclass(experiment.trainable_cls, FunctionTrainable)
     if reuse_actors is None:  # on when the trainable can take another trial's config
