@@ -170,3 +170,15 @@ def test_a_config_json_cannot_hold_comes_from_params_pkl_only_when_trusted(tmp_p
     assert not marker.exists()
     (logdir / "params.pkl").write_bytes(pickle.dumps({"shape": (1, 2)}))
     assert saved_config(data, trusted=True, opt_in="", strict=True) == {"shape": (1, 2)}
+
+
+def test_checkpoints_of_the_running_experiments_trials_load_their_pickled_dicts(tmp_path):
+    from rayfield.tune.analysis import ResultGrid
+    from rayfield.tune.trial import Trial, TrialCheckpoint
+
+    path = tune.Checkpoint.from_dict({"a": (1, 2)}).path  # as this run's trial wrote it
+    trial = Trial("f", {}, local_dir=str(tmp_path))
+    trial.disk_checkpoints = [TrialCheckpoint("disk", path, {"score": 1.0})]
+    analysis = tune.ExperimentAnalysis(str(tmp_path), [trial], "score", "max")
+    assert analysis.get_best_checkpoint(trial).to_dict() == {"a": (1, 2)}
+    assert ResultGrid(analysis)[0].checkpoint.to_dict() == {"a": (1, 2)}

@@ -105,3 +105,14 @@ def test_the_state_is_private_and_another_users_copy_is_refused(tmp_path):
     os.chmod(exp / STATE_FILE, 0o666)  # a file others could have written is not read
     with pytest.raises(UnsafeFileError, match="group or others can write"):
         load_state(str(exp))
+
+
+def test_the_state_says_which_configs_need_params_pkl(tmp_path):
+    import numpy as np
+
+    def saved(config):
+        return trial_to_json(Trial("f", config, local_dir=str(tmp_path)))["config_pickled"]
+
+    assert not saved({"lr": 0.1, "layers": [1, 2], "opt": {"name": "sgd"}})
+    assert not saved({"lr": np.float64(0.1), "n": np.int64(3)})  # back as equal numbers
+    assert saved({"shape": (1, 2)}) and saved({"fn": print}) and saved({"w": np.zeros(2)})

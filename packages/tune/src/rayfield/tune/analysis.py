@@ -40,6 +40,14 @@ def _progress(logdir: str) -> Any:
     return pd.read_csv(io.BytesIO(data)) if data else pd.DataFrame()
 
 
+def _checkpoint(path: str, trusted: bool) -> Checkpoint:
+    """A Checkpoint of ``path``; ``trusted``: its pickled dict may be loaded by
+    ``to_dict()`` without ``trusted=True`` (this run wrote it, or the caller trusts it)."""
+    checkpoint = Checkpoint(path)
+    checkpoint._trusted = trusted
+    return checkpoint
+
+
 def _check_mode(mode: str) -> None:
     if mode not in ("min", "max"):
         raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
@@ -55,7 +63,9 @@ class ExperimentAnalysis:
     results and checkpoints) and the trials' ``progress.csv``, all checked to be this
     user's alone. A config that JSON could not hold (functions, classes, tuples...) shows
     its JSON copy, with strings for those values, unless ``trusted=True`` lets Tune load
-    the trial's ``params.pkl``.
+    the trial's ``params.pkl``. The checkpoints it hands out load a pickled dict
+    (``Checkpoint.to_dict()``) only when the trials came from the running experiment
+    (``trials`` given) or ``trusted=True``.
 
     Args:
         experiment_checkpoint_path: the experiment directory (``<local_dir>/<name>``).
@@ -83,6 +93,7 @@ class ExperimentAnalysis:
         self.experiment_path = path
         self.default_metric = default_metric
         self.default_mode = default_mode
+        self._trusted = trusted or trials is not None  # in memory: this run wrote them
         if trials is None:
             if not os.path.isdir(path):
                 raise TuneError(f"{path} is not a valid directory.")
@@ -174,7 +185,7 @@ class ExperimentAnalysis:
         if not ckpts:
             return None
         best = max(ckpts, key=lambda c: _score(c.result.get(metric), mode))
-        return Checkpoint(best.value)
+        return _checkpoint(best.value, self._trusted)
 
     @property
     def best_trial(self) -> Trial | None:
@@ -266,16 +277,18 @@ class Result:
         return _progress(self.path)
 
     @classmethod
-    def from_trial(cls, trial: Trial) -> Result:
+    def from_trial(cls, trial: Trial, trusted: bool = False) -> Result:
+        """The result of ``trial``; ``trusted``: its checkpoints' pickled dicts may be
+        loaded by ``to_dict()`` (see :class:`ExperimentAnalysis`)."""
         ckpts = [c for c in trial.disk_checkpoints if isinstance(c.value, str)]
         latest = trial.checkpoint if trial.checkpoint in ckpts else (ckpts[-1] if ckpts else None)
         return cls(
             metrics=dict(trial.last_result),
             config=dict(trial.config),
             path=trial.logdir,
-            checkpoint=Checkpoint(latest.value) if latest is not None else None,
+            checkpoint=_checkpoint(latest.value, trusted) if latest is not None else None,
             error=TuneError(trial.error_msg) if trial.status == Trial.ERROR else None,
-            best_checkpoints=[(Checkpoint(c.value), dict(c.result)) for c in ckpts],
+            best_checkpoints=[(_checkpoint(c.value, trusted), dict(c.result)) for c in ckpts],
         )
 
 
@@ -284,7 +297,7 @@ class ResultGrid:
 
     def __init__(self, analysis: ExperimentAnalysis) -> None:
         self._analysis = analysis
-        self._results = [Result.from_trial(t) for t in analysis.trials]
+        self._results = [Result.from_trial(t, analysis._trusted) for t in analysis.trials]
 
     @property
     def experiment_path(self) -> str:

@@ -53,19 +53,32 @@ class UntrustedPickleError(TuneError):
         )
 
 
-def json_exact(value: Any, depth: int = 0) -> bool:
+def _numpy_scalar(value: Any) -> bool:
+    return (
+        type(value).__module__ == "numpy"
+        and type(value).__name__ != "ndarray"
+        and getattr(value, "shape", None) == ()
+        and type(value.item()) in (int, float, bool)
+    )
+
+
+def json_exact(value: Any, depth: int = 0, *, numpy_scalars: bool = False) -> bool:
     """True when ``value`` comes back equal and of the same types through JSON: dicts
     with str keys, lists, str, int, float, bool and None (tuples, numpy values and other
-    objects do not)."""
+    objects do not). With ``numpy_scalars``, numpy numbers count too (they come back as
+    the equal Python number)."""
     if depth > _MAX_DEPTH:
         return False
     if value is None or type(value) in (str, int, float, bool):
         return True
     if type(value) is list:
-        return all(json_exact(v, depth + 1) for v in value)
+        return all(json_exact(v, depth + 1, numpy_scalars=numpy_scalars) for v in value)
     if type(value) is dict:
-        return all(type(k) is str and json_exact(v, depth + 1) for k, v in value.items())
-    return False
+        return all(
+            type(k) is str and json_exact(v, depth + 1, numpy_scalars=numpy_scalars)
+            for k, v in value.items()
+        )
+    return numpy_scalars and _numpy_scalar(value)
 
 
 def load_pickle(path: str | os.PathLike[str], *, trusted: bool, opt_in: str) -> Any:

@@ -77,7 +77,8 @@ def trial_to_json(trial: Trial) -> dict[str, Any]:
         "trial_id": trial.trial_id,
         "trainable_name": trial.trainable_name,
         "config": _jsonable(trial.config),
-        "config_pickled": not json_exact(trial.config),
+        # numpy numbers come back as the equal Python numbers: close enough to rerun.
+        "config_pickled": not json_exact(trial.config, numpy_scalars=True),
         "experiment_tag": trial.experiment_tag,
         "local_dir": trial.local_dir,
         "logdir": trial.logdir,
