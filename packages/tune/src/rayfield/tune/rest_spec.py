@@ -7,7 +7,8 @@ with a dot (so no ``/`` and no ``..``). ``SPEC`` takes only these keys:
 
 * ``run``: the name of a registered trainable (``tune.register_trainable``);
 * ``config``: the search space as JSON data; grid axes (``{"grid_search": [...]}``) are
-  data, but ``{"eval": ...}`` (a Python expression) is refused anywhere in it;
+  data, but an ``"eval"`` key with a string (``{"eval": "expr"}``, a Python expression
+  Tune would evaluate) is refused anywhere in it;
 * ``stop``: ``{metric: number}``;
 * ``num_samples``: 1 to :data:`MAX_TRIALS`; with the grid, at most :data:`MAX_TRIALS`
   trials per request;
@@ -57,7 +58,7 @@ def _check_data(value: Any, where: str, depth: int = 0) -> None:
     if depth > MAX_DEPTH:
         raise BadSpec(f"{where} is nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, dict):
-        if "eval" in value:
+        if isinstance(value.get("eval"), str):  # {"eval": "expr"} would be evaluated
             raise BadSpec(
                 f"{where} holds an 'eval' expression: the server takes data only, no code"
             )
