@@ -117,3 +117,31 @@ def test_tuner_restore_keeps_finished_trials(tmp_path):
     assert tuner.get_results().num_terminated == 3
     with pytest.raises(tune.TuneError, match="No experiment state"):
         tune.Tuner.restore(str(tmp_path / "missing"), f)
+
+
+def _unfinish(exp: Path) -> None:
+    """Make every saved trial RUNNING again, as a driver killed mid-trial leaves them."""
+    state = load_state(str(exp))
+    assert state is not None
+    for trial in state["trials"]:
+        trial["status"] = "RUNNING"
+    state.pop("finished", None)
+    (exp / "finished_trials.jsonl").unlink(missing_ok=True)
+    (exp / "experiment_state.json").write_text(json.dumps(state))
+
+
+def test_resume_takes_a_config_json_cannot_hold_from_params_pkl_only_when_trusted(tmp_path):
+    from rayfield import tune
+    from rayfield.tune.pickles import UntrustedPickleError
+
+    def f(config):
+        tune.report(kind=type(config["shape"]).__name__)
+
+    kwargs = {"name": "exp", "local_dir": str(tmp_path), "verbose": 0}
+    tune.run(f, config={"shape": (2, 3)}, **kwargs)
+    _unfinish(tmp_path / "exp")
+    with pytest.raises(UntrustedPickleError, match=r"params\.pkl holds a pickle") as e:
+        tune.run(f, resume=True, **kwargs)
+    assert "trusted=True" in str(e.value)
+    [trial] = tune.run(f, resume=True, trusted=True, **kwargs)
+    assert trial.config == {"shape": (2, 3)} and trial.last_result["kind"] == "tuple"

@@ -405,7 +405,7 @@ def test_export_formats_write_the_model_and_a_checkpoint(tmp_path):
     )
     export = Path(trial.logdir, "export")
     assert (export / "model.txt").read_text() == "6"
-    assert (export / "checkpoint_3" / ".tune_metadata").exists()
+    assert (export / "checkpoint_3" / ".tune_metadata.json").exists()
 
 
 def test_trial_name_creator_pinned_objects_and_custom_loggers(tmp_path):

@@ -1,4 +1,4 @@
-"""On a driver connected to a cluster, the Tune server takes the cluster's token."""
+"""On a driver connected to a cluster, the Tune server takes the cluster's token too."""
 
 from __future__ import annotations
 
@@ -54,14 +54,15 @@ def test_the_server_requires_the_cluster_token(head, tmp_path, monkeypatch):
     assert cluster_token() == token
     server = TuneServer(OneTrial(), str(tmp_path / "exp"), 0)
     try:
-        assert server.uses_cluster_token and server.token == token
+        assert server.uses_cluster_token and server.token != token
         info = json.loads((tmp_path / "exp" / TOKEN_FILE).read_text())
-        assert "token" not in info  # the cluster's secret is not copied anywhere
+        assert info["token"] == server.token  # the server's own: the cluster's is not copied
         with pytest.raises(tune.TuneError, match="401"):
             TuneClient(info["address"], token="").get_all_trials()
         with pytest.raises(tune.TuneError, match="403"):
             TuneClient(info["address"], token="x" * len(token)).get_all_trials()
-        monkeypatch.setenv("RAYFIELD_TOKEN", token)  # how a client finds it elsewhere
+        # A client given the cluster's token, and one that read the address file.
+        assert TuneClient(info["address"], token=token).get_trial("t1")["config"] == {"a": 1}
         client = TuneClient.from_experiment_dir(str(tmp_path / "exp"))
         assert client.get_trial("t1")["config"] == {"a": 1}
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import stat
 
 from rayfield.tune.logger import DEFAULT_LOGGERS, LoggerCallback, pretty_print
 from rayfield.tune.trial import Trial
@@ -29,6 +30,9 @@ def test_logger_callback_writes_every_file(tmp_path):
     files = set(os.listdir(trial.logdir))
     assert {"params.json", "params.pkl", "result.json", "progress.csv", "error_0.txt"} <= files
     assert any(f.startswith("events.out.tfevents") for f in files)  # tensorboardX
+    assert stat.S_IMODE(os.stat(trial.logdir).st_mode) == 0o700
+    for name in files:  # every file Tune keeps is its user's alone
+        assert stat.S_IMODE(os.stat(os.path.join(trial.logdir, name)).st_mode) == 0o600, name
     with open(os.path.join(trial.logdir, "params.json")) as f:
         assert json.load(f) == {"lr": 0.1, "nested": {"a": 1}}
     with open(os.path.join(trial.logdir, "result.json")) as f:

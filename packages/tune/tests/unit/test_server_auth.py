@@ -1,5 +1,6 @@
-"""The REST server's token: 401 without one, 403 with a wrong one; the client sends the
-token it is given, else the cluster's ($RAYFIELD_TOKEN)."""
+"""The REST server's token: 401 without one, 403 with a wrong one; the client sends only
+the token it is given or finds in the experiment's private address file, never the
+cluster's of its own accord."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import stat
 import pytest
 
 from rayfield import tune
+from rayfield.exceptions import UnsafeFileError
 from rayfield.tune.trial import Trial
 from rayfield.tune.web_server import TOKEN_FILE, TuneClient, TuneServer
 
@@ -42,13 +44,29 @@ def test_requests_without_or_with_a_wrong_token_are_refused(served):
     assert info["id"] == "t1" and info["config"] == {"a": 1}
 
 
-def test_the_client_sends_the_cluster_token_by_default(served, monkeypatch):
+def test_the_client_sends_no_token_it_was_not_given(served, monkeypatch):
     address = f"127.0.0.1:{served.port}"
-    monkeypatch.setenv("RAYFIELD_TOKEN", "the-cluster-token")
-    assert TuneClient(address).get_trial("t1")["status"] == "PENDING"
-    monkeypatch.setenv("RAYFIELD_TOKEN", "another-clusters-token")
-    with pytest.raises(tune.TuneError, match="403"):
+    monkeypatch.setenv("RAYFIELD_TOKEN", "the-cluster-token")  # found, but never sent
+    with pytest.raises(tune.TuneError, match=r"401 .*was given no token.*from_experiment_dir"):
         TuneClient(address).get_trial("t1")
+    assert TuneClient(address, token="the-cluster-token").get_trial("t1")["status"] == "PENDING"
+
+
+def test_the_address_file_holds_the_servers_own_token_not_the_one_given(served, tmp_path):
+    info = json.loads((tmp_path / TOKEN_FILE).read_text())
+    assert info == {"address": f"127.0.0.1:{served.port}", "token": served.token}
+    assert info["token"] != "the-cluster-token" and len(info["token"]) == 64
+    assert stat.S_IMODE(os.stat(tmp_path / TOKEN_FILE).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o700
+    assert TuneClient.from_experiment_dir(str(tmp_path)).get_trial("t1")["id"] == "t1"
+
+
+def test_an_address_file_others_can_write_is_refused(served, tmp_path):
+    os.chmod(tmp_path / TOKEN_FILE, 0o622)
+    with pytest.raises(UnsafeFileError, match="group or others can write"):
+        TuneClient.from_experiment_dir(str(tmp_path))
+    with pytest.raises(tune.TuneError, match="no Tune server runs"):
+        TuneClient.from_experiment_dir(str(tmp_path / "elsewhere"))
 
 
 def test_without_a_cluster_the_token_is_random_and_kept_in_the_experiment(tmp_path):

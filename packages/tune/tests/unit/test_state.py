@@ -85,3 +85,34 @@ def test_rebase_trial_moves_paths_under_the_new_experiment_dir():
     assert rebase_trial(data, "/old/exp") is data
     elsewhere = dict(data, checkpoint="/old/expanded/ckpt")  # a sibling, not under it
     assert rebase_trial(elsewhere, "/n")["checkpoint"] == "/old/expanded/ckpt"
+
+
+def test_the_state_is_private_and_another_users_copy_is_refused(tmp_path):
+    import stat
+
+    import pytest
+
+    from rayfield.exceptions import UnsafeFileError
+    from rayfield.tune.state import FINISHED_FILE, append_finished
+
+    exp = tmp_path / "exp"
+    write_state(str(exp), {"trials": []})
+    append_finished(str(exp), b"", 0)
+    assert stat.S_IMODE(os.stat(exp).st_mode) == 0o700
+    for name in (STATE_FILE, FINISHED_FILE):
+        assert stat.S_IMODE(os.stat(exp / name).st_mode) == 0o600
+    assert load_state(str(exp)) == {"trials": []}
+    os.chmod(exp / STATE_FILE, 0o666)  # a file others could have written is not read
+    with pytest.raises(UnsafeFileError, match="group or others can write"):
+        load_state(str(exp))
+
+
+def test_the_state_says_which_configs_need_params_pkl(tmp_path):
+    import numpy as np
+
+    def saved(config):
+        return trial_to_json(Trial("f", config, local_dir=str(tmp_path)))["config_pickled"]
+
+    assert not saved({"lr": 0.1, "layers": [1, 2], "opt": {"name": "sgd"}})
+    assert not saved({"lr": np.float64(0.1), "n": np.int64(3)})  # back as equal numbers
+    assert saved({"shape": (1, 2)}) and saved({"fn": print}) and saved({"w": np.zeros(2)})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from collections.abc import Iterator
@@ -10,9 +11,10 @@ from typing import Any
 
 from rayfield.tune.checkpoint import Checkpoint
 from rayfield.tune.error import TuneError
-from rayfield.tune.logger import flatten, load_pickled_config
+from rayfield.tune.logger import flatten, saved_config
 from rayfield.tune.state import load_state, rebase_trial, trial_from_json
 from rayfield.tune.trial import Trial
+from rayfield.util import private_files
 
 __all__ = ["ExperimentAnalysis", "Result", "ResultGrid"]
 
@@ -21,6 +23,29 @@ def _score(value: Any, mode: str) -> float:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return -math.inf
     return float(value) if mode == "max" else -float(value)
+
+
+def _progress(logdir: str) -> Any:
+    """The trial's ``progress.csv`` as a DataFrame (empty if it has none).
+
+    Raises:
+        UnsafeFileError: the file is not this user's alone.
+    """
+    import pandas as pd
+
+    path = os.path.join(logdir, "progress.csv")
+    if not os.path.lexists(path):
+        return pd.DataFrame()
+    data = private_files.read_bytes(path)
+    return pd.read_csv(io.BytesIO(data)) if data else pd.DataFrame()
+
+
+def _checkpoint(path: str, trusted: bool) -> Checkpoint:
+    """A Checkpoint of ``path``; ``trusted``: its pickled dict may be loaded by
+    ``to_dict()`` without ``trusted=True`` (this run wrote it, or the caller trusts it)."""
+    checkpoint = Checkpoint(path)
+    checkpoint._trusted = trusted
+    return checkpoint
 
 
 def _check_mode(mode: str) -> None:
@@ -34,13 +59,25 @@ class ExperimentAnalysis:
     Iterating it (or indexing it) gives its :class:`Trial` objects, as the list that
     classic ``tune.run`` returned.
 
+    Reading a directory takes JSON only: the experiment state (each trial's config,
+    results and checkpoints) and the trials' ``progress.csv``, all checked to be this
+    user's alone. A config that JSON could not hold (functions, classes, tuples...) shows
+    its JSON copy, with strings for those values, unless ``trusted=True`` lets Tune load
+    the trial's ``params.pkl``. The checkpoints it hands out load a pickled dict
+    (``Checkpoint.to_dict()``) only when the trials came from the running experiment
+    (``trials`` given) or ``trusted=True``.
+
     Args:
         experiment_checkpoint_path: the experiment directory (``<local_dir>/<name>``).
         trials: the trials, when already in memory (else read from the directory).
         default_metric, default_mode: used when a method is called without them.
+        trusted: the directory is yours: the trials' ``params.pkl`` pickles may be
+            loaded for configs that JSON could not hold. Never for a directory someone
+            else made, copied or could write: loading a pickle runs its code.
 
     Raises:
         TuneError: the directory does not exist or holds no experiment state.
+        UnsafeFileError: the state is not this user's alone.
     """
 
     def __init__(
@@ -49,11 +86,14 @@ class ExperimentAnalysis:
         trials: list[Trial] | None = None,
         default_metric: str | None = None,
         default_mode: str | None = None,
+        *,
+        trusted: bool = False,
     ) -> None:
         path = os.path.expanduser(experiment_checkpoint_path)
         self.experiment_path = path
         self.default_metric = default_metric
         self.default_mode = default_mode
+        self._trusted = trusted or trials is not None  # in memory: this run wrote them
         if trials is None:
             if not os.path.isdir(path):
                 raise TuneError(f"{path} is not a valid directory.")
@@ -61,7 +101,11 @@ class ExperimentAnalysis:
             if state is None:
                 raise TuneError(f"No experiment state found in {path}!")
             saved = [rebase_trial(t, path) for t in state["trials"]]  # copied elsewhere
-            trials = [trial_from_json(t, load_pickled_config(t["logdir"])) for t in saved]
+            opt_in = "ExperimentAnalysis(path, trusted=True)"
+            trials = [
+                trial_from_json(t, saved_config(t, trusted=trusted, opt_in=opt_in, strict=False))
+                for t in saved
+            ]
         self.trials = trials
 
     def __iter__(self) -> Iterator[Trial]:
@@ -141,7 +185,7 @@ class ExperimentAnalysis:
         if not ckpts:
             return None
         best = max(ckpts, key=lambda c: _score(c.result.get(metric), mode))
-        return Checkpoint(best.value)
+        return _checkpoint(best.value, self._trusted)
 
     @property
     def best_trial(self) -> Trial | None:
@@ -177,13 +221,12 @@ class ExperimentAnalysis:
         return pd.DataFrame(self.rows())
 
     def trial_dataframe(self, trial: Trial) -> Any:
-        """The trial's ``progress.csv`` as a DataFrame (empty if it has none)."""
-        import pandas as pd
+        """The trial's ``progress.csv`` as a DataFrame (empty if it has none).
 
-        path = os.path.join(trial.logdir, "progress.csv")
-        if not os.path.exists(path) or os.path.getsize(path) == 0:
-            return pd.DataFrame()
-        return pd.read_csv(path)
+        Raises:
+            UnsafeFileError: the file is not this user's alone.
+        """
+        return _progress(trial.logdir)
 
     @property
     def trial_dataframes(self) -> dict[str, Any]:
@@ -231,24 +274,21 @@ class Result:
 
     @property
     def metrics_dataframe(self) -> Any:
-        import pandas as pd
-
-        path = os.path.join(self.path, "progress.csv")
-        if not os.path.exists(path) or os.path.getsize(path) == 0:
-            return pd.DataFrame()
-        return pd.read_csv(path)
+        return _progress(self.path)
 
     @classmethod
-    def from_trial(cls, trial: Trial) -> Result:
+    def from_trial(cls, trial: Trial, trusted: bool = False) -> Result:
+        """The result of ``trial``; ``trusted``: its checkpoints' pickled dicts may be
+        loaded by ``to_dict()`` (see :class:`ExperimentAnalysis`)."""
         ckpts = [c for c in trial.disk_checkpoints if isinstance(c.value, str)]
         latest = trial.checkpoint if trial.checkpoint in ckpts else (ckpts[-1] if ckpts else None)
         return cls(
             metrics=dict(trial.last_result),
             config=dict(trial.config),
             path=trial.logdir,
-            checkpoint=Checkpoint(latest.value) if latest is not None else None,
+            checkpoint=_checkpoint(latest.value, trusted) if latest is not None else None,
             error=TuneError(trial.error_msg) if trial.status == Trial.ERROR else None,
-            best_checkpoints=[(Checkpoint(c.value), dict(c.result)) for c in ckpts],
+            best_checkpoints=[(_checkpoint(c.value, trusted), dict(c.result)) for c in ckpts],
         )
 
 
@@ -257,7 +297,7 @@ class ResultGrid:
 
     def __init__(self, analysis: ExperimentAnalysis) -> None:
         self._analysis = analysis
-        self._results = [Result.from_trial(t) for t in analysis.trials]
+        self._results = [Result.from_trial(t, analysis._trusted) for t in analysis.trials]
 
     @property
     def experiment_path(self) -> str:

@@ -1,4 +1,9 @@
-"""The ``tune`` command: list the trials of an experiment and the experiments of a folder."""
+"""The ``tune`` command: list the trials of an experiment and the experiments of a folder.
+
+It reads the experiment state and the trials' files as JSON only, and only files of this
+user that no one else can write (:mod:`rayfield.util.private_files`); it never loads a
+pickle (a config JSON could not hold shows its JSON copy). ``--output x.pkl`` writes one.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ from typing import Any
 
 import click
 
+from rayfield.exceptions import UnsafeFileError
 from rayfield.tune.analysis import ExperimentAnalysis
+from rayfield.tune.error import TuneError
 from rayfield.tune.state import load_state
 
 __all__ = ["cli"]
@@ -93,10 +100,13 @@ def list_trials(
 ) -> None:
     """List the trials of the experiment in EXPERIMENT_PATH."""
     path = os.path.expanduser(experiment_path)
-    if load_state(path) is None:
-        click.echo("No experiment state found!")
-        raise SystemExit(1)
-    rows = _filter(ExperimentAnalysis(path).rows(), filter_)
+    try:
+        if load_state(path) is None:
+            click.echo("No experiment state found!")
+            raise SystemExit(1)
+        rows = _filter(ExperimentAnalysis(path).rows(), filter_)
+    except (UnsafeFileError, TuneError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
     _show(rows, columns.split(",") if columns else _TRIAL_COLUMNS, sort, output)
 
 
@@ -112,7 +122,11 @@ def list_experiments(
     root = os.path.expanduser(project_path)
     rows = []
     for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-        state = load_state(os.path.join(root, name))
+        try:
+            state = load_state(os.path.join(root, name))
+        except (UnsafeFileError, TuneError, ValueError) as exc:  # not ours alone, not a state
+            click.echo(f"skipped {name}: {exc}", err=True)
+            continue
         if state is None:
             continue
         statuses = [t["status"] for t in state["trials"]]

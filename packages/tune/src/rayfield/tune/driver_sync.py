@@ -38,6 +38,7 @@ from typing import Any
 
 import rayfield
 from rayfield.tune.error import TuneError
+from rayfield.util import private_files
 
 __all__ = ["DriverSync", "merge_files", "pack_changed", "trial_dir_report"]
 
@@ -110,8 +111,11 @@ def merge_files(
     results, logs and checkpoints into the same directory, and on a file system the nodes
     share, the packed copy of such a file can be older than the driver's.
 
+    Directories are made mode 0700 and files 0600, never through a symlink.
+
     Raises:
         ValueError: a path that would land outside ``target``.
+        UnsafeFileError: ``target`` or a file in it is not this user's alone.
     """
     root = Path(target)
     written = []
@@ -119,10 +123,11 @@ def merge_files(
         path = root / rel
         if root.resolve() not in path.resolve().parents:
             raise ValueError(f"synced file {rel!r} would land outside {root}")
-        if path.exists() and rel not in (replaceable or ()):
+        if os.path.lexists(path) and rel not in (replaceable or ()):
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        private_files.ensure_private_dir(path.parent)
+        with private_files.open_private(path, "wb") as f:
+            f.write(data)
         written.append(rel)
     return written
 

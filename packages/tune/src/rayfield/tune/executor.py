@@ -8,6 +8,11 @@ switch costs the driver one message. Results are collected in batches: one
 ``rayfield.wait`` for the first ready result, then every other one ready at that moment.
 For schedulers that do not act per result, a function trainable returns several results
 per call (``train_buffered``).
+
+A disk checkpoint this executor wrote is restored as it is. One it did not write (a
+resumed experiment's, ``restore=``) is read with ``trusted``: without it, a pickle in it
+(a pickled checkpoint dict, an older checkpoint's pickled metadata) fails the trial with
+:class:`~rayfield.tune.pickles.UntrustedPickleError`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from rayfield.tune.trial import Resources, Trial, TrialCheckpoint
 __all__ = ["ActorExecutor"]
 
 _DRAIN_TIMEOUT_S = 30.0
+TRUST_OPT_IN = "tune.run(..., trusted=True) (Tuner.restore(path, trainable, trusted=True))"
 
 
 log = logging.getLogger(__name__)
@@ -64,6 +70,9 @@ class ActorExecutor:
         buffer_results: with more than 1, trials may return up to this many results per
             call (used when the scheduler does not act on each result).
         buffer_time_s: a buffered call returns after at most this long.
+        driver_sync: copies trial directories of other nodes to the driver.
+        trusted: pickles in checkpoint directories this executor did not write may be
+            loaded (``tune.run(..., trusted=True)``).
     """
 
     def __init__(
@@ -72,8 +81,11 @@ class ActorExecutor:
         buffer_results: int = 1,
         buffer_time_s: float = 0.2,
         driver_sync: DriverSync | None = None,
+        trusted: bool = False,
     ) -> None:
         self.reuse_actors = reuse_actors
+        self.trusted = trusted
+        self._written: set[str] = set()  # checkpoint directories this executor wrote
         self.driver_sync = driver_sync
         # report ref -> (trial id, the trial's logdir on the driver, the trial's last copy)
         self._syncs: dict[Any, tuple[str, str, bool]] = {}
@@ -145,7 +157,7 @@ class ActorExecutor:
         key = (trial.trainable_name, trial.resources)
         blob = self._blob(d.checkpoint)
         if blob is None and trial.restore_path and not trial.last_result:
-            blob = read_checkpoint_dir(trial.restore_path)
+            blob = self._read_dir(trial.restore_path)
         if self.driver_sync is not None:
             self.driver_sync.on_trial_start(trial.trial_id)
         self._keys[trial.trial_id] = key
@@ -186,8 +198,16 @@ class ActorExecutor:
         if checkpoint is None or checkpoint.value is None:
             return None
         if isinstance(checkpoint.value, str):
-            return read_checkpoint_dir(checkpoint.value)
+            return self._read_dir(checkpoint.value)
         return checkpoint.value
+
+    def _read_dir(self, path: str) -> dict[str, Any]:
+        trusted = self.trusted or os.path.normpath(path) in self._written
+        return read_checkpoint_dir(path, trusted=trusted, opt_in=TRUST_OPT_IN)
+
+    def _write_dir(self, blob: dict[str, Any], path: str) -> None:
+        write_checkpoint_dir(blob, path)
+        self._written.add(os.path.normpath(path))
 
     def _train(self, trial: Trial, batch: int | None = None) -> None:
         """Ask ``trial``'s actor for its next result, or up to ``batch`` of them (the
@@ -276,7 +296,7 @@ class ActorExecutor:
         if checkpoint.storage == "memory":
             checkpoint.value = ref
         else:
-            write_checkpoint_dir(rayfield.get(ref), checkpoint.value)
+            self._write_dir(rayfield.get(ref), checkpoint.value)
             if self.driver_sync is not None:
                 self.driver_sync.on_checkpoint(d.trial.trial_id)
 
@@ -292,7 +312,7 @@ class ActorExecutor:
             "saved_as_dict": False,
             "relpath": ".",
         }
-        write_checkpoint_dir({"files": d.data["files"], "meta": meta}, d.checkpoint.value)
+        self._write_dir({"files": d.data["files"], "meta": meta}, d.checkpoint.value)
         if self.driver_sync is not None:
             self.driver_sync.on_checkpoint(d.trial.trial_id)
 
@@ -305,6 +325,7 @@ class ActorExecutor:
     def _do_delete(self, d: Decision) -> None:
         if d.checkpoint is not None and isinstance(d.checkpoint.value, str):
             shutil.rmtree(d.checkpoint.value, ignore_errors=True)
+            self._written.discard(os.path.normpath(d.checkpoint.value))
 
     def _do_reset(self, d: Decision) -> None:
         trial = d.trial

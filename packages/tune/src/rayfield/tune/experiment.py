@@ -8,8 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from rayfield.tune import result as R
+from rayfield.tune.arguments import check_max_failures
 from rayfield.tune.error import TuneError
 from rayfield.tune.registry import get_trainable_cls, trainable_name
+from rayfield.tune.search.variant_generator import check_grids
 from rayfield.tune.stopper import Stopper, as_stopper
 from rayfield.tune.trial import Resources, Trial
 
@@ -41,6 +43,8 @@ class Experiment:
 
     Raises:
         TuneError: a bad argument (with what to pass instead).
+        ValueError: an empty grid axis in ``config``, or ``max_failures`` below -1.
+        TypeError: ``max_failures`` is not an int, or a grid axis is not a list.
     """
 
     def __init__(
@@ -94,6 +98,8 @@ class Experiment:
             )
         if config is not None and not isinstance(config, dict):
             raise TuneError(f"config must be a dict, got {type(config).__name__}")
+        check_grids(config or {})
+        check_max_failures(max_failures)
         self.trainable_cls = get_trainable_cls(run)
         self.trainable_name = trainable_name(run)
         if isinstance(run, str):

@@ -135,6 +135,9 @@ class FunctionTrainable(Trainable):
         path = tempfile.mkdtemp(prefix="tune-restored-")
         shutil.copytree(checkpoint, path, dirs_exist_ok=True)
         self._restore_ckpt = Checkpoint(path)
+        # Tune checked the blob these files came from (read_checkpoint_dir refuses
+        # pickles it was not told to trust): to_dict() may load its dict.
+        self._restore_ckpt._trusted = True
         self._last_ckpt_files = pack_directory(path)
         self._thread = None
         self._finished = False

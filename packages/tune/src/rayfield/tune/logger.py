@@ -4,6 +4,11 @@
 defaults are :class:`JsonLogger` (``params.json``, ``params.pkl``, ``result.json``: one JSON
 object per line), :class:`CSVLogger` (``progress.csv``) and :class:`TBXLogger` (TensorBoard
 event files, encoded without tensorboardX).
+
+The trial directory is made mode 0700 and these files 0600, opened without following
+symlinks (:mod:`rayfield.util.private_files`). ``params.pkl`` (the config with its Python
+objects) is read back only with ``trusted=True`` (:func:`saved_config`); ``params.json``
+and the experiment state hold the config as JSON.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from typing import Any
 
 from rayfield.tune import tbx
 from rayfield.tune.callback import Callback
+from rayfield.tune.pickles import UntrustedPickleError, load_pickle
 from rayfield.tune.trial import Trial
 from rayfield.tune.writer import BackgroundWriter
+from rayfield.util import private_files
 
 __all__ = [
     "DEFAULT_LOGGERS",
@@ -84,15 +91,18 @@ class Logger:
 
     Args:
         config: the trial's config.
-        logdir: the trial's directory (created).
+        logdir: the trial's directory (created mode 0700).
         trial: the trial, when logging for the runner.
+
+    Raises:
+        UnsafeFileError: ``logdir`` or a directory above it is not this user's alone.
     """
 
     def __init__(self, config: dict[str, Any], logdir: str, trial: Trial | None = None) -> None:
         self.config = config
         self.logdir = logdir
         self.trial = trial
-        os.makedirs(logdir, exist_ok=True)
+        private_files.ensure_private_dir(logdir)
         self._init()
 
     def _init(self) -> None:
@@ -121,7 +131,7 @@ class JsonLogger(Logger):
 
     def _init(self) -> None:
         self.update_config(self.config)
-        self._file = open(os.path.join(self.logdir, "result.json"), "a")  # noqa: SIM115
+        self._file = private_files.open_private(os.path.join(self.logdir, "result.json"), "a")
 
     def on_result(self, result: dict[str, Any]) -> None:
         try:  # the common case: plain JSON values, no NaN
@@ -133,8 +143,7 @@ class JsonLogger(Logger):
     def update_config(self, config: dict[str, Any]) -> None:
         self.config = config
         text = json.dumps(_clean(config), indent=2, sort_keys=True)
-        with open(os.path.join(self.logdir, "params.json"), "w") as f:
-            f.write(text)
+        private_files.write_text(os.path.join(self.logdir, "params.json"), text)
         try:
             if _plain(config):
                 data = pickle.dumps(config)
@@ -144,8 +153,7 @@ class JsonLogger(Logger):
                 data = cloudpickle.dumps(config)
         except Exception:  # an unpicklable config still has params.json
             return
-        with open(os.path.join(self.logdir, "params.pkl"), "wb") as f:
-            f.write(data)
+        private_files.write_bytes(os.path.join(self.logdir, "params.pkl"), data)
 
     def flush(self) -> None:
         self._file.flush()
@@ -161,10 +169,10 @@ class CSVLogger(Logger):
     def _init(self) -> None:
         path = os.path.join(self.logdir, "progress.csv")
         self._continuing = os.path.exists(path) and os.path.getsize(path) > 0
-        self._file = open(path, "a", newline="")  # noqa: SIM115
+        self._file = private_files.open_private(path, "a")
         self._writer: csv.DictWriter[str] | None = None
         if self._continuing:
-            with open(path, newline="") as f:
+            with private_files.open_private(path, "r") as f:
                 header = next(csv.reader(f), None)
             if header:
                 self._writer = csv.DictWriter(self._file, header, extrasaction="ignore")
@@ -210,7 +218,7 @@ class TBXLogger(Logger):
         import socket
 
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
-        self._file = open(os.path.join(self.logdir, name), "ab")  # noqa: SIM115
+        self._file = private_files.open_private(os.path.join(self.logdir, name), "ab")
         self._file.write(tbx.record(tbx.encode_event(time.time(), file_version="brain.Event:2")))
 
     def on_result(self, result: dict[str, Any]) -> None:
@@ -344,9 +352,8 @@ class LoggerCallback(Callback):
         logdir = trial.logdir
 
         def write() -> None:
-            os.makedirs(logdir, exist_ok=True)
-            with open(path, "w") as f:
-                f.write(error)
+            private_files.ensure_private_dir(logdir)
+            private_files.write_text(path, error)
 
         self._run(write)
         trial.error_file = path
@@ -394,14 +401,67 @@ def pretty_print(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def load_pickled_config(logdir: str) -> dict[str, Any] | None:
-    """The config saved in ``params.pkl``, or None."""
+def load_pickled_config(logdir: str, *, trusted: bool = False) -> dict[str, Any] | None:
+    """The config saved in ``<logdir>/params.pkl``, or None when there is none or it
+    cannot be loaded.
+
+    Args:
+        logdir: the trial's directory.
+        trusted: the directory is yours; without it the pickle is never loaded.
+
+    Raises:
+        UntrustedPickleError: there is a ``params.pkl`` and ``trusted`` is False.
+    """
     path = os.path.join(logdir, "params.pkl")
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return None
     try:
-        with open(path, "rb") as f:
-            data: dict[str, Any] = pickle.load(f)
-        return data
+        data: dict[str, Any] = load_pickle(path, trusted=trusted, opt_in="trusted=True")
+    except UntrustedPickleError:
+        raise
     except Exception:
         return None
+    return data
+
+
+def saved_config(
+    data: dict[str, Any], *, trusted: bool, opt_in: str, strict: bool
+) -> dict[str, Any] | None:
+    """The config of a saved trial (``trial_to_json``'s ``data``) with its Python objects,
+    or None when its JSON copy (``data["config"]``) is the config.
+
+    A config that JSON holds exactly (``"config_pickled": false`` in the state) is taken
+    from JSON and ``params.pkl`` is not read. Otherwise the JSON copy has strings for
+    what JSON cannot hold, and the original is in ``params.pkl``: it is loaded when
+    ``trusted``; else ``strict`` raises and a lenient reader gets the JSON copy (with a
+    warning). State written before ``config_pickled`` existed loads ``params.pkl`` only
+    when ``trusted``.
+
+    Raises:
+        UntrustedPickleError: ``strict``, the config needs ``params.pkl``, and it is not
+            ``trusted``.
+    """
+    pickled = data.get("config_pickled")
+    if pickled is False or not data.get("logdir"):
+        return None
+    path = os.path.join(data["logdir"], "params.pkl")
+    if trusted:
+        try:
+            return load_pickled_config(data["logdir"], trusted=True)
+        except OSError as exc:  # e.g. UnsafeFileError: not this user's
+            if strict:
+                raise
+            trial_id = data.get("trial_id")
+            log.warning("config of trial %s not loaded from %s: %s", trial_id, path, exc)
+            return None
+    if pickled:
+        if strict:
+            raise UntrustedPickleError(path, opt_in)
+        log.warning(
+            "trial %s: its config has values JSON cannot hold; they are shown as strings "
+            "because %s is a pickle, loaded only with %s",
+            data.get("trial_id"),
+            path,
+            opt_in,
+        )
+    return None

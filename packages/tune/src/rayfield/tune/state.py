@@ -12,6 +12,12 @@ to ``finished_trials.jsonl``; ``experiment_state.json`` holds the unfinished tri
 A save thus costs the unfinished trials, not the whole history, and the driver keeps no
 encoded copy of finished trials. :func:`load_state` returns both parts merged, finished
 trials first.
+
+The experiment directory is mode 0700 and both files 0600; they are read only when they
+are this user's alone (:mod:`rayfield.util.private_files`). A trial's config is kept as
+JSON; ``"config_pickled": true`` says that JSON could not hold it exactly, and its Python
+objects are in the trial's ``params.pkl`` (read only when trusted, see
+:func:`rayfield.tune.logger.saved_config`).
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from typing import Any
 
+from rayfield.tune.pickles import json_exact
 from rayfield.tune.trial import Resources, Trial, TrialCheckpoint
+from rayfield.util import private_files
 
 __all__ = [
     "FINISHED_FILE",
@@ -70,6 +77,8 @@ def trial_to_json(trial: Trial) -> dict[str, Any]:
         "trial_id": trial.trial_id,
         "trainable_name": trial.trainable_name,
         "config": _jsonable(trial.config),
+        # numpy numbers come back as the equal Python numbers: close enough to rerun.
+        "config_pickled": not json_exact(trial.config, numpy_scalars=True),
         "experiment_tag": trial.experiment_tag,
         "local_dir": trial.local_dir,
         "logdir": trial.logdir,
@@ -192,23 +201,19 @@ def write_state(experiment_dir: str, state: dict[str, Any]) -> str:
 def write_state_text(experiment_dir: str, text: str) -> str:
     """Write the encoded state ``text`` to ``<experiment_dir>/experiment_state.json``.
 
-    The JSON goes to a temporary file in the same directory, is flushed to disk, then
-    renamed over the old file: a reader (or a resume after a kill) sees the old or the new
-    state, never a partial one.
+    The JSON goes to a temporary file (mode 0600) in the same directory, is flushed to
+    disk, then renamed over the old file: a reader (or a resume after a kill) sees the old
+    or the new state, never a partial one.
+
+    Raises:
+        UnsafeFileError: the directory (made mode 0700) is not this user's alone.
     """
-    os.makedirs(experiment_dir, exist_ok=True)
+    private_files.ensure_private_dir(experiment_dir)
     target = os.path.join(experiment_dir, STATE_FILE)
-    fd, tmp = tempfile.mkstemp(prefix=".experiment_state-", dir=experiment_dir)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with private_files.atomic_write(target) as f:
+        f.write(text.encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())
     return target
 
 
@@ -219,9 +224,12 @@ def append_finished(experiment_dir: str, lines: bytes, offset: int) -> None:
     lines a killed driver wrote after that state are dropped (their trials are still
     unfinished in it). The data is flushed to disk before this returns, so a state
     written afterwards never counts bytes that are not there.
+
+    Raises:
+        UnsafeFileError: the directory or the file is not this user's alone.
     """
-    os.makedirs(experiment_dir, exist_ok=True)
-    with open(os.path.join(experiment_dir, FINISHED_FILE), "ab") as f:
+    private_files.ensure_private_dir(experiment_dir)
+    with private_files.open_private(os.path.join(experiment_dir, FINISHED_FILE), "ab") as f:
         if f.tell() != offset:
             f.truncate(offset)
             f.seek(offset)
@@ -238,17 +246,22 @@ def load_state(experiment_dir: str) -> dict[str, Any] | None:
     ``state["finished"]["count"]`` says how many there are.
 
     Raises:
-        TuneError: the state counts more finished-trial bytes than the file has.
+        TuneError: the state counts more finished-trial bytes than the file has, or is
+            not an experiment state.
+        UnsafeFileError: a file (or a directory above) is not this user's alone.
     """
     path = os.path.join(experiment_dir, STATE_FILE)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return None
-    with open(path) as f:
-        data: dict[str, Any] = json.load(f)
+    data: dict[str, Any] = private_files.read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("trials"), list):
+        from rayfield.tune.error import TuneError
+
+        raise TuneError(f"{path} is not an experiment state (no list of trials)")
     finished = data.get("finished")
     if finished:
         size = int(finished["bytes"])
-        with open(os.path.join(experiment_dir, finished["file"]), "rb") as f:
+        with private_files.open_private(os.path.join(experiment_dir, FINISHED_FILE), "rb") as f:
             raw = f.read(size)
         if len(raw) != size:
             from rayfield.tune.error import TuneError

@@ -19,6 +19,9 @@ What does the copying (``sync_to_cloud`` / ``SyncConfig.syncer``):
 * a :class:`Syncer` instance.
 
 Uploads run on the driver's writer thread, after the files they copy were flushed.
+A download makes the local experiment directory mode 0700; the built-in syncers write
+its files 0600. What a download brings is someone else's copy as far as pickles go:
+resuming from it loads none without ``trusted=True`` (see :mod:`rayfield.tune.pickles`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from rayfield.tune.error import TuneError
+from rayfield.util import private_files
 
 __all__ = [
     "CommandSyncer",
@@ -140,7 +144,7 @@ class CommandSyncer(Syncer):
 
     def sync_down(self, remote_dir: str, local_dir: str) -> None:
         # The classic template names the sides: a download swaps what fills them.
-        os.makedirs(local_dir, exist_ok=True)
+        private_files.ensure_private_dir(local_dir)  # the experiment directory: 0700
         self._run(remote_dir, local_dir, remote_dir, local_dir)
 
 
@@ -163,7 +167,7 @@ class FunctionSyncer(Syncer):
         self._call(local_dir, remote_dir)
 
     def sync_down(self, remote_dir: str, local_dir: str) -> None:
-        os.makedirs(local_dir, exist_ok=True)
+        private_files.ensure_private_dir(local_dir)  # the experiment directory: 0700
         self._call(remote_dir, local_dir)
 
 
@@ -227,7 +231,16 @@ class FileSyncer(_Incremental):
         source = self._path(remote_dir)
         if not os.path.isdir(source):
             raise TuneError(f"nothing to download: {remote_dir} is not a directory")
-        shutil.copytree(source, local_dir, dirs_exist_ok=True)
+        for dirpath, _dirs, files in os.walk(source):
+            # The copy is this user's: directories 0700, files 0600, whatever the source's.
+            target = os.path.join(local_dir, os.path.relpath(dirpath, source))
+            private_files.ensure_private_dir(target)
+            for name in files:
+                with (
+                    open(os.path.join(dirpath, name), "rb") as src,
+                    private_files.open_private(os.path.join(target, name), "wb") as dst,
+                ):
+                    shutil.copyfileobj(src, dst)
 
 
 class S3Syncer(_Incremental):
@@ -283,7 +296,7 @@ class S3Syncer(_Incremental):
                     if not rel or rel.endswith("/") or ".." in rel.split("/"):
                         continue
                     target = os.path.join(local_dir, *rel.split("/"))
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    private_files.ensure_private_dir(os.path.dirname(target))
                     self.client.download_file(bucket, obj["Key"], target)
                     found += 1
         except TuneError:

@@ -5,6 +5,11 @@ Tune calls ``train()`` once per iteration; it runs the user's ``step()`` (classi
 and ``restore_from_object`` move a checkpoint as a blob (see :mod:`rayfield.tune.checkpoint`),
 so the driver stores it and any actor can restore it.
 
+A checkpoint saved as a dict is kept as JSON when its values are plain JSON, else pickled.
+A blob is trusted as it is (it comes from ``save_to_object`` or from
+:func:`read_checkpoint_dir`, which refuses pickles unless told ``trusted=True``);
+``restore(path)`` reads a directory and needs ``trusted=True`` for pickles in it.
+
 Hook pairs (a subclass overrides either spelling):
 
 ========================  ========================
@@ -23,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import os
-import pickle
 import shutil
 import socket
 import tempfile
@@ -33,13 +37,20 @@ from typing import Any
 
 from rayfield.tune import result as R
 from rayfield.tune.checkpoint import (
-    _DICT_FILE,
+    DICT_PICKLE,
+    LEGACY_METADATA_FILE,
     METADATA_FILE,
+    TUNE_FILES,
+    has_dict,
     pack_directory,
+    read_dict,
     unpack_directory,
+    write_dict,
 )
 from rayfield.tune.error import TuneError
 from rayfield.tune.ids import random_hex
+from rayfield.tune.pickles import UntrustedPickleError, load_pickle
+from rayfield.util import private_files
 
 __all__ = ["Trainable"]
 
@@ -91,9 +102,9 @@ class Trainable:
 
     def _enter_logdir(self) -> None:
         try:
-            os.makedirs(self._logdir, exist_ok=True)
+            private_files.ensure_private_dir(self._logdir)  # mode 0700
             os.chdir(self._logdir)
-        except OSError:  # a driver-side path that this node cannot write
+        except OSError:  # a driver-side path that this node cannot write (or not private)
             pass
 
     def _setup_hook(self, config: dict[str, Any]) -> None:
@@ -215,8 +226,7 @@ class Trainable:
         try:
             saved = self._save_hook(tmp)
             if isinstance(saved, dict):
-                with open(os.path.join(tmp, _DICT_FILE), "wb") as f:
-                    pickle.dump(saved, f)
+                write_dict(tmp, saved)  # JSON when it can be, else a pickle
                 rel: str | None = None
             elif isinstance(saved, str):
                 full = os.path.abspath(saved)
@@ -251,7 +261,14 @@ class Trainable:
         }
 
     def restore_from_object(self, blob: dict[str, Any]) -> None:
-        """Restore the state saved by :meth:`save_to_object` (on any actor)."""
+        """Restore the state saved by :meth:`save_to_object` (on any actor).
+
+        The blob is trusted: it comes from :meth:`save_to_object` or from
+        :func:`read_checkpoint_dir`, which checked it. A dict saved as a pickle is loaded.
+
+        Raises:
+            ValueError: the metadata names a path outside the checkpoint.
+        """
         tmp = tempfile.mkdtemp(prefix="tune-restore-")
         try:
             unpack_directory(blob["files"], tmp)
@@ -263,33 +280,42 @@ class Trainable:
             self._episodes_total = meta["episodes_total"]
             self._restored_counters()
             if meta["saved_as_dict"]:
-                with open(os.path.join(tmp, _DICT_FILE), "rb") as f:
-                    arg: Any = pickle.load(f)
+                arg: Any = read_dict(tmp, trusted=True, opt_in="")
             else:
-                arg = os.path.normpath(os.path.join(tmp, meta["relpath"]))
+                arg = _inside(tmp, meta["relpath"])
             self._restore_hook(arg)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def save(self, checkpoint_dir: str | None = None) -> str:
-        """Save to ``<checkpoint_dir or logdir>/checkpoint_<iteration>/``; returns that dir."""
-        target = os.path.join(checkpoint_dir or self._logdir, f"checkpoint_{self._iteration}")
-        blob = self.save_to_object()
-        unpack_directory(blob["files"], target)
-        with open(os.path.join(target, METADATA_FILE), "wb") as f:
-            pickle.dump(blob["meta"], f)
-        return target
+        """Save to ``<checkpoint_dir or logdir>/checkpoint_<iteration>/`` (mode 0700, with
+        its metadata in ``.tune_metadata.json``); returns that dir.
 
-    def restore(self, checkpoint_path: str) -> None:
+        Raises:
+            UnsafeFileError: the directory is not this user's alone.
+        """
+        target = os.path.join(checkpoint_dir or self._logdir, f"checkpoint_{self._iteration}")
+        return write_checkpoint_dir(self.save_to_object(), target)
+
+    def restore(self, checkpoint_path: str, *, trusted: bool = False) -> None:
         """Restore from a directory written by :meth:`save` (or by the driver).
+
+        Args:
+            checkpoint_path: the checkpoint directory (or a file in it).
+            trusted: the directory is yours: a dict checkpoint saved as a pickle
+                (``checkpoint_dict.pkl``) or the pickled ``.tune_metadata`` of an older
+                checkpoint may be loaded. Without it they are refused.
 
         Raises:
             FileNotFoundError: no Tune metadata in ``checkpoint_path``.
+            UntrustedPickleError: it holds a pickle Tune would load, without ``trusted``.
+            UnsafeFileError: its files are not this user's alone.
         """
         path = (
             checkpoint_path if os.path.isdir(checkpoint_path) else os.path.dirname(checkpoint_path)
         )
-        self.restore_from_object(read_checkpoint_dir(path))
+        opt_in = "Trainable.restore(path, trusted=True)"
+        self.restore_from_object(read_checkpoint_dir(path, trusted=trusted, opt_in=opt_in))
 
     def delete_checkpoint(self, checkpoint_path: str) -> None:
         path = (
@@ -305,7 +331,7 @@ class Trainable:
         """
         formats = [export_formats] if isinstance(export_formats, str) else list(export_formats)
         target = export_dir or self._logdir
-        os.makedirs(target, exist_ok=True)
+        private_files.ensure_private_dir(target)
         exported = dict(self._export_model(formats, target))
         if "checkpoint" in formats and "checkpoint" not in exported:
             exported["checkpoint"] = self.save(target)
@@ -439,27 +465,96 @@ class Trainable:
         return {}
 
 
-def read_checkpoint_dir(path: str) -> dict[str, Any]:
+_META_KEYS = {
+    "experiment_id": (str,),
+    "iteration": (int,),
+    "timesteps_total": (int, float, type(None)),
+    "time_total": (int, float),
+    "episodes_total": (int, float, type(None)),
+    "saved_as_dict": (bool,),
+    "relpath": (str, type(None)),
+}
+
+
+def _inside(root: str, rel: Any) -> str:
+    """``root/rel``, refused when ``rel`` is not a relative path staying in ``root``."""
+    if not isinstance(rel, str) or os.path.isabs(rel):
+        raise ValueError(f"checkpoint path {rel!r} is not a path relative to the checkpoint")
+    full = os.path.normpath(os.path.join(root, rel))
+    if full != os.path.normpath(root) and not full.startswith(os.path.normpath(root) + os.sep):
+        raise ValueError(f"checkpoint path {rel!r} leads outside the checkpoint")
+    return full
+
+
+def _check_meta(meta: Any, path: str) -> dict[str, Any]:
+    if not isinstance(meta, dict) or any(
+        not isinstance(meta.get(k), types) for k, types in _META_KEYS.items()
+    ):
+        expected = ", ".join(_META_KEYS)
+        raise TuneError(f"{path} is not Tune checkpoint metadata (a JSON object of {expected})")
+    if meta["relpath"] is not None:
+        _inside("/checkpoint", meta["relpath"])
+    return meta
+
+
+def checkpoint_pickles(path: str) -> list[str]:
+    """The pickles :func:`read_checkpoint_dir` and a restore would load from the
+    checkpoint directory ``path``: the pickled metadata of an older checkpoint (when there
+    is no ``.tune_metadata.json``) and a pickled dict."""
+    found = []
+    if not os.path.lexists(os.path.join(path, METADATA_FILE)):
+        found.append(os.path.join(path, LEGACY_METADATA_FILE))
+    found.append(os.path.join(path, DICT_PICKLE))
+    return [p for p in found if os.path.lexists(p)]
+
+
+def read_checkpoint_dir(
+    path: str, *, trusted: bool = False, opt_in: str = "trusted=True"
+) -> dict[str, Any]:
     """The blob of a checkpoint directory written by ``Trainable.save`` or the driver.
 
+    The metadata is read from ``.tune_metadata.json``. Pickles Tune would load later are
+    refused unless ``trusted``: the pickled ``.tune_metadata`` of an older checkpoint and
+    a dict saved as ``checkpoint_dict.pkl``.
+
+    Args:
+        path: the checkpoint directory.
+        trusted: the caller trusts the directory's pickles.
+        opt_in: how the caller's user says so, for the error.
+
     Raises:
-        FileNotFoundError: no ``.tune_metadata`` file in ``path``.
+        FileNotFoundError: no Tune metadata in ``path``.
+        UntrustedPickleError: a pickle Tune would load, without ``trusted``.
+        UnsafeFileError: the metadata file is not this user's alone.
+        TuneError: the metadata is not what Tune writes.
     """
     meta_file = os.path.join(path, METADATA_FILE)
-    if not os.path.exists(meta_file):
+    legacy = os.path.join(path, LEGACY_METADATA_FILE)
+    if os.path.lexists(meta_file):
+        meta = _check_meta(private_files.read_json(meta_file, max_bytes=1 << 20), meta_file)
+    elif os.path.lexists(legacy):
+        meta = _check_meta(load_pickle(legacy, trusted=trusted, opt_in=opt_in), legacy)
+    else:
         raise FileNotFoundError(f"{path} is not a Tune checkpoint (no {METADATA_FILE})")
-    with open(meta_file, "rb") as f:
-        meta = pickle.load(f)
+    if meta["saved_as_dict"] and not has_dict(path):
+        raise TuneError(f"{path}: the metadata says a dict was saved, but none is there")
+    if not trusted and checkpoint_pickles(path):
+        raise UntrustedPickleError(checkpoint_pickles(path)[0], opt_in)
     files = pack_directory(path)
-    files.pop(METADATA_FILE, None)
+    for name in TUNE_FILES:
+        files.pop(name, None)
     return {"files": files, "meta": meta}
 
 
 def write_checkpoint_dir(blob: dict[str, Any], path: str) -> str:
-    """Write a blob into ``path`` with its metadata; returns ``path``."""
+    """Write a blob into ``path`` (mode 0700) with its metadata as JSON
+    (``.tune_metadata.json``, 0600); returns ``path``.
+
+    Raises:
+        UnsafeFileError: ``path`` or a directory above it is not this user's alone.
+    """
     unpack_directory(blob["files"], path)
-    with open(os.path.join(path, METADATA_FILE), "wb") as f:
-        pickle.dump(blob["meta"], f)
+    private_files.write_json(os.path.join(path, METADATA_FILE), blob["meta"])
     return path
 
 

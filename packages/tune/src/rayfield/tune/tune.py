@@ -10,6 +10,7 @@ the end) so that ``resume=True`` continues a killed run.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,13 +18,15 @@ from typing import Any
 import rayfield
 from rayfield.tune import dashboard
 from rayfield.tune.analysis import ExperimentAnalysis
+from rayfield.tune.arguments import check_scheduler, check_search_alg, check_time_budget
 from rayfield.tune.callback import Callback
 from rayfield.tune.driver_sync import DriverSync
 from rayfield.tune.error import TuneError
-from rayfield.tune.executor import ActorExecutor, _supports_reset
+from rayfield.tune.executor import TRUST_OPT_IN, ActorExecutor, _supports_reset
 from rayfield.tune.experiment import Experiment, convert_to_experiment_list
 from rayfield.tune.function_trainable import FunctionTrainable
-from rayfield.tune.logger import LoggerCallback, load_pickled_config
+from rayfield.tune.logger import LoggerCallback, saved_config
+from rayfield.tune.pickles import UntrustedPickleError
 from rayfield.tune.progress import CLIReporter, StatusPrinter, status_string
 from rayfield.tune.runner import TrialRunner
 from rayfield.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
@@ -42,8 +45,10 @@ from rayfield.tune.state import (
 )
 from rayfield.tune.stopper import TimeoutStopper, _Combined
 from rayfield.tune.syncer import CloudSync, SyncConfig, get_syncer, remote_dir_of
+from rayfield.tune.trainable import checkpoint_pickles
 from rayfield.tune.trial import Trial
 from rayfield.tune.writer import BackgroundWriter
+from rayfield.util import private_files
 
 __all__ = ["run", "run_experiments"]
 
@@ -93,6 +98,7 @@ def run(
     with_server: bool = False,
     server_port: int = 4321,
     ray_auto_init: bool = True,
+    trusted: bool = False,
     **unsupported: Any,
 ) -> Any:
     """Run one experiment until every trial ends; blocks.
@@ -104,13 +110,15 @@ def run(
         metric, mode: the default metric and ``"min"``/``"max"`` for schedulers,
             searchers and the returned analysis.
         stop: ``{metric: threshold}``, ``f(trial_id, result) -> bool`` or a ``Stopper``.
-        time_budget_s: stop the whole experiment after this many seconds.
+        time_budget_s: stop the whole experiment after this many seconds (> 0, or a
+            ``datetime.timedelta``).
         config: the search space.
         resources_per_trial: ``{"cpu": 1, "gpu": 0, "extra_cpu": 0, <custom>: n}``.
         num_samples: how often the space is sampled (a grid is repeated).
         local_dir, storage_path: results root (default ``~/rayfield_results``).
         search_alg: a SearchAlgorithm or a Searcher (default grid/random search).
-        scheduler: a TrialScheduler (default FIFO).
+        scheduler: a TrialScheduler instance (default FIFO; a name such as ``"asha"`` is
+            not resolved).
         keep_checkpoints_num, checkpoint_score_attr, checkpoint_freq, checkpoint_at_end:
             the checkpoint policy of every trial.
         verbose: 0 silent, 1 status table, 2 also results.
@@ -150,6 +158,14 @@ def run(
             :mod:`rayfield.tune.driver_sync`).
         with_server, server_port: serve the trials over REST on loopback (see
             :mod:`rayfield.tune.web_server`; 0 picks a free port).
+        trusted: the experiment directory (with ``resume``) and the ``restore``
+            checkpoint are yours, so Tune may load the pickles in them: a trial's
+            ``params.pkl`` (a config JSON cannot hold: functions, classes, tuples...),
+            a checkpoint dict saved as ``checkpoint_dict.pkl``, the pickled
+            ``.tune_metadata`` of older checkpoints. Without it, a resume or restore
+            that needs one raises :class:`~rayfield.tune.pickles.UntrustedPickleError`
+            (loading a pickle runs any code its author put in it). Checkpoints this run
+            wrote itself need no opt-in.
 
     Returns:
         An :class:`ExperimentAnalysis` (iterating it gives the trials, as the classic
@@ -159,11 +175,22 @@ def run(
         TuneError: failed trials (with ``raise_on_failed_trial``), bad arguments, a stop
             criterion missing from the results, or a trial that needs more resources than
             the cluster has.
+        ValueError: ``time_budget_s`` not > 0 (or NaN), ``max_failures`` below -1, an
+            empty ``grid_search``.
+        TypeError: ``scheduler`` not a TrialScheduler, ``search_alg`` not a Searcher or
+            SearchAlgorithm, ``time_budget_s`` not a number or timedelta.
+        UntrustedPickleError: (a TuneError) ``resume`` or ``restore`` needs a pickle and
+            ``trusted`` is False.
+        UnsafeFileError: the experiment directory (made mode 0700) or a file Tune keeps
+            in it is not this user's alone.
     """
     if unsupported:
         raise TuneError(
             f"tune.run() got arguments rayfield-tune does not support: {sorted(unsupported)}"
         )
+    check_scheduler(scheduler)
+    check_search_alg(search_alg)
+    budget_s = check_time_budget(time_budget_s)
     if sync_config is not None and upload_dir is None:
         upload_dir = sync_config.upload_dir
     if sync_to_cloud is not None and sync_function is not None:
@@ -208,8 +235,8 @@ def run(
     scheduler.set_search_properties(metric, mode)
     search_alg.set_search_properties(metric, mode)
     stopper = experiment.stopper
-    if time_budget_s is not None:
-        timeout = TimeoutStopper(time_budget_s)
+    if budget_s is not None:
+        timeout = TimeoutStopper(budget_s)
         stopper = _Combined(stopper, timeout) if stopper else timeout
     is_function = issubclass(experiment.trainable_cls, FunctionTrainable)
     if reuse_actors is None:  # on when the trainable can take another trial's config
@@ -239,25 +266,23 @@ def run(
         max_pending=1,
         queue_trials=queue_trials,
     )
-    cloud = _cloud_sync(experiment, sync_config)
-    if cloud is not None and resume and load_state(experiment.path) is None:
-        try:  # nothing here to resume: the cloud copy may have it
-            cloud.download()
-        except TuneError as exc:
-            log.info("no experiment to resume at %s: %s", cloud.remote_dir, exc)
-    if _should_resume(resume, experiment.path):
-        _restore_runner(runner, search_alg, experiment)
-    search_alg.add_configurations([experiment])
-    pacing = sync_config or SyncConfig()
-    driver_sync = DriverSync(sync_to_driver, pacing.sync_period, pacing.sync_on_checkpoint)
-    executor = ActorExecutor(
-        reuse_actors=reuse_actors, buffer_results=buffer, driver_sync=driver_sync
-    )
-    server = None
-    if with_server:
-        from rayfield.tune.web_server import TuneServer
-
-        server = TuneServer(runner, experiment.path, server_port)
+    try:  # until the loop runs: a failed setup must not leave the writer's thread behind
+        cloud, executor, server = _set_up(
+            runner,
+            search_alg,
+            experiment,
+            sync_config,
+            resume,
+            trusted,
+            sync_to_driver,
+            reuse_actors,
+            buffer,
+            with_server,
+            server_port,
+        )
+    except BaseException:
+        writer.close()
+        raise
     loop = _DriverLoop(runner, executor, experiment.path, global_checkpoint_period, verbose, writer)
     loop.server = server
     loop.cloud = cloud
@@ -416,6 +441,50 @@ class _DriverLoop:
         )
 
 
+def _set_up(
+    runner: TrialRunner,
+    search_alg: SearchAlgorithm,
+    experiment: Experiment,
+    sync_config: SyncConfig | None,
+    resume: bool | str,
+    trusted: bool,
+    sync_to_driver: Any,
+    reuse_actors: bool,
+    buffer: int,
+    with_server: bool,
+    server_port: int,
+) -> tuple[CloudSync | None, ActorExecutor, Any]:
+    """The experiment directory (0700), its resumed trials, the executor and the server.
+
+    Raises:
+        UntrustedPickleError: see :func:`run`'s ``trusted``.
+        UnsafeFileError: the experiment directory is not this user's alone.
+    """
+    cloud = _cloud_sync(experiment, sync_config)
+    if cloud is not None and resume and load_state(experiment.path) is None:
+        try:  # nothing here to resume: the cloud copy may have it
+            cloud.download()
+        except TuneError as exc:
+            log.info("no experiment to resume at %s: %s", cloud.remote_dir, exc)
+    private_files.ensure_private_dir(experiment.path)
+    if _should_resume(resume, experiment.path):
+        _restore_runner(runner, search_alg, experiment, trusted)
+    if not trusted:
+        _refuse_untrusted_checkpoints(runner, experiment)
+    search_alg.add_configurations([experiment])
+    pacing = sync_config or SyncConfig()
+    driver_sync = DriverSync(sync_to_driver, pacing.sync_period, pacing.sync_on_checkpoint)
+    executor = ActorExecutor(
+        reuse_actors=reuse_actors, buffer_results=buffer, driver_sync=driver_sync, trusted=trusted
+    )
+    server = None
+    if with_server:
+        from rayfield.tune.web_server import TuneServer
+
+        server = TuneServer(runner, experiment.path, server_port)
+    return cloud, executor, server
+
+
 def _cloud_sync(experiment: Experiment, sync_config: SyncConfig | None) -> CloudSync | None:
     """The experiment's cloud copy, when it has an ``upload_dir``."""
     if not experiment.upload_dir:
@@ -450,21 +519,47 @@ def _should_resume(resume: bool | str, path: str) -> bool:
 
 
 def _restore_runner(
-    runner: TrialRunner, search_alg: SearchAlgorithm, experiment: Experiment
+    runner: TrialRunner, search_alg: SearchAlgorithm, experiment: Experiment, trusted: bool
 ) -> None:
-    """Put the saved trials back into ``runner`` (unfinished ones restart)."""
+    """Put the saved trials back into ``runner`` (unfinished ones restart).
+
+    Raises:
+        UntrustedPickleError: the config of a trial that runs again is in its
+            ``params.pkl`` and ``trusted`` is False.
+    """
     state = load_state(experiment.path)
     assert state is not None
     finished = state.get("finished") or {}
     in_file = int(finished.get("count", 0))
     for i, saved in enumerate(state["trials"]):
         data = rebase_trial(saved, experiment.path)  # restored into another directory
-        trial = trial_from_json(data, load_pickled_config(data["logdir"]))
+        # A trial that runs again needs its exact config; a finished one shows its JSON copy.
+        again = data["status"] not in (Trial.TERMINATED, Trial.ERROR)
+        config = saved_config(data, trusted=trusted, opt_in=TRUST_OPT_IN, strict=again)
+        trial = trial_from_json(data, config)
         runner.add_trial(trial, persisted=i < in_file)
         if trial.is_finished():
             trial.compact()
     runner.set_persisted_bytes(int(finished.get("bytes", 0)))
     search_alg.set_state(state.get("search_alg", {}))
+
+
+def _refuse_untrusted_checkpoints(runner: TrialRunner, experiment: Experiment) -> None:
+    """Fail before anything runs when a checkpoint this run would restore from disk (a
+    resumed trial's, or ``restore``) holds a pickle, without ``trusted``.
+
+    Raises:
+        UntrustedPickleError: the first such pickle.
+    """
+    paths = [experiment.restore] if experiment.restore else []
+    for trial in runner.get_trials():
+        checkpoint = trial.checkpoint
+        if not trial.is_finished() and checkpoint is not None and checkpoint.storage == "disk":
+            paths.append(checkpoint.value)
+    for path in paths:
+        found = checkpoint_pickles(path) if os.path.isdir(path) else []
+        if found:
+            raise UntrustedPickleError(found[0], TRUST_OPT_IN)
 
 
 def run_experiments(

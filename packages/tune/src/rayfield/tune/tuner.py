@@ -102,6 +102,7 @@ class Tuner:
         tune_config: TuneConfig | None = None,
         run_config: RunConfig | None = None,
         _resume: bool = False,
+        _trusted: bool = False,
     ) -> None:
         if trainable is None:
             raise TuneError("Tuner() needs a trainable: a function or a Trainable class")
@@ -110,6 +111,7 @@ class Tuner:
         self.tune_config = tune_config or TuneConfig()
         self.run_config = run_config or RunConfig()
         self._resume = _resume
+        self._trusted = _trusted
 
     @classmethod
     def restore(
@@ -120,6 +122,7 @@ class Tuner:
         param_space: dict[str, Any] | None = None,
         tune_config: TuneConfig | None = None,
         run_config: RunConfig | None = None,
+        trusted: bool = False,
         **_: Any,
     ) -> Tuner:
         """A Tuner that continues the experiment saved in ``path`` when fitted.
@@ -134,6 +137,10 @@ class Tuner:
                 uploading to ``<upload_dir>``.
             trainable, param_space, tune_config, run_config: as for ``Tuner()``; the
                 run config's name and storage path are set from ``path``.
+            trusted: the experiment is yours: ``fit()`` may load the pickles in it
+                (configs JSON cannot hold, pickled checkpoint dicts), as
+                ``tune.run(..., trusted=True)``. Without it such a pickle raises
+                ``UntrustedPickleError`` when ``fit()`` resumes.
 
         Raises:
             TuneError: ``path`` (or its download) holds no experiment state, or the
@@ -153,6 +160,7 @@ class Tuner:
             tune_config=tune_config,
             run_config=run_config,
             _resume=True,
+            _trusted=trusted,
         )
 
     @classmethod
@@ -193,6 +201,7 @@ class Tuner:
             raise_on_failed_trial=False,
             max_concurrent_trials=tc.max_concurrent_trials,
             sync_config=rc.sync_config,
+            trusted=self._trusted,
         )
         assert isinstance(analysis, ExperimentAnalysis)
         return ResultGrid(analysis)

@@ -5,21 +5,29 @@ The server answers on loopback, in a daemon thread of the driver, with JSON:
 * ``GET /trials``: ``{"trials": [info, ...]}``;
 * ``GET /trials/<id>``: ``{"trial": info}`` (404 if unknown);
 * ``POST /trials`` with ``{"name": ..., "spec": {...}}``: queues the trials of that
-  spec (``run`` names a registered trainable), 201 with their ids;
+  spec (``run`` names a registered trainable), 201 with their ids. The spec is data
+  only, its paths inside the experiment directory (see :mod:`rayfield.tune.rest_spec`):
+  a body over 1 MiB is answered 413, anything else it refuses 400;
 * ``PUT /trials/<id>``: asks the runner to stop that trial.
 
 ``info`` is ``{"id", "trainable_name", "config", "status", "result"}`` (config and last
-result as JSON). Every request needs ``Authorization: Bearer <token>``, like every other
-endpoint of the project: a request without one gets 401, one with another token 403.
-The token is the cluster's token (``rayfield.util.cluster.find_token``) when the driver
-is connected to a cluster (``rayfield.init(address=...)``); a driver with the embedded
-local runtime has no cluster token, and its server makes a random one (256 bits). The
-server's address is written to ``<experiment dir>/.tune_server.json`` (mode 0600), with
-the random token but never with the cluster's. ``TuneClient`` sends the token it is
-given, else the one of ``.tune_server.json`` (``from_experiment_dir``), else the
-cluster's (``$RAYFIELD_TOKEN``, or the head's session on this machine). Nothing in a
-request is ever unpickled. Requests that change the experiment are queued and applied
-by the driver loop (:meth:`TuneServer.apply_requests`).
+result as JSON). Nothing in a request is ever unpickled or evaluated, and an error while
+handling one is answered 4xx with its message (no traceback); the server goes on.
+
+Every request needs ``Authorization: Bearer <token>``: without one it gets 401, with
+another token 403. The server makes a random token (256 bits) and writes it with its
+address to ``<experiment dir>/.tune_server.json`` (mode 0600, in the experiment's 0700
+directory; removed at shutdown). It also takes the token given to it, or else, when the
+driver is connected to a cluster (``rayfield.init(address=...)``), the cluster's token
+(``rayfield.util.cluster.find_token``), which is never written anywhere.
+
+``TuneClient`` sends a token only when it has one it can trust: the one it is given
+(``token=``), or the one of a ``.tune_server.json`` that passes the ownership check
+(this user's, not writable by others, in directories only this user or root can change:
+:func:`rayfield.util.private_files.read_json`). It never looks up the cluster token by
+itself: anything may listen on an address, and the request goes in plain HTTP.
+Requests that change the experiment are queued and applied by the driver loop
+(:meth:`TuneServer.apply_requests`).
 """
 
 from __future__ import annotations
@@ -30,13 +38,14 @@ import os
 import queue
 import secrets
 import threading
-import urllib.error
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from rayfield.tune.error import TuneError
+from rayfield.tune.rest_spec import MAX_BODY_BYTES, check_request
 from rayfield.tune.state import _jsonable
+from rayfield.tune.tune_client import DEFAULT_PORT, TOKEN_FILE, TuneClient
+from rayfield.util import private_files
 
 if TYPE_CHECKING:
     from rayfield.tune.runner import TrialRunner
@@ -44,8 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_PORT", "TOKEN_FILE", "TuneClient", "TuneServer", "cluster_token"]
 
-DEFAULT_PORT = 4321
-TOKEN_FILE = ".tune_server.json"
+_MAX_DRAIN_BYTES = 8 << 20  # a body up to this size is read before a 413
 
 
 def _info(trial: Trial) -> dict[str, Any]:
@@ -85,30 +93,25 @@ def cluster_token() -> str | None:
     return token
 
 
-def _client_token() -> str:
-    """The cluster token a client sends when it was given none ('' when none is found)."""
-    from rayfield.util import cluster
-
-    try:
-        token: str = cluster.find_token()
-    except Exception:  # no cluster here (ClusterError) or an unsafe session directory
-        return ""
-    return token
-
-
 class TuneServer:
     """Serves the runner's trials over HTTP on ``127.0.0.1:port`` (0: any free port).
 
     Args:
         runner: the experiment's runner.
-        experiment_dir: where the address file is written.
+        experiment_dir: the experiment's directory (made mode 0700), where the address
+            file is written and inside which requests may place trials.
         port: the TCP port.
-        token: the token requests must carry; default the cluster's token
-            (:func:`cluster_token`), or a random one without a cluster.
+        token: a token requests may carry besides the server's own random one; default
+            the cluster's token (:func:`cluster_token`) when connected to a cluster.
+
+    Attributes:
+        token: the server's own token, written to the address file.
+        uses_cluster_token: whether the cluster's token is taken too.
 
     Raises:
         OSError: the port is taken.
         ClusterError: connected to a cluster whose token cannot be found.
+        UnsafeFileError: the experiment directory is not this user's alone.
     """
 
     def __init__(
@@ -119,110 +122,43 @@ class TuneServer:
         token: str | None = None,
     ) -> None:
         self.runner = runner
+        self.experiment_dir = experiment_dir
         self.uses_cluster_token = False
         if token is None:
             token = cluster_token()
             self.uses_cluster_token = token is not None
-        self.token = token or secrets.token_hex(32)
-        os.makedirs(experiment_dir, exist_ok=True)
+        self.token = secrets.token_hex(32)
+        self._accepted = [t.encode() for t in (self.token, token) if t]
+        private_files.ensure_private_dir(experiment_dir)
         self.token_file = os.path.join(experiment_dir, TOKEN_FILE)
         self._requests: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
-        tmp = self.token_file + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            info = {"address": f"127.0.0.1:{self.port}"}
-            if self.uses_cluster_token:
-                info["token_source"] = "cluster"  # the cluster's secret is not copied
-            else:
-                info["token"] = self.token
-            json.dump(info, f)
-        os.replace(tmp, self.token_file)  # a reader sees the whole file or none
+        try:  # 0600, replaced atomically: a reader sees the whole file or none
+            info = {"address": f"127.0.0.1:{self.port}", "token": self.token}
+            private_files.write_json(self.token_file, info)
+        except BaseException:
+            self._httpd.server_close()
+            raise
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, daemon=True, name="tune-server"
         )
         self._thread.start()
 
+    def _authorized(self, given: str) -> bool:
+        token = given[7:].strip().encode() if given.startswith("Bearer ") else b""
+        # Compare with every accepted token, so the time taken does not tell which.
+        return bool(token) and sum(hmac.compare_digest(token, t) for t in self._accepted) > 0
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
+        return _handler_class(self)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def _reply(self, code: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _authorized(self) -> bool:
-                given = self.headers.get("Authorization", "")
-                where = (
-                    "the cluster token"
-                    if server.uses_cluster_token
-                    else f"the token in {TOKEN_FILE} of the experiment directory"
-                )
-                if not given.startswith("Bearer ") or not given[7:].strip():
-                    self._reply(401, {"error": f"send 'Authorization: Bearer <{where}>'"})
-                    return False
-                if hmac.compare_digest(given[7:].strip().encode(), server.token.encode()):
-                    return True
-                self._reply(403, {"error": f"wrong token: send {where}"})
-                return False
-
-            def _trial_id(self) -> str | None:
-                parts = [p for p in self.path.split("/") if p]
-                return parts[1] if len(parts) == 2 and parts[0] == "trials" else None
-
-            def do_GET(self) -> None:
-                if not self._authorized():
-                    return
-                if self.path.rstrip("/") == "/trials":
-                    self._reply(200, {"trials": [_info(t) for t in server.runner.get_trials()]})
-                    return
-                trial_id = self._trial_id()
-                trial = server.runner.get_trial(trial_id) if trial_id else None
-                if trial is None:
-                    self._reply(404, {"error": f"no trial {trial_id!r}"})
-                else:
-                    self._reply(200, {"trial": _info(trial)})
-
-            def do_PUT(self) -> None:
-                if not self._authorized():
-                    return
-                trial_id = self._trial_id()
-                if trial_id is None or server.runner.get_trial(trial_id) is None:
-                    self._reply(404, {"error": f"no trial {trial_id!r}"})
-                    return
-                server._requests.put(("stop", trial_id))
-                self._reply(200, {"trial": trial_id, "stop": "requested"})
-
-            def do_POST(self) -> None:
-                if not self._authorized():
-                    return
-                try:
-                    length = int(self.headers.get("Content-Length", "0"))
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                    name, spec = str(body["name"]), dict(body["spec"])
-                    trials = server._make_trials(name, spec)
-                except (KeyError, TypeError, ValueError, TuneError) as exc:
-                    self._reply(400, {"error": f"bad trial spec: {exc}"})
-                    return
-                for trial in trials:
-                    server._requests.put(("add", trial))
-                self._reply(201, {"trials": [t.trial_id for t in trials]})
-
-        return Handler
-
-    def _make_trials(self, name: str, spec: dict[str, Any]) -> list[Trial]:
+    def _make_trials(self, body: Any) -> list[Trial]:
         from rayfield.tune.experiment import Experiment
         from rayfield.tune.search.search_algorithm import BasicVariantGenerator
 
+        name, spec = check_request(body, self.experiment_dir)
         experiment = Experiment.from_json(name, spec)
         generator = BasicVariantGenerator()
         generator.add_configurations(experiment)
@@ -249,84 +185,135 @@ class TuneServer:
             pass
 
 
-class TuneClient:
-    """Talks to a :class:`TuneServer`.
+class _Refused(Exception):
+    """A request answered with ``code`` and ``message`` (a 4xx)."""
 
-    Args:
-        tune_address: ``"host"`` or ``"host:port"`` of the server.
-        port_forward: the port, when ``tune_address`` has none.
-        token: the server's token; default the cluster token (``$RAYFIELD_TOKEN``, or
-            the head's session on this machine), and none when there is no cluster.
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
-    Raises:
-        TuneError: (from the methods) the server refused the request or is unreachable.
-    """
 
-    def __init__(
-        self, tune_address: str, port_forward: int = DEFAULT_PORT, token: str | None = None
-    ) -> None:
-        host, _, port = tune_address.partition(":")
-        self.tune_address = host or "127.0.0.1"
-        self.port_forward = int(port) if port else port_forward
-        self._token = token if token is not None else _client_token()
+def _handler_class(server: TuneServer) -> type[BaseHTTPRequestHandler]:
+    """The request handler of ``server`` (one instance per request)."""
 
-    @classmethod
-    def from_experiment_dir(cls, path: str) -> TuneClient:
-        """A client of the server of the experiment running in ``path``.
+    class Handler(BaseHTTPRequestHandler):
+        timeout = 30  # seconds a client may take to send its request
 
-        Raises:
-            TuneError: no server runs for that experiment.
-        """
-        try:
-            with open(os.path.join(os.path.expanduser(path), TOKEN_FILE)) as f:
-                info = json.load(f)
-        except OSError:
-            raise TuneError(f"no Tune server runs for {path} (start it with_server=True)") from None
-        return cls(info["address"], token=info.get("token"))
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
 
-    @property
-    def server_address(self) -> str:
-        return self.tune_address
+        def _reply(self, code: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
-    @property
-    def server_port(self) -> int:
-        return self.port_forward
+        def _serve(self, method: str) -> None:
+            """Authorize, then answer with ``method``'s handler; any error is a 4xx."""
+            where = f"the token in {TOKEN_FILE} of the experiment directory" + (
+                " or the cluster token" if server.uses_cluster_token else ""
+            )
+            given = self.headers.get("Authorization", "")
+            if not given.startswith("Bearer ") or not given[7:].strip():
+                self.close_connection = True  # a body is left unread
+                self._reply(401, {"error": f"send 'Authorization: Bearer <{where}>'"})
+                return
+            if not server._authorized(given):
+                self.close_connection = True
+                self._reply(403, {"error": f"wrong token: send {where}"})
+                return
+            try:
+                code, body = getattr(self, f"_{method}")()
+            except _Refused as exc:
+                self.close_connection = True  # the body may not have been read
+                code, body = exc.code, {"error": str(exc)}
+            except Exception as exc:  # a request must never take the server down
+                self.close_connection = True
+                code, body = 400, {"error": f"bad request: {type(exc).__name__}: {exc}"}
+            self._reply(code, body)
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        url = f"http://{self.tune_address}:{self.port_forward}{path}"
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, method=method)
-        if self._token:
-            request.add_header("Authorization", f"Bearer {self._token}")
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            detail = json.loads(exc.read() or b"{}").get("error", exc.reason)
-            raise TuneError(f"{method} {path}: {exc.code} {detail}") from None
-        except urllib.error.URLError as exc:
-            raise TuneError(f"no Tune server at {url}: {exc.reason}") from None
+        def _trial_id(self) -> str | None:
+            parts = [p for p in self.path.split("?")[0].split("/") if p]
+            return parts[1] if len(parts) == 2 and parts[0] == "trials" else None
 
-    def get_all_trials(self) -> list[dict[str, Any]]:
-        """Every trial's info."""
-        trials: list[dict[str, Any]] = self._call("GET", "/trials")["trials"]
-        return trials
+        def _get(self) -> tuple[int, dict[str, Any]]:
+            if self.path.split("?")[0].rstrip("/") == "/trials":
+                return 200, {"trials": [_info(t) for t in server.runner.get_trials()]}
+            trial_id = self._trial_id()
+            trial = server.runner.get_trial(trial_id) if trial_id else None
+            if trial is None:
+                return 404, {"error": f"no trial {trial_id!r}"}
+            return 200, {"trial": _info(trial)}
 
-    def get_trial(self, trial_id: str) -> dict[str, Any]:
-        """One trial's info."""
-        trial: dict[str, Any] = self._call("GET", f"/trials/{trial_id}")["trial"]
-        return trial
+        def _put(self) -> tuple[int, dict[str, Any]]:
+            trial_id = self._trial_id()
+            if trial_id is None or server.runner.get_trial(trial_id) is None:
+                return 404, {"error": f"no trial {trial_id!r}"}
+            server._requests.put(("stop", trial_id))
+            return 200, {"trial": trial_id, "stop": "requested"}
 
-    def add_trial(self, name: str, specification: dict[str, Any]) -> list[str]:
-        """Queue the trials of an experiment spec (``{"run": <registered name>, ...}``)."""
-        ids: list[str] = self._call("POST", "/trials", {"name": name, "spec": specification})[
-            "trials"
-        ]
-        return ids
+        def _body(self) -> Any:
+            if self.headers.get("Transfer-Encoding"):
+                raise _Refused(411, "send the body with a Content-Length, not chunked")
+            raw = self.headers.get("Content-Length")
+            if raw is None:
+                raise _Refused(411, "send a Content-Length")
+            try:
+                length = int(raw)
+            except ValueError:
+                raise _Refused(400, f"bad Content-Length {raw!r}") from None
+            if length < 0:
+                raise _Refused(400, f"bad Content-Length {raw!r}")
+            if length > MAX_BODY_BYTES:
+                if length <= _MAX_DRAIN_BYTES:  # read it, so the client sees the answer
+                    self._drain(length)
+                raise _Refused(413, f"the body is over {MAX_BODY_BYTES} bytes")
+            data = self.rfile.read(length)
+            if len(data) != length:
+                raise _Refused(400, "the body ended before its Content-Length")
+            try:
+                return json.loads(data)
+            except (ValueError, RecursionError) as exc:  # not JSON, or nested too deep
+                raise _Refused(400, f"the body is not JSON: {type(exc).__name__}") from None
 
-    def stop_trial(self, trial_id: str) -> dict[str, Any]:
-        """Ask the runner to stop a trial."""
-        out: dict[str, Any] = self._call("PUT", f"/trials/{trial_id}")
-        return out
+        def _drain(self, length: int) -> None:
+            while length > 0:
+                chunk = self.rfile.read(min(length, 1 << 16))
+                if not chunk:
+                    return
+                length -= len(chunk)
+
+        def _post(self) -> tuple[int, dict[str, Any]]:
+            if self.path.split("?")[0].rstrip("/") != "/trials":
+                return 404, {"error": f"no such endpoint {self.path!r}: POST /trials"}
+            try:
+                trials = server._make_trials(self._body())
+            except _Refused:
+                raise
+            except (KeyError, TypeError, ValueError, TuneError) as exc:
+                return 400, {"error": f"bad trial spec: {exc}"}
+            for trial in trials:
+                server._requests.put(("add", trial))
+            return 201, {"trials": [t.trial_id for t in trials]}
+
+        def _refuse(self) -> tuple[int, dict[str, Any]]:
+            return 405, {"error": f"{self.command} is not served: use GET, POST or PUT"}
+
+        def do_GET(self) -> None:
+            self._serve("get")
+
+        def do_PUT(self) -> None:
+            self._serve("put")
+
+        def do_POST(self) -> None:
+            self._serve("post")
+
+        def do_DELETE(self) -> None:
+            self._serve("refuse")
+
+        def do_PATCH(self) -> None:
+            self._serve("refuse")
+
+    return Handler

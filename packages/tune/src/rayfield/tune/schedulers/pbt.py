@@ -14,6 +14,7 @@ from rayfield.tune.error import TuneError
 from rayfield.tune.schedulers.trial_scheduler import FIFOScheduler
 from rayfield.tune.search.sample import Domain
 from rayfield.tune.search.variant_generator import format_vars
+from rayfield.util import private_files
 
 if TYPE_CHECKING:
     from rayfield.tune.runner import TrialRunner
@@ -83,7 +84,7 @@ class PopulationBasedTraining(FIFOScheduler):
         custom_explore_fn: ``f(config) -> config`` applied after the mutations.
         log_config: write ``pbt_global.txt`` and ``pbt_policy_<trial>.txt`` (one JSON line
             per exploit: target tag, clone tag, target and clone iteration, old and new
-            config) in the experiment directory.
+            config) in the experiment directory (mode 0600).
         seed: seeds the random choices.
 
     Raises:
@@ -216,7 +217,7 @@ class PopulationBasedTraining(FIFOScheduler):
         folder = runner.experiment_dir
         if not folder:
             return
-        os.makedirs(folder, exist_ok=True)
+        private_files.ensure_private_dir(folder)
         line = json.dumps(
             [
                 trial.experiment_tag,
@@ -228,15 +229,14 @@ class PopulationBasedTraining(FIFOScheduler):
             ],
             default=str,
         )
-        with open(os.path.join(folder, "pbt_global.txt"), "a") as f:
+        with private_files.open_private(os.path.join(folder, "pbt_global.txt"), "a") as f:
             f.write(line + "\n")
         clone_policy = os.path.join(folder, f"pbt_policy_{clone.trial_id}.txt")
         history = ""
-        if os.path.exists(clone_policy):
-            with open(clone_policy) as f:
-                history = f.read()
-        with open(os.path.join(folder, f"pbt_policy_{trial.trial_id}.txt"), "w") as f:
-            f.write(history + line + "\n")
+        if os.path.lexists(clone_policy):
+            history = private_files.read_text(clone_policy)
+        policy = os.path.join(folder, f"pbt_policy_{trial.trial_id}.txt")
+        private_files.write_text(policy, history + line + "\n")
 
     def on_trial_complete(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> None:
         state = self._state.get(trial.trial_id)

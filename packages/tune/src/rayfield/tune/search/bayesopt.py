@@ -8,14 +8,14 @@ from here, as before.
 from __future__ import annotations
 
 import math
-import pickle
 from typing import Any
 
 import numpy as np
 
+from rayfield.tune.pickles import dump_data
 from rayfield.tune.search.gp import GPSearch, expected_improvement
 from rayfield.tune.search.sample import Domain, Float, Integer
-from rayfield.tune.search.searcher import Searcher
+from rayfield.tune.search.searcher import Searcher, restore_state
 
 __all__ = ["BayesOptSearch", "GPSearch", "expected_improvement"]
 
@@ -222,21 +222,35 @@ class BayesOptSearch(Searcher):
         self._observed.append((params, score))
 
     def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(
-                {
-                    "observed": self._observed,
-                    "points": self._points,
-                    "suggested": self._suggested,
-                    "rng": self._rng.bit_generator.state,
-                },
-                f,
-            )
+        """Write the observations, the points left to evaluate and the random state to
+        ``checkpoint_path`` (mode 0600): JSON, or a pickle when ``points_to_evaluate``
+        holds values JSON cannot.
 
-    def restore(self, checkpoint_path: str) -> None:
-        """Load what :meth:`save` wrote; the optimiser is refitted to the observations."""
-        with open(checkpoint_path, "rb") as f:
-            state = pickle.load(f)
+        Raises:
+            UnsafeFileError: the file's directory is not this user's alone.
+        """
+        observed = [[{k: float(v) for k, v in p.items()}, float(s)] for p, s in self._observed]
+        state = {
+            "observed": observed,
+            "points": self._points,
+            "suggested": self._suggested,
+            "rng": self._rng.bit_generator.state,
+        }
+        dump_data(checkpoint_path, state)
+
+    def restore(self, checkpoint_path: str, *, trusted: bool = False) -> None:
+        """Load what :meth:`save` wrote; the optimiser is refitted to the observations.
+
+        Args:
+            checkpoint_path: the file.
+            trusted: the file is yours: a pickled state may be loaded.
+
+        Raises:
+            UntrustedPickleError: the state is a pickle and ``trusted`` is False.
+            UnsafeFileError: the file is not this user's alone.
+            TuneError: the file does not hold a searcher's state.
+        """
+        state = restore_state(checkpoint_path, trusted, "BayesOptSearch")
         self._optimizer = None
         self._observed = []
         for params, score in state["observed"]:

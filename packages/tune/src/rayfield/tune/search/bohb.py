@@ -16,13 +16,14 @@ exists, are drawn uniformly at random.
 from __future__ import annotations
 
 import math
-import pickle
 from typing import Any
 
 import numpy as np
 
+from rayfield.tune.pickles import dump_data
 from rayfield.tune.search.gp import UnitCubeSearcher, _domains, _Param
 from rayfield.tune.search.sample import Categorical
+from rayfield.tune.search.searcher import restore_state
 
 __all__ = ["TuneBOHB"]
 
@@ -275,19 +276,42 @@ class TuneBOHB(UnitCubeSearcher):
         self._live.pop(trial_id, None)
 
     def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(
-                {
-                    "observations": self._observations,
-                    "points": self._points,
-                    "rng": self._rng.bit_generator.state,
-                },
-                f,
-            )
+        """Write the observations per budget, the points left to evaluate and the random
+        state to ``checkpoint_path`` (mode 0600): JSON, or a pickle when
+        ``points_to_evaluate`` holds values JSON cannot.
 
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as f:
-            state = pickle.load(f)
-        self._observations = state["observations"]
+        Raises:
+            UnsafeFileError: the file's directory is not this user's alone.
+        """
+        observations = [
+            [budget, {tid: [[float(x) for x in p], float(loss)] for tid, (p, loss) in obs.items()}]
+            for budget, obs in self._observations.items()
+        ]
+        state = {
+            "observations": observations,
+            "points": self._points,
+            "rng": self._rng.bit_generator.state,
+        }
+        dump_data(checkpoint_path, state)
+
+    def restore(self, checkpoint_path: str, *, trusted: bool = False) -> None:
+        """Load what :meth:`save` wrote.
+
+        Args:
+            checkpoint_path: the file.
+            trusted: the file is yours: a pickled state may be loaded.
+
+        Raises:
+            UntrustedPickleError: the state is a pickle and ``trusted`` is False.
+            UnsafeFileError: the file is not this user's alone.
+            TuneError: the file does not hold a searcher's state.
+        """
+        state = restore_state(checkpoint_path, trusted, "TuneBOHB")
+        saved = state["observations"]
+        pairs = saved.items() if isinstance(saved, dict) else saved  # a pickle of 0.1.0
+        self._observations = {
+            float(budget): {t: (np.asarray(p, dtype=float), loss) for t, (p, loss) in obs.items()}
+            for budget, obs in pairs
+        }
         self._points = state["points"]
         self._rng.bit_generator.state = state["rng"]

@@ -215,9 +215,12 @@ def grid_search(values: Sequence[Any]) -> dict[str, list[Any]]:
 
     Raises:
         TuneError: ``values`` is not a list or tuple.
+        ValueError: ``values`` is empty (the grid would make no trial at all).
     """
     if not isinstance(values, (list, tuple)):
         raise TuneError(f"grid_search() takes a list of values, got {type(values).__name__}")
+    if not values:
+        raise ValueError("grid_search() needs at least one value: an empty axis makes no trial")
     return {"grid_search": list(values)}
 
 

@@ -3,14 +3,18 @@
 Call order, per trial: ``suggest(trial_id)`` (a config; None when it cannot suggest now,
 ``Searcher.FINISHED`` when it is done), then ``on_trial_result`` for each intermediate
 result, then ``on_trial_complete`` exactly once (``error=True`` if the trial failed).
-``save``/``restore`` persist the searcher's state to a file.
+``save``/``restore`` persist the searcher's state to a file (mode 0600): JSON when it is
+made of plain JSON values, else a pickle, which ``restore`` loads only with
+``trusted=True`` (see :mod:`rayfield.tune.pickles`).
 """
 
 from __future__ import annotations
 
 import copy
-import pickle
 from typing import Any
+
+from rayfield.tune.error import TuneError
+from rayfield.tune.pickles import dump_data, load_data
 
 __all__ = ["ConcurrencyLimiter", "Repeater", "Searcher"]
 
@@ -57,14 +61,28 @@ class Searcher:
         """The trial ended (``result`` is its last result; ``error`` if it failed)."""
 
     def save(self, checkpoint_path: str) -> None:
-        """Pickle the searcher's state into ``checkpoint_path``."""
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(self.__dict__, f)
+        """Write the searcher's state (its attributes) to ``checkpoint_path``, mode 0600:
+        JSON when they are plain JSON values, else a pickle.
 
-    def restore(self, checkpoint_path: str) -> None:
-        """Load the state written by :meth:`save`."""
-        with open(checkpoint_path, "rb") as f:
-            self.__dict__.update(pickle.load(f))
+        Raises:
+            UnsafeFileError: the file's directory is not this user's alone.
+        """
+        dump_data(checkpoint_path, self.__dict__)
+
+    def restore(self, checkpoint_path: str, *, trusted: bool = False) -> None:
+        """Load the state written by :meth:`save`.
+
+        Args:
+            checkpoint_path: the file.
+            trusted: the file is yours: a pickled state may be loaded (loading a pickle
+                runs any code its author put in it).
+
+        Raises:
+            UntrustedPickleError: the state is a pickle and ``trusted`` is False.
+            UnsafeFileError: the file is not this user's alone.
+            TuneError: the file does not hold a searcher's state.
+        """
+        self.__dict__.update(restore_state(checkpoint_path, trusted, "Searcher"))
 
     def score(self, result: dict[str, Any]) -> float | None:
         """``result[metric]`` signed so that larger is better (None when missing)."""
@@ -72,6 +90,19 @@ class Searcher:
             return None
         value = float(result[self.metric])
         return -value if self.mode == "min" else value
+
+
+def restore_state(path: str, trusted: bool, cls: str) -> dict[str, Any]:
+    """The dict :meth:`Searcher.save` wrote in ``path`` (a pickle only when ``trusted``).
+
+    Raises:
+        UntrustedPickleError: it is a pickle and ``trusted`` is False.
+        TuneError: it is not a dict.
+    """
+    state = load_data(path, trusted=trusted, opt_in=f"{cls}.restore(path, trusted=True)")
+    if not isinstance(state, dict):
+        raise TuneError(f"{path} does not hold a searcher's state (a dict)")
+    return state
 
 
 class _Wrapper(Searcher):

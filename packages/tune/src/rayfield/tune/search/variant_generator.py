@@ -17,7 +17,13 @@ from typing import Any
 
 from rayfield.tune.search.sample import Domain, function, sample_from
 
-__all__ = ["count_variants", "format_vars", "generate_variants", "resolve_once"]
+__all__ = [
+    "check_grids",
+    "count_variants",
+    "format_vars",
+    "generate_variants",
+    "resolve_once",
+]
 
 Path = tuple[Any, ...]
 _MAX_PASSES = 20
@@ -157,11 +163,34 @@ def _resolve_sampled(spec: Any, paths: list[Path], rng: random.Random) -> dict[P
     )
 
 
+def check_grids(spec: Any) -> None:
+    """Check that every grid axis of ``spec`` (at any depth) is a non-empty list.
+
+    Raises:
+        ValueError: an empty axis, named by its path (it would make no variant at all).
+        TypeError: an axis that is not a list or tuple.
+    """
+    for path, value in _walk(spec):
+        if not _is_grid(value):
+            continue
+        axis = value["grid_search"]
+        where = ".".join(str(p) for p in path) or "the spec"
+        if not isinstance(axis, (list, tuple)):
+            raise TypeError(f"grid_search at {where} must be a list, got {type(axis).__name__}")
+        if not axis:
+            raise ValueError(
+                f"grid_search at {where} has no values: an empty axis makes no trial at all"
+            )
+        for item in axis:
+            check_grids(item)
+
+
 def _variants(spec: Any, rng: random.Random) -> Iterator[tuple[dict[Path, Any], Any]]:
     leaves = list(_walk(spec))
     if not leaves:
         yield {}, spec
         return
+    check_grids(spec)
     grid = sorted((p for p, v in leaves if _is_grid(v)), key=_path_key)
     sampled = [p for p, v in leaves if not _is_grid(v)]
     axes = [_get(spec, p)["grid_search"] for p in grid]
