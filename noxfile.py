@@ -14,6 +14,7 @@ order; a package folder that does not exist yet is skipped.
                 two-node cluster started with `rayfield start`, then an autoscaled
                 local_process cluster (`rayfield-autoscaler up/submit/down`)
     learning    rayfield-rllib's slow learning tests (each tuned example to its return)
+    chaos       the two-node chaos run (killed workers, a killed node) 20 times in a row
     learning-cluster  the learning runs that need a large cluster (pong-ppo.yaml: 32 workers)
     sanitize    the store built with ASan + UBSan, its tests run against it
     fuzz        the frame fuzzers with many more examples
@@ -301,6 +302,17 @@ def learning(session: nox.Session) -> None:
     """Every package's tests marked slow: rllib's tuned examples reaching their returns,
     the examples' and tune's long learning runs, the second SSH cluster of the autoscaler."""
     run_package_tests(session, "slow and not large_cluster", success_codes=[0, 5])  # 5: none
+
+
+@nox.session(python=PYTHON)
+def chaos(session: nox.Session) -> None:
+    """The two-node chaos run (``packages/cli/tests/chaos_run.py``: a worker SIGKILLed
+    every 0.3 s, the second node killed and replaced, 2,000 retried tasks and 400 calls to
+    restartable actors) 20 times in a row; any lost result or hang fails the session.
+    ``-- --runs N`` repeats it N times instead."""
+    install_packages(session)
+    runs = session.posargs or ["--runs", "20"]
+    session.run("python", str(ROOT / "packages" / "cli" / "tests" / "chaos_run.py"), *runs)
 
 
 @nox.session(python=PYTHON, name="learning-cluster")

@@ -129,6 +129,7 @@ def run_once(
     """One chaos run in a cluster started under ``temp_dir`` (stopped at the end)."""
     rng = random.Random(seed)
     out = Outcome()
+    temp_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     address = start_nodes(
         temp_dir, count=2, resources="{}", head_args=("--heartbeat-timeout-s", "1.5")
     )
