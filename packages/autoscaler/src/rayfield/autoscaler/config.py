@@ -362,7 +362,9 @@ def _local(cfg: dict[str, Any]) -> None:
         )
 
 
-def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def load_config(
+    path: str | Path, overrides: dict[str, Any] | None = None, *, private: bool = False
+) -> dict[str, Any]:
     """Read, override and prepare the cluster YAML at ``path``.
 
     Args:
@@ -370,12 +372,21 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> di
         overrides: top-level keys set before validation (``cluster_name``,
             ``min_workers``, ``max_workers`` from the command line); None values are
             ignored.
+        private: read it through :func:`rayfield.util.private_files.read_text` (it must
+            be this user's alone, in directories no other user can change): the
+            ``bootstrap.yaml`` the monitor loads from the cluster directory.
 
     Raises:
         ConfigError: the file cannot be read or parsed, or :func:`prepare_config` refuses it.
+        UnsafeFileError: ``private`` and the file or a directory above is not this
+            user's alone.
     """
+    from rayfield.util import private_files
+
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = yaml.safe_load(private_files.read_text(path) if private else Path(path).read_text())
+    except private_files.UnsafeFileError:
+        raise
     except OSError as exc:
         raise ConfigError(f"cannot read the cluster config {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:

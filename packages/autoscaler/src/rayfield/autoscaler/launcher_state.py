@@ -7,14 +7,15 @@ terminating nodes go to the wrapped provider (the cloud keeps the node records a
 tags); what a node reported once started (its rayfield node id and, for the head, the GCS
 address and the cluster token) goes to the per-cluster state directory
 (``provider.cluster_dir``, default ``<tmp>/rayfield-autoscaler-<uid>/<cluster_name>``,
-mode 0700)::
+both levels mode 0700; every file kept and read through
+:mod:`rayfield.util.private_files`, see :mod:`rayfield.autoscaler.cluster_state`)::
 
     launcher.json       node id -> what the node reported (0600, replaced atomically)
     state.lock          serializes read-modify-write of launcher.json across processes
     bootstrap.yaml      the prepared config (0600, commands.py); the monitor runs on the
                         head from a copy (rayfield.autoscaler.head_monitor), with a copy
                         of launcher.json that ``down`` and ``get-worker-ips`` pull back
-    nodes/<node_id>/    the node's update log
+    nodes/<node_id>/    the node's update log (0600)
 
 The cluster token never goes into the provider's tags; the wrapped provider may keep it
 for nodes that start later (``publish_token``: a Kubernetes Secret).
@@ -38,7 +39,7 @@ class SSHClusterProvider(StatefulProvider):
         inner: the provider that creates the nodes.
 
     Raises:
-        ProviderError: the state directory exists and is not this user's alone.
+        UnsafeFileError: the state directory (or one above it) is not this user's alone.
     """
 
     #: The wrapped provider's nodes run nothing until NodeSetup sets them up over SSH.

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rayfield.autoscaler.cluster_state import open_log
 from rayfield.autoscaler.command_runner import CommandError, CommandRunner
 from rayfield.autoscaler.node_provider import (
     STATUS_SETTING_UP,
@@ -204,9 +204,7 @@ class NodeUpdater:
     def run(self) -> bool:
         """Run the update; True when the node is up to date. On failure the node is
         tagged ``update-failed`` and :attr:`error` says why (the log has the output)."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "ab", buffering=0) as log:
+        with open_log(self.log_path) as log:
             try:
                 for step in self.steps:
                     self.provider.set_node_tags(self.node_id, {TAG_NODE_STATUS: step.status})
