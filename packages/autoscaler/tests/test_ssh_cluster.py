@@ -12,8 +12,10 @@ launcher's state is kept in its own directory."""
 from __future__ import annotations
 
 import json
+import os
 import pwd
 import secrets
+import shlex
 import shutil
 import socket
 import stat
@@ -72,6 +74,16 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHHosts]:
     assert namespaces_left(found) == []
 
 
+def head_python(*extra_path: str) -> str:
+    """``provider.head_python``: this interpreter, with this process's ``PYTHONPATH``
+    (a checkout run from source) and ``extra_path`` before it, so that the head's
+    monitor runs the code under test (an SSH session does not pass the environment)."""
+    path = [*extra_path, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    if not path:
+        return sys.executable
+    return shlex.join(["env", f"PYTHONPATH={os.pathsep.join(path)}", sys.executable])
+
+
 def cluster_yaml(path: Path, hosts: SSHHosts, app: Path, name: str) -> Path:
     stop, start = node_commands()
     cfg: dict[str, Any] = {
@@ -81,7 +93,7 @@ def cluster_yaml(path: Path, hosts: SSHHosts, app: Path, name: str) -> Path:
             "head_ip": hosts.ips[0],
             "worker_ips": [hosts.ips[1]],
             "cluster_dir": str(path.parent / "cluster"),
-            "head_python": sys.executable,
+            "head_python": head_python(),
         },
         "auth": {"ssh_user": hosts.ssh_user, "ssh_private_key": str(hosts.ssh_private_key)},
         "min_workers": 1,
@@ -283,7 +295,8 @@ def test_up_on_an_external_provider_runs_its_monitor_on_the_head_it_launched(
     the bootstrap config, key and launcher records there and starts the monitor in the
     head's namespace, which launches the worker through the same provider and sets it
     up over SSH from the head; `down` stops it and pulls the records back."""
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # the launcher's CLI
+    # The launcher's CLI imports the provider's module (and keeps this checkout's path).
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent), prepend=os.pathsep)
     name = f"ext{secrets.token_hex(3)}"
     app = tmp_path / "app"
     app.mkdir()
@@ -298,7 +311,7 @@ def test_up_on_an_external_provider_runs_its_monitor_on_the_head_it_launched(
         "cluster_dir": str(state),
         "use_internal_ips": True,
         # the head's Python, with the provider's module on its path
-        "head_python": f"env PYTHONPATH={Path(__file__).parent} {sys.executable}",
+        "head_python": head_python(str(Path(__file__).parent)),
         "extra_config": {"hosts": hosts.ips, "pool_file": str(pool_file)},
     }
     cfg_path.write_text(yaml.safe_dump(cfg))
