@@ -240,6 +240,14 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
         worker = wait_until(worker_up, 120, "the worker set up over SSH", 1.0)
         assert provider.internal_ip(worker) == hosts.ips[1]
         assert cli("get-worker-ips", str(cfg_path)).stdout.split()[0] == hosts.ips[1]
+        # Host keys pinned at first contact: the launcher's (it reached the head) and the
+        # head's own (its monitor reached the worker), 0600 in the private directories.
+        for known, ip in (
+            (provider.known_hosts, hosts.ips[0]),
+            (on_head / "known_hosts", hosts.ips[1]),
+        ):
+            assert stat.S_IMODE(known.stat().st_mode) == 0o600, known
+            assert ip in {line.split()[0] for line in known.read_text().splitlines()}, known
         assert (tmp_path / "mounted-app" / "version").read_text() == "v1\n"
 
         log = cli("monitor", str(cfg_path), "--no-follow", "--lines", "500")
@@ -377,6 +385,9 @@ def test_up_on_an_external_provider_runs_its_monitor_on_the_head_it_launched(
         assert "stopped the autoscaler on the head" in down.stdout
         assert "terminated 2 nodes" in down.stdout
         assert json.loads(pool_file.read_text()) == {}  # the hosts went back to the pool
+        # Their host keys are forgotten: a cloud gives a terminated node's address to
+        # a new machine, whose key is accepted as new.
+        assert (state / "known_hosts").read_text() == ""
         wait_until(lambda: not host_processes(hosts), 30, "no rayfield process left on the hosts")
         assert not on_head.exists()  # the key copy and the bootstrap config are gone
     finally:

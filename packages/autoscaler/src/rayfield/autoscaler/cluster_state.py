@@ -7,6 +7,7 @@ both default levels mode 0700)::
 
     state.json          the nodes: tags and what the provider needs (0600, replaced atomically)
     state.lock          serializes read-modify-write of state.json across processes (0600)
+    known_hosts         the SSH host keys of the cluster's nodes (0600; SSH providers)
     nodes/<node_id>/    the node's logs (0700, logs 0600)
 
 Every directory and file here is made, opened and read through rayfield-core's
@@ -202,6 +203,12 @@ class StatefulProvider(NodeProvider):
             UnsafeFileError: it or a directory above is not this user's alone.
         """
         return private_dir(self.root / "nodes" / node_id)
+
+    @property
+    def known_hosts(self) -> Path:
+        """The file the SSH host keys of the cluster's nodes are kept in (made 0600 by
+        :class:`~rayfield.autoscaler.command_runner.SSHCommandRunner` at its first use)."""
+        return self.root / "known_hosts"
 
     # ---- NodeProvider: listing and tags -------------------------------------------------
 

@@ -114,6 +114,12 @@ CLUSTER_SCHEMA: dict[str, Any] = {
             "properties": {
                 "ssh_user": {"type": "string"},
                 "ssh_private_key": {"type": "string"},
+                "host_key_checking": {
+                    "type": "boolean",
+                    "description": "SSH clusters: pin each node's host key at first contact "
+                    "in the cluster directory's known_hosts and refuse a changed one "
+                    "(default true); false accepts any key (StrictHostKeyChecking=no)",
+                },
             },
         },
         "docker": {
@@ -398,7 +404,8 @@ def load_config(
 
 def launch_hash(config: dict[str, Any], node_type: str) -> str:
     """Hash of what a node of ``node_type`` is launched with (its node config and
-    resources, plus ``auth``); a node whose tag differs is outdated.
+    resources, plus ``auth`` without ``host_key_checking``, which changes how the
+    launcher connects, not the node); a node whose tag differs is outdated.
 
     Args:
         config: a config from :func:`prepare_config`.
@@ -406,6 +413,6 @@ def launch_hash(config: dict[str, Any], node_type: str) -> str:
     """
     t = config["available_node_types"][node_type]
     payload = {"node_config": t["node_config"], "resources": t["resources"]}
-    payload["auth"] = config["auth"]
+    payload["auth"] = {k: v for k, v in config["auth"].items() if k != "host_key_checking"}
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

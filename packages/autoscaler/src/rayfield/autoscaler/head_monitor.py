@@ -21,6 +21,8 @@ On the head, in the SSH user's home, ``rayfield-cluster-<cluster_name>/`` (mode 
                      and pulled back by ``down``, ``get-worker-ips`` and :func:`pull_state`
     monitor.log      the monitor's log (``rayfield-autoscaler monitor`` follows it)
     monitor.pid      its pid
+    known_hosts      the host keys of the workers the head's monitor reaches over SSH
+                     (0600; see rayfield.autoscaler.known_hosts)
 
 The head's monitor keeps and reads these through :mod:`rayfield.util.private_files`
 as the launcher does its own (:mod:`rayfield.autoscaler.cluster_state`); the files the

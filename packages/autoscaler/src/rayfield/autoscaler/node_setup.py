@@ -3,7 +3,9 @@ until set up over SSH (``needs_setup``: the ``local`` provider, and any other pr
 through :class:`~rayfield.autoscaler.launcher_state.SSHClusterProvider`).
 
 :class:`NodeSetup` builds a node's :class:`~rayfield.autoscaler.command_runner.SSHCommandRunner`
-(``auth.ssh_user``, ``auth.ssh_private_key``), the environment of its commands and its
+(``auth.ssh_user``, ``auth.ssh_private_key``; host keys pinned in the cluster
+directory's ``known_hosts`` unless ``auth.host_key_checking`` is false, see
+:mod:`rayfield.autoscaler.known_hosts`), the environment of its commands and its
 :class:`~rayfield.autoscaler.updater.NodeUpdater`; after the start commands it reads what
 the node wrote in its newest session under ``$RAYFIELD_NODE_TEMP_DIR`` (``node.json``;
 on the head also ``cluster.json`` and ``token``) and records it with the provider (and
@@ -88,6 +90,8 @@ class NodeSetup:
         #: The SSH key; None when the provider reaches its nodes itself.
         self.key: Path | None = None
         self.ssh_user = str(auth.get("ssh_user") or "")
+        #: Whether SSH pins the nodes' host keys (``auth.host_key_checking``, default true).
+        self.host_key_checking = bool(auth.get("host_key_checking", True))
         if provider.runs_commands:
             return
         if not auth.get("ssh_user") or not auth.get("ssh_private_key"):
@@ -117,7 +121,13 @@ class NodeSetup:
         ip = self.ssh_ip(node_id)
         if ip is None:
             raise ProviderError(f"node {node_id} has no address (terminated, or not assigned yet)")
-        return SSHCommandRunner(ip, self.ssh_user, self.key)
+        return SSHCommandRunner(
+            ip,
+            self.ssh_user,
+            self.key,
+            known_hosts=self.provider.known_hosts,
+            host_key_checking=self.host_key_checking,
+        )
 
     def log_path(self, node_id: str) -> Path:
         """The node's update log."""
