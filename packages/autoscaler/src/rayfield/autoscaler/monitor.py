@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, private=True)
         provider = provider_for(config)
+        setup = node_setup(config, provider)  # reads bootstrap.yaml, checks the key
     except UnsafeFileError as exc:
         logger.error("the monitor does not start: %s", exc)
         return 1
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         provider,
         watched_load,
         executor=launcher,
-        setup=node_setup(config, provider),
+        setup=setup,
         requests_fn=gcs.requested,
         publish_fn=gcs.publish,
         heartbeat_timeout_s=args.heartbeat_timeout_s,
