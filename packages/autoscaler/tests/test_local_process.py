@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
+import tempfile
 from pathlib import Path
 
 import psutil
 import pytest
 
+from rayfield.autoscaler.cluster_state import UnsafeFileError
 from rayfield.autoscaler.local_process import LocalProcessProvider
 from rayfield.autoscaler.node_provider import (
     TAG_NODE_KIND,
@@ -41,8 +44,48 @@ def test_shared_cluster_dir_is_refused(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)
-    with pytest.raises(ProviderError, match="is not yours alone"):
+    with pytest.raises(
+        UnsafeFileError,
+        match=f"refusing the cluster directory {shared} .*its group or others can write it",
+    ):
         LocalProcessProvider({"type": "local_process", "cluster_dir": str(shared)}, "c")
+
+
+def test_the_default_cluster_dir_is_private_at_both_levels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / f"rayfield-autoscaler-{os.getuid()}").mkdir(mode=0o755)  # an older version's
+    provider = LocalProcessProvider({"type": "local_process"}, "c")
+    assert provider.root == tmp_path / f"rayfield-autoscaler-{os.getuid()}" / "c"
+    for d in (provider.root.parent, provider.root):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    provider.replace_records({"w": {"tags": {TAG_NODE_KIND: "worker"}, "temp_dir": "/x"}})
+    for f in ("state.json", "state.lock"):
+        assert stat.S_IMODE((provider.root / f).stat().st_mode) == 0o600, f
+
+
+def test_records_and_token_are_read_only_when_private(cluster_dir: Path) -> None:
+    """Every read checks again: a state.json swapped for a symlink, or a head's token
+    file that others may write, is refused, never read."""
+    provider = LocalProcessProvider({"type": "local_process", "cluster_dir": str(cluster_dir)}, "c")
+    session = cluster_dir / "elsewhere" / "session_x"
+    session.mkdir(parents=True)
+    (session / "token").write_text("t0ken")
+    head = {"tags": {TAG_NODE_KIND: "head"}, "head": True, "gcs_address": "127.0.0.1:1"}
+    provider.replace_records({"head-1": {**head, "temp_dir": str(session.parent)}})
+    assert provider.token("head-1") == "t0ken"
+    (session / "token").chmod(0o666)
+    with pytest.raises(UnsafeFileError, match=f"refusing the head's token {session}/token"):
+        provider.token("head-1")
+
+    state = cluster_dir / "state.json"
+    planted = cluster_dir / "elsewhere" / "state.json"
+    planted.write_text(json.dumps({"nodes": {}}))
+    state.unlink()
+    state.symlink_to(planted)
+    with pytest.raises(UnsafeFileError, match=f"refusing state.json {state} .*it is a symlink"):
+        provider.non_terminated_nodes({})
 
 
 def test_head_and_worker_lifecycle(cluster_dir: Path) -> None:

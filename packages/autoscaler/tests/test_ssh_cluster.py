@@ -12,8 +12,10 @@ launcher's state is kept in its own directory."""
 from __future__ import annotations
 
 import json
+import os
 import pwd
 import secrets
+import shlex
 import shutil
 import socket
 import stat
@@ -72,6 +74,16 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHHosts]:
     assert namespaces_left(found) == []
 
 
+def head_python(*extra_path: str) -> str:
+    """``provider.head_python``: this interpreter, with this process's ``PYTHONPATH``
+    (a checkout run from source) and ``extra_path`` before it, so that the head's
+    monitor runs the code under test (an SSH session does not pass the environment)."""
+    path = [*extra_path, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    if not path:
+        return sys.executable
+    return shlex.join(["env", f"PYTHONPATH={os.pathsep.join(path)}", sys.executable])
+
+
 def cluster_yaml(path: Path, hosts: SSHHosts, app: Path, name: str) -> Path:
     stop, start = node_commands()
     cfg: dict[str, Any] = {
@@ -81,7 +93,7 @@ def cluster_yaml(path: Path, hosts: SSHHosts, app: Path, name: str) -> Path:
             "head_ip": hosts.ips[0],
             "worker_ips": [hosts.ips[1]],
             "cluster_dir": str(path.parent / "cluster"),
-            "head_python": sys.executable,
+            "head_python": head_python(),
         },
         "auth": {"ssh_user": hosts.ssh_user, "ssh_private_key": str(hosts.ssh_private_key)},
         "min_workers": 1,
@@ -228,6 +240,14 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
         worker = wait_until(worker_up, 120, "the worker set up over SSH", 1.0)
         assert provider.internal_ip(worker) == hosts.ips[1]
         assert cli("get-worker-ips", str(cfg_path)).stdout.split()[0] == hosts.ips[1]
+        # Host keys pinned at first contact: the launcher's (it reached the head) and the
+        # head's own (its monitor reached the worker), 0600 in the private directories.
+        for known, ip in (
+            (provider.known_hosts, hosts.ips[0]),
+            (on_head / "known_hosts", hosts.ips[1]),
+        ):
+            assert stat.S_IMODE(known.stat().st_mode) == 0o600, known
+            assert ip in {line.split()[0] for line in known.read_text().splitlines()}, known
         assert (tmp_path / "mounted-app" / "version").read_text() == "v1\n"
 
         log = cli("monitor", str(cfg_path), "--no-follow", "--lines", "500")
@@ -283,7 +303,8 @@ def test_up_on_an_external_provider_runs_its_monitor_on_the_head_it_launched(
     the bootstrap config, key and launcher records there and starts the monitor in the
     head's namespace, which launches the worker through the same provider and sets it
     up over SSH from the head; `down` stops it and pulls the records back."""
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # the launcher's CLI
+    # The launcher's CLI imports the provider's module (and keeps this checkout's path).
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent), prepend=os.pathsep)
     name = f"ext{secrets.token_hex(3)}"
     app = tmp_path / "app"
     app.mkdir()
@@ -298,7 +319,7 @@ def test_up_on_an_external_provider_runs_its_monitor_on_the_head_it_launched(
         "cluster_dir": str(state),
         "use_internal_ips": True,
         # the head's Python, with the provider's module on its path
-        "head_python": f"env PYTHONPATH={Path(__file__).parent} {sys.executable}",
+        "head_python": head_python(str(Path(__file__).parent)),
         "extra_config": {"hosts": hosts.ips, "pool_file": str(pool_file)},
     }
     cfg_path.write_text(yaml.safe_dump(cfg))
@@ -364,6 +385,9 @@ def test_up_on_an_external_provider_runs_its_monitor_on_the_head_it_launched(
         assert "stopped the autoscaler on the head" in down.stdout
         assert "terminated 2 nodes" in down.stdout
         assert json.loads(pool_file.read_text()) == {}  # the hosts went back to the pool
+        # Their host keys are forgotten: a cloud gives a terminated node's address to
+        # a new machine, whose key is accepted as new.
+        assert (state / "known_hosts").read_text() == ""
         wait_until(lambda: not host_processes(hosts), 30, "no rayfield process left on the hosts")
         assert not on_head.exists()  # the key copy and the bootstrap config are gone
     finally:

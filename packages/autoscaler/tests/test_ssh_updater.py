@@ -1,9 +1,13 @@
 """The SSH command runner and the node updater against real sshd instances, each in a
 network namespace of its own (tests/netns.py): commands, rsync and scp copies, a full
-update in parallel on two hosts, a failing command and an unreachable host."""
+update in parallel on two hosts, a failing command and an unreachable host, and host
+keys: pinned at first contact in the given known-hosts file, a changed one refused
+(and the updater failing at once saying so), any accepted with host-key checking off."""
 
 from __future__ import annotations
 
+import stat
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +38,10 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHHosts]:
 
 
 def runner(hosts: SSHHosts, i: int) -> SSHCommandRunner:
-    return SSHCommandRunner(hosts.ips[i], hosts.ssh_user, hosts.ssh_private_key)
+    """A runner for host ``i``, with the module's known-hosts file (its name has a
+    space: the ssh, rsync and scp command lines must quote it)."""
+    known = hosts.ssh_private_key.parent / "known hosts"
+    return SSHCommandRunner(hosts.ips[i], hosts.ssh_user, hosts.ssh_private_key, known_hosts=known)
 
 
 def test_commands_run_in_the_host_namespace_with_their_env(hosts: SSHHosts, tmp_path: Path) -> None:
@@ -79,6 +86,10 @@ def test_sync_up_and_down_with_rsync_and_scp(
     assert (scp_remote / "pkg" / "a.txt").read_text() == "A"
     r.sync_down(str(scp_remote / "pkg"), str(tmp_path / "scp-down"))
     assert (tmp_path / "scp-down" / "a.txt").read_text() == "A"
+    # ssh, rsync and scp all used the runner's known-hosts file (its name has a space).
+    known = r.known_hosts
+    assert known is not None and stat.S_IMODE(known.stat().st_mode) == 0o600
+    assert hosts.ips[0] in {line.split()[0] for line in known.read_text().splitlines()}
 
 
 def test_updates_run_in_parallel_on_two_hosts(
@@ -137,3 +148,45 @@ def test_a_failing_command_and_a_host_without_sshd(
     assert not unreachable.run()
     assert "did not answer ssh within 2 s" in (unreachable.error or "")
     assert provider.node_tags("n0")[TAG_NODE_STATUS] == STATUS_UPDATE_FAILED
+
+
+def test_host_keys_are_pinned_and_a_changed_one_is_refused(
+    hosts: SSHHosts, tmp_path: Path, worker_updaters: MakeUpdaters
+) -> None:
+    ip = hosts.ips[0]
+    known = tmp_path / "known_hosts"
+    r = SSHCommandRunner(ip, hosts.ssh_user, hosts.ssh_private_key, known_hosts=known)
+    assert r.output("echo first") == "first\n"
+    assert stat.S_IMODE(known.stat().st_mode) == 0o600
+    (recorded,) = known.read_text().splitlines()  # accept-new: recorded at first contact
+    assert recorded.split()[0] == ip
+    assert r.output("echo again") == "again\n"  # the same key again: accepted
+
+    # Another machine answers at that address: its key is not the one recorded.
+    other = tmp_path / "other_host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    key_type, key = Path(f"{other}.pub").read_text().split()[:2]
+    known.write_text(f"{ip} {key_type} {key}\n")
+    ran = tmp_path / "ran"
+    assert r.run(f"touch {ran}") == 255
+    with pytest.raises(command_runner.CommandError, match="Host key verification failed"):
+        r.output("true")
+    assert not ran.exists()  # nothing ran on the impostor
+    with pytest.raises(command_runner.CommandError, match=r"copying .* failed \(exit"):
+        r.sync_up(str(known), str(tmp_path / "copied"))
+    assert not (tmp_path / "copied").exists()
+
+    # The node updater fails at once (not after ssh_timeout_s), saying what to do.
+    (updater,), provider = worker_updaters(ssh_config(tmp_path), [r], ssh_timeout_s=300)
+    assert not updater.run()
+    assert provider.node_tags("n0")[TAG_NODE_STATUS] == STATUS_UPDATE_FAILED
+    assert f"ssh refused the host key of {ip}" in (updater.error or "")
+    assert f"ssh-keygen -R {ip} -f {known}" in (updater.error or "")
+
+    # host_key_checking=False (auth.host_key_checking: false): any key, none recorded.
+    lax = SSHCommandRunner(
+        ip, hosts.ssh_user, hosts.ssh_private_key, known_hosts=known, host_key_checking=False
+    )
+    lax.run(f"touch {ran}")
+    assert ran.exists()
+    assert known.read_text() == f"{ip} {key_type} {key}\n"

@@ -29,7 +29,8 @@ DEFAULT_UPDATE_INTERVAL_S = 5.0
 
 
 def _errors(fn: F) -> F:
-    """Config, provider and launcher errors end the command with their one line."""
+    """Config, provider and launcher errors, and files refused as not this user's alone
+    (``UnsafeFileError``), end the command with their one line."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -38,10 +39,12 @@ def _errors(fn: F) -> F:
         from rayfield.autoscaler.config import ConfigError
         from rayfield.autoscaler.head_monitor import HeadMonitorError
         from rayfield.autoscaler.node_provider import ProviderError
+        from rayfield.exceptions import UnsafeFileError
 
+        errors = (ConfigError, ProviderError, LauncherError, CommandError, HeadMonitorError)
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, ProviderError, LauncherError, CommandError, HeadMonitorError) as exc:
+        except (*errors, UnsafeFileError) as exc:
             raise click.ClickException(str(exc)) from None
 
     return wrapper  # type: ignore[return-value]
@@ -256,13 +259,15 @@ def monitor(cluster_config_file: Path, cluster_name: str | None, follow: bool, l
     log = commands.monitor_log(provider)
     if not log.exists():
         raise click.ClickException(f"no autoscaler log at {log}: run `rayfield-autoscaler up`")
-    with open(log, errors="replace") as f:
-        for line in f.readlines()[-lines:]:
-            click.echo(line, nl=False)
+    from rayfield.util import private_files
+
+    with private_files.open_private(log, "rb") as f:
+        for raw in f.readlines()[-lines:]:
+            click.echo(raw.decode(errors="replace"), nl=False)
         while follow:
-            line = f.readline()
-            if line:
-                click.echo(line, nl=False)
+            raw = f.readline()
+            if raw:
+                click.echo(raw.decode(errors="replace"), nl=False)
             else:
                 time.sleep(0.5)
 

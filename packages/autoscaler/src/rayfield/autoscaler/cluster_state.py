@@ -1,12 +1,22 @@
 """The cluster directory on the launching machine and the node records kept in it, for
-the providers that keep their own state (``local_process``, ``local``).
+the providers that keep their own state (``local_process``, ``local``, and the launcher's
+state of the others, :mod:`rayfield.autoscaler.launcher_state`).
 
-Layout under the cluster directory (``provider.cluster_dir``, default
-``<tmp>/rayfield-autoscaler-<uid>/<cluster_name>``, mode 0700)::
+Layout (``provider.cluster_dir``, default ``<tmp>/rayfield-autoscaler-<uid>/<cluster_name>``;
+both default levels mode 0700)::
 
     state.json          the nodes: tags and what the provider needs (0600, replaced atomically)
-    state.lock          serializes read-modify-write of state.json across processes
-    nodes/<node_id>/    the node's logs
+    state.lock          serializes read-modify-write of state.json across processes (0600)
+    known_hosts         the SSH host keys of the cluster's nodes (0600; SSH providers)
+    nodes/<node_id>/    the node's logs (0700, logs 0600)
+
+Every directory and file here is made, opened and read through rayfield-core's
+:mod:`rayfield.util.private_files`: this user's alone, every directory above owned by
+this user or root (one others may write only with the sticky bit, as ``/tmp``), files
+opened with ``O_NOFOLLOW`` and checked on the open descriptor. The checks run again on
+every read (the monitor re-reads ``state.json`` at each step), so a directory that
+another user renamed away and replaced is refused, never read. A refusal raises
+:class:`rayfield.exceptions.UnsafeFileError`, whose message names the path and the fix.
 """
 
 from __future__ import annotations
@@ -20,11 +30,27 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rayfield.autoscaler.node_provider import NodeProvider, ProviderError
+from rayfield.util import private_files
+from rayfield.util.private_files import UnsafeFileError
 
-__all__ = ["StatefulProvider", "default_cluster_dir", "private_dir", "read_json"]
+__all__ = [
+    "StatefulProvider",
+    "UnsafeFileError",
+    "cluster_root",
+    "default_cluster_dir",
+    "open_log",
+    "private_dir",
+    "read_json",
+]
+
+#: What a refused cluster directory's message tells the user to do.
+CLUSTER_DIR_FIX = (
+    "remove it if you did not make it (another user may have, to control your cluster), "
+    "or set provider.cluster_dir to a directory only you can write"
+)
 
 
 def default_cluster_dir(cluster_name: str) -> Path:
@@ -32,29 +58,63 @@ def default_cluster_dir(cluster_name: str) -> Path:
     return Path(tempfile.gettempdir()) / f"rayfield-autoscaler-{os.getuid()}" / cluster_name
 
 
-def private_dir(path: Path) -> Path:
-    """``path``, created 0700 when missing.
+def private_dir(path: Path, what: str = "the directory") -> Path:
+    """``path``, created 0700 (missing parents too) or checked and set to 0700.
 
     Raises:
-        ProviderError: it exists and another user owns it or may write it.
+        UnsafeFileError: it or a directory above is not this user's alone (another user
+            owns it or may write it, or may rename it away); the message names it.
+        NotADirectoryError: it exists and is not a directory.
     """
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.stat()
-    if st.st_uid != os.getuid() or st.st_mode & 0o022:
-        raise ProviderError(
-            f"{path} is not yours alone (owner uid {st.st_uid}, mode {oct(st.st_mode & 0o777)}): "
-            "choose another provider.cluster_dir"
-        )
-    return path
+    return private_files.ensure_private_dir(path, what=what, fix=CLUSTER_DIR_FIX)
+
+
+def cluster_root(provider_config: dict[str, Any], cluster_name: str) -> Path:
+    """The cluster directory, created or checked: ``provider.cluster_dir`` (``~``
+    expanded), or :func:`default_cluster_dir`, whose parent
+    ``rayfield-autoscaler-<uid>`` is made and checked as a private directory too.
+
+    Raises:
+        UnsafeFileError: the directory, or one above it, is not this user's alone.
+    """
+    given = provider_config.get("cluster_dir")
+    if given:
+        return private_dir(Path(given).expanduser(), "the cluster directory")
+    path = default_cluster_dir(cluster_name)
+    private_dir(path.parent, "the autoscaler's directory")
+    return private_dir(path, "the cluster directory")
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``; None when unreadable or not an object."""
+    """The JSON object in the private file ``path``; None when it is missing, not JSON or
+    not an object.
+
+    Raises:
+        UnsafeFileError: it (or a directory above) fails the checks of
+            :func:`rayfield.util.private_files.read_json`: another user could have
+            written it.
+    """
     try:
-        data = json.loads(path.read_text())
+        data = private_files.read_json(path)
+    except UnsafeFileError:
+        raise
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def open_log(path: Path) -> IO[bytes]:
+    """``path`` opened to append bytes, unbuffered (commands run with it as their
+    stdout write to it too), mode 0600, through the checks of
+    :func:`rayfield.util.private_files.open_private`; its directory is made private
+    first.
+
+    Raises:
+        UnsafeFileError: the file or a directory above is not this user's alone.
+    """
+    private_dir(path.parent)
+    with private_files.open_private(path, "ab") as checked:
+        return os.fdopen(os.dup(checked.fileno()), "ab", buffering=0)
 
 
 class StatefulProvider(NodeProvider):
@@ -65,45 +125,36 @@ class StatefulProvider(NodeProvider):
         provider_config: the provider section; ``cluster_dir`` overrides the default.
         cluster_name: names the default cluster directory.
 
+    Every read and write of the records goes through :mod:`rayfield.util.private_files`
+    (see the module docstring).
+
     Raises:
-        ProviderError: the cluster directory exists and is not this user's alone.
+        UnsafeFileError: the cluster directory (or one above it) is not this user's
+            alone; so does any later method whose read of the records finds it so.
     """
 
     def __init__(self, provider_config: dict[str, Any], cluster_name: str) -> None:
         super().__init__(provider_config, cluster_name)
-        given = provider_config.get("cluster_dir")
-        self.root = private_dir(
-            Path(given).expanduser() if given else default_cluster_dir(cluster_name)
-        )
+        self.root = cluster_root(provider_config, cluster_name)
         self._state = self.root / "state.json"
         self._lock = self.root / "state.lock"
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[dict[str, dict[str, Any]]]:
         """The node records, locked; changes made in the block are written back."""
-        fd = os.open(self._lock, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with private_files.open_private(self._lock, "ab") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             nodes = (read_json(self._state) or {}).get("nodes", {})
             before = json.dumps(nodes, sort_keys=True)
             yield nodes
             if json.dumps(nodes, sort_keys=True) != before:
                 self._write({"nodes": nodes})
-        finally:
-            os.close(fd)
 
     def _write(self, state: dict[str, Any]) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".state.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(state, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._state)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        with private_files.atomic_write(self._state, binary=False) as f:
+            json.dump(state, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
 
     def _records(self) -> dict[str, dict[str, Any]]:
         with self._locked() as nodes:
@@ -146,8 +197,18 @@ class StatefulProvider(NodeProvider):
         return heads[0]
 
     def node_dir(self, node_id: str) -> Path:
-        """``nodes/<node_id>`` under the cluster directory (created 0700)."""
+        """``nodes/<node_id>`` under the cluster directory (created 0700, or checked).
+
+        Raises:
+            UnsafeFileError: it or a directory above is not this user's alone.
+        """
         return private_dir(self.root / "nodes" / node_id)
+
+    @property
+    def known_hosts(self) -> Path:
+        """The file the SSH host keys of the cluster's nodes are kept in (made 0600 by
+        :class:`~rayfield.autoscaler.command_runner.SSHCommandRunner` at its first use)."""
+        return self.root / "known_hosts"
 
     # ---- NodeProvider: listing and tags -------------------------------------------------
 

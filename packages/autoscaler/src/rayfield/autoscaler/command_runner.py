@@ -4,10 +4,15 @@ missing).
 
 A command's environment travels on the ssh session's standard input (a ``bash -s``
 script that exports it, then runs the command), never on a command line: a cluster
-token given to a worker shows in no process list and no log. Host keys are not pinned
-(the nodes of a cluster are new machines; ``StrictHostKeyChecking=no`` with an empty
-known-hosts file, as the reference's launcher does); authentication is by the cluster's
-key only (``IdentitiesOnly``, ``BatchMode``: never a password prompt).
+token given to a worker shows in no process list and no log. Host keys are pinned at
+first contact (``StrictHostKeyChecking=accept-new``) in the known-hosts file the runner
+is given, the cluster's own (:mod:`rayfield.autoscaler.known_hosts`): a node whose key
+changed is refused. ``host_key_checking=False`` (the config's
+``auth.host_key_checking: false``) goes back to the reference launcher's way,
+``StrictHostKeyChecking=no`` with an empty known-hosts file (``/dev/null``): any key is
+accepted, so whoever answers at a node's address gets the commands and the cluster
+token. Authentication is by the cluster's key only (``IdentitiesOnly``, ``BatchMode``:
+never a password prompt).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import shutil
 import subprocess
 from pathlib import Path
 from typing import IO, Any
+
+from rayfield.autoscaler import known_hosts as known_hosts_file
 
 __all__ = ["CommandError", "CommandRunner", "SSHCommandRunner"]
 
@@ -87,6 +94,12 @@ class SSHCommandRunner(CommandRunner):
         ssh_private_key: path of the private key (mode 0600).
         port: the node's SSH port.
         connect_timeout_s: seconds ssh waits for the TCP connection.
+        known_hosts: the file the node's host key is recorded in at first contact and
+            checked against afterwards (created 0600, and checked as a private file
+            before every ssh call); None: ssh's own (``~/.ssh/known_hosts``).
+        host_key_checking: False accepts any host key and records none
+            (``StrictHostKeyChecking=no``, known hosts ``/dev/null``); ``known_hosts``
+            is then unused.
     """
 
     def __init__(
@@ -96,23 +109,47 @@ class SSHCommandRunner(CommandRunner):
         ssh_private_key: str | Path,
         port: int = 22,
         connect_timeout_s: float = 5.0,
+        *,
+        known_hosts: str | Path | None = None,
+        host_key_checking: bool = True,
     ) -> None:
         self.ip = ip
         self.ssh_user = ssh_user
         self.ssh_private_key = str(ssh_private_key)
         self.port = port
         self.connect_timeout_s = connect_timeout_s
+        self.known_hosts = Path(known_hosts) if known_hosts is not None else None
+        self.host_key_checking = host_key_checking
 
     @property
     def target(self) -> str:
         """``user@ip``."""
         return f"{self.ssh_user}@{self.ip}"
 
+    def host_key_options(self) -> dict[str, str]:
+        """The ssh options that check the node's host key (see the class docstring);
+        the known-hosts file is created or checked first.
+
+        Raises:
+            UnsafeFileError: the known-hosts file or a directory above is not this
+                user's alone.
+        """
+        if not self.host_key_checking:
+            return {"StrictHostKeyChecking": "no", "UserKnownHostsFile": "/dev/null"}
+        opts = {"StrictHostKeyChecking": "accept-new", "HashKnownHosts": "no"}
+        if self.known_hosts is not None:
+            known_hosts_file.prepare(self.known_hosts)
+            opts["UserKnownHostsFile"] = known_hosts_file.option_value(self.known_hosts)
+        return opts
+
     def ssh_options(self) -> list[str]:
-        """The options of every ssh (and scp) call."""
+        """The options of every ssh (and scp) call.
+
+        Raises:
+            UnsafeFileError: the known-hosts file is not this user's alone.
+        """
         opts = {
-            "StrictHostKeyChecking": "no",
-            "UserKnownHostsFile": "/dev/null",
+            **self.host_key_options(),
             "IdentitiesOnly": "yes",
             "BatchMode": "yes",
             "ConnectTimeout": str(max(1, round(self.connect_timeout_s))),

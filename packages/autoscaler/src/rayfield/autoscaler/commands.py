@@ -7,7 +7,9 @@ prepared config as ``<cluster_dir>/bootstrap.yaml`` (0600) and starts the cluste
 monitor process (``python -m rayfield.autoscaler.monitor``), which launches
 ``min_workers`` and autoscales. Where the monitor runs is :func:`head_monitor_setup`'s
 decision: on a ``local_process`` cluster on this machine (its log
-``<cluster_dir>/monitor.log``, its pid ``monitor.pid``); on a cluster whose nodes are
+``<cluster_dir>/monitor.log``, its pid ``monitor.pid``, both 0600 and kept through
+:mod:`rayfield.util.private_files` like every file of the cluster directory); on a
+cluster whose nodes are
 set up over SSH (``local``, or any provider whose nodes are reached over SSH: its
 launcher state is kept by :class:`~rayfield.autoscaler.launcher_state.SSHClusterProvider`)
 on the head, as in the reference, with the bootstrap config, key and node records
@@ -36,7 +38,7 @@ import yaml
 
 from rayfield.autoscaler import head_monitor
 from rayfield.autoscaler.autoscaler import node_config, node_tags
-from rayfield.autoscaler.cluster_state import StatefulProvider
+from rayfield.autoscaler.cluster_state import StatefulProvider, UnsafeFileError, open_log
 from rayfield.autoscaler.config import launch_hash
 from rayfield.autoscaler.launcher_state import SSHClusterProvider
 from rayfield.autoscaler.node_provider import (
@@ -55,6 +57,7 @@ from rayfield.autoscaler.node_provider import (
 )
 from rayfield.autoscaler.node_setup import NodeSetup
 from rayfield.autoscaler.updater import UpdateError
+from rayfield.util import private_files
 
 __all__ = [
     "HeadSetupError",
@@ -97,8 +100,8 @@ def provider_for(config: dict[str, Any]) -> StatefulProvider:
     :class:`SSHClusterProvider` around it.
 
     Raises:
-        ProviderError: the provider cannot be made, or its state directory is not this
-            user's alone.
+        ProviderError: the provider cannot be made.
+        UnsafeFileError: its cluster directory (or one above it) is not this user's alone.
     """
     provider: NodeProvider = get_node_provider(config["provider"], config["cluster_name"])
     if isinstance(provider, StatefulProvider):
@@ -123,11 +126,18 @@ def monitor_log(provider: StatefulProvider) -> Path:
 
 
 def _monitor_pid(provider: StatefulProvider) -> int | None:
+    """The pid in ``monitor.pid`` when that process is a monitor; None otherwise.
+
+    Raises:
+        UnsafeFileError: ``monitor.pid`` is not this user's alone.
+    """
     try:
-        pid = int((provider.root / "monitor.pid").read_text())
+        pid = int(private_files.read_text(provider.root / "monitor.pid", max_bytes=64))
         proc = psutil.Process(pid)
         if MONITOR_MODULE in proc.cmdline() and proc.status() != psutil.STATUS_ZOMBIE:
             return pid
+    except UnsafeFileError:
+        raise
     except (OSError, ValueError, psutil.Error):
         pass
     return None
@@ -160,8 +170,7 @@ def started_line(cluster_name: str, pid: int) -> str:
 
 def _start_monitor(provider: StatefulProvider, bootstrap: Path, interval_s: float) -> int:
     log = monitor_log(provider)
-    with open(log, "ab") as out:
-        os.chmod(log, 0o600)
+    with open_log(log) as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", MONITOR_MODULE, str(bootstrap), "--interval-s", str(interval_s)],
             stdout=out,
@@ -169,12 +178,12 @@ def _start_monitor(provider: StatefulProvider, bootstrap: Path, interval_s: floa
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    (provider.root / "monitor.pid").write_text(str(proc.pid))
+    private_files.write_text(provider.root / "monitor.pid", str(proc.pid))
     marker = started_line(provider.cluster_name, proc.pid)
     deadline = time.monotonic() + MONITOR_START_TIMEOUT_S
-    while marker not in log.read_text(errors="replace"):
+    while marker not in (text := private_files.read_bytes(log).decode(errors="replace")):
         if proc.poll() is not None or time.monotonic() > deadline:
-            tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+            tail = text.strip().splitlines()[-1:]
             why = f"exited with status {proc.returncode}" if proc.poll() is not None else "hangs"
             raise LauncherError(f"the autoscaler {why} at start ({' '.join(tail)}); see {log}")
         time.sleep(0.1)
@@ -261,7 +270,7 @@ def node_setup(
     if not provider.runs_commands and not config.get("auth", {}).get("ssh_private_key"):
         # A cloud's key is named by its bootstrap: the one `up` used, else bootstrap now.
         stored = provider.root / "bootstrap.yaml"
-        used = yaml.safe_load(stored.read_text()) if stored.is_file() else None
+        used = yaml.safe_load(private_files.read_text(stored)) if stored.is_file() else None
         if isinstance(used, dict) and used.get("auth", {}).get("ssh_private_key"):
             config = {**config, "auth": used["auth"]}
         else:
@@ -285,9 +294,12 @@ def head_monitor_setup(provider: StatefulProvider, setup: NodeSetup | None) -> N
 
 
 def _write_private(path: Path, config: dict[str, Any]) -> Path:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        yaml.safe_dump(config, f, sort_keys=False)
+    """Write ``config`` as YAML to ``path`` (0600, replaced atomically).
+
+    Raises:
+        UnsafeFileError: the directory is not this user's alone.
+    """
+    private_files.write_text(path, yaml.safe_dump(config, sort_keys=False))
     return path
 
 

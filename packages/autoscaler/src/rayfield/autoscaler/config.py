@@ -114,6 +114,12 @@ CLUSTER_SCHEMA: dict[str, Any] = {
             "properties": {
                 "ssh_user": {"type": "string"},
                 "ssh_private_key": {"type": "string"},
+                "host_key_checking": {
+                    "type": "boolean",
+                    "description": "SSH clusters: pin each node's host key at first contact "
+                    "in the cluster directory's known_hosts and refuse a changed one "
+                    "(default true); false accepts any key (StrictHostKeyChecking=no)",
+                },
             },
         },
         "docker": {
@@ -362,7 +368,9 @@ def _local(cfg: dict[str, Any]) -> None:
         )
 
 
-def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def load_config(
+    path: str | Path, overrides: dict[str, Any] | None = None, *, private: bool = False
+) -> dict[str, Any]:
     """Read, override and prepare the cluster YAML at ``path``.
 
     Args:
@@ -370,12 +378,21 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> di
         overrides: top-level keys set before validation (``cluster_name``,
             ``min_workers``, ``max_workers`` from the command line); None values are
             ignored.
+        private: read it through :func:`rayfield.util.private_files.read_text` (it must
+            be this user's alone, in directories no other user can change): the
+            ``bootstrap.yaml`` the monitor loads from the cluster directory.
 
     Raises:
         ConfigError: the file cannot be read or parsed, or :func:`prepare_config` refuses it.
+        UnsafeFileError: ``private`` and the file or a directory above is not this
+            user's alone.
     """
+    from rayfield.util import private_files
+
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = yaml.safe_load(private_files.read_text(path) if private else Path(path).read_text())
+    except private_files.UnsafeFileError:
+        raise
     except OSError as exc:
         raise ConfigError(f"cannot read the cluster config {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
@@ -387,7 +404,8 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> di
 
 def launch_hash(config: dict[str, Any], node_type: str) -> str:
     """Hash of what a node of ``node_type`` is launched with (its node config and
-    resources, plus ``auth``); a node whose tag differs is outdated.
+    resources, plus ``auth`` without ``host_key_checking``, which changes how the
+    launcher connects, not the node); a node whose tag differs is outdated.
 
     Args:
         config: a config from :func:`prepare_config`.
@@ -395,6 +413,6 @@ def launch_hash(config: dict[str, Any], node_type: str) -> str:
     """
     t = config["available_node_types"][node_type]
     payload = {"node_config": t["node_config"], "resources": t["resources"]}
-    payload["auth"] = config["auth"]
+    payload["auth"] = {k: v for k, v in config["auth"].items() if k != "host_key_checking"}
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

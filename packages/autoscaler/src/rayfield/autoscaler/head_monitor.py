@@ -21,6 +21,12 @@ On the head, in the SSH user's home, ``rayfield-cluster-<cluster_name>/`` (mode 
                      and pulled back by ``down``, ``get-worker-ips`` and :func:`pull_state`
     monitor.log      the monitor's log (``rayfield-autoscaler monitor`` follows it)
     monitor.pid      its pid
+    known_hosts      the host keys of the workers the head's monitor reaches over SSH
+                     (0600; see rayfield.autoscaler.known_hosts)
+
+The head's monitor keeps and reads these through :mod:`rayfield.util.private_files`
+as the launcher does its own (:mod:`rayfield.autoscaler.cluster_state`); the files the
+launcher copies there go through a temporary file in its own private cluster directory.
 
 No cloud credential is copied: the provider section names only where the nodes are
 (region, project, namespace), and the head's monitor authenticates as the head itself
@@ -46,11 +52,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 import yaml
 
-from rayfield.autoscaler.cluster_state import StatefulProvider
+from rayfield.autoscaler.cluster_state import StatefulProvider, open_log
 from rayfield.autoscaler.command_runner import CommandError, CommandRunner
 from rayfield.autoscaler.node_provider import ProviderError
 from rayfield.autoscaler.node_setup import NodeSetup
@@ -137,8 +144,12 @@ def started(setup: NodeSetup) -> bool:
     return _note(setup) is not None
 
 
-def _push(runner: CommandRunner, data: bytes, target: str, log: IO[bytes] | None) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".push.")
+def _push(
+    runner: CommandRunner, data: bytes, target: str, log: IO[bytes] | None, tmp_dir: Path
+) -> None:
+    """Copy ``data`` to ``target`` on the head, through a temporary file (0600) in
+    ``tmp_dir`` (the launcher's private cluster directory)."""
+    fd, tmp = tempfile.mkstemp(prefix=".push.", dir=tmp_dir)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -168,7 +179,7 @@ def start(
     state = provider.state_file.name
     provider.record_started(head, {RECORD_KEY: {"dir": d, "pid": None}})
     log_path = setup.log_path(head)
-    with open(log_path, "ab") as log:
+    with open_log(log_path) as log:
         try:
             if runner.run(f"mkdir -p {d} && chmod 700 {d}", log=log) != 0:
                 raise CommandError(f"cannot create ~/{d} on the head")
@@ -177,9 +188,9 @@ def start(
                 runner.sync_up(str(setup.key), f"{d}/ssh_key", log)
                 private = f"ssh_key {private}"
             bootstrap = yaml.safe_dump(head_bootstrap(config), sort_keys=False).encode()
-            _push(runner, bootstrap, f"{d}/bootstrap.yaml", log)
-            records = {"nodes": provider.records()}
-            _push(runner, json.dumps(records, indent=1).encode(), f"{d}/{state}", log)
+            _push(runner, bootstrap, f"{d}/bootstrap.yaml", log, provider.root)
+            records = json.dumps({"nodes": provider.records()}, indent=1).encode()
+            _push(runner, records, f"{d}/{state}", log, provider.root)
             cmd = (  # the log exists, 0600, before the monitor appends to it
                 f"cd {d} && chmod 600 {private} && "
                 "touch monitor.log && chmod 600 monitor.log && "

@@ -7,14 +7,17 @@ terminating nodes go to the wrapped provider (the cloud keeps the node records a
 tags); what a node reported once started (its rayfield node id and, for the head, the GCS
 address and the cluster token) goes to the per-cluster state directory
 (``provider.cluster_dir``, default ``<tmp>/rayfield-autoscaler-<uid>/<cluster_name>``,
-mode 0700)::
+both levels mode 0700; every file kept and read through
+:mod:`rayfield.util.private_files`, see :mod:`rayfield.autoscaler.cluster_state`)::
 
     launcher.json       node id -> what the node reported (0600, replaced atomically)
     state.lock          serializes read-modify-write of launcher.json across processes
     bootstrap.yaml      the prepared config (0600, commands.py); the monitor runs on the
                         head from a copy (rayfield.autoscaler.head_monitor), with a copy
                         of launcher.json that ``down`` and ``get-worker-ips`` pull back
-    nodes/<node_id>/    the node's update log
+    known_hosts         the nodes' SSH host keys (0600); a terminated node's addresses
+                        are removed from it, since a new machine may get them next
+    nodes/<node_id>/    the node's update log (0600)
 
 The cluster token never goes into the provider's tags; the wrapped provider may keep it
 for nodes that start later (``publish_token``: a Kubernetes Secret).
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rayfield.autoscaler import known_hosts
 from rayfield.autoscaler.cluster_state import StatefulProvider
 from rayfield.autoscaler.node_provider import KIND_HEAD, TAG_NODE_KIND, NodeProvider, ProviderError
 
@@ -38,7 +42,7 @@ class SSHClusterProvider(StatefulProvider):
         inner: the provider that creates the nodes.
 
     Raises:
-        ProviderError: the state directory exists and is not this user's alone.
+        UnsafeFileError: the state directory (or one above it) is not this user's alone.
     """
 
     #: The wrapped provider's nodes run nothing until NodeSetup sets them up over SSH.
@@ -76,9 +80,16 @@ class SSHClusterProvider(StatefulProvider):
         self.inner.create_node(node_config, tags, count)
 
     def terminate_node(self, node_id: str) -> None:
+        """Terminate the node, drop its record and forget its host keys (its addresses
+        may go to a new machine, whose key then is accepted as new)."""
+        try:
+            addresses = {self.inner.internal_ip(node_id), self.inner.external_ip(node_id)}
+        except ProviderError:  # gone already
+            addresses = set()
         self.inner.terminate_node(node_id)
         with self._locked() as nodes:
             nodes.pop(node_id, None)
+        known_hosts.forget(self.known_hosts, [a for a in addresses if a])
 
     def cluster_node_id(self, node_id: str) -> str | None:
         value = self._records().get(node_id, {}).get("cluster_node_id")

@@ -6,11 +6,14 @@ calling process with rayfield-core's ``rayfield.util.cluster.start_node`` (what
 on every launch.
 
 Layout under the cluster directory (``provider.cluster_dir``, default
-``<tmp>/rayfield-autoscaler-<uid>/<cluster_name>``, mode 0700)::
+``<tmp>/rayfield-autoscaler-<uid>/<cluster_name>``, both levels mode 0700; every file
+kept and read through :mod:`rayfield.util.private_files`, see
+:mod:`rayfield.autoscaler.cluster_state`)::
 
     state.json          the nodes and their tags (0600, replaced atomically)
-    state.lock          serializes read-modify-write of state.json across processes
-    nodes/<node_id>/    the node's --temp-dir; start.log says how its start went
+    state.lock          serializes read-modify-write of state.json across processes (0600)
+    nodes/<node_id>/    the node's --temp-dir (0700); start.log (0600) says how its start
+                        went
 
 The head is started with ``rayfield start --head --port 0`` and its GCS address is read
 from its session's ``cluster.json``; workers join it with the cluster token in their
@@ -22,7 +25,6 @@ are its type's ``resources`` (``CPU``, ``GPU`` and custom ones); ``node_config``
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
 import subprocess
@@ -32,8 +34,15 @@ from typing import Any
 
 import psutil
 
-from rayfield.autoscaler.cluster_state import StatefulProvider, default_cluster_dir, read_json
+from rayfield.autoscaler.cluster_state import (
+    StatefulProvider,
+    UnsafeFileError,
+    default_cluster_dir,
+    open_log,
+    read_json,
+)
 from rayfield.autoscaler.node_provider import KIND_HEAD, TAG_NODE_KIND, ProviderError
+from rayfield.util import private_files
 
 __all__ = ["LocalProcessProvider", "default_cluster_dir", "rayfield_command"]
 
@@ -73,7 +82,8 @@ class LocalProcessProvider(StatefulProvider):
         cluster_name: names the cluster directory.
 
     Raises:
-        ProviderError: the cluster directory exists and is not this user's alone.
+        UnsafeFileError: the cluster directory (or one above it) is not this user's
+            alone.
     """
 
     # ---- NodeProvider -----------------------------------------------------------------
@@ -103,17 +113,22 @@ class LocalProcessProvider(StatefulProvider):
     # ---- beyond the interface: what a driver needs to reach the cluster ----------------
 
     def token(self, node_id: str) -> str:
-        """The cluster token, read from the head's session (0600 there).
+        """The cluster token, read from the head's session (0600 there) through
+        :func:`rayfield.util.private_files.read_text`.
 
         Raises:
             ProviderError: ``node_id`` is not a head, or its token cannot be read.
+            UnsafeFileError: the token file (or a directory above) is not this user's
+                alone.
         """
         session = _session(Path(self._record(node_id)["temp_dir"]))
         try:
             if session is None:
                 raise FileNotFoundError("no session")
-            return (session / "token").read_text().strip()
-        except OSError as exc:
+            return private_files.read_text(session / "token", what="the head's token").strip()
+        except UnsafeFileError:
+            raise
+        except (OSError, ValueError) as exc:
             raise ProviderError(f"cannot read the token of {node_id}: {exc}") from None
 
     def cluster_node_id(self, node_id: str) -> str | None:
@@ -163,8 +178,7 @@ class LocalProcessProvider(StatefulProvider):
         """``rayfield start --head`` (its GCS and first node), output to ``log``."""
         args = [*rayfield_command(), "start", "--temp-dir", str(temp_dir), "--head"]
         args += ["--port", "0", *_resource_args(node_config)]
-        with open(log, "ab") as out:
-            os.chmod(log, 0o600)
+        with open_log(log) as out:
             try:
                 subprocess.run(
                     args,
@@ -196,15 +210,15 @@ class LocalProcessProvider(StatefulProvider):
             object_store_memory=_object_store_memory(node_config),
             temp_dir=temp_dir,
         )
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "a") as out:
+        with open_log(log) as out:
             try:
                 session = cluster.new_session_dir(temp_dir)
                 info = cluster.start_node(session, address, token, opts, timeout_s=START_TIMEOUT_S)
             except (cluster.ClusterError, OSError) as exc:
-                out.write(f"starting the node failed: {exc}\n")
+                out.write(f"starting the node failed: {exc}\n".encode())
                 raise ProviderError(f"starting a node failed: {exc}; see {log}") from None
-            out.write(f"rayfield node started: {info['node_id'][:12]}, session {session}\n")
+            line = f"rayfield node started: {info['node_id'][:12]}, session {session}\n"
+            out.write(line.encode())
 
     @staticmethod
     def _node_pid_alive(temp_dir: Path) -> bool:

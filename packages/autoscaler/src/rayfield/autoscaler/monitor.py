@@ -11,6 +11,12 @@ between those as soon as a poll of the node records (every ``--poll-s``) finds n
 demand or a node that joined or left (:class:`~rayfield.autoscaler.trigger.DemandWatch`);
 after ``MAX_FAILURES`` steps in a row that raise, the monitor exits
 with status 1 (the reference's abort rule).
+
+The bootstrap config and the cluster directory's files are read through
+:mod:`rayfield.util.private_files`, again at every step: when one of them (or a
+directory above) is no longer this user's alone, e.g. another user renamed the cluster
+directory away and put their own in its place, the monitor logs the refusal (naming the
+path) and exits with status 1 at once, without reading it.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from rayfield.autoscaler.commands import head_node, node_setup, provider_for, st
 from rayfield.autoscaler.config import load_config
 from rayfield.autoscaler.sdk import KV_NAMESPACE, REQUEST_KEY, STATUS_KEY, parse_request
 from rayfield.autoscaler.trigger import DemandWatch
+from rayfield.util.private_files import UnsafeFileError
 
 MAX_FAILURES = 5
 MAX_CONCURRENT_LAUNCHES = 10  # the reference's max_concurrent_launches
@@ -154,8 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat-timeout-s", type=float, default=30.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    config = load_config(args.config)
-    provider = provider_for(config)
+    try:
+        config = load_config(args.config, private=True)
+        provider = provider_for(config)
+        setup = node_setup(config, provider)  # reads bootstrap.yaml, checks the key
+    except UnsafeFileError as exc:
+        logger.error("the monitor does not start: %s", exc)
+        return 1
     launcher = ThreadPoolExecutor(MAX_CONCURRENT_LAUNCHES, thread_name_prefix="launch")
     watch = DemandWatch()
     gcs = ClusterGcs(provider)
@@ -170,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         provider,
         watched_load,
         executor=launcher,
-        setup=node_setup(config, provider),
+        setup=setup,
         requests_fn=gcs.requested,
         publish_fn=gcs.publish,
         heartbeat_timeout_s=args.heartbeat_timeout_s,
@@ -183,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             autoscaler.update()
             failures = 0
+        except UnsafeFileError as exc:
+            logger.error("the monitor stops: %s", exc)
+            launcher.shutdown(wait=True, cancel_futures=True)
+            gcs.close()
+            return 1
         except Exception:
             failures += 1
             logger.exception("autoscaler step failed (%d in a row)", failures)

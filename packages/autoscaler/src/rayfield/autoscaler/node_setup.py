@@ -3,12 +3,15 @@ until set up over SSH (``needs_setup``: the ``local`` provider, and any other pr
 through :class:`~rayfield.autoscaler.launcher_state.SSHClusterProvider`).
 
 :class:`NodeSetup` builds a node's :class:`~rayfield.autoscaler.command_runner.SSHCommandRunner`
-(``auth.ssh_user``, ``auth.ssh_private_key``), the environment of its commands and its
+(``auth.ssh_user``, ``auth.ssh_private_key``; host keys pinned in the cluster
+directory's ``known_hosts`` unless ``auth.host_key_checking`` is false, see
+:mod:`rayfield.autoscaler.known_hosts`), the environment of its commands and its
 :class:`~rayfield.autoscaler.updater.NodeUpdater`; after the start commands it reads what
 the node wrote in its newest session under ``$RAYFIELD_NODE_TEMP_DIR`` (``node.json``;
 on the head also ``cluster.json`` and ``token``) and records it with the provider (and
 hands the head's token to ``provider.publish_token``). Each node's output goes to
-``<cluster_dir>/nodes/<node_id>/update.log``.
+``<cluster_dir>/nodes/<node_id>/update.log`` (0600, kept through
+:mod:`rayfield.util.private_files`).
 
 A provider that reaches its nodes itself (``runs_commands``: Kubernetes, through the
 exec API) needs no ``auth``: its ``command_runner`` replaces SSH, and :attr:`NodeSetup.key` is None.
@@ -20,10 +23,10 @@ per address, so that several nodes may share a filesystem).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from rayfield.autoscaler.cluster_state import open_log
 from rayfield.autoscaler.command_runner import CommandError, CommandRunner, SSHCommandRunner
 from rayfield.autoscaler.launcher_state import SSHClusterProvider
 from rayfield.autoscaler.local import LocalNodeProvider
@@ -35,6 +38,7 @@ from rayfield.autoscaler.node_provider import (
     ProviderError,
 )
 from rayfield.autoscaler.updater import NodeUpdater, UpdateError, plan_update, runtime_hash
+from rayfield.util import private_files
 
 __all__ = ["NodeSetup", "resource_args"]
 
@@ -67,6 +71,7 @@ class NodeSetup:
     Raises:
         ProviderError: the nodes are reached over SSH and ``auth`` lacks the user or the
             key, or the key file is missing.
+        UnsafeFileError: the key file is not this user's, or others may write it.
     """
 
     def __init__(
@@ -85,6 +90,8 @@ class NodeSetup:
         #: The SSH key; None when the provider reaches its nodes itself.
         self.key: Path | None = None
         self.ssh_user = str(auth.get("ssh_user") or "")
+        #: Whether SSH pins the nodes' host keys (``auth.host_key_checking``, default true).
+        self.host_key_checking = bool(auth.get("host_key_checking", True))
         if provider.runs_commands:
             return
         if not auth.get("ssh_user") or not auth.get("ssh_private_key"):
@@ -94,6 +101,7 @@ class NodeSetup:
         self.key = Path(str(auth["ssh_private_key"])).expanduser()
         if not self.key.is_file():
             raise ProviderError(f"auth.ssh_private_key {str(self.key)!r} is not a file")
+        private_files.check_owned(self.key, "auth.ssh_private_key")
 
     def ssh_ip(self, node_id: str) -> str | None:
         """The address SSH reaches the node at: its internal one with
@@ -113,7 +121,13 @@ class NodeSetup:
         ip = self.ssh_ip(node_id)
         if ip is None:
             raise ProviderError(f"node {node_id} has no address (terminated, or not assigned yet)")
-        return SSHCommandRunner(ip, self.ssh_user, self.key)
+        return SSHCommandRunner(
+            ip,
+            self.ssh_user,
+            self.key,
+            known_hosts=self.provider.known_hosts,
+            host_key_checking=self.host_key_checking,
+        )
 
     def log_path(self, node_id: str) -> Path:
         """The node's update log."""
@@ -201,8 +215,7 @@ class NodeSetup:
     def stop(self, node_id: str) -> bool:
         """Run ``stop_ray_commands`` on the node (best effort: an unreachable node is
         logged); True when they all succeeded."""
-        fd = os.open(self.log_path(node_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "ab", buffering=0) as log:
+        with open_log(self.log_path(node_id)) as log:
             log.write(b"==> stop_ray_commands\n")
             try:
                 runner, env = self.runner(node_id), self.env(node_id, with_secrets=False)

@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rayfield.autoscaler.cluster_state import open_log
 from rayfield.autoscaler.command_runner import CommandError, CommandRunner
+from rayfield.autoscaler.known_hosts import HOST_KEY_REFUSED
 from rayfield.autoscaler.node_provider import (
     STATUS_SETTING_UP,
     STATUS_SYNCING_FILES,
@@ -47,6 +49,7 @@ from rayfield.autoscaler.node_provider import (
     TAG_RUNTIME_CONFIG,
     NodeProvider,
 )
+from rayfield.util import private_files
 
 __all__ = [
     "NodeUpdater",
@@ -204,9 +207,7 @@ class NodeUpdater:
     def run(self) -> bool:
         """Run the update; True when the node is up to date. On failure the node is
         tagged ``update-failed`` and :attr:`error` says why (the log has the output)."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "ab", buffering=0) as log:
+        with open_log(self.log_path) as log:
             try:
                 for step in self.steps:
                     self.provider.set_node_tags(self.node_id, {TAG_NODE_STATUS: step.status})
@@ -244,15 +245,37 @@ class NodeUpdater:
         attempt = 0
         while True:
             attempt += 1
+            since = os.fstat(log.fileno()).st_size
             if self.runner.run("true", log=log, timeout_s=15) == 0:
                 log.write(f"ssh answered (attempt {attempt})\n".encode())
                 return
+            refused = self._host_key_refused(since)
+            if refused is not None:  # waiting longer does not change the key
+                raise UpdateError(refused)
             if self.clock() >= deadline:
                 raise UpdateError(
                     f"the node did not answer ssh within {self.ssh_timeout_s:g} s "
                     f"({attempt} attempts): check its address, sshd, ssh_user and the key"
                 )
             self.sleep(1.0)
+
+    def _host_key_refused(self, since: int) -> str | None:
+        """Why ssh refused the node's host key, when its output in the log after offset
+        ``since`` says so (:data:`~rayfield.autoscaler.known_hosts.HOST_KEY_REFUSED`);
+        None otherwise."""
+        with private_files.open_private(self.log_path, "rb") as f:
+            f.seek(since)
+            text = f.read(1 << 16).decode(errors="replace")
+        if HOST_KEY_REFUSED not in text:
+            return None
+        ip = getattr(self.runner, "ip", "the node")
+        known = getattr(self.runner, "known_hosts", None) or "~/.ssh/known_hosts"
+        return (
+            f"ssh refused the host key of {ip}: it is not the key recorded for that address "
+            f"in {known} ({HOST_KEY_REFUSED}). If the machine was replaced, remove the old "
+            f"key (ssh-keygen -R {ip} -f {known}) and run again; if not, another machine may "
+            "be answering at its address"
+        )
 
     def _sync(self, remote: str, local: str, log: Any) -> None:
         path = Path(local).expanduser()

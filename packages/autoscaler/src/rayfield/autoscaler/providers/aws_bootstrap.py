@@ -11,7 +11,9 @@ resources it needs. Each step keeps what the config already gives.
   outside. Node types without ``SecurityGroupIds`` get it.
 - **Key pair** (when ``auth.ssh_private_key`` is not set) ``rayfield-<cluster>-<region>``,
   its private key written to ``~/.ssh/rayfield-<cluster>-<region>.pem`` with mode 0600
-  (created 0600, never readable by others, even for an instant). A key pair that exists in
+  (created 0600, never readable by others, even for an instant; ``~/.ssh`` made or
+  checked private, 0700, and a key found there checked to be this user's, through
+  :mod:`rayfield.util.private_files`). A key pair that exists in
   AWS but whose file is missing here cannot be used: the next free name
   (``..._1``, ``..._2``) is taken. Node types get ``KeyName``.
 - **IAM instance profile** ``rayfield-autoscaler-v1`` for the head (when its node
@@ -39,6 +41,7 @@ from typing import Any
 
 from rayfield.autoscaler.node_provider import ProviderError
 from rayfield.autoscaler.providers.aws import _error, aws_client
+from rayfield.util import private_files
 
 __all__ = ["IAM_PROFILE_NAME", "bootstrap_aws", "key_path", "security_group_name"]
 
@@ -202,6 +205,7 @@ def _key_pair(ec2: Any, cfg: dict[str, Any]) -> None:
             ec2.describe_key_pairs(Filters=[{"Name": "key-name", "Values": [name]}])["KeyPairs"]
         )
         if exists and path.is_file():
+            private_files.check_owned(path, "the key pair's private key")
             break
         if not exists and not path.exists():
             material = ec2.create_key_pair(KeyName=name)["KeyMaterial"]
@@ -220,8 +224,16 @@ def _key_pair(ec2: Any, cfg: dict[str, Any]) -> None:
 
 
 def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    """Write a new private key to ``path``, mode 0600 from its creation, never over an
+    existing file or through a symlink; its directory (``~/.ssh``) is made or checked
+    private (0700) first.
+
+    Raises:
+        UnsafeFileError: the directory, or one above it, is not this user's alone.
+        FileExistsError: ``path`` exists.
+    """
+    private_files.ensure_private_dir(path.parent, what="the SSH key directory")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(text)
 

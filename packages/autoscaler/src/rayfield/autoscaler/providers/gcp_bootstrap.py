@@ -10,8 +10,10 @@ Google Cloud resources it needs. Each step keeps what the config already gives.
   head's ports inside the cluster.
 - **SSH key** (when ``auth.ssh_private_key`` is not set): a key of the cluster's own,
   ``~/.ssh/rayfield-<cluster>-gcp-<project>.pem`` (ed25519, made by ``ssh-keygen``,
-  mode 0600), whose public key goes into the ``ssh-keys`` metadata item of every node
-  type's instances (``<ssh_user>:<public key> <ssh_user>``, the guest agent's format).
+  mode 0600; ``~/.ssh`` made or checked private, 0700, and the key checked to be this
+  user's, through :mod:`rayfield.util.private_files`), whose public key goes into the
+  ``ssh-keys`` metadata item of every node type's instances (``<ssh_user>:<public key>
+  <ssh_user>``, the guest agent's format).
   The reference writes the project's metadata instead; instance metadata lets only
   this cluster's instances accept the key and needs no project-wide permission. With
   OS Login enabled on the project, metadata keys are ignored: give
@@ -48,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from rayfield.autoscaler.node_provider import ProviderError
+from rayfield.util import private_files
 
 __all__ = [
     "HEAD_ROLES",
@@ -161,8 +164,8 @@ def _ssh_key(cfg: dict[str, Any], project: str) -> None:
             "making the cluster's SSH key needs ssh-keygen (OpenSSH's client): install it, "
             "or set auth.ssh_private_key"
         )
+    private_files.ensure_private_dir(path.parent, what="the SSH key directory")
     if not path.is_file():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         comment = f"rayfield-{cfg['cluster_name']}"
         made = subprocess.run(
             [keygen, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
@@ -173,6 +176,7 @@ def _ssh_key(cfg: dict[str, Any], project: str) -> None:
         if made.returncode != 0:
             raise ProviderError(f"ssh-keygen could not make {path}: {made.stderr.strip()}")
         logger.info("created SSH key %s for cluster %s", path, cfg["cluster_name"])
+    private_files.check_owned(path, "the cluster's SSH key")
     public = subprocess.run(
         [keygen, "-y", "-f", str(path)], capture_output=True, text=True, check=False
     )
