@@ -151,3 +151,14 @@ def test_a_symlinked_directory_is_checked_at_its_target(tmp_path: Path) -> None:
         pf.ensure_private_dir(tmp_path / "link")
     with pytest.raises(UnsafeFileError):
         pf.ensure_private_dir(tmp_path / "link" / "sub")
+
+
+def test_a_refusal_names_the_fix_given_and_logs_can_be_unbuffered(tmp_path: Path) -> None:
+    d = pf.ensure_private_dir(tmp_path / "d")
+    (d / "planted").write_text("{}")
+    give_away(d / "planted")
+    with pytest.raises(UnsafeFileError, match=r"not yours.*; set provider.cluster_dir"):
+        pf.read_json(d / "planted", fix="set provider.cluster_dir")
+    with pf.open_private(d / "log", "ab", buffering=0) as f:
+        f.write(b"at once")
+        assert (d / "log").read_bytes() == b"at once"  # nothing held in a buffer

@@ -185,7 +185,9 @@ def open_private(
     mode: str = "rb",
     *,
     what: str | None = None,
+    fix: str | None = None,
     encoding: str = "utf-8",
+    buffering: int = -1,
     error: type[UnsafeFileError] = UnsafeFileError,
 ) -> IO[Any]:
     """Open a private file: ``mode`` is ``r``/``w``/``a``, with ``b`` for bytes.
@@ -193,7 +195,8 @@ def open_private(
     Opened with ``O_NOFOLLOW`` (a symlink is refused); the open file must be a regular file
     this user owns that neither group nor others can write, and the directories above pass
     :func:`check_ancestors`. A file created for writing is 0600, and an existing one written
-    or appended to is set to 0600.
+    or appended to is set to 0600. ``fix`` is what a refusal tells the user to do (default:
+    remove the file); ``buffering`` is :func:`open`'s (0: unbuffered, bytes only).
 
     Raises:
         UnsafeFileError (or ``error``): it is a symlink, not a regular file, not this
@@ -206,7 +209,8 @@ def open_private(
         raise ValueError(f"mode must be r, w or a, with an optional b; got {mode!r}")
     path = Path(path)
     what = what or path.name
-    check_ancestors(path, error=error)
+    check_ancestors(path, fix=fix, error=error)
+    fix = fix or _default_fix(path)
     # O_NONBLOCK: opening a FIFO must not wait for its other end (it is refused below).
     flags = _FLAGS[kind] | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
@@ -215,18 +219,18 @@ def open_private(
         if (os.path.lexists(path) and not os.path.isfile(path)) or os.path.islink(path):
             st = os.lstat(path)
             why = "it is a symlink" if os.path.islink(path) else "it is not a regular file"
-            raise refuse(what, path, st, why, _default_fix(path), error) from e
+            raise refuse(what, path, st, why, fix, error) from e
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise refuse(what, path, st, "it is not a regular file", _default_fix(path), error)
+            raise refuse(what, path, st, "it is not a regular file", fix, error)
         if st.st_uid != os.getuid():
             why = f"it is not yours (you are uid {os.getuid()})"
-            raise refuse(what, path, st, why, _default_fix(path), error)
+            raise refuse(what, path, st, why, fix, error)
         if kind == "r" and st.st_mode & LOOSE:
-            fix = f"make it private (chmod go-w {path})"
-            raise refuse(what, path, st, "its group or others can write it", fix, error)
+            loose = f"make it private (chmod go-w {path}) or {fix}"
+            raise refuse(what, path, st, "its group or others can write it", loose, error)
         if kind != "r" and stat.S_IMODE(st.st_mode) != 0o600:
             os.fchmod(fd, 0o600)
         os.set_blocking(fd, True)
@@ -234,8 +238,8 @@ def open_private(
         os.close(fd)
         raise
     if "b" in mode:
-        return os.fdopen(fd, mode)
-    return os.fdopen(fd, mode, encoding=encoding)
+        return os.fdopen(fd, mode, buffering)
+    return os.fdopen(fd, mode, buffering, encoding=encoding)
 
 
 @contextlib.contextmanager
@@ -267,7 +271,9 @@ def atomic_write(
         raise
 
 
-def read_bytes(path: StrPath, *, max_bytes: int | None = None, what: str | None = None) -> bytes:
+def read_bytes(
+    path: StrPath, *, max_bytes: int | None = None, what: str | None = None, fix: str | None = None
+) -> bytes:
     """The bytes of a private file (checked as by :func:`open_private`).
 
     Raises:
@@ -275,14 +281,16 @@ def read_bytes(path: StrPath, *, max_bytes: int | None = None, what: str | None 
         FileNotFoundError: it does not exist.
         ValueError: it is larger than ``max_bytes``.
     """
-    with open_private(path, "rb", what=what) as f:
+    with open_private(path, "rb", what=what, fix=fix) as f:
         data = f.read() if max_bytes is None else f.read(max_bytes + 1)
     if max_bytes is not None and len(data) > max_bytes:
         raise ValueError(f"{path} is larger than {max_bytes} bytes")
     return bytes(data)
 
 
-def read_text(path: StrPath, *, max_bytes: int | None = None, what: str | None = None) -> str:
+def read_text(
+    path: StrPath, *, max_bytes: int | None = None, what: str | None = None, fix: str | None = None
+) -> str:
     """The UTF-8 text of a private file (checked as by :func:`open_private`).
 
     Raises:
@@ -290,10 +298,12 @@ def read_text(path: StrPath, *, max_bytes: int | None = None, what: str | None =
         FileNotFoundError: it does not exist.
         ValueError: it is not UTF-8, or is larger than ``max_bytes``.
     """
-    return read_bytes(path, max_bytes=max_bytes, what=what).decode("utf-8")
+    return read_bytes(path, max_bytes=max_bytes, what=what, fix=fix).decode("utf-8")
 
 
-def read_json(path: StrPath, *, max_bytes: int | None = None, what: str | None = None) -> Any:
+def read_json(
+    path: StrPath, *, max_bytes: int | None = None, what: str | None = None, fix: str | None = None
+) -> Any:
     """The JSON value in a private file (checked as by :func:`open_private`).
 
     Raises:
@@ -301,7 +311,7 @@ def read_json(path: StrPath, *, max_bytes: int | None = None, what: str | None =
         FileNotFoundError: it does not exist.
         ValueError: it is not JSON (``json.JSONDecodeError``) or is over ``max_bytes``.
     """
-    return json.loads(read_bytes(path, max_bytes=max_bytes, what=what))
+    return json.loads(read_bytes(path, max_bytes=max_bytes, what=what, fix=fix))
 
 
 def write_bytes(path: StrPath, data: bytes) -> None:
