@@ -50,6 +50,7 @@ from rayfield.rllib.policy.policy import clip_action
 from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID
 from rayfield.rllib.utils import preload
 from rayfield.rllib.utils.config import check_types, deep_update, unknown_key_error
+from rayfield.util import private_files
 
 if TYPE_CHECKING:
     from rayfield.rllib.optimizers.policy_optimizer import PolicyOptimizer
@@ -505,17 +506,23 @@ class Trainer:
     def save(self, checkpoint_dir: str | None = None) -> SaveResult:
         """Write a checkpoint (see `rayfield.rllib.agents.checkpoints`).
 
+        The checkpoint directory is made 0700 and its files 0600 (missing directories
+        above it 0700 too).
+
         Args:
             checkpoint_dir: parent directory (default: this trainer's log dir, made
                 under ``~/ray_results`` on first use).
 
         Returns:
             The ``checkpoint_<N>/checkpoint-<N>`` path (also as ``.checkpoint.path``).
+
+        Raises:
+            UnsafeFileError: a directory on the way is another user's, or others can
+                write it (see `rayfield.util.private_files`).
         """
         if checkpoint_dir is None:
             if not self.logdir:
-                root = Path(os.path.expanduser("~/ray_results"))
-                root.mkdir(parents=True, exist_ok=True)
+                root = private_files.ensure_private_dir(os.path.expanduser("~/ray_results"))
                 stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
                 self.logdir = tempfile.mkdtemp(
                     prefix=f"{self._name}_{self.config['env']}_{stamp}", dir=root
@@ -540,6 +547,8 @@ class Trainer:
 
         Raises:
             FileNotFoundError: `checkpoint_path` is not a checkpoint.
+            UnsafeFileError: the checkpoint's directory or files are not this user's
+                alone (a symlink, another user's, writable by others).
         """
         worker_state, algo_state = checkpoints.read(checkpoint_path)
         self.workers.local_worker().restore(worker_state["worker"])
@@ -572,6 +581,7 @@ class Trainer:
 
         Raises:
             FileNotFoundError: not a checkpoint.
+            UnsafeFileError: the checkpoint is not this user's alone (see `restore`).
             ValueError: the checkpoint's algorithm is unknown.
         """
         from rayfield.rllib.agents.registry import get_trainer_class
