@@ -3,6 +3,9 @@ the parameter server is sharded, state saves and restores."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ import pytest
 import torch
 from sgd_testing import LineModel, line_data, linear_model
 
+from rayfield.exceptions import UnsafeFileError
 from rayfield.sgd import DistributedSGD, get_weights, set_weights, sgd_mse_optimizer
 
 
@@ -60,6 +64,11 @@ def test_simple_strategy_trains_a_module_on_sharded_data(cluster: Any, tmp_path:
         assert weights[0]["weight"].item() == pytest.approx(2.0, abs=0.1)
 
         path = sgd.save(str(tmp_path / "sgd.pt"))
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        shutil.copy(path, tmp_path / "theirs.pt")
+        os.chown(tmp_path / "theirs.pt", 4242, 4242)  # another user's file is refused
+        with pytest.raises(UnsafeFileError, match="not yours"):
+            sgd.restore(str(tmp_path / "theirs.pt"))
         sgd.foreach_model(lambda m: set_weights(m, {"weight": np.zeros((1, 1), np.float32)}))
         assert sgd.for_model(lambda m: m.weight.item()) == 0.0
         sgd.restore(path)

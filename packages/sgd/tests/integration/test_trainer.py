@@ -3,6 +3,9 @@ validate, save and restore; bad arguments are refused before any actor starts.""
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ import torch
 from sgd_testing import line_data, linear_model
 
 import rayfield as rf
+from rayfield.exceptions import UnsafeFileError
 from rayfield.sgd import PyTorchTrainer, Resources
 from rayfield.sgd.pytorch import utils
 
@@ -43,8 +47,17 @@ def test_two_replicas_learn_a_line_and_checkpoint(cluster: Any, tmp_path: Path) 
         assert model.bias.item() == pytest.approx(1.0, abs=0.05)
 
         path = trainer.save(str(tmp_path / "ckpt.pt"))
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
         saved = torch.load(path, weights_only=True)
         assert saved["epoch"] == 5 and len(saved["models"]) == 1
+        # Another user's file, or a symlink planted where a checkpoint was, is refused.
+        shutil.copy(path, tmp_path / "theirs.pt")
+        os.chown(tmp_path / "theirs.pt", 4242, 4242)
+        with pytest.raises(UnsafeFileError, match="not yours"):
+            trainer.restore(str(tmp_path / "theirs.pt"))
+        (tmp_path / "link.pt").symlink_to(path)
+        with pytest.raises(UnsafeFileError, match="symlink"):
+            trainer.restore(str(tmp_path / "link.pt"))
         # Scramble the weights, then restore: the replicas hold the saved ones again.
         torch.save({"weight": torch.zeros(1, 1), "bias": torch.zeros(1)}, tmp_path / "zero.pt")
         trainer.restore(str(tmp_path / "zero.pt"))

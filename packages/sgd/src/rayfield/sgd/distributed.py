@@ -40,6 +40,7 @@ from rayfield.sgd.faults import gather, retrying
 from rayfield.sgd.param_server import ParameterServer
 from rayfield.sgd.utils import check_fits
 from rayfield.sgd.worker import SGDWorker
+from rayfield.util import private_files
 
 logger = logging.getLogger(__name__)
 
@@ -415,7 +416,9 @@ class DistributedSGD:
 
     def save(self, checkpoint: str, max_retries: int | None = None) -> str:
         """Write worker 0's first replica (weights, optimizer state, step count) to the
-        file ``checkpoint`` with ``torch.save``; return the path.
+        file ``checkpoint`` with ``torch.save``; return the path. The file is mode 0600
+        and replaced whole, through `rayfield.util.private_files`: its directory must be
+        this user's and only theirs to write.
 
         When worker 0 dies during the call, the dead actors are replaced and reloaded as
         in ``step()`` (from the surviving worker with the most steps) and the state is
@@ -423,6 +426,8 @@ class DistributedSGD:
 
         Raises:
             OSError: the file cannot be written.
+            UnsafeFileError: the file's directory (or one above) is another user's, or
+                group or others can write it.
             RuntimeError: actors died more than ``max_retries`` times in this call.
         """
 
@@ -432,12 +437,12 @@ class DistributedSGD:
             return bytes(blob)
 
         blob = self._retrying("save", read_state, max_retries)
-        with open(checkpoint, "wb") as f:
-            f.write(blob)
+        private_files.write_bytes(checkpoint, blob)
         return checkpoint
 
     def restore(self, checkpoint: str, max_retries: int | None = None) -> None:
-        """Load a ``save`` file into every replica (``torch.load(weights_only=True)``).
+        """Load a ``save`` file into every replica (``torch.load(weights_only=True)``),
+        after checking that the file is this user's alone (`rayfield.util.private_files`).
 
         The file's state also becomes the driver's copy (what a rebuild loads when no
         worker survives). When a worker dies during the call, the dead actors are
@@ -446,10 +451,11 @@ class DistributedSGD:
 
         Raises:
             FileNotFoundError: no such file.
+            UnsafeFileError: the file is a symlink, another user's or writable by group
+                or others, or a directory above it fails the checks.
             RuntimeError: actors died more than ``max_retries`` times in this call.
         """
-        with open(checkpoint, "rb") as f:
-            state = f.read()
+        state = private_files.read_bytes(checkpoint, what="the checkpoint")
 
         def load() -> None:
             self._wait_in_flight()

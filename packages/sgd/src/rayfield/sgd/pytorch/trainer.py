@@ -35,6 +35,7 @@ from rayfield.sgd.utils import (
     sgd_mse_optimizer,
     split_batch_size,
 )
+from rayfield.util import private_files
 
 logger = logging.getLogger(__name__)
 
@@ -401,19 +402,28 @@ class PyTorchTrainer:
         """Write replica 0's state (``torch.save`` dict: ``epoch``, ``models``,
         ``optimizers``, ``schedulers``) to the file ``checkpoint``; return the path.
 
+        The file is mode 0600 and replaced whole (a temporary file beside it renamed
+        over it), through `rayfield.util.private_files`: its directory must be this
+        user's and only theirs to write.
+
         Survives replica 0's death as ``get_model`` does (the file then holds the last
         epoch's state, which the rebuilt replicas loaded).
 
         Raises:
             OSError: the file cannot be written.
+            UnsafeFileError: the file's directory (or one above) is another user's, or
+                group or others can write it.
             RuntimeError: replicas kept dying after ``max_retries`` rebuilds.
         """
-        torch.save(self._state("save", max_retries), checkpoint)
+        state = self._state("save", max_retries)
+        with private_files.atomic_write(checkpoint) as f:
+            torch.save(state, f)
         return checkpoint
 
     def restore(self, checkpoint: str, max_retries: int | None = None) -> None:
         """Load a file written by ``save`` (or a bare model ``state_dict``) into every
-        replica. Read with ``torch.load(weights_only=True)``.
+        replica. Read with ``torch.load(weights_only=True)``, after checking that the
+        file is this user's alone (`rayfield.util.private_files`).
 
         The file's state also becomes the state a rebuild loads. When a replica dies
         during the call, the replicas are rebuilt and the file's state is loaded into
@@ -421,10 +431,13 @@ class PyTorchTrainer:
 
         Raises:
             FileNotFoundError: no such file.
+            UnsafeFileError: the file is a symlink, another user's or writable by group
+                or others, or a directory above it fails the checks.
             ValueError: the file holds neither a trainer state nor a model state dict.
             RuntimeError: replicas kept dying after ``max_retries`` rebuilds.
         """
-        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        data = private_files.read_bytes(checkpoint, what="the checkpoint")
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         if not isinstance(state, dict):
             raise ValueError(f"{checkpoint} holds no state dict")
         if "models" not in state:
