@@ -35,9 +35,11 @@ from rayfield.rllib.agents import checkpoints
 from rayfield.rllib.agents.common_config import (
     ALLOW_UNKNOWN_SUBKEYS,
     COMMON_CONFIG,
+    COMMON_RANGES,
     CONFIG_ALIASES,
     LOOSE_TYPED_KEYS,
     REMOVED_KEYS,
+    RESOURCE_RANGES,
 )
 from rayfield.rllib.env.registry import get_env_creator
 from rayfield.rllib.evaluation.callbacks import make_callbacks
@@ -49,7 +51,12 @@ from rayfield.rllib.models.catalog import MODEL_DEFAULTS
 from rayfield.rllib.policy.policy import clip_action
 from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID
 from rayfield.rllib.utils import preload
-from rayfield.rllib.utils.config import check_types, deep_update, unknown_key_error
+from rayfield.rllib.utils.config import (
+    check_ranges,
+    check_types,
+    deep_update,
+    unknown_key_error,
+)
 from rayfield.util import private_files
 
 if TYPE_CHECKING:
@@ -108,7 +115,8 @@ class Trainer:
     Raises:
         UnknownConfigKeyError: an unknown config key (names the closest valid one).
         ConfigTypeError: a value of the wrong type.
-        ValueError: a removed key (``gpu``...), or a bad env.
+        ValueError: a number out of its range (``num_workers=-1``, ``lr=nan``,
+            ``gamma=5``: see `validate_config`), a removed key (``gpu``...), or a bad env.
     """
 
     _name = "Trainer"
@@ -173,7 +181,15 @@ class Trainer:
 
     @classmethod
     def validate_config(cls, config: dict[str, Any]) -> None:
-        """Algorithm-specific checks; raise ValueError for a bad combination."""
+        """Check the values: the numbers of `COMMON_RANGES` (``num_workers`` an int
+        >= 0, ``lr`` >= 0, ``gamma`` in [0, 1]...), then the algorithm's own checks.
+
+        Raises:
+            ConfigTypeError: a number of the wrong type (names the key and its range).
+            ValueError: a number out of its range, NaN or infinite (names the key and
+                its range), or a bad combination.
+        """
+        check_ranges(config, COMMON_RANGES)
         if config["batch_mode"] not in ("truncate_episodes", "complete_episodes"):
             raise ValueError(
                 "batch_mode must be 'truncate_episodes' or 'complete_episodes', "
@@ -184,8 +200,14 @@ class Trainer:
 
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> dict[str, float]:
-        """Resources for Tune: the driver's CPUs/GPUs and the workers' as extras."""
+        """Resources for Tune: the driver's CPUs/GPUs and the workers' as extras.
+
+        Raises:
+            ConfigTypeError: a count that is not a number (``num_workers`` not an int).
+            ValueError: a negative count, NaN or infinite.
+        """
         cf = {**cls._default_config, **config}
+        check_ranges(cf, RESOURCE_RANGES)
         return {
             "cpu": cf["num_cpus_for_driver"],
             "gpu": cf["num_gpus"],
