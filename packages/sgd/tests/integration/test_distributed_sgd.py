@@ -128,6 +128,15 @@ def test_allreduce_step_applies_the_mean_of_every_workers_gradients(cluster: Any
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
 
 
+def test_more_workers_than_the_cluster_holds_fail_before_any_starts(cluster: Any) -> None:
+    # The module's cluster has 2 CPUs; each worker holds 1 per device.
+    too_many = r"num_workers=3 needs 3 CPU \(1 each\), the cluster has 2;"
+    with pytest.raises(ValueError, match=too_many):
+        DistributedSGD(LineModel, num_workers=3, timeout_s=5)
+    with pytest.raises(ValueError, match=r"num_workers=2 needs 4 CPU \(2 each\)"):
+        DistributedSGD(LineModel, num_workers=2, devices_per_worker=2, timeout_s=5)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
@@ -137,6 +146,8 @@ def test_allreduce_step_applies_the_mean_of_every_workers_gradients(cluster: Any
         ({"num_workers": 1, "all_reduce_alg": "xring"}, ValueError, "all_reduce_alg"),
         ({"num_workers": 1, "optimizer_creator": 3}, TypeError, "optimizer_creator"),
         ({"num_workers": 1, "config": 3}, TypeError, "config"),
+        ({"num_workers": -1}, ValueError, "num_workers must be an int >= 1, got -1"),
+        ({"num_workers": 1, "timeout_s": float("nan")}, ValueError, "timeout_s must be a finite"),
     ],
 )
 def test_bad_arguments_are_refused(kwargs: dict, error: type, match: str) -> None:

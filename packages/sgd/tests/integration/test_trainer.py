@@ -93,6 +93,16 @@ def test_a_gpu_replica_on_a_cpu_cluster_fails_at_once(cluster: Any) -> None:
         )
 
 
+def test_more_replicas_than_the_cluster_holds_fail_before_any_starts(cluster: Any) -> None:
+    # The module's cluster has 2 CPUs; each replica holds 1.
+    with pytest.raises(
+        ValueError, match=r"num_replicas=3 needs 3 CPU \(1 each\), the cluster has 2"
+    ):
+        PyTorchTrainer(linear_model, line_data, num_replicas=3, startup_timeout_s=5)
+    with pytest.raises(ValueError, match=r"num_replicas=1000000000 needs 1e\+09 CPU"):
+        PyTorchTrainer(linear_model, line_data, num_replicas=10**9)
+
+
 def test_user_code_errors_are_raised_not_retried(cluster: Any) -> None:
     def broken_data(config: dict[str, Any]) -> Any:
         raise ValueError("no data here")
@@ -114,6 +124,9 @@ def test_user_code_errors_are_raised_not_retried(cluster: Any) -> None:
         ({"resources_per_replica": Resources(num_cpus=-1)}, ValueError, "num_cpus"),
         ({"scheduler_step_freq": "never"}, ValueError, "scheduler_step_freq"),
         ({"max_retries": -1}, ValueError, "max_retries"),
+        ({"num_replicas": -2}, ValueError, "num_replicas must be an int >= 1, got -2"),
+        ({"timeout_s": float("nan")}, ValueError, "timeout_s must be a finite number"),
+        ({"startup_timeout_s": 0}, ValueError, "startup_timeout_s must be a finite number"),
         ({"train_function": 3}, TypeError, "train_function"),
     ],
 )

@@ -38,7 +38,7 @@ import rayfield
 from rayfield.actor import ActorOptions
 from rayfield.sgd.faults import gather, retrying
 from rayfield.sgd.param_server import ParameterServer
-from rayfield.sgd.utils import check_fits
+from rayfield.sgd.utils import check_fits, check_fits_all, check_seconds
 from rayfield.sgd.worker import SGDWorker
 from rayfield.util import private_files
 
@@ -99,7 +99,9 @@ class DistributedSGD:
     Raises:
         TypeError: ``model_creator`` (or a given creator) is not callable.
         ValueError: a count is out of range, ``strategy``/``all_reduce_alg`` is unknown,
-            or one worker asks for more than the whole cluster has.
+            or one worker, or ``num_workers`` workers together, ask for more than the
+            whole cluster has (``rayfield.cluster_resources()``, checked before any
+            worker starts).
 
     Example:
         sgd = DistributedSGD(model_creator, num_workers=2, devices_per_worker=1, strategy="ps")
@@ -157,8 +159,9 @@ class DistributedSGD:
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
         if isinstance(checkpoint_freq, bool) or not isinstance(checkpoint_freq, int):
             raise ValueError(f"checkpoint_freq must be an int >= 0, got {checkpoint_freq!r}")
-        if checkpoint_freq < 0 or not timeout_s > 0:
-            raise ValueError("checkpoint_freq must be >= 0 and timeout_s > 0")
+        if checkpoint_freq < 0:
+            raise ValueError(f"checkpoint_freq must be an int >= 0, got {checkpoint_freq!r}")
+        check_seconds("timeout_s", timeout_s)
         if all_reduce_alg != "simple":
             raise ValueError(f"unsupported all_reduce_alg {all_reduce_alg!r}: only 'simple' exists")
         if config is not None and not isinstance(config, dict):
@@ -197,7 +200,9 @@ class DistributedSGD:
         self._worker_resources: ActorOptions = (
             {"num_gpus": devices_per_worker} if gpu else {"num_cpus": devices_per_worker}
         )
-        check_fits(self._worker_resources, rayfield.cluster_resources(), "a worker")
+        total = rayfield.cluster_resources()
+        check_fits(self._worker_resources, total, "a worker")
+        check_fits_all(self._worker_resources, num_workers, total, "num_workers")
         self.workers = [self._new_worker(i) for i in range(num_workers)]
         self.ps_actors: list[Any] = []
         self._in_flight: list[Any] = []

@@ -32,6 +32,8 @@ from rayfield.sgd.utils import (
     aggregate_stats,
     check_distinct_gpus,
     check_fits,
+    check_fits_all,
+    check_seconds,
     sgd_mse_optimizer,
     split_batch_size,
 )
@@ -106,7 +108,9 @@ class PyTorchTrainer:
             not one of the names above, or ``nccl`` is asked for without GPUs or for
             replicas that share a GPU (fractional ``num_gpus``; use ``gloo`` for those).
         ValueError: one replica asks for more than the whole cluster has (for example
-            a GPU on a cluster without one).
+            a GPU on a cluster without one), or ``num_replicas`` replicas together ask
+            for more than it has (``rayfield.cluster_resources()``, checked before any
+            replica starts).
         RuntimeError: the replicas could not start within ``startup_timeout_s``.
 
     Example:
@@ -174,8 +178,8 @@ class PyTorchTrainer:
             raise ValueError('scheduler_step_freq="batch" needs the default train_function')
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-        if timeout_s <= 0 or startup_timeout_s <= 0:
-            raise ValueError("timeout_s and startup_timeout_s must be > 0 (seconds)")
+        check_seconds("timeout_s", timeout_s)
+        check_seconds("startup_timeout_s", startup_timeout_s)
         if resources_per_replica is None:
             resources_per_replica = Resources(num_cpus=1, num_gpus=1 if use_gpu else 0)
         if not isinstance(resources_per_replica, Resources):
@@ -220,6 +224,9 @@ class PyTorchTrainer:
         self.workers: list[Any] = []
         self.num_failures = 0
         self._last_state: bytes | None = None
+        options, total = self.resources_per_replica.actor_options(), rayfield.cluster_resources()
+        check_fits(options, total, "a replica")
+        check_fits_all(options, num_replicas, total, "num_replicas")
         try:
             self._start_workers(num_replicas, allow_fewer=False)
             self._last_state = rayfield.get(self.workers[0].get_state.remote())
