@@ -68,6 +68,8 @@ def test_tune_spec_is_the_reference_spec() -> None:
     assert tr.tune_spec(restoring, 0)["restore"] is None
     assert tr.restore_path(restoring) == os.path.expanduser("~/r/checkpoint_2/checkpoint-2")
     assert tr.restore_path({"run": "PG"}) is None
+    relative = tr.restore_path({"restore": "r/checkpoint-2"})
+    assert relative == os.path.join(os.getcwd(), "r", "checkpoint-2")
     with pytest.raises(click.UsageError, match="--env"):
         tr.tune_spec({"run": "PG"}, 0)
 

@@ -454,9 +454,10 @@ def tune_spec(spec: dict[str, Any], verbose: int) -> dict[str, Any]:
 
 
 def restore_path(spec: dict[str, Any]) -> str | None:
-    """The rllib checkpoint an ``rllib train`` experiment starts from (``--restore``)."""
+    """The rllib checkpoint an ``rllib train`` experiment starts from (``--restore``), as
+    an absolute path (the trials' actors run in their own directories)."""
     restore = spec.get("restore")
-    return os.path.expanduser(restore) if restore else None
+    return os.path.abspath(os.path.expanduser(restore)) if restore else None
 
 
 @contextmanager
