@@ -3,7 +3,8 @@
 Every package answers to the same sessions. Packages are handled in dependency
 order; a package folder that does not exist yet is skipped.
 
-    lint        ruff check, ruff format --check, and the import layers (tools/check_layers.py)
+    lint        ruff check, ruff format --check, the import layers (tools/check_layers.py)
+                and the pickle allow-list (tools/check_pickle.py)
     typecheck   mypy on every package's src/
     tests       install each package as a user would (built wheel), run its tests
     protocol    regenerate the flatbuffers code, fail if the committed copy differs
@@ -77,6 +78,9 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", "packages", "tools", "noxfile.py")
     # rayfield-core's layers and the public API boundary (.importlinter), no import cycle
     session.run("python", "tools/check_layers.py")
+    # every pickle/cloudpickle load or dump and every torch.load without weights_only=True
+    # in packages/*/src is on the allow-list, with its reason
+    session.run("python", "tools/check_pickle.py")
 
 
 @nox.session(python=PYTHON)

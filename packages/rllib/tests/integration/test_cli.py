@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import stat
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,10 @@ CONFIG = json.dumps(
         "seed": 0,
     }
 )
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
 
 
 def test_train_then_rollout(tmp_path: Path) -> None:
@@ -55,6 +60,11 @@ def test_train_then_rollout(tmp_path: Path) -> None:
     assert [json.loads(x)["training_iteration"] for x in lines] == [1, 2, 3]
     assert json.loads((trial / "params.json").read_text())["train_batch_size"] == 200
     assert f"checkpoint: {ckpt}" in res.output
+    # what rllib train keeps is this user's alone: directories 0700, files 0600
+    assert _mode(tmp_path / "default") == _mode(trial) == _mode(ckpt.parent) == 0o700
+    for name in ("params.json", "result.json"):
+        assert _mode(trial / name) == 0o600
+    assert {_mode(p) for p in ckpt.parent.iterdir()} == {0o600}
 
     out = tmp_path / "episodes.pkl"
     res = runner.invoke(
@@ -77,7 +87,8 @@ def test_train_then_rollout(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert res.output.count("Episode reward") == 2
-    episodes = pickle.loads(out.read_bytes())
+    assert _mode(out) == 0o600
+    episodes = pickle.loads(out.read_bytes())  # written by this test's rollout just above
     assert len(episodes) == 2
     obs, action, _next_obs, reward, done = episodes[0][-1]
     assert len(obs) == 4 and action in (0, 1) and reward == 1.0 and done is True

@@ -4,6 +4,9 @@ checkpoint retention and exports (skipped when rayfield-tune is not installed)."
 from __future__ import annotations
 
 import json
+import os
+import pickle
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +115,40 @@ def test_keep_one_checkpoint_export_and_rollout(cluster: Any, tmp_path: Path) ->
     )
     assert out.exit_code == 0, out.output
     assert out.output.count("Episode reward") == 1
+
+
+class MakesMarker:
+    """Unpickling this creates the directory ``marker``: proof that a pickle ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (os.mkdir, (self.marker,))
+
+
+def test_restore_of_a_copied_checkpoint_unpickles_nothing(cluster: Any, tmp_path: Path) -> None:
+    _train(tmp_path / "first", "--checkpoint-freq", "1", "--max-failures", "0")
+    (trial,) = _trials(tmp_path / "first")
+    (ckpt,) = trial.glob("checkpoint_*")
+    # someone else's experiment, copied here, with a pickle where Tune keeps its metadata
+    copied = tmp_path / "copied"
+    shutil.copytree(ckpt, copied)
+    marker = tmp_path / "unpickled"
+    (copied / ".tune_metadata").write_bytes(pickle.dumps(MakesMarker(marker)))
+    res = _train(
+        tmp_path / "second",
+        "--restore",
+        str(copied / "checkpoint-1"),
+        "--max-failures",
+        "0",
+        "--stop",
+        '{"training_iteration": 2}',
+    )
+    (trial,) = _trials(tmp_path / "second")
+    assert _iterations(trial) == [2]  # went on from the checkpoint's iteration
+    assert ": TERMINATED" in res.output
+    assert not marker.exists()
 
 
 def test_tune_finds_every_algorithm_by_name(tmp_path: Path) -> None:

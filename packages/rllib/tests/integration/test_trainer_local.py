@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -287,6 +288,14 @@ def test_evaluation_workers_and_export(tmp_path: Path) -> None:
     state = torch.load(tmp_path / "model" / "model.pt", weights_only=True)
     assert any(k.endswith("weight") for k in state)
     assert (tmp_path / "ckpt" / "model.pt").exists()
+    # exports are this user's alone: directories 0700, files 0600
+    for path, mode in [
+        (tmp_path / "model", 0o700),
+        (tmp_path / "model" / "model.pt", 0o600),
+        (tmp_path / "ckpt", 0o700),
+        (tmp_path / "ckpt" / "model.pt", 0o600),
+    ]:
+        assert stat.S_IMODE(path.stat().st_mode) == mode, path
 
 
 class TwoDialBandit(gym.Env):

@@ -155,3 +155,42 @@ def test_ppo_trainer_imports_without_torch_and_names_its_policy_lazily() -> None
     assert resolve_policy_class(PPOTorchPolicy) is PPOTorchPolicy
     with pytest.raises(AttributeError):
         resolve_policy_class("rayfield.rllib.agents.ppo.ppo_torch_policy.NoSuchPolicy")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "match"),
+    [
+        ({"num_workers": -1}, ValueError, r"'num_workers' must be an int >= 0, got -1"),
+        ({"num_workers": 1.5}, ConfigTypeError, r"'num_workers' must be an int >= 0, got float"),
+        ({"lr": float("nan")}, ValueError, r"'lr' must be a finite number >= 0, got nan"),
+        ({"lr": float("inf")}, ValueError, r"'lr' must be a finite number >= 0, got inf"),
+        ({"lr": -0.1}, ValueError, r"'lr' must be a finite number >= 0"),
+        ({"gamma": 5}, ValueError, r"'gamma' must be a finite number in \[0, 1\], got 5"),
+        ({"gamma": -0.5}, ValueError, r"'gamma' must be a finite number in \[0, 1\]"),
+        ({"num_gpus": -1}, ValueError, r"'num_gpus' must be a finite number >= 0"),
+        ({"num_gpus": "1"}, ConfigTypeError, r"'num_gpus' must be a finite number >= 0"),
+        ({"num_cpus_per_worker": -1}, ValueError, r"'num_cpus_per_worker' must be"),
+        ({"num_envs_per_worker": 0}, ValueError, r"'num_envs_per_worker' must be an int >= 1"),
+        ({"train_batch_size": 0}, ValueError, r"'train_batch_size' must be a finite number >= 1"),
+        ({"evaluation_num_episodes": 0}, ValueError, r"'evaluation_num_episodes' must be"),
+        ({"timesteps_per_iteration": -5}, ValueError, r"'timesteps_per_iteration' must be"),
+    ],
+)
+def test_numbers_out_of_range_name_the_key_and_the_range(
+    overrides: dict, error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        PPOTrainer.merge_trainer_configs(DEFAULT_CONFIG, overrides)
+
+
+def test_numbers_at_the_ends_of_their_ranges_are_accepted() -> None:
+    edges = {"num_workers": 0, "lr": 0.0, "gamma": 1, "num_gpus": 0.5, "train_batch_size": 1}
+    merged = PPOTrainer.merge_trainer_configs(DEFAULT_CONFIG, {**edges, "sgd_minibatch_size": 1})
+    assert {k: merged[k] for k in edges} == edges
+    assert PPOTrainer.merge_trainer_configs(DEFAULT_CONFIG, {"gamma": 0})["gamma"] == 0
+
+
+def test_the_resource_request_refuses_negative_counts() -> None:
+    with pytest.raises(ValueError, match=r"'num_workers' must be an int >= 0, got -1"):
+        PPOTrainer.default_resource_request({"num_workers": -1})
+    assert PPOTrainer.default_resource_request({"num_workers": 3})["extra_cpu"] == 3

@@ -3,6 +3,8 @@ builds, and the scheduler a flag names."""
 
 from __future__ import annotations
 
+import os
+
 import click
 import pytest
 
@@ -61,6 +63,13 @@ def test_tune_spec_is_the_reference_spec() -> None:
     }
     with pytest.raises(click.UsageError, match="did you mean 'PPO'"):
         tr.tune_spec({"run": "PPX", "env": "CartPole-v1"}, 0)
+    # --restore is the trainable's to read (rllib's files); Tune would unpickle its metadata
+    restoring = {"run": "PG", "env": "CartPole-v1", "restore": "~/r/checkpoint_2/checkpoint-2"}
+    assert tr.tune_spec(restoring, 0)["restore"] is None
+    assert tr.restore_path(restoring) == os.path.expanduser("~/r/checkpoint_2/checkpoint-2")
+    assert tr.restore_path({"run": "PG"}) is None
+    relative = tr.restore_path({"restore": "r/checkpoint-2"})
+    assert relative == os.path.join(os.getcwd(), "r", "checkpoint-2")
     with pytest.raises(click.UsageError, match="--env"):
         tr.tune_spec({"run": "PG"}, 0)
 

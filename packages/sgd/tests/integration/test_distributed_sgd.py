@@ -3,6 +3,9 @@ the parameter server is sharded, state saves and restores."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ import pytest
 import torch
 from sgd_testing import LineModel, line_data, linear_model
 
+from rayfield.exceptions import UnsafeFileError
 from rayfield.sgd import DistributedSGD, get_weights, set_weights, sgd_mse_optimizer
 
 
@@ -60,6 +64,11 @@ def test_simple_strategy_trains_a_module_on_sharded_data(cluster: Any, tmp_path:
         assert weights[0]["weight"].item() == pytest.approx(2.0, abs=0.1)
 
         path = sgd.save(str(tmp_path / "sgd.pt"))
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        shutil.copy(path, tmp_path / "theirs.pt")
+        os.chown(tmp_path / "theirs.pt", 4242, 4242)  # another user's file is refused
+        with pytest.raises(UnsafeFileError, match="not yours"):
+            sgd.restore(str(tmp_path / "theirs.pt"))
         sgd.foreach_model(lambda m: set_weights(m, {"weight": np.zeros((1, 1), np.float32)}))
         assert sgd.for_model(lambda m: m.weight.item()) == 0.0
         sgd.restore(path)
@@ -119,6 +128,15 @@ def test_allreduce_step_applies_the_mean_of_every_workers_gradients(cluster: Any
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
 
 
+def test_more_workers_than_the_cluster_holds_fail_before_any_starts(cluster: Any) -> None:
+    # The module's cluster has 2 CPUs; each worker holds 1 per device.
+    too_many = r"num_workers=3 needs 3 CPU \(1 each\), the cluster has 2;"
+    with pytest.raises(ValueError, match=too_many):
+        DistributedSGD(LineModel, num_workers=3, timeout_s=5)
+    with pytest.raises(ValueError, match=r"num_workers=2 needs 4 CPU \(2 each\)"):
+        DistributedSGD(LineModel, num_workers=2, devices_per_worker=2, timeout_s=5)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
@@ -128,6 +146,8 @@ def test_allreduce_step_applies_the_mean_of_every_workers_gradients(cluster: Any
         ({"num_workers": 1, "all_reduce_alg": "xring"}, ValueError, "all_reduce_alg"),
         ({"num_workers": 1, "optimizer_creator": 3}, TypeError, "optimizer_creator"),
         ({"num_workers": 1, "config": 3}, TypeError, "config"),
+        ({"num_workers": -1}, ValueError, "num_workers must be an int >= 1, got -1"),
+        ({"num_workers": 1, "timeout_s": float("nan")}, ValueError, "timeout_s must be a finite"),
     ],
 )
 def test_bad_arguments_are_refused(kwargs: dict, error: type, match: str) -> None:

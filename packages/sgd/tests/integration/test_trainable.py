@@ -3,6 +3,9 @@ epochs that learn, trial config keys reach the trainer, checkpoints restore."""
 
 from __future__ import annotations
 
+import os
+import pickle
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,53 @@ def test_as_trainable_trains_checkpoints_and_restores(cluster: Any, tmp_path: Pa
         assert trainable.train()["epoch"] == 5
     finally:
         trainable.stop()
+
+
+class MakesMarker:
+    """Unpickling this creates the directory ``marker``: proof that a pickle ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (os.mkdir, (self.marker,))
+
+
+def test_tune_trainable_restores_a_copied_checkpoint_unpickling_nothing(
+    cluster: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("rayfield.tune")
+    cls = PyTorchTrainer.as_trainable(linear_model, line_data, batch_size=32)
+    trainable = cls(config={"lr": 0.1})
+    try:
+        trainable.train()
+        saved = Path(trainable.save(str(tmp_path / "run")))
+        # someone else's experiment, copied here, with pickles where Tune keeps its own
+        copied = tmp_path / "copied"
+        shutil.copytree(saved, copied)
+        marker = tmp_path / "unpickled"
+        for name in (".tune_metadata", "checkpoint_dict.pkl"):
+            (copied / name).write_bytes(pickle.dumps(MakesMarker(marker)))
+        trainable.restore(str(copied))
+        assert trainable.iteration == 1  # the checkpoint's epoch
+        assert trainable.train()["training_iteration"] == 2
+        blob = {
+            "files": {"checkpoint_dict.pkl": pickle.dumps(MakesMarker(marker))},
+            "meta": {
+                "experiment_id": "x",
+                "iteration": 1,
+                "timesteps_total": None,
+                "time_total": 0.0,
+                "episodes_total": None,
+                "saved_as_dict": True,
+                "relpath": None,
+            },
+        }
+        with pytest.raises(ValueError, match="pickled dict"):
+            trainable.restore_from_object(blob)
+    finally:
+        trainable.stop()
+    assert not marker.exists()
 
 
 def test_pytorch_trainable_takes_every_argument_from_the_config(cluster: Any) -> None:

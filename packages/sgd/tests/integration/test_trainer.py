@@ -3,6 +3,9 @@ validate, save and restore; bad arguments are refused before any actor starts.""
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ import torch
 from sgd_testing import line_data, linear_model
 
 import rayfield as rf
+from rayfield.exceptions import UnsafeFileError
 from rayfield.sgd import PyTorchTrainer, Resources
 from rayfield.sgd.pytorch import utils
 
@@ -43,8 +47,17 @@ def test_two_replicas_learn_a_line_and_checkpoint(cluster: Any, tmp_path: Path) 
         assert model.bias.item() == pytest.approx(1.0, abs=0.05)
 
         path = trainer.save(str(tmp_path / "ckpt.pt"))
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
         saved = torch.load(path, weights_only=True)
         assert saved["epoch"] == 5 and len(saved["models"]) == 1
+        # Another user's file, or a symlink planted where a checkpoint was, is refused.
+        shutil.copy(path, tmp_path / "theirs.pt")
+        os.chown(tmp_path / "theirs.pt", 4242, 4242)
+        with pytest.raises(UnsafeFileError, match="not yours"):
+            trainer.restore(str(tmp_path / "theirs.pt"))
+        (tmp_path / "link.pt").symlink_to(path)
+        with pytest.raises(UnsafeFileError, match="symlink"):
+            trainer.restore(str(tmp_path / "link.pt"))
         # Scramble the weights, then restore: the replicas hold the saved ones again.
         torch.save({"weight": torch.zeros(1, 1), "bias": torch.zeros(1)}, tmp_path / "zero.pt")
         trainer.restore(str(tmp_path / "zero.pt"))
@@ -80,6 +93,16 @@ def test_a_gpu_replica_on_a_cpu_cluster_fails_at_once(cluster: Any) -> None:
         )
 
 
+def test_more_replicas_than_the_cluster_holds_fail_before_any_starts(cluster: Any) -> None:
+    # The module's cluster has 2 CPUs; each replica holds 1.
+    with pytest.raises(
+        ValueError, match=r"num_replicas=3 needs 3 CPU \(1 each\), the cluster has 2"
+    ):
+        PyTorchTrainer(linear_model, line_data, num_replicas=3, startup_timeout_s=5)
+    with pytest.raises(ValueError, match=r"num_replicas=1000000000 needs 1e\+09 CPU"):
+        PyTorchTrainer(linear_model, line_data, num_replicas=10**9)
+
+
 def test_user_code_errors_are_raised_not_retried(cluster: Any) -> None:
     def broken_data(config: dict[str, Any]) -> Any:
         raise ValueError("no data here")
@@ -101,6 +124,9 @@ def test_user_code_errors_are_raised_not_retried(cluster: Any) -> None:
         ({"resources_per_replica": Resources(num_cpus=-1)}, ValueError, "num_cpus"),
         ({"scheduler_step_freq": "never"}, ValueError, "scheduler_step_freq"),
         ({"max_retries": -1}, ValueError, "max_retries"),
+        ({"num_replicas": -2}, ValueError, "num_replicas must be an int >= 1, got -2"),
+        ({"timeout_s": float("nan")}, ValueError, "timeout_s must be a finite number"),
+        ({"startup_timeout_s": 0}, ValueError, "startup_timeout_s must be a finite number"),
         ({"train_function": 3}, TypeError, "train_function"),
     ],
 )

@@ -11,6 +11,8 @@ from rayfield.sgd.utils import (
     aggregate_stats,
     check_distinct_gpus,
     check_fits,
+    check_fits_all,
+    check_seconds,
     find_free_port,
     split_batch_size,
 )
@@ -71,6 +73,10 @@ def test_resources_defaults_options_and_validation() -> None:
         Resources(num_gpus="1").validate()  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="resources"):
         Resources(resources=[1]).validate()  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="num_cpus must be a finite number >= 0, got nan"):
+        Resources(num_cpus=float("nan")).validate()
+    with pytest.raises(ValueError, match=r"resources\['a'\] must be a finite number >= 0"):
+        Resources(resources={"a": float("inf")}).validate()
 
 
 def test_sgd_mse_optimizer_uses_the_config_learning_rate() -> None:
@@ -99,6 +105,41 @@ def test_check_fits_names_the_missing_resource() -> None:
         check_fits(Resources(num_gpus=1).actor_options(), total, "a replica")
     with pytest.raises(ValueError, match="CPU=3"):
         check_fits({"num_cpus": 3}, total, "a worker")
+
+
+def test_check_fits_all_counts_every_actor_against_the_cluster() -> None:
+    total = {"CPU": 2.0, "GPU": 1.0, "custom": 3.0}
+    check_fits_all({"num_cpus": 1}, 2, total, "num_replicas")
+    check_fits_all({"num_cpus": 0.5, "num_gpus": 0.5}, 2, total, "num_replicas")
+    with pytest.raises(
+        ValueError,
+        match=r"num_replicas=1000000000 needs 1e\+09 CPU \(1 each\), the cluster has 2; "
+        r"lower num_replicas to at most 2",
+    ):
+        check_fits_all({"num_cpus": 1}, 10**9, total, "num_replicas")
+    with pytest.raises(ValueError, match=r"num_workers=3 needs 1.5 GPU \(0.5 each\)"):
+        check_fits_all({"num_cpus": 0, "num_gpus": 0.5}, 3, total, "num_workers")
+    with pytest.raises(ValueError, match=r"needs 4 custom \(2 each\), the cluster has 3"):
+        check_fits_all({"num_cpus": 0, "resources": {"custom": 2}}, 2, total, "num_replicas")
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (0, ValueError),
+        (-1.0, ValueError),
+        (float("nan"), ValueError),
+        (float("inf"), ValueError),
+        ("5", TypeError),
+        (True, TypeError),
+    ],
+)
+def test_check_seconds_refuses_what_is_not_a_positive_finite_number(
+    value: object, error: type
+) -> None:
+    with pytest.raises(error, match=r"timeout_s must be a (finite )?number of seconds > 0"):
+        check_seconds("timeout_s", value)
+    assert check_seconds("timeout_s", 2) == 2.0
 
 
 def test_check_distinct_gpus_refuses_two_nccl_ranks_on_one_gpu() -> None:

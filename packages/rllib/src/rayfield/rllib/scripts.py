@@ -3,9 +3,12 @@
 ``rllib train`` runs one trial in this process (the workers on the cluster) and
 writes ``params.json`` and ``result.json`` (one JSON line per iteration) under
 ``<local-dir>/<experiment-name>/<RUN>_<ENV>_<date>/``, with checkpoints beside
-them. A run that needs Tune (``--num-samples > 1``, a Tune-only flag, a search space in
-the config) goes to `rayfield.rllib.tune_runner` instead. ``rllib rollout`` rebuilds the
-algorithm from a checkpoint and runs its policy.
+them; the directories it makes are 0700 and its files 0600
+(`rayfield.util.private_files`). A run that needs Tune (``--num-samples > 1``, a
+Tune-only flag, a search space in the config) goes to `rayfield.rllib.tune_runner`
+instead. ``rllib rollout`` rebuilds the algorithm from a checkpoint and runs its policy;
+``--out FILE.pkl`` writes the episodes as a pickle (RLlib's format), which
+rayfield-rllib never reads back.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import click
 
 from rayfield.rllib import tune_runner
+from rayfield.util import private_files
 
 
 def _json_arg(value: str | None, name: str) -> dict[str, Any]:
@@ -232,13 +236,20 @@ def _run_experiment(name: str, spec: dict[str, Any], verbose: int) -> None:
     try:
         from rayfield.rllib.agents.checkpoints import to_json_safe
 
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        (trial_dir / "params.json").write_text(json.dumps(to_json_safe(trainer.config), indent=1))
-        if spec.get("restore"):
-            trainer.restore(spec["restore"])
+        try:
+            private_files.ensure_private_dir(trial_dir, what="the trial directory")
+            private_files.write_json(
+                trial_dir / "params.json", to_json_safe(trainer.config), indent=1
+            )
+            if spec.get("restore"):
+                trainer.restore(spec["restore"])
+        except FileNotFoundError as exc:
+            raise click.UsageError(str(exc)) from None
+        except private_files.UnsafeFileError as exc:
+            raise click.ClickException(str(exc)) from None
         click.echo(f"trial dir {trial_dir}; start-up {time.time() - start:.2f} s")
         checkpoint = None
-        with open(trial_dir / "result.json", "a") as log:
+        with private_files.open_private(trial_dir / "result.json", "a") as log:
             while True:
                 result = trainer.train()
                 row = {k: v for k, v in result.items() if k != "config"}
@@ -286,7 +297,10 @@ def _run_experiment(name: str, spec: dict[str, Any], verbose: int) -> None:
 )
 @click.option("--render", is_flag=True, hidden=True)
 @click.option(
-    "--out", default=None, help="Write the episodes ([obs, action, next_obs, reward, done] rows)."
+    "--out",
+    default=None,
+    help="Write the episodes ([obs, action, next_obs, reward, done] rows; mode 0600): "
+    "FILE.pkl as a pickle (RLlib's format: load it only if you trust it), else JSON.",
 )
 @click.option("--config", "-c", "config_json", default="{}", help="Config overrides (JSON).")
 @click.option(
@@ -324,6 +338,8 @@ def rollout(
         _, algo_state = checkpoints.read(checkpoint)
     except FileNotFoundError as exc:
         raise click.UsageError(str(exc)) from None
+    except private_files.UnsafeFileError as exc:
+        raise click.ClickException(str(exc)) from None
     config = checkpoints.drop_unserializable(algo_state["config"])
     config.update(_json_arg(config_json, "--config"))
     config["num_workers"] = 0
@@ -495,12 +511,23 @@ def _plain(x: Any) -> Any:
 
 
 def _write_out(path: str, episodes: list[list[list[Any]]]) -> None:
-    """``.pkl``: a pickled list of episodes (RLlib's format); otherwise JSON."""
+    """Write ``rllib rollout --out``: ``.pkl`` a pickled list of episodes (RLlib's
+    format), otherwise JSON; the file is 0600.
+
+    The episodes are plain lists, numbers and bools, but a ``.pkl`` file is a pickle all
+    the same: loading one runs whatever it names, so load it only when you trust where it
+    came from. Nothing in rayfield-rllib reads it back.
+
+    Raises:
+        UnsafeFileError: ``path`` is a symlink or another user's file, or a directory
+            above it fails the checks of `rayfield.util.private_files`.
+    """
     if path.endswith(".pkl"):
-        with open(path, "wb") as f:
+        with private_files.open_private(path, "wb", what="the rollout output") as f:
             pickle.dump(episodes, f)
     else:
-        Path(path).write_text(json.dumps(episodes))
+        with private_files.open_private(path, "w", what="the rollout output") as f:
+            f.write(json.dumps(episodes))
 
 
 cli.add_command(rollout, name="evaluate")

@@ -11,15 +11,25 @@ with ``rayfield.tune.run_experiments``; a summary line per trial follows.
 Tune runs each trial as a ``tune.Trainable`` actor: `make_trainable` wraps an rllib
 trainer in one (train, save into Tune's checkpoint directory, restore, export, stop) and
 registers it under the algorithm's name. Only rayfield-tune's public API is used.
+
+No file of an experiment or checkpoint directory is unpickled here: a checkpoint is
+restored from rllib's own files (JSON and tensors read with ``weights_only=True``, each
+checked to be this user's alone), never from the pickled ``.tune_metadata`` Tune keeps
+beside them. So ``--restore`` is not handed to Tune (whose driver would unpickle that
+file): each trial's trainable restores the checkpoint itself when it starts. Tune's own
+``--resume`` still reads the pickles Tune wrote (``params.pkl``, ``.tune_metadata``):
+resume only experiments you wrote.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,9 +42,11 @@ __all__ = [
     "SCHEDULERS",
     "TUNE_FLAGS",
     "TUNE_SPEC_KEYS",
+    "checkpoint_blob",
     "import_tune",
     "make_scheduler",
     "make_trainable",
+    "restore_path",
     "run_with_tune",
     "tune_reason",
 ]
@@ -250,19 +262,28 @@ def _hyperopt(kwargs: dict[str, Any]) -> Any:
         raise click.BadParameter(f"HyperOpt: {exc}", param_hint="--scheduler-config") from None
 
 
-def make_trainable(tune: Any, algorithm: str, own_resources: bool = True) -> type:
+def make_trainable(
+    tune: Any, algorithm: str, own_resources: bool = True, restore_from: str | None = None
+) -> type:
     """A ``tune.Trainable`` class, named ``algorithm``, that trains that rllib trainer.
+
+    Its ``restore`` reads rllib's checkpoint files only (see `checkpoint_blob`), and its
+    ``restore_from_object`` refuses a blob saved as a pickled dict (rllib never saves
+    one), so restoring a trial unpickles nothing.
 
     Args:
         algorithm: an rllib ``--run`` name.
         own_resources: the trial asks for the trainer's ``default_resource_request``
             (driver CPU/GPU plus its workers'); False: ``resources_per_trial`` decides.
+        restore_from: an rllib checkpoint (a ``checkpoint-<N>`` file or its directory)
+            that every trial restores when it starts (``rllib train --restore``).
     """
 
     from rayfield.rllib.agents.registry import get_trainer_class
 
     class RLlibTrainable(tune.Trainable):
         _algorithm = algorithm
+        _restore_path = restore_from
 
         @classmethod
         def default_resource_request(cls, config: dict[str, Any]) -> Any:
@@ -273,6 +294,32 @@ def make_trainable(tune: Any, algorithm: str, own_resources: bool = True) -> typ
 
         def setup(self, config: dict[str, Any]) -> None:
             self.trainer = get_trainer_class(self._algorithm)(config=config)
+            if self._restore_path:
+                self.restore(self._restore_path)
+
+        def restore(self, checkpoint_path: str) -> None:
+            """Restore an rllib checkpoint (a ``checkpoint-<N>`` file or its directory,
+            as rllib or Tune saved it) from rllib's files, with Tune's counters taken
+            from its ``algorithm_state.json``; Tune's ``.tune_metadata`` is not read.
+
+            Raises:
+                FileNotFoundError: not an rllib checkpoint.
+                UnsafeFileError: the checkpoint is not this user's alone.
+            """
+            self.restore_from_object(checkpoint_blob(checkpoint_path))
+
+        def restore_from_object(self, blob: dict[str, Any]) -> None:
+            """Tune's restore of a blob, refusing one saved as a pickled dict.
+
+            Raises:
+                ValueError: the blob says it holds a pickled dict.
+            """
+            if blob["meta"].get("saved_as_dict"):
+                raise ValueError(
+                    f"refusing to restore {self._algorithm}: the checkpoint says it holds a "
+                    "pickled dict, which rllib never saves (unpickling it could run any code)"
+                )
+            super().restore_from_object(blob)
 
         def step(self) -> dict[str, Any]:
             result = self.trainer.train()
@@ -292,6 +339,42 @@ def make_trainable(tune: Any, algorithm: str, own_resources: bool = True) -> typ
 
     RLlibTrainable.__name__ = RLlibTrainable.__qualname__ = algorithm
     return RLlibTrainable
+
+
+def checkpoint_blob(path: str) -> dict[str, Any]:
+    """Tune's blob (``{"files": ..., "meta": ...}``) of an rllib checkpoint, made from
+    rllib's own files: the files are read with the ownership checks of
+    `rayfield.util.private_files`, and the counters of ``meta`` come from
+    ``algorithm_state.json``. Nothing is unpickled.
+
+    Args:
+        path: a ``checkpoint-<N>`` file or its directory.
+
+    Raises:
+        FileNotFoundError: not an rllib checkpoint.
+        UnsafeFileError: the directory or a file is not this user's alone.
+    """
+    from rayfield.rllib.agents import checkpoints
+    from rayfield.util import private_files
+
+    directory = checkpoints.checkpoint_dir(path)
+    files = {
+        name: private_files.read_bytes(directory / name)
+        for name in (checkpoints.STATE_FILE, checkpoints.ALGO_FILE)
+    }
+    algo = json.loads(files[checkpoints.ALGO_FILE])
+    entry = f"checkpoint-{int(algo['iteration'])}"
+    files[entry] = files[checkpoints.ALGO_FILE]
+    meta = {
+        "experiment_id": uuid.uuid4().hex,
+        "iteration": int(algo["iteration"]),
+        "timesteps_total": algo.get("timesteps_total"),
+        "time_total": float(algo.get("time_total_s") or 0.0),
+        "episodes_total": algo.get("episodes_total"),
+        "saved_as_dict": False,
+        "relpath": entry,
+    }
+    return {"files": files, "meta": meta}
 
 
 def _save_flat(trainer: Any, checkpoint_dir: str) -> str:
@@ -349,9 +432,6 @@ def tune_spec(spec: dict[str, Any], verbose: int) -> dict[str, Any]:
         get_trainer_class(run)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    restore = spec.get("restore")
-    if restore and os.path.isfile(os.path.expanduser(restore)):
-        restore = os.path.dirname(os.path.expanduser(restore))  # Tune restores a directory
     extra = {k: v for k, v in spec.items() if k != "env"}  # other Experiment keys of a YAML
     return {
         **extra,
@@ -362,7 +442,7 @@ def tune_spec(spec: dict[str, Any], verbose: int) -> dict[str, Any]:
         "resources_per_trial": spec.get("resources_per_trial"),
         "stop": dict(spec.get("stop") or {}),
         "config": dict(config, env=env),
-        "restore": restore,
+        "restore": None,  # the trainable restores it (`restore_path`), not Tune
         "num_samples": int(spec.get("num_samples") or 1),
         "upload_dir": spec.get("upload_dir"),
         "keep_checkpoints_num": spec.get("keep_checkpoints_num"),
@@ -371,6 +451,13 @@ def tune_spec(spec: dict[str, Any], verbose: int) -> dict[str, Any]:
             DEFAULT_MAX_FAILURES if spec.get("max_failures") is None else spec["max_failures"]
         ),
     }
+
+
+def restore_path(spec: dict[str, Any]) -> str | None:
+    """The rllib checkpoint an ``rllib train`` experiment starts from (``--restore``), as
+    an absolute path (the trials' actors run in their own directories)."""
+    restore = spec.get("restore")
+    return os.path.abspath(os.path.expanduser(restore)) if restore else None
 
 
 @contextmanager
@@ -420,10 +507,14 @@ def run_with_tune(
     trials: list[Any] = []
     with _runtime(init_options):
         for name, spec in specs.items():
-            if spec["resources_per_trial"] is None:  # the trainer's own resources
-                trainable = getattr(tune_trainables, spec["run"])
-            else:
-                trainable = make_trainable(tune, spec["run"], own_resources=False)
+            own_resources = spec["resources_per_trial"] is None  # the trainer's own request
+            restore = restore_path(experiments[name])
+            by_name = getattr(tune_trainables, spec["run"])
+            trainable = (
+                by_name
+                if own_resources and restore is None
+                else make_trainable(tune, spec["run"], own_resources, restore)
+            )
             tune.register_trainable(spec["run"], trainable)
             try:
                 trials += tune.run_experiments(
@@ -437,6 +528,8 @@ def run_with_tune(
                 )
             except (tune.TuneError, TypeError, ValueError) as exc:
                 raise click.UsageError(f"experiment {name!r}: {exc}") from None
+            finally:  # a later tune.run("PPO") in this process gets the plain class back
+                tune.register_trainable(spec["run"], by_name)
     _print_summary(trials, time.time() - start)
     failed = [t for t in trials if t.status == tune.Trial.ERROR]
     if failed:

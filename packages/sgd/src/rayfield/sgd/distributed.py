@@ -38,8 +38,9 @@ import rayfield
 from rayfield.actor import ActorOptions
 from rayfield.sgd.faults import gather, retrying
 from rayfield.sgd.param_server import ParameterServer
-from rayfield.sgd.utils import check_fits
+from rayfield.sgd.utils import check_fits, check_fits_all, check_seconds
 from rayfield.sgd.worker import SGDWorker
+from rayfield.util import private_files
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +99,9 @@ class DistributedSGD:
     Raises:
         TypeError: ``model_creator`` (or a given creator) is not callable.
         ValueError: a count is out of range, ``strategy``/``all_reduce_alg`` is unknown,
-            or one worker asks for more than the whole cluster has.
+            or one worker, or ``num_workers`` workers together, ask for more than the
+            whole cluster has (``rayfield.cluster_resources()``, checked before any
+            worker starts).
 
     Example:
         sgd = DistributedSGD(model_creator, num_workers=2, devices_per_worker=1, strategy="ps")
@@ -156,8 +159,9 @@ class DistributedSGD:
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
         if isinstance(checkpoint_freq, bool) or not isinstance(checkpoint_freq, int):
             raise ValueError(f"checkpoint_freq must be an int >= 0, got {checkpoint_freq!r}")
-        if checkpoint_freq < 0 or not timeout_s > 0:
-            raise ValueError("checkpoint_freq must be >= 0 and timeout_s > 0")
+        if checkpoint_freq < 0:
+            raise ValueError(f"checkpoint_freq must be an int >= 0, got {checkpoint_freq!r}")
+        check_seconds("timeout_s", timeout_s)
         if all_reduce_alg != "simple":
             raise ValueError(f"unsupported all_reduce_alg {all_reduce_alg!r}: only 'simple' exists")
         if config is not None and not isinstance(config, dict):
@@ -196,7 +200,9 @@ class DistributedSGD:
         self._worker_resources: ActorOptions = (
             {"num_gpus": devices_per_worker} if gpu else {"num_cpus": devices_per_worker}
         )
-        check_fits(self._worker_resources, rayfield.cluster_resources(), "a worker")
+        total = rayfield.cluster_resources()
+        check_fits(self._worker_resources, total, "a worker")
+        check_fits_all(self._worker_resources, num_workers, total, "num_workers")
         self.workers = [self._new_worker(i) for i in range(num_workers)]
         self.ps_actors: list[Any] = []
         self._in_flight: list[Any] = []
@@ -415,7 +421,9 @@ class DistributedSGD:
 
     def save(self, checkpoint: str, max_retries: int | None = None) -> str:
         """Write worker 0's first replica (weights, optimizer state, step count) to the
-        file ``checkpoint`` with ``torch.save``; return the path.
+        file ``checkpoint`` with ``torch.save``; return the path. The file is mode 0600
+        and replaced whole, through `rayfield.util.private_files`: its directory must be
+        this user's and only theirs to write.
 
         When worker 0 dies during the call, the dead actors are replaced and reloaded as
         in ``step()`` (from the surviving worker with the most steps) and the state is
@@ -423,6 +431,8 @@ class DistributedSGD:
 
         Raises:
             OSError: the file cannot be written.
+            UnsafeFileError: the file's directory (or one above) is another user's, or
+                group or others can write it.
             RuntimeError: actors died more than ``max_retries`` times in this call.
         """
 
@@ -432,12 +442,12 @@ class DistributedSGD:
             return bytes(blob)
 
         blob = self._retrying("save", read_state, max_retries)
-        with open(checkpoint, "wb") as f:
-            f.write(blob)
+        private_files.write_bytes(checkpoint, blob)
         return checkpoint
 
     def restore(self, checkpoint: str, max_retries: int | None = None) -> None:
-        """Load a ``save`` file into every replica (``torch.load(weights_only=True)``).
+        """Load a ``save`` file into every replica (``torch.load(weights_only=True)``),
+        after checking that the file is this user's alone (`rayfield.util.private_files`).
 
         The file's state also becomes the driver's copy (what a rebuild loads when no
         worker survives). When a worker dies during the call, the dead actors are
@@ -446,10 +456,11 @@ class DistributedSGD:
 
         Raises:
             FileNotFoundError: no such file.
+            UnsafeFileError: the file is a symlink, another user's or writable by group
+                or others, or a directory above it fails the checks.
             RuntimeError: actors died more than ``max_retries`` times in this call.
         """
-        with open(checkpoint, "rb") as f:
-            state = f.read()
+        state = private_files.read_bytes(checkpoint, what="the checkpoint")
 
         def load() -> None:
             self._wait_in_flight()

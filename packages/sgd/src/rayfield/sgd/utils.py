@@ -21,6 +21,8 @@ __all__ = [
     "aggregate_stats",
     "check_distinct_gpus",
     "check_fits",
+    "check_fits_all",
+    "check_seconds",
     "find_free_port",
     "sgd_mse_optimizer",
     "split_batch_size",
@@ -50,8 +52,8 @@ class Resources(NamedTuple):
         for name, value in (("num_cpus", self.num_cpus), ("num_gpus", self.num_gpus)):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"Resources.{name} must be a number, got {value!r}")
-            if value < 0:
-                raise ValueError(f"Resources.{name} must be >= 0, got {value}")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"Resources.{name} must be a finite number >= 0, got {value}")
         if self.resources is not None:
             if not isinstance(self.resources, Mapping):
                 raise TypeError(
@@ -59,8 +61,15 @@ class Resources(NamedTuple):
                     f"{type(self.resources).__name__}"
                 )
             for key, value in self.resources.items():
-                if not isinstance(value, (int, float)) or value < 0:
-                    raise ValueError(f"Resources.resources[{key!r}] must be >= 0, got {value!r}")
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, (int, float))
+                    or not math.isfinite(value)
+                    or value < 0
+                ):
+                    raise ValueError(
+                        f"Resources.resources[{key!r}] must be a finite number >= 0, got {value!r}"
+                    )
         return self
 
     def actor_options(self) -> ActorOptions:
@@ -89,6 +98,35 @@ def check_fits(options: Mapping[str, Any], total: Mapping[str, float], what: str
             raise ValueError(
                 f"{what} needs {name}={amount:g} but the cluster has {total.get(name, 0):g} in "
                 f"all; ask for less (Resources(...), use_gpu=False) or add nodes that have it"
+            )
+
+
+def check_fits_all(
+    options: Mapping[str, Any], count: int, total: Mapping[str, float], argument: str
+) -> None:
+    """Raise at once when ``count`` actors with ``options`` need more of a resource than
+    the whole cluster has (so that a trainer does not spend minutes creating actors that
+    can never all run).
+
+    Args:
+        options: one actor's options (``num_cpus``, ``num_gpus``, ``resources``).
+        count: how many such actors.
+        total: ``rayfield.cluster_resources()`` (``CPU``, ``GPU``, custom names).
+        argument: the argument that set ``count``, for the message (``"num_replicas"``).
+
+    Raises:
+        ValueError: ``count`` times a request is larger than the cluster's total of that
+            resource; the message names the argument, the need, the total and the fix.
+    """
+    wanted = {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0)}
+    wanted.update(options.get("resources") or {})
+    for name, amount in wanted.items():
+        have = total.get(name, 0)
+        if amount and count * amount > have:
+            raise ValueError(
+                f"{argument}={count} needs {count * amount:g} {name} ({amount:g} each), the "
+                f"cluster has {have:g}; lower {argument} to at most {int(have // amount)}, "
+                f"ask for less each, or add nodes"
             )
 
 
@@ -137,6 +175,20 @@ def sgd_mse_optimizer(model: Any, config: Mapping[str, Any]) -> tuple[Any, Any]:
     import torch
 
     return torch.nn.MSELoss(), torch.optim.SGD(model.parameters(), lr=config.get("lr", 0.01))
+
+
+def check_seconds(name: str, value: Any) -> float:
+    """``value`` as a float when it is a finite number of seconds > 0.
+
+    Raises:
+        TypeError: not a number (a bool is not one).
+        ValueError: zero, negative, NaN or infinite.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds > 0, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
 
 
 def split_batch_size(batch_size: int, num_replicas: int) -> int:

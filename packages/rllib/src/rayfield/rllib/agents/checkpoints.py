@@ -1,6 +1,8 @@
 """Checkpoint files: torch state dicts plus JSON, never pickled objects.
 
-A checkpoint is a directory ``checkpoint_<N>/`` with
+A checkpoint is a directory ``checkpoint_<N>/`` (mode 0700) with these files (0600),
+each written whole (a temporary file renamed over it) through
+:mod:`rayfield.util.private_files`:
 
 * ``policy_state.pt``: the local worker's state (model and optimizer state dicts,
   filter statistics as lists, numbers), written by ``torch.save`` and read with
@@ -13,14 +15,22 @@ A checkpoint is a directory ``checkpoint_<N>/`` with
 * ``rllib_checkpoint.json``: the format version;
 * ``checkpoint-<N>``: the file `Trainer.save` returns (classic layout); it holds
   the same JSON as ``algorithm_state.json``.
+
+Reading one checks that this user owns the directory and the files it reads and that
+neither group nor others can write them (nor the directories above); a symlink or a
+file of another user is refused with :class:`rayfield.exceptions.UnsafeFileError`.
+Nothing read is unpickled: ``policy_state.pt`` loads with ``weights_only=True``.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+from rayfield.util import private_files
 
 STATE_FILE = "policy_state.pt"
 ALGO_FILE = "algorithm_state.json"
@@ -148,16 +158,26 @@ def write(
     directory: Path, iteration: int, worker_state: dict[str, Any], algo_state: dict[str, Any]
 ) -> str:
     """Write a checkpoint for `iteration` under `directory`; return the
-    ``checkpoint-<N>`` file path."""
+    ``checkpoint-<N>`` file path.
+
+    ``directory/checkpoint_<N>`` (and any missing directory above it) is made 0700,
+    its files 0600.
+
+    Raises:
+        UnsafeFileError: the checkpoint directory or one above it is another user's,
+            or others can write it (see `rayfield.util.private_files`).
+    """
     import torch
 
-    ckpt = directory / f"checkpoint_{iteration}"
-    ckpt.mkdir(parents=True, exist_ok=True)
-    torch.save(worker_state, ckpt / STATE_FILE)
+    ckpt = private_files.ensure_private_dir(
+        directory / f"checkpoint_{iteration}", what="the checkpoint directory"
+    )
+    with private_files.atomic_write(ckpt / STATE_FILE) as f:
+        torch.save(worker_state, f)
     text = json.dumps(algo_state, indent=1, sort_keys=True, allow_nan=True)
-    (ckpt / ALGO_FILE).write_text(text)
-    (ckpt / META_FILE).write_text(json.dumps(FORMAT))
-    (ckpt / f"checkpoint-{iteration}").write_text(text)
+    private_files.write_text(ckpt / ALGO_FILE, text)
+    private_files.write_json(ckpt / META_FILE, FORMAT)
+    private_files.write_text(ckpt / f"checkpoint-{iteration}", text)
     return str(ckpt / f"checkpoint-{iteration}")
 
 
@@ -166,6 +186,8 @@ def checkpoint_dir(path: str | os.PathLike[str]) -> Path:
 
     Raises:
         FileNotFoundError: no ``policy_state.pt`` there.
+        UnsafeFileError: the directory is another user's (or a symlink of another
+            user), or group or others can write it.
     """
     p = Path(path)
     if p.is_file():
@@ -175,14 +197,22 @@ def checkpoint_dir(path: str | os.PathLike[str]) -> Path:
             f"{path} is not a rayfield-rllib checkpoint (no {STATE_FILE}); pass the path "
             "that save() returned or its directory"
         )
+    private_files.check_owned(p, "the checkpoint directory")
     return p
 
 
 def read(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(worker_state, algo_state)`` of a checkpoint; tensors only, no code runs."""
+    """``(worker_state, algo_state)`` of a checkpoint; tensors and JSON only, no code runs.
+
+    Raises:
+        FileNotFoundError: not a checkpoint (see `checkpoint_dir`).
+        UnsafeFileError: the directory or a file read fails the ownership checks of
+            `rayfield.util.private_files` (a symlink, another user's, writable by others).
+    """
     import torch
 
     d = checkpoint_dir(path)
-    worker_state = torch.load(d / STATE_FILE, weights_only=True, map_location="cpu")
-    algo_state = json.loads((d / ALGO_FILE).read_text())
+    data = private_files.read_bytes(d / STATE_FILE, what="the checkpoint's policy state")
+    worker_state = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    algo_state = private_files.read_json(d / ALGO_FILE, what="the checkpoint's algorithm state")
     return worker_state, algo_state

@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 from rayfield.rllib.models.catalog import MODEL_DEFAULTS
-from rayfield.rllib.utils.config import merge_dicts
+from rayfield.rllib.utils.config import NumberRange, merge_dicts
 
 COMMON_CONFIG: dict[str, Any] = {
     # Debugging
@@ -106,6 +106,27 @@ ALLOW_UNKNOWN_SUBKEYS = [
     "custom_resources_per_worker",
     "evaluation_config",
 ]
+
+# The numeric keys every trainer checks (`Trainer.validate_config`): finite and in range.
+RESOURCE_RANGES: dict[str, NumberRange] = {
+    "num_workers": NumberRange(low=0, integer=True),
+    "num_gpus": NumberRange(low=0),
+    "num_cpus_per_worker": NumberRange(low=0),
+    "num_gpus_per_worker": NumberRange(low=0),
+    "num_cpus_for_driver": NumberRange(low=0),
+}
+COMMON_RANGES: dict[str, NumberRange] = {
+    **RESOURCE_RANGES,
+    "gamma": NumberRange(low=0, high=1),
+    "lr": NumberRange(low=0),
+    "num_envs_per_worker": NumberRange(low=1, integer=True),
+    "train_batch_size": NumberRange(low=1),
+    "evaluation_num_episodes": NumberRange(low=1, integer=True),
+    "metrics_smoothing_episodes": NumberRange(low=1),
+    "timesteps_per_iteration": NumberRange(low=0),
+    "min_iter_time_s": NumberRange(low=0),
+    "collect_metrics_timeout": NumberRange(low=0),
+}
 
 # Keys whose values may take several types (checked where they are used).
 LOOSE_TYPED_KEYS = {

@@ -35,9 +35,11 @@ from rayfield.rllib.agents import checkpoints
 from rayfield.rllib.agents.common_config import (
     ALLOW_UNKNOWN_SUBKEYS,
     COMMON_CONFIG,
+    COMMON_RANGES,
     CONFIG_ALIASES,
     LOOSE_TYPED_KEYS,
     REMOVED_KEYS,
+    RESOURCE_RANGES,
 )
 from rayfield.rllib.env.registry import get_env_creator
 from rayfield.rllib.evaluation.callbacks import make_callbacks
@@ -49,7 +51,13 @@ from rayfield.rllib.models.catalog import MODEL_DEFAULTS
 from rayfield.rllib.policy.policy import clip_action
 from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID
 from rayfield.rllib.utils import preload
-from rayfield.rllib.utils.config import check_types, deep_update, unknown_key_error
+from rayfield.rllib.utils.config import (
+    check_ranges,
+    check_types,
+    deep_update,
+    unknown_key_error,
+)
+from rayfield.util import private_files
 
 if TYPE_CHECKING:
     from rayfield.rllib.optimizers.policy_optimizer import PolicyOptimizer
@@ -107,7 +115,8 @@ class Trainer:
     Raises:
         UnknownConfigKeyError: an unknown config key (names the closest valid one).
         ConfigTypeError: a value of the wrong type.
-        ValueError: a removed key (``gpu``...), or a bad env.
+        ValueError: a number out of its range (``num_workers=-1``, ``lr=nan``,
+            ``gamma=5``: see `validate_config`), a removed key (``gpu``...), or a bad env.
     """
 
     _name = "Trainer"
@@ -172,7 +181,15 @@ class Trainer:
 
     @classmethod
     def validate_config(cls, config: dict[str, Any]) -> None:
-        """Algorithm-specific checks; raise ValueError for a bad combination."""
+        """Check the values: the numbers of `COMMON_RANGES` (``num_workers`` an int
+        >= 0, ``lr`` >= 0, ``gamma`` in [0, 1]...), then the algorithm's own checks.
+
+        Raises:
+            ConfigTypeError: a number of the wrong type (names the key and its range).
+            ValueError: a number out of its range, NaN or infinite (names the key and
+                its range), or a bad combination.
+        """
+        check_ranges(config, COMMON_RANGES)
         if config["batch_mode"] not in ("truncate_episodes", "complete_episodes"):
             raise ValueError(
                 "batch_mode must be 'truncate_episodes' or 'complete_episodes', "
@@ -183,8 +200,14 @@ class Trainer:
 
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> dict[str, float]:
-        """Resources for Tune: the driver's CPUs/GPUs and the workers' as extras."""
+        """Resources for Tune: the driver's CPUs/GPUs and the workers' as extras.
+
+        Raises:
+            ConfigTypeError: a count that is not a number (``num_workers`` not an int).
+            ValueError: a negative count, NaN or infinite.
+        """
         cf = {**cls._default_config, **config}
+        check_ranges(cf, RESOURCE_RANGES)
         return {
             "cpu": cf["num_cpus_for_driver"],
             "gpu": cf["num_gpus"],
@@ -505,17 +528,23 @@ class Trainer:
     def save(self, checkpoint_dir: str | None = None) -> SaveResult:
         """Write a checkpoint (see `rayfield.rllib.agents.checkpoints`).
 
+        The checkpoint directory is made 0700 and its files 0600 (missing directories
+        above it 0700 too).
+
         Args:
             checkpoint_dir: parent directory (default: this trainer's log dir, made
                 under ``~/ray_results`` on first use).
 
         Returns:
             The ``checkpoint_<N>/checkpoint-<N>`` path (also as ``.checkpoint.path``).
+
+        Raises:
+            UnsafeFileError: a directory on the way is another user's, or others can
+                write it (see `rayfield.util.private_files`).
         """
         if checkpoint_dir is None:
             if not self.logdir:
-                root = Path(os.path.expanduser("~/ray_results"))
-                root.mkdir(parents=True, exist_ok=True)
+                root = private_files.ensure_private_dir(os.path.expanduser("~/ray_results"))
                 stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
                 self.logdir = tempfile.mkdtemp(
                     prefix=f"{self._name}_{self.config['env']}_{stamp}", dir=root
@@ -540,6 +569,8 @@ class Trainer:
 
         Raises:
             FileNotFoundError: `checkpoint_path` is not a checkpoint.
+            UnsafeFileError: the checkpoint's directory or files are not this user's
+                alone (a symlink, another user's, writable by others).
         """
         worker_state, algo_state = checkpoints.read(checkpoint_path)
         self.workers.local_worker().restore(worker_state["worker"])
@@ -572,6 +603,7 @@ class Trainer:
 
         Raises:
             FileNotFoundError: not a checkpoint.
+            UnsafeFileError: the checkpoint is not this user's alone (see `restore`).
             ValueError: the checkpoint's algorithm is unknown.
         """
         from rayfield.rllib.agents.registry import get_trainer_class

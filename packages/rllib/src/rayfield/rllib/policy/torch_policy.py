@@ -10,7 +10,6 @@ Checkpoint state holds only tensors, numbers and strings, so it loads with
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
@@ -23,6 +22,7 @@ from rayfield.rllib.policy.policy import Policy
 from rayfield.rllib.policy.rnn_sequencing import SEQ_LENS, SEQ_MASK, pad_batch_to_sequences
 from rayfield.rllib.policy.sample_batch import SampleBatch
 from rayfield.rllib.utils.schedules import PiecewiseSchedule
+from rayfield.util import private_files
 
 
 class TorchPolicy(Policy):
@@ -393,11 +393,26 @@ class TorchPolicy(Policy):
             self.set_extra_state(state.get("extra", {}))
 
     def export_model(self, export_dir: str) -> None:
-        """Write the model's state dict to ``export_dir/model.pt``."""
-        os.makedirs(export_dir, exist_ok=True)
-        torch.save(self.model.state_dict(), os.path.join(export_dir, "model.pt"))
+        """Write the model's state dict to ``export_dir/model.pt`` (0600; the directory,
+        made if missing, 0700).
+
+        Raises:
+            UnsafeFileError: ``export_dir`` or a directory above it is another user's, or
+                others can write it (see `rayfield.util.private_files`).
+        """
+        self._export(export_dir, "model.pt", self.model.state_dict())
 
     def export_checkpoint(self, export_dir: str, filename_prefix: str = "model") -> None:
-        """Write the full policy state (weights and optimizer) to ``<prefix>.pt``."""
-        os.makedirs(export_dir, exist_ok=True)
-        torch.save(self.get_state(), os.path.join(export_dir, f"{filename_prefix}.pt"))
+        """Write the full policy state (weights and optimizer) to ``<prefix>.pt``, as
+        `export_model` writes its file.
+
+        Raises:
+            UnsafeFileError: as for `export_model`.
+        """
+        self._export(export_dir, f"{filename_prefix}.pt", self.get_state())
+
+    @staticmethod
+    def _export(export_dir: str, name: str, state: dict[str, Any]) -> None:
+        directory = private_files.ensure_private_dir(export_dir, what="the export directory")
+        with private_files.atomic_write(directory / name) as f:
+            torch.save(state, f)

@@ -1,15 +1,18 @@
-"""Config merging and checking: `deep_update`, `merge_dicts`, `check_config`.
+"""Config merging and checking: `deep_update`, `merge_dicts`, `check_types`,
+`check_ranges`.
 
 An unknown top-level key is an error naming the closest valid key; a value whose
-type does not fit the default's is an error naming the expected type.
+type does not fit the default's is an error naming the expected type; a number
+outside its range (`NumberRange`) is an error naming the key and the range.
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Iterable
-from typing import Any
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 
 class UnknownConfigKeyError(KeyError, ValueError):
@@ -106,3 +109,55 @@ def check_types(
                 f"config key {k!r} must be {type(default).__name__} like its default "
                 f"{default!r}, got {type(v).__name__} {v!r}"
             )
+
+
+class NumberRange(NamedTuple):
+    """The values a numeric config key takes: finite, ``low <= value <= high``.
+
+    Attributes:
+        low: the smallest value (None: no lower bound).
+        high: the largest value (None: no upper bound).
+        integer: only ints (not floats, not bools).
+    """
+
+    low: float | None = None
+    high: float | None = None
+    integer: bool = False
+
+    def describe(self) -> str:
+        """``an int >= 0``, ``a number in [0, 1]``..."""
+        kind = "an int" if self.integer else "a finite number"
+        if self.low is not None and self.high is not None:
+            return f"{kind} in [{self.low:g}, {self.high:g}]"
+        if self.low is not None:
+            return f"{kind} >= {self.low:g}"
+        if self.high is not None:
+            return f"{kind} <= {self.high:g}"
+        return kind
+
+
+def check_ranges(config: Mapping[str, Any], ranges: Mapping[str, NumberRange]) -> None:
+    """Check every key of `ranges` that `config` has against its range.
+
+    Raises:
+        ConfigTypeError: a value that is not a number (or not an int where the range
+            says so; a bool is neither); the message names the key and the range.
+        ValueError: a number outside its range, NaN or infinite; the message names the
+            key and the range.
+    """
+    for key, allowed in ranges.items():
+        if key not in config:
+            continue
+        value = config[key]
+        wanted = int if allowed.integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, wanted):
+            raise ConfigTypeError(
+                f"config key {key!r} must be {allowed.describe()}, got "
+                f"{type(value).__name__} {value!r}"
+            )
+        if (
+            not math.isfinite(value)
+            or (allowed.low is not None and value < allowed.low)
+            or (allowed.high is not None and value > allowed.high)
+        ):
+            raise ValueError(f"config key {key!r} must be {allowed.describe()}, got {value!r}")

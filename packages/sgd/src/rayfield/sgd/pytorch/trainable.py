@@ -10,6 +10,12 @@ classic ones (``_setup``, ``_train``, ``_save``, ``_restore``, ``_stop``).
 called, on top of ``rayfield.tune.Trainable`` when rayfield-tune is installed, else on a
 minimal stand-in with Tune's public methods (``train``, ``save``, ``restore``, ``stop``).
 
+A checkpoint is ``model.pth`` (mode 0600, in a 0700 directory), the trainer's ``save``
+file; restoring reads it with the ownership checks of `rayfield.util.private_files` and
+``torch.load(weights_only=True)``. On Tune's Trainable, ``restore`` does not read the
+pickled ``.tune_metadata`` Tune keeps beside it, and a blob saved as a pickled dict is
+refused (`UnpicklingNothing`): restoring unpickles nothing.
+
 How a trial's config is read: keys named like ``PyTorchTrainer`` parameters
 (``num_replicas``, ``batch_size``, ``model_creator``...) are passed to the trainer as
 those; every other key joins the trainer's ``config`` dict (the hyperparameters the
@@ -19,11 +25,17 @@ creators read, such as ``lr``).
 from __future__ import annotations
 
 import inspect
+import io
 import os
 import tempfile
+import uuid
 from typing import Any
 
+from rayfield.util import private_files
+
 __all__ = ["PyTorchTrainable", "make_trainable"]
+
+CHECKPOINT_FILE = "model.pth"
 
 
 def _trainer_parameters() -> set[str]:
@@ -98,12 +110,12 @@ class TrainerTrainableHooks:
         return stats
 
     def save_checkpoint(self, checkpoint_dir: str) -> str:
-        return str(self._trainer.save(os.path.join(checkpoint_dir, "model.pth")))
+        return str(self._trainer.save(os.path.join(checkpoint_dir, CHECKPOINT_FILE)))
 
     def load_checkpoint(self, checkpoint: Any) -> None:
         path = checkpoint
         if isinstance(checkpoint, str) and os.path.isdir(checkpoint):
-            path = os.path.join(checkpoint, "model.pth")
+            path = os.path.join(checkpoint, CHECKPOINT_FILE)
         self._trainer.restore(path)
 
     def cleanup(self) -> None:
@@ -143,8 +155,15 @@ class StandaloneTrainable:
         return result
 
     def save(self, checkpoint_dir: str | None = None) -> str:
+        """Write ``model.pth`` (0600) into ``checkpoint_dir`` (made 0700 if missing; a
+        fresh temporary directory when None); return its path.
+
+        Raises:
+            UnsafeFileError: ``checkpoint_dir`` or a directory above it is another
+                user's, or others can write it.
+        """
         directory = checkpoint_dir or tempfile.mkdtemp(prefix="rayfield-sgd-ckpt-")
-        os.makedirs(directory, exist_ok=True)
+        private_files.ensure_private_dir(directory, what="the checkpoint directory")
         return str(self.save_checkpoint(directory))  # type: ignore[attr-defined]
 
     def restore(self, checkpoint_path: str) -> None:
@@ -152,6 +171,54 @@ class StandaloneTrainable:
 
     def stop(self) -> None:
         self.cleanup()  # type: ignore[attr-defined]
+
+
+class UnpicklingNothing:
+    """``restore`` and ``restore_from_object`` over ``rayfield.tune.Trainable``'s that
+    unpickle nothing: Tune's ``restore`` reads its ``.tune_metadata`` beside the
+    checkpoint with ``pickle``, and a blob saved as a dict is a pickle too."""
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Restore ``model.pth`` (or the directory holding it) as the trainer's
+        ``restore`` reads it (ownership-checked, ``weights_only``); Tune's iteration
+        counter becomes the checkpoint's epoch. Tune's ``.tune_metadata`` is not read.
+
+        Raises:
+            FileNotFoundError: no such file.
+            UnsafeFileError: the file is not this user's alone.
+        """
+        import torch
+
+        path = checkpoint_path
+        if os.path.isdir(path):
+            path = os.path.join(path, CHECKPOINT_FILE)
+        data = private_files.read_bytes(path, what="the checkpoint")
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        epoch = int(state.get("epoch", 0)) if isinstance(state, dict) else 0
+        meta = {
+            "experiment_id": uuid.uuid4().hex,
+            "iteration": epoch,
+            "timesteps_total": None,
+            "time_total": 0.0,
+            "episodes_total": None,
+            "saved_as_dict": False,
+            "relpath": CHECKPOINT_FILE,
+        }
+        self.restore_from_object({"files": {CHECKPOINT_FILE: data}, "meta": meta})
+
+    def restore_from_object(self, blob: dict[str, Any]) -> None:
+        """Tune's restore of a blob, refusing one saved as a pickled dict.
+
+        Raises:
+            ValueError: the blob says it holds a pickled dict (this trainable never
+                saves one).
+        """
+        if blob["meta"].get("saved_as_dict"):
+            raise ValueError(
+                "refusing to restore: the checkpoint says it holds a pickled dict, which "
+                "this trainable never saves (unpickling it could run any code)"
+            )
+        super().restore_from_object(blob)  # type: ignore[misc]
 
 
 class PyTorchTrainable(TrainerTrainableHooks, StandaloneTrainable):
@@ -165,14 +232,15 @@ def make_trainable(*args: Any, **kwargs: Any) -> type:
     """A Trainable class training ``PyTorchTrainer(*args, **kwargs)``; trial configs
     override the keyword arguments and extend ``config`` (see the module docstring).
 
-    The class derives from ``rayfield.tune.Trainable`` when rayfield-tune is installed.
+    The class derives from ``rayfield.tune.Trainable`` when rayfield-tune is installed,
+    with `UnpicklingNothing`'s ``restore`` and ``restore_from_object``.
     """
-    base: type
+    bases: tuple[type, ...]
     try:
         import rayfield.tune as tune
 
-        base = tune.Trainable
+        bases = (TrainerTrainableHooks, UnpicklingNothing, tune.Trainable)
     except ImportError:
-        base = StandaloneTrainable
+        bases = (TrainerTrainableHooks, StandaloneTrainable)
     attrs = {"_trainer_args": tuple(args), "_trainer_kwargs": dict(kwargs)}
-    return type("PyTorchTrainable", (TrainerTrainableHooks, base), attrs)
+    return type("PyTorchTrainable", bases, attrs)

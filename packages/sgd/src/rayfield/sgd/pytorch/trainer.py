@@ -32,9 +32,12 @@ from rayfield.sgd.utils import (
     aggregate_stats,
     check_distinct_gpus,
     check_fits,
+    check_fits_all,
+    check_seconds,
     sgd_mse_optimizer,
     split_batch_size,
 )
+from rayfield.util import private_files
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +108,9 @@ class PyTorchTrainer:
             not one of the names above, or ``nccl`` is asked for without GPUs or for
             replicas that share a GPU (fractional ``num_gpus``; use ``gloo`` for those).
         ValueError: one replica asks for more than the whole cluster has (for example
-            a GPU on a cluster without one).
+            a GPU on a cluster without one), or ``num_replicas`` replicas together ask
+            for more than it has (``rayfield.cluster_resources()``, checked before any
+            replica starts).
         RuntimeError: the replicas could not start within ``startup_timeout_s``.
 
     Example:
@@ -173,8 +178,8 @@ class PyTorchTrainer:
             raise ValueError('scheduler_step_freq="batch" needs the default train_function')
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-        if timeout_s <= 0 or startup_timeout_s <= 0:
-            raise ValueError("timeout_s and startup_timeout_s must be > 0 (seconds)")
+        check_seconds("timeout_s", timeout_s)
+        check_seconds("startup_timeout_s", startup_timeout_s)
         if resources_per_replica is None:
             resources_per_replica = Resources(num_cpus=1, num_gpus=1 if use_gpu else 0)
         if not isinstance(resources_per_replica, Resources):
@@ -219,6 +224,9 @@ class PyTorchTrainer:
         self.workers: list[Any] = []
         self.num_failures = 0
         self._last_state: bytes | None = None
+        options, total = self.resources_per_replica.actor_options(), rayfield.cluster_resources()
+        check_fits(options, total, "a replica")
+        check_fits_all(options, num_replicas, total, "num_replicas")
         try:
             self._start_workers(num_replicas, allow_fewer=False)
             self._last_state = rayfield.get(self.workers[0].get_state.remote())
@@ -401,19 +409,28 @@ class PyTorchTrainer:
         """Write replica 0's state (``torch.save`` dict: ``epoch``, ``models``,
         ``optimizers``, ``schedulers``) to the file ``checkpoint``; return the path.
 
+        The file is mode 0600 and replaced whole (a temporary file beside it renamed
+        over it), through `rayfield.util.private_files`: its directory must be this
+        user's and only theirs to write.
+
         Survives replica 0's death as ``get_model`` does (the file then holds the last
         epoch's state, which the rebuilt replicas loaded).
 
         Raises:
             OSError: the file cannot be written.
+            UnsafeFileError: the file's directory (or one above) is another user's, or
+                group or others can write it.
             RuntimeError: replicas kept dying after ``max_retries`` rebuilds.
         """
-        torch.save(self._state("save", max_retries), checkpoint)
+        state = self._state("save", max_retries)
+        with private_files.atomic_write(checkpoint) as f:
+            torch.save(state, f)
         return checkpoint
 
     def restore(self, checkpoint: str, max_retries: int | None = None) -> None:
         """Load a file written by ``save`` (or a bare model ``state_dict``) into every
-        replica. Read with ``torch.load(weights_only=True)``.
+        replica. Read with ``torch.load(weights_only=True)``, after checking that the
+        file is this user's alone (`rayfield.util.private_files`).
 
         The file's state also becomes the state a rebuild loads. When a replica dies
         during the call, the replicas are rebuilt and the file's state is loaded into
@@ -421,10 +438,13 @@ class PyTorchTrainer:
 
         Raises:
             FileNotFoundError: no such file.
+            UnsafeFileError: the file is a symlink, another user's or writable by group
+                or others, or a directory above it fails the checks.
             ValueError: the file holds neither a trainer state nor a model state dict.
             RuntimeError: replicas kept dying after ``max_retries`` rebuilds.
         """
-        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        data = private_files.read_bytes(checkpoint, what="the checkpoint")
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         if not isinstance(state, dict):
             raise ValueError(f"{checkpoint} holds no state dict")
         if "models" not in state:
