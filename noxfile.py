@@ -73,7 +73,7 @@ def install_packages(session: nox.Session, extras: str = "test") -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    session.install("ruff>=0.6", "import-linter>=2.16")
+    session.install("ruff>=0.6", "import-linter>=2.16", "pytest>=8")
     session.run("ruff", "check", "packages", "tools", "noxfile.py")
     session.run("ruff", "format", "--check", "packages", "tools", "noxfile.py")
     # rayfield-core's layers and the public API boundary (.importlinter), no import cycle
@@ -81,6 +81,8 @@ def lint(session: nox.Session) -> None:
     # every pickle/cloudpickle load or dump and every torch.load without weights_only=True
     # in packages/*/src is on the allow-list, with its reason
     session.run("python", "tools/check_pickle.py")
+    # the checks' own tests (tools/tests: no packages needed)
+    session.run("python", "-m", "pytest", "tools/tests", "-q", "-p", "no:cacheprovider")
 
 
 @nox.session(python=PYTHON)

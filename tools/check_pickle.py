@@ -63,7 +63,8 @@ class Use(NamedTuple):
 
 _RUNTIME = "packages/core/src/rayfield/_private"
 _TUNE = "packages/tune/src/rayfield/tune"
-_TUNE_REASON = "tune: replaced on branch sec-tune"
+_TUNE_WRITE = "tune: a user's object JSON cannot hold, written 0600; read only with trusted=True"
+_TUNE_READ = "tune: only when the caller passed trusted=True (the documented opt-in)"
 
 ALLOWED: tuple[Allowed, ...] = (
     # rayfield-core's runtime: task payloads, objects and code move between a driver and
@@ -153,23 +154,14 @@ ALLOWED: tuple[Allowed, ...] = (
         "pickle.dump",
         "rllib: rollout --out FILE.pkl writes RLlib's episode format (0600); never read back",
     ),
-    # rayfield-tune: being replaced by JSON and weights-only tensors on its own branch.
-    Allowed(f"{_TUNE}/checkpoint.py", "Checkpoint.from_dict", "pickle.dump", _TUNE_REASON),
-    Allowed(f"{_TUNE}/checkpoint.py", "Checkpoint.to_dict", "pickle.load", _TUNE_REASON),
-    Allowed(f"{_TUNE}/trainable.py", "Trainable.save_to_object", "pickle.dump", _TUNE_REASON),
-    Allowed(f"{_TUNE}/trainable.py", "Trainable.restore_from_object", "pickle.load", _TUNE_REASON),
-    Allowed(f"{_TUNE}/trainable.py", "Trainable.save", "pickle.dump", _TUNE_REASON),
-    Allowed(f"{_TUNE}/trainable.py", "read_checkpoint_dir", "pickle.load", _TUNE_REASON),
-    Allowed(f"{_TUNE}/trainable.py", "write_checkpoint_dir", "pickle.dump", _TUNE_REASON),
-    Allowed(f"{_TUNE}/logger.py", "JsonLogger.update_config", "pickle.dumps", _TUNE_REASON),
-    Allowed(f"{_TUNE}/logger.py", "JsonLogger.update_config", "cloudpickle.dumps", _TUNE_REASON),
-    Allowed(f"{_TUNE}/logger.py", "load_pickled_config", "pickle.load", _TUNE_REASON),
-    Allowed(f"{_TUNE}/search/searcher.py", "Searcher.save", "pickle.dump", _TUNE_REASON),
-    Allowed(f"{_TUNE}/search/searcher.py", "Searcher.restore", "pickle.load", _TUNE_REASON),
-    Allowed(f"{_TUNE}/search/bayesopt.py", "BayesOptSearch.save", "pickle.dump", _TUNE_REASON),
-    Allowed(f"{_TUNE}/search/bayesopt.py", "BayesOptSearch.restore", "pickle.load", _TUNE_REASON),
-    Allowed(f"{_TUNE}/search/bohb.py", "TuneBOHB.save", "pickle.dump", _TUNE_REASON),
-    Allowed(f"{_TUNE}/search/bohb.py", "TuneBOHB.restore", "pickle.load", _TUNE_REASON),
+    # rayfield-tune: a user's objects that JSON cannot hold are pickled (0600); a pickle is
+    # read back only through tune/pickles.py, and only when the caller passed trusted=True.
+    Allowed(f"{_TUNE}/checkpoint.py", "write_dict", "pickle.dumps", _TUNE_WRITE),
+    Allowed(f"{_TUNE}/pickles.py", "dump_data", "pickle.dumps", _TUNE_WRITE),
+    Allowed(f"{_TUNE}/logger.py", "JsonLogger.update_config", "pickle.dumps", _TUNE_WRITE),
+    Allowed(f"{_TUNE}/logger.py", "JsonLogger.update_config", "cloudpickle.dumps", _TUNE_WRITE),
+    Allowed(f"{_TUNE}/pickles.py", "load_pickle", "pickle.loads", _TUNE_READ),
+    Allowed(f"{_TUNE}/pickles.py", "load_data", "pickle.loads", _TUNE_READ),
 )
 
 
