@@ -162,3 +162,12 @@ def test_a_refusal_names_the_fix_given_and_logs_can_be_unbuffered(tmp_path: Path
     with pf.open_private(d / "log", "ab", buffering=0) as f:
         f.write(b"at once")
         assert (d / "log").read_bytes() == b"at once"  # nothing held in a buffer
+
+
+def test_a_whole_file_can_be_written_in_a_sticky_shared_directory(tmp_path: Path) -> None:
+    """As /tmp: root's, 1777. The file is the user's and 0600; others cannot replace it."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    pf.write_bytes(shared / "model.pth", b"weights")
+    assert mode(shared / "model.pth") == 0o600 and pf.read_bytes(shared / "model.pth") == b"weights"

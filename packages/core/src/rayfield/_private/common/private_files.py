@@ -250,15 +250,17 @@ def atomic_write(
     renamed over ``path`` when the ``with`` block ends without an error (removed if it
     raises). Readers see the old file or the whole new one.
 
-    The directory must be this user's alone (:func:`check_owned` and
-    :func:`check_ancestors`).
+    The directories above must pass :func:`check_ancestors` (the one it is written in
+    included: this user's or root's, and sticky if others can write it, as ``/tmp``). The
+    temporary file is created with ``O_EXCL`` and ``O_NOFOLLOW``, and in a sticky directory
+    no other user can replace or remove it or the result.
 
     Raises:
-        UnsafeFileError (or ``error``): the directory fails the checks.
+        UnsafeFileError (or ``error``): a directory above fails the checks.
+        PermissionError: ``path`` exists and is another user's, in a sticky directory.
     """
     path = Path(path)
     check_ancestors(path, error=error)
-    check_owned(path.parent, f"the directory of {path.name}", error=error)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(path):x}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
