@@ -213,3 +213,78 @@ def test_start_block_ends_with_its_node_when_the_gcs_never_comes_back(tmp_path: 
     assert proc.returncode == 1, err
     assert "exited with status 1" in err, err
     assert left == [], [p.cmdline() for p in left]
+
+
+@rf.remote(max_retries=-1)
+def slow_square(i: int) -> int:
+    time.sleep(0.02)
+    return i * i
+
+
+@rf.remote(num_cpus=0, resources={"h": 1}, max_restarts=-1, max_task_retries=-1)
+class OnHead:
+    def add(self, k: int) -> int:
+        return os.getpid()
+
+
+def test_a_killed_head_restarted_with_the_same_command_loses_nothing(tmp_path: Path) -> None:
+    """SIGKILL the GCS and the head node together while a driver on the other node runs
+    tasks and calls a named, detached actor that lives on the head; run the head's start
+    command again: the cluster comes back with its tables and token, the work completes
+    and the actor is back (restarted on the new head node)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    head_cmd = ["start", "--head", "--port", str(port), "--num-cpus", "1"]
+    head_cmd += ["--resources", '{"h": 10}', "--temp-dir", str(tmp_path)]
+    head_cmd += ["--heartbeat-timeout-s", "1.5"]
+    rayfield_cmd(*head_cmd)
+    address = f"127.0.0.1:{port}"
+    head = (tmp_path / "session_latest").resolve()
+    add_node(address, tmp_path, '{"b": 10}')
+    [other] = [s for s in tmp_path.glob("session_2*") if s != head]
+    rf.init(address=str(other), temp_dir=str(tmp_path))  # a driver on the other node
+    try:
+        counter = OnHead.options(name="counter", lifetime="detached").remote()
+        first_pid = rf.get(counter.add.remote(1), timeout=30)
+        refs = [slow_square.remote(i) for i in range(400)]
+        wait_for(lambda: rf.wait(refs, num_returns=20, timeout=0)[0], "some tasks done")
+        for p in rayfield_processes(tmp_path):
+            cmd = " ".join(p.cmdline())
+            if "rayfield._private.gcs.server" in cmd or str(head) in cmd:
+                p.send_signal(signal.SIGKILL)
+        calls = [counter.add.remote(1) for _ in range(10)]
+        out = rayfield_cmd(*head_cmd).stdout
+        assert "was killed" in out and str(head) in out
+        calls += [counter.add.remote(1) for _ in range(10)]
+        assert rf.get(refs, timeout=120) == [i * i for i in range(400)]
+        pids = rf.get(calls, timeout=120)
+        assert len(pids) == 20 and pids[-1] != first_pid  # served by the new instance
+        again = rf.get_actor("counter")
+        assert rf.get(again.add.remote(0), timeout=60) == pids[-1]
+        status = rayfield_cmd("status", "--temp-dir", str(tmp_path)).stdout
+        assert "2 node(s) alive, 1 dead" in status
+    finally:
+        rf.shutdown()
+        stop_in_background(tmp_path)
+
+
+def test_a_head_stopped_cleanly_starts_afresh_on_the_same_address(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    head_cmd = ["start", "--head", "--port", str(port), "--num-cpus", "1"]
+    head_cmd += ["--temp-dir", str(tmp_path)]
+    rayfield_cmd(*head_cmd)
+    token = find_token(f"127.0.0.1:{port}", tmp_path)
+    rayfield_cmd("stop", "--temp-dir", str(tmp_path))
+    out = rayfield_cmd(*head_cmd).stdout
+    try:
+        assert "was killed" not in out
+        assert find_token(f"127.0.0.1:{port}", tmp_path) != token  # a new cluster
+    finally:
+        stop_in_background(tmp_path)

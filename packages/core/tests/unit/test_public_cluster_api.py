@@ -53,6 +53,26 @@ def test_clean_stopped_sessions_removes_what_dead_nodes_left(tmp_path: Path) -> 
     assert cluster.clean_stopped_sessions(tmp_path / "none") == 0
 
 
+def test_killed_head_is_a_head_whose_gcs_is_gone_without_stopping(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    head = session_files.new_session_dir(root)
+    session_files.point_latest(root, head)
+    address = "127.0.0.1:6399"
+    dead_pid = 2**22 + 1
+    cluster.write_private(head / "cluster.json", json.dumps({"gcs_address": address}))
+    cluster.write_private(head / "token", "ab" * 32 + "\n")
+    cluster.write_private(head / "gcs.sqlite", "tables")
+    for pid in (dead_pid, os.getpid()):
+        record = {"gcs_address": address, "gcs_pid": pid}
+        cluster.write_private(head / "cluster.json", json.dumps(record))
+        expected = head if pid == dead_pid else None  # a running GCS is not restarted
+        assert cluster.killed_head(root, address) == expected
+    assert cluster.killed_head(root, "127.0.0.1:1") is None  # another address
+    cluster.write_private(head / "gcs.sqlite.stopped", "stopped cleanly\n")
+    assert cluster.killed_head(root, address) is None  # stopped, not killed
+    assert cluster.killed_head(tmp_path / "none", address) is None
+
+
 def test_session_json_is_read_only_when_private(tmp_path: Path) -> None:
     root = tmp_path / "root"
     session = session_files.new_session_dir(root)

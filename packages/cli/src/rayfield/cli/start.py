@@ -281,7 +281,9 @@ def start(**kw: Any) -> None:
     """Start a rayfield node on this machine.
 
     With --head, start a new cluster (its GCS, the cluster token and a first node) and
-    print the commands that add nodes and connect drivers. Without it, start a node that
+    print the commands that add nodes and connect drivers; on the address of a head that
+    was killed (not stopped), restart that cluster: its GCS tables and token come back,
+    and its nodes still running carry on. Without it, start a node that
     joins the cluster at --address. Several nodes may run on one machine: each has its
     own store, socket and ports.
     """
@@ -349,8 +351,18 @@ def start(**kw: Any) -> None:
     try:
         if head:
             port = 6379 if kw["port"] is None else kw["port"]
+            restore = None
+            if port:  # the same address as a head that was killed: restart that cluster
+                restore = cluster.killed_head(temp_dir, f"{kw['node_ip_address']}:{port}")
+            if restore is not None:
+                click.echo(
+                    f"The head at {kw['node_ip_address']}:{port} was killed (its GCS did not "
+                    f"stop): restarting its cluster with the tables and token of {restore}"
+                )
             with waiting("starting the GCS"):
-                address = cluster.start_gcs(session, kw["node_ip_address"], port, opts)
+                address = cluster.start_gcs(
+                    session, kw["node_ip_address"], port, opts, restore=restore
+                )
             token = (session / "token").read_text().strip()
         t0 = time.monotonic()
         with waiting("starting the node"):

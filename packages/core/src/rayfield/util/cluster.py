@@ -19,6 +19,10 @@ Finding a cluster (Ray: ``ray.init(address="auto")`` and ``RAY_ADDRESS``):
 ``TlsConfig`` (mutual TLS paths) and ``read_token`` (a token file) load grpc on first
 use, so the commands that never call the cluster start without it.
 
+Restarting a killed head: ``killed_head(temp_dir, address)`` finds the session of a head
+whose GCS was killed; ``start_gcs(..., restore=that_session)`` starts the cluster again
+from its database and token.
+
 Running processes: ``NodeOptions``, ``new_session_dir``, ``start_gcs``, ``start_node``,
 ``start_dashboard``, ``stop_all``, ``rayfield_processes``, ``clean_stopped_sessions``.
 
@@ -48,6 +52,7 @@ from rayfield._private.driver.launch import (
     find_gcs_address,
     find_token,
     head_session,
+    killed_head,
     new_session_dir,
     rayfield_processes,
     start_dashboard,
@@ -72,6 +77,7 @@ __all__ = [
     "find_gcs_address",
     "find_token",
     "head_session",
+    "killed_head",
     "make_test_certificates",
     "new_session_dir",
     "rayfield_processes",

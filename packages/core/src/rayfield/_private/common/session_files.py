@@ -60,6 +60,11 @@ ERROR_MARK = "rayfield-error: "
 """A process ``rayfield start`` runs that fails for a known reason (a refused token, a
 port in use) writes one line starting with this to its log; the command shows that line
 alone instead of the log."""
+STOPPED_SUFFIX = ".stopped"
+"""Written beside the GCS database (``gcs.sqlite.stopped``) when the GCS stops cleanly
+(SIGTERM, ``rayfield stop``). A head session whose GCS is gone without it was killed:
+``rayfield start --head`` on the same address restarts that cluster from its database
+and token (``launch.killed_head``)."""
 FIX = "pass a directory only you can write with --temp-dir (CLI) or temp_dir= (init)"
 
 

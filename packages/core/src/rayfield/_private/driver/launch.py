@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from rayfield._private.common import session_files
+from rayfield._private.common import private_files, session_files
 
 ENV_TOKEN = "RAYFIELD_TOKEN"
 PROCESS_MODULES = (
@@ -120,12 +120,29 @@ def _tls_args(opts: NodeOptions) -> list[str]:
     return ["--tls-cert", cert, "--tls-key", key, "--tls-ca", ca]
 
 
-def start_gcs(session: Path, host: str, port: int, opts: NodeOptions, timeout_s: float = 30) -> str:
-    """Start the GCS of a new cluster; returns its ``host:port``. Creates the token."""
+def start_gcs(
+    session: Path,
+    host: str,
+    port: int,
+    opts: NodeOptions,
+    timeout_s: float = 30,
+    restore: Path | None = None,
+) -> str:
+    """Start the GCS of a new cluster; returns its ``host:port``. Creates the token.
+
+    Args:
+        restore: the session of a head whose GCS was killed (:func:`killed_head`): its
+            token and database are copied into ``session`` first, so the cluster goes on
+            with its tables (nodes, actors, jobs, KV) and the nodes still running keep
+            their token.
+    """
     from rayfield._private.gcs.auth import create_token_file
 
     token_file = session / "token"
-    create_token_file(token_file)
+    if restore is not None:
+        _copy_head_state(restore, session)
+    else:
+        create_token_file(token_file)
     port_file = session / "gcs.port"
     log = session / "logs" / "gcs.out"
     args = ["rayfield._private.gcs.server", "--host", host, "--port", str(port)]
@@ -218,6 +235,51 @@ def start_node(
 
 
 # ---- finding a running cluster -------------------------------------------------------
+
+
+GCS_DB_FILES = ("gcs.sqlite", "gcs.sqlite-wal", "gcs.sqlite-shm")
+
+
+def killed_head(temp_dir: Path | None, address: str) -> Path | None:
+    """The session of the latest head on this machine if its GCS served ``address`` and
+    was killed (gone without stopping cleanly: no ``gcs.sqlite.stopped``), else None.
+
+    ``rayfield start --head`` on that address restarts the cluster from it: the nodes
+    that still run reconnect with the same token, and the GCS's tables come back.
+
+    Raises:
+        UnsafeSessionError: the session files are not this user's alone.
+    """
+    session = session_files.latest_session(temp_dir)
+    cluster = session_files.read_json(session / "cluster.json") if session else None
+    if session is None or cluster is None or cluster.get("gcs_address") != address:
+        return None
+    pid = cluster.get("gcs_pid")
+    if isinstance(pid, int) and _alive(pid):
+        return None  # still running: starting another head there fails on its port
+    db = session / GCS_DB_FILES[0]
+    if not db.exists() or (session / (GCS_DB_FILES[0] + session_files.STOPPED_SUFFIX)).exists():
+        return None
+    session_files.check_owned(session / "token", "the token file")
+    session_files.check_owned(db, "the GCS database")
+    return session
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _copy_head_state(old: Path, new: Path) -> None:
+    """Copy a killed head's token and GCS database files into the new session (0600)."""
+    for name in ("token", *GCS_DB_FILES):
+        src = old / name
+        if src.exists():
+            session_files.check_owned(src, name)
+            with private_files.atomic_write(new / name) as out:
+                out.write(src.read_bytes())
 
 
 def head_session(temp_dir: Path | None = None) -> Path | None:

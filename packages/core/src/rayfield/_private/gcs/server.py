@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rayfield._private import transport
-from rayfield._private.common.session_files import ERROR_MARK, write_private
+from rayfield._private.common.session_files import ERROR_MARK, STOPPED_SUFFIX, write_private
 from rayfield._private.gcs.auth import create_token_file, read_token
 from rayfield._private.gcs.pubsub import PubSub
 from rayfield._private.gcs.service import GcsService
@@ -187,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s gcs: %(message)s")
+    stopped_mark = Path(args.db + STOPPED_SUFFIX)
     try:
+        stopped_mark.unlink(missing_ok=True)  # the database is in use again
         if not os.path.exists(args.token_file):
             create_token_file(args.token_file)
             log.info("created the cluster token file %s", args.token_file)
@@ -212,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait()
     log.info("stopping")
     server.stop()
+    write_private(stopped_mark, "stopped cleanly\n")  # a head restarted later starts afresh
     return 0
 
 
