@@ -73,7 +73,7 @@ def install_packages(session: nox.Session, extras: str = "test") -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    session.install("ruff>=0.6", "import-linter>=2.16", "pytest>=8")
+    session.install("ruff>=0.6", "import-linter>=2.16", "pytest>=8", "pytest-timeout>=2.2")
     session.run("ruff", "check", "packages", "tools", "noxfile.py")
     session.run("ruff", "format", "--check", "packages", "tools", "noxfile.py")
     # rayfield-core's layers and the public API boundary (.importlinter), no import cycle

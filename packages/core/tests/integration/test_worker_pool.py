@@ -74,6 +74,9 @@ def test_a_worker_that_dies_before_registering_is_replaced_and_not_counted(
         wait_for(lambda: len(made) == 5 and pool.starting == 0, 20, "the worker asked for")
         pool.registered(made[-1].pid)  # too late (it exited): nothing changes
         assert pool.starting == 0
+        # Workers that exited are forgotten, their pipes closed (actors come and go).
+        wait_for(lambda: pool.procs == {}, 20, "the exited workers forgotten")
+        assert all(p.stdout is not None and p.stdout.closed for p in made)
     finally:
         pool.stop()
 

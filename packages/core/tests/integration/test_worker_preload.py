@@ -16,6 +16,7 @@ import pytest
 
 import rayfield as rf
 from rayfield._private import context
+from rayfield._private.node_manager import worker_pool
 from rayfield._private.node_manager.worker_pool import WorkerPool
 from rayfield._private.node_manager.zygote import ForkedWorker
 from rayfield.testing import wait_for
@@ -117,11 +118,13 @@ def test_forked_worker_output_is_logged_with_its_pid(preloaded: Any, capfd: Any)
 
 
 def test_a_dead_zygote_makes_the_pool_spawn_fresh_workers_with_a_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A pool without a node: its workers find no socket and exit, which is enough to
-    see how they were started and where their output went."""
+    see how they were started and where their output went (none is replaced: without a
+    node no worker ever registers)."""
     caplog.set_level(logging.WARNING, "rayfield")
+    monkeypatch.setattr(worker_pool, "MAX_FAILED_STARTS", 0)
     pool = WorkerPool(
         str(tmp_path / "node.sock"),
         tmp_path,
@@ -129,9 +132,17 @@ def test_a_dead_zygote_makes_the_pool_spawn_fresh_workers_with_a_warning(
         log_to_driver=False,
         preload_modules=["json", "no_such_module_rf"],
     )
+    added: list[Any] = []  # every worker started (the pool forgets those that exited)
+    add = pool._add
+
+    def record(proc: Any, counted: bool) -> bool:
+        added.append(proc)
+        return add(proc, counted)
+
+    monkeypatch.setattr(pool, "_add", record)
     try:
         pool.start(1)
-        forked = wait_for(lambda: list(pool.procs.values()), 60, "a forked worker")[0]
+        forked = wait_for(lambda: list(added), 60, "a forked worker")[0]
         assert isinstance(forked, ForkedWorker)
         assert "no_such_module_rf could not be imported" in caplog.text
         out = tmp_path / f"worker-{forked.pid}.out"
@@ -140,10 +151,9 @@ def test_a_dead_zygote_makes_the_pool_spawn_fresh_workers_with_a_warning(
         pool.zygote.proc.kill()
         pool.zygote.proc.wait()
         pool.start(1)
-        wait_for(lambda: len(pool.procs) == 2, 20, "a second worker")
-        spawned = [p for p in pool.procs.values() if p is not forked]
-        assert not isinstance(spawned[0], ForkedWorker)
+        wait_for(lambda: len(added) == 2, 20, "a second worker")
+        assert not isinstance(added[1], ForkedWorker)
         assert "worker preload is off from now on" in caplog.text
-        wait_for(lambda: all(p.poll() is not None for p in pool.procs.values()), 20)
+        wait_for(lambda: all(p.poll() is not None for p in added), 20, "both to exit")
     finally:
         pool.stop()

@@ -207,6 +207,20 @@ class WorkerPool:
                 self.starting = max(0, self.starting - 1)
                 self._failed_starts = 0
 
+    def _forget_exited(self) -> None:
+        """Drop the workers that exited and whose output was read to its end (their pipes
+        are closed), so a node whose actors come and go keeps no record or fd of them."""
+        with self.lock:
+            if self._closed:
+                return  # stop() waits for and closes them all
+            gone = [
+                pid
+                for pid, p in self.procs.items()
+                if p.stdout is not None and p.stdout.closed and p.poll() is not None
+            ]
+            for pid in gone:
+                del self.procs[pid]
+
     def _exited(self, pid: int) -> None:
         """The worker ``pid``'s output ended (it exited). One that never registered (killed
         while it started) is replaced: the node asked for it, and asks again only when its
@@ -250,10 +264,12 @@ class WorkerPool:
                     data = b""
                 if not data:
                     self.selector.unregister(key.fileobj)
+                    key.fileobj.close()  # type: ignore[union-attr]
                     f = files.pop(pid, None)
                     if f is not None:
                         f.close()
                     self._exited(pid)
+                    self._forget_exited()
                     continue
                 if pid not in files:
                     files[pid] = session_files.open_private(self.logs_dir / f"worker-{pid}.out")
