@@ -3,10 +3,11 @@
 Two nodes of one CPU on this machine. Round after round, a driver on the head runs
 tasks (small, and ones that make 100 MB arrays read on the other node), calls to actors
 on both nodes (new ones made and dropped every few rounds), and puts and drops 100 MB
-objects. Once a minute it samples each node process's RSS (with its workers') and open
-file descriptors. After a warm-up (``--warmup-min``), the last sample of each must stay
-within ``--tolerance`` of the first sample after warm-up (private memory, ``RssAnon``) and fds must not grow by
-more than ``--fd-slack``: flat, no leak. It stops by itself after ``--minutes``.
+objects. Once a minute it samples each node's private memory (``RssAnon`` of the node
+and its workers: the store's shared arena left out) and open file descriptors. After a
+warm-up (``--warmup-min``), the last sample of each must stay within ``--tolerance`` of
+the first sample after warm-up, and fds must not grow by more than ``--fd-slack``: flat,
+no leak. It stops by itself after ``--minutes``.
 
 ``nox -s chaos`` runs it for 30 minutes; run it directly for another length:
 ``python soak_run.py --minutes 5``. Exits 1 when a node's RSS or fds grew, or work failed.
