@@ -94,6 +94,16 @@ std::vector<bool> NodeServer::ActorsHeld(const std::vector<UniqueID>& actor_ids)
   return tasks_->ActorsHeld(actor_ids);
 }
 
+std::vector<bool> NodeServer::Waited(const std::vector<UniqueID>& object_ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<bool> out;
+  out.reserve(object_ids.size());
+  for (const auto& id : object_ids) {
+    out.push_back(waiters_.Waited(id) || (tasks_ && tasks_->scheduler().Awaits(id)));
+  }
+  return out;
+}
+
 std::string NodeServer::EndActor(const UniqueID& actor_id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!tasks_) return "unknown";

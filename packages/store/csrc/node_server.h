@@ -118,6 +118,9 @@ class NodeServer {
   bool PlaceTask(const UniqueID& task_id, const std::string& fail_message);
   // Whether this node holds a handle to each actor (see ActorHandlesChanged).
   std::vector<bool> ActorsHeld(const std::vector<UniqueID>& actor_ids);
+  // Whether anything here still waits for each object: a client's get or wait, or a
+  // queued task's dependency.
+  std::vector<bool> Waited(const std::vector<UniqueID>& object_ids);
   // Ends an actor no handle reaches any more, for good, with `reason` as its calls'
   // error: "ended" (it lived here), "held" (a handle appeared here meanwhile: nothing
   // done), "elsewhere" (it moved to another node: the host ends it there), "unknown".

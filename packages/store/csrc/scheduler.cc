@@ -518,6 +518,10 @@ std::vector<Decision> Scheduler::TakeDecisions() {
 const ResourceSet& Scheduler::total() const { return impl_->pool.total(); }
 const ResourceSet& Scheduler::available() const { return impl_->pool.available(); }
 
+bool Scheduler::Awaits(const UniqueID& object_id) const {
+  return impl_->waiters.count(object_id) > 0;
+}
+
 SchedulerSnapshot Scheduler::Snapshot() const {
   SchedulerSnapshot s;
   s.total = impl_->pool.total();

@@ -151,6 +151,8 @@ class Scheduler {
   std::vector<Decision> TakeDecisions();
 
   // ---- introspection ----
+  // Whether a task here waits for `object_id` (a dependency that is not local yet).
+  bool Awaits(const UniqueID& object_id) const;
   const ResourceSet& total() const;
   const ResourceSet& available() const;
   SchedulerSnapshot Snapshot() const;

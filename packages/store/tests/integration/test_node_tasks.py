@@ -274,3 +274,20 @@ def test_node_events_are_typed_and_keep_their_tuple_form(node: Any) -> None:
     gone = _next_event(node, "client_disconnected")
     assert isinstance(gone, ClientDisconnectedEvent)
     assert (gone.client, gone.pid, gone.driver) == (client, os.getpid(), False)
+
+
+def test_waited_says_whether_a_get_still_waits_for_an_object(node: Any) -> None:
+    """The host drops objects nothing waits for any more from its fetch loop."""
+    with StoreClient(node.socket_path) as a, StoreClient(node.socket_path) as b:
+        wanted, other = oid(), oid()
+        assert node.waited([wanted, other]) == [False, False]
+        got: list[Any] = []
+        getter = threading.Thread(target=lambda: got.extend(a.get([wanted], timeout_s=10)))
+        getter.start()
+        _until(lambda: node.waited([wanted]) == [True], "the get to be parked")
+        assert node.waited([other]) == [False]
+        b.put(wanted, b"here")
+        getter.join(10)
+        assert got and got[0] is not None
+        got.clear()  # releases the buffer
+        assert node.waited([wanted]) == [False]  # the get ended: nothing waits for it

@@ -293,6 +293,11 @@ class NodeServer:
         finished carries one (or calls the actor), or an object in the store has one."""
         return self._native.actors_held(list(actor_ids))
 
+    def waited(self, object_ids: list[bytes]) -> list[bool]:
+        """Whether anything here still waits for each object: a client's ``get`` or
+        ``wait`` parked for it, or a queued task whose dependency it is."""
+        return self._native.waited(list(object_ids))
+
     def cancel_job(self, prefix: bytes, reason: str) -> int:
         """Cancel every task queued here (not running) whose id starts with ``prefix``
         (a driver's job id, when the driver is gone): their returns become ``CANCELLED``

@@ -134,6 +134,7 @@ class NodeAgent:
             self.channels,
             self._arrived,
             self.recovery.fail,
+            node.server.waited,
         )
         self.pusher = ObjectPusher(node.socket_path, self._send_push, self._pushed)
         self.forwarder = Forwarder(self.send_batch)

@@ -189,7 +189,8 @@ class FetchState:
         return []
 
     def here(self, object_id: bytes) -> None:
-        """``object_id`` was found in the local store: it is no longer wanted."""
+        """``object_id`` was found in the local store, or nothing here waits for it any
+        more: it is no longer wanted."""
         self.wanted.pop(object_id, None)
 
     # ---- the fetch loop -----------------------------------------------------------------

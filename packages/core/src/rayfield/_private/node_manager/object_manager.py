@@ -62,6 +62,10 @@ class ObjectManager:
         on_arrival: told each object that came from another node (its task need not
             run again; arguments pinned for it may go).
         fail: stores error objects ``(ids, tag, message)`` (``Recovery.fail``).
+        waited: which of the given ids something on this node still waits for (a get, a
+            wait or a task's dependency: ``NodeServer.waited``); a wanted object nothing
+            waits for any more (made here and freed before the fetch loop looked) is
+            dropped instead of being looked up for good. None: every one is waited for.
     """
 
     def __init__(
@@ -75,6 +79,7 @@ class ObjectManager:
         channels: PeerChannels,
         on_arrival: Callable[[bytes], None],
         fail: Callable[[list[bytes], str, str], None],
+        waited: Callable[[list[bytes]], list[bool]] | None = None,
     ) -> None:
         self.node_id = node_id
         self.address = address
@@ -85,6 +90,7 @@ class ObjectManager:
         self.channels = channels
         self.on_arrival = on_arrival
         self.fail = fail
+        self.waited = waited
         self.state = fs.FetchState(is_code)
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -202,6 +208,10 @@ class ObjectManager:
         with self._lock:
             hinted, to_check = self.state.due(now)
         here = {oid for oid in to_check if self.client.contains(oid)}
+        absent = [oid for oid in to_check if oid not in here]
+        if absent and self.waited is not None:
+            flags = self.waited(absent)
+            here.update(oid for oid, waited in zip(absent, flags, strict=True) if not waited)
         with self._lock:
             for oid in here:
                 self.state.here(oid)
