@@ -15,7 +15,7 @@ order; a package folder that does not exist yet is skipped.
                 two-node cluster started with `rayfield start`, then an autoscaled
                 local_process cluster (`rayfield-autoscaler up/submit/down`)
     learning    rayfield-rllib's slow learning tests (each tuned example to its return)
-    chaos       the two-node chaos run (killed workers, a killed node) 20 times in a row
+    chaos       the two-node chaos run 20 times, a killed head restarted, a 30-minute soak
     learning-cluster  the learning runs that need a large cluster (pong-ppo.yaml: 32 workers)
     sanitize    the store built with ASan + UBSan, its tests run against it
     fuzz        the frame fuzzers with many more examples
@@ -312,13 +312,35 @@ def learning(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def chaos(session: nox.Session) -> None:
-    """The two-node chaos run (``packages/cli/tests/chaos_run.py``: a worker SIGKILLed
-    every 0.3 s, the second node killed and replaced, 2,000 retried tasks and 400 calls to
-    restartable actors) 20 times in a row; any lost result or hang fails the session.
-    ``-- --runs N`` repeats it N times instead."""
+    """Faults and time, each run stopping by itself; any lost result, hang or growth fails:
+
+    * the two-node chaos run (``packages/cli/tests/chaos_run.py``: a worker SIGKILLed
+      every 0.3 s, the second node killed and replaced, 2,000 retried tasks and 400 calls
+      to restartable actors) 20 times in a row;
+    * the head (GCS and node) SIGKILLed under a driver on the other node and restarted
+      with its own command (``test_cluster_faults.py``);
+    * a 30-minute soak of mixed tasks, actors and 100 MB objects on two nodes, each node's
+      private memory and fds sampled every minute (``soak_run.py``: flat after warm-up).
+
+    ``-- --runs N --minutes M`` changes the repetitions and the soak's length.
+    """
     install_packages(session)
-    runs = session.posargs or ["--runs", "20"]
-    session.run("python", str(ROOT / "packages" / "cli" / "tests" / "chaos_run.py"), *runs)
+    tests = ROOT / "packages" / "cli" / "tests"
+    args = list(session.posargs)
+    runs = args[args.index("--runs") + 1] if "--runs" in args else "20"
+    minutes = args[args.index("--minutes") + 1] if "--minutes" in args else "30"
+    session.run("python", str(tests / "chaos_run.py"), "--runs", runs)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        str(tests / "test_cluster_faults.py"),
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "killed_head or stopped_cleanly",
+    )
+    session.run("python", str(tests / "soak_run.py"), "--minutes", minutes)
 
 
 @nox.session(python=PYTHON, name="learning-cluster")
