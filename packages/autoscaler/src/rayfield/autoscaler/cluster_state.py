@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from rayfield.autoscaler.node_provider import NodeProvider, ProviderError
+from rayfield.autoscaler.provider_base import NodeProvider, ProviderError
 from rayfield.util import private_files
 from rayfield.util.private_files import UnsafeFileError
 

@@ -40,6 +40,7 @@ from rayfield.autoscaler import head_monitor
 from rayfield.autoscaler.autoscaler import node_config, node_tags
 from rayfield.autoscaler.cluster_state import StatefulProvider, UnsafeFileError, open_log
 from rayfield.autoscaler.config import launch_hash
+from rayfield.autoscaler.head_monitor import started_line
 from rayfield.autoscaler.launcher_state import SSHClusterProvider
 from rayfield.autoscaler.node_provider import (
     KIND_HEAD,
@@ -161,11 +162,6 @@ def stop_monitor(provider: StatefulProvider, grace_s: float = 150.0) -> bool:
         proc.wait(grace_s)
     (provider.root / "monitor.pid").unlink(missing_ok=True)
     return True
-
-
-def started_line(cluster_name: str, pid: int) -> str:
-    """What the monitor logs once it runs (``up`` waits for this line)."""
-    return f"monitor of {cluster_name!r} started (pid {pid})"
 
 
 def _start_monitor(provider: StatefulProvider, bootstrap: Path, interval_s: float) -> int:

@@ -74,6 +74,7 @@ __all__ = [
     "running",
     "start",
     "started",
+    "started_line",
     "stop",
 ]
 
@@ -83,6 +84,12 @@ STOP_TIMEOUT_S = 150.0  # the monitor finishes the launches it started before it
 #: The key of the launcher's record of the head that says what ``up`` left there:
 #: ``{"dir": <head_dir>, "pid": <monitor pid or None>}``.
 RECORD_KEY = "head_monitor"
+
+
+def started_line(cluster_name: str, pid: int) -> str:
+    """What the monitor (:mod:`rayfield.autoscaler.monitor`, on the head or on the
+    launching machine) logs once it runs (``up`` waits for this line)."""
+    return f"monitor of {cluster_name!r} started (pid {pid})"
 
 
 class HeadMonitorError(RuntimeError):
@@ -203,8 +210,6 @@ def start(
         except (CommandError, ValueError) as exc:
             raise HeadMonitorError(f"starting the autoscaler on the head failed: {exc}") from None
     provider.record_started(head, {RECORD_KEY: {"dir": d, "pid": pid}})
-    from rayfield.autoscaler.commands import started_line
-
     marker = started_line(config["cluster_name"], pid)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:

@@ -21,7 +21,7 @@ import secrets
 from typing import Any
 
 from rayfield.autoscaler.cluster_state import StatefulProvider
-from rayfield.autoscaler.node_provider import KIND_HEAD, TAG_NODE_KIND, ProviderError
+from rayfield.autoscaler.provider_base import KIND_HEAD, TAG_NODE_KIND, ProviderError
 
 __all__ = ["LocalNodeProvider"]
 

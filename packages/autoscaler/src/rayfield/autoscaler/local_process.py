@@ -41,7 +41,7 @@ from rayfield.autoscaler.cluster_state import (
     open_log,
     read_json,
 )
-from rayfield.autoscaler.node_provider import KIND_HEAD, TAG_NODE_KIND, ProviderError
+from rayfield.autoscaler.provider_base import KIND_HEAD, TAG_NODE_KIND, ProviderError
 from rayfield.util import private_files
 
 __all__ = ["LocalProcessProvider", "default_cluster_dir", "rayfield_command"]

@@ -34,8 +34,9 @@ from typing import Any, TypeVar
 
 from rayfield.autoscaler.autoscaler import Autoscaler, Row
 from rayfield.autoscaler.cluster_state import StatefulProvider
-from rayfield.autoscaler.commands import head_node, node_setup, provider_for, started_line
+from rayfield.autoscaler.commands import head_node, node_setup, provider_for
 from rayfield.autoscaler.config import load_config
+from rayfield.autoscaler.head_monitor import started_line
 from rayfield.autoscaler.sdk import KV_NAMESPACE, REQUEST_KEY, STATUS_KEY, parse_request
 from rayfield.autoscaler.trigger import DemandWatch
 from rayfield.util.private_files import UnsafeFileError

@@ -8,8 +8,9 @@ reference's spec (``{"run", "checkpoint_freq", "checkpoint_at_end", "local_dir",
 "upload_dir", "keep_checkpoints_num", "checkpoint_score_attr", "max_failures"}``) and runs
 with ``rayfield.tune.run_experiments``; a summary line per trial follows.
 
-Tune runs each trial as a ``tune.Trainable`` actor: `make_trainable` wraps an rllib
-trainer in one (train, save into Tune's checkpoint directory, restore, export, stop) and
+Tune runs each trial as a ``tune.Trainable`` actor: `make_trainable`
+(`rayfield.rllib.tune_wrapper`, exported here too) wraps an rllib trainer in one (train,
+save into Tune's checkpoint directory, restore, export, stop) and `run_with_tune`
 registers it under the algorithm's name. Only rayfield-tune's public API is used.
 
 No file of an experiment or checkpoint directory is unpickled here: a checkpoint is
@@ -25,17 +26,16 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 import os
-import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
+
+from rayfield.rllib.tune_wrapper import checkpoint_blob, make_trainable
 
 __all__ = [
     "INSTALL_HINT",
@@ -260,145 +260,6 @@ def _hyperopt(kwargs: dict[str, Any]) -> Any:
         raise click.UsageError(f"--scheduler HyperOpt: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise click.BadParameter(f"HyperOpt: {exc}", param_hint="--scheduler-config") from None
-
-
-def make_trainable(
-    tune: Any, algorithm: str, own_resources: bool = True, restore_from: str | None = None
-) -> type:
-    """A ``tune.Trainable`` class, named ``algorithm``, that trains that rllib trainer.
-
-    Its ``restore`` reads rllib's checkpoint files only (see `checkpoint_blob`), and its
-    ``restore_from_object`` refuses a blob saved as a pickled dict (rllib never saves
-    one), so restoring a trial unpickles nothing.
-
-    Args:
-        algorithm: an rllib ``--run`` name.
-        own_resources: the trial asks for the trainer's ``default_resource_request``
-            (driver CPU/GPU plus its workers'); False: ``resources_per_trial`` decides.
-        restore_from: an rllib checkpoint (a ``checkpoint-<N>`` file or its directory)
-            that every trial restores when it starts (``rllib train --restore``).
-    """
-
-    from rayfield.rllib.agents.registry import get_trainer_class
-
-    class RLlibTrainable(tune.Trainable):
-        _algorithm = algorithm
-        _restore_path = restore_from
-
-        @classmethod
-        def default_resource_request(cls, config: dict[str, Any]) -> Any:
-            if not own_resources:
-                return None
-            trainer_cls: Any = get_trainer_class(cls._algorithm)
-            return trainer_cls.default_resource_request(config)
-
-        def setup(self, config: dict[str, Any]) -> None:
-            self.trainer = get_trainer_class(self._algorithm)(config=config)
-            if self._restore_path:
-                self.restore(self._restore_path)
-
-        def restore(self, checkpoint_path: str) -> None:
-            """Restore an rllib checkpoint (a ``checkpoint-<N>`` file or its directory,
-            as rllib or Tune saved it) from rllib's files, with Tune's counters taken
-            from its ``algorithm_state.json``; Tune's ``.tune_metadata`` is not read.
-
-            Raises:
-                FileNotFoundError: not an rllib checkpoint.
-                UnsafeFileError: the checkpoint is not this user's alone.
-            """
-            self.restore_from_object(checkpoint_blob(checkpoint_path))
-
-        def restore_from_object(self, blob: dict[str, Any]) -> None:
-            """Tune's restore of a blob, refusing one saved as a pickled dict.
-
-            Raises:
-                ValueError: the blob says it holds a pickled dict.
-            """
-            if blob["meta"].get("saved_as_dict"):
-                raise ValueError(
-                    f"refusing to restore {self._algorithm}: the checkpoint says it holds a "
-                    "pickled dict, which rllib never saves (unpickling it could run any code)"
-                )
-            super().restore_from_object(blob)
-
-        def step(self) -> dict[str, Any]:
-            result = self.trainer.train()
-            return {k: v for k, v in result.items() if k != "config"}
-
-        def save_checkpoint(self, checkpoint_dir: str) -> str:
-            return _save_flat(self.trainer, checkpoint_dir)
-
-        def load_checkpoint(self, checkpoint: Any) -> None:
-            self.trainer.restore(str(checkpoint))
-
-        def cleanup(self) -> None:
-            self.trainer.stop()
-
-        def _export_model(self, export_formats: list[str], export_dir: str) -> dict[str, str]:
-            return _export(self.trainer, export_formats, export_dir)
-
-    RLlibTrainable.__name__ = RLlibTrainable.__qualname__ = algorithm
-    return RLlibTrainable
-
-
-def checkpoint_blob(path: str) -> dict[str, Any]:
-    """Tune's blob (``{"files": ..., "meta": ...}``) of an rllib checkpoint, made from
-    rllib's own files: the files are read with the ownership checks of
-    `rayfield.util.private_files`, and the counters of ``meta`` come from
-    ``algorithm_state.json``. Nothing is unpickled.
-
-    Args:
-        path: a ``checkpoint-<N>`` file or its directory.
-
-    Raises:
-        FileNotFoundError: not an rllib checkpoint.
-        UnsafeFileError: the directory or a file is not this user's alone.
-    """
-    from rayfield.rllib.agents import checkpoints
-    from rayfield.util import private_files
-
-    directory = checkpoints.checkpoint_dir(path)
-    files = {
-        name: private_files.read_bytes(directory / name)
-        for name in (checkpoints.STATE_FILE, checkpoints.ALGO_FILE)
-    }
-    algo = json.loads(files[checkpoints.ALGO_FILE])
-    entry = f"checkpoint-{int(algo['iteration'])}"
-    files[entry] = files[checkpoints.ALGO_FILE]
-    meta = {
-        "experiment_id": uuid.uuid4().hex,
-        "iteration": int(algo["iteration"]),
-        "timesteps_total": algo.get("timesteps_total"),
-        "time_total": float(algo.get("time_total_s") or 0.0),
-        "episodes_total": algo.get("episodes_total"),
-        "saved_as_dict": False,
-        "relpath": entry,
-    }
-    return {"files": files, "meta": meta}
-
-
-def _save_flat(trainer: Any, checkpoint_dir: str) -> str:
-    """Save into ``checkpoint_dir`` itself (the trainer writes ``checkpoint_<N>/`` under
-    the directory it is given), so that Tune's ``<trial>/checkpoint_<NNNNNN>/`` holds the
-    ``checkpoint-<N>`` file that ``rllib rollout`` reads."""
-    path = Path(trainer.save(checkpoint_dir))
-    for item in path.parent.iterdir():
-        shutil.move(str(item), str(Path(checkpoint_dir) / item.name))
-    path.parent.rmdir()
-    return str(Path(checkpoint_dir) / path.name)
-
-
-def _export(trainer: Any, export_formats: list[str], export_dir: str) -> dict[str, str]:
-    """``model``: the policy's state dict (``model/model.pt``); ``checkpoint``: the full
-    policy state (``checkpoint/model.pt``), as RLlib 0.7's ``Trainer._export_model``."""
-    exported = {}
-    if "model" in export_formats:
-        exported["model"] = os.path.join(export_dir, "model")
-        trainer.export_policy_model(exported["model"])
-    if "checkpoint" in export_formats:
-        exported["checkpoint"] = os.path.join(export_dir, "checkpoint")
-        trainer.export_policy_checkpoint(exported["checkpoint"])
-    return exported
 
 
 def experiment_basics(spec: dict[str, Any], verbose: int) -> tuple[str, str, dict[str, Any]]:

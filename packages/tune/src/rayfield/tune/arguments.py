@@ -1,4 +1,6 @@
-"""Checks of ``tune.run``'s arguments, each naming the argument and what it takes."""
+"""Checks of ``tune.run``'s arguments, each naming the argument and what it takes
+(``check_max_failures``, which ``Experiment`` runs, is defined in
+:mod:`rayfield.tune.experiment`)."""
 
 from __future__ import annotations
 
@@ -6,26 +8,12 @@ import datetime
 import math
 from typing import Any
 
+from rayfield.tune.experiment import check_max_failures
+from rayfield.tune.schedulers.trial_scheduler import TrialScheduler
+from rayfield.tune.search.search_algorithm import SearchAlgorithm
+from rayfield.tune.search.searcher import Searcher
+
 __all__ = ["check_max_failures", "check_scheduler", "check_search_alg", "check_time_budget"]
-
-
-def check_max_failures(max_failures: Any) -> int:
-    """``max_failures``: -1 (unlimited) or an int >= 0.
-
-    Raises:
-        TypeError: not an int.
-        ValueError: below -1.
-    """
-    if isinstance(max_failures, bool) or not isinstance(max_failures, int):
-        raise TypeError(
-            f"max_failures must be an int (-1 for unlimited, else >= 0), got "
-            f"{type(max_failures).__name__}"
-        )
-    if max_failures < -1:
-        raise ValueError(
-            f"max_failures must be -1 (unlimited) or >= 0 restarts, got {max_failures}"
-        )
-    return max_failures
 
 
 def check_time_budget(time_budget_s: Any) -> float | None:
@@ -58,8 +46,6 @@ def check_scheduler(scheduler: Any) -> None:
     Raises:
         TypeError: anything else; a name such as ``"asha"`` is not resolved.
     """
-    from rayfield.tune.schedulers.trial_scheduler import TrialScheduler
-
     if scheduler is not None and not isinstance(scheduler, TrialScheduler):
         hint = ""
         if isinstance(scheduler, (str, type)):
@@ -79,9 +65,6 @@ def check_search_alg(search_alg: Any) -> None:
         TypeError: anything else; searcher names (Ray Tune's ``"hyperopt"``...) are not
             resolved.
     """
-    from rayfield.tune.search.search_algorithm import SearchAlgorithm
-    from rayfield.tune.search.searcher import Searcher
-
     if search_alg is not None and not isinstance(search_alg, (Searcher, SearchAlgorithm)):
         hint = ""
         if isinstance(search_alg, (str, type)):

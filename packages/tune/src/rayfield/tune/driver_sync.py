@@ -38,7 +38,7 @@ from typing import Any
 
 import rayfield
 from rayfield.tune.error import TuneError
-from rayfield.util import private_files
+from rayfield.util import get_node_ip_address, private_files
 
 __all__ = ["DriverSync", "merge_files", "pack_changed", "trial_dir_report"]
 
@@ -93,9 +93,7 @@ def trial_dir_report(
     node = rayfield.get_runtime_context().get_node_id()
     if node == driver_node:
         return None
-    from rayfield.tune.trainable import _node_ip
-
-    report: dict[str, Any] = {"node_id": node, "node_ip": _node_ip(), "logdir": logdir}
+    report: dict[str, Any] = {"node_id": node, "node_ip": get_node_ip_address(), "logdir": logdir}
     if with_files:
         report["files"] = pack_changed(logdir, {} if sent is None else sent)
     return report

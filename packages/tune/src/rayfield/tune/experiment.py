@@ -8,14 +8,32 @@ from collections.abc import Callable
 from typing import Any
 
 from rayfield.tune import result as R
-from rayfield.tune.arguments import check_max_failures
 from rayfield.tune.error import TuneError
 from rayfield.tune.registry import get_trainable_cls, trainable_name
 from rayfield.tune.search.variant_generator import check_grids
 from rayfield.tune.stopper import Stopper, as_stopper
 from rayfield.tune.trial import Resources, Trial
 
-__all__ = ["Experiment", "default_local_dir"]
+__all__ = ["Experiment", "check_max_failures", "default_local_dir"]
+
+
+def check_max_failures(max_failures: Any) -> int:
+    """``max_failures``: -1 (unlimited) or an int >= 0.
+
+    Raises:
+        TypeError: not an int.
+        ValueError: below -1.
+    """
+    if isinstance(max_failures, bool) or not isinstance(max_failures, int):
+        raise TypeError(
+            f"max_failures must be an int (-1 for unlimited, else >= 0), got "
+            f"{type(max_failures).__name__}"
+        )
+    if max_failures < -1:
+        raise ValueError(
+            f"max_failures must be -1 (unlimited) or >= 0 restarts, got {max_failures}"
+        )
+    return max_failures
 
 
 def default_local_dir() -> str:

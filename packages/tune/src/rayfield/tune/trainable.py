@@ -50,7 +50,7 @@ from rayfield.tune.checkpoint import (
 from rayfield.tune.error import TuneError
 from rayfield.tune.ids import random_hex
 from rayfield.tune.pickles import UntrustedPickleError, load_pickle
-from rayfield.util import private_files
+from rayfield.util import get_node_ip_address, private_files
 
 __all__ = ["Trainable"]
 
@@ -192,7 +192,7 @@ class Trainable:
                 R.TIMESTAMP: int(time.mktime(now.timetuple())),
                 R.PID: os.getpid(),
                 R.HOSTNAME: socket.gethostname(),
-                R.NODE_IP: _node_ip(),
+                R.NODE_IP: get_node_ip_address(),
                 R.CONFIG: self.config,
                 R.TIME_SINCE_RESTORE: self._time_since_restore,
                 R.TIMESTEPS_SINCE_RESTORE: self._timesteps_since_restore,
@@ -391,7 +391,7 @@ class Trainable:
             self._stop()
 
     def get_info(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "node_ip": _node_ip()}
+        return {"pid": os.getpid(), "node_ip": get_node_ip_address()}
 
     def trial_dir_report(self, driver_node: str, with_files: bool) -> dict[str, Any] | None:
         """This trial's directory for the driver, when this actor runs on another node:
@@ -556,17 +556,3 @@ def write_checkpoint_dir(blob: dict[str, Any], path: str) -> str:
     unpack_directory(blob["files"], path)
     private_files.write_json(os.path.join(path, METADATA_FILE), blob["meta"])
     return path
-
-
-_NODE_IP: str | None = None
-
-
-def _node_ip() -> str:
-    global _NODE_IP
-    if _NODE_IP is None:
-        # rayfield-core's public API has no node-IP accessor: use this host's address.
-        try:
-            _NODE_IP = socket.gethostbyname(socket.gethostname())
-        except OSError:
-            _NODE_IP = "127.0.0.1"
-    return _NODE_IP

@@ -34,7 +34,7 @@ import logging
 import threading
 from typing import Any
 
-from rayfield.autoscaler.node_provider import (
+from rayfield.autoscaler.provider_base import (
     TAG_CLUSTER_NAME,
     TAG_LAUNCH_CONFIG,
     TAG_NODE_KIND,
@@ -42,6 +42,7 @@ from rayfield.autoscaler.node_provider import (
     NodeProvider,
     ProviderError,
 )
+from rayfield.autoscaler.providers.aws_api import aws_client, aws_error
 
 __all__ = ["AWSNodeProvider", "aws_client"]
 
@@ -55,46 +56,6 @@ _OWN_TAGS = ("Name", TAG_CLUSTER_NAME)
 _NOT_EC2 = ("resources", "SubnetIds")
 # How long create_node waits for launched instances to run (s).
 RUNNING_TIMEOUT_S = 600
-
-
-# One boto3 session for the process: it loads each service's model (megabytes of JSON)
-# once, not per client.
-_session: Any = None
-_session_lock = threading.Lock()
-
-
-def aws_client(provider_config: dict[str, Any], service: str) -> Any:
-    """A boto3 client of ``service`` ("ec2", "iam") for the provider's region.
-
-    ``provider.endpoint_url`` sends the calls elsewhere than AWS (a moto server, a
-    mirror); credentials come from boto3's usual chain (environment, ``~/.aws``, the
-    instance profile).
-
-    Raises:
-        ProviderError: boto3 is not installed, or no region is set.
-    """
-    try:
-        import boto3
-    except ImportError:
-        raise ProviderError(
-            "provider type 'aws' needs boto3: pip install 'rayfield-autoscaler[aws]'"
-        ) from None
-    region = provider_config.get("region")
-    if not region:
-        raise ProviderError("provider type 'aws' needs provider.region (e.g. us-west-2)")
-    global _session
-    with _session_lock:  # a boto3 Session is not thread-safe; its clients are
-        if _session is None:
-            _session = boto3.session.Session()
-        return _session.client(
-            service, region_name=region, endpoint_url=provider_config.get("endpoint_url")
-        )
-
-
-def _error(exc: Exception) -> str:
-    """``Code: message`` of a botocore ClientError (which never carries credentials)."""
-    err = getattr(exc, "response", {}).get("Error", {})
-    return f"{err.get('Code', type(exc).__name__)}: {err.get('Message', exc)}"
 
 
 class AWSNodeProvider(NodeProvider):
@@ -146,7 +107,7 @@ class AWSNodeProvider(NodeProvider):
                 for reservation in page["Reservations"]:
                     found.extend(reservation["Instances"])
         except Exception as exc:  # botocore's ClientError / EndpointConnectionError
-            raise ProviderError(f"EC2 DescribeInstances failed ({_error(exc)})") from None
+            raise ProviderError(f"EC2 DescribeInstances failed ({aws_error(exc)})") from None
         return sorted(found, key=lambda i: (i["LaunchTime"], i["InstanceId"]))
 
     def _instance(self, node_id: str) -> dict[str, Any] | None:
@@ -194,7 +155,7 @@ class AWSNodeProvider(NodeProvider):
         try:
             self.ec2.create_tags(Resources=ids, Tags=pairs)
         except Exception as exc:
-            raise ProviderError(f"EC2 CreateTags on {ids} failed ({_error(exc)})") from None
+            raise ProviderError(f"EC2 CreateTags on {ids} failed ({aws_error(exc)})") from None
 
     def _all_tags(self, tags: dict[str, str]) -> dict[str, str]:
         kind = tags.get(TAG_NODE_KIND, "node")
@@ -220,7 +181,7 @@ class AWSNodeProvider(NodeProvider):
         except Exception as exc:
             raise ProviderError(
                 f"EC2 instances {ids} did not reach 'running' within {RUNNING_TIMEOUT_S} s "
-                f"({_error(exc)}); see their state in the EC2 console"
+                f"({aws_error(exc)}); see their state in the EC2 console"
             ) from None
 
     def _restart_stopped(self, tags: dict[str, str], count: int) -> list[str]:
@@ -235,7 +196,7 @@ class AWSNodeProvider(NodeProvider):
             try:
                 self.ec2.start_instances(InstanceIds=ids)
             except Exception as exc:
-                raise ProviderError(f"EC2 StartInstances {ids} failed ({_error(exc)})") from None
+                raise ProviderError(f"EC2 StartInstances {ids} failed ({aws_error(exc)})") from None
         self._tag(ids, tags)
         logger.info("started %d stopped instance(s) of %s: %s", len(ids), self.cluster_name, ids)
         return ids
@@ -266,7 +227,7 @@ class AWSNodeProvider(NodeProvider):
         except Exception as exc:
             raise ProviderError(
                 f"EC2 refused to launch {count} instance(s) of {self.cluster_name!r} "
-                f"({_error(exc)}): check the node config (InstanceType, ImageId, SubnetIds) "
+                f"({aws_error(exc)}): check the node config (InstanceType, ImageId, SubnetIds) "
                 "and the account's limits"
             ) from None
         ids = [i["InstanceId"] for i in out["Instances"]]
@@ -294,5 +255,5 @@ class AWSNodeProvider(NodeProvider):
                 self.ec2.terminate_instances(InstanceIds=end)
         except Exception as exc:
             raise ProviderError(
-                f"EC2 could not stop/terminate {stop + end} ({_error(exc)})"
+                f"EC2 could not stop/terminate {stop + end} ({aws_error(exc)})"
             ) from None

@@ -39,8 +39,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rayfield.autoscaler.node_provider import ProviderError
-from rayfield.autoscaler.providers.aws import _error, aws_client
+from rayfield.autoscaler.provider_base import ProviderError
+from rayfield.autoscaler.providers.aws_api import aws_client, aws_error
 from rayfield.util import private_files
 
 __all__ = ["IAM_PROFILE_NAME", "bootstrap_aws", "key_path", "security_group_name"]
@@ -104,7 +104,7 @@ def bootstrap_aws(config: dict[str, Any]) -> dict[str, Any]:
     except ProviderError:
         raise
     except Exception as exc:  # botocore ClientError
-        raise ProviderError(f"bootstrapping the AWS cluster failed ({_error(exc)})") from None
+        raise ProviderError(f"bootstrapping the AWS cluster failed ({aws_error(exc)})") from None
     return cfg
 
 

@@ -39,12 +39,13 @@ import secrets
 import time
 from typing import Any
 
-from rayfield.autoscaler.node_provider import (
+from rayfield.autoscaler.provider_base import (
     TAG_CLUSTER_NAME,
     TAG_NODE_KIND,
     NodeProvider,
     ProviderError,
 )
+from rayfield.autoscaler.providers.gcp_api import gcp_error, google_api
 
 __all__ = ["GCPNodeProvider", "google_api"]
 
@@ -53,47 +54,6 @@ _LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 # Seconds an operation (insert, delete, setLabels) may take.
 OPERATION_TIMEOUT_S = 600.0
-
-
-def google_api(provider_config: dict[str, Any], api: str = "compute", version: str = "v1") -> Any:
-    """A client of a Google API (``compute``, ``iam``, ``cloudresourcemanager``) with
-    Application Default Credentials and the library's bundled discovery document.
-
-    ``provider.endpoint_url`` replaces Compute Engine's base URL, and
-    ``provider.api_endpoints.<api>`` any API's (a test server, a mirror).
-
-    Raises:
-        ProviderError: the client library or the credentials are missing.
-    """
-    try:
-        import google.auth
-        from googleapiclient import discovery
-    except ImportError:
-        raise ProviderError(
-            "provider type 'gcp' needs google-api-python-client: "
-            "pip install 'rayfield-autoscaler[gcp]'"
-        ) from None
-    try:
-        creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-    except google.auth.exceptions.DefaultCredentialsError as exc:
-        raise ProviderError(f"no Google Cloud credentials ({exc})") from None
-    endpoint = provider_config.get("api_endpoints", {}).get(api)
-    if api == "compute" and provider_config.get("endpoint_url"):
-        endpoint = provider_config["endpoint_url"]
-    return discovery.build(
-        api,
-        version,
-        credentials=creds,
-        client_options={"api_endpoint": endpoint} if endpoint else None,
-        static_discovery=True,
-        cache_discovery=False,
-    )
-
-
-def _why(exc: Exception) -> str:
-    status = getattr(getattr(exc, "resp", None), "status", None)
-    reason = exc._get_reason() if hasattr(exc, "_get_reason") else str(exc)  # HttpError
-    return f"HTTP {status}: {reason}" if status else reason
 
 
 class GCPNodeProvider(NodeProvider):
@@ -128,7 +88,7 @@ class GCPNodeProvider(NodeProvider):
         except Exception as exc:  # googleapiclient.errors.HttpError, transport errors
             if getattr(getattr(exc, "resp", None), "status", None) == 404:
                 return None
-            raise ProviderError(f"Compute Engine refused to {what} ({_why(exc)})") from None
+            raise ProviderError(f"Compute Engine refused to {what} ({gcp_error(exc)})") from None
 
     def _wait(self, what: str, op: dict[str, Any] | None, zone: bool = True) -> None:
         deadline = time.monotonic() + OPERATION_TIMEOUT_S

@@ -49,7 +49,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rayfield.autoscaler.node_provider import ProviderError
+from rayfield.autoscaler.provider_base import ProviderError
+from rayfield.autoscaler.providers.gcp_api import gcp_error, google_api
 from rayfield.util import private_files
 
 __all__ = [
@@ -195,21 +196,17 @@ def _ssh_key(cfg: dict[str, Any], project: str) -> None:
 
 
 def _execute(what: str, request: Any, missing_ok: bool = False) -> Any:
-    from rayfield.autoscaler.providers.gcp import _why
-
     try:
         return request.execute()
     except Exception as exc:  # googleapiclient.errors.HttpError, transport errors
         if missing_ok and getattr(getattr(exc, "resp", None), "status", None) == 404:
             return None
-        raise ProviderError(f"Google Cloud refused to {what} ({_why(exc)})") from exc
+        raise ProviderError(f"Google Cloud refused to {what} ({gcp_error(exc)})") from exc
 
 
 def _service_account(provider_config: dict[str, Any], project: str) -> str:
     """The head's service account, created and granted :data:`HEAD_ROLES` when
     missing; its email."""
-    from rayfield.autoscaler.providers.gcp import google_api
-
     email = service_account_email(project)
     accounts = google_api(provider_config, "iam", "v1").projects().serviceAccounts()
     name = f"projects/{project}/serviceAccounts/{email}"

@@ -42,50 +42,22 @@ from __future__ import annotations
 
 import base64
 import copy
-import os
 import time
 from typing import Any
 
 from rayfield.autoscaler.command_runner import CommandRunner
-from rayfield.autoscaler.node_provider import (
+from rayfield.autoscaler.provider_base import (
     TAG_CLUSTER_NAME,
     TAG_NODE_KIND,
     NodeProvider,
     ProviderError,
 )
+from rayfield.autoscaler.providers.kubernetes_api import api_client
 
 __all__ = ["RUNNING_TIMEOUT_S", "KubernetesNodeProvider", "api_client"]
 
 RUNNING_TIMEOUT_S = 600.0
 _GONE_PHASES = ("Succeeded", "Failed")
-
-
-def api_client(provider_config: dict[str, Any]) -> Any:
-    """A ``kubernetes.client.ApiClient`` of its own (no global configuration is
-    changed), configured as ``kubectl`` is (see the module docstring).
-
-    Raises:
-        ProviderError: the client is not installed or finds no cluster configuration.
-    """
-    try:
-        from kubernetes import client, config
-    except ImportError:
-        raise ProviderError(
-            "provider type 'kubernetes' needs the kubernetes client: "
-            "pip install 'rayfield-autoscaler[kubernetes]'"
-        ) from None
-    try:
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            conf = client.Configuration()
-            config.load_incluster_config(client_configuration=conf)
-            return client.ApiClient(conf)
-        # read $KUBECONFIG now (the client reads it once, at its import)
-        path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        return config.new_client_from_config(config_file=path)
-    except config.ConfigException as exc:
-        raise ProviderError(
-            f"no Kubernetes cluster to talk to ({exc}): set KUBECONFIG or run inside a pod"
-        ) from None
 
 
 def _why(exc: Exception) -> str:

@@ -38,7 +38,7 @@ import logging
 import re
 from typing import Any
 
-from rayfield.autoscaler.node_provider import (
+from rayfield.autoscaler.provider_base import (
     KIND_HEAD,
     TAG_CLUSTER_NAME,
     TAG_NODE_KIND,

@@ -62,6 +62,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from rayfield.autoscaler.command_runner import CommandError, CommandRunner, env_script
+from rayfield.autoscaler.providers.kubernetes_api import api_client
 
 __all__ = [
     "EXEC_PREFIX",
@@ -334,8 +335,6 @@ class KubernetesCommandRunner(CommandRunner):
         if self._transport == "kubectl":
             self._transport = KubectlExec(self.namespace, self.pod, self.container)
         elif self._transport == "api":
-            from rayfield.autoscaler.providers.kubernetes import api_client
-
             client = api_client(self._provider_config)
             self._transport = StreamExec(client, self.namespace, self.pod, self.container)
         assert isinstance(self._transport, Transport)

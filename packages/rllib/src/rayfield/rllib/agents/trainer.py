@@ -32,31 +32,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rayfield.rllib.agents import checkpoints
-from rayfield.rllib.agents.common_config import (
-    ALLOW_UNKNOWN_SUBKEYS,
-    COMMON_CONFIG,
-    COMMON_RANGES,
-    CONFIG_ALIASES,
-    LOOSE_TYPED_KEYS,
-    REMOVED_KEYS,
-    RESOURCE_RANGES,
-)
+from rayfield.rllib.agents.common_config import COMMON_CONFIG
+from rayfield.rllib.agents.trainer_config import TrainerConfigMethods
 from rayfield.rllib.env.registry import get_env_creator
 from rayfield.rllib.evaluation.callbacks import make_callbacks
 from rayfield.rllib.evaluation.episode import RolloutMetrics
 from rayfield.rllib.evaluation.metrics import summarize_episodes
-from rayfield.rllib.evaluation.rollout_worker import resolve_policy_class
 from rayfield.rllib.evaluation.worker_set import WorkerSet
-from rayfield.rllib.models.catalog import MODEL_DEFAULTS
 from rayfield.rllib.policy.policy import clip_action
 from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID
 from rayfield.rllib.utils import preload
-from rayfield.rllib.utils.config import (
-    check_ranges,
-    check_types,
-    deep_update,
-    unknown_key_error,
-)
+from rayfield.rllib.utils.config import deep_update
 from rayfield.util import private_files
 
 if TYPE_CHECKING:
@@ -102,8 +88,12 @@ class _Checkpoint:
         return f"Checkpoint(path={self.path!r})"
 
 
-class Trainer:
+class Trainer(TrainerConfigMethods):
     """Base class of the algorithms.
+
+    Its config classmethods (`merge_trainer_configs`, `validate_config`,
+    `default_resource_request`, `get_default_config`, `get_default_policy_class`) are
+    defined in `rayfield.rllib.agents.trainer_config`.
 
     Args:
         config: overrides of the algorithm's default config; every key must be a known
@@ -152,86 +142,6 @@ class Trainer:
         self._owns_rayfield = False
         self.logdir = ""
         self.setup(self.config)
-
-    # -- config ---------------------------------------------------------------------
-    @classmethod
-    def merge_trainer_configs(
-        cls, defaults: dict[str, Any], config: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Defaults updated from `config`, with aliases mapped and every key checked."""
-        config = dict(config)
-        for old, hint in REMOVED_KEYS.items():
-            if old in config:
-                raise ValueError(f"config key {old!r} was removed: {hint}")
-        for alias, key in CONFIG_ALIASES.items():
-            if alias in config and alias not in defaults:
-                config[key] = config.pop(alias)
-        if "lambda_" in config and "lambda" in defaults:
-            config["lambda"] = config.pop("lambda_")
-        merged = deep_update(copy.deepcopy(defaults), config, False, ALLOW_UNKNOWN_SUBKEYS)
-        check_types(merged, defaults, LOOSE_TYPED_KEYS)
-        if not merged["model"].get("custom_model"):  # a custom model may read any key
-            for key in merged["model"]:
-                if key not in MODEL_DEFAULTS:
-                    raise unknown_key_error(key, MODEL_DEFAULTS, "model config")
-        if merged.get("framework") not in ("torch", "pytorch"):
-            logger.warning("framework=%r: rayfield-rllib runs torch policies", merged["framework"])
-        cls.validate_config(merged)
-        return merged
-
-    @classmethod
-    def validate_config(cls, config: dict[str, Any]) -> None:
-        """Check the values: the numbers of `COMMON_RANGES` (``num_workers`` an int
-        >= 0, ``lr`` >= 0, ``gamma`` in [0, 1]...), then the algorithm's own checks.
-
-        Raises:
-            ConfigTypeError: a number of the wrong type (names the key and its range).
-            ValueError: a number out of its range, NaN or infinite (names the key and
-                its range), or a bad combination.
-        """
-        check_ranges(config, COMMON_RANGES)
-        if config["batch_mode"] not in ("truncate_episodes", "complete_episodes"):
-            raise ValueError(
-                "batch_mode must be 'truncate_episodes' or 'complete_episodes', "
-                f"got {config['batch_mode']!r}"
-            )
-        if not isinstance(config["input_evaluation"], (list, tuple)):
-            raise ValueError("input_evaluation must be a list")
-
-    @classmethod
-    def default_resource_request(cls, config: dict[str, Any]) -> dict[str, float]:
-        """Resources for Tune: the driver's CPUs/GPUs and the workers' as extras.
-
-        Raises:
-            ConfigTypeError: a count that is not a number (``num_workers`` not an int).
-            ValueError: a negative count, NaN or infinite.
-        """
-        cf = {**cls._default_config, **config}
-        check_ranges(cf, RESOURCE_RANGES)
-        return {
-            "cpu": cf["num_cpus_for_driver"],
-            "gpu": cf["num_gpus"],
-            "extra_cpu": cf["num_cpus_per_worker"] * cf["num_workers"],
-            "extra_gpu": cf["num_gpus_per_worker"] * cf["num_workers"],
-        }
-
-    @classmethod
-    def get_default_config(cls) -> Any:
-        """Ray 2: an `AlgorithmConfig` for this algorithm."""
-        from rayfield.rllib.algorithms.algorithm_config import AlgorithmConfig
-
-        return AlgorithmConfig(cls)
-
-    @classmethod
-    def get_default_policy_class(cls, config: dict[str, Any] | None = None) -> type:
-        """The policy class of the algorithm (``_policy``; a dotted path is imported).
-
-        Raises:
-            TypeError: the trainer class names no policy.
-        """
-        if cls._policy is None:
-            raise TypeError(f"{cls.__name__} names no policy class: set _policy")
-        return resolve_policy_class(cls._policy)
 
     # -- setup ----------------------------------------------------------------------
     def setup(self, config: dict[str, Any]) -> None:

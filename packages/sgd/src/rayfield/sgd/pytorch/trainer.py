@@ -27,6 +27,7 @@ import torch
 import rayfield
 from rayfield.sgd.faults import gather, retrying
 from rayfield.sgd.pytorch.runner import TorchRunner
+from rayfield.sgd.pytorch.trainable_hooks import trainable_class
 from rayfield.sgd.utils import (
     Resources,
     aggregate_stats,
@@ -335,9 +336,7 @@ class PyTorchTrainer:
         iteration is one epoch (train, then validate when there is a validation set);
         trial config keys override these arguments or join ``config``. Works without
         rayfield-tune; derives from ``rayfield.tune.Trainable`` when it is installed."""
-        from rayfield.sgd.pytorch.trainable import make_trainable
-
-        return make_trainable(*args, **kwargs)
+        return trainable_class(PyTorchTrainer, args, kwargs)
 
     def train(self, max_retries: int | None = None) -> dict[str, Any]:
         """Run one training epoch on every replica.

@@ -10,7 +10,7 @@ from rayfield.tune.error import TuneError
 from rayfield.tune.schedulers.trial_scheduler import FIFOScheduler
 
 if TYPE_CHECKING:
-    from rayfield.tune.runner import TrialRunner
+    from rayfield.tune.schedulers.trial_scheduler import SchedulerRunner
     from rayfield.tune.trial import Trial
 
 __all__ = ["ASHAScheduler", "AsyncHyperBandScheduler"]
@@ -113,12 +113,12 @@ class AsyncHyperBandScheduler(FIFOScheduler):
         self._trial_bracket: dict[str, _Bracket] = {}
         self.num_stopped = 0
 
-    def on_trial_add(self, runner: TrialRunner, trial: Trial) -> None:
+    def on_trial_add(self, runner: SchedulerRunner, trial: Trial) -> None:
         sizes = [len(b.rungs) for b in self.brackets]
         weights = [math.exp(n - max(sizes)) for n in sizes]
         self._trial_bracket[trial.trial_id] = self._rng.choices(self.brackets, weights)[0]
 
-    def on_trial_result(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]) -> str:
         t, score = result.get(self.time_attr), self.score(result)
         if t is None or score is None:
             return self.CONTINUE
@@ -134,13 +134,15 @@ class AsyncHyperBandScheduler(FIFOScheduler):
             self.num_stopped += 1
         return decision
 
-    def on_trial_complete(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> None:
+    def on_trial_complete(
+        self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
+    ) -> None:
         t, score = result.get(self.time_attr), self.score(result)
         bracket = self._trial_bracket.pop(trial.trial_id, None)
         if bracket is not None and t is not None and score is not None:
             bracket.on_result(trial.trial_id, t, score)
 
-    def on_trial_remove(self, runner: TrialRunner, trial: Trial) -> None:
+    def on_trial_remove(self, runner: SchedulerRunner, trial: Trial) -> None:
         self._trial_bracket.pop(trial.trial_id, None)
 
     def debug_string(self) -> str:

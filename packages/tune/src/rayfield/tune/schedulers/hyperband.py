@@ -9,7 +9,7 @@ from rayfield.tune.error import TuneError
 from rayfield.tune.schedulers.trial_scheduler import FIFOScheduler
 
 if TYPE_CHECKING:
-    from rayfield.tune.runner import TrialRunner
+    from rayfield.tune.schedulers.trial_scheduler import SchedulerRunner
     from rayfield.tune.trial import Trial
 
 __all__ = ["HyperBandScheduler"]
@@ -144,7 +144,7 @@ class HyperBandScheduler(FIFOScheduler):
             for b in (self._new_bracket(self._bracket_s(i)) for i in range(self.s_max_1))
         ]
 
-    def on_trial_add(self, runner: TrialRunner, trial: Trial) -> None:
+    def on_trial_add(self, runner: SchedulerRunner, trial: Trial) -> None:
         band = self.bands[-1]
         if not band or band[-1].filled():
             if len(band) >= self.s_max_1:
@@ -154,7 +154,7 @@ class HyperBandScheduler(FIFOScheduler):
         band[-1].add(trial)
         self._bracket_of[trial.trial_id] = band[-1]
 
-    def on_trial_result(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]) -> str:
         bracket = self._bracket_of.get(trial.trial_id)
         if bracket is None:
             return self.CONTINUE
@@ -165,7 +165,7 @@ class HyperBandScheduler(FIFOScheduler):
             return self.PAUSE
         return self._process(runner, bracket, trial)
 
-    def _process(self, runner: TrialRunner, bracket: _Bracket, reporting: Trial | None) -> str:
+    def _process(self, runner: SchedulerRunner, bracket: _Bracket, reporting: Trial | None) -> str:
         """Halve (or end) ``bracket``; returns the decision for ``reporting``."""
         from rayfield.tune.trial import Trial
 
@@ -190,7 +190,7 @@ class HyperBandScheduler(FIFOScheduler):
                 runner.unpause_trial(trial)
         return decision
 
-    def _forget(self, runner: TrialRunner, trial: Trial) -> None:
+    def _forget(self, runner: SchedulerRunner, trial: Trial) -> None:
         bracket = self._bracket_of.pop(trial.trial_id, None)
         if bracket is None or trial.trial_id not in bracket.live:
             return
@@ -198,16 +198,18 @@ class HyperBandScheduler(FIFOScheduler):
         if bracket.live and bracket.iteration_done(runner.search_finished()):
             self._process(runner, bracket, None)
 
-    def on_trial_complete(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> None:
+    def on_trial_complete(
+        self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
+    ) -> None:
         self._forget(runner, trial)
 
-    def on_trial_error(self, runner: TrialRunner, trial: Trial) -> None:
+    def on_trial_error(self, runner: SchedulerRunner, trial: Trial) -> None:
         self._forget(runner, trial)
 
-    def on_trial_remove(self, runner: TrialRunner, trial: Trial) -> None:
+    def on_trial_remove(self, runner: SchedulerRunner, trial: Trial) -> None:
         self._forget(runner, trial)
 
-    def choose_trial_to_run(self, runner: TrialRunner) -> Trial | None:
+    def choose_trial_to_run(self, runner: SchedulerRunner) -> Trial | None:
         from rayfield.tune.trial import Trial
 
         if runner.search_finished():

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rayfield.tune.schedulers.trial_scheduler import FIFOScheduler
 
 if TYPE_CHECKING:
-    from rayfield.tune.runner import TrialRunner
+    from rayfield.tune.schedulers.trial_scheduler import SchedulerRunner
     from rayfield.tune.trial import Trial
 
 __all__ = ["MedianStoppingRule"]
@@ -55,7 +55,7 @@ class MedianStoppingRule(FIFOScheduler):
         self._completed: set[str] = set()
         self._stopped: set[str] = set()
 
-    def on_trial_result(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]) -> str:
         if trial.trial_id in self._stopped:
             return self.CONTINUE  # a soft-stopped trial that was resumed runs to the end
         score, t = self.score(result), result.get(self.time_attr)
@@ -80,14 +80,16 @@ class MedianStoppingRule(FIFOScheduler):
                 averages.append(sum(scores) / len(scores))
         return statistics.median(averages) if averages else None
 
-    def on_trial_complete(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> None:
+    def on_trial_complete(
+        self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
+    ) -> None:
         score, t = self.score(result), result.get(self.time_attr)
         history = self._results.setdefault(trial.trial_id, [])
         if score is not None and t is not None and (not history or history[-1][0] != t):
             history.append((float(t), score))
         self._completed.add(trial.trial_id)
 
-    def on_trial_remove(self, runner: TrialRunner, trial: Trial) -> None:
+    def on_trial_remove(self, runner: SchedulerRunner, trial: Trial) -> None:
         if self._results.get(trial.trial_id):
             self._completed.add(trial.trial_id)
 

@@ -17,7 +17,7 @@ from rayfield.tune.search.variant_generator import format_vars
 from rayfield.util import private_files
 
 if TYPE_CHECKING:
-    from rayfield.tune.runner import TrialRunner
+    from rayfield.tune.schedulers.trial_scheduler import SchedulerRunner
     from rayfield.tune.trial import Trial
 
 __all__ = ["PopulationBasedTraining", "explore"]
@@ -131,7 +131,7 @@ class PopulationBasedTraining(FIFOScheduler):
         self.num_checkpoints = 0
         self.num_perturbations = 0
 
-    def on_trial_add(self, runner: TrialRunner, trial: Trial) -> None:
+    def on_trial_add(self, runner: SchedulerRunner, trial: Trial) -> None:
         self._state[trial.trial_id] = {
             "trial": trial,
             "last_perturbation_time": 0.0,
@@ -140,7 +140,7 @@ class PopulationBasedTraining(FIFOScheduler):
             "orig_tag": trial.experiment_tag,
         }
 
-    def on_trial_result(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]) -> str:
         from rayfield.tune.trial import Trial
 
         t, score = result.get(self.time_attr), self.score(result)
@@ -179,7 +179,7 @@ class PopulationBasedTraining(FIFOScheduler):
         return trials[:k], (trials[-k:] if k else [])
 
     def _exploit(
-        self, runner: TrialRunner, trial: Trial, clone: Trial, result: dict[str, Any]
+        self, runner: SchedulerRunner, trial: Trial, clone: Trial, result: dict[str, Any]
     ) -> None:
         clone_state = self._state[clone.trial_id]
         checkpoint = clone_state["last_checkpoint"]
@@ -208,7 +208,7 @@ class PopulationBasedTraining(FIFOScheduler):
 
     def _log(
         self,
-        runner: TrialRunner,
+        runner: SchedulerRunner,
         trial: Trial,
         clone: Trial,
         result: dict[str, Any],
@@ -238,15 +238,17 @@ class PopulationBasedTraining(FIFOScheduler):
         policy = os.path.join(folder, f"pbt_policy_{trial.trial_id}.txt")
         private_files.write_text(policy, history + line + "\n")
 
-    def on_trial_complete(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> None:
+    def on_trial_complete(
+        self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
+    ) -> None:
         state = self._state.get(trial.trial_id)
         if state is not None:
             state["last_checkpoint"] = None
 
-    def on_trial_remove(self, runner: TrialRunner, trial: Trial) -> None:
+    def on_trial_remove(self, runner: SchedulerRunner, trial: Trial) -> None:
         self._state.pop(trial.trial_id, None)
 
-    def choose_trial_to_run(self, runner: TrialRunner) -> Trial | None:
+    def choose_trial_to_run(self, runner: SchedulerRunner) -> Trial | None:
         from rayfield.tune.trial import Trial
 
         candidates = [

@@ -10,15 +10,41 @@ A scheduler may also stop, unpause, save or reset trials through the runner.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rayfield.tune.error import TuneError
 
 if TYPE_CHECKING:
-    from rayfield.tune.runner import TrialRunner
-    from rayfield.tune.trial import Trial
+    from rayfield.tune.trial import Trial, TrialCheckpoint
 
-__all__ = ["FIFOScheduler", "TrialScheduler"]
+__all__ = ["FIFOScheduler", "SchedulerRunner", "TrialScheduler"]
+
+
+class SchedulerRunner(Protocol):
+    """What a scheduler's hooks may use of the runner they are given
+    (:class:`~rayfield.tune.runner.TrialRunner` is one; the runner imports the schedulers,
+    so they name it by this interface)."""
+
+    @property
+    def experiment_dir(self) -> str:
+        """Where schedulers may write logs (PBT's policy files)."""
+        ...
+
+    def trials_with_status(self, status: str) -> list[Trial]: ...
+
+    def has_resources_for(self, trial: Trial) -> bool: ...
+
+    def search_finished(self) -> bool: ...
+
+    def stop_trial(self, trial: Trial) -> None: ...
+
+    def unpause_trial(self, trial: Trial) -> None: ...
+
+    def save_to_memory(self, trial: Trial) -> TrialCheckpoint: ...
+
+    def reset_trial(
+        self, trial: Trial, new_config: dict[str, Any], new_tag: str, checkpoint: TrialCheckpoint
+    ) -> None: ...
 
 
 class TrialScheduler:
@@ -69,22 +95,24 @@ class TrialScheduler:
             return None
         return -float(value) if mode == "min" else float(value)
 
-    def on_trial_add(self, runner: TrialRunner, trial: Trial) -> None:
+    def on_trial_add(self, runner: SchedulerRunner, trial: Trial) -> None:
         pass
 
-    def on_trial_error(self, runner: TrialRunner, trial: Trial) -> None:
+    def on_trial_error(self, runner: SchedulerRunner, trial: Trial) -> None:
         pass
 
-    def on_trial_result(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]) -> str:
         return self.CONTINUE
 
-    def on_trial_complete(self, runner: TrialRunner, trial: Trial, result: dict[str, Any]) -> None:
+    def on_trial_complete(
+        self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
+    ) -> None:
         pass
 
-    def on_trial_remove(self, runner: TrialRunner, trial: Trial) -> None:
+    def on_trial_remove(self, runner: SchedulerRunner, trial: Trial) -> None:
         pass
 
-    def choose_trial_to_run(self, runner: TrialRunner) -> Trial | None:
+    def choose_trial_to_run(self, runner: SchedulerRunner) -> Trial | None:
         """The first PENDING trial that fits, else the first PAUSED one."""
         from rayfield.tune.trial import Trial
 
