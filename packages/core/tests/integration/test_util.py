@@ -256,3 +256,19 @@ def test_joblib_missing_gives_install_hint(monkeypatch: pytest.MonkeyPatch) -> N
 def test_util_import_is_light() -> None:
     code = "import sys, rayfield.util as u; assert 'joblib' not in sys.modules; u.multiprocessing"
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))
+
+
+@rf.remote
+def node_ip_in_a_task() -> str:
+    from rayfield.util import get_node_ip_address
+
+    return get_node_ip_address()
+
+
+def test_get_node_ip_address_is_the_nodes_own_once_initialized(cluster: Any) -> None:
+    """As Ray's: the driver and its tasks agree on their node's address (127.0.0.1 for an
+    embedded init), not on the route out to the world."""
+    from rayfield.util import get_node_ip_address
+
+    assert get_node_ip_address() == "127.0.0.1"
+    assert rf.get(node_ip_in_a_task.remote()) == "127.0.0.1"

@@ -92,6 +92,8 @@ def test_internal_kv_outside_a_cluster_says_so() -> None:
 
 
 def test_get_node_ip_address() -> None:
+    """Without rayfield initialized: the route out (the node's own address once it is, as
+    the integration tests check)."""
     assert get_node_ip_address("127.0.0.1:9") == "127.0.0.1"
     parts = get_node_ip_address().split(".")
     assert len(parts) == 4 and all(p.isdigit() for p in parts)

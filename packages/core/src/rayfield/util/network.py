@@ -1,4 +1,4 @@
-"""The address of this machine as other machines reach it."""
+"""The address of this machine (or of this process's node) as other machines reach it."""
 
 from __future__ import annotations
 
@@ -6,22 +6,35 @@ import socket
 
 __all__ = ["get_node_ip_address"]
 
+OUTSIDE = "8.8.8.8:53"
 
-def get_node_ip_address(address: str = "8.8.8.8:53") -> str:
-    """The IP address of this machine on the route to ``address`` (Ray's
-    ``ray.util.get_node_ip_address``): the local address a packet to ``address`` would
-    leave from. Nothing is sent (a UDP socket is only connected).
+
+def get_node_ip_address(address: str | None = None) -> str:
+    """This node's IP address (Ray's ``ray.util.get_node_ip_address``).
+
+    In a driver, task or actor of an initialized rayfield, and with no ``address`` given,
+    it is the address of this process's node as the cluster records it (its
+    ``--node-ip-address``; ``"127.0.0.1"`` for an embedded ``init()`` or a loopback
+    cluster), so that the processes of one node agree on it. Otherwise, or with
+    ``address``, it is the local address a packet to ``address`` would leave from (the
+    route out to the world by default); nothing is sent (a UDP socket is only connected).
 
     Args:
-        address: ``HOST:PORT`` of a peer; the default stands for "the outside world".
+        address: ``HOST:PORT`` of a peer to find the route to; None: the node's address
+            when rayfield is initialized, else the route to the outside world.
 
     Returns:
         The address as a string, e.g. ``"10.0.0.5"``; ``"127.0.0.1"`` when there is no
-        route to ``address`` (a machine without a network).
+        route (a machine without a network).
 
     Raises:
         ValueError: when ``address`` is not ``HOST:PORT``.
     """
+    if address is None:
+        own = _own_node_address()
+        if own is not None:
+            return own
+        address = OUTSIDE
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"address {address!r} is not HOST:PORT, e.g. 8.8.8.8:53")
@@ -32,3 +45,16 @@ def get_node_ip_address(address: str = "8.8.8.8:53") -> str:
             return str(s.getsockname()[0])
     except OSError:
         return "127.0.0.1"
+
+
+def _own_node_address() -> str | None:
+    """The address of this process's node when rayfield is initialized, else None."""
+    import rayfield
+
+    if not rayfield.is_initialized():
+        return None
+    node_id = rayfield.get_runtime_context().get_node_id()
+    for node in rayfield.nodes():
+        if node.get("NodeID") == node_id and node.get("NodeManagerAddress"):
+            return str(node["NodeManagerAddress"])
+    return None

@@ -18,19 +18,15 @@ import torch
 import torch.distributed as dist
 
 from rayfield.sgd.utils import find_free_port
+from rayfield.util import get_node_ip_address
 
 __all__ = ["GradBuffer", "join_group", "leave_group", "node_ip", "rendezvous_address"]
 
 
 def node_ip() -> str:
-    """This process's node address as the cluster knows it (127.0.0.1 for a local init)."""
-    import rayfield
-
-    node_id = rayfield.get_runtime_context().get_node_id()
-    for node in rayfield.nodes():
-        if node.get("NodeID") == node_id and node.get("NodeManagerAddress"):
-            return str(node["NodeManagerAddress"])
-    return "127.0.0.1"
+    """This process's node address as the cluster knows it (127.0.0.1 for a local init):
+    ``rayfield.util.get_node_ip_address()``."""
+    return get_node_ip_address()
 
 
 def rendezvous_address() -> str:
