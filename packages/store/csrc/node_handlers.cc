@@ -81,6 +81,9 @@ void NodeServer::HandlePut(Conn& c, uint64_t seq, const fb::Message* m) {
     if (msize) std::memcpy(arena_.base() + offset + dsize, r->metadata()->Data(), msize);
     s = store_->Seal(c.id, id);
   }
+  // A put that asks for no reply (a worker storing a result) leaves an object that
+  // exists already as it is: a retried task or a restarted actor stores it again.
+  if (seq == 0 && s.code == Code::ObjectExists) return;
   ReplyStatus(c, seq, s);
 }
 

@@ -291,3 +291,25 @@ def test_waited_says_whether_a_get_still_waits_for_an_object(node: Any) -> None:
         assert got and got[0] is not None
         got.clear()  # releases the buffer
         assert node.waited([wanted]) == [False]  # the get ended: nothing waits for it
+
+
+def test_a_put_without_reply_of_an_existing_object_is_left_quietly(node: Any) -> None:
+    """A retried task or a restarted actor stores its result again: the object stays as
+    it was, and neither the node's log nor the client hears of it."""
+    from rayfield.store import _native
+
+    logged: list[str] = []
+    _native.set_log_callback(lambda level, message: logged.append(message))
+    try:
+        with StoreClient(node.socket_path) as a:
+            result = oid()
+            a.put(result, b"first")
+            a.put(result, b"again", wait=False)
+            other = oid()
+            a.put(other, b"x")  # answered: the no-reply put before it was handled
+            [buf] = a.get([result], timeout_s=5)
+            assert buf is not None and bytes(memoryview(buf)) == b"first"
+            buf.release()
+    finally:
+        _native.set_log_callback(None)
+    assert not [m for m in logged if "already exists" in m], logged
