@@ -40,6 +40,10 @@ PRELUDE = {
         "train_dataset = torch.utils.data.TensorDataset(_x, 2 * _x + 1)\n"
         "validation_dataset = torch.utils.data.TensorDataset(_x[::4], 2 * _x[::4] + 1)\n"
     ),
+    # The example keeps two trainers of 2 workers each alive at its end (`algo`, then
+    # `same` from its checkpoint): 4 CPUs. Declared here for smaller machines; the
+    # trainers then share this runtime instead of starting their own.
+    "rllib": "import rayfield\nrayfield.init(num_cpus=4)\n",
     # request_resources() talks to a cluster's GCS: join the one rayfield-cli's example
     # started (its address and temp dir come in the environment).
     "autoscaler": (
@@ -48,7 +52,7 @@ PRELUDE = {
         " temp_dir=os.environ['SMOKE_TEMP_DIR'])\n"
     ),
 }
-EPILOGUE = {"autoscaler": "rayfield.shutdown()\n"}
+EPILOGUE = {"autoscaler": "rayfield.shutdown()\n", "rllib": "rayfield.shutdown()\n"}
 
 
 def readme(package: str) -> str:
