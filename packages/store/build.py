@@ -64,7 +64,7 @@ def extension() -> Extension:
     lflags: list[str] = ["-lpthread"]
     macros: list[tuple[str, str | None]] = []
     if use_limited_api():
-        macros.append(("Py_LIMITED_API", "0x%02X%02X0000" % LIMITED_API))
+        macros.append(("Py_LIMITED_API", f"0x{LIMITED_API[0]:02X}{LIMITED_API[1]:02X}0000"))
     if os.environ.get("RAYFIELD_DEBUG") == "1" or os.environ.get("RAYFIELD_SANITIZE") == "1":
         cflags += ["-O1", "-g", "-fno-omit-frame-pointer"]
     else:
