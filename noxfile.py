@@ -436,7 +436,7 @@ def release(session: nox.Session) -> None:
     dist = ROOT / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     dist.mkdir()
-    tmp = Path(session.create_tmp())
+    tmp = Path(session.create_tmp()).resolve()  # the venvs are run from other directories
     raw = tmp / "raw-wheels"
     shutil.rmtree(raw, ignore_errors=True)
     raw.mkdir()
