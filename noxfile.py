@@ -540,6 +540,9 @@ def release_try_out(session: nox.Session, wheels: list[Path], tmp: Path) -> None
     dependencies), then every package's smoke test, outside the repository."""
     venv = tmp / "fresh-venv"
     py = venv_python(session, sys.executable, venv)
+    # pip 23.2 (the ensurepip of Python 3.11.7) cannot resolve a wheel file given with an
+    # extra (rayfield_core-...whl[default]) that other files require by range
+    session.run(py, "-m", "pip", "install", "--quiet", "--upgrade", "pip>=24", external=True)
     install_torch_cpu(session, py)
     abi3 = sys.version_info[:2] >= STORE_ABI3_FLOOR
     store_tag = "-abi3-" if abi3 else f"-cp3{sys.version_info[1]}-cp3{sys.version_info[1]}-"
