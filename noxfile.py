@@ -79,7 +79,7 @@ def install_packages(session: nox.Session, extras: str = "test") -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    session.install("ruff>=0.6", "import-linter>=2.16", "pytest>=8", TOMLI)
+    session.install("ruff>=0.6", "import-linter>=2.16", "pytest>=8", "pytest-timeout>=2.2")
     session.run("ruff", "check", "packages", "tools", "noxfile.py")
     session.run("ruff", "format", "--check", "packages", "tools", "noxfile.py")
     # rayfield-core's layers and the public API boundary (.importlinter), no import cycle
@@ -89,6 +89,7 @@ def lint(session: nox.Session) -> None:
     session.run("python", "tools/check_pickle.py")
     # every sibling range admits the sibling's current version, __version__ agrees with
     # pyproject.toml, each CHANGELOG.md has a dated section for its version
+    session.install(TOMLI)
     session.run("python", "tools/release.py", "check")
     # the checks' own tests (tools/tests: no packages needed)
     session.run("python", "-m", "pytest", "tools/tests", "-q", "-p", "no:cacheprovider")
