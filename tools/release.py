@@ -198,7 +198,9 @@ def by_name(packages: dict[str, Package]) -> dict[str, Package]:
 # ---- changelogs (Keep a Changelog) ---------------------------------------------------------
 
 # "## [0.1.0] - 2026-12-02" or "## [Unreleased]"
-_SECTION = re.compile(r"^## \[(?P<version>[^\]]+)\](?: - (?P<date>\d{4}-\d{2}-\d{2}))?\s*$", re.M)
+_SECTION = re.compile(
+    r"^## \[(?P<version>[^\]]+)\](?: - (?P<date>\d{4}-\d{2}-\d{2}))?[ \t]*$", re.M
+)
 
 
 @dataclass

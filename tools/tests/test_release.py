@@ -163,6 +163,7 @@ def test_add_unreleased_line() -> None:
     assert rel.changelog_entry(out, "Unreleased").body == "- One.\n- Two."
     out = rel.add_unreleased_line(changelog("rayfield-cli"), "- Two.")
     assert rel.changelog_entry(out, "Unreleased").body == "- Two."
+    assert "Intro.\n\n## [Unreleased]\n\n- Two.\n\n## [0.1.0] - 2026-12-02\n\n- First" in out
     assert rel.changelog_entry(out, "0.1.0").body == "- First release."
 
 
