@@ -471,9 +471,9 @@ def release(session: nox.Session) -> None:
 
 def release_store_wheels(session: nox.Session, raw: Path, dist: Path, tmp: Path) -> list[str]:
     """rayfield-store's wheels, repaired into dist/; the `auditwheel show` of each."""
-    (abi3,) = raw.glob("rayfield_store-*.whl")  # built by this session's Python
+    (own,) = raw.glob("rayfield_store-*.whl")  # built by this session's Python
     (sdist,) = dist.glob("rayfield_store-*.tar.gz")
-    built = [abi3]
+    built = [own]
     if sys.version_info[:2] < STORE_ABI3_FLOOR:
         print(f"this session runs Python {PYTHON}: no abi3 wheel (it needs 3.11 or later)")
     else:
@@ -481,9 +481,7 @@ def release_store_wheels(session: nox.Session, raw: Path, dist: Path, tmp: Path)
         # the stable-ABI one (_native.abi3.so): retagged cp311-abi3, then abi3audit checks
         # that it uses nothing outside the stable ABI of 3.11
         tag = f"cp{STORE_ABI3_FLOOR[0]}{STORE_ABI3_FLOOR[1]}"
-        session.run(
-            "wheel", "tags", "--remove", "--python-tag", tag, "--abi-tag", "abi3", str(abi3)
-        )
+        session.run("wheel", "tags", "--remove", "--python-tag", tag, "--abi-tag", "abi3", str(own))
         built = list(raw.glob("rayfield_store-*-abi3-*.whl"))
         session.run("abi3audit", "--strict", "--summary", *map(str, built))
     # Python 3.10 (below the abi3 floor): a per-version wheel, from the sdist
