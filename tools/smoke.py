@@ -8,7 +8,7 @@ The README is read from the installed distribution's metadata (its long descript
 so what runs is what ships, and this file needs nothing from the repository. Each
 example runs in a process of its own, in a scratch directory; the first ```python block
 of the README is run as it is, after the few lines in PRELUDE that some examples take as
-given (sgd's datasets; autoscaler's connection to a cluster). rayfield-cli's first example
+given (autoscaler's connection to a cluster). rayfield-cli's first example
 is a shell block (``rayfield start --head``, a second node, ``status``, ``stop``): its
 ``rayfield`` lines run with a private ``--temp-dir`` and ports chosen by the system, so
 they never meet another cluster on this machine, and rayfield-autoscaler's example runs
@@ -33,17 +33,6 @@ TIMEOUT_S = 900
 
 # What an example takes as given, run before it.
 PRELUDE = {
-    # "lambda config: (train_dataset, validation_dataset)": a small regression task.
-    "sgd": (
-        "import torch\n"
-        "_x = torch.linspace(-1, 1, 512).unsqueeze(1)\n"
-        "train_dataset = torch.utils.data.TensorDataset(_x, 2 * _x + 1)\n"
-        "validation_dataset = torch.utils.data.TensorDataset(_x[::4], 2 * _x[::4] + 1)\n"
-    ),
-    # The example keeps two trainers of 2 workers each alive at its end (`algo`, then
-    # `same` from its checkpoint): 4 CPUs. Declared here for smaller machines; the
-    # trainers then share this runtime instead of starting their own.
-    "rllib": "import rayfield\nrayfield.init(num_cpus=4)\n",
     # request_resources() talks to a cluster's GCS: join the one rayfield-cli's example
     # started (its address and temp dir come in the environment).
     "autoscaler": (
@@ -52,7 +41,7 @@ PRELUDE = {
         " temp_dir=os.environ['SMOKE_TEMP_DIR'])\n"
     ),
 }
-EPILOGUE = {"autoscaler": "rayfield.shutdown()\n", "rllib": "rayfield.shutdown()\n"}
+EPILOGUE = {"autoscaler": "rayfield.shutdown()\n"}
 
 
 def readme(package: str) -> str:
