@@ -160,8 +160,7 @@ ALLOWED: tuple[Allowed, ...] = (
     Allowed(f"{_TUNE}/pickles.py", "dump_data", "pickle.dumps", _TUNE_WRITE),
     Allowed(f"{_TUNE}/logger.py", "JsonLogger.update_config", "pickle.dumps", _TUNE_WRITE),
     Allowed(f"{_TUNE}/logger.py", "JsonLogger.update_config", "cloudpickle.dumps", _TUNE_WRITE),
-    Allowed(f"{_TUNE}/pickles.py", "load_pickle", "pickle.loads", _TUNE_READ),
-    Allowed(f"{_TUNE}/pickles.py", "load_data", "pickle.loads", _TUNE_READ),
+    Allowed(f"{_TUNE}/pickles.py", "_trusted_loads", "pickle.loads", _TUNE_READ),
 )
 
 

@@ -156,11 +156,9 @@ def test_a_task_waiting_for_a_fitting_node_goes_to_it_when_it_joins() -> None:
     assert fwd.sent == ["new:1"] and sent == ["new:1"] and spill.demands() == []
 
 
-def test_a_waiting_task_that_is_cancelled_leaves_the_demand() -> None:
-    """A job's infeasible tasks end with it: when the native core no longer holds one
-    (cancelled, or its driver exited), the heartbeat's demand drops it."""
-    queue = Queue()
-    spill = Spillback(
+def lone_spillback(queue: Queue, **kw: Any) -> Spillback:
+    """A Spillback of a node alone in its view, forwarding nothing."""
+    return Spillback(
         queue,
         client_id=7,
         peers=PeerView(b"me", "me:1"),
@@ -169,7 +167,15 @@ def test_a_waiting_task_that_is_cancelled_leaves_the_demand() -> None:
         on_sent=lambda taken, peer: None,
         give_back=lambda taken: None,
         stay=set,
+        **kw,
     )
+
+
+def test_a_waiting_task_that_is_cancelled_leaves_the_demand() -> None:
+    """A job's infeasible tasks end with it: when the native core no longer holds one
+    (cancelled, or its driver exited), the heartbeat's demand drops it."""
+    queue = Queue()
+    spill = lone_spillback(queue)
     assert not spill.spill(b"t" * 20, {"x": 1.0})
     assert spill.demands() == [{"x": 1.0}]
     queue.queued.clear()  # cancelled in the native core
@@ -187,17 +193,7 @@ def test_the_placement_loop_nudges_the_heartbeat_when_the_ready_queue_changes() 
     queue = Queue()
     queue.scheduler_snapshot = lambda: snaps.pop(0)  # type: ignore[method-assign]
     nudges: list[int] = []
-    spill = Spillback(
-        queue,
-        client_id=7,
-        peers=PeerView(b"me", "me:1"),
-        forwarder=Forwarder(),  # type: ignore[arg-type]
-        push_args=lambda address, spec: [],
-        on_sent=lambda taken, peer: None,
-        give_back=lambda taken: None,
-        stay=set,
-        on_demand=lambda: nudges.append(1),
-    )
+    spill = lone_spillback(queue, on_demand=lambda: nudges.append(1))
     for _ in range(5):
         spill.place_by_load()
     assert nudges == [1, 1]  # a queue that appeared, then grew; not an unchanged or empty one

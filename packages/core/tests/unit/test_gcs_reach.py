@@ -95,7 +95,7 @@ def test_membership_calls_on_gcs_gone_once_with_why(caplog: pytest.LogCaptureFix
         me,
         PeerView(me.node_id, me.address),
         snapshot=lambda: {"available": {}},
-        infeasible=list,
+        infeasible=lambda snap: [],
         on_died=lambda node: None,
         after_round=lambda: None,
         reconnect_timeout_s=3.0,

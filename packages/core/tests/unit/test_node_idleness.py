@@ -96,7 +96,7 @@ def test_the_heartbeat_carries_the_idle_time() -> None:
         me,
         PeerView(me.node_id, "a:1"),
         snapshot=lambda: state["snap"],
-        infeasible=lambda: list(state["waiting"]),
+        infeasible=lambda snap: list(state["waiting"]),
         on_died=lambda node: None,
         after_round=lambda: None,
     )

@@ -146,7 +146,7 @@ def test_a_node_knows_its_peers_from_its_start_even_if_the_gcs_dies_at_once() ->
         nodes[0],
         view,
         snapshot=lambda: {"available": {}},
-        infeasible=list,
+        infeasible=lambda snap: [],
         on_died=lambda node: None,
         after_round=lambda: rounds.append(1),
         heartbeat_s=3600,

@@ -96,7 +96,18 @@ def load_pickle(path: str | os.PathLike[str], *, trusted: bool, opt_in: str) -> 
     """
     if not trusted:
         raise UntrustedPickleError(path, opt_in)
-    return pickle.loads(private_files.read_bytes(path))
+    return _trusted_loads(private_files.read_bytes(path), path, trusted, opt_in)
+
+
+def _trusted_loads(data: bytes, path: str | os.PathLike[str], trusted: bool, opt_in: str) -> Any:
+    """The one place Tune unpickles: ``data`` read from ``path``, only when ``trusted``.
+
+    Raises:
+        UntrustedPickleError: ``trusted`` is False.
+    """
+    if not trusted:
+        raise UntrustedPickleError(path, opt_in)
+    return pickle.loads(data)
 
 
 def dump_data(path: str | os.PathLike[str], value: Any) -> str:
@@ -124,9 +135,7 @@ def load_data(path: str | os.PathLike[str], *, trusted: bool, opt_in: str) -> An
     """
     data = private_files.read_bytes(path)
     if data[:1] == b"\x80":  # pickle protocols 2 and later start with PROTO
-        if not trusted:
-            raise UntrustedPickleError(path, opt_in)
-        return pickle.loads(data)
+        return _trusted_loads(data, path, trusted, opt_in)
     try:
         return json.loads(data)
     except ValueError:

@@ -255,7 +255,7 @@ def killed_head(temp_dir: Path | None, address: str) -> Path | None:
     if session is None or cluster is None or cluster.get("gcs_address") != address:
         return None
     pid = cluster.get("gcs_pid")
-    if isinstance(pid, int) and _alive(pid):
+    if isinstance(pid, int) and _running(pid):
         return None  # still running: starting another head there fails on its port
     db = session / GCS_DB_FILES[0]
     if not db.exists() or (session / (GCS_DB_FILES[0] + session_files.STOPPED_SUFFIX)).exists():
@@ -265,11 +265,12 @@ def killed_head(temp_dir: Path | None, address: str) -> Path | None:
     return session
 
 
-def _alive(pid: int) -> bool:
+def _running(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        proc = psutil.Process(pid)
     except psutil.Error:
         return False
+    return not _exited(proc)
 
 
 def _copy_head_state(old: Path, new: Path) -> None:

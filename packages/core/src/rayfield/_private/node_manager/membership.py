@@ -121,7 +121,8 @@ class Membership:
         info: this node's record (registered again when the GCS lost it).
         peers: the view to update.
         snapshot: the native scheduler's snapshot (``available``, ``ready_by_shape``).
-        infeasible: the demands no node fits yet (resource name -> amount, one a task).
+        infeasible: ``infeasible(snapshot)``: the demands no node fits yet (resource name
+            -> amount, one a task), given the snapshot just taken.
         on_died: called with each node found dead.
         after_round: called after each heartbeat round.
         heartbeat_s: seconds between heartbeats (an early beat goes when the demand grew,
@@ -138,7 +139,7 @@ class Membership:
         info: NodeInfo,
         peers: PeerView,
         snapshot: Callable[[], Mapping[str, Any]],
-        infeasible: Callable[[], list[dict[str, float]]],
+        infeasible: Callable[[Mapping[str, Any]], list[dict[str, float]]],
         on_died: Callable[[NodeInfo], None],
         after_round: Callable[[], None],
         heartbeat_s: float = 0.5,
@@ -188,7 +189,7 @@ class Membership:
         snap = self.snapshot()
         ready = snap.get("ready_by_shape", [])
         demand = [ResourceDemand(shape=dict(shape), count=int(n)) for shape, n in ready]
-        waiting = self.infeasible()
+        waiting = self.infeasible(snap)
         demand += [ResourceDemand(d, 1, True) for d in waiting]
         idle_s = self.idle.observe(is_idle(snap, len(waiting)))
         self.pacer.beaten(demand_key(ready, waiting), time.monotonic())
@@ -216,8 +217,9 @@ class Membership:
         if self.pacer.early:  # one is due already: it will carry whatever is there then
             return
         try:
-            ready = self.snapshot().get("ready_by_shape", [])
-            self.pacer.observe(demand_key(ready, self.infeasible()), time.monotonic())
+            snap = self.snapshot()
+            ready = snap.get("ready_by_shape", [])
+            self.pacer.observe(demand_key(ready, self.infeasible(snap)), time.monotonic())
         except Exception as exc:
             logger.debug("measuring the demand failed: %s", exc)
 

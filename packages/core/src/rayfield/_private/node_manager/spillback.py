@@ -114,13 +114,18 @@ class Spillback:
         if self._thread.is_alive():
             self._thread.join(timeout=2)
 
-    def demands(self) -> list[dict[str, float]]:
+    def demands(self, snapshot: Mapping[str, Any] | None = None) -> list[dict[str, float]]:
         """The demand of each task no node fits (the heartbeat reports it).
 
         Tasks the native core no longer holds as infeasible (cancelled, alone or with
         their job when its driver exited) are dropped first, so the demand ends with them.
+
+        Args:
+            snapshot: the native core's scheduler snapshot the caller took already (the
+                heartbeat's); None: one is taken here.
         """
-        held = {task_id for task_id, _, _ in self.queue.scheduler_snapshot()["infeasible"]}
+        snap = snapshot if snapshot is not None else self.queue.scheduler_snapshot()
+        held = {task_id for task_id, _, _ in snap["infeasible"]}
         with self._lock:
             self.table.keep_only(held, time.monotonic())
             return self.table.demands()
