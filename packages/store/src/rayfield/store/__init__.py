@@ -49,6 +49,10 @@ __version__ = "0.1.0"
 
 PROTOCOL_VERSION: int = _native.PROTOCOL_VERSION
 ID_SIZE: int = _native.ID_SIZE
+"""Bytes of every object, task, actor, job and node id (the native ``kIdSize``)."""
+RESOURCE_UNIT: int = _native.RESOURCE_UNIT
+"""Resource amounts are integers in units of 1/RESOURCE_UNIT (the native scheduler's fixed
+point, ``kResourceUnit``)."""
 
 if TYPE_CHECKING:
     from rayfield.store._native import NodeEvent
@@ -56,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ID_SIZE",
     "PROTOCOL_VERSION",
+    "RESOURCE_UNIT",
     "GetTimeoutError",
     "InvalidRequestError",
     "NodeServer",

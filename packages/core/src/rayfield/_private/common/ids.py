@@ -21,6 +21,8 @@ import itertools
 import os
 import struct
 
+from rayfield._private.protocol.constants import ID_SIZE
+
 __all__ = [
     "ID_SIZE",
     "JOB_ID_BYTES",
@@ -34,8 +36,6 @@ __all__ = [
     "task_of",
 ]
 
-ID_SIZE = 20
-"""Bytes in every object, task, actor and node id."""
 ORIGIN_BYTES = 6
 """Ids start with this many bytes of the id of the node where they were made."""
 JOB_ID_BYTES = 12

@@ -46,6 +46,7 @@ import grpc
 from rayfield._private.node_manager.introspect import LogAccessError
 from rayfield._private.node_manager.task_spec import TaskSpec
 from rayfield._private.protocol import codec, messages
+from rayfield._private.protocol.constants import MAX_MESSAGE_BYTES
 from rayfield._private.protocol.errors import GcsInvalidRequestError
 from rayfield._private.transport import TlsConfig, TokenInterceptor, auth_metadata, open_channel
 from rayfield.store import StoreClient
@@ -65,7 +66,6 @@ logger = logging.getLogger("rayfield")
 
 SERVICE = "rayfield.Node"
 STREAMING_METHODS = frozenset({f"/{SERVICE}/PullObject"})
-MAX_MESSAGE_BYTES = 64 << 20
 CHUNK_BYTES = 4 << 20
 MAX_WAIT_MS = 5000  # longest HasObjects long poll
 FETCH_INLINE_TOTAL_BYTES = 8 << 20  # objects carried whole in one FetchObjects reply

@@ -32,7 +32,7 @@ import sys
 import threading
 from typing import Any
 
-MAX_MESSAGE_BYTES = 1 << 20
+MAX_REQUEST_BYTES = 1 << 20  # one fork request on the zygote socket
 
 
 def _reap(*_: Any) -> None:
@@ -67,7 +67,7 @@ def serve(sock: socket.socket) -> tuple[dict[str, Any], int] | None:
     signal.signal(signal.SIGCHLD, _reap)
     while True:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE_BYTES, 1)
+            data, fds, _flags, _addr = socket.recv_fds(sock, MAX_REQUEST_BYTES, 1)
         except OSError:
             return None
         if not data:
