@@ -137,7 +137,7 @@ ALLOWED: tuple[Allowed, ...] = (
     ),
     Allowed(
         f"{_RUNTIME}/runtime/runtime.py",
-        "Runtime.submit",
+        "StoreRuntime.submit",
         "pickle.dumps",
         "core: a task's payload for the node manager (writing)",
     ),

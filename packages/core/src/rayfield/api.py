@@ -156,7 +156,7 @@ def init(
         session, node_resources, memory, plasma_directory, huge_pages, log_to_driver, preload
     )
     try:
-        runtime = _rt.Runtime(node.socket_path, is_worker=False)
+        runtime = _rt.StoreRuntime(node.socket_path, is_worker=False)
         runtime.events = EventLog(session / "logs")
     except BaseException:
         node.shutdown()
@@ -201,7 +201,7 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
         socket_path, session, node = session_files.find_node(address, root)
         if node.get("gcs_address"):  # a node of a cluster (e.g. address="auto")
             cluster = {"gcs_address": node["gcs_address"], "temp_dir": str(root)}
-    runtime = _rt.Runtime(socket_path, is_worker=False)
+    runtime = _rt.StoreRuntime(socket_path, is_worker=False)
     runtime.events = EventLog(session / "logs")
     info = {
         "node_ip_address": "127.0.0.1",

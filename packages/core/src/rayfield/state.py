@@ -1,30 +1,26 @@
-"""What the cluster is doing: nodes, tasks, actors, objects, and the timeline.
+"""The classic state functions (``rayfield.nodes()``, ``cluster_resources()``,
+``timeline()``, ...), built on the one state API, :mod:`rayfield.util.state`.
 
-Tasks and actor calls are listed once they finish (from the task events every process
-writes to the session's logs); work still waiting is summarised per resource shape.
-
-In a driver connected to a cluster (``init(address=...)``), ``nodes``, the resource
-totals, ``list_tasks``, ``list_actors`` and ``timeline`` cover every node: they ask the
-GCS (whose resource figures are at most a heartbeat, 0.5 s, old) and, for actors, every
-node. ``list_objects`` and ``pending_tasks`` stay about this driver's node; see
-``rayfield.util.state`` for the cluster-wide views with more detail.
+``list_tasks``, ``list_actors``, ``list_objects`` and ``timeline`` are
+``rayfield.util.state``'s, for this driver's cluster or, without one, the node its
+``init()`` started. ``nodes`` keeps Ray's classic record format (``NodeID``, ``Alive``,
+``Resources``...); the resource totals are the GCS's (at most a heartbeat, 0.5 s, old) in
+a cluster. ``pending_tasks`` is about this driver's node. Tasks and actor calls are
+listed once they finish (from the task events every process writes).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import psutil
-
 from rayfield._private import context
-from rayfield._private.common import events as _events
 from rayfield._private.runtime import runtime as _rt
+from rayfield.util import state as _state
 
 __all__ = [
     "actors",
@@ -153,41 +149,12 @@ def available_resources() -> dict[str, float]:
     return _summed("available")
 
 
-def _task_events() -> list[dict[str, Any]]:
-    """Task events of this node (from its logs, up to now) and, in a cluster, of every
-    other node (as the GCS has them: up to about a second old)."""
-    _flush_own_events()
-    local = list(_events.read_events(_logs_dir()))
-    address = _cluster()
-    if address is None:
-        return local
-    from rayfield._private.driver.names import client
-    from rayfield._private.driver.state_client import decode_events
-
-    mine = _rt.get_runtime().client.node_id.hex()
-    remote = decode_events(client(address).get_task_events())
-    return [e for e in remote if e.get("node_id") != mine] + local
-
-
 def list_tasks() -> list[dict[str, Any]]:
-    """Finished tasks and actor calls: ``task_id``, ``name``, ``state`` (FINISHED or
-    FAILED), ``actor_id``, ``pid``, ``node``, ``duration_s`` (running time)."""
-    out = []
-    for e in _task_events():
-        if e.get("kind") != "task":
-            continue
-        out.append(
-            {
-                "task_id": e["task"],
-                "name": e["name"],
-                "actor_id": e.get("actor"),
-                "state": "FINISHED" if e.get("ok", True) else "FAILED",
-                "pid": e["pid"],
-                "node": e.get("node"),
-                "duration_s": (e.get("run") or 0) - (e.get("args") or 0),
-            }
-        )
-    return out
+    """Tasks and actor calls: RUNNING ones, then FINISHED and FAILED ones (``task_id``,
+    ``name``, ``state``, ``actor_id``, ``pid``, ``node``, ``duration_s``...): the records
+    of :func:`rayfield.util.state.list_tasks` for this driver's cluster or node."""
+    _flush_own_events()
+    return _state.list_tasks()
 
 
 def pending_tasks() -> dict[str, Any]:
@@ -206,42 +173,18 @@ def pending_tasks() -> dict[str, Any]:
 
 
 def list_actors() -> list[dict[str, Any]]:
-    """Actors created so far: ``actor_id``, ``class_name``, ``pid``, ``state`` (ALIVE or
-    DEAD; in a cluster also RESTARTING or PENDING_CREATION, and ``name`` and ``node``)."""
-    address = _cluster()
-    if address is not None:
-        from rayfield._private.context import sessions_root
-        from rayfield._private.driver.state_client import StateClient
-
-        with StateClient(address, temp_dir=sessions_root()) as client:
-            return client.actors()
+    """Actors created so far: ``actor_id``, ``class_name``, ``pid``, ``state`` (ALIVE,
+    DEAD, RESTARTING or PENDING_CREATION), ``name``, ``node``...: the records of
+    :func:`rayfield.util.state.list_actors` for this driver's cluster or node."""
     _flush_own_events()
-    out = []
-    for e in _events.read_events(_logs_dir()):
-        if _events.is_actor_creation(e):
-            alive = psutil.pid_exists(e["pid"]) and e.get("ok", True)
-            out.append(
-                {
-                    "actor_id": e["actor"],
-                    "class_name": e["name"][: -len(".__init__")],
-                    "pid": e["pid"],
-                    "state": "ALIVE" if alive else "DEAD",
-                }
-            )
-    return out
+    return _state.list_actors()
 
 
 def list_objects() -> list[dict[str, Any]]:
-    """Objects in the node's store: ``object_id``, ``size_bytes``, ``state``, ``ref_count``."""
-    return [
-        {
-            "object_id": o["object_id"].hex(),
-            "size_bytes": o["data_size"] + o["metadata_size"],
-            "state": o["state"],
-            "ref_count": o["ref_count"],
-        }
-        for o in _rt.get_runtime().client.list_objects()
-    ]
+    """Objects in the stores of this driver's cluster or node, largest first:
+    ``object_id``, ``size_bytes``, ``node``, ``owner_pid``, ``ref_count``, ``spilled``,
+    ``reason`` (why it is held)...: :func:`rayfield.util.state.list_objects`."""
+    return _state.list_objects()
 
 
 def timeline(filename: str | None = None) -> list[dict[str, Any]]:
@@ -252,11 +195,8 @@ def timeline(filename: str | None = None) -> list[dict[str, Any]]:
         filename: also write the events there as JSON (open in chrome://tracing or
             https://ui.perfetto.dev).
     """
-    trace = _events.to_chrome_trace(_task_events())
-    if filename is not None:
-        with open(filename, "w") as f:
-            json.dump(trace, f)
-    return trace
+    _flush_own_events()
+    return _state.timeline(filename=filename)
 
 
 @contextlib.contextmanager

@@ -89,6 +89,37 @@ def test_state_listings(cluster: Any) -> None:
     assert rf.state.pending_tasks()["infeasible"] == []
 
 
+def test_util_state_is_the_one_api_on_the_embedded_runtime(cluster: Any) -> None:
+    """rayfield.util.state answers for the node init() started (no GCS), with the same
+    records as on a cluster; rayfield.state's listings are the same functions' answers."""
+    from rayfield.util import state
+
+    @rf.remote
+    class Counter:
+        def add(self) -> int:
+            return 1
+
+    counter = Counter.remote()
+    rf.get(counter.add.remote())
+    [node] = state.list_nodes()
+    assert node["alive"] and node["resources_total"]["CPU"] == 2.0 and node["reachable"]
+    [actor] = wait_for(state.list_actors, 10, "the actor in util.state.list_actors()")
+    assert (actor["class_name"], actor["state"]) == ("Counter", "ALIVE")
+    assert [w["actor_id"] for w in state.list_workers() if w["state"] == "actor"] == [
+        actor["actor_id"]
+    ]
+    calls = wait_for(
+        lambda: [t for t in state.list_tasks() if t["name"] == "Counter.add"], 10, "the call"
+    )
+    assert calls[0]["state"] == "FINISHED" and calls[0]["actor_id"] == actor["actor_id"]
+    assert {t["task_id"] for t in rf.tasks()} >= {t["task_id"] for t in calls}
+    assert any(f["name"].startswith("events-") for f in state.list_logs())
+    with pytest.raises(state.StateError, match="no GCS"):
+        state.StateClient.embedded(rf._private.context.current().node).kv_get("ns", "k")
+    rf.kill(counter)
+    wait_for(lambda: [a["state"] for a in state.list_actors()] == ["DEAD"], 10, "the actor DEAD")
+
+
 def test_runtime_context(cluster: Any) -> None:
     ctx = rf.get_runtime_context()
     assert not ctx.is_worker and ctx.task_id is None and ctx.worker_pid == os.getpid()

@@ -55,3 +55,15 @@ def test_an_embedded_context_without_cluster(no_context: None) -> None:
     context.install(ProcessContext(Mode.EMBEDDED, runtime=object(), info={"session_dir": "/s"}))
     assert context.gcs_address() is None and context.sessions_root() is None
     assert context.require().node is None and context.require().job_id == b""
+
+
+def test_both_runtimes_implement_the_runtime_protocol() -> None:
+    """The public API talks to either runtime through ``interface.Runtime`` (mypy checks
+    the signatures; this checks the members exist at run time too)."""
+    from rayfield._private.runtime.interface import Runtime
+    from rayfield._private.runtime.local_mode import LocalRuntime
+    from rayfield._private.runtime.runtime import StoreRuntime
+
+    assert isinstance(LocalRuntime({"CPU": 1.0}), Runtime)
+    members = {"close", "export", "put", "get", "wait", "submit"}
+    assert members <= set(dir(StoreRuntime))

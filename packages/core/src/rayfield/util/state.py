@@ -4,7 +4,10 @@ Each function asks the cluster's GCS and, in parallel, every alive node. Records
 dicts of JSON-friendly values (ids as hex strings, sizes in bytes, times in Unix
 seconds). The cluster is ``address`` (the GCS as HOST:PORT) when given, else the one
 this driver joined with ``rayfield.init(address=...)`` (in a task: its node's), else the
-head running on this machine (started with ``rayfield start --head``).
+node this driver's own ``rayfield.init()`` started (the embedded runtime: one node, its
+actors and tasks known from their events; no key-value store), else the head running on
+this machine (started with ``rayfield start --head``). ``rayfield.state`` (the classic
+``rayfield.nodes()``, ``rayfield.timeline()``, ...) is built on these functions.
 
 Example:
     >>> from rayfield.util import state
@@ -21,7 +24,8 @@ nodes: what an autoscaler polls), ``actors()``, ``jobs()``, ``tasks()``, ``objec
 ``workers()``, ``task_events()``, ``timeline()``, ``logs()``, ``find_log()``, ``read_log()``,
 ``kill_actor()``, ``resource_demand()``, ``kv_get()``, ``kv_put()``, ``kv_del()``,
 ``kv_keys()``. A node that fails a call raises
-``NodeCallError``; ``call_status(exc)`` gives its status name and details.
+``NodeCallError`` (rayfield's own: ``status``, ``details``, ``address``; no gRPC type
+leaves this module); ``call_status(exc)`` gives the status name and details of either.
 """
 
 from __future__ import annotations
@@ -29,13 +33,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from rayfield._private.context import gcs_address, sessions_root
+from rayfield._private.context import current, gcs_address, sessions_root
 from rayfield._private.driver.state_client import StateClient, StateError
-from rayfield._private.protocol.errors import GcsAuthError, GcsError, GcsUnavailableError
-from rayfield._private.transport import RpcError as NodeCallError
-from rayfield._private.transport import status as call_status
+from rayfield._private.protocol.errors import (
+    GcsAuthError,
+    GcsError,
+    GcsUnavailableError,
+    NodeCallError,
+)
 
 __all__ = [
     "GcsAuthError",
@@ -58,11 +65,35 @@ __all__ = [
     "timeline",
 ]
 
+if TYPE_CHECKING:
+    from rayfield._private.node_manager.node import Node
+
 T = TypeVar("T")
 
 
+def call_status(exc: BaseException) -> tuple[str, str]:
+    """``(status name, details)`` of a failed state call: a :class:`NodeCallError` or a
+    :class:`GcsError` (its ``status``); ``("UNKNOWN", str(exc))`` for anything else."""
+    if isinstance(exc, NodeCallError):
+        return exc.status, exc.details
+    if isinstance(exc, GcsError):
+        return exc.status, str(exc)
+    return "UNKNOWN", str(exc)
+
+
+def _client(address: str | None) -> StateClient:
+    """The state client of ``address``, else of this driver's cluster, else of the node
+    this driver's ``init()`` started, else of the head running on this machine."""
+    address = address or gcs_address()
+    if address is None:
+        ctx = current()
+        if ctx is not None and ctx.node is not None:
+            return StateClient.embedded(cast("Node", ctx.node))
+    return StateClient(address, temp_dir=sessions_root())
+
+
 def _with_client(address: str | None, fn: Callable[[StateClient], T]) -> T:
-    with StateClient(address or gcs_address(), temp_dir=sessions_root()) as client:
+    with _client(address) as client:
         return fn(client)
 
 

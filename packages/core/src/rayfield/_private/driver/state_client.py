@@ -12,21 +12,31 @@ bytes, times in Unix seconds), so callers can print it as a table or JSON.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rayfield._private import transport
 from rayfield._private.common import events as _events
 from rayfield._private.driver import launch
-from rayfield._private.gcs.client import GcsClient
-from rayfield._private.node_manager.node_service import NodeStub
+from rayfield._private.driver.embedded_state import (
+    EMBEDDED_ADDRESS,
+    EmbeddedGcs,
+    EmbeddedNodeStub,
+    Inline,
+)
+from rayfield._private.driver.state_records import decode_events, payload_class, pin_reason
 from rayfield._private.protocol.constants import MAX_MESSAGE_BYTES
+from rayfield._private.protocol.errors import NodeCallError
 from rayfield._private.protocol.types import ActorState, NodeInfo
 from rayfield._private.transport import TlsConfig, auth_metadata, open_channel
+
+if TYPE_CHECKING:
+    from rayfield._private.gcs.client import GcsClient
+    from rayfield._private.node_manager.node import Node
+    from rayfield._private.node_manager.node_service import NodeStub
 
 __all__ = ["StateClient", "StateError", "decode_events", "kill_actor_elsewhere", "pin_reason"]
 
@@ -39,39 +49,24 @@ class StateError(RuntimeError):
     process that does not exist. The message says what to do."""
 
 
-def decode_events(blobs: list[bytes]) -> list[dict[str, Any]]:
-    """Task events as the GCS keeps them (JSON objects), decoded; bad ones skipped."""
-    out = []
-    for blob in blobs:
-        try:
-            event = json.loads(blob)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            out.append(event)
-    return out
+class _CheckedNode:
+    """A :class:`NodeStub` whose calls raise :class:`NodeCallError` instead of the
+    transport's error, so no gRPC type leaves the state API."""
 
+    def __init__(self, stub: NodeStub, address: str) -> None:
+        self._stub = stub
+        self._address = address
 
-def pin_reason(obj: dict[str, Any]) -> str:
-    """Why a stored object is kept, in words (for ``rayfield memory``)."""
-    if not obj["sealed"]:
-        return "being written"
-    if obj["spilled"]:
-        return "spilled to disk"
-    reasons = []
-    if obj["pin_count"]:
-        reasons.append("pinned (primary copy: a put or a task's return)")
-    if obj["buffer_count"]:
-        reasons.append(f"in use by {obj['buffer_count']} buffer(s)")
-    return "; ".join(reasons) or "cached (evictable)"
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._stub, name)
 
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            except transport.RpcError as exc:
+                raise NodeCallError(*transport.status(exc), self._address) from None
 
-def _payload_class(payload: bytes) -> str:
-    """The class name a named actor's GCS record carries (``names.py``), else "?"."""
-    try:
-        return str(json.loads(payload)["class_name"])
-    except (ValueError, KeyError, TypeError):
-        return "?"
+        return call
 
 
 class StateClient:
@@ -103,11 +98,32 @@ class StateClient:
         except launch.ClusterError as exc:
             raise StateError(str(exc)) from None
         self.tls = tls if tls is not None else TlsConfig.from_env()
+        from rayfield._private.gcs.client import GcsClient  # (the wire code loads here)
+
         self.gcs = GcsClient(self.address, token, tls=self.tls or False, retry_deadline_s=5)
         self.metadata = auth_metadata(token)
         self.node_timeout_s = node_timeout_s
         self._channels: dict[str, Any] = {}  # address -> transport channel
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rayfield-state")
+        self._pool: ThreadPoolExecutor | Inline = ThreadPoolExecutor(
+            max_workers=8, thread_name_prefix="rayfield-state"
+        )
+        self._embedded: EmbeddedNodeStub | None = None
+
+    @classmethod
+    def embedded(cls, node: Node) -> StateClient:
+        """The same queries, answered for a driver whose ``init()`` started ``node``
+        (no GCS): the node is the only one; actors, tasks and jobs come from its
+        session's task events (``embedded_state.py``)."""
+        self = cls.__new__(cls)
+        self.address = EMBEDDED_ADDRESS
+        self.tls = None
+        self.gcs = EmbeddedGcs(node)  # type: ignore[assignment]
+        self.metadata = ()
+        self.node_timeout_s = 5.0
+        self._channels = {}
+        self._pool = Inline()  # one node, in this process: no threads
+        self._embedded = EmbeddedNodeStub(node)
+        return self
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -123,15 +139,20 @@ class StateClient:
 
     # ---- plumbing ---------------------------------------------------------------------
 
-    def node(self, address: str) -> NodeStub:
-        """A client of the node service at ``address``."""
+    def node(self, address: str) -> _CheckedNode:
+        """A client of the node service at ``address``; its calls raise
+        :class:`NodeCallError` when they fail."""
+        if self._embedded is not None:
+            return _CheckedNode(self._embedded, address)  # type: ignore[arg-type]
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = open_channel(address, self.tls, MAX_MESSAGE_BYTES)
-        return NodeStub(channel, self.metadata)
+        from rayfield._private.node_manager.node_service import NodeStub
+
+        return _CheckedNode(NodeStub(channel, self.metadata), address)
 
     def _each_node(
-        self, fn: Callable[[NodeStub], T], nodes: list[NodeInfo] | None = None
+        self, fn: Callable[[_CheckedNode], T], nodes: list[NodeInfo] | None = None
     ) -> list[tuple[NodeInfo, T | None, str]]:
         """``fn`` on every alive node in parallel: (node, result or None, error text)."""
         alive = [n for n in (nodes if nodes is not None else self.gcs.get_nodes()) if n.alive]
@@ -139,8 +160,8 @@ class StateClient:
         def one(n: NodeInfo) -> tuple[NodeInfo, T | None, str]:
             try:
                 return n, fn(self.node(n.address)), ""
-            except transport.RpcError as exc:
-                return n, None, "{}: {}".format(*transport.status(exc))
+            except NodeCallError as exc:
+                return n, None, f"{exc.status}: {exc.details}"
 
         return list(self._pool.map(one, alive))
 
@@ -246,23 +267,32 @@ class StateClient:
             for d in n["demand"]
         ]
 
+    def _kv(self) -> GcsClient:
+        if self._embedded is not None:
+            raise StateError(
+                "the embedded runtime (rayfield.init() without an address) has no GCS and so "
+                "no key-value store: start a cluster with `rayfield start --head` and "
+                "connect with rayfield.init(address='auto')"
+            )
+        return self.gcs
+
     def kv_get(self, namespace: str, key: str | bytes) -> bytes | None:
         """The value under ``key`` in the GCS key-value store's ``namespace``, or None."""
-        return self.gcs.kv_get(namespace, key)
+        return self._kv().kv_get(namespace, key)
 
     def kv_put(
         self, namespace: str, key: str | bytes, value: bytes, overwrite: bool = True
     ) -> bool:
         """Store ``value`` under ``key`` in ``namespace``; True when the key was new."""
-        return self.gcs.kv_put(namespace, key, value, overwrite)
+        return self._kv().kv_put(namespace, key, value, overwrite)
 
     def kv_del(self, namespace: str, key: str | bytes) -> bool:
         """Delete ``key`` from ``namespace``; True when it existed."""
-        return self.gcs.kv_del(namespace, key)
+        return self._kv().kv_del(namespace, key)
 
     def kv_keys(self, namespace: str, prefix: str | bytes = b"") -> list[bytes]:
         """The keys of ``namespace`` that start with ``prefix``, sorted."""
-        return list(self.gcs.kv_keys(namespace, prefix))
+        return list(self._kv().kv_keys(namespace, prefix))
 
     def jobs(self) -> list[dict[str, Any]]:
         """Every job (connected driver) the GCS recorded, newest first: RUNNING, FINISHED,
@@ -342,7 +372,7 @@ class StateClient:
                 hex_id,
                 {
                     "actor_id": hex_id,
-                    "class_name": _payload_class(a.payload),
+                    "class_name": payload_class(a.payload),
                     "pid": None,
                     "node": "",
                 },
@@ -451,7 +481,7 @@ class StateClient:
             try:
                 if self.node(n.address).kill_actor(actor_id, no_restart, self.node_timeout_s):
                     return True
-            except transport.RpcError:
+            except NodeCallError:
                 continue
         return False
 

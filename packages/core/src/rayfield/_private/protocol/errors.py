@@ -15,6 +15,7 @@ __all__ = [
     "GcsInvalidRequestError",
     "GcsNotFoundError",
     "GcsUnavailableError",
+    "NodeCallError",
 ]
 
 
@@ -72,3 +73,21 @@ _BY_STATUS: dict[str, type[GcsError]] = {
 def error_for_status(status: str, message: str) -> GcsError:
     """Return the GcsError subclass instance for a gRPC status name."""
     return _BY_STATUS.get(status, GcsError)(message)
+
+
+class NodeCallError(Exception):
+    """A call to one node's service failed (the state API's node calls raise it).
+
+    Attributes:
+        status: the gRPC status name, e.g. ``"UNAVAILABLE"`` (the node did not answer in
+            time or is gone) or ``"NOT_FOUND"``.
+        details: the status text the node or the transport gave.
+        address: the node's HOST:PORT.
+    """
+
+    def __init__(self, status: str, details: str, address: str = "") -> None:
+        where = f" (node {address})" if address else ""
+        super().__init__(f"{status}: {details}{where}")
+        self.status = status
+        self.details = details
+        self.address = address

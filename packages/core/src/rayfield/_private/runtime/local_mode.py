@@ -11,7 +11,7 @@ import os
 import threading
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rayfield.exceptions as exceptions
 from rayfield._private.common.ids import IdGenerator
@@ -19,7 +19,7 @@ from rayfield._private.runtime.object_ref import ObjectRef
 
 
 class LocalRuntime:
-    """Implements the Runtime interface with an in-memory object table."""
+    """Implements ``interface.Runtime`` with an in-memory object table."""
 
     is_worker = False
     node_address = "127.0.0.1"
@@ -112,3 +112,9 @@ class LocalRuntime:
             for r in refs:
                 self.values[r.binary()] = (True, err)
         return refs
+
+
+if TYPE_CHECKING:
+    from rayfield._private.runtime.interface import Runtime
+
+    _implements: type[Runtime] = LocalRuntime  # checked by mypy

@@ -1,6 +1,6 @@
 """The per-process runtime of a driver or a worker: objects, tasks and exported code.
 
-There is one Runtime per connected process, held by its process context
+There is one StoreRuntime per connected process, held by its process context
 (``_private/context.py``) and reached through :func:`get_runtime`. It owns
 the connection to the node (a ``rayfield.store.StoreClient``) and implements put, get,
 wait and task submission over it.
@@ -19,7 +19,7 @@ import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rayfield.exceptions as exceptions
 from rayfield._private import context
@@ -31,7 +31,7 @@ from rayfield._private.runtime.object_ref import ObjectRef, RefTracker, set_trac
 from rayfield.store import GetTimeoutError as StoreGetTimeout
 from rayfield.store import ObjectExistsError, StoreClient
 
-__all__ = ["ArgRef", "Runtime", "get_runtime"]
+__all__ = ["ArgRef", "StoreRuntime", "get_runtime"]
 
 INLINE_ARGS_BYTES = 100 << 10  # larger arguments travel through the store
 STAGED_RESULT_BYTES = 64 << 10  # a worker's results up to this size travel with task_done
@@ -61,7 +61,7 @@ class ArgRef:
         return (ArgRef, (self.object_id,))
 
 
-class Runtime:
+class StoreRuntime:
     """A driver's or worker's connection to its node and everything built on it."""
 
     def __init__(self, socket_path: str, *, is_worker: bool, node_address: str = "127.0.0.1"):
@@ -382,10 +382,11 @@ class Runtime:
         return list(args), kwargs
 
 
-get_runtime: Callable[[], Runtime] = context.runtime
-"""The runtime of this process (``LocalRuntime`` in local mode, which has the same
-interface); raises ``RayfieldError`` when rayfield is not initialized. It is
-``context.runtime`` itself: one call on every submit and get."""
+get_runtime: Callable[[], StoreRuntime] = context.runtime
+"""The runtime of this process (``LocalRuntime`` in local mode: both implement
+``interface.Runtime``, the members the public API uses); raises ``RayfieldError`` when
+rayfield is not initialized. It is ``context.runtime`` itself: one call on every submit
+and get."""
 
 
 def _split(
@@ -395,3 +396,9 @@ def _split(
     ready = [r for r, f in zip(refs, flags) if f][:num_returns]
     chosen = set(map(id, ready))
     return ready, [r for r in refs if id(r) not in chosen]
+
+
+if TYPE_CHECKING:
+    from rayfield._private.runtime.interface import Runtime
+
+    _implements: type[Runtime] = StoreRuntime  # checked by mypy

@@ -25,7 +25,7 @@ from rayfield._private.common import serialization, task_retry
 from rayfield._private.common.events import EventLog
 from rayfield._private.runtime import gpus, signals
 from rayfield._private.runtime.interrupts import Interrupts
-from rayfield._private.runtime.runtime import Runtime
+from rayfield._private.runtime.runtime import StoreRuntime
 from rayfield._private.runtime.task_context import TaskContext
 from rayfield.store import StoreConnectionError
 
@@ -35,7 +35,7 @@ class Worker:
     by one and stores their results or errors."""
 
     def __init__(self, socket_path: str) -> None:
-        self.rt = Runtime(socket_path, is_worker=True)
+        self.rt = StoreRuntime(socket_path, is_worker=True)
         context.install(context.ProcessContext(context.Mode.WORKER, self.rt))
         self.rt.local = TaskContext()
         self.rt.client.register_worker(self.rt.worker_id)
