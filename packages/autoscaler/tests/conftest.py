@@ -72,10 +72,15 @@ def processes_under(root: Path) -> list[psutil.Process]:
 
 
 def write_config(path: Path, cluster_dir: Path, **overrides: Any) -> Path:
-    """A local_process cluster YAML: a head without CPUs, 1-CPU workers."""
+    """A local_process cluster YAML: a head without CPUs, 1-CPU workers. Its head leaves
+    this machine's ``session_latest`` alone (``test_local_process.py`` checks the link)."""
     cfg: dict[str, Any] = {
         "cluster_name": "t",
-        "provider": {"type": "local_process", "cluster_dir": str(cluster_dir)},
+        "provider": {
+            "type": "local_process",
+            "cluster_dir": str(cluster_dir),
+            "link_latest_session": False,
+        },
         "max_workers": 2,
         "idle_timeout_minutes": 0.05,
         "head_node_type": "head",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -88,7 +90,12 @@ def test_records_and_token_are_read_only_when_private(cluster_dir: Path) -> None
         provider.non_terminated_nodes({})
 
 
-def test_head_and_worker_lifecycle(cluster_dir: Path) -> None:
+def test_head_and_worker_lifecycle(
+    cluster_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    machine_tmp = tmp_path / "machine-tmp"  # this machine's <tmp>, for the session link
+    machine_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(machine_tmp))
     provider = LocalProcessProvider({"type": "local_process", "cluster_dir": str(cluster_dir)}, "c")
     small = {"resources": {"CPU": 1}, "object_store_memory": 64 << 20}
     provider.create_node(small, {TAG_NODE_KIND: "head", "k": "v"}, 1)
@@ -122,6 +129,28 @@ def test_head_and_worker_lifecycle(cluster_dir: Path) -> None:
     idle = wait_for(idle_figures, 30, "both nodes reporting idle time", interval=0.2)
     assert set(idle) == {provider.cluster_node_id(head), provider.cluster_node_id(worker)}
 
+    # A driver on this machine finds the cluster with address="auto", as `rayfield
+    # status` does: <tmp>/rayfield-<uid>/session_latest points at the head's session.
+    env = {**os.environ, "TMPDIR": str(machine_tmp)}
+    driver = (
+        "import rayfield as rf; rf.init(address='auto'); "
+        "print(sum(1 for n in rf.nodes() if n['Alive'])); rf.shutdown()"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", driver], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert found.returncode == 0 and found.stdout.split()[-1] == "2", found.stderr[-2000:]
+    status = subprocess.run(
+        [sys.executable, "-m", "rayfield.cli.main", "status"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert status.returncode == 0, status.stdout + status.stderr
+    link = machine_tmp / f"rayfield-{os.getuid()}" / "session_latest"
+    assert link.resolve().parent == cluster_dir / "nodes" / head
+
     infos = cluster_dir.glob("nodes/*/session_*/node.json")
     pids = {json.loads(p.read_text())["pid"] for p in infos}  # session_latest: the head's again
     assert len(pids) == 2
@@ -131,3 +160,4 @@ def test_head_and_worker_lifecycle(cluster_dir: Path) -> None:
     for pid in pids:  # stopped (a zombie init has not reaped yet counts as stopped)
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not list(cluster_dir.glob("nodes/*/session_*/node.json"))  # cleaned
+    assert not link.is_symlink()  # the head's link went with it

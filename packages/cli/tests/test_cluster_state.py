@@ -146,3 +146,19 @@ def test_introspection_needs_the_token_and_serves_only_log_files(
         and tail["offset"] == tail["size"] - len(tail["data"])
     )
     channel.close()
+
+
+def test_list_named_actors_covers_the_cluster(workload: dict[str, Any]) -> None:
+    """Named actors of the cluster's GCS, whichever node hosts them."""
+
+    @rf.remote(resources={"b": 1})
+    class Remote:
+        def ping(self) -> int:
+            return 1
+
+    far = Remote.options(name="far", lifetime="detached").remote()
+    rf.get(far.ping.remote())
+    assert "far" in rf.util.list_named_actors()
+    assert {"name": "far", "namespace": ""} in rf.util.list_named_actors(all_namespaces=True)
+    rf.kill(far)
+    wait_for(lambda: "far" not in rf.util.list_named_actors(), "far gone from the list")

@@ -214,7 +214,7 @@ class ActorClass(Generic[C]):
             f"{self.__name__}.__init__",
             opt.actor_resources(o),
             max_retries=o.get("max_restarts", 0),
-            options={"max_concurrency": concurrency},
+            options={"max_concurrency": concurrency, **_name_option(o)},
             actor_id=actor_id,
             caller_id=handle._caller_id,
             max_concurrency=concurrency,
@@ -245,6 +245,14 @@ class _BoundActorOptions:
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         """Create an actor with these options; as :meth:`ActorClass.remote`."""
         return self._cls._create(args, kwargs, self._options)
+
+
+def _name_option(o: dict[str, Any]) -> dict[str, Any]:
+    """A named actor's name and namespace, carried by its creation task into the task
+    events (where the state API of an embedded runtime finds named actors)."""
+    if not o.get("name"):
+        return {}
+    return {"actor_name": [o["name"], o.get("namespace", "")]}
 
 
 def _in_cluster() -> bool:

@@ -120,6 +120,25 @@ def test_util_state_is_the_one_api_on_the_embedded_runtime(cluster: Any) -> None
     wait_for(lambda: [a["state"] for a in state.list_actors()] == ["DEAD"], 10, "the actor DEAD")
 
 
+def test_list_named_actors(cluster: Any) -> None:
+    @rf.remote
+    class Named:
+        def ping(self) -> int:
+            return 1
+
+    alpha = Named.options(name="alpha").remote()
+    beta = Named.options(name="beta", namespace="other").remote()
+    plain = Named.remote()
+    rf.get([alpha.ping.remote(), beta.ping.remote(), plain.ping.remote()])
+    assert rf.util.list_named_actors() == ["alpha"]
+    assert rf.util.list_named_actors(all_namespaces=True) == [
+        {"name": "alpha", "namespace": ""},
+        {"name": "beta", "namespace": "other"},
+    ]
+    rf.kill(alpha)
+    wait_for(lambda: rf.util.list_named_actors() == [], 10, "alpha gone from the list")
+
+
 def test_runtime_context(cluster: Any) -> None:
     ctx = rf.get_runtime_context()
     assert not ctx.is_worker and ctx.task_id is None and ctx.worker_pid == os.getpid()

@@ -62,6 +62,12 @@ _PROVIDER = {
     "properties": {
         "type": {"enum": list(PROVIDER_TYPES)},
         "cluster_dir": {"type": "string"},
+        "link_latest_session": {
+            "type": "boolean",
+            "description": "local_process: point <tmp>/rayfield-<uid>/session_latest at "
+            "the head's session, so init(address='auto') and `rayfield status` on this "
+            "machine find the cluster (default true)",
+        },
         "region": {"type": "string"},
         "availability_zone": {"type": "string"},
         "module": {"type": "string"},

@@ -16,15 +16,21 @@ kept and read through :mod:`rayfield.util.private_files`, see
                         went
 
 The head is started with ``rayfield start --head --port 0`` and its GCS address is read
-from its session's ``cluster.json``; workers join it with the cluster token in their
-node process's environment (never on the command line or in a tag). A node's resources
-are its type's ``resources`` (``CPU``, ``GPU`` and custom ones); ``node_config`` may set
-``object_store_memory`` (bytes, default 200 MB: many nodes share this machine).
+from its session's ``cluster.json``; unless ``provider.link_latest_session`` is false,
+``<tmp>/rayfield-<uid>/session_latest`` is then pointed at the head's session (rayfield-core's
+``rayfield.util.cluster.point_latest_session``), so ``rayfield.init(address="auto")`` and
+``rayfield status`` on this machine find the cluster as they find one ``rayfield start``
+began, and the link is removed when the head is terminated. Workers join it with the
+cluster token in their node process's environment (never on the command line or in a
+tag). A node's resources are its type's ``resources`` (``CPU``, ``GPU`` and custom ones);
+``node_config`` may set ``object_store_memory`` (bytes, default 200 MB: many nodes share
+this machine).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import shutil
 import subprocess
@@ -43,6 +49,8 @@ from rayfield.autoscaler.cluster_state import (
 )
 from rayfield.autoscaler.provider_base import KIND_HEAD, TAG_NODE_KIND, ProviderError
 from rayfield.util import private_files
+
+logger = logging.getLogger("rayfield.autoscaler")
 
 __all__ = ["LocalProcessProvider", "default_cluster_dir", "rayfield_command"]
 
@@ -106,7 +114,16 @@ class LocalProcessProvider(StatefulProvider):
         rec = self._records().get(node_id)
         if rec is None:
             return
-        self._stop(Path(rec["temp_dir"]))
+        temp_dir = Path(rec["temp_dir"])
+        session = _session(temp_dir) if rec.get("head") else None
+        self._stop(temp_dir)
+        if session is not None:
+            from rayfield.util import cluster
+
+            try:
+                cluster.unpoint_latest_session(session)
+            except cluster.UnsafeSessionError as exc:
+                logger.warning("session_latest left as it is: %s", exc)
         with self._locked() as nodes:
             nodes.pop(node_id, None)
 
@@ -171,7 +188,22 @@ class LocalProcessProvider(StatefulProvider):
                 raise ProviderError(f"the head {node_id} recorded no GCS address; see {log}")
             with self._locked() as nodes:
                 nodes[node_id]["gcs_address"] = cluster["gcs_address"]
+            if session is not None and self.provider_config.get("link_latest_session", True):
+                self._link_latest(session)
         return node_id
+
+    @staticmethod
+    def _link_latest(session: Path) -> None:
+        """Point the default session root's ``session_latest`` at the head's session; a
+        root that is not this user's alone only costs a warning (the cluster runs)."""
+        from rayfield.util import cluster
+
+        try:
+            link = cluster.point_latest_session(session)
+        except (cluster.UnsafeSessionError, cluster.ClusterError, OSError) as exc:
+            logger.warning("the cluster is not findable with address='auto': %s", exc)
+            return
+        logger.info("%s -> %s (init(address='auto') finds this cluster)", link, session)
 
     @staticmethod
     def _start_head(temp_dir: Path, node_config: dict[str, Any], log: Path) -> None:

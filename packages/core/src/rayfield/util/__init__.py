@@ -1,6 +1,6 @@
 """Utilities on top of the core API: actor pools, a distributed queue, ``multiprocessing.Pool``,
-a joblib backend, ``get_node_ip_address``, and ``inspect_serializability`` (which pieces of a
-value cannot be sent to a task).
+a joblib backend, ``get_node_ip_address``, ``list_named_actors``, and
+``inspect_serializability`` (which pieces of a value cannot be sent to a task).
 
 Public modules for tools and libraries: ``rayfield.util.state`` (the cluster's state),
 ``rayfield.util.cluster`` (finding, starting and stopping a cluster), ``rayfield.util.perf``
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rayfield.util.actor_pool import ActorPool
     from rayfield.util.check_serialize import FailureTuple, inspect_serializability
+    from rayfield.util.named_actors import list_named_actors
     from rayfield.util.network import get_node_ip_address
     from rayfield.util.queue import Empty, Full, Queue
 
@@ -35,6 +36,7 @@ __all__ = [
     "get_node_ip_address",
     "inspect_serializability",
     "joblib",
+    "list_named_actors",
     "multiprocessing",
     "private_files",
 ]
@@ -49,6 +51,7 @@ _NAMES = {
     "Queue": "rayfield.util.queue",
     "get_node_ip_address": "rayfield.util.network",
     "inspect_serializability": "rayfield.util.check_serialize",
+    "list_named_actors": "rayfield.util.named_actors",
 }
 _LAZY_SUBMODULES = (
     "actor_pool",

@@ -23,6 +23,12 @@ Restarting a killed head: ``killed_head(temp_dir, address)`` finds the session o
 whose GCS was killed; ``start_gcs(..., restore=that_session)`` starts the cluster again
 from its database and token.
 
+A cluster whose head keeps its session elsewhere (rayfield-autoscaler's
+``local_process`` nodes each have a temp dir of their own) is made findable by
+``point_latest_session(head_session)``: ``<tmp>/rayfield-<uid>/session_latest`` points
+at it, so ``init(address="auto")`` and ``rayfield status`` find it;
+``unpoint_latest_session`` removes that link when the head goes.
+
 Running processes: ``NodeOptions``, ``new_session_dir``, ``start_gcs``, ``start_node``,
 ``start_dashboard``, ``stop_all``, ``rayfield_processes``, ``clean_stopped_sessions``.
 
@@ -80,6 +86,7 @@ __all__ = [
     "killed_head",
     "make_test_certificates",
     "new_session_dir",
+    "point_latest_session",
     "rayfield_processes",
     "read_session_json",
     "read_token",
@@ -88,6 +95,7 @@ __all__ = [
     "start_gcs",
     "start_node",
     "stop_all",
+    "unpoint_latest_session",
     "write_private",
 ]
 
@@ -176,3 +184,44 @@ def clean_stopped_sessions(temp_dir: Path | None = None) -> int:
     if latest.is_symlink() and not (latest / "node.json").exists():
         latest.unlink()
     return cleaned
+
+
+def point_latest_session(session_dir: Path, temp_dir: Path | None = None) -> Path:
+    """Point ``<temp_dir>/session_latest`` (default ``<tmp>/rayfield-<uid>``) at the head
+    session ``session_dir``, so that ``init(address="auto")``, ``find_gcs_address`` and
+    ``rayfield status`` on this machine find a cluster whose head runs under another temp
+    dir. Replaces the link atomically, as ``rayfield start --head`` does.
+
+    Returns:
+        The link's path.
+
+    Raises:
+        ClusterError: ``session_dir`` is not a head session (no ``cluster.json``).
+        UnsafeSessionError: the root or the session is not this user's alone.
+    """
+    session = Path(session_dir)
+    if session_files.read_json(session / "cluster.json") is None:
+        raise ClusterError(
+            f"{session} is not the session of a cluster's head (no cluster.json): pass "
+            "the head's session directory"
+        )
+    root = session_files.ensure_root(temp_dir)
+    session_files.point_latest(root, session)
+    return root / session_files.LATEST
+
+
+def unpoint_latest_session(session_dir: Path, temp_dir: Path | None = None) -> bool:
+    """Remove ``<temp_dir>/session_latest`` if it points at ``session_dir``; True when
+    it did. A link to another session (a head started since) is left alone.
+
+    Raises:
+        UnsafeSessionError: the root is not this user's alone.
+    """
+    root = session_files.existing_root(temp_dir)
+    if root is None:
+        return False
+    link = root / session_files.LATEST
+    if not link.is_symlink() or link.resolve() != Path(session_dir).resolve():
+        return False
+    link.unlink(missing_ok=True)
+    return True

@@ -358,8 +358,8 @@ class StateClient:
             out[actor_id] = {
                 "actor_id": actor_id,
                 "class_name": e["name"][: -len(".__init__")],
-                "name": "",
-                "namespace": "",
+                "name": e.get("actor_name") or "",
+                "namespace": e.get("namespace") or "",
                 "detached": False,
                 "state": "ALIVE" if ok else "DEAD",
                 "node_id": e.get("node_id", ""),

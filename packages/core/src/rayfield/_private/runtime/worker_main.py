@@ -152,6 +152,8 @@ class Worker:
             "start": start,
             "ok": True,
         }
+        if options.get("actor_name"):
+            event["actor_name"], event["namespace"] = options["actor_name"]
         staged: list[tuple[bytes, bytes, bytes]] = []  # small results, sent with task_done
         retry = False
         try:
