@@ -5,6 +5,10 @@ growing by 100 MB every 0.1 s crosses it within about four seconds. The margin i
 because other processes on the machine move the usage too: one that grew by 1.3 GB while
 the retry test ran (a demo beside the test run) kept the node above a 1.2 GB margin after
 the hog was killed, and the monitor rightly killed the retry as well.
+
+Each test may hold up to 6 GB, so they are ``slow`` (``nox -s learning``); the monitor's
+policy (whom it kills, when) is unit-tested without processes in
+``tests/unit/test_memory_policy.py``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from rayfield._private.node_manager.memory_monitor import (
     memory_usage,
 )
 from rayfield.exceptions import OutOfMemoryError, WorkerCrashedError
+
+pytestmark = pytest.mark.slow
 
 MARGIN_BYTES = 4000 << 20  # the threshold's distance above the usage at the start
 STEP_BYTES = 100 << 20
@@ -86,17 +92,13 @@ def low_threshold_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
         assert not [c for c in children if c.is_running() and c.status() != "zombie"], children
 
 
-def wait_for(path: Path, timeout_s: float = 20) -> None:
-    testing.wait_for(path.exists, timeout_s, f"{path} to appear")
-
-
 def test_non_retriable_task_is_killed_and_raises(
     low_threshold_cluster: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="rayfield")
     started = tmp_path / "sleeper-started"
     other = sleeper.remote(str(started), 3.0)  # older, so not the newest: must survive
-    wait_for(started)
+    testing.wait_for(started.exists, 20, f"{started} to appear")
     with pytest.raises(OutOfMemoryError) as info:
         rf.get(hog.remote(), timeout=30)
     message = str(info.value)

@@ -7,6 +7,8 @@
   as a pytest class to subclass once per implementation.
 * :func:`local_node` (the native node in this process) and :func:`node_process` (the native
   node in a child process, so a crash fails a test instead of killing the test run).
+* :func:`wait_for`: poll until a condition a test can observe holds (every package's tests
+  wait with it; rayfield-core re-exports it as ``rayfield.testing.wait_for``).
 
 This module imports pytest. It imports nothing native at module level, so the fake and the
 conformance suite work where the extension is not built.
@@ -27,6 +29,7 @@ from __future__ import annotations
 from rayfield.store.testing.conformance import ObjectStoreConformance
 from rayfield.store.testing.fake import FakeObjectBuffer, FakeObjectStore, FakeStoreClient
 from rayfield.store.testing.nodes import NodeProcess, local_node, node_process
+from rayfield.store.testing.waiting import wait_for
 
 __all__ = [
     "FakeObjectBuffer",
@@ -36,4 +39,5 @@ __all__ = [
     "ObjectStoreConformance",
     "local_node",
     "node_process",
+    "wait_for",
 ]
