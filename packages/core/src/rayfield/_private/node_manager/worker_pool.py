@@ -11,6 +11,11 @@ worker's modules and those once, and forks workers from it instead: ``start`` th
 queues the request, and the pool's ``rayfield-zygote`` thread forks the workers (waiting for
 the zygote to be ready first). Should the zygote fail (exit, not answer, not get ready within
 ``READY_TIMEOUT_S``) the pool warns once and spawns fresh interpreters from then on.
+
+Workers of a runtime_env other than the default (``start_env``) are always fresh
+interpreters, started by a short-lived thread once the env's setup (``runtime_envs.py``)
+returned their environment and Python; they are counted per runtime_env in
+``starting_env`` until they register.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +83,10 @@ class WorkerPool:
         self._logs.start()
         self._queued = 0  # workers asked for and not yet forked (under ``lock``)
         self._wake = threading.Condition(self.lock)
+        # Workers of other runtime_envs: starting per env, each one's env, start threads.
+        self.starting_env: dict[str, int] = {}
+        self._env_of: dict[int, str] = {}
+        self._env_threads: list[threading.Thread] = []
         self.zygote: Zygote | None = None
         self.zygote_state = ZygoteState(preload_modules, time.monotonic())
         if preload_modules:
@@ -107,6 +116,60 @@ class WorkerPool:
             if not self._spawn(env, counted=False):
                 return
 
+    def start_env(
+        self,
+        runtime_env: str,
+        n: int,
+        prepare: Callable[[str], tuple[dict[str, str], str | None]],
+    ) -> None:
+        """Start ``n`` workers of ``runtime_env`` (canonical JSON), fewer if the cap is
+        reached; counted in ``starting_env`` at once. A thread runs ``prepare`` (the env's
+        setup: environment overrides and the Python to run, None for this one), then
+        spawns them."""
+        with self.lock:
+            if self._closed:
+                return
+            alive = sum(1 for p in self.procs.values() if p.poll() is None) + self._queued
+            n = max(0, min(n, self.cap - alive - sum(self.starting_env.values())))
+            if not n:
+                return
+            self.starting_env[runtime_env] = self.starting_env.get(runtime_env, 0) + n
+            self._env_threads = [t for t in self._env_threads if t.is_alive()]
+            thread = threading.Thread(
+                target=self._start_env_workers,
+                args=(runtime_env, n, prepare),
+                daemon=True,
+                name="rayfield-runtime-env",
+            )
+            self._env_threads.append(thread)
+        thread.start()
+
+    def _start_env_workers(
+        self,
+        runtime_env: str,
+        n: int,
+        prepare: Callable[[str], tuple[dict[str, str], str | None]],
+    ) -> None:
+        overrides, python = prepare(runtime_env)
+        env = self._worker_env()
+        paths = overrides.pop("PYTHONPATH", "")  # (a venv's site-packages go first)
+        env.update(overrides)
+        if paths:
+            env["PYTHONPATH"] = os.pathsep.join([paths, env["PYTHONPATH"]])
+        for i in range(n):
+            if not self._spawn(env, counted=True, python=python, runtime_env=runtime_env):
+                with self.lock:  # the pool stopped: these are not coming
+                    self._uncount(runtime_env, n - i - 1)
+                return
+
+    def _uncount(self, runtime_env: str, k: int) -> None:
+        """``k`` workers of ``runtime_env`` no longer start (under ``lock``)."""
+        left = self.starting_env.get(runtime_env, 0) - k
+        if left > 0:
+            self.starting_env[runtime_env] = left
+        else:
+            self.starting_env.pop(runtime_env, None)
+
     def _worker_env(self) -> dict[str, str]:
         # Workers import what the driver can: its sys.path (the script's folder included).
         paths = [os.path.abspath(p or os.getcwd()) for p in sys.path]
@@ -118,11 +181,15 @@ class WorkerPool:
             RAYFIELD_NODE_GPUS=str(self.node_gpus),
         )
 
-    def _spawn(self, env: dict[str, str], counted: bool) -> bool:
-        """Start one fresh worker interpreter; False when the pool stopped meanwhile.
-        ``counted``: it is already in ``starting`` (queued for the zygote)."""
+    def _spawn(
+        self, env: dict[str, str], counted: bool, python: str | None = None, runtime_env: str = ""
+    ) -> bool:
+        """Start one fresh worker interpreter (``python``, default this one); False when
+        the pool stopped meanwhile. ``counted``: it is already in ``starting`` (queued for
+        the zygote) or in ``starting_env`` (a worker of ``runtime_env``)."""
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rayfield._private.runtime.worker_main", self.socket_path],
+            [python or sys.executable, "-m", "rayfield._private.runtime.worker_main",
+             self.socket_path],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -130,9 +197,11 @@ class WorkerPool:
             **OWN_GROUP,
             umask=0o077,  # the files it writes (events, spill) are the user's alone
         )
-        return self._add(proc, counted)
+        return self._add(proc, counted, runtime_env)
 
-    def _add(self, proc: subprocess.Popen[bytes] | ForkedWorker, counted: bool) -> bool:
+    def _add(
+        self, proc: subprocess.Popen[bytes] | ForkedWorker, counted: bool, runtime_env: str = ""
+    ) -> bool:
         """Track a started worker and stream its output; False (and the worker ended)
         when the pool stopped meanwhile."""
         assert proc.stdout is not None
@@ -141,6 +210,8 @@ class WorkerPool:
             if not self._closed:  # stop() takes it with the others
                 self.procs[proc.pid] = proc
                 self._unregistered.add(proc.pid)
+                if runtime_env:
+                    self._env_of[proc.pid] = runtime_env
                 self.starting += 0 if counted else 1
                 self.selector.register(proc.stdout, selectors.EVENT_READ, proc.pid)
                 return True
@@ -204,7 +275,10 @@ class WorkerPool:
         with self.lock:
             if pid in self._unregistered:
                 self._unregistered.discard(pid)
-                self.starting = max(0, self.starting - 1)
+                if pid in self._env_of:
+                    self._uncount(self._env_of.pop(pid), 1)
+                else:
+                    self.starting = max(0, self.starting - 1)
                 self._failed_starts = 0
 
     def _forget_exited(self) -> None:
@@ -230,6 +304,10 @@ class WorkerPool:
             if pid not in self._unregistered or self._closed:
                 return
             self._unregistered.discard(pid)
+            if pid in self._env_of:  # not replaced: the node asks again as its queue changes
+                self._uncount(self._env_of.pop(pid), 1)
+                logger.warning("worker %d of a runtime_env exited before it registered", pid)
+                return
             self.starting = max(0, self.starting - 1)
             self._failed_starts += 1
             replace = self._failed_starts <= MAX_FAILED_STARTS
@@ -289,6 +367,10 @@ class WorkerPool:
             self._closed = True
             self._queued = 0
             self._wake.notify_all()
+            env_threads = list(self._env_threads)
+        for thread in env_threads:  # (a setup in progress was ended by RuntimeEnvs.stop)
+            thread.join(timeout=5)
+        with self.lock:
             procs = list(self.procs.values())
         if self.zygote is not None:
             self.zygote.close()  # a fork in flight fails at once

@@ -225,6 +225,7 @@ SPECS: dict[str, dict[str, Any]] = {
         "return_ids": IDS,
         "max_retries": INT,
         "actor_handles": IDS,
+        "runtime_env": STR,
     },
     "ForwardTaskRequest": {
         "origin": SHARED_STR,
