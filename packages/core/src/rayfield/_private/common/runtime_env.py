@@ -87,9 +87,7 @@ def check(env: Any, *, where: str = "runtime_env") -> dict[str, Any]:
         if key not in KNOWN_KEYS:
             close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
-                f"unknown {where} key {key!r}{hint} (known: {', '.join(KNOWN_KEYS)})"
-            )
+            raise ValueError(f"unknown {where} key {key!r}{hint} (known: {', '.join(KNOWN_KEYS)})")
         if value is None:
             continue
         out[key] = _CHECKS[key](value, f"{where}[{key!r}]")
@@ -138,8 +136,7 @@ def _py_modules(value: Any, where: str) -> list[str]:
         path = _path(item, f"{where}[{i}]")
         if not (is_uri(path) or os.path.isdir(path) or path.endswith((".py", ".whl", ".zip"))):
             raise ValueError(
-                f"{where}[{i}] must be a package directory or a .py, .whl or .zip file, "
-                f"got {path}"
+                f"{where}[{i}] must be a package directory or a .py, .whl or .zip file, got {path}"
             )
         out.append(path)
     return out
@@ -185,7 +182,7 @@ def _config(value: Any, where: str) -> dict[str, Any]:
     out = dict(value)
     timeout = out.get("setup_timeout_seconds")
     if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1 and timeout != -1
+        isinstance(timeout, bool) or not isinstance(timeout, int) or (timeout < 1 and timeout != -1)
     ):
         raise ValueError(
             f"{where}['setup_timeout_seconds'] must be a whole number of seconds >= 1 "

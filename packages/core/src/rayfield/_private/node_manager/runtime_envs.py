@@ -22,7 +22,9 @@ Packages (working_dir, py_modules) are unpacked by the worker itself, before it 
 (``runtime/runtime_env_setup.py``). A failed setup never raises here: the workers start
 with ``RAYFIELD_RUNTIME_ENV_ERROR`` set (the node's Python, none of the env), register
 for the runtime_env and fail each task they get with ``RuntimeEnvSetupError`` (pip's
-output tail in the message), one task each; a later request tries the setup again.
+output tail in the message), one task each. A failure is remembered for
+``FAILED_SETUP_RETRY_S`` (the tasks of that env asked for meanwhile fail at once); a later
+request tries the setup again.
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ import fcntl
 import hashlib
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
 import sysconfig
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,7 @@ __all__ = ["PIP_OUTPUT_TAIL", "RuntimeEnvs", "SetupResult"]
 logger = logging.getLogger("rayfield")
 
 PIP_OUTPUT_TAIL = 3000  # characters of pip's output an install failure reports
+FAILED_SETUP_RETRY_S = 30.0  # a failed setup is tried again after this long
 READY = ".rayfield-ready"
 
 SetupResult = tuple[dict[str, str], "str | None"]
@@ -80,11 +83,16 @@ class RuntimeEnvs:
         self._lock = threading.Lock()
         self._venvs: dict[str, threading.Lock] = {}  # one setup at a time per venv
         self._procs: set[subprocess.Popen[bytes]] = set()
+        self._failed: dict[str, tuple[float, str]] = {}  # env -> (when, why)
         self._closed = False
 
     def prepare(self, env_string: str) -> SetupResult:
         """Environment overrides and Python for a worker of ``env_string``; on failure,
         overrides that make the worker fail its tasks with the reason. Never raises."""
+        with self._lock:
+            when, why = self._failed.get(env_string, (0.0, ""))
+        if why and time.monotonic() - when < FAILED_SETUP_RETRY_S:
+            return self._failing(env_string, why)
         try:
             env = renv.parse(env_string)
             overrides = dict(env.get("env_vars") or {})
@@ -101,12 +109,19 @@ class RuntimeEnvs:
                 overrides["VIRTUAL_ENV"] = str(venv)
             return overrides, python
         except Exception as exc:
-            logger.warning("runtime_env setup failed: %s", exc)
-            return {
-                renv_var("ENV"): env_string,
-                renv_var("ENV_DIR"): str(self.cache_dir),
-                renv_var("ENV_ERROR"): f"{type(exc).__name__}: {exc}",
-            }, None
+            why = f"{type(exc).__name__}: {exc}"
+            logger.warning("runtime_env setup failed: %s", why.splitlines()[0])
+            with self._lock:
+                self._failed[env_string] = (time.monotonic(), why)
+            return self._failing(env_string, why)
+
+    def _failing(self, env_string: str, why: str) -> SetupResult:
+        """A worker of ``env_string`` that fails its tasks with ``why``."""
+        return {
+            renv_var("ENV"): env_string,
+            renv_var("ENV_DIR"): str(self.cache_dir),
+            renv_var("ENV_ERROR"): why,
+        }, None
 
     def _venv(self, pip: dict[str, Any], timeout_s: float | None) -> Path:
         """The virtual environment with ``pip``'s packages, made now if missing."""
@@ -122,9 +137,16 @@ class RuntimeEnvs:
             shutil.rmtree(venv, ignore_errors=True)  # a setup that failed or was cut short
             try:
                 self._run(
-                    [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages",
-                     str(venv)],
-                    timeout_s, "python -m venv",
+                    [
+                        sys.executable,
+                        "-m",
+                        "venv",
+                        "--without-pip",
+                        "--system-site-packages",
+                        str(venv),
+                    ],
+                    timeout_s,
+                    "python -m venv",
                 )
                 cmd = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]
                 quiet = ["--disable-pip-version-check", "--no-input"]

@@ -188,8 +188,12 @@ class WorkerPool:
         the pool stopped meanwhile. ``counted``: it is already in ``starting`` (queued for
         the zygote) or in ``starting_env`` (a worker of ``runtime_env``)."""
         proc = subprocess.Popen(
-            [python or sys.executable, "-m", "rayfield._private.runtime.worker_main",
-             self.socket_path],
+            [
+                python or sys.executable,
+                "-m",
+                "rayfield._private.runtime.worker_main",
+                self.socket_path,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
