@@ -101,11 +101,8 @@ def init(
             of a fresh interpreter importing them (default ``RAYFIELD_WORKER_PRELOAD_MODULES``,
             comma-separated; ``[]``: off). A module that fails to import is left out with a
             warning; a failed fork server makes the node start fresh workers, with a warning.
-        runtime_env: the job's runtime_env (a dict or ``rayfield.runtime_env.RuntimeEnv``;
-            default: the JSON in ``RAYFIELD_JOB_RUNTIME_ENV``, which job submission sets for
-            an entrypoint): what every task and actor of this driver runs in, under their
-            own (``rayfield.runtime_env``). Its local files are packed and stored now.
-            Ignored in local mode.
+        runtime_env: the job's, under each task's and actor's own (``rayfield.runtime_env``;
+            default: the JSON in ``RAYFIELD_JOB_RUNTIME_ENV``). Not in local mode.
 
     Returns:
         Address information: ``node_ip_address``, ``session_dir``, ``object_store_address``.
@@ -115,8 +112,7 @@ def init(
         TypeError: an argument rayfield does not know (``**unsupported``).
         ValueError: resource arguments given together with ``address``, or an amount
             that is negative or not finite; a preload entry that is not a module name; a
-            bad ``runtime_env`` (an unknown key or a missing path, named; a working_dir
-            over 100 MiB; ``RAYFIELD_JOB_RUNTIME_ENV`` that is not JSON).
+            bad ``runtime_env`` (an unknown key or missing path, named; over 100 MiB).
         ConnectionError: no running node at ``address``.
         UnsafeSessionError: the root, or a session file found there, is not this user's
             alone (another user created it, or others can write it).
@@ -143,9 +139,7 @@ def init(
                 "object_store_memory and worker_preload_modules must not be given: set them "
                 "with 'rayfield start'."
             )
-        info = _connect(address, temp_dir)
-        runtime_env_packages.set_job_env(context.runtime(), job_env)
-        return info
+        return _connect(address, temp_dir, job_env)
     if configure_logging:
         logging.basicConfig(level=logging_level, format="%(asctime)s %(levelname)s %(message)s")
     from rayfield._private.common.options import node_resources_of
@@ -198,7 +192,7 @@ def _warn_no_dashboard(connecting: bool) -> None:
     )
 
 
-def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
+def _connect(address: str, temp_dir: str | None, job_env: Any = ({}, {})) -> dict[str, Any]:
     """Connect this driver to a node started elsewhere (``rayfield start``, or ``python -m
     rayfield._private.node_manager.node_main``): a GCS address ``host:port`` (a node of
     that cluster on this machine), ``"auto"`` (the latest session under `temp_dir`), a
@@ -225,6 +219,7 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
         **cluster,
     }
     context.install(ProcessContext(Mode.CONNECTED, runtime, info, None, runtime.ids.job_id))
+    runtime_env_packages.set_job_env(runtime, job_env)
     if cluster:
         from rayfield._private.driver import jobs
 

@@ -142,3 +142,13 @@ def test_options_check_runtime_env_where_it_is_given(tmp_path: Path) -> None:
     assert got["runtime_env"] == {"env_vars": {"A": "1"}}
     with pytest.raises(ValueError, match="does not exist"):
         options.normalize({"runtime_env": {"working_dir": str(tmp_path / "x")}}, actor=True)
+
+
+def test_a_forwarded_task_keeps_its_runtime_env() -> None:
+    from rayfield._private.node_manager.task_spec import TaskSpec
+    from rayfield._private.protocol import messages
+
+    spec = TaskSpec(b"t" * 20, b"payload", runtime_env='{"env_vars":{"A":"1"}}')
+    raw = messages.encode_forward_batch("origin", [(spec.to_native(), [])])
+    [(_, decoded, _)] = messages.decode_forward_batch(raw)[0]
+    assert TaskSpec.from_native(decoded).runtime_env == spec.runtime_env
