@@ -44,7 +44,7 @@ from rayfield._private.common import runtime_env as _check
 __all__ = ["RuntimeEnv", "RuntimeEnvConfig"]
 
 
-class RuntimeEnvConfig(dict):  # type: ignore[type-arg]
+class RuntimeEnvConfig(dict[str, Any]):
     """The ``config`` of a runtime_env (Ray's ``RuntimeEnvConfig``).
 
     Args:
@@ -61,7 +61,7 @@ class RuntimeEnvConfig(dict):  # type: ignore[type-arg]
         _check.check({"config": dict(self)})
 
 
-class RuntimeEnv(dict):  # type: ignore[type-arg]
+class RuntimeEnv(dict[str, Any]):
     """A runtime_env (Ray's ``RuntimeEnv``): a dict of the keys above, checked when made.
 
     Args:

@@ -28,6 +28,7 @@ SPEC: dict[str, Any] = {
     "return_ids": [oid(6)],
     "max_retries": 2,
     "actor_handles": [oid(7)],
+    "runtime_env": '{"env_vars":{"A":"1"}}',
 }
 PLAIN: dict[str, Any] = {
     "task_id": oid(8),
@@ -127,6 +128,7 @@ def test_forward_batch_round_trip() -> None:
     assert spec == SPEC
     assert plain["actor_id"] is None and plain["caller_id"] is None
     assert plain["resources"] == {} and plain["return_ids"] == [oid(9)]
+    assert plain["runtime_env"] == ""  # the default env
 
 
 def test_forward_batch_reply_round_trip() -> None:
