@@ -201,11 +201,17 @@ class WorkerPool:
             **OWN_GROUP,
             umask=0o077,  # the files it writes (events, spill) are the user's alone
         )
-        return self._add(proc, counted, runtime_env)
+        if not runtime_env:
+            return self._add(proc, counted)
+        with self.lock:  # (before it can register: it counts in starting_env, not starting)
+            self._env_of[proc.pid] = runtime_env
+        if self._add(proc, counted):
+            return True
+        with self.lock:
+            self._env_of.pop(proc.pid, None)
+        return False
 
-    def _add(
-        self, proc: subprocess.Popen[bytes] | ForkedWorker, counted: bool, runtime_env: str = ""
-    ) -> bool:
+    def _add(self, proc: subprocess.Popen[bytes] | ForkedWorker, counted: bool) -> bool:
         """Track a started worker and stream its output; False (and the worker ended)
         when the pool stopped meanwhile."""
         assert proc.stdout is not None
@@ -214,8 +220,6 @@ class WorkerPool:
             if not self._closed:  # stop() takes it with the others
                 self.procs[proc.pid] = proc
                 self._unregistered.add(proc.pid)
-                if runtime_env:
-                    self._env_of[proc.pid] = runtime_env
                 self.starting += 0 if counted else 1
                 self.selector.register(proc.stdout, selectors.EVENT_READ, proc.pid)
                 return True
