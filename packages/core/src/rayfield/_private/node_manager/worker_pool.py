@@ -85,6 +85,7 @@ class WorkerPool:
         self._wake = threading.Condition(self.lock)
         # Workers of other runtime_envs: starting per env, each one's env, start threads.
         self.starting_env: dict[str, int] = {}
+        self._env_pending = 0  # of those, not spawned yet (their setup runs)
         self._env_of: dict[int, str] = {}
         self._env_threads: list[threading.Thread] = []
         self.zygote: Zygote | None = None
@@ -104,7 +105,7 @@ class WorkerPool:
             if self._closed:
                 return
             alive = sum(1 for p in self.procs.values() if p.poll() is None) + self._queued
-            n = max(0, min(n, self.cap - alive))
+            n = max(0, min(n, self.cap - alive - self._env_pending))
             if n and self.zygote_state.choice(time.monotonic()) != "spawn":
                 self._queued += n
                 self.starting += n
@@ -130,10 +131,11 @@ class WorkerPool:
             if self._closed:
                 return
             alive = sum(1 for p in self.procs.values() if p.poll() is None) + self._queued
-            n = max(0, min(n, self.cap - alive - sum(self.starting_env.values())))
+            n = max(0, min(n, self.cap - alive - self._env_pending))
             if not n:
                 return
             self.starting_env[runtime_env] = self.starting_env.get(runtime_env, 0) + n
+            self._env_pending += n
             self._env_threads = [t for t in self._env_threads if t.is_alive()]
             thread = threading.Thread(
                 target=self._start_env_workers,
@@ -157,9 +159,12 @@ class WorkerPool:
         if paths:
             env["PYTHONPATH"] = os.pathsep.join([paths, env["PYTHONPATH"]])
         for i in range(n):
-            if not self._spawn(env, counted=True, python=python, runtime_env=runtime_env):
-                with self.lock:  # the pool stopped: these are not coming
+            spawned = self._spawn(env, counted=True, python=python, runtime_env=runtime_env)
+            with self.lock:
+                self._env_pending -= 1 if spawned else n - i
+                if not spawned:  # the pool stopped: these are not coming
                     self._uncount(runtime_env, n - i - 1)
+            if not spawned:
                 return
 
     def _uncount(self, runtime_env: str, k: int) -> None:
