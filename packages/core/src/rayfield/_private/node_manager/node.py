@@ -165,8 +165,8 @@ class Node:
         with self.pool.lock:
             starting = self.pool.starting_env.get(event.runtime_env, 0)
         if starting < event.num_waiting:
-            self.pool.start_env(
-                event.runtime_env, event.num_waiting - starting, self.runtime_envs.prepare
+            self.runtime_envs.start_workers(
+                self.pool, event.runtime_env, event.num_waiting - starting
             )
 
     def _place_alone(self, event: ev.TaskPlacement) -> None:

@@ -3,9 +3,9 @@
 The native scheduler runs a task only on a worker registered with the task's runtime_env
 (its canonical JSON) and asks for workers per runtime_env (``NeedWorker.runtime_env``).
 For a runtime_env other than the default, :class:`RuntimeEnvs` prepares what a worker
-needs before it starts, and the ``WorkerPool`` starts fresh interpreters with it
-(``WorkerPool.start_env``; never forked from the zygote, whose modules saw the default
-environment):
+needs before it starts (:meth:`RuntimeEnvs.prepare`, on a short-lived thread per
+request), and the ``WorkerPool`` spawns fresh interpreters with it (``reserve_env``, then
+``spawn_env``; never forked from the zygote, whose modules saw the default environment):
 
 - the process environment: the node's worker environment, the env's ``env_vars`` over it,
   ``RAYFIELD_RUNTIME_ENV`` (the canonical JSON, which the worker registers with and
@@ -42,10 +42,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rayfield._private.common import private_files
 from rayfield._private.common import runtime_env as renv
+
+if TYPE_CHECKING:
+    from rayfield._private.node_manager.worker_pool import WorkerPool
 
 __all__ = ["PIP_OUTPUT_TAIL", "RuntimeEnvs", "SetupResult"]
 
@@ -71,7 +74,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 class RuntimeEnvs:
-    """Sets up the runtime_envs of one node, each once, for ``WorkerPool.start_env``.
+    """Sets up the runtime_envs of one node, each once, and starts their workers.
 
     Args:
         cache_dir: the node's runtime_env cache (``<temp_dir>/runtime_resources``), made
@@ -84,7 +87,29 @@ class RuntimeEnvs:
         self._venvs: dict[str, threading.Lock] = {}  # one setup at a time per venv
         self._procs: set[subprocess.Popen[bytes]] = set()
         self._failed: dict[str, tuple[float, str]] = {}  # env -> (when, why)
+        self._threads: list[threading.Thread] = []
         self._closed = False
+
+    def start_workers(self, pool: WorkerPool, env_string: str, n: int) -> None:
+        """Start ``n`` workers of ``env_string`` in ``pool`` (fewer at its cap): reserved
+        now, spawned by a short-lived ``rayfield-runtime-env`` thread once :meth:`prepare`
+        returned."""
+        n = pool.reserve_env(env_string, n)
+        if not n:
+            return
+        thread = threading.Thread(
+            target=self._start, args=(pool, env_string, n), daemon=True, name="rayfield-runtime-env"
+        )
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def _start(self, pool: WorkerPool, env_string: str, n: int) -> None:
+        overrides, python = self.prepare(env_string)
+        for i in range(n):
+            if not pool.spawn_env(env_string, overrides, python):
+                pool.release_env(env_string, n - i - 1)  # the pool stopped
+                return
 
     def prepare(self, env_string: str) -> SetupResult:
         """Environment overrides and Python for a worker of ``env_string``; on failure,
@@ -187,13 +212,16 @@ class RuntimeEnvs:
             )
 
     def stop(self) -> None:
-        """End the setup steps running now (their setups fail); none starts after."""
+        """End the setup steps running now (their setups fail; none starts after) and wait
+        for the start threads (before the pool stops, which ends what they spawned)."""
         with self._lock:
             self._closed = True
-            procs = list(self._procs)
+            procs, threads = list(self._procs), list(self._threads)
         for proc in procs:
             with contextlib.suppress(OSError):
                 proc.kill()
+        for thread in threads:
+            thread.join(timeout=5)
 
 
 def renv_var(name: str) -> str:

@@ -12,10 +12,9 @@ queues the request, and the pool's ``rayfield-zygote`` thread forks the workers 
 the zygote to be ready first). Should the zygote fail (exit, not answer, not get ready within
 ``READY_TIMEOUT_S``) the pool warns once and spawns fresh interpreters from then on.
 
-Workers of a runtime_env other than the default (``start_env``) are always fresh
-interpreters, started by a short-lived thread once the env's setup (``runtime_envs.py``)
-returned their environment and Python; they are counted per runtime_env in
-``starting_env`` until they register.
+Workers of a runtime_env other than the default are always fresh interpreters: reserved
+(``reserve_env``, counted per runtime_env in ``starting_env`` until they register), then
+spawned with what the env's setup returned (``spawn_env``; ``runtime_envs.py`` runs both).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +82,10 @@ class WorkerPool:
         self._logs.start()
         self._queued = 0  # workers asked for and not yet forked (under ``lock``)
         self._wake = threading.Condition(self.lock)
-        # Workers of other runtime_envs: starting per env, each one's env, start threads.
+        # Workers of other runtime_envs: starting per env, those not spawned yet, each one's env.
         self.starting_env: dict[str, int] = {}
-        self._env_pending = 0  # of those, not spawned yet (their setup runs)
+        self._env_pending = 0
         self._env_of: dict[int, str] = {}
-        self._env_threads: list[threading.Thread] = []
         self.zygote: Zygote | None = None
         self.zygote_state = ZygoteState(preload_modules, time.monotonic())
         if preload_modules:
@@ -117,55 +115,42 @@ class WorkerPool:
             if not self._spawn(env, counted=False):
                 return
 
-    def start_env(
-        self,
-        runtime_env: str,
-        n: int,
-        prepare: Callable[[str], tuple[dict[str, str], str | None]],
-    ) -> None:
-        """Start ``n`` workers of ``runtime_env`` (canonical JSON), fewer if the cap is
-        reached; counted in ``starting_env`` at once. A thread runs ``prepare`` (the env's
-        setup: environment overrides and the Python to run, None for this one), then
-        spawns them."""
+    def reserve_env(self, runtime_env: str, n: int) -> int:
+        """Count ``n`` workers of ``runtime_env`` (canonical JSON) as starting, fewer if the
+        cap is reached (none once :meth:`stop` began); how many. Each is then spawned
+        (:meth:`spawn_env`) or given up (:meth:`release_env`)."""
         with self.lock:
             if self._closed:
-                return
+                return 0
             alive = sum(1 for p in self.procs.values() if p.poll() is None) + self._queued
             n = max(0, min(n, self.cap - alive - self._env_pending))
-            if not n:
-                return
-            self.starting_env[runtime_env] = self.starting_env.get(runtime_env, 0) + n
-            self._env_pending += n
-            self._env_threads = [t for t in self._env_threads if t.is_alive()]
-            thread = threading.Thread(
-                target=self._start_env_workers,
-                args=(runtime_env, n, prepare),
-                daemon=True,
-                name="rayfield-runtime-env",
-            )
-            self._env_threads.append(thread)
-        thread.start()
+            if n:
+                self.starting_env[runtime_env] = self.starting_env.get(runtime_env, 0) + n
+                self._env_pending += n
+            return n
 
-    def _start_env_workers(
-        self,
-        runtime_env: str,
-        n: int,
-        prepare: Callable[[str], tuple[dict[str, str], str | None]],
-    ) -> None:
-        overrides, python = prepare(runtime_env)
+    def spawn_env(self, runtime_env: str, overrides: dict[str, str], python: str | None) -> bool:
+        """Spawn one reserved worker of ``runtime_env``: the node's worker environment with
+        ``overrides`` (a ``PYTHONPATH`` there goes before the node's), running ``python``
+        (None: this one); False when the pool stopped meanwhile."""
         env = self._worker_env()
-        paths = overrides.pop("PYTHONPATH", "")  # (a venv's site-packages go first)
-        env.update(overrides)
+        extra = dict(overrides)
+        paths = extra.pop("PYTHONPATH", "")
+        env.update(extra)
         if paths:
             env["PYTHONPATH"] = os.pathsep.join([paths, env["PYTHONPATH"]])
-        for i in range(n):
-            spawned = self._spawn(env, counted=True, python=python, runtime_env=runtime_env)
-            with self.lock:
-                self._env_pending -= 1 if spawned else n - i
-                if not spawned:  # the pool stopped: these are not coming
-                    self._uncount(runtime_env, n - i - 1)
+        spawned = self._spawn(env, counted=True, python=python, runtime_env=runtime_env)
+        with self.lock:
+            self._env_pending -= 1
             if not spawned:
-                return
+                self._uncount(runtime_env, 1)
+        return spawned
+
+    def release_env(self, runtime_env: str, k: int) -> None:
+        """``k`` reserved workers of ``runtime_env`` will not be spawned."""
+        with self.lock:
+            self._env_pending -= k
+            self._uncount(runtime_env, k)
 
     def _uncount(self, runtime_env: str, k: int) -> None:
         """``k`` workers of ``runtime_env`` no longer start (under ``lock``)."""
@@ -380,10 +365,6 @@ class WorkerPool:
             self._closed = True
             self._queued = 0
             self._wake.notify_all()
-            env_threads = list(self._env_threads)
-        for thread in env_threads:  # (a setup in progress was ended by RuntimeEnvs.stop)
-            thread.join(timeout=5)
-        with self.lock:
             procs = list(self.procs.values())
         if self.zygote is not None:
             self.zygote.close()  # a fork in flight fails at once
