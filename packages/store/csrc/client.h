@@ -103,7 +103,8 @@ class Client {
   // last handle. No reply.
   Status ActorHandles(const std::vector<UniqueID>& actor_ids, bool add,
                       const UniqueID* object_id = nullptr, bool scoped = false);
-  Status RegisterWorker(const UniqueID& worker_id);
+  // `runtime_env`: the worker runs only tasks of that runtime_env ("": the default).
+  Status RegisterWorker(const UniqueID& worker_id, const std::string& runtime_env = "");
   // Tasks are taken in two steps so that a threaded actor's worker wakes as few threads as
   // it can. TryNextTask pops the oldest dispatched task without waiting (the Python layer
   // calls it with the GIL held, so a thread that finishes a call takes the next one with no

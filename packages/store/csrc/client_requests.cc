@@ -63,9 +63,10 @@ Status Client::Put(const UniqueID& id, const uint8_t* data, uint64_t size, const
 
 Status Client::Subscribe() { RF_SIMPLE_CALL(fb::CreateSubscribeRequest(b)); }
 
-Status Client::RegisterWorker(const UniqueID& worker_id) {
+Status Client::RegisterWorker(const UniqueID& worker_id, const std::string& runtime_env) {
   fb::UniqueID wid = ToFb(worker_id);
-  RF_SIMPLE_CALL(fb::CreateRegisterWorkerRequest(b, &wid));
+  RF_SIMPLE_CALL(fb::CreateRegisterWorkerRequest(
+      b, &wid, runtime_env.empty() ? 0 : b.CreateString(runtime_env)));
 }
 
 #undef RF_SIMPLE_CALL
@@ -215,11 +216,13 @@ Status Client::SubmitTask(const TaskSpec& spec) {
   auto hids = ToFbIds(spec.actor_handles);
   auto handles = spec.actor_handles.empty() ? 0 : b.CreateVectorOfStructs(hids);
   auto scheduling = spec.scheduling.empty() ? 0 : b.CreateString(spec.scheduling);
+  auto runtime_env = spec.runtime_env.empty() ? 0 : b.CreateString(spec.runtime_env);
   w.Add(0, fb::CreateSubmitTaskRequest(b, &tid, resources, dependencies,
                                        spec.actor_id.IsNil() ? nullptr : &aid, spec.actor_creation,
                                        spec.max_concurrency, &cid, spec.sequence_no, payload,
                                        return_ids, spec.max_retries, pins, spec.pin_returns,
-                                       spec.resume_sequence, spec.detached, handles, scheduling));
+                                       spec.resume_sequence, spec.detached, handles, scheduling,
+                                       runtime_env));
   return Send(w);
 }
 

@@ -83,11 +83,13 @@ void NodeServer::Dispatch(const DispatchToWorker& d) {
 void NodeServer::PushEvent(NodeEvent e) {
   {
     std::lock_guard<std::mutex> lock(events_mu_);
-    // At most one NeedWorker waits in the queue: the newest says it all.
+    // At most one NeedWorker per runtime_env waits in the queue: the newest says it all.
     auto same = events_.end();
-    if (std::holds_alternative<NeedWorker>(e)) {
-      same = std::find_if(events_.begin(), events_.end(),
-                          [](const NodeEvent& q) { return std::holds_alternative<NeedWorker>(q); });
+    if (const auto* need = std::get_if<NeedWorker>(&e)) {
+      same = std::find_if(events_.begin(), events_.end(), [need](const NodeEvent& q) {
+        const auto* other = std::get_if<NeedWorker>(&q);
+        return other != nullptr && other->runtime_env == need->runtime_env;
+      });
     }
     if (same != events_.end()) {
       *same = std::move(e);

@@ -205,6 +205,7 @@ void NodeServer::HandleSubmit(Conn& c, uint64_t seq, const fb::Message* m) {
   spec.detached = r->detached();
   spec.actor_handles = Ids(r->actor_handles());
   if (r->scheduling() != nullptr) spec.scheduling = r->scheduling()->str();
+  if (r->runtime_env() != nullptr) spec.runtime_env = r->runtime_env()->str();
   sub.parent_worker = c.worker ? c.id : 0;
   sub.owner = c.driver && !c.worker && !r->detached() ? c.id : 0;
   tasks_->Submit(std::move(sub));
@@ -235,10 +236,12 @@ void NodeServer::HandleActorHandles(Conn& c, uint64_t seq, const fb::Message* m)
 
 // ---- workers -------------------------------------------------------------------------
 
-void NodeServer::HandleRegisterWorker(Conn& c, uint64_t seq, const fb::Message*) {
+void NodeServer::HandleRegisterWorker(Conn& c, uint64_t seq, const fb::Message* m) {
   if (!c.worker) {
     c.worker = true;
-    tasks_->WorkerRegistered(c.id, c.pid);
+    const fb::RegisterWorkerRequest* r = m->body_as_RegisterWorkerRequest();
+    std::string env = r != nullptr && r->runtime_env() != nullptr ? r->runtime_env()->str() : "";
+    tasks_->WorkerRegistered(c.id, c.pid, env);
     PushEvent(WorkerRegistered{c.id, c.pid});
   }
   ReplyStatus(c, seq, Status::OK());

@@ -1,7 +1,8 @@
 // The local scheduler (see scheduler.h). Details the header leaves open:
 // * A task is checked against the node's totals first; an infeasible one asks
 //   for its missing dependencies only once it becomes feasible.
-// * A ready task goes to the idle worker with the lowest id.
+// * A ready task goes to the idle worker of its runtime_env with the lowest id; ready
+//   tasks queue per (runtime_env, shape).
 // * Actor tasks acquire their own demand (if any) per call, on top of what
 //   the actor holds; their instances are reported in their dispatch.
 // * An actor task taken away (TakeTask) does not hold later calls of its
@@ -47,6 +48,7 @@ struct RunningTask {
 };
 
 struct Worker {
+  std::string env;  // the runtime_env it serves
   std::map<UniqueID, RunningTask> running;
   UniqueID actor_id;       // nil unless bound to an actor
   Acquisition actor_held;  // the actor's lifetime resources
@@ -84,11 +86,13 @@ struct Scheduler::Impl {
 
   ResourcePool pool;
   std::unordered_map<UniqueID, PendingTask, UniqueIDHash> pending;
-  std::map<ResourceSet, std::deque<QueuedRef>> ready;  // one FIFO per shape
+  // One FIFO per (runtime_env, shape).
+  using ReadyKey = std::pair<std::string, ResourceSet>;
+  std::map<ReadyKey, std::deque<QueuedRef>> ready;
   std::map<uint64_t, UniqueID> infeasible;             // by submission order
   std::unordered_map<UniqueID, std::vector<UniqueID>, UniqueIDHash> waiters;  // object -> tasks
   std::map<WorkerID, Worker> workers;
-  std::set<WorkerID> idle;
+  std::map<std::string, std::set<WorkerID>> idle;  // per runtime_env; no empty sets
   std::unordered_map<UniqueID, WorkerID, UniqueIDHash> running_on;
   std::unordered_map<UniqueID, Actor, UniqueIDHash> actors;
   std::set<UniqueID> actors_with_work;  // actors with queued tasks
@@ -112,10 +116,12 @@ struct Scheduler::Impl {
   void DispatchReadyTasks();
   void DispatchActorTasks(Actor& a);
   const PendingTask* EligibleHead(const CallerQueue& q) const;
-  std::map<ResourceSet, std::deque<QueuedRef>>::iterator PickReady();
+  std::map<ReadyKey, std::deque<QueuedRef>>::iterator PickReady();
+  void MakeIdle(WorkerID w, const std::string& env) { idle[env].insert(w); }
+  void ForgetIdle(WorkerID w, const std::string& env);
+  std::map<std::string, size_t> CountDispatchable(std::map<std::string, ResourceSet>* first) const;
   void StartTask(WorkerID w, PendingTask t);
   void StartActorTask(WorkerID w, PendingTask t);
-  size_t CountDispatchable(ResourceSet* first_shape) const;
   static WorkerState StateOf(const Worker& w);
 };
 
@@ -156,7 +162,7 @@ void Scheduler::Impl::MarkInfeasible(PendingTask& t, std::string reason) {
 
 void Scheduler::Impl::MakeReady(PendingTask& t) {
   t.state = TaskState::Ready;
-  ready[t.spec->resources].push_back({t.order, t.spec->task_id});
+  ready[{t.spec->runtime_env, t.spec->resources}].push_back({t.order, t.spec->task_id});
 }
 
 void Scheduler::Impl::EnqueueActorTask(PendingTask& t) {
@@ -177,7 +183,7 @@ void Scheduler::Impl::Unlink(PendingTask& t) {
   if (t.state == TaskState::Infeasible) {
     infeasible.erase(t.order);
   } else if (t.state == TaskState::Ready) {
-    auto it = ready.find(t.spec->resources);
+    auto it = ready.find({t.spec->runtime_env, t.spec->resources});
     auto& q = it->second;
     q.erase(std::find_if(q.begin(), q.end(), [&](const QueuedRef& r) { return r.task_id == id; }));
     if (q.empty()) ready.erase(it);
@@ -259,17 +265,28 @@ void Scheduler::Impl::Schedule() {
     it = a.queued > 0 ? std::next(it) : actors_with_work.erase(it);
   }
   DispatchReadyTasks();
-  maybe_need_worker = idle.empty() && !ready.empty();
+  maybe_need_worker = false;
+  for (const auto& [key, queue] : ready) {
+    if (!idle.count(key.first)) maybe_need_worker = true;
+  }
 }
 
-// Oldest head among the shapes that fit now, or ready.end().
-std::map<ResourceSet, std::deque<QueuedRef>>::iterator Scheduler::Impl::PickReady() {
+// Oldest head among the queues that fit now and have an idle worker of their
+// runtime_env, or ready.end().
+std::map<Scheduler::Impl::ReadyKey, std::deque<QueuedRef>>::iterator Scheduler::Impl::PickReady() {
   auto best = ready.end();
   for (auto it = ready.begin(); it != ready.end(); ++it) {
     if (best != ready.end() && it->second.front().order > best->second.front().order) continue;
-    if (pool.Fits(it->first)) best = it;
+    if (idle.count(it->first.first) && pool.Fits(it->first.second)) best = it;
   }
   return best;
+}
+
+void Scheduler::Impl::ForgetIdle(WorkerID w, const std::string& env) {
+  auto it = idle.find(env);
+  if (it == idle.end()) return;
+  it->second.erase(w);
+  if (it->second.empty()) idle.erase(it);
 }
 
 void Scheduler::Impl::DispatchReadyTasks() {
@@ -277,10 +294,11 @@ void Scheduler::Impl::DispatchReadyTasks() {
     auto it = PickReady();
     if (it == ready.end()) return;
     UniqueID task_id = it->second.front().task_id;
+    std::string env = it->first.first;
     it->second.pop_front();
     if (it->second.empty()) ready.erase(it);
-    WorkerID w = *idle.begin();
-    idle.erase(idle.begin());
+    WorkerID w = *idle.at(env).begin();
+    ForgetIdle(w, env);
     StartTask(w, TakePending(task_id));
   }
 }
@@ -349,28 +367,32 @@ void Scheduler::Impl::StartActorTask(WorkerID w, PendingTask t) {
   decisions.push_back(DispatchTask{w, t.spec, std::move(instances)});
 }
 
-// How many ready tasks would start now if there were enough idle workers,
-// taken in dispatch order; the first one's shape goes to `first_shape`.
-size_t Scheduler::Impl::CountDispatchable(ResourceSet* first_shape) const {
+// How many ready tasks of each runtime_env that has no idle worker would start now if
+// there were enough workers, taken in dispatch order; the first one's shape of each
+// runtime_env goes to `first`.
+std::map<std::string, size_t> Scheduler::Impl::CountDispatchable(
+    std::map<std::string, ResourceSet>* first) const {
   struct Cursor {
-    const ResourceSet* shape;
+    const ReadyKey* key;
     const std::deque<QueuedRef>* queue;
     size_t next;
   };
   std::vector<Cursor> cursors;
-  for (const auto& [shape, queue] : ready) cursors.push_back({&shape, &queue, 0});
+  for (const auto& [key, queue] : ready) {
+    if (!idle.count(key.first)) cursors.push_back({&key, &queue, 0});
+  }
   ResourcePool sim = pool;
-  size_t count = 0;
+  std::map<std::string, size_t> counts;
   for (;;) {
     Cursor* best = nullptr;
     for (Cursor& c : cursors) {
       if (c.next >= c.queue->size()) continue;
       if (best && (*c.queue)[c.next].order > (*best->queue)[best->next].order) continue;
-      if (sim.Fits(*c.shape)) best = &c;
+      if (sim.Fits(c.key->second)) best = &c;
     }
-    if (!best) return count;
-    sim.Acquire(*best->shape);
-    if (count++ == 0) *first_shape = *best->shape;
+    if (!best) return counts;
+    sim.Acquire(best->key->second);
+    if (counts[best->key->first]++ == 0) (*first)[best->key->first] = best->key->second;
     ++best->next;
   }
 }
@@ -420,9 +442,11 @@ void Scheduler::ObjectAvailable(const UniqueID& object_id) {
   impl_->Schedule();
 }
 
-void Scheduler::AddWorker(WorkerID worker) {
-  if (!impl_->workers.emplace(worker, Worker{}).second) return;
-  impl_->idle.insert(worker);
+void Scheduler::AddWorker(WorkerID worker, const std::string& runtime_env) {
+  Worker fresh;
+  fresh.env = runtime_env;
+  if (!impl_->workers.emplace(worker, std::move(fresh)).second) return;
+  impl_->MakeIdle(worker, runtime_env);
   impl_->Schedule();
 }
 
@@ -431,7 +455,7 @@ void Scheduler::RemoveWorker(WorkerID worker) {
   if (it == impl_->workers.end()) return;
   Worker w = std::move(it->second);
   impl_->workers.erase(it);
-  impl_->idle.erase(worker);
+  impl_->ForgetIdle(worker, w.env);
   WorkerLost lost{worker, {}, w.actor_id};
   for (const auto& [task_id, task] : w.running) {
     lost.running_tasks.push_back(task_id);
@@ -469,7 +493,7 @@ void Scheduler::TaskFinished(WorkerID worker, const UniqueID& task_id, bool leav
     }
   } else if (w.running.empty()) {
     w.blocked = false;
-    if (!leaving) impl_->idle.insert(worker);
+    if (!leaving) impl_->MakeIdle(worker, w.env);
   }
   impl_->Schedule();
 }
@@ -508,9 +532,10 @@ std::optional<TaskSpec> Scheduler::TakeTask(const UniqueID& task_id) {
 std::vector<Decision> Scheduler::TakeDecisions() {
   if (impl_->maybe_need_worker) {
     impl_->maybe_need_worker = false;
-    NeedWorker need{{}, 0};
-    need.num_waiting = impl_->CountDispatchable(&need.shape);
-    if (need.num_waiting > 0) impl_->decisions.push_back(std::move(need));
+    std::map<std::string, ResourceSet> shapes;
+    for (auto& [env, count] : impl_->CountDispatchable(&shapes)) {
+      impl_->decisions.push_back(NeedWorker{shapes[env], count, env});
+    }
   }
   return std::exchange(impl_->decisions, {});
 }
@@ -526,7 +551,8 @@ SchedulerSnapshot Scheduler::Snapshot() const {
   SchedulerSnapshot s;
   s.total = impl_->pool.total();
   s.available = impl_->pool.available();
-  for (const auto& [shape, queue] : impl_->ready) {
+  for (const auto& [key, queue] : impl_->ready) {
+    const ResourceSet& shape = key.second;
     s.ready_by_shape.emplace_back(shape, queue.size());
     for (size_t i = 0; i < queue.size() && i < kSnapshotReadyPerShape; ++i) {
       const PendingTask& t = impl_->pending.at(queue[i].task_id);

@@ -20,6 +20,9 @@
 //   per-caller sequence order, at most max_concurrency at a time.
 // * A task whose demand exceeds the node's totals is held as infeasible with
 //   a reason, never dropped; it is re-examined when the totals change.
+// * Every task and worker has a runtime_env (a string, "" the default one): a task
+//   runs only on a worker of its own runtime_env, and NeedWorker says which one lacks
+//   workers (one decision per runtime_env).
 #pragma once
 
 #include <cstdint>
@@ -68,6 +71,7 @@ struct TaskSpec {
   uint32_t attempt = 0;              // earlier runs (retries) or starts (actor restarts)
   std::vector<UniqueID> actor_handles;  // actors whose handles are in its arguments
   std::string scheduling;  // a strategy its host places ("": queue here); see node.fbs
+  std::string runtime_env;  // runs only on a worker of this runtime_env ("": the default)
 };
 
 struct ResourceGrant {
@@ -85,6 +89,7 @@ struct DispatchTask {
 struct NeedWorker {
   ResourceSet shape;   // shape of the oldest ready task lacking a worker
   size_t num_waiting;  // ready tasks that fit now but lack an idle worker
+  std::string runtime_env;  // the runtime_env of those tasks and of the workers to start
 };
 struct TaskInfeasible {
   UniqueID task_id;
@@ -135,7 +140,8 @@ class Scheduler {
   // `missing` lists the dependencies that are not local now.
   void SubmitTask(TaskSpec spec, const std::vector<UniqueID>& missing);
   void ObjectAvailable(const UniqueID& object_id);
-  void AddWorker(WorkerID worker);
+  // A worker that runs only tasks of `runtime_env`.
+  void AddWorker(WorkerID worker, const std::string& runtime_env = "");
   // Emits WorkerLost; releases what the worker held.
   void RemoveWorker(WorkerID worker);
   // `leaving`: the worker exits after this task; it takes no new task (the caller

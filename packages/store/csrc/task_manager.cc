@@ -110,10 +110,10 @@ void TaskManager::HoldForElsewhere(TaskSpec spec) {
   Tell(ActorTaskElsewhere{task_id, actor_id});
 }
 
-void TaskManager::WorkerRegistered(WorkerID worker, int pid) {
+void TaskManager::WorkerRegistered(WorkerID worker, int pid, const std::string& runtime_env) {
   workers_.insert(worker);
   worker_pids_[worker] = pid;
-  scheduler_.AddWorker(worker);
+  scheduler_.AddWorker(worker, runtime_env);
 }
 
 void TaskManager::TaskDone(WorkerID worker, const UniqueID& task_id, bool retry, bool exiting) {

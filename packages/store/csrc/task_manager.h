@@ -108,7 +108,8 @@ class TaskManager {
 
   // ---- inputs ----
   void Submit(Submission s);
-  void WorkerRegistered(WorkerID worker, int pid);
+  // `runtime_env`: the worker runs only tasks of that runtime_env ("": the default).
+  void WorkerRegistered(WorkerID worker, int pid, const std::string& runtime_env = "");
   // A worker reported the end of a run (`retry`: an exception its retry_exceptions allow;
   // `exiting`: the worker leaves after this task).
   void TaskDone(WorkerID worker, const UniqueID& task_id, bool retry, bool exiting);

@@ -21,7 +21,7 @@ from rayfield._private.common import options as opt
 from rayfield._private.common import scheduling, serialization
 from rayfield._private.common.ids import ID_SIZE
 from rayfield._private.common.options import ActorOptions
-from rayfield._private.driver import names
+from rayfield._private.driver import names, runtime_env_packages
 from rayfield._private.runtime.runtime import get_runtime
 
 if TYPE_CHECKING:
@@ -97,7 +97,8 @@ class ActorClass(Generic[C]):
     ``max_reconstructions``), ``max_task_retries``, ``max_concurrency`` (threaded actor),
     ``name``, ``namespace`` and ``get_if_exists`` (then ``rayfield.get_actor(name)`` finds
     it), ``lifetime="detached"``, ``scheduling_strategy`` (``"DEFAULT"``, ``"SPREAD"`` or
-    ``rayfield.util.scheduling_strategies.NodeAffinitySchedulingStrategy``, as for tasks).
+    ``rayfield.util.scheduling_strategies.NodeAffinitySchedulingStrategy``, as for tasks),
+    ``runtime_env`` (what its worker runs in, over the job's, as for tasks).
 
     Args:
         cls: the class.
@@ -220,6 +221,7 @@ class ActorClass(Generic[C]):
             max_concurrency=concurrency,
             detached=o.get("lifetime") == "detached",
             scheduling=scheduling.encode(o.get("scheduling_strategy")),
+            runtime_env=runtime_env_packages.for_submit(rt, o.get("runtime_env")),
         )
         if o.get("name") and cluster is None:  # in a cluster the name lives in the GCS
             from rayfield.store import ObjectExistsError

@@ -18,6 +18,7 @@ from rayfield._private.common.events import EventLog
 from rayfield._private.common.ids import task_of
 from rayfield._private.common.options import check_timeout
 from rayfield._private.context import Mode, ProcessContext
+from rayfield._private.driver import runtime_env_packages
 from rayfield._private.driver.attach import local_node_of_cluster
 from rayfield._private.runtime import gpus
 from rayfield._private.runtime import runtime as _rt
@@ -69,6 +70,7 @@ def init(
     include_webui: bool | None = None,
     redis_address: str | None = None,
     worker_preload_modules: Sequence[str] | str | None = None,
+    runtime_env: dict[str, Any] | None = None,
     **unsupported: Any,
 ) -> dict[str, Any]:
     """Start a local cluster (the embedded default) and connect this process to it (Ray's
@@ -99,6 +101,8 @@ def init(
             of a fresh interpreter importing them (default ``RAYFIELD_WORKER_PRELOAD_MODULES``,
             comma-separated; ``[]``: off). A module that fails to import is left out with a
             warning; a failed fork server makes the node start fresh workers, with a warning.
+        runtime_env: the job's, under each task's and actor's own (``rayfield.runtime_env``;
+            default: the JSON in ``RAYFIELD_JOB_RUNTIME_ENV``). Not in local mode.
 
     Returns:
         Address information: ``node_ip_address``, ``session_dir``, ``object_store_address``.
@@ -107,7 +111,8 @@ def init(
         RuntimeError: already initialized (unless ``ignore_reinit_error``).
         TypeError: an argument rayfield does not know (``**unsupported``).
         ValueError: resource arguments given together with ``address``, or an amount
-            that is negative or not finite; a preload entry that is not a module name.
+            that is negative or not finite; a preload entry that is not a module name; a
+            bad ``runtime_env`` (an unknown key or missing path, named; over 100 MiB).
         ConnectionError: no running node at ``address``.
         UnsafeSessionError: the root, or a session file found there, is not this user's
             alone (another user created it, or others can write it).
@@ -125,6 +130,7 @@ def init(
         )
     if include_dashboard or include_webui:
         _warn_no_dashboard(address is not None)
+    job_env = runtime_env_packages.job_env(runtime_env)  # checked (and packed) first
     if address is not None:
         given = (num_cpus, num_gpus, resources, object_store_memory, worker_preload_modules)
         if any(v is not None for v in given):
@@ -133,7 +139,7 @@ def init(
                 "object_store_memory and worker_preload_modules must not be given: set them "
                 "with 'rayfield start'."
             )
-        return _connect(address, temp_dir)
+        return _connect(address, temp_dir, job_env)
     if configure_logging:
         logging.basicConfig(level=logging_level, format="%(asctime)s %(levelname)s %(message)s")
     from rayfield._private.common.options import node_resources_of
@@ -168,6 +174,7 @@ def init(
         "webui_url": None,
     }
     context.install(ProcessContext(Mode.EMBEDDED, runtime, info, node, runtime.ids.job_id))
+    runtime_env_packages.set_job_env(runtime, job_env)
     return info
 
 
@@ -185,7 +192,7 @@ def _warn_no_dashboard(connecting: bool) -> None:
     )
 
 
-def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
+def _connect(address: str, temp_dir: str | None, job_env: Any = ({}, {})) -> dict[str, Any]:
     """Connect this driver to a node started elsewhere (``rayfield start``, or ``python -m
     rayfield._private.node_manager.node_main``): a GCS address ``host:port`` (a node of
     that cluster on this machine), ``"auto"`` (the latest session under `temp_dir`), a
@@ -212,6 +219,7 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
         **cluster,
     }
     context.install(ProcessContext(Mode.CONNECTED, runtime, info, None, runtime.ids.job_id))
+    runtime_env_packages.set_job_env(runtime, job_env)
     if cluster:
         from rayfield._private.driver import jobs
 

@@ -19,6 +19,7 @@ __all__ = [
     "RayTaskError",
     "RayWorkerError",
     "RayfieldError",
+    "RuntimeEnvSetupError",
     "TaskCancelledError",
     "TaskError",
     "UnreconstructableError",
@@ -150,6 +151,25 @@ class ActorUnschedulableError(ActorDiedError):
     """The actor cannot be scheduled (Ray's ``ActorUnschedulableError``): its hard node
     affinity names a node that is dead, unknown, or too small for it. The actor is dead
     for good: its creation and every call raise this (an ``ActorDiedError``)."""
+
+
+class RuntimeEnvSetupError(RayfieldError):
+    """A task's or actor's runtime_env could not be set up on its node (Ray's
+    ``RuntimeEnvSetupError``): a pip install failed (the message ends with pip's output),
+    a package could not be fetched or unpacked, or the setup ran past
+    ``config["setup_timeout_seconds"]``. The task fails with it, and so does the actor's
+    creation and every call of that actor; the node and its other workers go on.
+
+    Attributes:
+        error_message: what failed, as the node reported it.
+    """
+
+    def __init__(self, error_message: str = "") -> None:
+        super().__init__(f"the runtime_env could not be set up: {error_message}")
+        self.error_message = error_message
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.error_message,))
 
 
 class UnsafeFileError(RayfieldError, PermissionError):

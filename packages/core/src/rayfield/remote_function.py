@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from rayfield._private.common import options as opt
 from rayfield._private.common import scheduling, task_retry
 from rayfield._private.common.options import TaskOptions
+from rayfield._private.driver import runtime_env_packages
 from rayfield._private.runtime.object_ref import ObjectRef
 from rayfield._private.runtime.runtime import get_runtime
 
@@ -35,7 +36,9 @@ class RemoteFunction(Generic[R]):
     ``name``, ``scheduling_strategy`` (``"DEFAULT"``; ``"SPREAD"``: across the cluster's
     nodes, round robin among those with free resources;
     ``rayfield.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id, soft)``:
-    on that node).
+    on that node), ``runtime_env`` (a dict or ``rayfield.runtime_env.RuntimeEnv``:
+    ``env_vars``, ``working_dir``, ``excludes``, ``py_modules``, ``pip``, ``config``; merged
+    over the job's, see ``rayfield.runtime_env``).
 
     Args:
         function: the function to run remotely.
@@ -124,6 +127,7 @@ class RemoteFunction(Generic[R]):
             max_retries=o.get("max_retries", 3),
             options=_payload_options(o),
             scheduling=scheduling.encode(o.get("scheduling_strategy")),
+            runtime_env=runtime_env_packages.for_submit(rt, o.get("runtime_env")),
         )
         return refs[0] if n == 1 else refs
 

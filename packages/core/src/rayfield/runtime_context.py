@@ -10,10 +10,13 @@ id in a driver, an actor id outside an actor). The properties ``job_id``, ``node
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rayfield._private.runtime import gpus
 from rayfield._private.runtime import runtime as _rt
+
+if TYPE_CHECKING:
+    from rayfield.runtime_env import RuntimeEnv
 
 __all__ = ["RuntimeContext", "get_runtime_context"]
 
@@ -138,6 +141,20 @@ class RuntimeContext:
     def actor_id(self) -> str | None:
         """The current actor's id (hex), None outside an actor."""
         return self.get_actor_id()
+
+    @property
+    def runtime_env(self) -> RuntimeEnv:
+        """The runtime_env in effect (Ray's ``runtime_env``): in a task or actor, the one
+        its worker runs in; in a driver, the job's (``init(runtime_env=...)``). Local paths
+        appear as the ``rayfield-pkg://`` URIs of their stored packages; ``{}``: none."""
+        from rayfield.runtime_env import RuntimeEnv
+
+        return RuntimeEnv.deserialize(self.get_runtime_env_string())
+
+    def get_runtime_env_string(self) -> str:
+        """The runtime_env in effect as JSON (Ray's ``get_runtime_env_string``; ``"{}"``
+        when none)."""
+        return getattr(self._rt, "runtime_env_string", "") or "{}"
 
     def get(self) -> dict[str, Any]:
         """The context as a dict: ``job_id``, ``node_id``, ``task_id``, ``actor_id`` (hex

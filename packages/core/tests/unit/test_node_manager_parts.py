@@ -215,6 +215,7 @@ def test_a_native_spec_round_trips_and_reads_as_fields() -> None:
         "max_retries": -1,
         "actor_handles": [tid(3)],
         "scheduling": "SPREAD",
+        "runtime_env": '{"env_vars":{"A":"1"}}',
     }
     taken = TakenTask.from_native(dict(native, kept_pins=[tid(2)], kept_handles=[]))
     spec = taken.spec

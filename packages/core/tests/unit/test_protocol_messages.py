@@ -28,6 +28,7 @@ SPEC: dict[str, Any] = {
     "return_ids": [oid(6)],
     "max_retries": 2,
     "actor_handles": [oid(7)],
+    "runtime_env": '{"env_vars":{"A":"1"}}',
 }
 PLAIN: dict[str, Any] = {
     "task_id": oid(8),
@@ -63,7 +64,7 @@ WIRE = {
     "chunk_missing": "233d91747466f68c",
     "fetch": "cf82de402871bead",
     "fetch_reply": "f9113fccb3db877d",
-    "forward_batch": "9b5801cfaf5dc73e",
+    "forward_batch": "9a22ee2eb0e0b287",  # SPEC has a runtime_env; without one: 9b5801cfaf5dc73e
     "forward_batch_reply": "694924e30557c45f",
     "ids": "cfa7d53f564bbffa",
     "present": "eb063f8442e49981",
@@ -127,6 +128,7 @@ def test_forward_batch_round_trip() -> None:
     assert spec == SPEC
     assert plain["actor_id"] is None and plain["caller_id"] is None
     assert plain["resources"] == {} and plain["return_ids"] == [oid(9)]
+    assert plain["runtime_env"] == ""  # the default env
 
 
 def test_forward_batch_reply_round_trip() -> None:

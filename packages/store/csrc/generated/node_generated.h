@@ -2279,7 +2279,8 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
     VT_RESUME_SEQUENCE = 30,
     VT_DETACHED = 32,
     VT_ACTOR_HANDLES = 34,
-    VT_SCHEDULING = 36
+    VT_SCHEDULING = 36,
+    VT_RUNTIME_ENV = 38
   };
   const rayfield::store::protocol::fb::UniqueID *task_id() const {
     return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_TASK_ID);
@@ -2353,6 +2354,11 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
   const ::flatbuffers::String *scheduling() const {
     return GetPointer<const ::flatbuffers::String *>(VT_SCHEDULING);
   }
+  /// The runtime_env the task or actor runs in (its canonical JSON; empty: the node's
+  /// default). Only a worker registered with the same runtime_env runs it.
+  const ::flatbuffers::String *runtime_env() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_RUNTIME_ENV);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2381,6 +2387,8 @@ struct SubmitTaskRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table 
            verifier.VerifyVector(actor_handles()) &&
            VerifyOffset(verifier, VT_SCHEDULING) &&
            verifier.VerifyString(scheduling()) &&
+           VerifyOffset(verifier, VT_RUNTIME_ENV) &&
+           verifier.VerifyString(runtime_env()) &&
            verifier.EndTable();
   }
 };
@@ -2440,6 +2448,9 @@ struct SubmitTaskRequestBuilder {
   void add_scheduling(::flatbuffers::Offset<::flatbuffers::String> scheduling) {
     fbb_.AddOffset(SubmitTaskRequest::VT_SCHEDULING, scheduling);
   }
+  void add_runtime_env(::flatbuffers::Offset<::flatbuffers::String> runtime_env) {
+    fbb_.AddOffset(SubmitTaskRequest::VT_RUNTIME_ENV, runtime_env);
+  }
   explicit SubmitTaskRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -2469,9 +2480,11 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequest(
     bool resume_sequence = false,
     bool detached = false,
     ::flatbuffers::Offset<::flatbuffers::Vector<const rayfield::store::protocol::fb::UniqueID *>> actor_handles = 0,
-    ::flatbuffers::Offset<::flatbuffers::String> scheduling = 0) {
+    ::flatbuffers::Offset<::flatbuffers::String> scheduling = 0,
+    ::flatbuffers::Offset<::flatbuffers::String> runtime_env = 0) {
   SubmitTaskRequestBuilder builder_(_fbb);
   builder_.add_sequence_no(sequence_no);
+  builder_.add_runtime_env(runtime_env);
   builder_.add_scheduling(scheduling);
   builder_.add_actor_handles(actor_handles);
   builder_.add_pins(pins);
@@ -2509,7 +2522,8 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
     bool resume_sequence = false,
     bool detached = false,
     const std::vector<rayfield::store::protocol::fb::UniqueID> *actor_handles = nullptr,
-    const char *scheduling = nullptr) {
+    const char *scheduling = nullptr,
+    const char *runtime_env = nullptr) {
   auto resources__ = resources ? _fbb.CreateVector<::flatbuffers::Offset<rayfield::store::protocol::fb::ResourceAmount>>(*resources) : 0;
   auto dependencies__ = dependencies ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*dependencies) : 0;
   auto payload__ = payload ? _fbb.CreateVector<uint8_t>(*payload) : 0;
@@ -2517,6 +2531,7 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
   auto pins__ = pins ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*pins) : 0;
   auto actor_handles__ = actor_handles ? _fbb.CreateVectorOfStructs<rayfield::store::protocol::fb::UniqueID>(*actor_handles) : 0;
   auto scheduling__ = scheduling ? _fbb.CreateString(scheduling) : 0;
+  auto runtime_env__ = runtime_env ? _fbb.CreateString(runtime_env) : 0;
   return rayfield::store::protocol::fb::CreateSubmitTaskRequest(
       _fbb,
       task_id,
@@ -2535,22 +2550,30 @@ inline ::flatbuffers::Offset<SubmitTaskRequest> CreateSubmitTaskRequestDirect(
       resume_sequence,
       detached,
       actor_handles__,
-      scheduling__);
+      scheduling__,
+      runtime_env__);
 }
 
 /// Make this connection a worker that can receive tasks.
 struct RegisterWorkerRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef RegisterWorkerRequestBuilder Builder;
   enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
-    VT_WORKER_ID = 4
+    VT_WORKER_ID = 4,
+    VT_RUNTIME_ENV = 6
   };
   const rayfield::store::protocol::fb::UniqueID *worker_id() const {
     return GetStruct<const rayfield::store::protocol::fb::UniqueID *>(VT_WORKER_ID);
+  }
+  /// The runtime_env this worker serves (canonical JSON; empty: the default one).
+  const ::flatbuffers::String *runtime_env() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_RUNTIME_ENV);
   }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
            VerifyField<rayfield::store::protocol::fb::UniqueID>(verifier, VT_WORKER_ID, 1) &&
+           VerifyOffset(verifier, VT_RUNTIME_ENV) &&
+           verifier.VerifyString(runtime_env()) &&
            verifier.EndTable();
   }
 };
@@ -2561,6 +2584,9 @@ struct RegisterWorkerRequestBuilder {
   ::flatbuffers::uoffset_t start_;
   void add_worker_id(const rayfield::store::protocol::fb::UniqueID *worker_id) {
     fbb_.AddStruct(RegisterWorkerRequest::VT_WORKER_ID, worker_id);
+  }
+  void add_runtime_env(::flatbuffers::Offset<::flatbuffers::String> runtime_env) {
+    fbb_.AddOffset(RegisterWorkerRequest::VT_RUNTIME_ENV, runtime_env);
   }
   explicit RegisterWorkerRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
@@ -2575,10 +2601,23 @@ struct RegisterWorkerRequestBuilder {
 
 inline ::flatbuffers::Offset<RegisterWorkerRequest> CreateRegisterWorkerRequest(
     ::flatbuffers::FlatBufferBuilder &_fbb,
-    const rayfield::store::protocol::fb::UniqueID *worker_id = nullptr) {
+    const rayfield::store::protocol::fb::UniqueID *worker_id = nullptr,
+    ::flatbuffers::Offset<::flatbuffers::String> runtime_env = 0) {
   RegisterWorkerRequestBuilder builder_(_fbb);
+  builder_.add_runtime_env(runtime_env);
   builder_.add_worker_id(worker_id);
   return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<RegisterWorkerRequest> CreateRegisterWorkerRequestDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const rayfield::store::protocol::fb::UniqueID *worker_id = nullptr,
+    const char *runtime_env = nullptr) {
+  auto runtime_env__ = runtime_env ? _fbb.CreateString(runtime_env) : 0;
+  return rayfield::store::protocol::fb::CreateRegisterWorkerRequest(
+      _fbb,
+      worker_id,
+      runtime_env__);
 }
 
 /// One GPU (or other instanced resource) slot given to a task.

@@ -158,6 +158,7 @@ def test_take_task_returns_spec_of_queued_task() -> None:
         "return_ids": [],
         "max_retries": 0,
         "scheduling": "",
+        "runtime_env": "",
     }
     assert s.take_task(tid(1)) is None
     assert s.snapshot()["actor_tasks_queued"] == 0

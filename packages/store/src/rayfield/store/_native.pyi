@@ -86,6 +86,7 @@ class Client:
         detached: bool = False,
         actor_handles: Sequence[bytes] | None = None,
         scheduling: str = "",
+        runtime_env: str = "",
     ) -> None: ...
     def actor_handles(
         self,
@@ -94,7 +95,7 @@ class Client:
         object_id: bytes | None = None,
         scoped: bool = False,
     ) -> None: ...
-    def register_worker(self, worker_id: bytes) -> None: ...
+    def register_worker(self, worker_id: bytes, runtime_env: str = "") -> None: ...
     def next_task(self, timeout_s: float | None = None) -> dict[str, Any] | None: ...
     def task_done(
         self,
@@ -188,7 +189,8 @@ class ActorStateEvent(tuple[Any, ...]):
     alive: bool
 
 class NeedWorkerEvent(tuple[Any, ...]):
-    """Ready tasks of ``shape`` lack an idle worker."""
+    """Ready tasks of ``shape`` lack an idle worker; a fourth item, the runtime_env
+    (canonical JSON) of those tasks, when it is not the default one."""
 
     kind: Literal["need_worker"]
     shape: dict[str, float]
@@ -369,8 +371,9 @@ class SchedulerState(_SchedulingEvents):
         sequence_no: int = 0,
         payload: bytes = b"",
         resume_sequence: bool = False,
+        runtime_env: str = "",
     ) -> None: ...
-    def add_worker(self, worker: int) -> None: ...
+    def add_worker(self, worker: int, runtime_env: str = "") -> None: ...
     def remove_worker(self, worker: int) -> None: ...
     def task_finished(self, worker: int, task_id: bytes) -> None: ...
     def take_task(self, task_id: bytes) -> dict[str, Any] | None: ...
@@ -399,6 +402,7 @@ class TaskManagerState(_TaskManagerQueries, _SchedulingEvents):
         sequence_no: int = 0,
         payload: bytes = b"",
         resume_sequence: bool = False,
+        runtime_env: str = "",
         *,
         return_ids: Sequence[bytes] = (),
         pins: Sequence[bytes] = (),
@@ -409,7 +413,7 @@ class TaskManagerState(_TaskManagerQueries, _SchedulingEvents):
         detached: bool = False,
         scheduling: str = "",
     ) -> None: ...
-    def worker_registered(self, worker: int, pid: int = 0) -> None: ...
+    def worker_registered(self, worker: int, pid: int = 0, runtime_env: str = "") -> None: ...
     def task_done(
         self, worker: int, task_id: bytes, retry: bool = False, exiting: bool = False
     ) -> None: ...

@@ -7,7 +7,7 @@ import math
 import os
 from typing import Any, TypedDict
 
-from rayfield._private.common import scheduling, task_retry
+from rayfield._private.common import runtime_env, scheduling, task_retry
 from rayfield._private.common.scheduling import SchedulingStrategy
 
 __all__ = [
@@ -35,7 +35,8 @@ class TaskOptions(TypedDict, total=False):
     ``max_retries``: runs after the first (-1: without end); ``retry_exceptions``: True
     or the exception classes that are retried; ``name``: shown in the state API;
     ``scheduling_strategy``: ``"DEFAULT"``, ``"SPREAD"`` or a
-    ``NodeAffinitySchedulingStrategy`` (``rayfield.util.scheduling_strategies``).
+    ``NodeAffinitySchedulingStrategy`` (``rayfield.util.scheduling_strategies``);
+    ``runtime_env``: a dict or ``rayfield.runtime_env.RuntimeEnv``, over the job's.
     """
 
     num_returns: int
@@ -49,6 +50,7 @@ class TaskOptions(TypedDict, total=False):
     retry_exceptions: bool | list[type[BaseException]] | tuple[type[BaseException], ...]
     name: str | None
     scheduling_strategy: SchedulingStrategy
+    runtime_env: dict[str, Any] | None
 
 
 class ActorOptions(TypedDict, total=False):
@@ -58,7 +60,8 @@ class ActorOptions(TypedDict, total=False):
     life; ``max_restarts`` (classic ``max_reconstructions``) and ``max_task_retries``
     (-1: without end); ``max_concurrency``: calls at once (threaded or async actor);
     ``name``, ``namespace``, ``get_if_exists``: a named actor; ``lifetime="detached"``:
-    outlives its driver; ``scheduling_strategy``: where the actor is placed, as for tasks.
+    outlives its driver; ``scheduling_strategy``: where the actor is placed, as for tasks;
+    ``runtime_env``: what its worker runs in, over the job's, as for tasks.
     """
 
     num_cpus: float | None
@@ -74,6 +77,7 @@ class ActorOptions(TypedDict, total=False):
     get_if_exists: bool
     lifetime: str | None
     scheduling_strategy: SchedulingStrategy
+    runtime_env: dict[str, Any] | None
 
 
 class RemoteOptions(TaskOptions, ActorOptions, total=False):
@@ -105,6 +109,8 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
             or restart count other than -1 (no limit) or a whole number up to 2**31 - 1;
             a max_concurrency outside 1..100,000; a ``scheduling_strategy`` string other
             than ``"DEFAULT"`` or ``"SPREAD"``.
+        TypeError, ValueError: a bad ``runtime_env`` (``common/runtime_env.check``: an
+            unknown key or a missing path is named).
     """
     valid = ACTOR_OPTIONS if actor else TASK_OPTIONS
     out: dict[str, Any] = {}
@@ -129,6 +135,8 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
         out["scheduling_strategy"] = scheduling.check(out["scheduling_strategy"])
     if "retry_exceptions" in out:
         out["retry_exceptions"] = task_retry.check(out["retry_exceptions"])
+    if "runtime_env" in out:
+        out["runtime_env"] = runtime_env.check(out["runtime_env"]) or None
     _check_whole("num_returns", out.get("num_returns", 1), 1, MAX_NUM_RETURNS)
     return out
 

@@ -120,10 +120,12 @@ else:
 
 @_event
 class NeedWorker:
-    """Ready work lacks a worker: ``num_waiting`` tasks of resource ``shape`` wait."""
+    """Ready work lacks a worker: ``num_waiting`` tasks of resource ``shape`` wait, of
+    ``runtime_env`` (canonical JSON; "": the default)."""
 
     shape: Mapping[str, float]
     num_waiting: int
+    runtime_env: str
 
 
 @_event
@@ -264,7 +266,7 @@ def _ids(value: Any) -> tuple[bytes, ...]:
 
 
 _BUILDERS: dict[str, Any] = {
-    "need_worker": lambda e: NeedWorker(dict(e[1]), int(e[2])),
+    "need_worker": lambda e: NeedWorker(dict(e[1]), int(e[2]), str(e[3]) if len(e) > 3 else ""),
     "worker_registered": lambda e: WorkerRegistered(int(e[1]), int(e[2])),
     "actor_handles": lambda e: ActorHandlesChanged(e[1], bool(e[2]), bool(e[3])),
     "actor_state": lambda e: ActorStateChanged(e[1], bool(e[2])),

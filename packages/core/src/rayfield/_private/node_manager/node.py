@@ -19,7 +19,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rayfield._private.common import scheduling, session_files
 from rayfield._private.common.actor_scope import NO_HANDLE_LEFT, ActorScopes
@@ -27,6 +27,9 @@ from rayfield._private.common.ids import origin_of
 from rayfield._private.node_manager import events as ev
 from rayfield._private.node_manager.memory_monitor import MemoryMonitor
 from rayfield._private.node_manager.placement import NodeSlot, place_strategy
+
+if TYPE_CHECKING:
+    from rayfield._private.node_manager.runtime_envs import RuntimeEnvs
 from rayfield._private.node_manager.worker_pool import WorkerPool
 from rayfield.store import NodeServer
 
@@ -105,6 +108,7 @@ class Node:
         self.memory_monitor.start()
         self.warned: set[bytes] = set()
         self.agent: ClusterAgent | None = None  # set by node_main when the node joins a cluster
+        self.runtime_envs: RuntimeEnvs | None = None  # made on the first non-default env
         home = origin_of(self.server.node_id)  # ids made by this node's processes start so
         self.scopes = ActorScopes(lambda actor_id: origin_of(actor_id) == home)
         self._stop = threading.Event()
@@ -121,7 +125,9 @@ class Node:
                     self._handle(event)
 
     def _handle(self, event: ev.NodeEvent) -> None:
-        if isinstance(event, ev.NeedWorker):
+        if isinstance(event, ev.NeedWorker) and event.runtime_env:
+            self._need_env_workers(event)
+        elif isinstance(event, ev.NeedWorker):
             with self.pool.lock:
                 starting = self.pool.starting
             if starting < event.num_waiting:
@@ -147,6 +153,20 @@ class Node:
             logger.warning(
                 "a task cannot be scheduled: %s. It waits until a node with these resources joins.",
                 event.reason,
+            )
+
+    def _need_env_workers(self, event: ev.NeedWorker) -> None:
+        """Start workers for tasks of a runtime_env other than the default, its setup
+        first (``runtime_envs.py``; made on the first such request)."""
+        if self.runtime_envs is None:
+            from rayfield._private.node_manager.runtime_envs import RuntimeEnvs
+
+            self.runtime_envs = RuntimeEnvs(self.session_dir.parent / "runtime_resources")
+        with self.pool.lock:
+            starting = self.pool.starting_env.get(event.runtime_env, 0)
+        if starting < event.num_waiting:
+            self.runtime_envs.start_workers(
+                self.pool, event.runtime_env, event.num_waiting - starting
             )
 
     def _place_alone(self, event: ev.TaskPlacement) -> None:
@@ -177,6 +197,8 @@ class Node:
         if self.agent is not None:
             self.agent.shutdown()
         self.memory_monitor.stop()
+        if self.runtime_envs is not None:
+            self.runtime_envs.stop()
         self.pool.stop()
         self._events.join(timeout=2)
         self.server.stop()

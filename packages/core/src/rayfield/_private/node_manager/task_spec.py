@@ -38,6 +38,8 @@ class TaskSpec:
         scheduling: its scheduling strategy, wire form (``common/scheduling.py``; "":
             none). Kept while it waits for placement; a forward does not carry it (the
             receiving node runs the task).
+        runtime_env: the runtime_env it runs in, canonical JSON (``common/runtime_env.py``;
+            "": the default); a forward carries it.
     """
 
     task_id: bytes
@@ -53,6 +55,7 @@ class TaskSpec:
     max_retries: int = 0
     actor_handles: tuple[bytes, ...] = ()
     scheduling: str = ""
+    runtime_env: str = ""
 
     @property
     def is_actor_call(self) -> bool:
@@ -89,6 +92,7 @@ class TaskSpec:
             max_retries=int(d.get("max_retries", 0)),
             actor_handles=tuple(d.get("actor_handles") or ()),
             scheduling=str(d.get("scheduling") or ""),
+            runtime_env=str(d.get("runtime_env") or ""),
         )
 
     def to_native(self) -> dict[str, Any]:
@@ -108,6 +112,7 @@ class TaskSpec:
             "max_retries": self.max_retries,
             "actor_handles": list(self.actor_handles),
             "scheduling": self.scheduling,
+            "runtime_env": self.runtime_env,
         }
 
 

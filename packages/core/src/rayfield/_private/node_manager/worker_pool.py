@@ -11,6 +11,10 @@ worker's modules and those once, and forks workers from it instead: ``start`` th
 queues the request, and the pool's ``rayfield-zygote`` thread forks the workers (waiting for
 the zygote to be ready first). Should the zygote fail (exit, not answer, not get ready within
 ``READY_TIMEOUT_S``) the pool warns once and spawns fresh interpreters from then on.
+
+Workers of a runtime_env other than the default are always fresh interpreters: reserved
+(``reserve_env``, counted per runtime_env in ``starting_env`` until they register), then
+spawned with what the env's setup returned (``spawn_env``; ``runtime_envs.py`` runs both).
 """
 
 from __future__ import annotations
@@ -78,6 +82,10 @@ class WorkerPool:
         self._logs.start()
         self._queued = 0  # workers asked for and not yet forked (under ``lock``)
         self._wake = threading.Condition(self.lock)
+        # Workers of other runtime_envs: starting per env, those not spawned yet, each one's env.
+        self.starting_env: dict[str, int] = {}
+        self._env_pending = 0
+        self._env_of: dict[int, str] = {}
         self.zygote: Zygote | None = None
         self.zygote_state = ZygoteState(preload_modules, time.monotonic())
         if preload_modules:
@@ -95,7 +103,7 @@ class WorkerPool:
             if self._closed:
                 return
             alive = sum(1 for p in self.procs.values() if p.poll() is None) + self._queued
-            n = max(0, min(n, self.cap - alive))
+            n = max(0, min(n, self.cap - alive - self._env_pending))
             if n and self.zygote_state.choice(time.monotonic()) != "spawn":
                 self._queued += n
                 self.starting += n
@@ -106,6 +114,51 @@ class WorkerPool:
         for _ in range(n):
             if not self._spawn(env, counted=False):
                 return
+
+    def reserve_env(self, runtime_env: str, n: int) -> int:
+        """Count ``n`` workers of ``runtime_env`` (canonical JSON) as starting, fewer if the
+        cap is reached (none once :meth:`stop` began); how many. Each is then spawned
+        (:meth:`spawn_env`) or given up (:meth:`release_env`)."""
+        with self.lock:
+            if self._closed:
+                return 0
+            alive = sum(1 for p in self.procs.values() if p.poll() is None) + self._queued
+            n = max(0, min(n, self.cap - alive - self._env_pending))
+            if n:
+                self.starting_env[runtime_env] = self.starting_env.get(runtime_env, 0) + n
+                self._env_pending += n
+            return n
+
+    def spawn_env(self, runtime_env: str, overrides: dict[str, str], python: str | None) -> bool:
+        """Spawn one reserved worker of ``runtime_env``: the node's worker environment with
+        ``overrides`` (a ``PYTHONPATH`` there goes before the node's), running ``python``
+        (None: this one); False when the pool stopped meanwhile."""
+        env = self._worker_env()
+        extra = dict(overrides)
+        paths = extra.pop("PYTHONPATH", "")
+        env.update(extra)
+        if paths:
+            env["PYTHONPATH"] = os.pathsep.join([paths, env["PYTHONPATH"]])
+        spawned = self._spawn(env, counted=True, python=python, runtime_env=runtime_env)
+        with self.lock:
+            self._env_pending -= 1
+            if not spawned:
+                self._uncount(runtime_env, 1)
+        return spawned
+
+    def release_env(self, runtime_env: str, k: int) -> None:
+        """``k`` reserved workers of ``runtime_env`` will not be spawned."""
+        with self.lock:
+            self._env_pending -= k
+            self._uncount(runtime_env, k)
+
+    def _uncount(self, runtime_env: str, k: int) -> None:
+        """``k`` workers of ``runtime_env`` no longer start (under ``lock``)."""
+        left = self.starting_env.get(runtime_env, 0) - k
+        if left > 0:
+            self.starting_env[runtime_env] = left
+        else:
+            self.starting_env.pop(runtime_env, None)
 
     def _worker_env(self) -> dict[str, str]:
         # Workers import what the driver can: its sys.path (the script's folder included).
@@ -118,11 +171,19 @@ class WorkerPool:
             RAYFIELD_NODE_GPUS=str(self.node_gpus),
         )
 
-    def _spawn(self, env: dict[str, str], counted: bool) -> bool:
-        """Start one fresh worker interpreter; False when the pool stopped meanwhile.
-        ``counted``: it is already in ``starting`` (queued for the zygote)."""
+    def _spawn(
+        self, env: dict[str, str], counted: bool, python: str | None = None, runtime_env: str = ""
+    ) -> bool:
+        """Start one fresh worker interpreter (``python``, default this one); False when
+        the pool stopped meanwhile. ``counted``: it is already in ``starting`` (queued for
+        the zygote) or in ``starting_env`` (a worker of ``runtime_env``)."""
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rayfield._private.runtime.worker_main", self.socket_path],
+            [
+                python or sys.executable,
+                "-m",
+                "rayfield._private.runtime.worker_main",
+                self.socket_path,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -130,7 +191,15 @@ class WorkerPool:
             **OWN_GROUP,
             umask=0o077,  # the files it writes (events, spill) are the user's alone
         )
-        return self._add(proc, counted)
+        if not runtime_env:
+            return self._add(proc, counted)
+        with self.lock:  # (before it can register: it counts in starting_env, not starting)
+            self._env_of[proc.pid] = runtime_env
+        if self._add(proc, counted):
+            return True
+        with self.lock:
+            self._env_of.pop(proc.pid, None)
+        return False
 
     def _add(self, proc: subprocess.Popen[bytes] | ForkedWorker, counted: bool) -> bool:
         """Track a started worker and stream its output; False (and the worker ended)
@@ -204,7 +273,10 @@ class WorkerPool:
         with self.lock:
             if pid in self._unregistered:
                 self._unregistered.discard(pid)
-                self.starting = max(0, self.starting - 1)
+                if pid in self._env_of:
+                    self._uncount(self._env_of.pop(pid), 1)
+                else:
+                    self.starting = max(0, self.starting - 1)
                 self._failed_starts = 0
 
     def _forget_exited(self) -> None:
@@ -230,6 +302,10 @@ class WorkerPool:
             if pid not in self._unregistered or self._closed:
                 return
             self._unregistered.discard(pid)
+            if pid in self._env_of:  # not replaced: the node asks again as its queue changes
+                self._uncount(self._env_of.pop(pid), 1)
+                logger.warning("worker %d of a runtime_env exited before it registered", pid)
+                return
             self.starting = max(0, self.starting - 1)
             self._failed_starts += 1
             replace = self._failed_starts <= MAX_FAILED_STARTS

@@ -145,6 +145,7 @@ def _task_values(origin: str, spec: dict[str, Any], pushed: Sequence[bytes]) -> 
         "return_ids": spec.get("return_ids", []),
         "max_retries": int(spec.get("max_retries", 0)),
         "actor_handles": spec.get("actor_handles") or None,
+        "runtime_env": spec.get("runtime_env") or None,
     }
     return {"origin": origin, "task": task, "pushed": pushed}
 

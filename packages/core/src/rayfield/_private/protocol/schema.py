@@ -225,6 +225,7 @@ SPECS: dict[str, dict[str, Any]] = {
         "return_ids": IDS,
         "max_retries": INT,
         "actor_handles": IDS,
+        "runtime_env": STR,
     },
     "ForwardTaskRequest": {
         "origin": SHARED_STR,
@@ -242,7 +243,14 @@ SPECS: dict[str, dict[str, Any]] = {
 CREATE_ORDER: dict[str, tuple[str, ...]] = {
     "PushObjectRequest": ("metadata", "sender"),
     "FetchObjectsReply": ("objects", "present"),
-    "SubmitTaskRequest": ("payload", "resources", "dependencies", "return_ids", "actor_handles"),
+    "SubmitTaskRequest": (
+        "payload",
+        "resources",
+        "dependencies",
+        "return_ids",
+        "actor_handles",
+        "runtime_env",
+    ),
     "ForwardTaskRequest": ("origin", "pushed", "task"),
 }
 """Tables whose children are written in another order than their fields are added."""

@@ -73,6 +73,11 @@ class StoreRuntime:
         self.handles = HandleCounter(self.client)  # actor handles alive in this process
         self.ids = IdGenerator(self.client.node_id)
         self.exported: set[bytes] = set()
+        # The job's runtime_env (packages as URIs), its canonical string, and the canonical
+        # strings of the runtime_envs given as options (``driver/runtime_env_packages.py``).
+        self.runtime_env: dict[str, Any] = {}
+        self.runtime_env_string = ""
+        self.runtime_env_cache: dict[str, str] = {}
         self.functions: dict[bytes, Any] = {}
         self.local = threading.local()  # current task (worker side)
         self.events: Any = None  # EventLog, set by the driver or the worker
@@ -260,7 +265,12 @@ class StoreRuntime:
     def export(self, obj: Any) -> bytes:
         """Put a function or class into the store once, and in a cluster into the GCS
         (``common/code.py``, ``driver/code_exports.py``); its id is its content hash."""
-        blob = code.pack(obj)
+        return self.export_blob(code.pack(obj))
+
+    def export_blob(self, blob: bytes) -> bytes:
+        """Put ``blob`` into the store once under its code id (its content hash), pinned for
+        the session, and in a cluster into the GCS; returns the id. Exported code and the
+        packages of runtime_envs (``driver/runtime_env_packages.py``) are stored so."""
         fid = code.code_id(blob)
         if fid not in self.exported:
             self.client.pin([fid])  # kept for the whole session
@@ -304,10 +314,13 @@ class StoreRuntime:
         max_concurrency: int = 1,
         detached: bool = False,
         scheduling: str = "",
+        runtime_env: str = "",
     ) -> list[ObjectRef[Any]]:
         """Submit a task, an actor creation or an actor call to the node; returns the refs of its
         results. ``scheduling``: a plain task's or an actor creation's strategy, encoded by
-        ``common.scheduling.encode`` ("": the node queues it as usual)."""
+        ``common.scheduling.encode`` ("": the node queues it as usual); ``runtime_env``: the
+        canonical runtime_env it runs in (``driver/runtime_env_packages.for_submit``; "":
+        the default)."""
         deps: list[bytes] = []
         marked = [ArgRef(a.binary()) if isinstance(a, ObjectRef) else a for a in args]
         for a in marked:
@@ -353,6 +366,7 @@ class StoreRuntime:
             detached=detached,  # an actor creation: it does not end with this driver
             actor_handles=handles or None,
             scheduling=scheduling,
+            runtime_env=runtime_env,
         )
         for r in return_ids:
             self.refs.own(r)

@@ -38,7 +38,13 @@ class Worker:
         self.rt = StoreRuntime(socket_path, is_worker=True)
         context.install(context.ProcessContext(context.Mode.WORKER, self.rt))
         self.rt.local = TaskContext()
-        self.rt.client.register_worker(self.rt.worker_id)
+        # A worker of a runtime_env sets it up first (runtime_env_setup.py, imported only
+        # then); a failure fails its tasks instead.
+        self.env_error = os.environ.get("RAYFIELD_RUNTIME_ENV_ERROR")
+        env_string = os.environ.get("RAYFIELD_RUNTIME_ENV", "")
+        if env_string:
+            self.env_error = self.env_error or self.setup_runtime_env(env_string)
+        self.rt.client.register_worker(self.rt.worker_id, runtime_env=env_string)
         self.interrupts = Interrupts(self.rt.client)
         self.interrupts.install()
         self.actor: Any = None
@@ -52,6 +58,23 @@ class Worker:
         logs = os.environ.get("RAYFIELD_LOGS_DIR")
         self.events = EventLog(logs) if logs else None
         self.rt.events = self.events
+
+    def setup_runtime_env(self, env_string: str) -> str | None:
+        """Enter the runtime_env ``env_string`` (canonical JSON); None, or why it failed."""
+        from pathlib import Path
+
+        from rayfield._private.common import runtime_env as renv
+        from rayfield._private.driver import runtime_env_packages
+        from rayfield._private.runtime import runtime_env_setup
+
+        try:
+            env = renv.parse(env_string)
+            cache = Path(os.environ[runtime_env_setup.ENV_DIR_VAR])
+            runtime_env_setup.apply(self.rt.client, env, cache)
+            runtime_env_packages.set_job_env(self.rt, (env, {}))  # what its tasks inherit
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
 
     def send_error_signal(self, err: BaseException) -> None:
         """Send the signal API's ErrorSignal for the failed task or actor."""
@@ -157,6 +180,9 @@ class Worker:
         staged: list[tuple[bytes, bytes, bytes]] = []  # small results, sent with task_done
         retry = False
         try:
+            if self.env_error is not None:
+                self.exit_after = kind == "task"  # the next task gets a fresh worker
+                raise exceptions.RuntimeEnvSetupError(self.env_error)
             self.apply_serializers(options.get("serializers", ()))
             if kind in ("task", "actor_create"):
                 self.rt.load(fid)  # first: it extends sys.path for the arguments' classes
@@ -189,7 +215,7 @@ class Worker:
         max_calls = options.get("max_calls") or 0
         if kind == "task" and max_calls:
             self.calls[fid] = self.calls.get(fid, 0) + 1
-            self.exit_after = self.calls[fid] >= max_calls
+            self.exit_after = self.exit_after or self.calls[fid] >= max_calls
         if kind == "task" and not self.exit_after:
             try:
                 self.exit_after = self.cuda_pin.must_exit(

@@ -38,8 +38,16 @@ class RegisterWorkerRequest(object):
             return obj
         return None
 
+    # The runtime_env this worker serves (canonical JSON; empty: the default one).
+    # RegisterWorkerRequest
+    def RuntimeEnv(self) -> Optional[str]:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def RegisterWorkerRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(1)
+    builder.StartObject(2)
 
 def Start(builder: flatbuffers.Builder):
     RegisterWorkerRequestStart(builder)
@@ -49,6 +57,12 @@ def RegisterWorkerRequestAddWorkerId(builder: flatbuffers.Builder, workerId: Any
 
 def AddWorkerId(builder: flatbuffers.Builder, workerId: Any):
     RegisterWorkerRequestAddWorkerId(builder, workerId)
+
+def RegisterWorkerRequestAddRuntimeEnv(builder: flatbuffers.Builder, runtimeEnv: int):
+    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(runtimeEnv), 0)
+
+def AddRuntimeEnv(builder: flatbuffers.Builder, runtimeEnv: int):
+    RegisterWorkerRequestAddRuntimeEnv(builder, runtimeEnv)
 
 def RegisterWorkerRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
@@ -68,8 +82,10 @@ class RegisterWorkerRequestT(object):
     def __init__(
         self,
         workerId = None,
+        runtimeEnv = None,
     ):
         self.workerId = workerId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
+        self.runtimeEnv = runtimeEnv  # type: Optional[str]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -94,12 +110,17 @@ class RegisterWorkerRequestT(object):
             return
         if registerWorkerRequest.WorkerId() is not None:
             self.workerId = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(registerWorkerRequest.WorkerId())
+        self.runtimeEnv = registerWorkerRequest.RuntimeEnv()
 
     # RegisterWorkerRequestT
     def Pack(self, builder):
+        if self.runtimeEnv is not None:
+            runtimeEnv = builder.CreateString(self.runtimeEnv)
         RegisterWorkerRequestStart(builder)
         if self.workerId is not None:
             workerId = self.workerId.Pack(builder)
             RegisterWorkerRequestAddWorkerId(builder, workerId)
+        if self.runtimeEnv is not None:
+            RegisterWorkerRequestAddRuntimeEnv(builder, runtimeEnv)
         registerWorkerRequest = RegisterWorkerRequestEnd(builder)
         return registerWorkerRequest

@@ -280,8 +280,17 @@ class SubmitTaskRequest(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # The runtime_env the task or actor runs in (its canonical JSON; empty: the node's
+    # default). Only a worker registered with the same runtime_env runs it.
+    # SubmitTaskRequest
+    def RuntimeEnv(self) -> Optional[str]:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def SubmitTaskRequestStart(builder: flatbuffers.Builder):
-    builder.StartObject(17)
+    builder.StartObject(18)
 
 def Start(builder: flatbuffers.Builder):
     SubmitTaskRequestStart(builder)
@@ -424,6 +433,12 @@ def SubmitTaskRequestAddScheduling(builder: flatbuffers.Builder, scheduling: int
 def AddScheduling(builder: flatbuffers.Builder, scheduling: int):
     SubmitTaskRequestAddScheduling(builder, scheduling)
 
+def SubmitTaskRequestAddRuntimeEnv(builder: flatbuffers.Builder, runtimeEnv: int):
+    builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(runtimeEnv), 0)
+
+def AddRuntimeEnv(builder: flatbuffers.Builder, runtimeEnv: int):
+    SubmitTaskRequestAddRuntimeEnv(builder, runtimeEnv)
+
 def SubmitTaskRequestEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
 
@@ -459,6 +474,7 @@ class SubmitTaskRequestT(object):
         detached = False,
         actorHandles = None,
         scheduling = None,
+        runtimeEnv = None,
     ):
         self.taskId = taskId  # type: Optional[rayfield.store.protocol.fb.UniqueID.UniqueIDT]
         self.resources = resources  # type: Optional[List[rayfield.store.protocol.fb.ResourceAmount.ResourceAmountT]]
@@ -477,6 +493,7 @@ class SubmitTaskRequestT(object):
         self.detached = detached  # type: bool
         self.actorHandles = actorHandles  # type: Optional[List[rayfield.store.protocol.fb.UniqueID.UniqueIDT]]
         self.scheduling = scheduling  # type: Optional[str]
+        self.runtimeEnv = runtimeEnv  # type: Optional[str]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -560,6 +577,7 @@ class SubmitTaskRequestT(object):
                     uniqueID_ = rayfield.store.protocol.fb.UniqueID.UniqueIDT.InitFromObj(submitTaskRequest.ActorHandles(i))
                     self.actorHandles.append(uniqueID_)
         self.scheduling = submitTaskRequest.Scheduling()
+        self.runtimeEnv = submitTaskRequest.RuntimeEnv()
 
     # SubmitTaskRequestT
     def Pack(self, builder):
@@ -601,6 +619,8 @@ class SubmitTaskRequestT(object):
             actorHandles = builder.EndVector()
         if self.scheduling is not None:
             scheduling = builder.CreateString(self.scheduling)
+        if self.runtimeEnv is not None:
+            runtimeEnv = builder.CreateString(self.runtimeEnv)
         SubmitTaskRequestStart(builder)
         if self.taskId is not None:
             taskId = self.taskId.Pack(builder)
@@ -632,5 +652,7 @@ class SubmitTaskRequestT(object):
             SubmitTaskRequestAddActorHandles(builder, actorHandles)
         if self.scheduling is not None:
             SubmitTaskRequestAddScheduling(builder, scheduling)
+        if self.runtimeEnv is not None:
+            SubmitTaskRequestAddRuntimeEnv(builder, runtimeEnv)
         submitTaskRequest = SubmitTaskRequestEnd(builder)
         return submitTaskRequest
