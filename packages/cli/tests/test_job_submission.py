@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shlex
 import sys
 import textwrap
 import urllib.error
@@ -18,13 +19,15 @@ import pytest
 from clusterutil import rayfield_cmd, start_nodes, stop_in_background, wait_for
 
 from rayfield.job_submission import JobStatus, JobSubmissionClient, JobSubmissionError
+from rayfield.util import cluster
 
 TASKS_SCRIPT = """
 import os, sys, time
 from pathlib import Path
 import rayfield
 
-rayfield.init()
+context = rayfield.init()
+print("dashboard", context.dashboard_url, flush=True)
 
 @rayfield.remote
 def square(x):
@@ -96,6 +99,7 @@ def test_job_runs_tasks_and_its_logs_are_read_back_and_tailed(
     assert seen[-2:] == [JobStatus.RUNNING, JobStatus.SUCCEEDED]
     assert "sum of squares 285" in tailed and tailed.rstrip().endswith("done")
     assert "env hi cwd has ['data.txt', 'script.py']" in tailed
+    assert f"dashboard {client.address}\n" in tailed  # init()'s context names the dashboard
     assert client.get_job_logs(job) == tailed
     info = client.get_job_info(job)
     assert info.driver_exit_code == 0 and info.metadata == {"owner": "test"}
@@ -106,7 +110,7 @@ def test_job_runs_tasks_and_its_logs_are_read_back_and_tailed(
 
 def test_failing_job_is_failed_with_its_message(client: JobSubmissionClient) -> None:
     code = "import sys; sys.stderr.write('the input was bad\\n'); sys.exit(3)"
-    job = client.submit_job(f"{sys.executable} -c {json.dumps(code)}", submission_id="failing-1")
+    job = client.submit_job(f"{sys.executable} -c {shlex.quote(code)}", submission_id="failing-1")
     assert job == "failing-1"
     _wait_status(client, job, JobStatus.FAILED)
     info = client.get_job_info(job)
@@ -122,7 +126,7 @@ def test_stop_kills_the_process_group(client: JobSubmissionClient) -> None:
         "import os, subprocess, time; c = subprocess.Popen(['sleep', '300']); "
         "print('pids', os.getpid(), c.pid, flush=True); time.sleep(300)"
     )
-    job = client.submit_job(f"{sys.executable} -c {json.dumps(code)}")
+    job = client.submit_job(f"{sys.executable} -c {shlex.quote(code)}")
     logs = wait_for(lambda: re.search(r"pids (\d+) (\d+)", client.get_job_logs(job)), "the pids")
     pids = [int(p) for p in logs.groups()]
     assert all(psutil.pid_exists(p) for p in pids)
@@ -202,3 +206,37 @@ def test_cli_round_trip(head: tuple[Path, str], tmp_path: Path) -> None:
     rayfield_cmd("job", "delete", "cli-1", *where)
     missing = rayfield_cmd("job", "status", "cli-1", *where, check=False)
     assert missing.returncode == 1 and "404" in missing.stderr
+
+
+def test_jobs_outlive_a_dashboard_restart(head: tuple[Path, str], tmp_path: Path) -> None:
+    """(Last in the module: the head's dashboard has another URL afterwards.)"""
+    temp_dir, url = head
+    client = JobSubmissionClient(url, temp_dir=str(temp_dir))
+    gate = tmp_path / "gate"
+    code = (
+        "import os, time; print('waiting', flush=True)\n"
+        f"while not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
+        "print('through', flush=True)"
+    )
+    job = client.submit_job(f"{sys.executable} -c {shlex.quote(code)}")
+    wait_for(lambda: "waiting" in client.get_job_logs(job), "the job to run")
+    session = (temp_dir / "session_latest").resolve()
+    pid = json.loads((session / "dashboard.json").read_text())["pid"]
+    psutil.Process(pid).terminate()
+    psutil.Process(pid).wait(30)
+    new_url = cluster.start_dashboard(
+        session, _gcs_address(temp_dir), "127.0.0.1", 0, cluster.NodeOptions(temp_dir=temp_dir)
+    )
+    again = JobSubmissionClient(new_url, temp_dir=str(temp_dir))
+    assert again.get_job_status(job) is JobStatus.RUNNING  # the record is in the GCS
+    gate.touch()
+    _wait_status(again, job, JobStatus.SUCCEEDED)
+    assert again.get_job_logs(job) == "waiting\nthrough\n"
+    assert job in [j.submission_id for j in again.list_jobs()]
+    assert again.delete_job(job) is True
+
+
+def _gcs_address(temp_dir: Path) -> str:
+    return str(
+        json.loads((temp_dir / "session_latest" / "cluster.json").read_text())["gcs_address"]
+    )

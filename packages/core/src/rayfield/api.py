@@ -16,9 +16,10 @@ import psutil
 from rayfield._private import context
 from rayfield._private.common.events import EventLog
 from rayfield._private.common.ids import task_of
+from rayfield._private.common.init_context import InitContext
 from rayfield._private.common.options import check_timeout
 from rayfield._private.context import Mode, ProcessContext
-from rayfield._private.driver.attach import local_node_of_cluster
+from rayfield._private.driver.attach import dashboard_url, local_node_of_cluster
 from rayfield._private.runtime import gpus
 from rayfield._private.runtime import runtime as _rt
 from rayfield._private.runtime.object_ref import ObjectRef
@@ -70,7 +71,7 @@ def init(
     redis_address: str | None = None,
     worker_preload_modules: Sequence[str] | str | None = None,
     **unsupported: Any,
-) -> dict[str, Any]:
+) -> InitContext:
     """Start a local cluster (the embedded default) and connect this process to it (Ray's
     ``ray.init``).
 
@@ -101,7 +102,10 @@ def init(
             warning; a failed fork server makes the node start fresh workers, with a warning.
 
     Returns:
-        Address information: ``node_ip_address``, ``session_dir``, ``object_store_address``.
+        Address information: ``node_ip_address``, ``session_dir``, ``object_store_address``,
+        ``webui_url`` (a cluster's dashboard URL, else None), as a dict that also has Ray
+        2's ``RayContext`` attributes: ``ctx.dashboard_url`` (what ``JobSubmissionClient``
+        takes), ``ctx.address_info``.
 
     Raises:
         RuntimeError: already initialized (unless ``ignore_reinit_error``).
@@ -144,7 +148,7 @@ def init(
     if local_mode:
         from rayfield._private.runtime.local_mode import LocalRuntime
 
-        info = {"node_ip_address": "127.0.0.1", "local_mode": True}
+        info = InitContext(node_ip_address="127.0.0.1", local_mode=True)
         context.install(ProcessContext(Mode.LOCAL, LocalRuntime(node_resources), info))
         return info
     memory = object_store_memory or min(int(psutil.virtual_memory().total * 0.3), 20 * 10**9)
@@ -161,12 +165,12 @@ def init(
     except BaseException:
         node.shutdown()
         raise
-    info = {
-        "node_ip_address": "127.0.0.1",
-        "session_dir": str(session),
-        "object_store_address": node.socket_path,
-        "webui_url": None,
-    }
+    info = InitContext(
+        node_ip_address="127.0.0.1",
+        session_dir=str(session),
+        object_store_address=node.socket_path,
+        webui_url=None,
+    )
     context.install(ProcessContext(Mode.EMBEDDED, runtime, info, node, runtime.ids.job_id))
     return info
 
@@ -185,7 +189,7 @@ def _warn_no_dashboard(connecting: bool) -> None:
     )
 
 
-def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
+def _connect(address: str, temp_dir: str | None) -> InitContext:
     """Connect this driver to a node started elsewhere (``rayfield start``, or ``python -m
     rayfield._private.node_manager.node_main``): a GCS address ``host:port`` (a node of
     that cluster on this machine), ``"auto"`` (the latest session under `temp_dir`), a
@@ -203,14 +207,14 @@ def _connect(address: str, temp_dir: str | None) -> dict[str, Any]:
             cluster = {"gcs_address": node["gcs_address"], "temp_dir": str(root)}
     runtime = _rt.Runtime(socket_path, is_worker=False)
     runtime.events = EventLog(session / "logs")
-    info = {
-        "node_ip_address": "127.0.0.1",
-        "session_dir": str(session),
-        "object_store_address": socket_path,
-        "webui_url": None,
-        "connected": True,
+    info = InitContext(
+        node_ip_address="127.0.0.1",
+        session_dir=str(session),
+        object_store_address=socket_path,
+        webui_url=dashboard_url(cluster.get("gcs_address")),
+        connected=True,
         **cluster,
-    }
+    )
     context.install(ProcessContext(Mode.CONNECTED, runtime, info, None, runtime.ids.job_id))
     if cluster:
         from rayfield._private.driver import jobs

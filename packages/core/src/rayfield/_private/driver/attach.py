@@ -37,3 +37,16 @@ def own_socket(path: str) -> bool:
     except OSError:  # gone, or another user's (UnsafeSessionError)
         return False
     return True
+
+
+def dashboard_url(gcs_address: str | None) -> str | None:
+    """The URL the cluster's dashboard published in its GCS (None: it has none)."""
+    if not gcs_address:
+        return None
+    from rayfield._private.driver.names import client
+
+    try:
+        url = client(gcs_address).kv_get("dashboard", b"url")
+    except Exception:  # the URL is information only; the driver works without it
+        return None
+    return url.decode() if url else None
