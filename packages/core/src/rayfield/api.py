@@ -70,6 +70,7 @@ def init(
     include_webui: bool | None = None,
     redis_address: str | None = None,
     worker_preload_modules: Sequence[str] | str | None = None,
+    _metrics_export_port: int | None = None,
     **unsupported: Any,
 ) -> InitContext:
     """Start a local cluster (the embedded default) and connect this process to it (Ray's
@@ -100,6 +101,7 @@ def init(
             of a fresh interpreter importing them (default ``RAYFIELD_WORKER_PRELOAD_MODULES``,
             comma-separated; ``[]``: off). A module that fails to import is left out with a
             warning; a failed fork server makes the node start fresh workers, with a warning.
+        _metrics_export_port: serve the node's ``/metrics`` on this loopback port (0: any).
 
     Returns:
         Address information: ``node_ip_address``, ``session_dir``, ``object_store_address``,
@@ -171,6 +173,8 @@ def init(
         object_store_address=node.socket_path,
         webui_url=None,
     )
+    if _metrics_export_port is not None:
+        info["metrics_export_address"] = node.export_metrics(_metrics_export_port)
     context.install(ProcessContext(Mode.EMBEDDED, runtime, info, node, runtime.ids.job_id))
     return info
 

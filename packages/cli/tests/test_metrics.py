@@ -1,0 +1,129 @@
+"""Metrics of a two-node cluster started by the CLI: application metrics recorded in
+tasks on both nodes, system metrics, and the scrape config the head writes (the
+``/metrics`` text parsed with ``prometheus_client``'s parser)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+from clusterutil import wait_for
+from prometheus_client.parser import text_string_to_metric_families
+
+import rayfield as rf
+from rayfield.util.metrics import Counter, Gauge, Histogram
+from rayfield.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+
+def _scrape(address: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """name -> {labels: value} of every sample at ``http://address/metrics``."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+def _nodes(temp_dir: Path) -> dict[str, str]:
+    """node id -> metrics address, from every node's node.json under ``temp_dir``."""
+    out = {}
+    for node_json in temp_dir.glob("session_*/node.json"):
+        info = json.loads(node_json.read_text())
+        out[info["node_id"]] = info["metrics_export_address"]
+    return out
+
+
+@rf.remote
+def work(counter: Counter, latency: Histogram, where: str) -> str:
+    counter.inc(2.0, tags={"where": where})
+    latency.observe(0.5)
+    return str(rf.get_runtime_context().get_node_id())
+
+
+@rf.remote
+class Holder:
+    def node(self) -> str:
+        return str(rf.get_runtime_context().get_node_id())
+
+
+def test_metrics_of_two_nodes(driver_cluster: tuple[str, Path]) -> None:
+    _, temp_dir = driver_cluster
+    nodes = _nodes(temp_dir)
+    assert len(nodes) == 2
+    counter = Counter("test_jobs_done", description="jobs done", tag_keys=("where",))
+    latency = Histogram("test_latency_s", boundaries=[0.1, 1.0])
+    counter.inc(1.0, tags={"where": "driver"})
+    gauge = Gauge("test_level", tag_keys=("k",)).set_default_tags({"k": "v"})
+    gauge.set(7.5)
+    ran = []
+    for node_id in nodes:
+        pin = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        ran.append(rf.get(work.options(scheduling_strategy=pin).remote(counter, latency, "task")))
+    assert sorted(ran) == sorted(nodes)
+    holder = Holder.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(ran[1], soft=False)
+    ).remote()
+    assert rf.get(holder.node.remote()) == ran[1]
+
+    driver_node = rf.get_runtime_context().get_node_id()
+    for node_id, address in nodes.items():
+
+        def counted(address: str = address) -> dict | None:
+            got = _scrape(address)
+            return (
+                got
+                if got.get("test_jobs_done_total", {}).get((("where", "task"),)) == 2.0
+                else None
+            )
+
+        got = wait_for(counted, f"the tasks' counter on node {node_id[:8]}")
+        assert got["test_latency_s_count"][()] == 1.0
+        assert got["test_latency_s_bucket"][(("le", "1.0"),)] == 1.0
+        assert got["test_latency_s_bucket"][(("le", "0.1"),)] == 0.0
+        assert set(dict(k)["State"] for k in got["rayfield_tasks"]) >= {"RUNNING", "QUEUED"}
+        assert got["rayfield_object_store_capacity_bytes"][()] > 0
+        assert (
+            got["rayfield_node_memory_total_bytes"][()]
+            > got["rayfield_node_memory_used_bytes"][()]
+            > 0
+        )
+        assert "rayfield_object_received_bytes_total" in got
+        if node_id == driver_node:  # the driver's own records go to its node
+            assert got["test_jobs_done_total"][(("where", "driver"),)] == 1.0
+            assert got["test_level"][(("k", "v"),)] == 7.5
+    on_holder = wait_for(
+        lambda: _scrape(nodes[ran[1]])["rayfield_actors"].get((("State", "ALIVE"),), 0) >= 1,
+        "the actor counted on its node",
+    )
+    assert on_holder
+    rf.kill(holder)
+
+    head = (temp_dir / "session_latest").resolve() / "metrics"
+    config = (head / "prometheus.yml").read_text()
+    assert "file_sd_configs" in config and str(head / "prom_targets.json") in config
+    targets = wait_for(
+        lambda: (
+            (t := json.loads((head / "prom_targets.json").read_text())[0]["targets"])
+            and sorted(t) == sorted(nodes.values())
+            and t
+        ),
+        "every node in the scrape targets",
+    )
+    assert sorted(targets) == sorted(nodes.values())
+    dashboard = json.loads((head / "grafana_dashboard.json").read_text())
+    assert any("rayfield_tasks" in p["targets"][0]["expr"] for p in dashboard["panels"])
+    assert oct((head / "prometheus.yml").stat().st_mode & 0o777) == "0o600"
+
+
+def test_wrong_tags_are_clear_errors() -> None:
+    counter = Counter("test_tagged", tag_keys=("a", "b"))
+    with pytest.raises(ValueError, match=r"keys \['c'\] that are not among its tag_keys"):
+        counter.inc(tags={"a": "1", "b": "2", "c": "3"})
+    with pytest.raises(ValueError, match=r"needs a value for tag key\(s\) \['b'\]"):
+        counter.inc(tags={"a": "1"})
+    with pytest.raises(ValueError, match="not among its tag_keys"):
+        counter.set_default_tags({"z": "1"})
