@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusterutil import wait_for
+from clusterutil import start_nodes, stop_in_background, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 import rayfield as rf
@@ -50,8 +51,22 @@ class Holder:
         return str(rf.get_runtime_context().get_node_id())
 
 
-def test_metrics_of_two_nodes(driver_cluster: tuple[str, Path]) -> None:
-    _, temp_dir = driver_cluster
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Two nodes (the head with a dashboard) and this process as a driver; the temp dir."""
+    temp_dir = tmp_path_factory.mktemp("rf")
+    head_args = ("--include-dashboard", "--dashboard-port", "0")
+    address = start_nodes(temp_dir, resources='{"b": 4}', head_args=head_args)
+    rf.init(address=address, temp_dir=str(temp_dir))
+    try:
+        yield temp_dir
+    finally:
+        rf.shutdown()
+        stop_in_background(temp_dir)
+
+
+def test_metrics_of_two_nodes(cluster: Path) -> None:
+    temp_dir = cluster
     nodes = _nodes(temp_dir)
     assert len(nodes) == 2
     counter = Counter("test_jobs_done", description="jobs done", tag_keys=("where",))
@@ -117,6 +132,32 @@ def test_metrics_of_two_nodes(driver_cluster: tuple[str, Path]) -> None:
     dashboard = json.loads((head / "grafana_dashboard.json").read_text())
     assert any("rayfield_tasks" in p["targets"][0]["expr"] for p in dashboard["panels"])
     assert oct((head / "prometheus.yml").stat().st_mode & 0o777) == "0o600"
+
+
+def test_dashboard_samples_every_node(cluster: Path) -> None:
+    session = (cluster / "session_latest").resolve()
+    url = json.loads((session / "dashboard.json").read_text())["url"]
+    token = (session / "token").read_text().strip()
+    request = urllib.request.Request(
+        url + "api/pages/metrics", headers={"Authorization": f"Bearer {token}"}
+    )
+    nodes = set(_nodes(cluster).values())
+
+    def sampled_twice() -> dict | None:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            data = json.loads(reply.read())
+        cpu = next(s for s in data["series"] if s["name"] == "cpu_percent")
+        drawn = {len(n["points"]) for n in cpu["nodes"]}
+        return data if len(cpu["nodes"]) == len(nodes) and min(drawn) >= 2 else None
+
+    data = wait_for(sampled_twice, "two samples of every node in the dashboard", timeout_s=40)
+    assert data["window_s"] >= 3600
+    names = {s["name"] for s in data["series"]}
+    assert {"tasks_running", "store_used", "actors_alive", "received_per_s"} <= names
+    for series in data["series"]:
+        for node in series["nodes"]:
+            times = [t for t, _ in node["points"]]
+            assert times == sorted(times) and times[-1] <= data["now"]
 
 
 def test_wrong_tags_are_clear_errors() -> None:

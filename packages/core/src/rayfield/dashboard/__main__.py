@@ -32,6 +32,7 @@ from aiohttp import web
 from rayfield.dashboard import DEFAULT_PORT, KV_CERT_KEY, KV_KEY, KV_NAMESPACE, security
 from rayfield.dashboard.api import StateApi
 from rayfield.dashboard.jobs import JobApi
+from rayfield.dashboard.metrics_page import MetricsHistory, metrics_page
 from rayfield.dashboard.pages import discover
 from rayfield.dashboard.server import ALLOWED_HOSTS, make_app
 from rayfield.job_submission.manager import JobManager
@@ -77,9 +78,10 @@ async def serve(args: argparse.Namespace, tls: TlsConfig | None) -> None:
     token = read_token(args.token_file)
     client = StateClient(args.gcs_address, token, tls=tls)
     api = StateApi(client)
-    pages = discover()
+    history = MetricsHistory(client).start()
+    pages = [p for p in discover() if p.name != "metrics"] + [metrics_page(history)]
     if pages:
-        log.info("dashboard pages of other packages: %s", ", ".join(p.name for p in pages))
+        log.info("dashboard pages: %s", ", ".join(p.name for p in pages))
     jobs = JobApi(_job_manager(args, client, token))
     app = make_app(api, token, (), pages, jobs.routes())
     https = https_context(args.https_cert, args.https_key) if args.https_cert else None
@@ -92,6 +94,7 @@ async def serve(args: argparse.Namespace, tls: TlsConfig | None) -> None:
         await runner.cleanup()
         api.close()
         jobs.close()
+        history.close()
         client.close()
         raise SystemExit(
             f"{ERROR_MARK}the dashboard cannot listen on {args.host}:"
@@ -128,6 +131,7 @@ async def serve(args: argparse.Namespace, tls: TlsConfig | None) -> None:
     await runner.cleanup()
     api.close()
     jobs.close()
+    history.close()
     client.close()
 
 
