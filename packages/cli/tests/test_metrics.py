@@ -5,6 +5,10 @@ tasks on both nodes, system metrics, and the scrape config the head writes (the
 from __future__ import annotations
 
 import json
+import shutil
+import socket
+import subprocess
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,3 +172,49 @@ def test_wrong_tags_are_clear_errors() -> None:
         counter.inc(tags={"a": "1"})
     with pytest.raises(ValueError, match="not among its tag_keys"):
         counter.set_default_tags({"z": "1"})
+
+
+@pytest.mark.slow
+def test_a_real_prometheus_scrapes_both_nodes(cluster: Path, tmp_path: Path) -> None:
+    """Debian's ``prometheus`` (apt-get install prometheus) reads the head's scrape config
+    and its file discovery targets, and scrapes both nodes."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("no prometheus executable: apt-get install prometheus")
+    head = (cluster / "session_latest").resolve() / "metrics"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={head / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    nodes = set(_nodes(cluster).values())
+
+    def query(expr: str) -> list[dict]:
+        url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        try:
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                return list(json.loads(reply.read())["data"]["result"])
+        except OSError:
+            return []
+
+    try:
+        up = wait_for(
+            lambda: {r["metric"]["instance"] for r in query("up == 1")} == nodes,
+            "Prometheus to scrape every node",
+            timeout_s=90,
+        )
+        assert up
+        cpus = query("rayfield_node_cpu_count")
+        assert {r["metric"]["instance"] for r in cpus} == nodes
+        assert query('rayfield_tasks{State="RUNNING"}')
+    finally:
+        proc.terminate()
+        proc.wait(30)
