@@ -20,6 +20,7 @@ from clusterutil import rayfield_cmd, start_nodes, stop_in_background, wait_for
 
 from rayfield.job_submission import JobStatus, JobSubmissionClient, JobSubmissionError
 from rayfield.util import cluster
+from rayfield.util.state import StateClient
 
 TASKS_SCRIPT = """
 import os, sys, time
@@ -141,6 +142,22 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_job_whose_supervisor_dies_fails(
+    client: JobSubmissionClient, head: tuple[Path, str]
+) -> None:
+    job = client.submit_job("sleep 300")
+    _wait_status(client, job, JobStatus.RUNNING)
+    pid = client.get_job_info(job).driver_pid
+    assert pid is not None and _alive(pid)
+    with StateClient(_gcs_address(head[0]), temp_dir=head[0]) as state:
+        supervisor = [a for a in state.actors() if a.get("name") == f"_rayfield_job_{job}"]
+    assert len(supervisor) == 1 and supervisor[0]["state"] == "ALIVE"
+    psutil.Process(supervisor[0]["pid"]).kill()
+    _wait_status(client, job, JobStatus.FAILED)
+    assert "supervisor died" in (client.get_job_info(job).message or "")
+    wait_for(lambda: not _alive(pid), "the orphaned entrypoint to be killed")
 
 
 def test_list_and_delete(client: JobSubmissionClient) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 import threading
 import time
 from pathlib import Path
@@ -122,7 +123,21 @@ class JobManager:
         job = self._read(submission_id)
         if job is None:
             raise JobNotFoundError(f"no job has the submission id {submission_id!r}")
-        return job
+        return self._reconcile(job)
+
+    def _reconcile(self, job: JobDetails) -> JobDetails:
+        """``job``, marked FAILED when it has not ended but its supervisor is gone (its
+        node died, or it was killed); what the entrypoint left running is killed."""
+        if job.status.is_terminal() or self._supervisor(job.submission_id) is not None:
+            return job
+        again = self._read(job.submission_id)  # it may have ended as the actor exited
+        if again is None or again.status.is_terminal():
+            return again or job
+        if job.driver_pid and job.node_id == self._driver_node():
+            with contextlib.suppress(OSError):
+                os.killpg(job.driver_pid, signal.SIGKILL)
+        self._finish(job.submission_id, JobStatus.FAILED, "the job's supervisor died")
+        return self._read(job.submission_id) or job
 
     def list(self) -> list[JobDetails]:
         """Every job's record, oldest first."""
@@ -130,7 +145,7 @@ class JobManager:
         for key in self.client.kv_keys(KV_NAMESPACE):
             job = self._read(key.decode())
             if job is not None:
-                jobs.append(job)
+                jobs.append(self._reconcile(job))
         return sorted(jobs, key=lambda j: (j.start_time or 0, j.submission_id))
 
     # ---- packages ---------------------------------------------------------------------

@@ -86,7 +86,8 @@ class JobDetails:
 
     Times are in milliseconds since the epoch (as Ray's): ``start_time`` when it was
     submitted, ``end_time`` when it ended (None until then). ``driver_exit_code`` is the
-    entrypoint's exit status once it exited (negative: killed by that signal).
+    entrypoint's exit status once it exited (negative: killed by that signal), and
+    ``driver_pid`` its process id (it leads a process group of its own).
     ``message`` says why the job is in its state (for FAILED: the exit status and the end
     of its output). ``node_id`` is the node whose
     supervisor runs the entrypoint; ``log_name`` the file of its output in that node's
@@ -105,6 +106,7 @@ class JobDetails:
     entrypoint_num_cpus: float | None = None
     entrypoint_resources: dict[str, float] | None = None
     driver_exit_code: int | None = None
+    driver_pid: int | None = None
     node_id: str | None = None
     log_name: str | None = None
 

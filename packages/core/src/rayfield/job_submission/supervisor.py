@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -89,12 +90,13 @@ class JobSupervisor:
         self.process: subprocess.Popen[bytes] | None = None
         self.stop_requested = False
 
-    def _update(self, status: JobStatus, **kw: Any) -> None:
+    def _update(self, status: JobStatus, pid: int | None = None, **kw: Any) -> None:
         job = read_record(self.submission_id)
         if job is None:  # deleted meanwhile (only terminal jobs can be)
             return
         with contextlib.suppress(IllegalTransition):
-            write_record(transition(job, status, _now_ms(), **kw))
+            job = transition(job, status, _now_ms(), **kw)
+            write_record(job if pid is None else dataclasses.replace(job, driver_pid=pid))
 
     def _prepare(self, job: JobDetails, session: Path) -> tuple[Path, dict[str, str]]:
         workdir = private_files.ensure_private_dir(session / "jobs" / self.submission_id)
@@ -152,7 +154,7 @@ class JobSupervisor:
         except Exception as exc:  # the entrypoint never ran: say why
             self._update(JobStatus.FAILED, message=f"the job could not start: {exc}")
             return JobStatus.FAILED.value
-        self._update(JobStatus.RUNNING, message="the entrypoint runs")
+        self._update(JobStatus.RUNNING, pid=self.process.pid, message="the entrypoint runs")
         while (code := self.process.poll()) is None:
             await asyncio.sleep(POLL_S)
         self._reap_group()
