@@ -2,6 +2,7 @@
 a joblib backend, ``get_node_ip_address``, and ``inspect_serializability`` (which pieces of a
 value cannot be sent to a task).
 
+``rayfield.util.metrics``: application metrics (``Counter``, ``Gauge``, ``Histogram``).
 Public modules for tools and libraries: ``rayfield.util.state`` (the cluster's state),
 ``rayfield.util.cluster`` (finding, starting and stopping a cluster), ``rayfield.util.perf``
 (the microbenchmark), ``rayfield.util.private_files`` (owner-only files, as every package
@@ -35,6 +36,7 @@ __all__ = [
     "get_node_ip_address",
     "inspect_serializability",
     "joblib",
+    "metrics",
     "multiprocessing",
     "private_files",
 ]
@@ -53,6 +55,7 @@ _NAMES = {
 _LAZY_SUBMODULES = (
     "actor_pool",
     "joblib",
+    "metrics",
     "multiprocessing",
     "network",
     "private_files",
