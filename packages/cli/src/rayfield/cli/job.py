@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import shlex
@@ -60,6 +59,8 @@ def _json_option(value: str | None, what: str) -> Any:
 
 
 def _follow(client: JobSubmissionClient, job_id: str) -> None:
+    import asyncio  # here: `rayfield --help` loads no event loop
+
     async def tail() -> None:
         async for chunk in client.tail_job_logs(job_id):
             click.echo(chunk, nl=False)
