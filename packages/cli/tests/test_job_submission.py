@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shlex
 import sys
@@ -76,6 +77,7 @@ def test_job_runs_tasks_and_its_logs_are_read_back_and_tailed(
     src.mkdir()
     (src / "script.py").write_text(TASKS_SCRIPT)
     (src / "data.txt").write_text("x")
+    (src / "blob.bin").write_bytes(os.urandom(300_000))  # past the dashboard's 64 KiB body cap
     gate = tmp_path / "gate"
     job = client.submit_job(
         "python script.py",
@@ -99,7 +101,7 @@ def test_job_runs_tasks_and_its_logs_are_read_back_and_tailed(
     seen.append(_wait_status(client, job, JobStatus.SUCCEEDED))
     assert seen[-2:] == [JobStatus.RUNNING, JobStatus.SUCCEEDED]
     assert "sum of squares 285" in tailed and tailed.rstrip().endswith("done")
-    assert "env hi cwd has ['data.txt', 'script.py']" in tailed
+    assert "env hi cwd has ['blob.bin', 'data.txt', 'script.py']" in tailed
     assert f"dashboard {client.address}\n" in tailed  # init()'s context names the dashboard
     assert client.get_job_logs(job) == tailed
     info = client.get_job_info(job)

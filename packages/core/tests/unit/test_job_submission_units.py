@@ -54,7 +54,7 @@ def test_record_round_trips_through_json() -> None:
         JobDetails.from_dict({**job.to_dict(), "status": "EXPLODED"})
 
 
-@pytest.mark.parametrize("bad", ["", "a b", "../x", "x" * 129, "é"])
+@pytest.mark.parametrize("bad", ["", "a b", "../x", "..", ".", "-rf", "x" * 129, "é"])
 def test_bad_submission_ids_are_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="submission id"):
         check_submission_id(bad)

@@ -36,7 +36,7 @@ __all__ = [
 KV_NAMESPACE = "job_submission"
 """The GCS key-value namespace of the job records."""
 
-_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # never "." or "..": it names folders
 
 
 class JobStatus(str, enum.Enum):
@@ -183,7 +183,8 @@ def transition(
 
 
 def check_submission_id(submission_id: str) -> str:
-    """``submission_id`` when it is a usable id (1 to 128 of ``A-Z a-z 0-9 _ . -``).
+    """``submission_id`` when it is a usable id (1 to 128 of ``A-Z a-z 0-9 _ . -``, the
+    first a letter, digit or ``_``).
 
     Raises:
         ValueError: it is not, saying what is allowed.
@@ -191,6 +192,6 @@ def check_submission_id(submission_id: str) -> str:
     if not isinstance(submission_id, str) or not _ID.fullmatch(submission_id):
         raise ValueError(
             f"submission id {submission_id!r} is not valid: use 1 to 128 letters, digits, "
-            "'_', '.' or '-'"
+            "'_', '.' or '-', starting with a letter, digit or '_'"
         )
     return submission_id
