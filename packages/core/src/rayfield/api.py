@@ -104,10 +104,9 @@ def init(
         _metrics_export_port: serve the node's ``/metrics`` on this loopback port (0: any).
 
     Returns:
-        Address information: ``node_ip_address``, ``session_dir``, ``object_store_address``,
-        ``webui_url`` (a cluster's dashboard URL, else None), as a dict that also has Ray
-        2's ``RayContext`` attributes: ``ctx.dashboard_url`` (what ``JobSubmissionClient``
-        takes), ``ctx.address_info``.
+        Address information (``node_ip_address``, ``session_dir``, ``object_store_address``,
+        ``webui_url``: a cluster's dashboard URL) as a dict with Ray 2's ``RayContext``
+        attributes ``dashboard_url`` (for ``JobSubmissionClient``) and ``address_info``.
 
     Raises:
         RuntimeError: already initialized (unless ``ignore_reinit_error``).
@@ -162,6 +161,8 @@ def init(
         session, node_resources, memory, plasma_directory, huge_pages, log_to_driver, preload
     )
     try:
+        port = _metrics_export_port
+        metrics = {} if port is None else {"metrics_export_address": node.export_metrics(port)}
         runtime = _rt.Runtime(node.socket_path, is_worker=False)
         runtime.events = EventLog(session / "logs")
     except BaseException:
@@ -172,9 +173,8 @@ def init(
         session_dir=str(session),
         object_store_address=node.socket_path,
         webui_url=None,
+        **metrics,
     )
-    if _metrics_export_port is not None:
-        info["metrics_export_address"] = node.export_metrics(_metrics_export_port)
     context.install(ProcessContext(Mode.EMBEDDED, runtime, info, node, runtime.ids.job_id))
     return info
 

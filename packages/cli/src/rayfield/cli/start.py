@@ -404,6 +404,8 @@ def start(**kw: Any) -> None:
             f"\nThe dashboard is at {dashboard_url} (log in with the token in "
             f"{session / 'token'}; `rayfield dashboard --open` opens it)."
         )
+    if info.get("metrics_export_address"):
+        click.echo(f"Prometheus metrics: http://{info['metrics_export_address']}/metrics")
     if kw["block"]:
         _block(int(info["pid"]))
 
