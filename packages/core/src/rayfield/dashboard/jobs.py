@@ -4,7 +4,8 @@ Routes (JSON bodies and replies; errors are ``{"error": message}`` with 400 for 
 request, 404 for an unknown job or package, 502 when the cluster does not answer):
 
 - ``POST /api/job-submission/jobs``: ``{"entrypoint", "submission_id"?, "runtime_env"?,
-  "metadata"?, "entrypoint_num_cpus"?, "entrypoint_resources"?}`` -> ``{"submission_id"}``
+  "metadata"?, "entrypoint_num_cpus"?, "entrypoint_num_gpus"?, "entrypoint_memory"?,
+  "entrypoint_resources"?}`` -> ``{"submission_id"}``
 - ``GET /api/job-submission/jobs`` -> a list of job records
 - ``GET /api/job-submission/jobs/{id}`` -> the record
 - ``POST /api/job-submission/jobs/{id}/stop`` -> ``{"stopped": bool}``
@@ -42,6 +43,8 @@ _FIELDS = (
     "metadata",
     "entrypoint_num_cpus",
     "entrypoint_resources",
+    "entrypoint_num_gpus",
+    "entrypoint_memory",
 )
 
 

@@ -218,6 +218,8 @@ class JobSubmissionClient:
         metadata: dict[str, str] | None = None,
         entrypoint_num_cpus: float | None = None,
         entrypoint_resources: dict[str, float] | None = None,
+        entrypoint_num_gpus: float | None = None,
+        entrypoint_memory: int | None = None,
         job_id: str | None = None,
     ) -> str:
         """Submit a job: run the shell command ``entrypoint`` on the head; returns its
@@ -227,9 +229,9 @@ class JobSubmissionClient:
         folder: zipped, uploaded once by content hash, unpacked for the job and made the
         entrypoint's working directory; ``excludes``: patterns left out); the whole
         runtime_env reaches the entrypoint as ``$RAYFIELD_JOB_RUNTIME_ENV``.
-        ``entrypoint_num_cpus`` and ``entrypoint_resources`` are reserved for the
-        entrypoint's supervisor while it runs. ``job_id`` is Ray's older name of
-        ``submission_id``.
+        ``entrypoint_num_cpus``, ``entrypoint_num_gpus``, ``entrypoint_memory`` (bytes) and
+        ``entrypoint_resources`` are reserved for the entrypoint's supervisor while it runs.
+        ``job_id`` is Ray's older name of ``submission_id``.
 
         Raises:
             JobSubmissionError: the dashboard refused the job (an id in use, a bad
@@ -245,6 +247,8 @@ class JobSubmissionClient:
             "metadata": metadata,
             "entrypoint_num_cpus": entrypoint_num_cpus,
             "entrypoint_resources": entrypoint_resources,
+            "entrypoint_num_gpus": entrypoint_num_gpus,
+            "entrypoint_memory": entrypoint_memory,
         }
         return str(self._json("POST", f"{PREFIX}/jobs", body)["submission_id"])
 

@@ -8,8 +8,9 @@ every job; supervisors are detached actors, so jobs run on while it restarts.
 
 To create supervisors the manager joins the cluster as a driver (``rayfield.init`` with
 the GCS address) on first use, on the node of this machine; each job's supervisor is
-pinned there (the head, where the dashboard runs), with ``entrypoint_num_cpus`` and
-``entrypoint_resources`` as its resources.
+pinned there (the head, where the dashboard runs), with ``entrypoint_num_cpus``,
+``entrypoint_num_gpus``, ``entrypoint_memory`` and ``entrypoint_resources`` as its
+resources.
 """
 
 from __future__ import annotations
@@ -196,6 +197,8 @@ class JobManager:
         metadata: dict[str, str] | None = None,
         entrypoint_num_cpus: float | None = None,
         entrypoint_resources: dict[str, float] | None = None,
+        entrypoint_num_gpus: float | None = None,
+        entrypoint_memory: int | None = None,
     ) -> str:
         """Record a job (PENDING) and start its supervisor; returns the submission id.
 
@@ -222,10 +225,14 @@ class JobManager:
             and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
         ):
             raise JobError("metadata must map strings to strings")
-        resources = {k: float(v) for k, v in (entrypoint_resources or {}).items()}
-        cpus = float(entrypoint_num_cpus or 0)
-        if cpus < 0 or any(v < 0 for v in resources.values()):
-            raise JobError("entrypoint_num_cpus and entrypoint_resources must not be negative")
+        if entrypoint_resources is not None and not isinstance(entrypoint_resources, dict):
+            raise JobError("entrypoint_resources must map resource names to amounts")
+        resources = {str(k): float(v) for k, v in (entrypoint_resources or {}).items()}
+        amounts = [
+            float(a or 0) for a in (entrypoint_num_cpus, entrypoint_num_gpus, entrypoint_memory)
+        ]
+        if min([*amounts, *resources.values()]) < 0:
+            raise JobError("the entrypoint's resource amounts must not be negative")
         node_id = self._driver_node()
         with self._lock:
             if self._read(sid) is not None:
@@ -237,6 +244,8 @@ class JobManager:
                 runtime_env=env,
                 entrypoint_num_cpus=entrypoint_num_cpus,
                 entrypoint_resources=entrypoint_resources,
+                entrypoint_num_gpus=entrypoint_num_gpus,
+                entrypoint_memory=entrypoint_memory,
                 node_id=node_id,
                 log_name=log_name(sid),
                 start_time=int(time.time() * 1000),
@@ -248,7 +257,9 @@ class JobManager:
                 name=actor_name(sid),
                 namespace=NAMESPACE,
                 lifetime="detached",
-                num_cpus=cpus,
+                num_cpus=amounts[0],
+                num_gpus=amounts[1],
+                memory=amounts[2] or None,
                 resources=resources or None,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             )

@@ -105,6 +105,8 @@ class JobDetails:
     runtime_env: dict[str, Any] = dataclasses.field(default_factory=dict)
     entrypoint_num_cpus: float | None = None
     entrypoint_resources: dict[str, float] | None = None
+    entrypoint_num_gpus: float | None = None
+    entrypoint_memory: int | None = None
     driver_exit_code: int | None = None
     driver_pid: int | None = None
     node_id: str | None = None
