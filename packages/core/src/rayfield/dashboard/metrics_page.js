@@ -3,7 +3,7 @@
 (function () {
   const svgNs = "http://www.w3.org/2000/svg";
   const colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
-  const W = 460, H = 150, PAD_L = 64, PAD_B = 18;
+  const W = 480, H = 150, PAD_L = 64, PAD_B = 18;
 
   function svgEl(tag, attrs) {
     const node = document.createElementNS(svgNs, tag);
@@ -30,8 +30,8 @@
     const top = svgEl("text", { x: PAD_L - 4, y: 10, "text-anchor": "end", "font-size": 10 });
     top.textContent = label(max, series.unit, tools);
     svg.append(top);
-    for (const [text, x] of [["-60 min", PAD_L], ["now", W - 14]]) {
-      const t = svgEl("text", { x, y: H - 4, "font-size": 10 });
+    for (const [text, x, anchor] of [["-60 min", PAD_L, "start"], ["-30 min", (PAD_L + W) / 2, "middle"], ["now", W - 2, "end"]]) {
+      const t = svgEl("text", { x, y: H - 4, "font-size": 10, "text-anchor": anchor });
       t.textContent = text;
       svg.append(t);
     }
@@ -63,8 +63,12 @@
     const cards = data.series.map((s) => {
       const last = s.nodes.map((n) => n.points.length ? n.points[n.points.length - 1][1] : 0);
       const now = last.length ? label(last.reduce((a, b) => a + b, 0), s.unit, tools) : "-";
-      return tools.el("div", { class: "metrics-card", "data-series": s.name },
+      const card = tools.el("div", { class: "metrics-card", "data-series": s.name },
         tools.el("h3", {}, `${s.title} (now, all nodes: ${now})`), chart(s, data, tools));
+      card.style.display = "inline-block"; // two or more charts a row (CSSOM: the CSP allows it)
+      card.style.margin = "0 24px 16px 0";
+      card.style.verticalAlign = "top";
+      return card;
     });
     const note = tools.el("p", { class: "metrics-note" },
       `Sampled every ${data.interval_s} s from each node's /metrics; the last hour.`);
