@@ -51,7 +51,11 @@ def work(counter: Counter, latency: Histogram, where: str) -> str:
 
 @rf.remote
 class Holder:
+    def __init__(self) -> None:
+        self.level = Gauge("test_actor_level", description="set in an actor")
+
     def node(self) -> str:
+        self.level.set(3.0)
         return str(rf.get_runtime_context().get_node_id())
 
 
@@ -115,8 +119,11 @@ def test_metrics_of_two_nodes(cluster: Path) -> None:
             assert got["test_jobs_done_total"][(("where", "driver"),)] == 1.0
             assert got["test_level"][(("k", "v"),)] == 7.5
     on_holder = wait_for(
-        lambda: _scrape(nodes[ran[1]])["rayfield_actors"].get((("State", "ALIVE"),), 0) >= 1,
-        "the actor counted on its node",
+        lambda: (
+            (got := _scrape(nodes[ran[1]]))["rayfield_actors"].get((("State", "ALIVE"),), 0) >= 1
+            and got.get("test_actor_level", {}).get(()) == 3.0
+        ),
+        "the actor counted on its node, and its gauge",
     )
     assert on_holder
     rf.kill(holder)

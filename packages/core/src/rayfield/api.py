@@ -123,7 +123,7 @@ def init(
     ctx = context.current()
     if ctx is not None:
         if ignore_reinit_error:
-            return ctx.info
+            return InitContext(ctx.info)
         raise RuntimeError(
             "rayfield.init() was called twice. Pass ignore_reinit_error=True or call "
             "rayfield.shutdown() first."

@@ -282,7 +282,8 @@ class JobSubmissionClient:
 
     def get_job_logs(self, job_id: str) -> str:
         """Everything the job's entrypoint wrote so far (stdout and stderr)."""
-        parts, offset = [], 0
+        parts: list[str] = []
+        offset = 0
         while True:
             reply = self._logs_from(job_id, offset)
             if not reply["data"]:

@@ -163,18 +163,18 @@ def _family(name: str, m: dict[str, Any]) -> Any:
     keys = list(m["tag_keys"])
     description = m["description"] or name
     if m["type"] == "histogram":
-        family = HistogramMetricFamily(name, description, labels=keys)
+        histogram = HistogramMetricFamily(name, description, labels=keys)
         for s in m["samples"]:
-            cumulative, buckets = 0, []
+            cumulative, buckets = 0, list[tuple[str, float]]()
             for bound, count in zip([*m["boundaries"], float("inf")], s["buckets"]):
                 cumulative += count
                 buckets.append(
                     ("+Inf" if bound == float("inf") else repr(float(bound)), cumulative)
                 )
-            family.add_metric([s["tags"].get(k, "") for k in keys], buckets, s["sum"])
-        return family
+            histogram.add_metric([s["tags"].get(k, "") for k in keys], buckets, s["sum"])
+        return histogram
     cls = CounterMetricFamily if m["type"] == "counter" else GaugeMetricFamily
-    family = cls(name, description, labels=keys)
+    family: CounterMetricFamily | GaugeMetricFamily = cls(name, description, labels=keys)
     for s in m["samples"]:
         family.add_metric([s["tags"].get(k, "") for k in keys], s["value"])
     return family
