@@ -235,16 +235,19 @@ class MetricsExporter:
         self._targets: list[str] = []
         if head:
             metrics_config.write_configs(self.folder)
-        self._refresh()
+        self._refresh_quietly()
         self._refresher = threading.Thread(target=self._loop, name="rayfield-metrics", daemon=True)
         self._refresher.start()
 
     def _loop(self) -> None:
         while not self._stop.wait(REFRESH_S):
-            try:
-                self._refresh()
-            except Exception as exc:  # the GCS may be away for a while
-                logger.debug("metrics registration failed: %s", exc)
+            self._refresh_quietly()
+
+    def _refresh_quietly(self) -> None:
+        try:
+            self._refresh()
+        except Exception as exc:  # the GCS may be away for a while: next time
+            logger.debug("metrics registration failed: %s", exc)
 
     def _refresh(self) -> None:
         targets = [self.address]
@@ -270,7 +273,7 @@ class MetricsExporter:
         self._stop.set()
         self._server.shutdown()
         self._server.server_close()
-        self._refresher.join(timeout=REFRESH_S + 1)
+        self._refresher.join(timeout=0.5)  # (a daemon: a GCS call may hold it longer)
         self._thread.join(timeout=2)
 
 
