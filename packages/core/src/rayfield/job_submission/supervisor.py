@@ -128,7 +128,9 @@ class JobSupervisor:
         try:
             return await self._run()
         finally:
-            asyncio.get_running_loop().call_later(0.2, os._exit, 0)
+            from rayfield.actor import exit_actor
+
+            exit_actor()  # recorded as an intended end (the reply to run() is dropped)
 
     async def _run(self) -> str:
         job = read_record(self.submission_id)
