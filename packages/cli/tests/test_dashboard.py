@@ -235,6 +235,26 @@ def test_timeline_draws_spans_per_node(page: Page, cluster: dict[str, Any]) -> N
     assert any(e["name"] == "on_b" for e in trace)
 
 
+def test_metrics_page_plots_every_node(page: Page, cluster: dict[str, Any]) -> None:
+    show(page, "metrics")
+    nodes = {n["address"] for n in cluster["state"].nodes()}
+    lines = 'svg.metrics-chart[data-series="cpu_percent"] polyline'
+    # a line per node, drawn through two samples or more (the dashboard samples every 5 s)
+    page.wait_for_function(
+        f"""() => {{
+          const ls = [...document.querySelectorAll('{lines}')];
+          return ls.length === {len(nodes)} &&
+            ls.every(l => l.getAttribute("points").trim().split(" ").length >= 2);
+        }}""",
+        timeout=30_000,
+    )
+    drawn = page.locator(lines).evaluate_all("ls => ls.map(l => l.dataset.node)")
+    assert set(drawn) == nodes
+    titles = page.locator("#tab-metrics .metrics-card h3").all_text_contents()
+    assert any(t.startswith("Tasks running") for t in titles)
+    assert any(t.startswith("Object store used") for t in titles)
+
+
 def test_page_updates_without_reload(page: Page, cluster: dict[str, Any]) -> None:
     show(page, "tasks")
     finished = page.locator('#task-counts .count[data-state="FINISHED"]')

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterutil import rayfield_cmd, start_nodes, stop_in_background
+from clusterutil import rayfield_cmd, start_nodes, stop_in_background, wait_for
 
+from rayfield.job_submission import JobSubmissionClient, JobSubmissionError
 from rayfield.util.cluster import make_test_certificates
 
 
@@ -62,6 +63,11 @@ def serves_https_only(temp_dir: Path, certs: dict[str, Path]) -> None:
         assert status == 400 and says in body["error"], (query, status, body)
     status, body = fetch(url.rstrip("/") + "/api/timeline?limit=5", certs["ca.crt"], token)
     assert status == 200 and isinstance(body, list)
+    jobs = JobSubmissionClient(temp_dir=str(temp_dir))  # the local head's URL and certificate
+    assert jobs.address == url.rstrip("/") and jobs.list_jobs() == []
+    rogue = JobSubmissionClient(url, temp_dir=str(temp_dir), verify=str(certs["rogue-ca.crt"]))
+    with pytest.raises(JobSubmissionError, match="CERTIFICATE_VERIFY_FAILED"):
+        rogue.list_jobs()
 
 
 def test_dashboard_with_its_own_certificate(tmp_path: Path) -> None:
@@ -72,6 +78,11 @@ def test_dashboard_with_its_own_certificate(tmp_path: Path) -> None:
     start_nodes(temp_dir, count=1, head_args=("--include-dashboard", "--dashboard-port", "0", *own))
     try:
         serves_https_only(temp_dir, certs)
+        jobs = JobSubmissionClient(temp_dir=str(temp_dir), verify=str(certs["ca.crt"]))
+        job = jobs.submit_job("echo submitted over https")
+        wait_for(lambda: jobs.get_job_status(job).is_terminal(), "the job over HTTPS to end")
+        assert jobs.get_job_status(job).value == "SUCCEEDED"
+        assert jobs.get_job_logs(job) == "submitted over https\n"
     finally:
         stop_in_background(temp_dir)
 

@@ -6,7 +6,6 @@ import atexit
 import inspect
 import logging
 import os
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
@@ -16,10 +15,10 @@ import psutil
 from rayfield._private import context
 from rayfield._private.common.events import EventLog
 from rayfield._private.common.ids import task_of
+from rayfield._private.common.init_context import InitContext
 from rayfield._private.common.options import check_timeout
 from rayfield._private.context import Mode, ProcessContext
-from rayfield._private.driver import runtime_env_packages
-from rayfield._private.driver.attach import local_node_of_cluster
+from rayfield._private.driver import attach, runtime_env_packages
 from rayfield._private.runtime import gpus
 from rayfield._private.runtime import runtime as _rt
 from rayfield._private.runtime.object_ref import ObjectRef
@@ -71,8 +70,9 @@ def init(
     redis_address: str | None = None,
     worker_preload_modules: Sequence[str] | str | None = None,
     runtime_env: dict[str, Any] | None = None,
+    _metrics_export_port: int | None = None,
     **unsupported: Any,
-) -> dict[str, Any]:
+) -> InitContext:
     """Start a local cluster (the embedded default) and connect this process to it (Ray's
     ``ray.init``).
 
@@ -103,9 +103,12 @@ def init(
             warning; a failed fork server makes the node start fresh workers, with a warning.
         runtime_env: the job's, under each task's and actor's own (``rayfield.runtime_env``;
             default: the JSON in ``RAYFIELD_JOB_RUNTIME_ENV``). Not in local mode.
+        _metrics_export_port: serve the node's ``/metrics`` on this loopback port (0: any).
 
     Returns:
-        Address information: ``node_ip_address``, ``session_dir``, ``object_store_address``.
+        Address information (``node_ip_address``, ``session_dir``, ``object_store_address``,
+        ``webui_url``: a cluster's dashboard URL) as a dict with Ray 2's ``RayContext``
+        attributes ``dashboard_url`` (for ``JobSubmissionClient``) and ``address_info``.
 
     Raises:
         RuntimeError: already initialized (unless ``ignore_reinit_error``).
@@ -123,7 +126,7 @@ def init(
     ctx = context.current()
     if ctx is not None:
         if ignore_reinit_error:
-            return ctx.info
+            return InitContext(ctx.info)
         raise RuntimeError(
             "rayfield.init() was called twice. Pass ignore_reinit_error=True or call "
             "rayfield.shutdown() first."
@@ -139,7 +142,7 @@ def init(
                 "object_store_memory and worker_preload_modules must not be given: set them "
                 "with 'rayfield start'."
             )
-        return _connect(address, temp_dir, job_env)
+        return attach.connect(address, temp_dir, job_env)
     if configure_logging:
         logging.basicConfig(level=logging_level, format="%(asctime)s %(levelname)s %(message)s")
     from rayfield._private.common.options import node_resources_of
@@ -150,7 +153,7 @@ def init(
     if local_mode:
         from rayfield._private.runtime.local_mode import LocalRuntime
 
-        info = {"node_ip_address": "127.0.0.1", "local_mode": True}
+        info = InitContext(node_ip_address="127.0.0.1", local_mode=True)
         context.install(ProcessContext(Mode.LOCAL, LocalRuntime(node_resources), info))
         return info
     memory = object_store_memory or min(int(psutil.virtual_memory().total * 0.3), 20 * 10**9)
@@ -162,17 +165,20 @@ def init(
         session, node_resources, memory, plasma_directory, huge_pages, log_to_driver, preload
     )
     try:
+        port = _metrics_export_port
+        metrics = {} if port is None else {"metrics_export_address": node.export_metrics(port)}
         runtime = _rt.StoreRuntime(node.socket_path, is_worker=False)
         runtime.events = EventLog(session / "logs")
     except BaseException:
         node.shutdown()
         raise
-    info = {
-        "node_ip_address": "127.0.0.1",
-        "session_dir": str(session),
-        "object_store_address": node.socket_path,
-        "webui_url": None,
-    }
+    info = InitContext(
+        node_ip_address="127.0.0.1",
+        session_dir=str(session),
+        object_store_address=node.socket_path,
+        webui_url=None,
+        **metrics,
+    )
     context.install(ProcessContext(Mode.EMBEDDED, runtime, info, node, runtime.ids.job_id))
     runtime_env_packages.set_job_env(runtime, job_env)
     return info
@@ -190,41 +196,6 @@ def _warn_no_dashboard(connecting: bool) -> None:
         "with `rayfield dashboard`.",
         where,
     )
-
-
-def _connect(address: str, temp_dir: str | None, job_env: Any = ({}, {})) -> dict[str, Any]:
-    """Connect this driver to a node started elsewhere (``rayfield start``, or ``python -m
-    rayfield._private.node_manager.node_main``): a GCS address ``host:port`` (a node of
-    that cluster on this machine), ``"auto"`` (the latest session under `temp_dir`), a
-    session directory, or the node's socket path."""
-    from rayfield._private.common import session_files
-
-    root = Path(temp_dir) if temp_dir else session_files.default_root()
-    cluster: dict[str, str] = {}
-    if re.fullmatch(r"[^/\s]+:\d+", address):
-        socket_path, session = local_node_of_cluster(address, root)
-        cluster = {"gcs_address": address, "temp_dir": str(root)}
-    else:  # every file and socket it finds is checked first (session_files)
-        socket_path, session, node = session_files.find_node(address, root)
-        if node.get("gcs_address"):  # a node of a cluster (e.g. address="auto")
-            cluster = {"gcs_address": node["gcs_address"], "temp_dir": str(root)}
-    runtime = _rt.StoreRuntime(socket_path, is_worker=False)
-    runtime.events = EventLog(session / "logs")
-    info = {
-        "node_ip_address": "127.0.0.1",
-        "session_dir": str(session),
-        "object_store_address": socket_path,
-        "webui_url": None,
-        "connected": True,
-        **cluster,
-    }
-    context.install(ProcessContext(Mode.CONNECTED, runtime, info, None, runtime.ids.job_id))
-    runtime_env_packages.set_job_env(runtime, job_env)
-    if cluster:
-        from rayfield._private.driver import jobs
-
-        jobs.start(cluster["gcs_address"], runtime.ids.job_id, runtime.client.node_id)
-    return info
 
 
 def shutdown(exiting_interpreter: bool = False) -> None:

@@ -21,6 +21,7 @@ BUILT_IN = {
     "stack": ("rayfield.cli.stack", "stack"),
     "microbenchmark": ("rayfield.cli.microbenchmark", "microbenchmark"),
     "dashboard": ("rayfield.cli.dashboard", "dashboard"),
+    "job": ("rayfield.cli.job", "job"),
 }
 
 PLUGIN_GROUP = "rayfield.cli_commands"

@@ -165,6 +165,19 @@ def _pair(kw: dict[str, Any], cert: str, key: str) -> tuple[str, str] | None:
     "$RAYFIELD_WORKER_PRELOAD_MODULES; '' turns it off).",
 )
 @click.option(
+    "--metrics-export-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve this node's Prometheus metrics on http://HOST:PORT/metrics (default: a "
+    "free port; node.json's metrics_export_address names it).",
+)
+@click.option(
+    "--metrics-export-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address /metrics listens on (loopback unless you open it on purpose).",
+)
+@click.option(
     "--temp-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -315,6 +328,8 @@ def start(**kw: Any) -> None:
         plasma_directory=kw["plasma_directory"],
         huge_pages=kw["huge_pages"],
         worker_preload_modules=kw["worker_preload_modules"],
+        metrics_export_port=kw["metrics_export_port"],
+        metrics_export_host=kw["metrics_export_host"],
         temp_dir=temp_dir,
         node_ip_address=kw["node_ip_address"],
         node_manager_port=kw["node_manager_port"],
@@ -389,6 +404,8 @@ def start(**kw: Any) -> None:
             f"\nThe dashboard is at {dashboard_url} (log in with the token in "
             f"{session / 'token'}; `rayfield dashboard --open` opens it)."
         )
+    if info.get("metrics_export_address"):
+        click.echo(f"Prometheus metrics: http://{info['metrics_export_address']}/metrics")
     if kw["block"]:
         _block(int(info["pid"]))
 

@@ -31,9 +31,18 @@ from aiohttp import web
 
 from rayfield.dashboard import DEFAULT_PORT, KV_CERT_KEY, KV_KEY, KV_NAMESPACE, security
 from rayfield.dashboard.api import StateApi
+from rayfield.dashboard.jobs import JobApi
+from rayfield.dashboard.metrics_page import MetricsHistory, metrics_page
 from rayfield.dashboard.pages import discover
 from rayfield.dashboard.server import ALLOWED_HOSTS, make_app
-from rayfield.util.cluster import ERROR_MARK, TlsConfig, read_token, write_private
+from rayfield.job_submission.manager import JobManager
+from rayfield.util.cluster import (
+    ERROR_MARK,
+    TlsConfig,
+    default_temp_dir,
+    read_token,
+    write_private,
+)
 from rayfield.util.state import StateClient
 
 log = logging.getLogger("rayfield.dashboard")
@@ -69,10 +78,12 @@ async def serve(args: argparse.Namespace, tls: TlsConfig | None) -> None:
     token = read_token(args.token_file)
     client = StateClient(args.gcs_address, token, tls=tls)
     api = StateApi(client)
-    pages = discover()
+    history = MetricsHistory(client).start()
+    pages = [p for p in discover() if p.name != "metrics"] + [metrics_page(history)]
     if pages:
-        log.info("dashboard pages of other packages: %s", ", ".join(p.name for p in pages))
-    app = make_app(api, token, (), pages)
+        log.info("dashboard pages: %s", ", ".join(p.name for p in pages))
+    jobs = JobApi(_job_manager(args, client, token))
+    app = make_app(api, token, (), pages, jobs.routes())
     https = https_context(args.https_cert, args.https_key) if args.https_cert else None
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -82,6 +93,8 @@ async def serve(args: argparse.Namespace, tls: TlsConfig | None) -> None:
     except OSError as exc:
         await runner.cleanup()
         api.close()
+        jobs.close()
+        history.close()
         client.close()
         raise SystemExit(
             f"{ERROR_MARK}the dashboard cannot listen on {args.host}:"
@@ -117,7 +130,18 @@ async def serve(args: argparse.Namespace, tls: TlsConfig | None) -> None:
         )
     await runner.cleanup()
     api.close()
+    jobs.close()
+    history.close()
     client.close()
+
+
+def _job_manager(args: argparse.Namespace, client: StateClient, token: str) -> JobManager:
+    """The jobs of this cluster: packages kept in the session's ``job_packages/`` (else
+    in a folder of the session root), supervisors started from this machine's node."""
+    session = Path(args.session_dir) if args.session_dir else None
+    packages = session / "job_packages" if session else default_temp_dir() / "job_packages"
+    temp_dir = str(session.parent) if session else None
+    return JobManager(client, packages, args.gcs_address, token, temp_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

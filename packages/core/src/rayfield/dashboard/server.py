@@ -92,6 +92,7 @@ def make_app(
     token: str,
     allowed_hosts: Iterable[str],
     pages: Sequence[DashboardPage] = (),
+    extra_routes: Sequence[web.RouteDef] = (),
 ) -> web.Application:
     """The dashboard application.
 
@@ -103,6 +104,8 @@ def make_app(
         pages: tabs added by other packages (``rayfield.dashboard.pages.discover()``):
             their scripts at ``/static/pages/<name>.js``, their data under
             ``/api/pages``.
+        extra_routes: more routes behind the same checks (the job submission API of
+            ``jobs.py``, the metrics page).
     """
     files = _static_files()
     scripts = {p.name: p.script.encode() for p in pages}
@@ -163,6 +166,7 @@ def make_app(
             web.post("/logout", logout),
             *api.routes(),
             *api.page_routes(pages),
+            *extra_routes,
         ]
     )
     return app

@@ -2,6 +2,7 @@
 a joblib backend, ``get_node_ip_address``, ``list_named_actors``, and
 ``inspect_serializability`` (which pieces of a value cannot be sent to a task).
 
+``rayfield.util.metrics``: application metrics (``Counter``, ``Gauge``, ``Histogram``).
 Public modules for tools and libraries: ``rayfield.util.state`` (the cluster's state),
 ``rayfield.util.cluster`` (finding, starting and stopping a cluster), ``rayfield.util.perf``
 (the microbenchmark), ``rayfield.util.private_files`` (owner-only files, as every package
@@ -37,6 +38,7 @@ __all__ = [
     "inspect_serializability",
     "joblib",
     "list_named_actors",
+    "metrics",
     "multiprocessing",
     "private_files",
 ]
@@ -56,6 +58,7 @@ _NAMES = {
 _LAZY_SUBMODULES = (
     "actor_pool",
     "joblib",
+    "metrics",
     "multiprocessing",
     "network",
     "private_files",

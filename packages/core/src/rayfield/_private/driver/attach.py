@@ -1,10 +1,21 @@
-"""The node a driver attaches to when it connects to a cluster by its GCS address: one
-of the cluster's alive nodes on this machine whose socket belongs to this user."""
+"""How a driver attaches to a node started elsewhere (``init(address=...)``): by a GCS
+address, one of the cluster's alive nodes on this machine whose socket belongs to this
+user; else the node of a session directory, socket or ``"auto"``."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Any
+
+from rayfield._private import context
+from rayfield._private.common import session_files
+from rayfield._private.common.events import EventLog
+from rayfield._private.common.init_context import InitContext
+from rayfield._private.context import Mode, ProcessContext
+from rayfield._private.driver import runtime_env_packages
+from rayfield._private.runtime import runtime as _rt
 
 
 def local_node_of_cluster(address: str, root: Path) -> tuple[str, Path]:
@@ -37,3 +48,49 @@ def own_socket(path: str) -> bool:
     except OSError:  # gone, or another user's (UnsafeSessionError)
         return False
     return True
+
+
+def dashboard_url(gcs_address: str | None) -> str | None:
+    """The URL the cluster's dashboard published in its GCS (None: it has none)."""
+    if not gcs_address:
+        return None
+    from rayfield._private.driver.names import client
+
+    try:
+        url = client(gcs_address).kv_get("dashboard", b"url")
+    except Exception:  # the URL is information only; the driver works without it
+        return None
+    return url.decode() if url else None
+
+
+def connect(address: str, temp_dir: str | None, job_env: Any = ({}, {})) -> InitContext:
+    """Connect this driver to a node started elsewhere (``rayfield start``, or ``python -m
+    rayfield._private.node_manager.node_main``): a GCS address ``host:port`` (a node of
+    that cluster on this machine), ``"auto"`` (the latest session under `temp_dir`), a
+    session directory, or the node's socket path."""
+    root = Path(temp_dir) if temp_dir else session_files.default_root()
+    cluster: dict[str, str] = {}
+    if re.fullmatch(r"[^/\s]+:\d+", address):
+        socket_path, session = local_node_of_cluster(address, root)
+        cluster = {"gcs_address": address, "temp_dir": str(root)}
+    else:  # every file and socket it finds is checked first (session_files)
+        socket_path, session, node = session_files.find_node(address, root)
+        if node.get("gcs_address"):  # a node of a cluster (e.g. address="auto")
+            cluster = {"gcs_address": node["gcs_address"], "temp_dir": str(root)}
+    runtime = _rt.StoreRuntime(socket_path, is_worker=False)
+    runtime.events = EventLog(session / "logs")
+    info = InitContext(
+        node_ip_address="127.0.0.1",
+        session_dir=str(session),
+        object_store_address=socket_path,
+        webui_url=dashboard_url(cluster.get("gcs_address")),
+        connected=True,
+        **cluster,
+    )
+    context.install(ProcessContext(Mode.CONNECTED, runtime, info, None, runtime.ids.job_id))
+    runtime_env_packages.set_job_env(runtime, job_env)
+    if cluster:
+        from rayfield._private.driver import jobs
+
+        jobs.start(cluster["gcs_address"], runtime.ids.job_id, runtime.client.node_id)
+    return info

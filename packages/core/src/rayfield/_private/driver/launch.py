@@ -77,6 +77,10 @@ class NodeOptions:
     # comma-separated modules the node's worker fork server imports ("": none; None: the
     # node's default, $RAYFIELD_WORKER_PRELOAD_MODULES, else none)
     worker_preload_modules: str | None = None
+    # the node's Prometheus /metrics endpoint (port 0: a free one; None: the node's
+    # default, a free one), on loopback unless another host is given
+    metrics_export_port: int | None = None
+    metrics_export_host: str = "127.0.0.1"
 
 
 def _spawn(
@@ -222,6 +226,9 @@ def start_node(
         args += ["--heartbeat-s", str(opts.heartbeat_s)]
     if opts.worker_preload_modules is not None:
         args += ["--worker-preload-modules", opts.worker_preload_modules]
+    if opts.metrics_export_port is not None:
+        args += ["--metrics-export-port", str(opts.metrics_export_port)]
+    args += ["--metrics-export-host", opts.metrics_export_host]
     args += _tls_args(opts)
     env = dict(os.environ, **{ENV_TOKEN: token})  # not on the command line: ps shows that
     log = session / "logs" / "node.out"

@@ -19,7 +19,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rayfield._private.common import scheduling, session_files
 from rayfield._private.common.actor_scope import NO_HANDLE_LEFT, ActorScopes
@@ -109,6 +109,8 @@ class Node:
         self.warned: set[bytes] = set()
         self.agent: ClusterAgent | None = None  # set by node_main when the node joins a cluster
         self.runtime_envs: RuntimeEnvs | None = None  # made on the first non-default env
+
+        self.metrics_exporter: Any = None  # its /metrics server, when it serves one
         home = origin_of(self.server.node_id)  # ids made by this node's processes start so
         self.scopes = ActorScopes(lambda actor_id: origin_of(actor_id) == home)
         self._stop = threading.Event()
@@ -189,11 +191,23 @@ class Node:
             if ended and self.server.end_actor(aid, NO_HANDLE_LEFT) == "held":
                 self.scopes.end_refused(aid)
 
+    def export_metrics(
+        self, port: int, host: str = "127.0.0.1", gcs: Any = None, head: bool = True
+    ) -> str:
+        """Serve this node's Prometheus ``/metrics`` on ``host:port`` (0: a free port) until
+        :meth:`shutdown`; returns ``HOST:PORT`` (``metrics_exporter.py``)."""
+        from rayfield._private.node_manager.metrics_exporter import MetricsExporter
+
+        self.metrics_exporter = MetricsExporter(self, host, port, gcs, head)
+        return str(self.metrics_exporter.address)
+
     def shutdown(self) -> None:
         """Stop the agent, the workers and the native core. The event thread is told
         first (it notices within 0.2 s) and joined after the workers stopped; the events
         of stopping workers are not acted on (no worker is started to replace them)."""
         self._stop.set()
+        if self.metrics_exporter is not None:
+            self.metrics_exporter.stop()
         if self.agent is not None:
             self.agent.shutdown()
         self.memory_monitor.stop()

@@ -68,6 +68,13 @@ def join_cluster(
     return {"gcs_address": args.gcs_address, "node_manager_address": node.agent.address}
 
 
+def start_metrics(node: Node, args: argparse.Namespace) -> str:
+    """Serve the node's ``/metrics``; returns its ``HOST:PORT``."""
+    gcs = getattr(node.agent, "gcs", None)
+    head = args.head or not args.gcs_address
+    return node.export_metrics(args.metrics_export_port, args.metrics_export_host, gcs, head)
+
+
 def _join_failure(exc: BaseException, address: str) -> str | None:
     """One line saying why joining the cluster at ``address`` failed, for the failures
     with a known remedy; None for others (their traceback goes to the log)."""
@@ -135,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"comma-separated modules workers start with (default ${ENV_PRELOAD})",
     )
+    parser.add_argument(
+        "--metrics-export-port", type=int, default=0, help="/metrics port (0: a free one; -1: off)"
+    )
+    parser.add_argument("--metrics-export-host", default="127.0.0.1", help="/metrics address")
     for flag in ("--tls-cert", "--tls-key", "--tls-ca"):
         parser.add_argument(flag, default=None)
     args = parser.parse_args(argv)
@@ -203,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             # `rayfield start` shows this one line instead of the log.
             print(f"{session_files.ERROR_MARK}{reason}", flush=True)
             return 2
+    if args.metrics_export_port >= 0:
+        info["metrics_export_address"] = start_metrics(node, args)
     session_files.write_private(session / "node.json", json.dumps(info))
     if args.head or not args.gcs_address:
         session_files.point_latest(root, session)

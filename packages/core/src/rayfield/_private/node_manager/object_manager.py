@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -95,6 +95,7 @@ class ObjectManager:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self.bytes_received = 0  # of objects from other nodes (the /metrics counter)
         self._to_release: dict[str, list[bytes]] = {}  # address -> ids it may drop
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rayfield-transfer")
         self._thread = threading.Thread(target=self._loop, daemon=True, name="rayfield-fetch")
@@ -317,6 +318,7 @@ class ObjectManager:
         here now (``release``: see ``FetchState.arrived``)."""
         stored = store_whole(self.client, object_id, size, meta, data)
         if stored:
+            self.bytes_received += size
             self._arrived(object_id, sender, release)
         return stored is not False  # None: pulled meanwhile, or made here
 
@@ -358,15 +360,19 @@ class ObjectManager:
             that node does not have it (within ``wait_ms``) or cannot be reached.
         """
         try:
-            stored = write_chunks(
-                self.client, object_id, self.channels.stub(address).pull(object_id, wait_ms)
-            )
+            chunks = self.channels.stub(address).pull(object_id, wait_ms)
+            stored = write_chunks(self.client, object_id, self._counted(chunks))
         except PeerError as exc:
             logger.info("pulling %s from %s failed: %s", short(object_id), address, exc)
             return False
         if stored:
             self._arrived(object_id, address, release=True)
         return stored is not False
+
+    def _counted(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        for raw in chunks:
+            self.bytes_received += len(raw)  # the chunk's few header bytes included
+            yield raw
 
     def _arrived(self, object_id: bytes, address: str, release: bool) -> None:
         self.on_arrival(object_id)
