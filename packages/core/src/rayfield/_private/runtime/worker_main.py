@@ -212,6 +212,8 @@ class Worker:
         event["end"] = time.time()
         if self.events is not None:
             self.events.record(event)
+            if "actor_name" in event:  # written before the creation is done: the state
+                self.events.flush()  # API of an embedded runtime lists it at once
         max_calls = options.get("max_calls") or 0
         if kind == "task" and max_calls:
             self.calls[fid] = self.calls.get(fid, 0) + 1
