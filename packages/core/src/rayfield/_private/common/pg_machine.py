@@ -40,6 +40,7 @@ __all__ = [
     "NodeView",
     "Prepare",
     "Release",
+    "group_info",
     "place",
 ]
 
@@ -258,7 +259,9 @@ class GroupTable:
         next pass. A yes that comes too late (the group was removed or its prepare
         aborted) is released at once."""
         group = self.groups.get(pg_id)
-        mine = tuple(sorted(i for i, n in (group.preparing if group else {}).items() if n == node_id))
+        mine = tuple(
+            sorted(i for i, n in (group.preparing if group else {}).items() if n == node_id)
+        )
         if group is None or group.state == REMOVED or mine != tuple(sorted(indices)):
             return [Release(node_id, pg_id, tuple(sorted(indices)))] if ok else []
         if not ok:
@@ -334,3 +337,18 @@ class GroupTable:
                 held.setdefault(node, []).append(i)
         group.preparing, group.acks = {}, set()
         return [Release(n, group.pg_id, tuple(sorted(ix))) for n, ix in sorted(held.items())]
+
+
+def group_info(group: Group) -> dict[str, object]:
+    """A group as ``placement_group_table()`` shows it (Ray's keys): ``placement_group_id``
+    (hex), ``name``, ``strategy``, ``state``, ``bundles`` (index -> resources),
+    ``bundles_to_node_id`` (index -> node id hex, placed bundles only), ``is_detached``."""
+    return {
+        "placement_group_id": group.pg_id.hex(),
+        "name": group.name,
+        "strategy": group.strategy,
+        "state": group.state,
+        "bundles": {i: dict(b) for i, b in enumerate(group.bundles)},
+        "bundles_to_node_id": {i: n.hex() for i, n in enumerate(group.nodes) if n is not None},
+        "is_detached": group.detached,
+    }

@@ -23,12 +23,13 @@ from typing import Any, Literal
 
 __all__ = [
     "BUNDLE_UNIT",
+    "CREATED",
     "DETACHED",
     "PENDING",
-    "CREATED",
     "REMOVED",
     "RESCHEDULING",
     "STRATEGIES",
+    "GroupHandle",
     "GroupRef",
     "Strategy",
     "bundle_demand",
@@ -91,6 +92,52 @@ class GroupRef:
         )
 
 
+class GroupHandle:
+    """What identifies a placement group: its id, bundles and strategy. The public
+    ``rayfield.util.placement_group.PlacementGroup`` adds ``ready()`` and ``wait()``.
+
+    Args:
+        pg_id: the group's id (bytes).
+        bundles: its bundle specs, in order.
+        strategy: one of :data:`STRATEGIES`.
+    """
+
+    def __init__(
+        self, pg_id: bytes, bundles: Sequence[Mapping[str, float]], strategy: str = "PACK"
+    ) -> None:
+        self._pg_id = bytes(pg_id)
+        self._bundles = [dict(b) for b in bundles]
+        self._strategy = strategy
+
+    @property
+    def bundle_specs(self) -> list[dict[str, float]]:
+        """The bundles, in order (copies)."""
+        return [dict(b) for b in self._bundles]
+
+    @property
+    def bundle_count(self) -> int:
+        """How many bundles the group has."""
+        return len(self._bundles)
+
+    @property
+    def strategy(self) -> str:
+        """PACK, SPREAD, STRICT_PACK or STRICT_SPREAD."""
+        return self._strategy
+
+    def ref(self, bundle_index: int = -1, capture: bool = False) -> GroupRef:
+        """What work placed in this group carries."""
+        return GroupRef(self._pg_id, tuple(self._bundles), self._strategy, bundle_index, capture)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GroupHandle) and other._pg_id == self._pg_id
+
+    def __hash__(self) -> int:
+        return hash(self._pg_id)
+
+    def __repr__(self) -> str:
+        return f"PlacementGroup({self._pg_id.hex()}, {self._bundles}, {self._strategy})"
+
+
 def check_bundles(bundles: Any) -> list[dict[str, float]]:
     """Check ``placement_group(bundles=...)``; returns the bundles as float dicts without
     zero amounts.
@@ -100,8 +147,10 @@ def check_bundles(bundles: Any) -> list[dict[str, float]]:
         ValueError: no bundles; a bundle that is empty or holds only zeros; an amount that
             is negative, not finite, above 1e9, or a fraction above 1 that is not whole.
     """
-    if isinstance(bundles, Mapping) or not isinstance(bundles, Sequence) or isinstance(
-        bundles, (str, bytes)
+    if (
+        isinstance(bundles, Mapping)
+        or not isinstance(bundles, Sequence)
+        or isinstance(bundles, (str, bytes))
     ):
         raise TypeError(
             "bundles must be a list of resource dicts, e.g. [{'CPU': 1}, {'CPU': 1, 'GPU': 1}], "
