@@ -263,6 +263,9 @@ class GroupTable:
             sorted(i for i, n in (group.preparing if group else {}).items() if n == node_id)
         )
         if group is None or group.state == REMOVED or mine != tuple(sorted(indices)):
+            live = group is not None and group.state != REMOVED
+            if live and all(i < len(group.nodes) and group.nodes[i] == node_id for i in indices):  # type: ignore[union-attr]
+                return []  # an answer heard twice: the bundles are committed there
             return [Release(node_id, pg_id, tuple(sorted(indices)))] if ok else []
         if not ok:
             return self._abort(group, failed=node_id)

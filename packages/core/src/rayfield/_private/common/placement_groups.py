@@ -17,7 +17,7 @@ group-wide names (any bundle's node). :func:`bundle_demand` does the renaming an
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -39,6 +39,7 @@ __all__ = [
     "committed_resources",
     "group_resource",
     "is_group_resource",
+    "node_totals",
 ]
 
 Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
@@ -226,6 +227,28 @@ def committed_resources(pg_hex: str, index: int, bundle: Mapping[str, float]) ->
         out[group_resource(name, pg_hex, index)] = amount
         out[group_resource(name, pg_hex)] = amount
     return out
+
+
+def node_totals(
+    base: Mapping[str, float], held: Iterable[tuple[bytes, int, Mapping[str, float], bool]]
+) -> dict[str, float]:
+    """A node's totals with bundles held on it: ``base`` less every held bundle, plus the
+    renamed resources of the committed ones (group-wide names summed over bundles).
+
+    Args:
+        base: the node's own totals.
+        held: ``(pg_id, index, resources, committed)`` per bundle held there.
+    """
+    out = dict(base)
+    for pg_id, index, resources, committed in held:
+        for k, v in resources.items():
+            out[k] = out.get(k, 0.0) - v
+        if committed:
+            for k, v in {**resources, "bundle": BUNDLE_UNIT}.items():
+                out[group_resource(k, pg_id.hex(), index)] = v
+                wide = group_resource(k, pg_id.hex())
+                out[wide] = out.get(wide, 0.0) + v
+    return {k: max(0.0, v) for k, v in out.items() if v > 1e-9 or k in base}
 
 
 def bundle_demand(demand: Mapping[str, float], ref: GroupRef) -> dict[str, float]:

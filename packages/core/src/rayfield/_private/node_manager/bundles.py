@@ -15,12 +15,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rayfield._private.common.placement_groups import BUNDLE_UNIT, group_resource
+from rayfield._private.common.placement_groups import node_totals
 
 __all__ = ["BundleLedger", "HeldBundle", "end_group_work"]
 
 logger = logging.getLogger("rayfield")
-_EPS = 1e-9
+_EPS = 1e-9  # amounts are fixed point (1e-4) in the native scheduler
 
 
 @dataclass
@@ -86,18 +86,9 @@ class BundleLedger:
         ]
 
     def totals(self) -> dict[str, float]:
-        """The node's totals with the bundles held: plain resources less every held
-        bundle, plus the renamed resources of the committed ones."""
-        out = dict(self.base)
-        for (pg, i), held in self.held.items():
-            for k, v in held.resources.items():
-                out[k] = out.get(k, 0.0) - v
-            if held.committed:
-                for k, v in {**held.resources, "bundle": BUNDLE_UNIT}.items():
-                    out[group_resource(k, pg.hex(), i)] = v
-                    wide = group_resource(k, pg.hex())
-                    out[wide] = out.get(wide, 0.0) + v  # summed over the group's bundles
-        return {k: max(0.0, v) for k, v in out.items() if v > _EPS or k in self.base}
+        """The node's totals with the bundles held (``placement_groups.node_totals``)."""
+        held = [(pg, i, h.resources, h.committed) for (pg, i), h in self.held.items()]
+        return node_totals(self.base, held)
 
 
 def end_group_work(server: Any, client: Any, pg_hexes: set[str], reason: str) -> int:
