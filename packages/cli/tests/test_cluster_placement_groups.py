@@ -9,7 +9,12 @@ from pathlib import Path
 from clusterutil import add_node, start_nodes, stop_in_background, wait_for
 
 import rayfield as rf
-from rayfield.util import placement_group, placement_group_table, remove_placement_group
+from rayfield.util import (
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
 from rayfield.util.cluster import rayfield_processes
 from rayfield.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -66,13 +71,24 @@ def test_strict_spread_and_a_node_killed_under_the_group(tmp_path: Path) -> None
         for p in [victim, *victim.children(recursive=True)]:
             p.send_signal(signal.SIGKILL)
         wait_for(lambda: placement_group_table(pg)["state"] == "RESCHEDULING", "RESCHEDULING", 30)
-        add_node(address, tmp_path, '{"x": 1}')  # the replacement
+        add_node(address, tmp_path, '{"x": 2}')  # the replacement
         wait_for(lambda: placement_group_table(pg)["state"] == "CREATED", "CREATED again", 60)
         moved = placement_group_table(pg)["bundles_to_node_id"][lost]
         assert moved not in (placed[0], placed[1])
         assert rf.get(actor.node.remote(), timeout=90) == moved  # the actor restarted there
         remove_placement_group(pg)
         wait_for(lambda: rf.available_resources().get("CPU") == 2.0, "CPUs back", 30)
+
+        # A detached group outlives its driver; the others end with their job.
+        kept = placement_group([{"x": 1}], name="kept", lifetime="detached")
+        ended = placement_group([{"x": 1}], name="ended")
+        assert kept.wait(30) and ended.wait(30)
+        rf.shutdown()
+        rf.init(address=address, temp_dir=str(tmp_path))
+        assert placement_group_table(kept)["state"] == "CREATED"
+        assert placement_group_table(ended)["state"] == "REMOVED"
+        assert get_placement_group("kept") == kept
+        remove_placement_group(kept)
     finally:
         rf.shutdown()
         stop_in_background(tmp_path)

@@ -85,7 +85,7 @@ class PlacementGroup(GroupHandle):
             from rayfield.api import remote
 
             _READY = remote(num_cpus=0, name="placement_group.ready")(_ready)
-        return _READY.options(placement_group=self).remote(self)  # type: ignore[no-any-return]
+        return _READY.options(placement_group=self).remote(self)
 
     def wait(self, timeout_seconds: float | None = 30) -> bool:
         """Wait until the group is created; True if it is, False after ``timeout_seconds``
@@ -154,7 +154,10 @@ def placement_group(
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     table = groups.backend()
     pg_id = os.urandom(PG_ID_BYTES)
-    job_id = context.require().job_id or b""
+    from rayfield._private.runtime.runtime import get_runtime
+
+    # The job: a driver's own; in a task or actor, the job of the driver it works for.
+    job_id = getattr(get_runtime().local, "job_id", None) or context.require().job_id or b""
     table.create(pg_id, name, strategy, clean, detached, job_id)
     return PlacementGroup(pg_id, clean, strategy)
 
@@ -223,7 +226,7 @@ def placement_group_table(placement_group: PlacementGroup | None = None) -> dict
     """
     table = groups.backend()
     if placement_group is None:
-        return {info["placement_group_id"]: info for info in table.list()}
+        return {info["placement_group_id"]: info for info in table.infos()}
     info = table.get(pg_id=placement_group.ref().pg_id)
     if info is None:
         raise ValueError(f"unknown placement group {placement_group.ref().pg_id.hex()}")

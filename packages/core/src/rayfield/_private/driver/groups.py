@@ -5,7 +5,7 @@ without a cluster (the driver's node is the whole cluster), else, in a cluster, 
 ``GcsGroups`` that sends each call to the GCS's ``PlacementGroup`` method (JSON in a
 ``GcsBlob``; the GCS owns the table there, ``gcs/groups.py``). Both answer the same
 calls: ``create``, ``remove`` (returns the ids of the actors placed in the group, which
-the caller kills), ``add_actor``, ``get`` (by id or name), ``list``.
+the caller kills), ``add_actor``, ``get`` (by id or name), ``infos`` (every group).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class GroupBackend(Protocol):
 
     def get(self, pg_id: bytes = b"", name: str = "") -> dict[str, Any] | None: ...
 
-    def list(self) -> list[dict[str, Any]]: ...
+    def infos(self) -> list[dict[str, Any]]: ...
 
 
 class GcsGroups:
@@ -92,7 +92,7 @@ class GcsGroups:
         info = self._call("get", pg_id=pg_id.hex(), name=name)
         return _int_keys(info) if info else None
 
-    def list(self) -> list[dict[str, Any]]:
+    def infos(self) -> list[dict[str, Any]]:
         return [_int_keys(i) for i in self._call("list")]
 
 
@@ -120,7 +120,7 @@ def backend() -> GroupBackend:
 
         return GcsGroups(names.client(address))
     if ctx.mode == Mode.EMBEDDED and ctx.node is not None:
-        return ctx.node.placement_groups()  # type: ignore[attr-defined, no-any-return]
+        return ctx.node.placement_groups()  # type: ignore[attr-defined]
     raise RayfieldError(
         "this process cannot reach the placement group table: without a cluster, the "
         "driver that called rayfield.init() holds it. Create, remove and list groups in "

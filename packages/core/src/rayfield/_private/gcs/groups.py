@@ -69,7 +69,7 @@ class GcsGroups:
 
     def __init__(
         self,
-        kv_put: Callable[[str, bytes, bytes], None],
+        kv_put: Callable[[str, bytes, bytes], object],
         kv_items: Callable[[str], list[tuple[bytes, bytes]]],
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -188,11 +188,11 @@ class GcsGroups:
             for group in self.table.groups.values():
                 if group.state == REMOVED:
                     continue
-                for i, node in enumerate(group.nodes):
-                    if node is not None:
-                        held.setdefault(node, []).append((group.pg_id, i, group.bundles[i], True))
-                for i, node in group.preparing.items():
-                    held.setdefault(node, []).append((group.pg_id, i, group.bundles[i], False))
+                for i, where in enumerate(group.nodes):
+                    if where is not None:
+                        held.setdefault(where, []).append((group.pg_id, i, group.bundles[i], True))
+                for i, where in group.preparing.items():
+                    held.setdefault(where, []).append((group.pg_id, i, group.bundles[i], False))
             demand = self._demand_by_node(nodes)
         out = []
         for node in nodes:
@@ -216,8 +216,8 @@ class GcsGroups:
     def _views(self, nodes: Sequence[NodeInfo]) -> list[NodeView]:
         in_flight: dict[bytes, dict[str, float]] = {}
         for group in self.table.groups.values():
-            for i, node in group.preparing.items():
-                room = in_flight.setdefault(node, {})
+            for i, where in group.preparing.items():
+                room = in_flight.setdefault(where, {})
                 for k, v in group.bundles[i].items():
                     room[k] = room.get(k, 0.0) + v
         views = []

@@ -90,7 +90,7 @@ class LocalGroups:
             group = self.table.groups.get(pg_id) if pg_id else self.table.by_name(name)
             return group_info(group) if group is not None else None
 
-    def list(self) -> list[dict[str, Any]]:
+    def infos(self) -> list[dict[str, Any]]:
         """Every group's info, in creation order."""
         with self._lock:
             return [group_info(g) for g in self.table.groups.values()]
@@ -120,7 +120,8 @@ class LocalGroups:
         self._apply(self.table.schedule([here]), dict(snap["available"]))
 
     def _apply(self, decisions: list[Decision], available: dict[str, float]) -> None:
-        queue, changed = list(decisions), False
+        queue: list[Decision] = list(decisions)
+        changed = False
         while queue:
             d = queue.pop(0)
             if isinstance(d, Prepare):
