@@ -6,9 +6,11 @@ import json
 import signal
 from pathlib import Path
 
+import pytest
 from clusterutil import add_node, start_nodes, stop_in_background, wait_for
 
 import rayfield as rf
+from rayfield.exceptions import ActorDiedError, TaskCancelledError
 from rayfield.util import (
     get_placement_group,
     placement_group,
@@ -76,7 +78,15 @@ def test_strict_spread_and_a_node_killed_under_the_group(tmp_path: Path) -> None
         moved = placement_group_table(pg)["bundles_to_node_id"][lost]
         assert moved not in (placed[0], placed[1])
         assert rf.get(actor.node.remote(), timeout=90) == moved  # the actor restarted there
+
+        # Removal kills the group's actors and cancels its queued tasks, on every node.
+        queued = node_of_task.options(placement_group=pg, placement_group_bundle_index=lost)
+        waiting = queued.remote()  # the actor holds the bundle's CPU: it waits
         remove_placement_group(pg)
+        with pytest.raises(ActorDiedError):
+            rf.get(actor.node.remote(), timeout=60)
+        with pytest.raises(TaskCancelledError):
+            rf.get(waiting, timeout=60)
         wait_for(lambda: rf.available_resources().get("CPU") == 2.0, "CPUs back", 30)
 
         # A detached group outlives its driver; the others end with their job.

@@ -67,6 +67,8 @@ def test_a_group_reserves_and_work_in_its_bundles_sees_it(rt: Any) -> None:
     assert pg.wait(30)
     assert pg.bundle_count == 2 and pg.bundle_specs == [{"CPU": 1.0}, {"CPU": 1.0}]
     assert rf.available_resources()["CPU"] == 2.0  # the reservation left the free CPUs
+    assert rf.cluster_resources()["CPU"] == 4.0  # as in Ray: reserved is in use, not gone
+    assert rf.cluster_resources()[f"CPU_group_{pg.id.hex()}"] == 2.0
     info = placement_group_table(pg)
     assert info["state"] == "CREATED" and info["name"] == "pair"
     assert set(info["bundles_to_node_id"]) == {0, 1}

@@ -226,3 +226,12 @@ def test_a_committed_bundle_adds_its_renamed_resources() -> None:
         "bundle_group_0_ab": pgs.BUNDLE_UNIT,
         "bundle_group_ab": pgs.BUNDLE_UNIT,
     }
+
+
+def test_reserved_resources_count_back_into_the_plain_totals() -> None:
+    pg = "ab" * 16
+    totals = {"CPU": 1.0, f"CPU_group_{pg}": 3.0, f"CPU_group_0_{pg}": 3.0, "my_group_x": 1.0}
+    totals[f"bundle_group_{pg}"] = 1000.0
+    assert pgs.with_reserved(totals)["CPU"] == 4.0
+    assert pgs.with_reserved(totals)["my_group_x"] == 1.0  # not a group's name
+    assert "bundle" not in pgs.with_reserved(totals)

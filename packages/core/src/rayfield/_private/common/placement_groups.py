@@ -40,6 +40,7 @@ __all__ = [
     "group_resource",
     "is_group_resource",
     "node_totals",
+    "with_reserved",
 ]
 
 Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
@@ -249,6 +250,26 @@ def node_totals(
                 wide = group_resource(k, pg_id.hex())
                 out[wide] = out.get(wide, 0.0) + v
     return {k: max(0.0, v) for k, v in out.items() if v > 1e-9 or k in base}
+
+
+def with_reserved(totals: Mapping[str, float]) -> dict[str, float]:
+    """Totals as Ray reports them (``cluster_resources()``): the plain resources that
+    committed bundles reserved counted back in (a node's own totals hold them only under
+    the group names), so a reservation shows as resources in use, not as a smaller
+    cluster. Reads the group-wide names (``CPU_group_<pg>``) of ``totals``."""
+    out = dict(totals)
+    for name, amount in totals.items():
+        plain, _, pg_hex = name.partition("_group_")
+        if pg_hex and plain != "bundle" and _is_pg_hex(pg_hex):
+            out[plain] = out.get(plain, 0.0) + amount
+    return out
+
+
+def _is_pg_hex(text: str) -> bool:
+    try:
+        return len(bytes.fromhex(text)) >= 8
+    except ValueError:
+        return False
 
 
 def bundle_demand(demand: Mapping[str, float], ref: GroupRef) -> dict[str, float]:
