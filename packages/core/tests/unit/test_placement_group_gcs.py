@@ -24,6 +24,9 @@ class FakeKv:
     def items(self, ns: str) -> list[tuple[bytes, bytes]]:
         return [(k, v) for (n, k), v in self.data.items() if n == ns]
 
+    def delete(self, ns: str, key: bytes) -> None:
+        self.data.pop((ns, key), None)
+
 
 def node(node_id: bytes, cpus: float, alive: bool = True, **kw: Any) -> NodeInfo:
     return NodeInfo(
@@ -164,3 +167,17 @@ def test_a_ledger_refuses_what_does_not_fit_and_sums_group_wide_resources() -> N
     assert totals["bundle_group_01"] == 2000.0
     ledger.release(b"\x01", [0, 1])
     assert ledger.totals() == {"CPU": 4.0, "GPU": 1.0}
+
+
+def test_only_the_latest_removed_groups_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rayfield._private.gcs import groups as gcs_groups
+
+    monkeypatch.setattr(gcs_groups, "MAX_REMOVED", 2)
+    kv = FakeKv()
+    groups = GcsGroups(kv.put, kv.items, kv.delete)
+    for pg in ("01", "02", "03"):
+        create(groups, pg, [], strategy="PACK")
+        groups.call({"op": "remove", "pg_id": pg}, [])
+    create(groups, "04", [], strategy="PACK")
+    assert [i["placement_group_id"] for i in groups.call({"op": "list"}, [])] == ["02", "03", "04"]
+    assert sorted(k for _, k in kv.data) == [b"\x02", b"\x03", b"\x04"]

@@ -56,6 +56,7 @@ __all__ = ["KV_NAMESPACE", "GcsGroups"]
 
 KV_NAMESPACE = "placement_groups"
 REMOVED_NEWS_S = 60.0  # how long nodes hear of a removal (to cancel its queued tasks)
+MAX_REMOVED = 1000  # removed groups kept in the table (the oldest are forgotten)
 
 
 class GcsGroups:
@@ -64,6 +65,7 @@ class GcsGroups:
     Args:
         kv_put: ``(namespace, key, value)`` writes a record (the tables' KV).
         kv_items: ``namespace -> [(key, value)]`` reads them back (at start).
+        kv_del: ``(namespace, key)`` deletes one (a removed group forgotten).
         clock: seconds (time.time by default).
     """
 
@@ -71,10 +73,12 @@ class GcsGroups:
         self,
         kv_put: Callable[[str, bytes, bytes], object],
         kv_items: Callable[[str], list[tuple[bytes, bytes]]],
+        kv_del: Callable[[str, bytes], object] = lambda ns, key: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._lock = threading.Lock()
         self._kv_put = kv_put
+        self._kv_del = kv_del
         self._clock = clock
         self.table = GroupTable()
         self._actors: dict[bytes, list[bytes]] = {}
@@ -82,8 +86,10 @@ class GcsGroups:
         self._removed_at: dict[bytes, float] = {}
         self._dead: collections.deque[bytes] = collections.deque()
         self._saved: dict[bytes, str] = {}
+        self._final: set[bytes] = set()  # removed groups whose record is written
         for key, value in kv_items(KV_NAMESPACE):
             self._restore(key, value)
+        self._prune()
 
     # ---- calls -----------------------------------------------------------------------
 
@@ -270,8 +276,21 @@ class GcsGroups:
             out.setdefault(home, []).extend(ResourceDemand(s, 1, False) for s in shapes)
         return out
 
+    def _prune(self) -> None:
+        """Forget the oldest removed groups past :data:`MAX_REMOVED`."""
+        removed = [p for p, g in self.table.groups.items() if g.state == REMOVED]
+        for pg_id in removed[: max(0, len(removed) - MAX_REMOVED)]:
+            del self.table.groups[pg_id]
+            self._saved.pop(pg_id, None)
+            self._final.discard(pg_id)
+            self._removed_at.pop(pg_id, None)
+            self._kv_del(KV_NAMESPACE, pg_id)
+
     def _save(self) -> None:
+        self._prune()
         for pg_id, group in self.table.groups.items():
+            if pg_id in self._final:
+                continue  # removed and written: it does not change again
             record = json.dumps(
                 {
                     "name": group.name,
@@ -288,6 +307,8 @@ class GcsGroups:
             if self._saved.get(pg_id) != record:
                 self._kv_put(KV_NAMESPACE, pg_id, record.encode())
                 self._saved[pg_id] = record
+            if group.state == REMOVED:
+                self._final.add(pg_id)
 
     def _restore(self, key: bytes, value: bytes) -> None:
         r = json.loads(value)
@@ -304,3 +325,5 @@ class GcsGroups:
         self.table.groups[key] = group
         self._actors[key] = [bytes.fromhex(a) for a in r["actors"]]
         self._saved[key] = value.decode()
+        if group.state == REMOVED:
+            self._final.add(key)

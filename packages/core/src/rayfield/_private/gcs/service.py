@@ -111,6 +111,7 @@ class GcsService:
         self.groups = GcsGroups(
             lambda ns, key, value: t.kv_put(ns, key, value, True),
             lambda ns: [(k, t.kv_get(ns, k) or b"") for k in t.kv_keys(ns, b"")],
+            t.kv_del,
         )
         self.task_events = TaskEventRing()
         self._max_reply_bytes = max_reply_bytes
