@@ -154,6 +154,7 @@ def test_remove_releases_every_node_and_job_end_removes_only_non_detached() -> N
     assert sorted(r.node_id for r in released) == [A, B]
     assert all(isinstance(r, Release) and r.pg_id == b"g1" for r in released)
     assert table.groups[b"g1"].state == pgs.REMOVED
+    assert table.groups[b"g1"].nodes == [None, None]  # a removed group holds nothing
     assert table.groups[b"g2"].state == pgs.CREATED
     assert table.remove(b"g1") == []  # removing twice does nothing
     with pytest.raises(KeyError):

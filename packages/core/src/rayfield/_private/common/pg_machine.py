@@ -225,6 +225,7 @@ class GroupTable:
             return []
         out = self._release_all(group)
         group.state = REMOVED
+        group.nodes = [None] * len(group.bundles)
         return out
 
     def job_finished(self, job_id: bytes) -> list[Decision]:
