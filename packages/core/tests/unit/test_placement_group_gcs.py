@@ -136,7 +136,8 @@ def test_node_death_reschedules_and_job_end_removes() -> None:
 
 def test_pending_groups_are_demand_and_group_task_demand_is_not() -> None:
     groups = GcsGroups(FakeKv().put, FakeKv().items)
-    task_demand = [ResourceDemand({"CPU_group_01": 1.0}, 1, True), ResourceDemand({"GPU": 1})]
+    in_group = ResourceDemand({f"CPU_group_{'01' * 16}": 1.0}, 1, True)
+    task_demand = [in_group, ResourceDemand({"GPU": 1})]
     nodes = [node(A, 1, demand=task_demand)]
     groups.call(
         {"op": "create", "pg_id": "02", "strategy": "STRICT_PACK", "bundles": [{"CPU": 1}] * 2},

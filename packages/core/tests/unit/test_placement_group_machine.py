@@ -236,3 +236,12 @@ def test_reserved_resources_count_back_into_the_plain_totals() -> None:
     assert pgs.with_reserved(totals)["CPU"] == 4.0
     assert pgs.with_reserved(totals)["my_group_x"] == 1.0  # not a group's name
     assert "bundle" not in pgs.with_reserved(totals)
+
+
+def test_only_names_made_for_a_group_count_as_group_resources() -> None:
+    pg = "cd" * 16
+    assert pgs.group_of(f"CPU_group_{pg}") == pg
+    assert pgs.group_of(f"CPU_group_3_{pg}") == pg
+    assert pgs.group_of(f"my_group_x_group_1_{pg}") == pg
+    for plain in ("my_group_x", "CPU", f"CPU_group_x_{pg}", "a_group_b", f"_group_{pg}"):
+        assert pgs.group_of(plain) is None and not pgs.is_group_resource(plain)

@@ -37,6 +37,7 @@ __all__ = [
     "check_lifetime",
     "check_strategy",
     "committed_resources",
+    "group_of",
     "group_resource",
     "is_group_resource",
     "node_totals",
@@ -216,9 +217,19 @@ def group_resource(name: str, pg_hex: str, index: int = -1) -> str:
     return f"{name}_group_{pg_hex}" if index < 0 else f"{name}_group_{index}_{pg_hex}"
 
 
+def group_of(name: str) -> str | None:
+    """The group id (hex) of a name :func:`group_resource` made, or None for any other
+    resource name (a user's own ``my_group_x`` included)."""
+    plain, sep, rest = name.rpartition("_group_")
+    index, _, pg_hex = rest.rpartition("_")
+    if not plain or not sep or (index and not index.isdigit()):
+        return None
+    return pg_hex if _is_pg_hex(pg_hex) else None
+
+
 def is_group_resource(name: str) -> bool:
     """True for a name :func:`group_resource` makes."""
-    return "_group_" in name
+    return group_of(name) is not None
 
 
 def committed_resources(pg_hex: str, index: int, bundle: Mapping[str, float]) -> dict[str, float]:
@@ -259,8 +270,8 @@ def with_reserved(totals: Mapping[str, float]) -> dict[str, float]:
     cluster. Reads the group-wide names (``CPU_group_<pg>``) of ``totals``."""
     out = dict(totals)
     for name, amount in totals.items():
-        plain, _, pg_hex = name.partition("_group_")
-        if pg_hex and plain != "bundle" and _is_pg_hex(pg_hex):
+        plain, _, rest = name.rpartition("_group_")
+        if plain and plain != "bundle" and _is_pg_hex(rest):  # group-wide names only
             out[plain] = out.get(plain, 0.0) + amount
     return out
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rayfield._private.common.placement_groups import node_totals
+from rayfield._private.common.placement_groups import group_of, node_totals
 
 __all__ = ["BundleLedger", "HeldBundle", "end_group_work"]
 
@@ -111,4 +111,4 @@ def end_group_work(server: Any, client: Any, pg_hexes: set[str], reason: str) ->
 
 
 def _names(demand: Mapping[str, float], pg_hexes: set[str]) -> bool:
-    return any(k.rsplit("_", 1)[-1] in pg_hexes for k in demand if "_group_" in k)
+    return any(group_of(k) in pg_hexes for k in demand)
