@@ -21,7 +21,8 @@ from rayfield._private.common import options as opt
 from rayfield._private.common import scheduling, serialization
 from rayfield._private.common.ids import ID_SIZE
 from rayfield._private.common.options import ActorOptions
-from rayfield._private.driver import names, runtime_env_packages
+from rayfield._private.driver import groups, names, runtime_env_packages
+from rayfield._private.runtime import placement
 from rayfield._private.runtime.runtime import get_runtime
 
 if TYPE_CHECKING:
@@ -182,6 +183,7 @@ class ActorClass(Generic[C]):
                 return existing
         if self._exported is None or self._exported[0]() is not rt:
             self._exported = (weakref.ref(rt), rt.export(self._cls))
+        resources, group = placement.placed(o, opt.actor_resources(o))
         actor_id = rt.ids.task_id()
         cluster = context.gcs_address()
         if cluster is not None:  # every actor in the GCS; a name is taken there first
@@ -206,6 +208,8 @@ class ActorClass(Generic[C]):
             o.get("max_task_retries") or 0,
             _scoped=scoped,
         )
+        if group:
+            groups.record_actor(group["id"], actor_id)
         [handle._ready] = rt.submit(
             "actor_create",
             self._exported[1],
@@ -213,9 +217,13 @@ class ActorClass(Generic[C]):
             kwargs,
             1,
             f"{self.__name__}.__init__",
-            opt.actor_resources(o),
+            resources,
             max_retries=o.get("max_restarts", 0),
-            options={"max_concurrency": concurrency, **_name_option(o)},
+            options={
+                "max_concurrency": concurrency,
+                **_name_option(o),
+                **({"pg": group} if group else {}),
+            },
             actor_id=actor_id,
             caller_id=handle._caller_id,
             max_concurrency=concurrency,

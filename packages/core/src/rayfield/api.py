@@ -217,7 +217,7 @@ def shutdown(exiting_interpreter: bool = False) -> None:
     if ctx.info.get("gcs_address") and ctx.mode is Mode.CONNECTED:
         from rayfield._private.driver import jobs
 
-        jobs.finish(ctx.info["gcs_address"], ctx.job_id)
+        jobs.finish(ctx.info["gcs_address"], ctx.job_id, ctx.info.get("temp_dir"))
     if ctx.node is not None:
         ctx.node.shutdown()
 

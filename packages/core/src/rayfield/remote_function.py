@@ -11,6 +11,7 @@ from rayfield._private.common import options as opt
 from rayfield._private.common import scheduling, task_retry
 from rayfield._private.common.options import TaskOptions
 from rayfield._private.driver import runtime_env_packages
+from rayfield._private.runtime import placement
 from rayfield._private.runtime.object_ref import ObjectRef
 from rayfield._private.runtime.runtime import get_runtime
 
@@ -116,6 +117,7 @@ class RemoteFunction(Generic[R]):
         if self._exported is None or self._exported[0]() is not rt:
             self._exported = (weakref.ref(rt), rt.export(self._function))
         n = o.get("num_returns", 1)
+        resources, group = placement.placed(o, opt.task_resources(o))
         refs = rt.submit(
             "task",
             self._exported[1],
@@ -123,18 +125,18 @@ class RemoteFunction(Generic[R]):
             kwargs,
             n,
             str(o.get("name") or getattr(self._function, "__name__", "task")),
-            opt.task_resources(o),
+            resources,
             max_retries=o.get("max_retries", 3),
-            options=_payload_options(o),
+            options=_payload_options(o, group),
             scheduling=scheduling.encode(o.get("scheduling_strategy")),
             runtime_env=runtime_env_packages.for_submit(rt, o.get("runtime_env")),
         )
         return refs[0] if n == 1 else refs
 
 
-def _payload_options(o: dict[str, Any]) -> dict[str, Any] | None:
+def _payload_options(o: dict[str, Any], group: dict[str, Any] | None) -> dict[str, Any] | None:
     """The options the worker reads from the task's payload (None: none)."""
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"pg": group} if group else {}
     if o.get("max_calls"):
         out["max_calls"] = o["max_calls"]
     retry = o.get("retry_exceptions")

@@ -140,8 +140,12 @@ def _summed(field: str) -> dict[str, float]:
 
 
 def cluster_resources() -> dict[str, float]:
-    """Total resources of the cluster's alive nodes, by name."""
-    return _summed("total")
+    """Total resources of the cluster's alive nodes, by name. Resources reserved by
+    placement groups count in their plain names (a reservation is in use, as in Ray) and
+    also under their group names (``CPU_group_<pg>``...)."""
+    from rayfield._private.common.placement_groups import with_reserved
+
+    return with_reserved(_summed("total"))
 
 
 def available_resources() -> dict[str, float]:

@@ -11,6 +11,9 @@ actors:
   (hard: or not at all, the work fails with ``TaskUnschedulableError`` /
   ``ActorUnschedulableError`` when the node is dead, unknown or too small; soft: else
   where the default puts it).
+* :class:`PlacementGroupSchedulingStrategy` ``(placement_group, placement_group_bundle_index=-1,
+  placement_group_capture_child_tasks=None)``: in a bundle of a placement group
+  (``rayfield.util.placement_group``), from the bundle's reserved resources.
 
 Example:
     from rayfield.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -22,6 +25,14 @@ Example:
 
 from __future__ import annotations
 
-from rayfield._private.common.scheduling import NodeAffinitySchedulingStrategy, SchedulingStrategy
+from rayfield._private.common.scheduling import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+    SchedulingStrategy,
+)
 
-__all__ = ["NodeAffinitySchedulingStrategy", "SchedulingStrategy"]
+__all__ = [
+    "NodeAffinitySchedulingStrategy",
+    "PlacementGroupSchedulingStrategy",
+    "SchedulingStrategy",
+]

@@ -34,8 +34,12 @@ class TaskOptions(TypedDict, total=False):
     amounts; ``memory``: bytes; ``max_calls``: calls before the worker exits;
     ``max_retries``: runs after the first (-1: without end); ``retry_exceptions``: True
     or the exception classes that are retried; ``name``: shown in the state API;
-    ``scheduling_strategy``: ``"DEFAULT"``, ``"SPREAD"`` or a
-    ``NodeAffinitySchedulingStrategy`` (``rayfield.util.scheduling_strategies``);
+    ``scheduling_strategy``: ``"DEFAULT"``, ``"SPREAD"``, a
+    ``NodeAffinitySchedulingStrategy`` or a ``PlacementGroupSchedulingStrategy``
+    (``rayfield.util.scheduling_strategies``); the older ``placement_group`` (a group,
+    ``"default"``: the caller's when it captures child tasks, or None),
+    ``placement_group_bundle_index`` (-1: any bundle) and
+    ``placement_group_capture_child_tasks`` say the same as that strategy;
     ``runtime_env``: a dict or ``rayfield.runtime_env.RuntimeEnv``, over the job's.
     """
 
@@ -51,6 +55,9 @@ class TaskOptions(TypedDict, total=False):
     name: str | None
     scheduling_strategy: SchedulingStrategy
     runtime_env: dict[str, Any] | None
+    placement_group: Any
+    placement_group_bundle_index: int
+    placement_group_capture_child_tasks: bool | None
 
 
 class ActorOptions(TypedDict, total=False):
@@ -60,8 +67,9 @@ class ActorOptions(TypedDict, total=False):
     life; ``max_restarts`` (classic ``max_reconstructions``) and ``max_task_retries``
     (-1: without end); ``max_concurrency``: calls at once (threaded or async actor);
     ``name``, ``namespace``, ``get_if_exists``: a named actor; ``lifetime="detached"``:
-    outlives its driver; ``scheduling_strategy``: where the actor is placed, as for tasks;
-    ``runtime_env``: what its worker runs in, over the job's, as for tasks.
+    outlives its driver; ``scheduling_strategy`` and the ``placement_group*`` options:
+    where the actor is placed, as for tasks; ``runtime_env``: what its worker runs in,
+    over the job's, as for tasks.
     """
 
     num_cpus: float | None
@@ -78,6 +86,9 @@ class ActorOptions(TypedDict, total=False):
     lifetime: str | None
     scheduling_strategy: SchedulingStrategy
     runtime_env: dict[str, Any] | None
+    placement_group: Any
+    placement_group_bundle_index: int
+    placement_group_capture_child_tasks: bool | None
 
 
 class RemoteOptions(TaskOptions, ActorOptions, total=False):
@@ -111,6 +122,9 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
             than ``"DEFAULT"`` or ``"SPREAD"``.
         TypeError, ValueError: a bad ``runtime_env`` (``common/runtime_env.check``: an
             unknown key or a missing path is named).
+        TypeError, ValueError: a bad ``placement_group*`` option (a group of another type,
+            a bundle index out of range), or both ``placement_group=`` and a
+            ``PlacementGroupSchedulingStrategy``.
     """
     valid = ACTOR_OPTIONS if actor else TASK_OPTIONS
     out: dict[str, Any] = {}
@@ -133,12 +147,30 @@ def normalize(options: dict[str, Any], *, actor: bool) -> dict[str, Any]:
         _check_whole("max_concurrency", out["max_concurrency"], 1, MAX_CONCURRENCY)
     if "scheduling_strategy" in out:
         out["scheduling_strategy"] = scheduling.check(out["scheduling_strategy"])
+    _check_group_options(out)
     if "retry_exceptions" in out:
         out["retry_exceptions"] = task_retry.check(out["retry_exceptions"])
     if "runtime_env" in out:
         out["runtime_env"] = runtime_env.check(out["runtime_env"]) or None
     _check_whole("num_returns", out.get("num_returns", 1), 1, MAX_NUM_RETURNS)
     return out
+
+
+def _check_group_options(out: dict[str, Any]) -> None:
+    group = out.get("placement_group", "default")
+    if group in ("default", None) and "placement_group_bundle_index" not in out:
+        return
+    if group in ("default", None):
+        raise ValueError("placement_group_bundle_index needs placement_group=<a placement group>")
+    if isinstance(out.get("scheduling_strategy"), scheduling.PlacementGroupSchedulingStrategy):
+        raise ValueError(
+            "give either placement_group= or a PlacementGroupSchedulingStrategy, not both"
+        )
+    scheduling.check_group_options(
+        group,
+        out.get("placement_group_bundle_index", -1),
+        out.get("placement_group_capture_child_tasks"),
+    )
 
 
 def check_resource_dict(resources: Any) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """Scheduling strategies: the option values users give and their encoding on the wire.
 
 ``scheduling_strategy=`` (Ray's option of the same name) takes ``"DEFAULT"`` (or None),
-``"SPREAD"``, or a :class:`NodeAffinitySchedulingStrategy` (public as
-``rayfield.util.scheduling_strategies.NodeAffinitySchedulingStrategy``). A task or actor
+``"SPREAD"``, a :class:`NodeAffinitySchedulingStrategy` or a
+:class:`PlacementGroupSchedulingStrategy` (public in ``rayfield.util.scheduling_strategies``).
+Work in a placement group needs no wire form: its demand names the bundle's resources
+(``placement_groups.bundle_demand``), which only the bundle's node has. A task or actor
 creation with a strategy other than the default carries it to its node as a short string
 (``SubmitTaskRequest.scheduling``): ``"SPREAD"`` or ``"NODE:<node id hex>:<1 soft | 0
 hard>"``. The node holds such a task until its host places it
@@ -14,8 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rayfield._private.common.placement_groups import GroupHandle
+
 __all__ = [
     "NodeAffinitySchedulingStrategy",
+    "PlacementGroupSchedulingStrategy",
     "SchedulingStrategy",
     "Strategy",
     "check",
@@ -82,7 +87,73 @@ class NodeAffinitySchedulingStrategy:
 
 NodeAffinitySchedulingStrategy.__module__ = "rayfield.util.scheduling_strategies"
 
-SchedulingStrategy = Literal["DEFAULT", "SPREAD"] | NodeAffinitySchedulingStrategy | None
+
+@dataclass(frozen=True)
+class PlacementGroupSchedulingStrategy:
+    """Run a task or actor in a placement group's bundle (Ray's
+    ``PlacementGroupSchedulingStrategy``).
+
+    ``f.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 0)).remote()``.
+    The work's resources come out of the bundle's reservation (its demand must fit the
+    bundle, else ``.remote()`` raises ValueError naming both), and it runs on the bundle's
+    node once the group is created.
+
+    Args:
+        placement_group: the group (``rayfield.util.placement_group(...)``).
+        placement_group_bundle_index: the bundle, 0..bundle_count-1, or -1: any bundle.
+        placement_group_capture_child_tasks: tasks and actors the work submits go into
+            the same group (bundle -1) unless they say otherwise; None: False.
+
+    Raises:
+        TypeError: ``placement_group`` is not a placement group, or the index not an int.
+        ValueError: the index is out of range for the group.
+    """
+
+    placement_group: GroupHandle
+    placement_group_bundle_index: int = -1
+    placement_group_capture_child_tasks: bool | None = None
+
+    def __post_init__(self) -> None:
+        check_group_options(
+            self.placement_group,
+            self.placement_group_bundle_index,
+            self.placement_group_capture_child_tasks,
+        )
+
+
+PlacementGroupSchedulingStrategy.__module__ = "rayfield.util.scheduling_strategies"
+
+
+def check_group_options(group: Any, index: Any, capture: Any) -> None:
+    """Check a placement group, bundle index and capture flag (strategy or options).
+
+    Raises:
+        TypeError: ``group`` is not a placement group, ``index`` not an int, ``capture``
+            not a bool or None.
+        ValueError: ``index`` is not -1 or 0..bundle_count-1.
+    """
+    if not isinstance(group, GroupHandle):
+        raise TypeError(
+            "placement_group must be a placement group made by "
+            f"rayfield.util.placement_group(...), got {type(group).__name__}"
+        )
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(f"placement_group_bundle_index must be an int, got {index!r}")
+    if not -1 <= index < group.bundle_count:
+        raise ValueError(
+            f"placement_group_bundle_index {index} is out of range: the group has "
+            f"{group.bundle_count} bundle(s), so use -1 (any) or 0..{group.bundle_count - 1}"
+        )
+    if capture is not None and not isinstance(capture, bool):
+        raise TypeError(f"placement_group_capture_child_tasks must be a bool, got {capture!r}")
+
+
+SchedulingStrategy = (
+    Literal["DEFAULT", "SPREAD"]
+    | NodeAffinitySchedulingStrategy
+    | PlacementGroupSchedulingStrategy
+    | None
+)
 """What ``scheduling_strategy=`` takes."""
 
 
@@ -93,7 +164,9 @@ def check(value: Any) -> SchedulingStrategy:
         ValueError: a string other than ``"DEFAULT"`` or ``"SPREAD"``.
         TypeError: neither a string, None, nor a ``NodeAffinitySchedulingStrategy``.
     """
-    if value is None or isinstance(value, NodeAffinitySchedulingStrategy):
+    if value is None or isinstance(
+        value, (NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy)
+    ):
         return value
     if isinstance(value, str):
         if value not in ("DEFAULT", "SPREAD"):
@@ -103,14 +176,15 @@ def check(value: Any) -> SchedulingStrategy:
             )
         return value  # type: ignore[return-value]
     raise TypeError(
-        "scheduling_strategy must be 'DEFAULT', 'SPREAD', None or a "
-        f"rayfield.util.scheduling_strategies.NodeAffinitySchedulingStrategy, "
-        f"got {type(value).__name__}"
+        "scheduling_strategy must be 'DEFAULT', 'SPREAD', None, a "
+        "NodeAffinitySchedulingStrategy or a PlacementGroupSchedulingStrategy "
+        f"(rayfield.util.scheduling_strategies), got {type(value).__name__}"
     )
 
 
 def encode(value: SchedulingStrategy) -> str:
-    """The wire form of a checked strategy ("" for the default)."""
+    """The wire form of a checked strategy ("" for the default and for a placement
+    group, which places work through the bundle's renamed resources instead)."""
     if isinstance(value, NodeAffinitySchedulingStrategy):
         return f"NODE:{value.node_id}:{int(value.soft)}"
     return "SPREAD" if value == "SPREAD" else ""

@@ -33,14 +33,15 @@ def start(address: str, job_id: bytes, node_id: bytes) -> None:
         logger.warning("could not record this job in the GCS at %s: %s", address, exc)
 
 
-def finish(address: str, job_id: bytes) -> None:
-    """Mark the job finished; waits at most about 2 s for the GCS (this runs at exit)."""
-    from rayfield._private.context import sessions_root
+def finish(address: str, job_id: bytes, temp_dir: str | None = None) -> None:
+    """Mark the job finished; waits at most about 2 s for the GCS (this runs at exit).
+    ``temp_dir``: where the driver found its cluster's sessions (``init(temp_dir=...)``;
+    the token is looked for there), since the process context is gone by now."""
     from rayfield._private.driver.launch import find_token
     from rayfield._private.gcs.client import GcsClient
 
     try:
-        token = find_token(address, sessions_root())
+        token = find_token(address, Path(temp_dir) if temp_dir else None)
         with GcsClient(address, token, timeout_s=2, retry_deadline_s=1) as gcs:
             gcs.mark_job_finished(job_id)
     except Exception as exc:

@@ -9,16 +9,24 @@ encodes. Server-side publishing
 from __future__ import annotations
 
 import collections
+import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from rayfield._private.gcs.groups import GcsGroups
 from rayfield._private.gcs.pubsub import PubSub
 from rayfield._private.gcs.tables import GcsTables
 from rayfield._private.protocol import codec
 from rayfield._private.protocol.constants import MAX_MESSAGE_BYTES
 from rayfield._private.protocol.errors import GcsInvalidRequestError
-from rayfield._private.protocol.types import ActorInfo, ActorState, JobInfo, NodeInfo
+from rayfield._private.protocol.types import (
+    CHANNEL_NODE_DEAD,
+    ActorInfo,
+    ActorState,
+    JobInfo,
+    NodeInfo,
+)
 
 __all__ = ["GcsService"]
 
@@ -31,6 +39,21 @@ def _required(req: dict[str, Any], field: str) -> Any:
     if value is None:
         raise GcsInvalidRequestError(f"the request has no {field!r}")
     return value
+
+
+def _json(req: dict[str, Any]) -> dict[str, Any]:
+    """A ``GcsBlob`` request's JSON object.
+
+    Raises:
+        GcsInvalidRequestError: not a JSON object.
+    """
+    try:
+        body = json.loads(req.get("data") or b"")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GcsInvalidRequestError(f"the request is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise GcsInvalidRequestError("the request must be a JSON object")
+    return body
 
 
 class TaskEventRing:
@@ -82,11 +105,20 @@ class GcsService:
         pubsub: PubSub | None = None,
     ) -> None:
         self.pubsub = pubsub or PubSub()
+        self.groups: GcsGroups | None = None
         self.tables = GcsTables(db_path, self._publish_record, heartbeat_timeout_s)
+        t = self.tables
+        self.groups = GcsGroups(
+            lambda ns, key, value: t.kv_put(ns, key, value, True),
+            lambda ns: [(k, t.kv_get(ns, k) or b"") for k in t.kv_keys(ns, b"")],
+            t.kv_del,
+        )
         self.task_events = TaskEventRing()
         self._max_reply_bytes = max_reply_bytes
 
     def _publish_record(self, channel: str, key: bytes, record: Any) -> None:
+        if channel == CHANNEL_NODE_DEAD and self.groups is not None:
+            self.groups.node_dead(key)  # its bundles are placed again
         payload = codec.encode(_RECORD_TABLES[type(record)], record)
         self.pubsub.publish(channel, key, payload)
 
@@ -106,7 +138,8 @@ class GcsService:
         return {"reregister": again}
 
     def GetNodes(self, req: dict[str, Any]) -> dict[str, Any]:
-        return {"nodes": self.tables.snapshot()[0]}
+        assert self.groups is not None
+        return {"nodes": self.groups.overlay(self.tables.snapshot()[0])}
 
     def UnregisterNode(self, req: dict[str, Any]) -> None:
         self.tables.unregister_node(req["node_id"])
@@ -165,6 +198,26 @@ class GcsService:
 
     def MarkJobFinished(self, req: dict[str, Any]) -> None:
         self.tables.mark_job_finished(req["job_id"])
+        assert self.groups is not None
+        self.groups.job_finished(req["job_id"])  # its groups that are not detached end
+
+    # ---- placement groups (JSON in GcsBlob, gcs/groups.py) ----------------------------
+
+    def PlacementGroup(self, req: dict[str, Any]) -> dict[str, Any]:
+        assert self.groups is not None
+        reply = self.groups.call(_json(req), self.tables.snapshot()[0])
+        return {"data": json.dumps(reply).encode()}
+
+    def SyncBundles(self, req: dict[str, Any]) -> dict[str, Any]:
+        assert self.groups is not None
+        body = _json(req)
+        try:
+            node_id = bytes.fromhex(body["node_id"])
+            answers, held = list(body["answers"]), list(body["held"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise GcsInvalidRequestError(f"bad bundle sync: {exc!r}") from None
+        reply = self.groups.sync(node_id, answers, held, self.tables.snapshot()[0])
+        return {"data": json.dumps(reply).encode()}
 
     def ListJobs(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"jobs": self.tables.snapshot()[2]}

@@ -22,6 +22,8 @@ core and workers) and this :class:`NodeAgent`, which wires together:
 * ``node_service.py``: the node's gRPC service for the other nodes, the CLI and the
   dashboard (the only module here that imports grpc);
 * ``event_shipper.py``: the node's task events, sent to the GCS;
+* ``bundle_sync.py``: the bundles of placement groups the GCS places here, reserved
+  after every heartbeat;
 * ``gcs_writer.py``: the GCS writes no thread waits for (object locations, actor
   records), in order on a thread of their own, kept while the GCS is down.
 
@@ -49,6 +51,7 @@ from rayfield._private.gcs.client import GcsClient
 from rayfield._private.node_manager import events as ev
 from rayfield._private.node_manager.actor_routing import ActorRouter
 from rayfield._private.node_manager.arg_pins import ArgPins
+from rayfield._private.node_manager.bundle_sync import BundleSync
 from rayfield._private.node_manager.event_shipper import EventShipper
 from rayfield._private.node_manager.forwarding import SEND_ATTEMPTS, AcceptedTasks, Forwarder
 from rayfield._private.node_manager.gcs_reach import DEFAULT_GCS_RECONNECT_TIMEOUT_S
@@ -176,6 +179,7 @@ class NodeAgent:
             on_demand=self._demand_changed,
         )
         self.introspector = Introspector(node, self.address)
+        self.bundles = BundleSync(gcs, self.node_id, node.server, self.store, node.resources)
         self.info = NodeInfo(
             node_id=self.node_id,
             address=self.address,
@@ -259,6 +263,7 @@ class NodeAgent:
             membership.nudge()
 
     def _after_heartbeat(self) -> None:
+        self.bundles.round()  # placement groups: the GCS's orders for this node
         self.spillback.retry()
         self.actors.retry_waiting()
 

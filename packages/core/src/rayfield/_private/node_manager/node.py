@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rayfield._private.common import scheduling, session_files
 from rayfield._private.common.actor_scope import NO_HANDLE_LEFT, ActorScopes
 from rayfield._private.common.ids import origin_of
+from rayfield._private.common.placement_groups import is_group_resource
 from rayfield._private.node_manager import events as ev
+from rayfield._private.node_manager.local_groups import LocalGroups
 from rayfield._private.node_manager.memory_monitor import MemoryMonitor
 from rayfield._private.node_manager.placement import NodeSlot, place_strategy
 
@@ -111,6 +113,8 @@ class Node:
         self.runtime_envs: RuntimeEnvs | None = None  # made on the first non-default env
 
         self.metrics_exporter: Any = None  # its /metrics server, when it serves one
+        self._groups: LocalGroups | None = None  # placement groups, without a cluster
+        self._groups_lock = threading.Lock()
         home = origin_of(self.server.node_id)  # ids made by this node's processes start so
         self.scopes = ActorScopes(lambda actor_id: origin_of(actor_id) == home)
         self._stop = threading.Event()
@@ -118,6 +122,13 @@ class Node:
             target=self._handle_events, daemon=True, name="rayfield-node"
         )
         self._events.start()
+
+    def placement_groups(self) -> LocalGroups:
+        """The placement group table of this node alone (made on first use)."""
+        with self._groups_lock:
+            if self._groups is None:
+                self._groups = LocalGroups(self.server)
+            return self._groups
 
     def _handle_events(self) -> None:
         while not self._stop.is_set():
@@ -151,6 +162,9 @@ class Node:
         elif isinstance(event, ev.TaskPlacement):
             self._place_alone(event)
         elif isinstance(event, ev.TaskInfeasible) and event.task_id not in self.warned:
+            if any(is_group_resource(name) for name in event.demand):
+                return  # it waits for its placement group, which reports why
+
             self.warned.add(event.task_id)
             logger.warning(
                 "a task cannot be scheduled: %s. It waits until a node with these resources joins.",
@@ -213,6 +227,8 @@ class Node:
         self.memory_monitor.stop()
         if self.runtime_envs is not None:
             self.runtime_envs.stop()
+        if self._groups is not None:
+            self._groups.stop()
         self.pool.stop()
         self._events.join(timeout=2)
         self.server.stop()

@@ -289,6 +289,9 @@ METHODS: dict[str, tuple[str, str]] = {
     "GetTaskEvents": ("GcsGetTaskEventsRequest", "GcsGetTaskEventsReply"),
     "Publish": ("GcsPubSubMessage", "GcsEmpty"),
     "Subscribe": ("GcsSubscribeRequest", "GcsPubSubMessage"),
+    # Placement groups: a JSON object each way (gcs/groups.py says what it holds).
+    "PlacementGroup": ("GcsBlob", "GcsBlob"),
+    "SyncBundles": ("GcsBlob", "GcsBlob"),
 }
 """Method name -> (request table, reply table). Subscribe streams its replies."""
 STREAMING_METHODS = frozenset({"Subscribe"})

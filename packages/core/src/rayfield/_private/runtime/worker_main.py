@@ -145,6 +145,7 @@ class Worker:
         ctx = self.rt.local
         ctx.task_id, ctx.actor_id = task["task_id"], task["actor_id"]
         ctx.job_id = options.get("job")
+        ctx.placement_group = options.get("pg")  # an actor call: its actor's, below
         if task["instances"] or kind != "actor_method":
             ids: dict[str, list[tuple[int, float]]] = {}
             for res, index, amount in task["instances"]:
@@ -157,6 +158,7 @@ class Worker:
                 "resource_ids": ctx.resource_ids,
                 "resources": ctx.resources,
                 "job_id": ctx.job_id,
+                "placement_group": ctx.placement_group,
                 "actor_restarted": task.get("attempt", 0) > 0,
             }
         elif kind == "actor_method":  # a call: its actor's, unless it holds resources itself
