@@ -148,9 +148,8 @@ class ActorExecutor:
                 del self._cache[other]
         cls = self._actor_class(key)
         self.actors_started += 1
-        if issubclass(get_trainable_cls(key[0]), Trainable):
-            return cls.remote(config=trial.config, trial_info=self._trial_info(trial))
-        return cls.remote(config=trial.config)
+        # Every trainable class is a tune.Trainable here (the registry adapts the others).
+        return cls.remote(config=trial.config, trial_info=self._trial_info(trial))
 
     def _do_start(self, d: Decision) -> None:
         trial = d.trial
