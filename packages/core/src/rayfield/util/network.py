@@ -60,6 +60,8 @@ def _own_node_address() -> str | None:
     if not rayfield.is_initialized():
         return None
     node_id = rayfield.get_runtime_context().get_node_id()
+    if node_id is None:
+        return None
     known = _KNOWN.get(node_id)
     if known is not None:
         return known

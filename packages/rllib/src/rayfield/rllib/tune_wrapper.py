@@ -45,7 +45,7 @@ def make_trainable(
     # checkpoint layout, the restore that unpickles nothing, and the export formats.
     adapted: Any = tune.as_trainable(get_trainer_class(algorithm))
 
-    class RLlibTrainable(adapted):  # type: ignore[misc,valid-type]
+    class RLlibTrainable(adapted):
         _algorithm = algorithm
         _restore_path = restore_from
 

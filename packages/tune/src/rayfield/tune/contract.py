@@ -97,10 +97,10 @@ def as_trainable(cls: type) -> type[Trainable]:
             "(see rayfield.tune.contract.TrainableProtocol); subclass tune.Trainable or "
             "pass a function"
         )
-    inner_cls = cls
+    inner_cls: Any = cls
 
     class Adapted(Trainable):
-        _inner_cls = inner_cls
+        _inner_cls: Any = inner_cls
         inner: Any = None
 
         @classmethod

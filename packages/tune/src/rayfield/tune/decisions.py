@@ -94,7 +94,7 @@ CONTINUE = Continue()
 PAUSE = Pause()
 STOP = Stop()
 
-_CLASSIC = {"CONTINUE": CONTINUE, "PAUSE": PAUSE, "STOP": STOP}
+_CLASSIC: dict[str, SchedulerDecision] = {"CONTINUE": CONTINUE, "PAUSE": PAUSE, "STOP": STOP}
 
 
 def as_list(out: Any) -> list[SchedulerDecision]:

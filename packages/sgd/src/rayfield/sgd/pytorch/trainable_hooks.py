@@ -222,7 +222,7 @@ def trainable_class(trainer_cls: type, args: tuple[Any, ...], kwargs: dict[str, 
         "_trainer_args": tuple(args),
         "_trainer_kwargs": dict(kwargs),
     }
-    plain = type("PyTorchTrainable", (TrainerTrainableHooks,), attrs)
+    plain: Any = type("PyTorchTrainable", (TrainerTrainableHooks,), attrs)
     try:
         import rayfield.tune as tune
     except ImportError:

@@ -6,6 +6,7 @@ import math
 import random
 from typing import TYPE_CHECKING, Any
 
+from rayfield.tune import decisions as D
 from rayfield.tune.error import TuneError
 from rayfield.tune.schedulers.trial_scheduler import Decisions, FIFOScheduler
 
@@ -124,6 +125,7 @@ class AsyncHyperBandScheduler(FIFOScheduler):
         t, score = result.get(self.time_attr), self.score(result)
         if t is None or score is None:
             return self.CONTINUE
+        decision: D.Continue | D.Stop
         if t >= self.max_t:
             decision = self.STOP
         else:
