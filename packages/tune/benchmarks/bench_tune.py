@@ -4,10 +4,13 @@ Usage::
 
     python bench_tune.py [--trials 200] [--reports 10] [--num-cpus 2] [--json OUT]
         [--ray-python /path/to/ray-venv/bin/python] [--scale-trials 20000]
-        [--parts trivial,asha,scale] [--repeat N] [--no-ray]
+        [--parts trivial,asha,scale,harness] [--repeat N] [--no-ray]
 
 ``--parts asha --no-ray --repeat 5`` runs only the ASHA row of rayfield-tune and Optuna,
 five rounds in turns, and prints each run, the medians and the per-round ratios.
+``--parts harness --repeat 5``: the outside harness of issue 31 (``harness.py``: the
+workloads as the two projects' documentation writes them, ``rayfield.init()`` and data
+loading inside the timer).
 
 Workload: ``--trials`` trials of a trivial function trainable that reports ``--reports``
 times (no work between reports), so the time is the framework's own overhead. Each
@@ -42,6 +45,9 @@ import sys
 import tempfile
 import time
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import _compile_rayfield, _median, _ratios, _spread
 
 
 def _warm(remote: Any, get: Any, cpus: int, imports: tuple[str, ...] = ()) -> None:
@@ -387,23 +393,6 @@ def run_side(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _compile_rayfield() -> None:
-    """Byte-compile rayfield, as ``pip install`` did Optuna and scikit-learn (else, with
-    PYTHONDONTWRITEBYTECODE, every process compiles what it imports inside the timer)."""
-    import compileall
-
-    import rayfield
-
-    for path in rayfield.__path__:
-        compileall.compile_dir(path, quiet=2)
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def run_rounds(
     names: tuple[str, ...], args: argparse.Namespace
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
@@ -424,35 +413,6 @@ def run_rounds(
             row["median_wall_s"] = _median(walls)
         rows[name] = row
     return rows, runs
-
-
-def _spread(row: dict[str, Any]) -> str:
-    walls = row.get("runs_wall_s")
-    if not walls:
-        return ""
-    low, high = min(walls), max(walls)
-    return f"  median of {len(walls)}: {row['median_wall_s']:.2f} s ({low:.2f}-{high:.2f})"
-
-
-def _ratios(
-    runs: dict[str, list[dict[str, Any]]], num: str, den: str, per: str | None = None
-) -> str:
-    """The median over rounds of ``num``'s wall time over ``den``'s in the same round
-    (with ``per``: of the wall time per unit of that field, e.g. per epoch)."""
-
-    def cost(run: dict[str, Any]) -> float:
-        return float(run["wall_s"]) / (max(run.get(per, 1), 1) if per else 1)
-
-    pairs = [
-        cost(a) / cost(b)
-        for a, b in zip(runs.get(num, []), runs.get(den, []), strict=False)
-        if "wall_s" in a and "wall_s" in b
-    ]
-    if len(pairs) < 2:
-        return ""
-    listed = ", ".join(f"{r:.2f}" for r in pairs)
-    what = f"wall time per {per.rstrip('s')}" if per else "wall time"
-    return f"{num} / {den} {what}, per round: median {_median(pairs):.2f} ({listed})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -476,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--parts",
         default="trivial,asha,scale",
-        help="which parts to run, comma-separated: trivial, asha, scale (default all)",
+        help="comma-separated: trivial, asha, scale (default), harness (see harness.py)",
     )
     parser.add_argument(
         "--repeat",
@@ -501,14 +461,20 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_compile:
         _compile_rayfield()
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
-    unknown = parts - {"trivial", "asha", "scale"}
+    rows: dict[str, dict[str, Any]] = {}
+    unknown = parts - {"trivial", "asha", "scale", "harness"}
     if unknown or args.repeat < 1:
-        parser.error(f"--parts takes trivial, asha, scale (got {sorted(unknown)}); --repeat >= 1")
+        parser.error(
+            f"--parts: trivial, asha, scale, harness (not {sorted(unknown)}); --repeat >= 1"
+        )
+    if "harness" in parts:
+        import harness
+
+        rows["harness"] = harness.main(args.repeat, args.num_cpus, args.timeout_s)
 
     def keep(names: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(n for n in names if not (args.no_ray and n.startswith("ray-")))
 
-    rows: dict[str, dict[str, Any]] = {}
     if "trivial" in parts:
         trivial, runs = run_rounds(keep(tuple(SIDES)), args)
         rows.update(trivial)

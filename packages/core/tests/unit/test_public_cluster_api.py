@@ -101,6 +101,37 @@ def test_get_node_ip_address() -> None:
         get_node_ip_address("localhost")
 
 
+def test_get_node_ip_address_asks_the_cluster_once_per_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tune calls it for every result: the node's address is looked up once per node."""
+    import rayfield
+    from rayfield.util import network
+
+    asked: list[str] = []
+    node = {"id": "n1"}
+
+    class Context:
+        def get_node_id(self) -> str:
+            return node["id"]
+
+    def nodes() -> list[dict[str, str]]:
+        asked.append(node["id"])
+        return [
+            {"NodeID": "n1", "NodeManagerAddress": "10.0.0.1"},
+            {"NodeID": "n2", "NodeManagerAddress": "10.0.0.2"},
+        ]
+
+    monkeypatch.setattr(network, "_KNOWN", {})
+    monkeypatch.setattr(rayfield, "is_initialized", lambda: True)
+    monkeypatch.setattr(rayfield, "get_runtime_context", Context)
+    monkeypatch.setattr(rayfield, "nodes", nodes)
+    assert [get_node_ip_address() for _ in range(3)] == ["10.0.0.1"] * 3
+    node["id"] = "n2"
+    assert get_node_ip_address() == "10.0.0.2"
+    assert asked == ["n1", "n2"]
+
+
 def test_perf_rows_and_timed_rate() -> None:
     keys = [k for k, _ in perf.ROWS]
     assert set(perf.QUICK_ROWS) <= set(keys)

@@ -19,7 +19,8 @@ from rayfield.sgd.pytorch.trainable import TrainerTrainableHooks
 
 def test_trial_config_splits_into_trainer_arguments_and_hyperparameters() -> None:
     cls = PyTorchTrainer.as_trainable(linear_model, line_data, config={"lr": 0.5, "a": 1})
-    assert issubclass(cls, TrainerTrainableHooks)
+    # Tune's adapter of the contract's plain class (rayfield-tune is installed here).
+    assert issubclass(cls._inner_cls, TrainerTrainableHooks)
     kwargs = cls.trainer_kwargs({"lr": 0.1, "num_replicas": 2, "batch_size": 8})
     assert kwargs == {"config": {"lr": 0.1, "a": 1}, "num_replicas": 2, "batch_size": 8}
 

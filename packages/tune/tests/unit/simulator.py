@@ -7,7 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rayfield import tune
-from rayfield.tune.runner import Decision, TrialRunner
+from rayfield.tune import actions as A
+from rayfield.tune.runner import TrialRunner
 from rayfield.tune.schedulers import TrialScheduler
 from rayfield.tune.search import BasicVariantGenerator
 from rayfield.tune.stopper import Stopper
@@ -38,6 +39,20 @@ def make_runner(
     return TrialRunner(gen, scheduler, stopper or exp.stopper, cluster_resources={"CPU": cpus})
 
 
+# The simulator's log names each action as the runner's classic decisions did.
+KIND = {
+    A.StartTrial: "start",
+    A.TrainTrial: "continue",
+    A.ReleaseTrial: "stop",
+    A.PauseTrial: "pause",
+    A.SaveTrial: "save",
+    A.PersistCheckpoint: "persist",
+    A.DeleteCheckpoint: "delete",
+    A.ResetTrial: "reset",
+    A.ExportModel: "export",
+}
+
+
 class Simulator:
     """Carries out a runner's decisions in memory, one result at a time, round-robin.
 
@@ -59,41 +74,37 @@ class Simulator:
         self.log: list[tuple[str, str]] = []
         self.max_running = 0
 
-    def apply(self, decisions: list[Decision]) -> None:
-        for d in decisions:
+    def apply(self, actions: list[A.Action]) -> None:
+        for d in actions:
             t = d.trial
-            self.log.append((d.kind, t.trial_id))
-            if d.kind == "start":
-                self.iteration[t.trial_id] = self._restored(d) or 0
+            self.log.append((KIND[type(d)], t.trial_id))
+            if isinstance(d, A.StartTrial):
+                self.iteration[t.trial_id] = self._restored(d.checkpoint) or 0
                 self.queue.append(t)
-            elif d.kind == "continue":
+            elif isinstance(d, A.TrainTrial):
                 if t not in self.queue:
                     self.queue.append(t)
-            elif d.kind in ("stop", "pause"):
-                if d.kind == "pause" and d.checkpoint is not None:
+            elif isinstance(d, (A.ReleaseTrial, A.PauseTrial)):
+                if isinstance(d, A.PauseTrial):
                     d.checkpoint.value = {"iter": self.iteration[t.trial_id]}
                 if t in self.queue:
                     self.queue.remove(t)
-            elif d.kind == "save":
-                assert d.checkpoint is not None
+            elif isinstance(d, A.SaveTrial):
                 if d.checkpoint.storage == "memory":
                     d.checkpoint.value = {"iter": self.iteration[t.trial_id]}
                 else:
                     self.disk[d.checkpoint.value] = self.iteration[t.trial_id]
-            elif d.kind == "export":
-                pass
-            elif d.kind == "delete":
-                assert d.checkpoint is not None
+            elif isinstance(d, A.DeleteCheckpoint):
                 self.disk.pop(d.checkpoint.value, None)
-            elif d.kind == "reset":
-                self.iteration[t.trial_id] = self._restored(d) or 0
+            elif isinstance(d, A.ResetTrial):
+                self.iteration[t.trial_id] = self._restored(d.checkpoint) or 0
         running = sum(1 for t in self.runner.get_trials() if t.status == Trial.RUNNING)
         self.max_running = max(self.max_running, running)
 
-    def _restored(self, d: Decision) -> int | None:
-        if d.checkpoint is None or d.checkpoint.value is None:
+    def _restored(self, checkpoint: Any) -> int | None:
+        if checkpoint is None or checkpoint.value is None:
             return None
-        value = d.checkpoint.value
+        value = checkpoint.value
         if isinstance(value, dict):
             return int(value["iter"])
         return self.disk[value]

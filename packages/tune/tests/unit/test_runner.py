@@ -6,6 +6,7 @@ import pytest
 from simulator import Simulator, make_runner
 
 from rayfield import tune
+from rayfield.tune import actions as A
 from rayfield.tune.trial import Trial
 
 
@@ -152,7 +153,7 @@ def test_request_stop_trial():
 def test_queue_trials_launches_a_trial_the_cluster_cannot_hold_yet():
     runner = make_runner({"a": tune.grid_search([1, 2])}, cpus=2, resources_per_trial={"cpu": 3})
     runner.queue_trials = True
-    starts = [d for d in runner.step() if d.kind == "start"]
+    starts = [d for d in runner.step() if isinstance(d, A.StartTrial)]
     assert len(starts) == 1  # one at a time: the second waits for the first
     assert runner.get_trials()[1].status == Trial.PENDING
 

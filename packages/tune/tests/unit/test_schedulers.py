@@ -9,6 +9,8 @@ import pytest
 from simulator import Simulator, make_runner
 
 from rayfield import tune
+from rayfield.tune import actions as A
+from rayfield.tune import decisions as D
 from rayfield.tune.schedulers import (
     ASHAScheduler,
     AsyncHyperBandScheduler,
@@ -20,7 +22,7 @@ from rayfield.tune.schedulers import (
 from rayfield.tune.schedulers.pbt import explore
 from rayfield.tune.trial import Trial
 
-CONTINUE, PAUSE, STOP = "CONTINUE", "PAUSE", "STOP"
+CONTINUE, PAUSE, STOP = D.CONTINUE, D.PAUSE, D.STOP
 
 
 def trial(i):
@@ -345,7 +347,7 @@ def test_asha_lets_results_between_milestones_come_in_one_batch():
     sched = ASHAScheduler(metric="m", mode="max", max_t=20, grace_period=1, reduction_factor=3)
     runner = make_runner({"x": tune.uniform(0, 1)}, num_samples=1, scheduler=sched)
     [start] = runner.step()
-    assert start.kind == "start" and start.data == 1  # the first milestone is 1
+    assert isinstance(start, A.StartTrial) and start.batch == 1  # the first milestone is 1
     trial = start.trial
     hints = {}
     for t in (1, 2, 3, 9, 15):
@@ -355,5 +357,5 @@ def test_asha_lets_results_between_milestones_come_in_one_batch():
     assert hints == {1: 2, 2: 1, 3: 6, 9: 11, 15: 5}  # milestones 1, 3, 9; max_t 20
     runner.on_trial_result(trial, {"training_iteration": 1, "m": 1.0})
     runner.on_trial_result(trial, {"training_iteration": 2, "m": 1.0})
-    continues = [d for d in runner.step() if d.kind == "continue"]
-    assert [d.data for d in continues] == [1]  # only the latest result's decision is kept
+    continues = [d for d in runner.step() if isinstance(d, A.TrainTrial)]
+    assert [d.batch for d in continues] == [1]  # only the latest result's decision is kept

@@ -47,6 +47,12 @@ def get_node_ip_address(address: str | None = None) -> str:
         return "127.0.0.1"
 
 
+# Node id -> its recorded address: a node keeps its address while it lives, so each
+# process asks the cluster once per node it is on (not once per call: Tune calls this
+# for every result).
+_KNOWN: dict[str, str] = {}
+
+
 def _own_node_address() -> str | None:
     """The address of this process's node when rayfield is initialized, else None."""
     import rayfield
@@ -54,7 +60,13 @@ def _own_node_address() -> str | None:
     if not rayfield.is_initialized():
         return None
     node_id = rayfield.get_runtime_context().get_node_id()
+    if node_id is None:
+        return None
+    known = _KNOWN.get(node_id)
+    if known is not None:
+        return known
     for node in rayfield.nodes():
         if node.get("NodeID") == node_id and node.get("NodeManagerAddress"):
-            return str(node["NodeManagerAddress"])
+            _KNOWN[node_id] = str(node["NodeManagerAddress"])
+            return _KNOWN[node_id]
     return None

@@ -40,19 +40,26 @@ def make_trainable(
 
     from rayfield.rllib.agents.registry import get_trainer_class
 
-    class RLlibTrainable(tune.Trainable):
+    # Tune's one adapter runs the trainer through its Trainable contract (train, save,
+    # restore, stop, default_resource_request, reset_config); this adds rllib's own
+    # checkpoint layout, the restore that unpickles nothing, and the export formats.
+    adapted: Any = tune.as_trainable(get_trainer_class(algorithm))
+
+    class RLlibTrainable(adapted):
         _algorithm = algorithm
         _restore_path = restore_from
 
         @classmethod
         def default_resource_request(cls, config: dict[str, Any]) -> Any:
-            if not own_resources:
-                return None
-            trainer_cls: Any = get_trainer_class(cls._algorithm)
-            return trainer_cls.default_resource_request(config)
+            return super().default_resource_request(config) if own_resources else None
+
+        @property
+        def trainer(self) -> Any:
+            """The rllib trainer this trial trains."""
+            return self.inner
 
         def setup(self, config: dict[str, Any]) -> None:
-            self.trainer = get_trainer_class(self._algorithm)(config=config)
+            super().setup(config)
             if self._restore_path:
                 self.restore(self._restore_path)
 
@@ -80,21 +87,11 @@ def make_trainable(
                 )
             super().restore_from_object(blob)
 
-        def step(self) -> dict[str, Any]:
-            result = self.trainer.train()
-            return {k: v for k, v in result.items() if k != "config"}
-
         def save_checkpoint(self, checkpoint_dir: str) -> str:
-            return _save_flat(self.trainer, checkpoint_dir)
-
-        def load_checkpoint(self, checkpoint: Any) -> None:
-            self.trainer.restore(str(checkpoint))
-
-        def cleanup(self) -> None:
-            self.trainer.stop()
+            return _save_flat(self.inner, checkpoint_dir)
 
         def _export_model(self, export_formats: list[str], export_dir: str) -> dict[str, str]:
-            return _export(self.trainer, export_formats, export_dir)
+            return _export(self.inner, export_formats, export_dir)
 
     RLlibTrainable.__name__ = RLlibTrainable.__qualname__ = algorithm
     return RLlibTrainable

@@ -25,10 +25,10 @@ from collections import defaultdict
 from typing import Any
 
 import rayfield
+from rayfield.tune import actions as A
 from rayfield.tune import result as R
 from rayfield.tune.driver_sync import DriverSync
 from rayfield.tune.registry import get_trainable_cls
-from rayfield.tune.runner import Decision
 from rayfield.tune.trainable import Trainable, read_checkpoint_dir, write_checkpoint_dir
 from rayfield.tune.trial import Resources, Trial, TrialCheckpoint
 
@@ -75,6 +75,8 @@ class ActorExecutor:
             loaded (``tune.run(..., trusted=True)``).
     """
 
+    _handlers: dict[type, Any]
+
     def __init__(
         self,
         reuse_actors: bool = True,
@@ -110,14 +112,15 @@ class ActorExecutor:
         self.actors_started = 0
 
     # -- decisions -------------------------------------------------------------------
-    def apply(self, decisions: list[Decision]) -> list[_Event]:
-        """Carry out ``decisions`` in order; returns errors they raised as events."""
+    def apply(self, actions: list[A.Action]) -> list[_Event]:
+        """Carry out the runner's ``actions`` in order; returns errors they raised as
+        events."""
         errors: list[_Event] = []
-        for decision in decisions:
+        for action in actions:
             try:
-                getattr(self, f"_do_{decision.kind}")(decision)
+                self._handlers[type(action)](self, action)
             except Exception as exc:
-                errors.append(_Event(decision.trial, [], _format(exc)))
+                errors.append(_Event(action.trial, [], _format(exc)))
         # Actors no trial of this batch took: their finished trial's cleanup runs now.
         for handle in self._unstopped:
             self._stops[id(handle)] = handle.stop.remote()
@@ -148,11 +151,10 @@ class ActorExecutor:
                 del self._cache[other]
         cls = self._actor_class(key)
         self.actors_started += 1
-        if issubclass(get_trainable_cls(key[0]), Trainable):
-            return cls.remote(config=trial.config, trial_info=self._trial_info(trial))
-        return cls.remote(config=trial.config)
+        # Every trainable class is a tune.Trainable here (the registry adapts the others).
+        return cls.remote(config=trial.config, trial_info=self._trial_info(trial))
 
-    def _do_start(self, d: Decision) -> None:
+    def _do_start(self, d: A.StartTrial) -> None:
         trial = d.trial
         key = (trial.trainable_name, trial.resources)
         blob = self._blob(d.checkpoint)
@@ -171,7 +173,7 @@ class ActorExecutor:
             stop_first = any(h is handle for h in self._unstopped)
             self._unstopped = [h for h in self._unstopped if h is not handle]
             self._actors[trial.trial_id] = handle
-            count = max(self.buffer_results, d.data or 1)
+            count = max(self.buffer_results, d.batch or 1)
             ref = handle.next_trial.remote(
                 trial.config,
                 self._trial_info(trial),
@@ -181,10 +183,10 @@ class ActorExecutor:
                 self.buffer_time_s,
                 trial.stopping_criterion,
             )
-            self._inflight[ref] = (trial, "next", (blob, d.data))
+            self._inflight[ref] = (trial, "next", (blob, d.batch))
             self._busy.add(trial.trial_id)
             return
-        self._start_fresh(trial, blob, d.data)
+        self._start_fresh(trial, blob, d.batch)
 
     def _start_fresh(self, trial: Trial, blob: Any, batch: int | None) -> None:
         """Start ``trial`` on a new actor: restore ``blob`` (if any), then train it."""
@@ -240,10 +242,10 @@ class ActorExecutor:
         self._syncs[ref] = (trial.trial_id, trial.logdir, False)
         self._syncing.add(trial.trial_id)
 
-    def _do_continue(self, d: Decision) -> None:
+    def _do_continue(self, d: A.TrainTrial) -> None:
         # Results come in batches: a later result of the batch may have ended the trial.
         if d.trial.status == Trial.RUNNING and d.trial.trial_id in self._actors:
-            self._train(d.trial, d.data)
+            self._train(d.trial, d.batch)
 
     def _release(self, trial: Trial, error: bool, wait_for: Any = None) -> None:
         """Free ``trial``'s actor: cache it for reuse, or end it once ``wait_for`` (a
@@ -277,20 +279,20 @@ class ActorExecutor:
         rayfield.wait(pending, num_returns=len(pending), timeout=_DRAIN_TIMEOUT_S)
         _kill(handle)
 
-    def _do_stop(self, d: Decision) -> None:
+    def _do_stop(self, d: A.ReleaseTrial) -> None:
         self._release(d.trial, d.error)
 
-    def _do_pause(self, d: Decision) -> None:
+    def _do_pause(self, d: A.PauseTrial) -> None:
         handle = self._actors.get(d.trial.trial_id)
         ref = None
-        if handle is not None and d.checkpoint is not None:
+        if handle is not None:
             ref = d.checkpoint.value = handle.save_to_object.remote()
         self._release(d.trial, False, wait_for=ref)
 
-    def _do_save(self, d: Decision) -> None:
+    def _do_save(self, d: A.SaveTrial) -> None:
         handle = self._actors.get(d.trial.trial_id)
         checkpoint = d.checkpoint
-        if handle is None or checkpoint is None:
+        if handle is None:
             return
         ref = handle.save_to_object.remote()
         if checkpoint.storage == "memory":
@@ -300,8 +302,7 @@ class ActorExecutor:
             if self.driver_sync is not None:
                 self.driver_sync.on_checkpoint(d.trial.trial_id)
 
-    def _do_persist(self, d: Decision) -> None:
-        assert d.checkpoint is not None
+    def _do_persist(self, d: A.PersistCheckpoint) -> None:
         r = d.checkpoint.result
         meta = {
             "experiment_id": r.get(R.EXPERIMENT_ID, ""),
@@ -312,22 +313,22 @@ class ActorExecutor:
             "saved_as_dict": False,
             "relpath": ".",
         }
-        self._write_dir({"files": d.data["files"], "meta": meta}, d.checkpoint.value)
+        self._write_dir({"files": d.blob["files"], "meta": meta}, d.checkpoint.value)
         if self.driver_sync is not None:
             self.driver_sync.on_checkpoint(d.trial.trial_id)
 
-    def _do_export(self, d: Decision) -> None:
+    def _do_export(self, d: A.ExportModel) -> None:
         handle = self._actors.get(d.trial.trial_id)
         if handle is not None:
             export_dir = os.path.join(d.trial.logdir, "export")
             rayfield.get(handle.export_model.remote(d.trial.export_formats, export_dir))
 
-    def _do_delete(self, d: Decision) -> None:
-        if d.checkpoint is not None and isinstance(d.checkpoint.value, str):
+    def _do_delete(self, d: A.DeleteCheckpoint) -> None:
+        if isinstance(d.checkpoint.value, str):
             shutil.rmtree(d.checkpoint.value, ignore_errors=True)
             self._written.discard(os.path.normpath(d.checkpoint.value))
 
-    def _do_reset(self, d: Decision) -> None:
+    def _do_reset(self, d: A.ResetTrial) -> None:
         trial = d.trial
         handle = self._actors.get(trial.trial_id)
         if handle is None:
@@ -424,6 +425,20 @@ class ActorExecutor:
         self._inflight.clear()
         self._busy.clear()
         self._unstopped.clear()
+
+
+# What carries out each action of the runner.
+ActorExecutor._handlers = {
+    A.StartTrial: ActorExecutor._do_start,
+    A.TrainTrial: ActorExecutor._do_continue,
+    A.ReleaseTrial: ActorExecutor._do_stop,
+    A.PauseTrial: ActorExecutor._do_pause,
+    A.SaveTrial: ActorExecutor._do_save,
+    A.PersistCheckpoint: ActorExecutor._do_persist,
+    A.ExportModel: ActorExecutor._do_export,
+    A.DeleteCheckpoint: ActorExecutor._do_delete,
+    A.ResetTrial: ActorExecutor._do_reset,
+}
 
 
 def _kill(handle: Any) -> None:

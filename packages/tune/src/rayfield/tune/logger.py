@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import pickle
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -86,6 +87,10 @@ def flatten(d: dict[str, Any], delimiter: str = "/", prefix: str = "") -> dict[s
     return out
 
 
+# The trial directory a UnifiedLogger on this thread is opening its loggers in.
+_opening = threading.local()
+
+
 class Logger:
     """One trial's writer. Subclasses override ``_init``, ``on_result`` and ``close``.
 
@@ -102,7 +107,8 @@ class Logger:
         self.config = config
         self.logdir = logdir
         self.trial = trial
-        private_files.ensure_private_dir(logdir)
+        if getattr(_opening, "logdir", None) != logdir:  # a UnifiedLogger's part: checked
+            private_files.ensure_private_dir(logdir)
         self._init()
 
     def _init(self) -> None:
@@ -259,11 +265,16 @@ class UnifiedLogger(Logger):
 
     def _init(self) -> None:
         self._loggers: list[Logger] = []
-        for cls in self._classes:
-            try:
-                self._loggers.append(cls(self.config, self.logdir, self.trial))
-            except Exception as exc:
-                log.warning("could not start logger %s: %s", cls.__name__, exc)
+        # The directory was just made private (Logger.__init__): its parts skip the check.
+        _opening.logdir = self.logdir
+        try:
+            for cls in self._classes:
+                try:
+                    self._loggers.append(cls(self.config, self.logdir, self.trial))
+                except Exception as exc:
+                    log.warning("could not start logger %s: %s", cls.__name__, exc)
+        finally:
+            _opening.logdir = None
 
     def on_result(self, result: dict[str, Any]) -> None:
         for logger in self._loggers:

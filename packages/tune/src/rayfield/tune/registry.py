@@ -20,14 +20,11 @@ def _as_trainable_cls(trainable: Any, name: str | None = None) -> type[Trainable
     from rayfield.tune.function_trainable import wrap_function
 
     if inspect.isclass(trainable):
-        if issubclass(trainable, Trainable):
-            return trainable
-        # Duck-typed trainables (RLlib's trainers) need train/save/restore methods.
-        if all(hasattr(trainable, m) for m in ("train", "save_to_object", "restore_from_object")):
-            return trainable  # type: ignore[return-value]
-        raise TypeError(
-            f"{trainable.__name__} is not a Trainable: subclass tune.Trainable or pass a function"
-        )
+        # A tune.Trainable as it is; another class implementing the contract
+        # (TrainableProtocol) through the one adapter; else a TypeError naming what lacks.
+        from rayfield.tune.contract import as_trainable
+
+        return as_trainable(trainable)
     if callable(trainable):
         return wrap_function(trainable, name)
     raise TypeError(f"a trainable must be a function or a Trainable class, got {trainable!r}")

@@ -1,12 +1,14 @@
 """``TrialRunner``: the experiment's state machine, with no processes in it.
 
 Events go in (:meth:`TrialRunner.on_trial_result`, :meth:`~TrialRunner.on_trial_error`,
-:meth:`~TrialRunner.set_cluster_resources`); decisions come out of
-:meth:`TrialRunner.step` as :class:`Decision` objects (start, continue, pause, stop, save,
-restore, reset) for an executor to carry out in order. The runner asks the search algorithm
-for trials, lets the scheduler choose which to run and what to do with each result, keeps
-resource accounting, applies stopping rules, checkpoint policy and failure recovery, and
-tells callbacks (loggers) what happened.
+:meth:`~TrialRunner.set_cluster_resources`); actions come out of
+:meth:`TrialRunner.step` as the frozen classes of :mod:`rayfield.tune.actions` (start,
+train, pause, release, save, persist, delete, reset, export) for an executor to carry out
+in order. The runner asks the search algorithm for trials, lets the scheduler choose which
+to run and decide on each result (the scheduler returns the decisions of
+:mod:`rayfield.tune.decisions`; the runner acts on them), keeps resource accounting,
+applies stopping rules, checkpoint policy and failure recovery, and tells callbacks
+(loggers) what happened.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from rayfield.tune import actions as A
+from rayfield.tune import decisions as D
 from rayfield.tune import result as R
 from rayfield.tune.callback import Callback
 from rayfield.tune.error import TuneError
@@ -27,34 +30,7 @@ from rayfield.tune.session import CHECKPOINT_KEY
 from rayfield.tune.stopper import Stopper
 from rayfield.tune.trial import Trial, TrialCheckpoint
 
-__all__ = ["Decision", "TrialRunner"]
-
-
-@dataclass
-class Decision:
-    """One thing for the executor to do.
-
-    ``kind`` is one of:
-
-    * ``"start"``: start ``trial`` (restoring ``checkpoint`` if set) and train it;
-    * ``"continue"``: run the next iteration of ``trial``;
-      for both, ``data`` is how many results the trial may return in one call;
-    * ``"pause"``: save ``checkpoint`` (memory) from ``trial``, then release its actor;
-    * ``"stop"``: release ``trial``'s actor (``error``: it failed, do not reuse it);
-    * ``"save"``: save ``checkpoint`` from ``trial`` (memory: set ``checkpoint.value``;
-      disk: write it into the directory ``checkpoint.value``);
-    * ``"persist"``: write the blob ``data`` (reported by a function trainable) into the
-      directory ``checkpoint.value``;
-    * ``"delete"``: delete the disk checkpoint ``checkpoint``;
-    * ``"reset"``: give ``trial``'s actor ``trial.config`` and restore ``checkpoint``;
-    * ``"export"``: export ``trial``'s model in its ``export_formats`` (before its stop).
-    """
-
-    kind: str
-    trial: Trial
-    checkpoint: TrialCheckpoint | None = None
-    error: bool = False
-    data: Any = None
+__all__ = ["TrialRunner"]
 
 
 class TrialRunner:
@@ -97,7 +73,7 @@ class TrialRunner:
         self._total = dict(cluster_resources or {"CPU": 1.0})
         self._committed: dict[str, float] = {}
         self._holding: set[str] = set()
-        self._outbox: list[Decision] = []
+        self._outbox: list[A.Action] = []
         self._stop_all = False
         self._stop_requests: list[str] = []
         # Finished trials not yet appended to the finished-trials file, and its length.
@@ -184,8 +160,8 @@ class TrialRunner:
         """Stop every trial at the next step."""
         self._stop_all = True
 
-    def step(self) -> list[Decision]:
-        """Queue new trials, start those that fit; returns every pending decision.
+    def step(self) -> list[A.Action]:
+        """Queue new trials, start those that fit; returns every pending action.
 
         Raises:
             TuneError: a pending trial needs more than the whole cluster has.
@@ -204,6 +180,7 @@ class TrialRunner:
             return self._drain()
         while True:
             self._fill_queue()
+            self._decide(None, self.scheduler.on_step(self))
             trial = self.scheduler.choose_trial_to_run(self)
             if trial is None:
                 break
@@ -228,7 +205,7 @@ class TrialRunner:
             self.add_trial(trial)
             waiting += 1
 
-    def _drain(self) -> list[Decision]:
+    def _drain(self) -> list[A.Action]:
         out, self._outbox = self._outbox, []
         return out
 
@@ -236,9 +213,7 @@ class TrialRunner:
         checkpoint = trial.checkpoint
         self._hold(trial)
         trial.status = Trial.RUNNING
-        self._outbox.append(
-            Decision("start", trial, checkpoint, data=self._batch(trial, trial.last_result))
-        )
+        self._outbox.append(A.StartTrial(trial, checkpoint, self._batch(trial, trial.last_result)))
         for cb in self.callbacks:
             cb.on_trial_start(trial)
 
@@ -273,15 +248,16 @@ class TrialRunner:
             result = {**trial.last_result, R.DONE: True}
         result[R.TRIAL_ID] = trial.trial_id
         done = bool(result.get(R.DONE)) or self._should_stop(trial, result)
+        others: list[D.SchedulerDecision] = []
         if done:
             result[R.DONE] = True
-            decision = TrialScheduler.STOP
-            self.scheduler.on_trial_complete(self, trial, result)
+            decision: D.SchedulerDecision = D.STOP
+            others = D.as_list(self.scheduler.on_trial_complete(self, trial, result))
             self.search_alg.on_trial_complete(trial.trial_id, result=result)
         else:
-            decision = self.scheduler.on_trial_result(self, trial, result)
+            decision, others = _split(self.scheduler.on_trial_result(self, trial, result))
             self.search_alg.on_trial_result(trial.trial_id, result)
-            if decision == TrialScheduler.STOP:
+            if isinstance(decision, D.Stop):
                 result[R.DONE] = True
                 self.search_alg.on_trial_complete(
                     trial.trial_id, result=result, early_terminated=True
@@ -297,20 +273,41 @@ class TrialRunner:
             self._persist(trial, blob, result)
         elif trial.should_checkpoint(result) and not duplicate:
             self._save_to_disk(trial, result)
-        if trial.status != Trial.RUNNING:  # the scheduler already stopped or paused it
+        self._decide(trial, others)
+        if trial.status != Trial.RUNNING:  # the scheduler stopped or paused it already
             return
-        if decision == TrialScheduler.STOP:
+        if isinstance(decision, D.Stop):
             if trial.export_formats:
-                self._outbox.append(Decision("export", trial))
+                self._outbox.append(A.ExportModel(trial))
             self._finish(trial, Trial.TERMINATED)
-        elif decision == TrialScheduler.PAUSE:
+        elif isinstance(decision, D.Pause):
             self.pause_trial(trial)
         else:
             # Of a batch of this trial's results, the last one's decision counts.
             self._outbox = [
-                d for d in self._outbox if not (d.kind == "continue" and d.trial is trial)
+                d for d in self._outbox if not (isinstance(d, A.TrainTrial) and d.trial is trial)
             ]
-            self._outbox.append(Decision("continue", trial, data=self._batch(trial, result)))
+            self._outbox.append(A.TrainTrial(trial, self._batch(trial, result)))
+
+    def _decide(self, reporting: Trial | None, decisions: Any) -> None:
+        """Act on a scheduler's decisions about given trials, in order (a Continue,
+        Pause or Stop, which concern ``reporting``, is handled by the caller)."""
+        for decision in D.as_list(decisions):
+            if isinstance(decision, D.StopTrial):
+                self.stop_trial(decision.trial)
+            elif isinstance(decision, D.Unpause):
+                self.unpause_trial(decision.trial)
+            elif isinstance(decision, D.SaveToMemory):
+                if decision.trial.status == Trial.RUNNING:
+                    self._outbox.append(A.SaveTrial(decision.trial, decision.checkpoint))
+            elif isinstance(decision, D.Reset):
+                self.reset_trial(decision.trial, decision.config, decision.tag, decision.checkpoint)
+            elif reporting is None:
+                raise TuneError(
+                    f"{type(self.scheduler).__name__} returned {decision!r} outside "
+                    "on_trial_result: only StopTrial, Unpause, SaveToMemory and Reset name "
+                    "their trial"
+                )
 
     def _batch(self, trial: Trial, result: dict[str, Any]) -> int:
         """How many results ``trial`` may return in its next call (1 with checkpoint_freq:
@@ -334,10 +331,10 @@ class TrialRunner:
         trial.num_failures += 1
         trial.error_msg = error
         self._release(trial)
-        self._outbox.append(Decision("stop", trial, error=True))
+        self._outbox.append(A.ReleaseTrial(trial, error=True))
         for cb in self.callbacks:
             cb.on_trial_error(trial, error)
-        self.scheduler.on_trial_error(self, trial)
+        others = self.scheduler.on_trial_error(self, trial)
         if trial.should_recover():
             trial.status = Trial.PENDING
             self.scheduler.on_trial_add(self, trial)
@@ -346,26 +343,28 @@ class TrialRunner:
             self.search_alg.on_trial_complete(trial.trial_id, error=True)
             for cb in self.callbacks:
                 cb.on_trial_complete(trial)
+        self._decide(None, others)
 
-    # -- actions (also used by schedulers) ------------------------------------------------
+    # -- actions (what the scheduler's decisions and the user's requests do) --------------
     def stop_trial(self, trial: Trial) -> None:
         """Stop ``trial`` now, whatever its state."""
         if trial.is_finished():
             return
         if trial.status in (Trial.PENDING, Trial.PAUSED):
-            self.scheduler.on_trial_remove(self, trial)
+            others = self.scheduler.on_trial_remove(self, trial)
             self.search_alg.on_trial_complete(trial.trial_id, early_terminated=True)
         else:
-            self.scheduler.on_trial_complete(self, trial, trial.last_result)
+            others = self.scheduler.on_trial_complete(self, trial, trial.last_result)
             self.search_alg.on_trial_complete(trial.trial_id, result=trial.last_result)
         self._finish(trial, Trial.TERMINATED)
+        self._decide(None, others)
 
     def _finish(self, trial: Trial, status: str) -> None:
         was_running = trial.status == Trial.RUNNING
         trial.status = status
         self._release(trial)
         if was_running:
-            self._outbox.append(Decision("stop", trial))
+            self._outbox.append(A.ReleaseTrial(trial))
         for cb in self.callbacks:
             cb.on_trial_complete(trial)
 
@@ -375,18 +374,12 @@ class TrialRunner:
         trial.checkpoint = checkpoint
         trial.status = Trial.PAUSED
         self._release(trial)
-        self._outbox.append(Decision("pause", trial, checkpoint))
+        self._outbox.append(A.PauseTrial(trial, checkpoint))
 
     def unpause_trial(self, trial: Trial) -> None:
         """PAUSED -> PENDING: the trial runs again when resources allow."""
         if trial.status == Trial.PAUSED:
             trial.status = Trial.PENDING
-
-    def save_to_memory(self, trial: Trial) -> TrialCheckpoint:
-        """Checkpoint a running trial in memory; the executor fills ``value``."""
-        checkpoint = TrialCheckpoint("memory", result=dict(trial.last_result))
-        self._outbox.append(Decision("save", trial, checkpoint))
-        return checkpoint
 
     def reset_trial(
         self, trial: Trial, new_config: dict[str, Any], new_tag: str, checkpoint: TrialCheckpoint
@@ -395,19 +388,19 @@ class TrialRunner:
         trial.config = new_config
         trial.experiment_tag = new_tag
         trial.checkpoint = checkpoint
-        self._outbox.append(Decision("reset", trial, checkpoint))
+        self._outbox.append(A.ResetTrial(trial, checkpoint))
         for cb in self.callbacks:
             cb.on_trial_reset(trial)
 
     def _save_to_disk(self, trial: Trial, result: dict[str, Any]) -> None:
         checkpoint = self._disk_checkpoint(trial, result)
         if checkpoint is not None:
-            self._outbox.append(Decision("save", trial, checkpoint))
+            self._outbox.append(A.SaveTrial(trial, checkpoint))
 
     def _persist(self, trial: Trial, blob: Any, result: dict[str, Any]) -> None:
         checkpoint = self._disk_checkpoint(trial, result)
         if checkpoint is not None:
-            self._outbox.append(Decision("persist", trial, checkpoint, data=blob))
+            self._outbox.append(A.PersistCheckpoint(trial, checkpoint, blob))
 
     def _disk_checkpoint(self, trial: Trial, result: dict[str, Any]) -> TrialCheckpoint | None:
         """A new disk checkpoint for ``result``, or None if ``keep_checkpoints_num``
@@ -426,7 +419,7 @@ class TrialRunner:
                 if (trial.checkpoint_score(worst.result) or -math.inf) >= score:
                     return None
                 kept.remove(worst)
-                self._outbox.append(Decision("delete", trial, worst))
+                self._outbox.append(A.DeleteCheckpoint(trial, worst))
         trial.disk_checkpoints.append(checkpoint)
         trial.checkpoint = checkpoint
         return checkpoint
@@ -472,3 +465,16 @@ class TrialRunner:
             "search_alg": self.search_alg.get_state(),
             "timestamp": time.time(),
         }
+
+
+def _split(out: Any) -> tuple[D.SchedulerDecision, list[D.SchedulerDecision]]:
+    """``on_trial_result``'s answer as (the decision on the reporting trial, the
+    decisions on given trials); Continue when it names none (the last one counts)."""
+    mine: D.SchedulerDecision = D.CONTINUE
+    others: list[D.SchedulerDecision] = []
+    for decision in D.as_list(out):
+        if isinstance(decision, (D.Continue, D.Pause, D.Stop)):
+            mine = decision
+        else:
+            others.append(decision)
+    return mine, others

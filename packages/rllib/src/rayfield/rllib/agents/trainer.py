@@ -551,6 +551,11 @@ class Trainer(TrainerConfigMethods):
     _stop = stop
     cleanup = stop
 
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """Tune's contract (``TrainableProtocol``): a trainer builds its workers from its
+        config, so it never takes another in place (False: Tune starts a new trainer)."""
+        return False
+
     @property
     def iteration(self) -> int:
         return self._iteration

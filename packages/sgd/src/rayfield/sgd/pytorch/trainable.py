@@ -3,13 +3,13 @@
 the trainer's ``save`` file.
 
 rayfield-tune is not a dependency and is never imported when this module is: the
-trainable follows Tune's Trainable protocol by its method names, both the modern ones
-(``setup``, ``step``, ``save_checkpoint``, ``load_checkpoint``, ``cleanup``) and the
-classic ones (``_setup``, ``_train``, ``_save``, ``_restore``, ``_stop``).
+trainable implements Tune's Trainable contract itself (``train``, ``save``, ``restore``,
+``stop``, ``default_resource_request``, ``reset_config``; rayfield-tune's
+``TrainableProtocol``), and Tune runs it through its one adapter (``tune.as_trainable``).
 ``PyTorchTrainer.as_trainable(...)`` (or ``make_trainable``) builds the class when it is
-called, on top of ``rayfield.tune.Trainable`` when rayfield-tune is installed, else on a
-minimal stand-in with Tune's public methods (``train``, ``save``, ``restore``, ``stop``).
-The machinery, which takes the trainer class, is :mod:`rayfield.sgd.pytorch.trainable_hooks`.
+called: that adapter's ``rayfield.tune.Trainable`` when rayfield-tune is installed, else
+the plain class. The machinery, which takes the trainer class, is
+:mod:`rayfield.sgd.pytorch.trainable_hooks`.
 
 A checkpoint is ``model.pth`` (mode 0600, in a 0700 directory), the trainer's ``save``
 file; restoring reads it with the ownership checks of `rayfield.util.private_files` and
@@ -31,7 +31,6 @@ from rayfield.sgd.pytorch.trainable_hooks import (
     CHECKPOINT_FILE as CHECKPOINT_FILE,
 )
 from rayfield.sgd.pytorch.trainable_hooks import (
-    StandaloneTrainable,
     TrainerTrainableHooks,
     trainable_class,
 )
@@ -43,11 +42,11 @@ from rayfield.sgd.pytorch.trainer import PyTorchTrainer
 __all__ = ["PyTorchTrainable", "make_trainable"]
 
 
-class PyTorchTrainable(TrainerTrainableHooks, StandaloneTrainable):
+class PyTorchTrainable(TrainerTrainableHooks):
     """A trainable whose trial config names every trainer argument, as in the reference
-    (``config={"model_creator": ..., "data_creator": ..., "num_replicas": 2, "lr": 0.1}``).
-    Use ``PyTorchTrainer.as_trainable`` for a class with fixed creators on top of
-    ``rayfield.tune.Trainable``."""
+    (``config={"model_creator": ..., "data_creator": ..., "num_replicas": 2, "lr": 0.1}``);
+    ``tune.run(PyTorchTrainable, ...)`` runs it through Tune's adapter. Use
+    ``PyTorchTrainer.as_trainable`` for a class with fixed creators."""
 
     _trainer_cls = PyTorchTrainer
 
@@ -56,7 +55,8 @@ def make_trainable(*args: Any, **kwargs: Any) -> type:
     """A Trainable class training ``PyTorchTrainer(*args, **kwargs)``; trial configs
     override the keyword arguments and extend ``config`` (see the module docstring).
 
-    The class derives from ``rayfield.tune.Trainable`` when rayfield-tune is installed,
-    with `UnpicklingNothing`'s ``restore`` and ``restore_from_object``.
+    With rayfield-tune installed the class is Tune's adapter of the trainable (a
+    ``rayfield.tune.Trainable``), with `UnpicklingNothing`'s ``restore`` and
+    ``restore_from_object``.
     """
     return trainable_class(PyTorchTrainer, args, kwargs)

@@ -1,9 +1,10 @@
-"""The Tune Trainable machinery around a trainer class, for
-:mod:`rayfield.sgd.pytorch.trainable` (``PyTorchTrainable``, ``make_trainable``) and
-``PyTorchTrainer.as_trainable``: the hooks that build, train, save, restore and stop the
-trainer (`TrainerTrainableHooks`), Tune's public methods for use without rayfield-tune
-(`StandaloneTrainable`), the restore that unpickles nothing (`UnpicklingNothing`), and
-`trainable_class`, which puts them together for a trainer class. The trainer class is
+"""A trainer class as a trainable, for :mod:`rayfield.sgd.pytorch.trainable`
+(``PyTorchTrainable``, ``make_trainable``) and ``PyTorchTrainer.as_trainable``:
+`TrainerTrainableHooks` implements Tune's Trainable contract itself (``train``, ``save``,
+``restore``, ``stop``, ``default_resource_request``, ``reset_config``: rayfield-tune's
+``TrainableProtocol``), so it is used as it is without rayfield-tune; `trainable_class`
+hands it to Tune's one adapter (``tune.as_trainable``) when rayfield-tune is installed,
+with the restore that unpickles nothing (`UnpicklingNothing`). The trainer class is
 given, not imported (the trainer's ``as_trainable`` uses this module).
 
 rayfield-tune is not a dependency and is never imported when this module is (see
@@ -23,7 +24,6 @@ from rayfield.util import private_files
 
 __all__ = [
     "CHECKPOINT_FILE",
-    "StandaloneTrainable",
     "TrainerTrainableHooks",
     "UnpicklingNothing",
     "trainable_class",
@@ -37,8 +37,14 @@ def _trainer_parameters(trainer_cls: Any) -> set[str]:
 
 
 class TrainerTrainableHooks:
-    """The Trainable hooks; ``_trainer_cls`` is the trainer they build (``PyTorchTrainer``)
-    and ``_trainer_args``/``_trainer_kwargs`` hold the defaults."""
+    """Tune's Trainable contract over a trainer: ``_trainer_cls`` is the trainer built
+    per trial (``PyTorchTrainer``), ``_trainer_args``/``_trainer_kwargs`` hold the
+    defaults that a trial's config overrides (see :meth:`trainer_kwargs`).
+
+    Args:
+        config: the trial's config.
+        logger_creator: accepted for compatibility; unused.
+    """
 
     _trainer_cls: Any = None
     _trainer_args: tuple[Any, ...] = ()
@@ -87,10 +93,20 @@ class TrainerTrainableHooks:
         }
         return request
 
-    def setup(self, config: dict[str, Any]) -> None:
-        self._trainer = self._trainer_cls(*self._trainer_args, **self.trainer_kwargs(config))
+    def __init__(self, config: dict[str, Any] | None = None, logger_creator: Any = None) -> None:
+        self.config = dict(config or {})
+        self.iteration = 0
+        self._trainer = self._trainer_cls(*self._trainer_args, **self.trainer_kwargs(self.config))
 
-    def step(self) -> dict[str, Any]:
+    def train(self) -> dict[str, Any]:
+        """One epoch (``train()``, then ``validate()`` when there is a validation set);
+        its stats with ``mean_loss`` and ``training_iteration``."""
+        result = self._step()
+        self.iteration += 1
+        result.setdefault("training_iteration", self.iteration)
+        return result
+
+    def _step(self) -> dict[str, Any]:
         stats = dict(self._trainer.train())
         try:
             stats.update({k: v for k, v in self._trainer.validate().items() if k != "num_samples"})
@@ -100,51 +116,6 @@ class TrainerTrainableHooks:
         if "val_accuracy" in stats:
             stats.setdefault("mean_accuracy", stats["val_accuracy"])
         return stats
-
-    def save_checkpoint(self, checkpoint_dir: str) -> str:
-        return str(self._trainer.save(os.path.join(checkpoint_dir, CHECKPOINT_FILE)))
-
-    def load_checkpoint(self, checkpoint: Any) -> None:
-        path = checkpoint
-        if isinstance(checkpoint, str) and os.path.isdir(checkpoint):
-            path = os.path.join(checkpoint, CHECKPOINT_FILE)
-        self._trainer.restore(path)
-
-    def cleanup(self) -> None:
-        if self._trainer is not None:
-            self._trainer.shutdown()
-            self._trainer = None
-
-    # Tune's classic names for the same hooks.
-    def _setup(self, config: dict[str, Any]) -> None:
-        self.setup(config)
-
-    def _train(self) -> dict[str, Any]:
-        return self.step()
-
-    def _save(self, checkpoint_dir: str) -> str:
-        return self.save_checkpoint(checkpoint_dir)
-
-    def _restore(self, checkpoint: Any) -> None:
-        self.load_checkpoint(checkpoint)
-
-    def _stop(self) -> None:
-        self.cleanup()
-
-
-class StandaloneTrainable:
-    """Tune's public Trainable methods over the hooks, for use without rayfield-tune."""
-
-    def __init__(self, config: dict[str, Any] | None = None, logger_creator: Any = None) -> None:
-        self.config = dict(config or {})
-        self.iteration = 0
-        self.setup(self.config)  # type: ignore[attr-defined]
-
-    def train(self) -> dict[str, Any]:
-        result = self.step()  # type: ignore[attr-defined]
-        self.iteration += 1
-        result.setdefault("training_iteration", self.iteration)
-        return result
 
     def save(self, checkpoint_dir: str | None = None) -> str:
         """Write ``model.pth`` (0600) into ``checkpoint_dir`` (made 0700 if missing; a
@@ -156,13 +127,44 @@ class StandaloneTrainable:
         """
         directory = checkpoint_dir or tempfile.mkdtemp(prefix="rayfield-sgd-ckpt-")
         private_files.ensure_private_dir(directory, what="the checkpoint directory")
-        return str(self.save_checkpoint(directory))  # type: ignore[attr-defined]
+        return str(self._trainer.save(os.path.join(directory, CHECKPOINT_FILE)))
 
     def restore(self, checkpoint_path: str) -> None:
-        self.load_checkpoint(checkpoint_path)  # type: ignore[attr-defined]
+        """Restore ``model.pth`` (or the directory holding it) as the trainer's
+        ``restore`` reads it (ownership-checked, ``weights_only``); the iteration count
+        becomes the checkpoint's epoch.
+
+        Raises:
+            FileNotFoundError: no such file.
+            UnsafeFileError: the file is not this user's alone.
+        """
+        path = _checkpoint_file(checkpoint_path)
+        self._trainer.restore(path)
+        self.iteration = _read_checkpoint(path)[1]
 
     def stop(self) -> None:
-        self.cleanup()  # type: ignore[attr-defined]
+        """Shut the trainer's replicas down (idempotent)."""
+        if self._trainer is not None:
+            self._trainer.shutdown()
+            self._trainer = None
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """False: the replicas are built from the config (Tune starts a new trial actor)."""
+        return False
+
+
+def _checkpoint_file(path: str) -> str:
+    return os.path.join(path, CHECKPOINT_FILE) if os.path.isdir(path) else path
+
+
+def _read_checkpoint(path: str) -> tuple[bytes, int]:
+    """The bytes of the checkpoint file ``path`` and its epoch, read with the ownership
+    checks and ``torch.load(weights_only=True)`` (nothing is unpickled)."""
+    import torch
+
+    data = private_files.read_bytes(path, what="the checkpoint")
+    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    return data, int(state.get("epoch", 0)) if isinstance(state, dict) else 0
 
 
 class UnpicklingNothing:
@@ -179,14 +181,7 @@ class UnpicklingNothing:
             FileNotFoundError: no such file.
             UnsafeFileError: the file is not this user's alone.
         """
-        import torch
-
-        path = checkpoint_path
-        if os.path.isdir(path):
-            path = os.path.join(path, CHECKPOINT_FILE)
-        data = private_files.read_bytes(path, what="the checkpoint")
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        epoch = int(state.get("epoch", 0)) if isinstance(state, dict) else 0
+        data, epoch = _read_checkpoint(_checkpoint_file(checkpoint_path))
         meta = {
             "experiment_id": uuid.uuid4().hex,
             "iteration": epoch,
@@ -218,19 +213,23 @@ def trainable_class(trainer_cls: type, args: tuple[Any, ...], kwargs: dict[str, 
     ``trainer_cls(*args, **kwargs)``; trial configs override the keyword arguments and
     extend ``config`` (see :mod:`rayfield.sgd.pytorch.trainable`).
 
-    The class derives from ``rayfield.tune.Trainable`` when rayfield-tune is installed,
-    with `UnpicklingNothing`'s ``restore`` and ``restore_from_object``.
+    Without rayfield-tune it is a `TrainerTrainableHooks` subclass; with it, Tune's
+    adapter of one (a ``rayfield.tune.Trainable``) with `UnpicklingNothing`'s ``restore``
+    and ``restore_from_object``.
     """
-    bases: tuple[type, ...]
-    try:
-        import rayfield.tune as tune
-
-        bases = (TrainerTrainableHooks, UnpicklingNothing, tune.Trainable)
-    except ImportError:
-        bases = (TrainerTrainableHooks, StandaloneTrainable)
     attrs = {
         "_trainer_cls": trainer_cls,
         "_trainer_args": tuple(args),
         "_trainer_kwargs": dict(kwargs),
     }
-    return type("PyTorchTrainable", bases, attrs)
+    plain: Any = type("PyTorchTrainable", (TrainerTrainableHooks,), attrs)
+    try:
+        import rayfield.tune as tune
+    except ImportError:
+        return plain
+    adapted = tune.as_trainable(plain)  # Tune's one adapter
+    return type(
+        "PyTorchTrainable",
+        (UnpicklingNothing, adapted),
+        {"trainer_kwargs": plain.trainer_kwargs, "__module__": plain.__module__},
+    )

@@ -6,8 +6,9 @@ import math
 import random
 from typing import TYPE_CHECKING, Any
 
+from rayfield.tune import decisions as D
 from rayfield.tune.error import TuneError
-from rayfield.tune.schedulers.trial_scheduler import FIFOScheduler
+from rayfield.tune.schedulers.trial_scheduler import Decisions, FIFOScheduler
 
 if TYPE_CHECKING:
     from rayfield.tune.schedulers.trial_scheduler import SchedulerRunner
@@ -118,10 +119,13 @@ class AsyncHyperBandScheduler(FIFOScheduler):
         weights = [math.exp(n - max(sizes)) for n in sizes]
         self._trial_bracket[trial.trial_id] = self._rng.choices(self.brackets, weights)[0]
 
-    def on_trial_result(self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(
+        self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
+    ) -> Decisions:
         t, score = result.get(self.time_attr), self.score(result)
         if t is None or score is None:
             return self.CONTINUE
+        decision: D.Continue | D.Stop
         if t >= self.max_t:
             decision = self.STOP
         else:

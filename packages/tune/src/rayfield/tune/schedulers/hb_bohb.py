@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rayfield.tune.schedulers.hyperband import HyperBandScheduler
 
 if TYPE_CHECKING:
-    from rayfield.tune.schedulers.trial_scheduler import SchedulerRunner
+    from rayfield.tune.schedulers.trial_scheduler import Decisions, SchedulerRunner
     from rayfield.tune.trial import Trial
 
 __all__ = ["HyperBandForBOHB"]
@@ -51,12 +51,14 @@ class HyperBandForBOHB(HyperBandScheduler):
             # A stopped trial's last result keeps the budget it was reported under.
             result.setdefault("hyperband_info", {"budget": bracket.cumul_r})
 
-    def on_trial_result(self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(
+        self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
+    ) -> Decisions:
         self._label(trial, result)
         return super().on_trial_result(runner, trial, result)
 
     def on_trial_complete(
         self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
-    ) -> None:
+    ) -> Decisions:
         self._label(trial, result)
-        super().on_trial_complete(runner, trial, result)
+        return super().on_trial_complete(runner, trial, result)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from rayfield.tune import decisions as D
 from rayfield.tune.error import TuneError
-from rayfield.tune.schedulers.trial_scheduler import FIFOScheduler
+from rayfield.tune.schedulers.trial_scheduler import Decisions, FIFOScheduler
 
 if TYPE_CHECKING:
     from rayfield.tune.schedulers.trial_scheduler import SchedulerRunner
@@ -154,7 +155,9 @@ class HyperBandScheduler(FIFOScheduler):
         band[-1].add(trial)
         self._bracket_of[trial.trial_id] = band[-1]
 
-    def on_trial_result(self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(
+        self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
+    ) -> Decisions:
         bracket = self._bracket_of.get(trial.trial_id)
         if bracket is None:
             return self.CONTINUE
@@ -163,62 +166,71 @@ class HyperBandScheduler(FIFOScheduler):
             return self.CONTINUE
         if not bracket.iteration_done(runner.search_finished()):
             return self.PAUSE
-        return self._process(runner, bracket, trial)
+        return self._process(bracket, trial)
 
-    def _process(self, runner: SchedulerRunner, bracket: _Bracket, reporting: Trial | None) -> str:
-        """Halve (or end) ``bracket``; returns the decision for ``reporting``."""
+    def _process(self, bracket: _Bracket, reporting: Trial | None) -> list[D.SchedulerDecision]:
+        """Halve (or end) ``bracket``: the decision for ``reporting`` (Stop, else
+        Continue) and a StopTrial or Unpause for each other trial that changes."""
         from rayfield.tune.trial import Trial
 
-        decision = self.CONTINUE
+        decisions: list[D.SchedulerDecision] = []
         if bracket.finished():
             for trial, _ in list(bracket.live.values()):
                 if trial is reporting:
-                    decision = self.STOP
+                    decisions.append(self.STOP)
                 elif trial.status == Trial.PAUSED:
-                    runner.stop_trial(trial)
-            return decision
+                    decisions.append(D.StopTrial(trial))
+            return decisions
         kept, dropped = bracket.halve(self.score)
         for trial in dropped:
             self.num_stopped += 1
             bracket.live.pop(trial.trial_id, None)
             if trial is reporting:
-                decision = self.STOP
+                decisions.append(self.STOP)
             elif trial.status in (Trial.PAUSED, Trial.PENDING):
-                runner.stop_trial(trial)
+                decisions.append(D.StopTrial(trial))
         for trial in kept:
             if trial is not reporting and trial.status == Trial.PAUSED:
-                runner.unpause_trial(trial)
-        return decision
+                decisions.append(D.Unpause(trial))
+        return decisions
 
-    def _forget(self, runner: SchedulerRunner, trial: Trial) -> None:
+    def _forget(self, runner: SchedulerRunner, trial: Trial) -> list[D.SchedulerDecision]:
         bracket = self._bracket_of.pop(trial.trial_id, None)
         if bracket is None or trial.trial_id not in bracket.live:
-            return
+            return []
         del bracket.live[trial.trial_id]
         if bracket.live and bracket.iteration_done(runner.search_finished()):
-            self._process(runner, bracket, None)
+            return self._process(bracket, None)
+        return []
 
     def on_trial_complete(
         self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
-    ) -> None:
-        self._forget(runner, trial)
+    ) -> Decisions:
+        return self._forget(runner, trial)
 
-    def on_trial_error(self, runner: SchedulerRunner, trial: Trial) -> None:
-        self._forget(runner, trial)
+    def on_trial_error(self, runner: SchedulerRunner, trial: Trial) -> Decisions:
+        return self._forget(runner, trial)
 
-    def on_trial_remove(self, runner: SchedulerRunner, trial: Trial) -> None:
-        self._forget(runner, trial)
+    def on_trial_remove(self, runner: SchedulerRunner, trial: Trial) -> Decisions:
+        return self._forget(runner, trial)
 
-    def choose_trial_to_run(self, runner: SchedulerRunner) -> Trial | None:
+    def on_step(self, runner: SchedulerRunner) -> Decisions:
+        """Once the search is finished, unfilled brackets get no more trials: those whose
+        trials all wait are halved."""
         from rayfield.tune.trial import Trial
 
+        decisions: list[D.SchedulerDecision] = []
         if runner.search_finished():
-            # Unfilled brackets get no more trials: halve those whose trials all wait.
             for band in self.bands:
                 for bracket in band:
                     waiting = [t for t, _ in bracket.live.values() if t.status == Trial.PAUSED]
                     if waiting and bracket.iteration_done(True):
-                        self._process(runner, bracket, None)
+                        decisions += self._process(bracket, None)
+        return decisions
+
+    def choose_trial_to_run(self, runner: SchedulerRunner) -> Trial | None:
+        from rayfield.tune.trial import Trial
+
         for band in self.bands:
             for bracket in sorted(band, key=lambda b: b.completion()):
                 for trial, _ in bracket.live.values():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from rayfield.tune.schedulers.trial_scheduler import FIFOScheduler
+from rayfield.tune.schedulers.trial_scheduler import Decisions, FIFOScheduler
 
 if TYPE_CHECKING:
     from rayfield.tune.schedulers.trial_scheduler import SchedulerRunner
@@ -55,7 +55,9 @@ class MedianStoppingRule(FIFOScheduler):
         self._completed: set[str] = set()
         self._stopped: set[str] = set()
 
-    def on_trial_result(self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(
+        self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
+    ) -> Decisions:
         if trial.trial_id in self._stopped:
             return self.CONTINUE  # a soft-stopped trial that was resumed runs to the end
         score, t = self.score(result), result.get(self.time_attr)

@@ -12,7 +12,7 @@ from rayfield.tune.schedulers.pbt import PopulationBasedTraining
 from rayfield.tune.search.gp import _GP
 
 if TYPE_CHECKING:
-    from rayfield.tune.schedulers.trial_scheduler import SchedulerRunner
+    from rayfield.tune.schedulers.trial_scheduler import Decisions, SchedulerRunner
     from rayfield.tune.trial import Trial
 
 __all__ = ["PB2"]
@@ -92,7 +92,9 @@ class PB2(PopulationBasedTraining):
             (float(config[k]) - lo) / (hi - lo) for k, (lo, hi) in self.hyperparam_bounds.items()
         ]
 
-    def on_trial_result(self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(
+        self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
+    ) -> Decisions:
         state = self._state.get(trial.trial_id)
         t, score = result.get(self.time_attr), self.score(result)
         if state is not None and t is not None and score is not None:

@@ -10,8 +10,9 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rayfield.tune import decisions as D
 from rayfield.tune.error import TuneError
-from rayfield.tune.schedulers.trial_scheduler import FIFOScheduler
+from rayfield.tune.schedulers.trial_scheduler import Decisions, FIFOScheduler
 from rayfield.tune.search.sample import Domain
 from rayfield.tune.search.variant_generator import format_vars
 from rayfield.util import private_files
@@ -140,8 +141,10 @@ class PopulationBasedTraining(FIFOScheduler):
             "orig_tag": trial.experiment_tag,
         }
 
-    def on_trial_result(self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]) -> str:
-        from rayfield.tune.trial import Trial
+    def on_trial_result(
+        self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
+    ) -> Decisions:
+        from rayfield.tune.trial import Trial, TrialCheckpoint
 
         t, score = result.get(self.time_attr), self.score(result)
         state = self._state.get(trial.trial_id)
@@ -152,17 +155,22 @@ class PopulationBasedTraining(FIFOScheduler):
         state["last_score"] = score
         state["last_perturbation_time"] = t
         lower, upper = self.quantiles()
+        decisions: list[D.SchedulerDecision] = []
         if trial in upper:
-            state["last_checkpoint"] = runner.save_to_memory(trial)
+            # The state as of the trial's last result the runner recorded.
+            checkpoint = TrialCheckpoint("memory", result=dict(trial.last_result))
+            state["last_checkpoint"] = checkpoint
+            decisions.append(D.SaveToMemory(trial, checkpoint))
             self.num_checkpoints += 1
         else:
             state["last_checkpoint"] = None
         if trial in lower and upper:
-            self._exploit(runner, trial, self._rng.choice(upper), result)
+            decisions += self._exploit(runner, trial, self._rng.choice(upper), result)
         waiting = runner.trials_with_status(Trial.PENDING) or runner.trials_with_status(
             Trial.PAUSED
         )
-        return self.PAUSE if waiting else self.CONTINUE
+        decisions.append(self.PAUSE if waiting else self.CONTINUE)
+        return decisions
 
     def quantiles(self) -> tuple[list[Trial], list[Trial]]:
         """(bottom, top) trials by last score among live trials with a score."""
@@ -180,21 +188,23 @@ class PopulationBasedTraining(FIFOScheduler):
 
     def _exploit(
         self, runner: SchedulerRunner, trial: Trial, clone: Trial, result: dict[str, Any]
-    ) -> None:
+    ) -> list[D.SchedulerDecision]:
+        """PBT's exploit: ``trial`` takes ``clone``'s last checkpoint and an explored
+        copy of its config (a Reset), when the clone has a checkpoint."""
         clone_state = self._state[clone.trial_id]
         checkpoint = clone_state["last_checkpoint"]
         if checkpoint is None:
-            return
+            return []
         new_config = self._explore_config(clone.config)
         changed = {(k,): new_config[k] for k in self.hyperparam_mutations if k in new_config}
         new_tag = f"{self._state[trial.trial_id]['orig_tag']}@perturbed[{format_vars(changed)}]"
         if self.log_config:
             self._log(runner, trial, clone, result, new_config)
-        runner.reset_trial(trial, new_config, new_tag, checkpoint)
         self._state[trial.trial_id]["last_perturbation_time"] = clone_state[
             "last_perturbation_time"
         ]
         self.num_perturbations += 1
+        return [D.Reset(trial, new_config, new_tag, checkpoint)]
 
     def _explore_config(self, config: dict[str, Any]) -> dict[str, Any]:
         """The config an exploited trial continues with (PBT: :func:`explore`)."""

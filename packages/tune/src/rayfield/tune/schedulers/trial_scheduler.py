@@ -1,10 +1,15 @@
 """``TrialScheduler``: decides, per result, whether a trial continues, pauses or stops.
 
-Call order: ``on_trial_add`` when a trial is queued; ``choose_trial_to_run`` whenever
-resources are free; ``on_trial_result`` per result of a running trial (returns
-``CONTINUE``/``PAUSE``/``STOP``); then one of ``on_trial_complete`` (it ended),
+Call order: ``on_trial_add`` when a trial is queued; ``on_step`` at each step of the
+runner, then ``choose_trial_to_run`` whenever resources are free; ``on_trial_result`` per
+result of a running trial; then one of ``on_trial_complete`` (it ended),
 ``on_trial_error`` (it failed) or ``on_trial_remove`` (stopped while paused or pending).
-A scheduler may also stop, unpause, save or reset trials through the runner.
+
+Schedulers decide and the runner acts: ``on_trial_result`` returns a decision of
+:mod:`rayfield.tune.decisions` (``Continue``/``Pause``/``Stop`` for the reporting trial)
+or a list of them (with ``StopTrial``, ``Unpause``, ``SaveToMemory``, ``Reset`` for any
+trial); the other hooks may return a list. A scheduler reads the runner
+(:class:`SchedulerRunner`) but never calls it to act.
 """
 
 from __future__ import annotations
@@ -12,18 +17,23 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rayfield.tune import decisions as D
 from rayfield.tune.error import TuneError
 
 if TYPE_CHECKING:
-    from rayfield.tune.trial import Trial, TrialCheckpoint
+    from rayfield.tune.trial import Trial
 
-__all__ = ["FIFOScheduler", "SchedulerRunner", "TrialScheduler"]
+# What a hook returns: one decision, a list of them, or None (nothing to do).
+Decisions = Any
+
+__all__ = ["Decisions", "FIFOScheduler", "SchedulerRunner", "TrialScheduler"]
 
 
 class SchedulerRunner(Protocol):
-    """What a scheduler's hooks may use of the runner they are given
+    """What a scheduler's hooks may read of the runner they are given
     (:class:`~rayfield.tune.runner.TrialRunner` is one; the runner imports the schedulers,
-    so they name it by this interface)."""
+    so they name it by this interface). Queries only: a scheduler acts by returning
+    decisions."""
 
     @property
     def experiment_dir(self) -> str:
@@ -35,16 +45,6 @@ class SchedulerRunner(Protocol):
     def has_resources_for(self, trial: Trial) -> bool: ...
 
     def search_finished(self) -> bool: ...
-
-    def stop_trial(self, trial: Trial) -> None: ...
-
-    def unpause_trial(self, trial: Trial) -> None: ...
-
-    def save_to_memory(self, trial: Trial) -> TrialCheckpoint: ...
-
-    def reset_trial(
-        self, trial: Trial, new_config: dict[str, Any], new_tag: str, checkpoint: TrialCheckpoint
-    ) -> None: ...
 
 
 class TrialScheduler:
@@ -60,9 +60,9 @@ class TrialScheduler:
         TuneError: ``mode`` is neither ``"min"`` nor ``"max"``.
     """
 
-    CONTINUE = "CONTINUE"
-    PAUSE = "PAUSE"
-    STOP = "STOP"
+    CONTINUE: D.Continue = D.CONTINUE
+    PAUSE: D.Pause = D.PAUSE
+    STOP: D.Stop = D.STOP
 
     def __init__(
         self, metric: str | None = None, mode: str | None = None, reward_attr: str | None = None
@@ -98,19 +98,26 @@ class TrialScheduler:
     def on_trial_add(self, runner: SchedulerRunner, trial: Trial) -> None:
         pass
 
-    def on_trial_error(self, runner: SchedulerRunner, trial: Trial) -> None:
-        pass
+    def on_trial_error(self, runner: SchedulerRunner, trial: Trial) -> Decisions:
+        return None
 
-    def on_trial_result(self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(
+        self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
+    ) -> Decisions:
+        """The decision on ``result`` of the running ``trial`` (see the module)."""
         return self.CONTINUE
 
     def on_trial_complete(
         self, runner: SchedulerRunner, trial: Trial, result: dict[str, Any]
-    ) -> None:
-        pass
+    ) -> Decisions:
+        return None
 
-    def on_trial_remove(self, runner: SchedulerRunner, trial: Trial) -> None:
-        pass
+    def on_trial_remove(self, runner: SchedulerRunner, trial: Trial) -> Decisions:
+        return None
+
+    def on_step(self, runner: SchedulerRunner) -> Decisions:
+        """Called at each step of the runner, before trials are chosen to run."""
+        return None
 
     def choose_trial_to_run(self, runner: SchedulerRunner) -> Trial | None:
         """The first PENDING trial that fits, else the first PAUSED one."""
