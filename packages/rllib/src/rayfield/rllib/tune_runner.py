@@ -423,4 +423,10 @@ def _print_summary(trials: list[Any], wall_s: float) -> None:
         if checkpoint:
             line += f", checkpoint {checkpoint}"
         click.echo(line)
+        if checkpoint:
+            from rayfield.rllib.result_files import evaluate_command
+
+            run = getattr(trial, "trainable_name", None) or "ALGO"
+            env = (getattr(trial, "config", None) or {}).get("env", "ENV")
+            click.echo(f"evaluate with: {evaluate_command(checkpoint, run, env)}")
     click.echo(f"tune: {len(trials)} trials, {wall_s:.1f} s wall")

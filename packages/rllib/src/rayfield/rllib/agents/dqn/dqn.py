@@ -253,6 +253,28 @@ class DQNTorchPolicy(TorchPolicy):
             actions = np.where(rand, scores.argmax(axis=1), actions)
         return actions, [], {}
 
+    def compute_log_likelihoods(
+        self, actions: Any, obs_batch: Any, *args: Any, **kwargs: Any
+    ) -> np.ndarray:
+        """``float32[B]``: log-probabilities of `actions` under the epsilon-greedy policy
+        at the current epsilon (``1 - eps + eps / n`` for the greedy action, ``eps / n``
+        for the other allowed ones), for off-policy estimation."""
+        with self.lock, torch.no_grad():
+            obs = torch.as_tensor(np.asarray(obs_batch, dtype=np.float32), device=self.device)
+            self._set_noise(self.model, False)
+            q, _ = self.model({"obs": obs}, [], None)
+            mask = self.action_mask(obs)
+            if mask is not None:
+                q = q.masked_fill(~mask, float("-inf"))
+            greedy = q.argmax(dim=-1).cpu().numpy()
+            allowed = (
+                np.full(len(greedy), q.shape[-1]) if mask is None else mask.sum(-1).cpu().numpy()
+            )
+        acts = np.asarray(actions).astype(np.int64)
+        eps = self.cur_epsilon if self.config.get("explore", True) else 0.0
+        prob = eps / allowed + (1.0 - eps) * (acts == greedy)
+        return np.log(np.maximum(prob, 1e-38)).astype(np.float32)
+
     def on_global_var_update(self, global_vars: dict[str, Any]) -> None:
         super().on_global_var_update(global_vars)
         if not self.noisy:
