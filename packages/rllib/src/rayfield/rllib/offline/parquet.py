@@ -93,7 +93,7 @@ def _column_to_numpy(chunked: Any, name: str, where: str) -> np.ndarray:
     flat = arr
     for _ in dims:
         flat = flat.flatten()
-    values = flat.to_numpy(zero_copy_only=False)
+    values = flat.to_numpy(zero_copy_only=False).copy()  # writable, for torch
     return values.reshape(len(arr), *dims)
 
 
