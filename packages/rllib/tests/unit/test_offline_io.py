@@ -97,7 +97,7 @@ def test_malformed_batches_are_clear_errors(obj: Any, problem: str) -> None:
 
 def test_unpack_refuses_a_decompression_bomb() -> None:
     big = pack(np.zeros(1 << 16, np.uint8))
-    with pytest.raises(OfflineDataError, match="does not decompress|needs"):
+    with pytest.raises(OfflineDataError, match=r"does not decompress|needs"):
         unpack({**big, "shape": [16]})
 
 
@@ -112,7 +112,7 @@ def test_reader_names_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a file, a directory or a glob"):
         JsonReader(str(tmp_path / "missing"))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="holds no .json or .parquet files"):
+    with pytest.raises(ValueError, match=r"holds no \.json or \.parquet files"):
         JsonReader(str(tmp_path / "empty"))
 
 
@@ -155,7 +155,7 @@ def test_parquet_round_trip(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="single-agent"):
         writer.write(MultiAgentBatch({"a": batches[0]}, 4))
     (tmp_path / "pq" / "broken.parquet").write_bytes(b"not parquet")
-    with pytest.raises(OfflineDataError, match="broken.parquet: not a readable Parquet"):
+    with pytest.raises(OfflineDataError, match=r"broken\.parquet: not a readable Parquet"):
         list(JsonReader(str(tmp_path / "pq" / "broken.parquet")).read_all_files())
 
 
