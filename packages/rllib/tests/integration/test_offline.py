@@ -232,3 +232,43 @@ def test_saving_experiences_example_writes_data_bc_trains_on(tmp_path: Path) -> 
         assert result["off_policy_estimator"]["wis"]["V_prev"] > 0
     finally:
         trainer.stop()
+
+
+SMALL = {
+    "model": {"fcnet_hiddens": [8]},
+    "seed": 0,
+    "rollout_fragment_length": 32,
+    "num_workers": 0,
+}
+WRITERS = {
+    "PG": {"train_batch_size": 64},
+    "PPO": {"train_batch_size": 64, "sgd_minibatch_size": 32, "num_sgd_iter": 1},
+    "DQN": {"hiddens": [8], "learning_starts": 32, "timesteps_per_iteration": 64},
+}
+READERS = {
+    **{run: {**cfg, "postprocess_inputs": True} for run, cfg in WRITERS.items() if run != "DQN"},
+    "A2C": {"train_batch_size": 64, "postprocess_inputs": True},
+    "DQN": {**WRITERS["DQN"], "exploration_final_eps": 0.1},
+    "MARWIL": {"train_batch_size": 64},
+    "BC": {"train_batch_size": 64},
+}
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_any_algorithm_trains_on_any_algorithms_files(tmp_path: Path, writer: str) -> None:
+    from rayfield.rllib.agents.registry import get_trainer_class
+
+    out = tmp_path / writer
+    config = {**SMALL, **WRITERS[writer], "output": str(out), "min_iter_time_s": 0}
+    trainer = get_trainer_class(writer)(env="CartPole-v1", config=config)
+    trainer.train()
+    trainer.stop()
+    for reader, extra in READERS.items():
+        config = {**SMALL, **extra, "input": str(out), "min_iter_time_s": 0}
+        trainer = get_trainer_class(reader)(env="CartPole-v1", config=config)
+        try:
+            result = trainer.train()
+            assert result["info"]["num_steps_trained"] > 0, (writer, reader)
+            assert "V_step_WIS" in result["off_policy_estimator"]["wis"], (writer, reader)
+        finally:
+            trainer.stop()

@@ -238,3 +238,30 @@ def test_sample_batch_builder() -> None:
     b.add_values(obs=[0.0], actions=1)
     with pytest.raises(ValueError, match="missing"):
         b.add_values(obs=[0.0])
+
+
+def test_batches_are_adapted_to_the_worker() -> None:
+    import gymnasium as gym
+
+    from rayfield.rllib.offline.io_context import IOContext
+    from rayfield.rllib.offline.json_reader import adapt_batch
+    from rayfield.rllib.offline.worker_io import estimator_specs
+
+    class Worker:
+        policy = type("P", (), {"action_space": gym.spaces.Box(0.0, 10.0, (1,))})()
+        policy_map = {"default_policy": policy}
+
+    batch = SampleBatch(actions=np.array([[-1.0], [0.0], [1.0]]), dones=[False, False, True])
+    ctx = IOContext(config={"actions_in_input_normalized": True}, worker=Worker())
+    out = adapt_batch(batch, ctx)
+    np.testing.assert_allclose(out["actions"][:, 0], [0.0, 5.0, 10.0])
+    # data with only "dones" (the reference's conversion example) gets terminateds
+    assert list(out["terminateds"]) == [False, False, True] and not out["truncateds"].any()
+    specs, simulation = estimator_specs(
+        {"input_evaluation": {"mine": {"type": "wis"}, "other": {"type": "ImportanceSampling"}}}
+    )
+    assert specs == {
+        "mine": WeightedImportanceSamplingEstimator,
+        "other": ImportanceSamplingEstimator,
+    }
+    assert not simulation and estimator_specs({"input_evaluation": ["simulation"]})[1]

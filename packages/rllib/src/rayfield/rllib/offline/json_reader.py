@@ -11,8 +11,14 @@ Before a batch is returned it is adapted to the worker's policies:
 * ``actions_in_input_normalized: True``: the file's Box actions are in [-1, 1] and are
   mapped to the action space's bounds, ``low + (a + 1) / 2 * (high - low)`` (the policies
   here act in the env's units);
-* ``postprocess_inputs: True``: each episode fragment (rows of one ``eps_id``) goes
-  through its policy's ``postprocess_trajectory`` (with the *current* weights).
+* the episode-end columns are completed: ``terminateds`` (and zero ``truncateds``) from
+  ``dones`` when the data has only ``dones`` (as the reference's conversion example
+  writes), ``dones`` from ``terminateds | truncateds`` otherwise;
+* ``postprocess_inputs: True``: the columns the policy adds when it acts and the data
+  lacks (``vf_preds``, ``action_dist_inputs``, ``action_logp`` of the logged actions) are
+  computed with the *current* weights, then each episode fragment (rows of one ``eps_id``)
+  goes through its policy's ``postprocess_trajectory``. So PPO, A2C or PG can train on
+  data DQN wrote, as on-policy data of the current policy.
 """
 
 from __future__ import annotations
@@ -96,7 +102,43 @@ def _unsquash(actions: np.ndarray, space: Any) -> np.ndarray:
     return out.astype(space.dtype)
 
 
+def _complete_done_columns(batch: SampleBatch) -> None:
+    term, trunc, dones = SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS, SampleBatch.DONES
+    if term not in batch and dones in batch:
+        batch[term] = batch[dones].astype(bool)
+        if trunc not in batch:
+            batch[trunc] = np.zeros(batch.count, dtype=bool)
+    elif dones not in batch and term in batch:
+        ends = batch[term].astype(bool)
+        batch[dones] = ends | batch[trunc].astype(bool) if trunc in batch else ends
+
+
+def _fill_policy_columns(batch: SampleBatch, policy: Any) -> None:
+    """Add the action-time columns of `policy` that `batch` lacks (current weights)."""
+    if not hasattr(policy, "compute_actions") or SampleBatch.CUR_OBS not in batch:
+        return
+    state = [batch[k] for k in sorted(batch) if k.startswith("state_in_")]
+    _, _, extra = policy.compute_actions(
+        batch[SampleBatch.CUR_OBS],
+        state or None,
+        batch.get(SampleBatch.PREV_ACTIONS),
+        batch.get(SampleBatch.PREV_REWARDS),
+    )
+    for key, value in extra.items():
+        if key not in batch and key not in (SampleBatch.ACTION_PROB, SampleBatch.ACTION_LOGP):
+            batch[key] = value
+    if SampleBatch.ACTION_LOGP in extra and SampleBatch.ACTION_LOGP not in batch:
+        batch[SampleBatch.ACTION_LOGP] = policy.compute_log_likelihoods(
+            batch[SampleBatch.ACTIONS],
+            batch[SampleBatch.CUR_OBS],
+            state or None,
+            batch.get(SampleBatch.PREV_ACTIONS),
+            batch.get(SampleBatch.PREV_REWARDS),
+        )
+
+
 def _adapt_policy_batch(batch: SampleBatch, policy: Any, config: dict[str, Any]) -> SampleBatch:
+    _complete_done_columns(batch)
     space = getattr(policy, "action_space", None)
     if (
         config.get("actions_in_input_normalized")
@@ -105,6 +147,7 @@ def _adapt_policy_batch(batch: SampleBatch, policy: Any, config: dict[str, Any])
     ):
         batch[SampleBatch.ACTIONS] = _unsquash(batch[SampleBatch.ACTIONS], space)
     if config.get("postprocess_inputs") and batch.count:
+        _fill_policy_columns(batch, policy)
         pieces = batch.split_by_episode() if SampleBatch.EPS_ID in batch else [batch]
         batch = SampleBatch.concat_samples([policy.postprocess_trajectory(p) for p in pieces])
     return batch
