@@ -52,7 +52,11 @@ def make_trainable(
             return trainer_cls.default_resource_request(config)
 
         def setup(self, config: dict[str, Any]) -> None:
-            self.trainer = get_trainer_class(self._algorithm)(config=config)
+            # the trial directory is the trainer's log dir (output: "logdir" writes there)
+            trial_dir = _TrialDir(self.logdir)
+            self.trainer = get_trainer_class(self._algorithm)(
+                config=config, logger_creator=lambda _config: trial_dir
+            )
             if self._restore_path:
                 self.restore(self._restore_path)
 
@@ -98,6 +102,14 @@ def make_trainable(
 
     RLlibTrainable.__name__ = RLlibTrainable.__qualname__ = algorithm
     return RLlibTrainable
+
+
+class _TrialDir:
+    """What a trainer's ``logger_creator`` returns under Tune: the trial's ``logdir``
+    (Tune's own loggers write the results)."""
+
+    def __init__(self, logdir: str) -> None:
+        self.logdir = logdir
 
 
 def checkpoint_blob(path: str) -> dict[str, Any]:
