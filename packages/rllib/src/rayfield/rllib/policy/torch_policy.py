@@ -274,6 +274,14 @@ class TorchPolicy(Policy):
         states = [train_batch[f"state_in_{i}"] for i in range(len(self._initial_state))]
         return model(train_batch, states, train_batch.get(SEQ_LENS))
 
+    def logp_of_actions(
+        self, model: Any, dist_class: type, train_batch: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """``float32[B]``: ``log pi(a_t | s_t)`` of the batch's ``actions`` (one forward
+        pass of `model` on the batch, with gradients)."""
+        logits, _ = self.forward_train(model, train_batch)
+        return dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
+
     @staticmethod
     def reduce_mean(x: torch.Tensor, train_batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Mean over the batch's real rows (padding rows of sequences excluded)."""

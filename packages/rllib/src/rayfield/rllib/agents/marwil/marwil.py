@@ -105,9 +105,7 @@ class MARWILTorchPolicy(TorchPolicy):
     def loss(
         self, model: Any, dist_class: type, train_batch: dict[str, torch.Tensor]
     ) -> torch.Tensor:
-        logits, _ = self.forward_train(model, train_batch)
-        dist = dist_class(logits, model)
-        logp = dist.logp(train_batch[SampleBatch.ACTIONS])
+        logp = self.logp_of_actions(model, dist_class, train_batch)
         beta = float(self.config["beta"])
         if beta == 0.0:
             policy_loss = -self.reduce_mean(logp, train_batch)
