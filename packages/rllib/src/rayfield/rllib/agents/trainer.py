@@ -272,7 +272,9 @@ class Trainer(TrainerConfigMethods):
 
     def _build_result(self, stats: dict[str, Any], steps: int, elapsed: float) -> dict[str, Any]:
         # the workers' metrics mix finished episodes and off-policy estimates
-        estimates = [m for m in self._episodes_this_iter if isinstance(m, OffPolicyEstimate)]
+        estimates: list[Any] = [
+            m for m in self._episodes_this_iter if isinstance(m, OffPolicyEstimate)
+        ]
         self._episodes_this_iter = [
             m for m in self._episodes_this_iter if not isinstance(m, OffPolicyEstimate)
         ]

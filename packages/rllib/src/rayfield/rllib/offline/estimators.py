@@ -27,6 +27,7 @@ Sources:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,7 +186,7 @@ class WeightedImportanceSamplingEstimator(OffPolicyEstimator):
         )
 
 
-def summarize_estimates(estimates: list[OffPolicyEstimate]) -> dict[str, dict[str, float]]:
+def summarize_estimates(estimates: Sequence[Any]) -> dict[str, dict[str, float]]:
     """``{estimator name: {metric: mean over the estimates}}``."""
     acc: dict[str, dict[str, list[float]]] = {}
     for e in estimates:

@@ -18,7 +18,7 @@ __all__ = ["MixedInput", "ShuffledInput"]
 
 def _default_reader(source: Any, ioctx: IOContext) -> InputReader:
     if source == "sampler":
-        return ioctx.default_sampler_input()  # type: ignore[no-any-return]
+        return ioctx.default_sampler_input()
     from rayfield.rllib.offline.json_reader import JsonReader
 
     return JsonReader(source, ioctx)

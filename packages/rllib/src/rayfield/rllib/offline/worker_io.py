@@ -52,13 +52,13 @@ def make_input_reader(spec: Any, ioctx: IOContext) -> InputReader:
     from rayfield.rllib.offline.mixed_input import MixedInput
 
     if is_sampler_input(spec):
-        return ioctx.default_sampler_input()  # type: ignore[no-any-return]
+        return ioctx.default_sampler_input()
     if isinstance(spec, InputReader):
         return spec
     if isinstance(spec, dict):
         return MixedInput(spec, ioctx, make_input_reader)
     if callable(spec):
-        return spec(ioctx)  # type: ignore[no-any-return]
+        return spec(ioctx)
     if isinstance(spec, (str, list, tuple)):
         return JsonReader(spec, ioctx)
     raise TypeError(
@@ -98,7 +98,7 @@ def make_output_writer(config: dict[str, Any], ioctx: IOContext) -> OutputWriter
     if isinstance(spec, OutputWriter):
         return spec
     if callable(spec):
-        return spec(ioctx)  # type: ignore[no-any-return]
+        return spec(ioctx)
     if spec == "logdir":
         if not ioctx.log_dir:
             raise ValueError("output: 'logdir' needs a trainer log directory")
