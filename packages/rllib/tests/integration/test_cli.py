@@ -212,7 +212,7 @@ def test_cli_writes_offline_data_that_bc_trains_on(tmp_path: Path) -> None:
     """As a user would: train DQN with --algo (a checkpoint at the end by default), run
     the printed evaluate command writing episodes with --out, train BC on them."""
     small = '{"model": {"fcnet_hiddens": [16]}, "hiddens": [16], "learning_starts": 100, '
-    small += '"timesteps_per_iteration": 100, "min_iter_time_s": 0, "seed": 0}'
+    small += '"timesteps_per_iteration": 100, "min_iter_time_s": 0, "seed": 0, "output": "logdir"}'
     res = _rllib(
         "train", "--algo", "DQN", "--env", "CartPole-v1", "--config", small,
         "--stop", '{"training_iteration": 2}', "--local-dir", str(tmp_path), cwd=tmp_path,
@@ -222,7 +222,9 @@ def test_cli_writes_offline_data_that_bc_trains_on(tmp_path: Path) -> None:
     command = line.removeprefix("evaluate with: rllib ").split()
     assert command[0] == "evaluate" and command[2:] == ["--algo", "DQN", "--env", "CartPole-v1"]
     (trial,) = (tmp_path / "default").iterdir()
-    assert {"params.json", "result.json", "progress.csv"} <= {p.name for p in trial.iterdir()}
+    names = {p.name for p in trial.iterdir()}
+    assert {"params.json", "result.json", "progress.csv"} <= names
+    assert any(n.startswith("output-") for n in names)  # output: "logdir" is the trial dir
     data = tmp_path / "episodes"
     res = _rllib(*command, "--episodes", "3", "--explore", "--out", str(data), cwd=tmp_path)
     assert res.returncode == 0, res.stderr

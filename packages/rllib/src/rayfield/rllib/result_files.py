@@ -22,7 +22,7 @@ from typing import Any
 from rayfield.rllib.agents.checkpoints import to_json_safe
 from rayfield.util import private_files
 
-__all__ = ["ResultFiles", "evaluate_command", "flatten"]
+__all__ = ["LogDir", "ResultFiles", "evaluate_command", "flatten"]
 
 _TB_SKIP = {"config", "pid", "timestamp", "date", "hostname", "done", "training_iteration"}
 
@@ -37,6 +37,15 @@ def flatten(result: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
+
+
+class LogDir:
+    """What ``rllib train`` and the Tune trainables give a trainer as its
+    ``logger_creator(config)``: the trial directory as ``logdir`` (the results themselves
+    are written by `ResultFiles` or Tune's loggers)."""
+
+    def __init__(self, logdir: str) -> None:
+        self.logdir = logdir
 
 
 def evaluate_command(checkpoint: str, run: str, env: Any) -> str:

@@ -229,7 +229,7 @@ def train(
 
 def _run_experiment(name: str, spec: dict[str, Any], verbose: int) -> None:
     from rayfield.rllib.agents.registry import get_trainer_class
-    from rayfield.rllib.result_files import ResultFiles, evaluate_command
+    from rayfield.rllib.result_files import LogDir, ResultFiles, evaluate_command
 
     run, env, config = tune_runner.experiment_basics(spec, verbose)
     config["env"] = env
@@ -240,7 +240,10 @@ def _run_experiment(name: str, spec: dict[str, Any], verbose: int) -> None:
     trial_dir = root / f"{run}_{env}_{stamp}"
     start = time.time()
     try:
-        trainer = get_trainer_class(run)(config=config)
+        # the trial directory is the trainer's log dir (output: "logdir" writes there)
+        trainer = get_trainer_class(run)(
+            config=config, logger_creator=lambda _config: LogDir(str(trial_dir))
+        )
     except (ValueError, KeyError, TypeError) as exc:
         raise click.UsageError(str(exc)) from None
     try:

@@ -53,7 +53,9 @@ def make_trainable(
 
         def setup(self, config: dict[str, Any]) -> None:
             # the trial directory is the trainer's log dir (output: "logdir" writes there)
-            trial_dir = _TrialDir(self.logdir)
+            from rayfield.rllib.result_files import LogDir
+
+            trial_dir = LogDir(self.logdir)
             self.trainer = get_trainer_class(self._algorithm)(
                 config=config, logger_creator=lambda _config: trial_dir
             )
@@ -102,14 +104,6 @@ def make_trainable(
 
     RLlibTrainable.__name__ = RLlibTrainable.__qualname__ = algorithm
     return RLlibTrainable
-
-
-class _TrialDir:
-    """What a trainer's ``logger_creator`` returns under Tune: the trial's ``logdir``
-    (Tune's own loggers write the results)."""
-
-    def __init__(self, logdir: str) -> None:
-        self.logdir = logdir
 
 
 def checkpoint_blob(path: str) -> dict[str, Any]:
