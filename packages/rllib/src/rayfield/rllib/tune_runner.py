@@ -272,7 +272,7 @@ def experiment_basics(spec: dict[str, Any], verbose: int) -> tuple[str, str, dic
     config = dict(spec.get("config") or {})
     run, env = spec.get("run"), spec.get("env") or config.get("env")
     if not run:
-        raise click.UsageError("the following arguments are required: --run")
+        raise click.UsageError("the following arguments are required: --run (or --algo)")
     if not env:
         raise click.UsageError("the following arguments are required: --env")
     if verbose:
