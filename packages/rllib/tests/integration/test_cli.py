@@ -239,3 +239,29 @@ def test_cli_writes_offline_data_that_bc_trains_on(tmp_path: Path) -> None:
         "result.json").read_text().splitlines()]  # fmt: skip
     assert results[-1]["info"]["num_steps_trained"] >= 40
     assert results[-1]["off_policy_estimator"]["is"]["V_prev"] > 0
+
+
+def test_evaluate_renders_each_step(tmp_path: Path) -> None:
+    import gymnasium as gym
+
+    from rayfield.rllib.agents.pg import PGTrainer
+    from rayfield.rllib.env.registry import register_env
+
+    frames: list[int] = []
+
+    class Rendered(gym.Wrapper):  # type: ignore[type-arg]
+        def render(self) -> None:
+            frames.append(1)
+
+    register_env("rendered-cartpole", lambda ctx: Rendered(gym.make("CartPole-v1")))
+    trainer = PGTrainer(env="rendered-cartpole", config={"model": {"fcnet_hiddens": [8]}})
+    ckpt = trainer.save(str(tmp_path))
+    trainer.stop()
+    args = ["evaluate", ckpt, "--run", "PG", "--episodes", "1", "--steps", "20"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert not frames  # no --render
+    res = CliRunner().invoke(cli, [*args, "--render"])
+    assert res.exit_code == 0, res.output
+    steps = int(res.output.split(" env steps")[0].rsplit(" ", 1)[1])
+    assert len(frames) == steps + 1  # the reset and every step
