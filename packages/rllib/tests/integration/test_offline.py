@@ -17,7 +17,7 @@ from rayfield.rllib.agents.dqn import DQNTrainer
 from rayfield.rllib.agents.marwil import BCTrainer, MARWILTrainer
 from rayfield.rllib.agents.pg import PGTrainer
 from rayfield.rllib.evaluation.sample_batch_builder import SampleBatchBuilder
-from rayfield.rllib.offline import JsonWriter, OfflineDataError
+from rayfield.rllib.offline import JsonReader, JsonWriter, OfflineDataError
 
 EXPERT_STEPS = 10
 
@@ -272,3 +272,26 @@ def test_any_algorithm_trains_on_any_algorithms_files(tmp_path: Path, writer: st
             assert "V_step_WIS" in result["off_policy_estimator"]["wis"], (writer, reader)
         finally:
             trainer.stop()
+
+
+def test_remote_workers_write_their_own_files(cluster: Any, tmp_path: Path) -> None:
+    """A remote worker writes ``..._worker-1_...`` files; its Parquet writer is closed
+    (its file written) when the trainer stops."""
+    pytest.importorskip("pyarrow")
+    out = tmp_path / "remote-out"
+    pg = PGTrainer(
+        env="CartPole-v1",
+        config={
+            **SMALL,
+            "num_workers": 1,
+            "train_batch_size": 64,
+            "output": str(out),
+            "output_config": {"format": "parquet"},
+        },
+    )
+    pg.train()
+    pg.stop()
+    files = sorted(p.name for p in out.iterdir())
+    assert files and all("_worker-1_" in f and f.endswith(".parquet") for f in files)
+    batches = list(JsonReader(str(out)).read_all_files())
+    assert sum(b.count for b in batches) >= 64
