@@ -148,12 +148,6 @@ ALLOWED: tuple[Allowed, ...] = (
         "core: a worker loads the task payload its node manager handed it",
     ),
     # rayfield-rllib
-    Allowed(
-        "packages/rllib/src/rayfield/rllib/scripts.py",
-        "_write_out",
-        "pickle.dump",
-        "rllib: rollout --out FILE.pkl writes RLlib's episode format (0600); never read back",
-    ),
     # rayfield-tune: a user's objects that JSON cannot hold are pickled (0600); a pickle is
     # read back only through tune/pickles.py, and only when the caller passed trusted=True.
     Allowed(f"{_TUNE}/checkpoint.py", "write_dict", "pickle.dumps", _TUNE_WRITE),

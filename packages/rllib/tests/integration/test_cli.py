@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-import pickle
+import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,13 +62,19 @@ def test_train_then_rollout(tmp_path: Path) -> None:
     assert [json.loads(x)["training_iteration"] for x in lines] == [1, 2, 3]
     assert json.loads((trial / "params.json").read_text())["train_batch_size"] == 200
     assert f"checkpoint: {ckpt}" in res.output
+    assert f"rllib evaluate {ckpt} --algo PPO --env CartPole-v1" in res.output
+    # the files RLlib users look for: params, results, progress.csv, TensorBoard events
+    rows = (trial / "progress.csv").read_text().splitlines()
+    assert rows[0].split(",").count("training_iteration") == 1 and len(rows) == 4
+    (events,) = trial.glob("events.out.tfevents.*")
+    assert b"ray/tune/episode_reward_mean" in events.read_bytes()
     # what rllib train keeps is this user's alone: directories 0700, files 0600
     assert _mode(tmp_path / "default") == _mode(trial) == _mode(ckpt.parent) == 0o700
-    for name in ("params.json", "result.json"):
+    for name in ("params.json", "result.json", "progress.csv", events.name):
         assert _mode(trial / name) == 0o600
     assert {_mode(p) for p in ckpt.parent.iterdir()} == {0o600}
 
-    out = tmp_path / "episodes.pkl"
+    out = tmp_path / "episodes.json"
     res = runner.invoke(
         cli,
         [
@@ -88,10 +96,17 @@ def test_train_then_rollout(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert res.output.count("Episode reward") == 2
     assert _mode(out) == 0o600
-    episodes = pickle.loads(out.read_bytes())  # written by this test's rollout just above
+    # offline data: one SampleBatch line per episode
+    from rayfield.rllib.offline import JsonReader
+
+    episodes = list(JsonReader(str(out)).read_all_files())
     assert len(episodes) == 2
-    obs, action, _next_obs, reward, done = episodes[0][-1]
-    assert len(obs) == 4 and action in (0, 1) and reward == 1.0 and done is True
+    last = episodes[0]
+    assert last["obs"].shape[1] == 4 and set(last["actions"]) <= {0, 1}
+    assert last["rewards"][-1] == 1.0 and last["dones"][-1] and not last["dones"][:-1].any()
+    assert (last["action_prob"] == 1.0).all()  # greedy
+    res = runner.invoke(cli, ["evaluate", str(ckpt), "--out", str(tmp_path / "e.pkl")])
+    assert res.exit_code == 2 and "never a pickle" in res.output
 
 
 def test_train_errors_are_usage_errors(tmp_path: Path) -> None:
@@ -180,3 +195,73 @@ def test_bad_export_format_is_a_usage_error(tmp_path: Path) -> None:
         cli, ["train", "--run", "PG", "--env", "CartPole-v1", "--export-formats", "onnx"]
     )
     assert res.exit_code == 2 and "unknown format 'onnx'" in res.output
+
+
+def _rllib(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rayfield.rllib.scripts", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def test_cli_writes_offline_data_that_bc_trains_on(tmp_path: Path) -> None:
+    """As a user would: train DQN with --algo (a checkpoint at the end by default), run
+    the printed evaluate command writing episodes with --out, train BC on them."""
+    small = '{"model": {"fcnet_hiddens": [16]}, "hiddens": [16], "learning_starts": 100, '
+    small += '"timesteps_per_iteration": 100, "min_iter_time_s": 0, "seed": 0, "output": "logdir"}'
+    res = _rllib(
+        "train", "--algo", "DQN", "--env", "CartPole-v1", "--config", small,
+        "--stop", '{"training_iteration": 2}', "--local-dir", str(tmp_path), cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    line = next(x for x in res.stdout.splitlines() if x.startswith("evaluate with: "))
+    command = line.removeprefix("evaluate with: rllib ").split()
+    assert command[0] == "evaluate" and command[2:] == ["--algo", "DQN", "--env", "CartPole-v1"]
+    (trial,) = (tmp_path / "default").iterdir()
+    names = {p.name for p in trial.iterdir()}
+    assert {"params.json", "result.json", "progress.csv"} <= names
+    assert any(n.startswith("output-") for n in names)  # output: "logdir" is the trial dir
+    data = tmp_path / "episodes"
+    res = _rllib(*command, "--episodes", "3", "--explore", "--out", str(data), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("Episode reward") == 3
+    res = _rllib(
+        "train", "--run", "BC", "--env", "CartPole-v1", "--config",
+        json.dumps({"input": str(data), "train_batch_size": 20}),
+        "--stop", '{"training_iteration": 2}', "--local-dir", str(tmp_path / "bc"), cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    results = [json.loads(x) for x in next((tmp_path / "bc" / "default").iterdir()).joinpath(
+        "result.json").read_text().splitlines()]  # fmt: skip
+    assert results[-1]["info"]["num_steps_trained"] >= 40
+    assert results[-1]["off_policy_estimator"]["is"]["V_prev"] > 0
+
+
+def test_evaluate_renders_each_step(tmp_path: Path) -> None:
+    import gymnasium as gym
+
+    from rayfield.rllib.agents.pg import PGTrainer
+    from rayfield.rllib.env.registry import register_env
+
+    frames: list[int] = []
+
+    class Rendered(gym.Wrapper):  # type: ignore[type-arg]
+        def render(self) -> None:
+            frames.append(1)
+
+    register_env("rendered-cartpole", lambda ctx: Rendered(gym.make("CartPole-v1")))
+    trainer = PGTrainer(env="rendered-cartpole", config={"model": {"fcnet_hiddens": [8]}})
+    ckpt = trainer.save(str(tmp_path))
+    trainer.stop()
+    args = ["evaluate", ckpt, "--run", "PG", "--episodes", "1", "--steps", "20"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert not frames  # no --render
+    res = CliRunner().invoke(cli, [*args, "--render"])
+    assert res.exit_code == 0, res.output
+    steps = int(res.output.split(" env steps")[0].rsplit(" ", 1)[1])
+    assert len(frames) == steps + 1  # the reset and every step

@@ -172,3 +172,16 @@ def test_tune_finds_every_algorithm_by_name(tmp_path: Path) -> None:
     assert trial.status == "TERMINATED"
     assert trial.last_result["training_iteration"] == 1
     assert trial.last_result["timesteps_total"] >= 200
+
+
+def test_tune_trials_leave_the_result_files_and_logdir_output(cluster: Any, tmp_path: Path) -> None:
+    """Through Tune, each trial directory has params.json, result.json, progress.csv and
+    TensorBoard events, a checkpoint at the end (by default) with its evaluate command, and
+    ``output: "logdir"`` writes the trial's experience there."""
+    res = _train(tmp_path, "--max-failures", "0", config={**TINY, "output": "logdir"})
+    (trial,) = _trials(tmp_path)
+    names = {p.name for p in trial.iterdir()}
+    assert {"params.json", "result.json", "progress.csv"} <= names
+    assert any(n.startswith("events.out.tfevents.") for n in names)
+    assert any(n.startswith("output-") and n.endswith(".json") for n in names)
+    assert "evaluate with: rllib evaluate " in res.output and "--algo PG" in res.output

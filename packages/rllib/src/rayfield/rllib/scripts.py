@@ -1,14 +1,17 @@
 """The ``rllib`` command: ``rllib train`` and ``rllib rollout`` (``rllib evaluate``).
 
 ``rllib train`` runs one trial in this process (the workers on the cluster) and
-writes ``params.json`` and ``result.json`` (one JSON line per iteration) under
-``<local-dir>/<experiment-name>/<RUN>_<ENV>_<date>/``, with checkpoints beside
-them; the directories it makes are 0700 and its files 0600
-(`rayfield.util.private_files`). A run that needs Tune (``--num-samples > 1``, a
-Tune-only flag, a search space in the config) goes to `rayfield.rllib.tune_runner`
-instead. ``rllib rollout`` rebuilds the algorithm from a checkpoint and runs its policy;
-``--out FILE.pkl`` writes the episodes as a pickle (RLlib's format), which
-rayfield-rllib never reads back.
+writes ``params.json``, ``result.json`` (one JSON line per iteration), ``progress.csv``
+and a TensorBoard event file under ``<local-dir>/<experiment-name>/<RUN>_<ENV>_<date>/``
+(`rayfield.rllib.result_files`), with checkpoints beside them: one at the end unless
+``--no-checkpoint-at-end``, and its ``rllib evaluate`` command is printed. The
+directories it makes are 0700 and its files 0600 (`rayfield.util.private_files`). A run
+that needs Tune (``--num-samples > 1``, a Tune-only flag, a search space in the config)
+goes to `rayfield.rllib.tune_runner` instead, whose loggers write the same files.
+
+``rllib evaluate`` (or ``rollout``) rebuilds the algorithm from a checkpoint and runs its
+policy; ``--render`` renders the env and ``--out`` writes the episodes as offline data
+(JSON lines, `rayfield.rllib.offline`), which any algorithm can train on.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import pickle
 import sys
 import time
 from datetime import datetime
@@ -94,7 +96,9 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--run", "--algo", "-r", "run", help="Algorithm: PPO, PG, A2C, DQN.")
+@click.option(
+    "--run", "--algo", "-r", "-a", "run", help="Algorithm: PPO, PG, A2C, A3C, DQN, MARWIL, BC."
+)
 @click.option("--env", "-e", help="A gymnasium id or a name given to register_env.")
 @click.option("--config", "-c", "config_json", default="{}", help="Config overrides (JSON).")
 @click.option(
@@ -110,7 +114,12 @@ def cli() -> None:
     show_default=True,
     help="Iterations between checkpoints (0: none).",
 )
-@click.option("--checkpoint-at-end", is_flag=True, help="Checkpoint after the last iteration.")
+@click.option(
+    "--checkpoint-at-end/--no-checkpoint-at-end",
+    default=True,
+    show_default=True,
+    help="Checkpoint after the last iteration.",
+)
 @click.option("--local-dir", default="~/ray_results", show_default=True, help="Where results go.")
 @click.option("--experiment-name", "-n", default="default", show_default=True)
 @click.option(
@@ -220,6 +229,7 @@ def train(
 
 def _run_experiment(name: str, spec: dict[str, Any], verbose: int) -> None:
     from rayfield.rllib.agents.registry import get_trainer_class
+    from rayfield.rllib.result_files import LogDir, ResultFiles, evaluate_command
 
     run, env, config = tune_runner.experiment_basics(spec, verbose)
     config["env"] = env
@@ -230,7 +240,10 @@ def _run_experiment(name: str, spec: dict[str, Any], verbose: int) -> None:
     trial_dir = root / f"{run}_{env}_{stamp}"
     start = time.time()
     try:
-        trainer = get_trainer_class(run)(config=config)
+        # the trial directory is the trainer's log dir (output: "logdir" writes there)
+        trainer = get_trainer_class(run)(
+            config=config, logger_creator=lambda _config: LogDir(str(trial_dir))
+        )
     except (ValueError, KeyError, TypeError) as exc:
         raise click.UsageError(str(exc)) from None
     try:
@@ -249,12 +262,11 @@ def _run_experiment(name: str, spec: dict[str, Any], verbose: int) -> None:
             raise click.ClickException(str(exc)) from None
         click.echo(f"trial dir {trial_dir}; start-up {time.time() - start:.2f} s")
         checkpoint = None
-        with private_files.open_private(trial_dir / "result.json", "a") as log:
+        files = ResultFiles(trial_dir)
+        try:
             while True:
                 result = trainer.train()
-                row = {k: v for k, v in result.items() if k != "config"}
-                log.write(json.dumps(to_json_safe(row)) + "\n")
-                log.flush()
+                files.write(result)
                 it = result["training_iteration"]
                 click.echo(
                     f"iter {it} time {time.time() - start:.1f}s steps {result['timesteps_total']} "
@@ -266,18 +278,18 @@ def _run_experiment(name: str, spec: dict[str, Any], verbose: int) -> None:
                     checkpoint = trainer.save(str(trial_dir))
                 if done:
                     break
-            at_end = spec.get("checkpoint_at_end")
+            at_end = spec.get("checkpoint_at_end", True)
             if at_end and (checkpoint is None or not checkpoint.endswith(f"-{it}")):
                 checkpoint = trainer.save(str(trial_dir))
+        finally:
+            files.close()
         click.echo(
             f"done: {time.time() - start:.1f} s wall, {result['timesteps_total']} env steps, "
             f"episode_reward_mean {result['episode_reward_mean']:.2f}"
         )
         if checkpoint:
             click.echo(f"checkpoint: {checkpoint}")
-            click.echo(
-                f"evaluate with: rllib rollout {checkpoint} --run {run} --env {env} --steps 10000"
-            )
+            click.echo(f"evaluate with: {evaluate_command(checkpoint, run, env)}")
     finally:
         trainer.stop()
 
@@ -293,14 +305,16 @@ def _run_experiment(name: str, spec: dict[str, Any], verbose: int) -> None:
     "--episodes", default=0, show_default=True, help="Stop after this many episodes (0: no limit)."
 )
 @click.option(
-    "--no-render", is_flag=True, help="Do not render (rendering is not supported; kept for parity)."
+    "--render/--no-render",
+    default=False,
+    help="Render the env at each step (a gymnasium id is made with render_mode='human').",
 )
-@click.option("--render", is_flag=True, hidden=True)
 @click.option(
     "--out",
     default=None,
-    help="Write the episodes ([obs, action, next_obs, reward, done] rows; mode 0600): "
-    "FILE.pkl as a pickle (RLlib's format: load it only if you trust it), else JSON.",
+    help="Write the episodes as offline data (JSON lines any algorithm can train on; "
+    "0600): DIR for output-*.json files, or FILE.json. Multi-agent: one JSON list of "
+    "[obs, actions, next_obs, rewards, done] rows per episode.",
 )
 @click.option("--config", "-c", "config_json", default="{}", help="Config overrides (JSON).")
 @click.option(
@@ -318,7 +332,6 @@ def rollout(
     env: str | None,
     steps: int,
     episodes: int,
-    no_render: bool,
     render: bool,
     out: str | None,
     config_json: str,
@@ -332,7 +345,6 @@ def rollout(
     function by name only and never import it)."""
     from rayfield.rllib.agents import checkpoints
     from rayfield.rllib.agents.registry import get_trainer_class
-    from rayfield.rllib.env.env_context import EnvContext
 
     try:
         _, algo_state = checkpoints.read(checkpoint)
@@ -361,42 +373,42 @@ def rollout(
         raise click.UsageError(str(exc)) from None
     try:
         trainer.restore(checkpoint)
-        env_obj = trainer.env_creator(EnvContext(config.get("env_config")))
-        rows: list[list[Any]] = []
-        all_eps: list[list[list[Any]]] = []
-        total_steps, rewards = 0, list[float]()
+        env_obj = _make_env(trainer, config, render)
         seed = config.get("seed")
         if mapping is not None:
             _rollout_multi_agent(trainer, env_obj, mapping, steps, episodes, explore, out, seed)
             return
-        while total_steps < steps and (not episodes or len(rewards) < episodes):
-            obs, _ = env_obj.reset(seed=None if seed is None else seed + len(rewards))
-            done, ep_reward, rows = False, 0.0, []
-            # a recurrent policy carries its state and previous action / reward
-            state = trainer.get_policy().get_initial_state() or None
-            prev_a, r = None, 0.0
-            while not done and total_steps < steps:
-                if state is None:
-                    action = trainer.compute_action(obs, explore=explore)
-                else:
-                    action, state, _ = trainer.compute_action(
-                        obs, state, prev_action=prev_a, prev_reward=r, explore=explore
-                    )
-                    prev_a = action
-                next_obs, r, term, trunc, _ = env_obj.step(action)
-                done = bool(term or trunc)
-                ep_reward += float(r)
-                total_steps += 1
-                if out:
-                    rows.append([_plain(obs), _plain(action), _plain(next_obs), float(r), done])
-                obs = next_obs
-            if done:
-                rewards.append(ep_reward)
-                click.echo(f"Episode reward {ep_reward:.1f}")
-            all_eps.append(rows)
-        _finish_rollout(rewards, total_steps, start, out, all_eps)
+        from rayfield.rllib.rollout_episodes import make_rollout_writer, run_episodes
+
+        try:
+            writer = make_rollout_writer(out)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        except private_files.UnsafeFileError as exc:
+            raise click.ClickException(str(exc)) from None
+        try:
+            rewards, total_steps = run_episodes(
+                trainer, env_obj, steps, episodes, explore, seed, writer, render, click.echo
+            )
+        finally:
+            writer.close()
+        _finish_rollout(rewards, total_steps, start, None, [])
     finally:
         trainer.stop()
+
+
+def _make_env(trainer: Any, config: dict[str, Any], render: bool) -> Any:
+    """The env to roll out in; with `render`, a gymnasium id is made with
+    ``render_mode="human"`` (other envs render as they are built to)."""
+    from rayfield.rllib.env.env_context import EnvContext
+
+    env_id = config.get("env")
+    if render and isinstance(env_id, str):
+        import gymnasium as gym
+
+        if env_id in gym.registry:
+            return gym.make(env_id, render_mode="human")
+    return trainer.env_creator(EnvContext(config.get("env_config")))
 
 
 def _mapping_fn(spec: str | None, policy_ids: list[str], recorded: str | None) -> Any:
@@ -511,23 +523,15 @@ def _plain(x: Any) -> Any:
 
 
 def _write_out(path: str, episodes: list[list[list[Any]]]) -> None:
-    """Write ``rllib rollout --out``: ``.pkl`` a pickled list of episodes (RLlib's
-    format), otherwise JSON; the file is 0600.
-
-    The episodes are plain lists, numbers and bools, but a ``.pkl`` file is a pickle all
-    the same: loading one runs whatever it names, so load it only when you trust where it
-    came from. Nothing in rayfield-rllib reads it back.
+    """Write a multi-agent ``rllib evaluate --out``: one JSON list of ``[obs, actions,
+    next_obs, rewards, done]`` rows per episode (dicts by agent id); the file is 0600.
 
     Raises:
         UnsafeFileError: ``path`` is a symlink or another user's file, or a directory
             above it fails the checks of `rayfield.util.private_files`.
     """
-    if path.endswith(".pkl"):
-        with private_files.open_private(path, "wb", what="the rollout output") as f:
-            pickle.dump(episodes, f)
-    else:
-        with private_files.open_private(path, "w", what="the rollout output") as f:
-            f.write(json.dumps(episodes))
+    with private_files.open_private(path, "w", what="the rollout output") as f:
+        f.write(json.dumps(episodes))
 
 
 cli.add_command(rollout, name="evaluate")

@@ -272,7 +272,7 @@ def experiment_basics(spec: dict[str, Any], verbose: int) -> tuple[str, str, dic
     config = dict(spec.get("config") or {})
     run, env = spec.get("run"), spec.get("env") or config.get("env")
     if not run:
-        raise click.UsageError("the following arguments are required: --run")
+        raise click.UsageError("the following arguments are required: --run (or --algo)")
     if not env:
         raise click.UsageError("the following arguments are required: --env")
     if verbose:
@@ -423,4 +423,10 @@ def _print_summary(trials: list[Any], wall_s: float) -> None:
         if checkpoint:
             line += f", checkpoint {checkpoint}"
         click.echo(line)
+        if checkpoint:
+            from rayfield.rllib.result_files import evaluate_command
+
+            run = getattr(trial, "trainable_name", None) or "ALGO"
+            env = (getattr(trial, "config", None) or {}).get("env", "ENV")
+            click.echo(f"evaluate with: {evaluate_command(checkpoint, run, env)}")
     click.echo(f"tune: {len(trials)} trials, {wall_s:.1f} s wall")

@@ -59,7 +59,11 @@ def make_trainable(
             return self.inner
 
         def setup(self, config: dict[str, Any]) -> None:
-            super().setup(config)
+            # the trial directory is the trainer's log dir (output: "logdir" writes there)
+            from rayfield.rllib.result_files import LogDir
+
+            trial_dir = LogDir(self.logdir)
+            self.inner = self._inner_cls(config=config, logger_creator=lambda _config: trial_dir)
             if self._restore_path:
                 self.restore(self._restore_path)
 

@@ -88,7 +88,9 @@ COMMON_CONFIG: dict[str, Any] = {
     "input_evaluation": ["is", "wis"],
     "postprocess_inputs": False,
     "shuffle_buffer_size": 0,
+    "actions_in_input_normalized": False,
     "output": None,
+    "output_config": {},
     "output_compress_columns": ["obs", "new_obs"],
     "output_max_file_size": 64 * 1024 * 1024,
     # Multi-agent
@@ -105,6 +107,7 @@ ALLOW_UNKNOWN_SUBKEYS = [
     "multiagent",
     "custom_resources_per_worker",
     "evaluation_config",
+    "output_config",
 ]
 
 # The numeric keys every trainer checks (`Trainer.validate_config`): finite and in range.
@@ -126,6 +129,8 @@ COMMON_RANGES: dict[str, NumberRange] = {
     "timesteps_per_iteration": NumberRange(low=0),
     "min_iter_time_s": NumberRange(low=0),
     "collect_metrics_timeout": NumberRange(low=0),
+    "shuffle_buffer_size": NumberRange(low=0, integer=True),
+    "output_max_file_size": NumberRange(low=1),
 }
 
 # Keys whose values may take several types (checked where they are used).
@@ -166,6 +171,7 @@ CONFIG_ALIASES = {
     "ignore_env_runner_failures": "ignore_worker_failures",
     "recreate_failed_env_runners": "recreate_failed_workers",
     "evaluation_duration": "evaluation_num_episodes",
+    "off_policy_estimation_methods": "input_evaluation",
 }
 
 # Removed keys and what to use instead.

@@ -13,6 +13,8 @@ ALGORITHMS = {
     "A2C": ("rayfield.rllib.agents.a3c", "A2CTrainer"),
     "A3C": ("rayfield.rllib.agents.a3c", "A3CTrainer"),
     "DQN": ("rayfield.rllib.agents.dqn", "DQNTrainer"),
+    "MARWIL": ("rayfield.rllib.agents.marwil", "MARWILTrainer"),
+    "BC": ("rayfield.rllib.agents.marwil", "BCTrainer"),
 }
 
 

@@ -39,6 +39,7 @@ from rayfield.rllib.evaluation.callbacks import make_callbacks
 from rayfield.rllib.evaluation.episode import RolloutMetrics
 from rayfield.rllib.evaluation.metrics import summarize_episodes
 from rayfield.rllib.evaluation.worker_set import WorkerSet
+from rayfield.rllib.offline.estimators import OffPolicyEstimate, summarize_estimates
 from rayfield.rllib.policy.policy import clip_action
 from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID
 from rayfield.rllib.utils import preload
@@ -100,7 +101,9 @@ class Trainer(TrainerConfigMethods):
             key (or a Ray 2 alias of one).
         env: a gymnasium id, a name given to `register_env`, or an env class; the same
             as ``config["env"]``.
-        logger_creator: ``f(config) -> logger``, accepted for Tune compatibility.
+        logger_creator: ``f(config) -> logger``, as Tune passes it: the trainer's log
+            directory is ``logger.logdir`` (where ``output: "logdir"`` writes), and a
+            logger with ``on_result(result)`` gets every result of `train`.
 
     Raises:
         UnknownConfigKeyError: an unknown config key (names the closest valid one).
@@ -141,6 +144,10 @@ class Trainer(TrainerConfigMethods):
         self._episodes_this_iter: list[RolloutMetrics] = []
         self._owns_rayfield = False
         self.logdir = ""
+        self._result_logger: Any = None
+        if logger_creator is not None:
+            self._result_logger = logger_creator(self.config)
+            self.logdir = str(getattr(self._result_logger, "logdir", "") or "")
         self.setup(self.config)
 
     # -- setup ----------------------------------------------------------------------
@@ -164,6 +171,8 @@ class Trainer(TrainerConfigMethods):
         if self.env_creator is None:
             raise ValueError("no env given: pass env=... or config={'env': ...}")
         self.callbacks = make_callbacks(config["callbacks"])
+        if config["output"] == "logdir" and not self.logdir:
+            self._default_logdir()
         # a dotted path is imported where the policy is built (RolloutWorker)
         self.workers = self._make_workers(
             self.env_creator, self._policy, config, config["num_workers"]
@@ -175,8 +184,10 @@ class Trainer(TrainerConfigMethods):
             torch.manual_seed(config["seed"])
         self.evaluation_workers: WorkerSet | None = None
         if config["evaluation_interval"]:
+            # evaluation plays the env (not the training input) and writes no output
+            base = {**config, "input": "sampler", "output": None, "input_evaluation": []}
             eval_cfg = deep_update(
-                copy.deepcopy(config), copy.deepcopy(config["evaluation_config"]), True
+                copy.deepcopy(base), copy.deepcopy(config["evaluation_config"]), True
             )
             eval_cfg.update({"batch_mode": "complete_episodes", "rollout_fragment_length": 1})
             self.evaluation_workers = self._make_workers(
@@ -187,7 +198,7 @@ class Trainer(TrainerConfigMethods):
     def _make_workers(
         self, env_creator: Any, policy: Any, config: dict[str, Any], num_workers: int
     ) -> WorkerSet:
-        return WorkerSet(env_creator, policy, config, num_workers)
+        return WorkerSet(env_creator, policy, config, num_workers, log_dir=self.logdir)
 
     def _init(self, config: dict[str, Any], env_creator: Any) -> None:
         """Algorithm-specific setup (optimizers, replay buffers...)."""
@@ -229,6 +240,8 @@ class Trainer(TrainerConfigMethods):
             result["evaluation"] = self._evaluate()
         if self.callbacks.overrides("on_train_result"):
             self.callbacks.on_train_result(trainer=self, algorithm=self, result=result)
+        if hasattr(self._result_logger, "on_result"):
+            self._result_logger.on_result(result)
         return result
 
     def step(self) -> dict[str, Any]:
@@ -258,6 +271,13 @@ class Trainer(TrainerConfigMethods):
     _train = step
 
     def _build_result(self, stats: dict[str, Any], steps: int, elapsed: float) -> dict[str, Any]:
+        # the workers' metrics mix finished episodes and off-policy estimates
+        estimates: list[Any] = [
+            m for m in self._episodes_this_iter if isinstance(m, OffPolicyEstimate)
+        ]
+        self._episodes_this_iter = [
+            m for m in self._episodes_this_iter if not isinstance(m, OffPolicyEstimate)
+        ]
         self._episode_history.extend(self._episodes_this_iter)
         self._episodes_total += len(self._episodes_this_iter)
         result = summarize_episodes(self._episode_history)
@@ -284,6 +304,7 @@ class Trainer(TrainerConfigMethods):
                 "hostname": socket.gethostname(),
                 "pid": os.getpid(),
                 "config": self.config,
+                "off_policy_estimator": summarize_estimates(estimates),
             }
         )
         result["env_runners"] = {
@@ -305,7 +326,7 @@ class Trainer(TrainerConfigMethods):
         episodes: list[RolloutMetrics] = []
         while len(episodes) < self.config["evaluation_num_episodes"]:
             worker.sample()
-            episodes.extend(worker.get_metrics())
+            episodes.extend(m for m in worker.get_metrics() if isinstance(m, RolloutMetrics))
         return summarize_episodes(episodes[: self.config["evaluation_num_episodes"]])
 
     def evaluate(self) -> dict[str, Any]:
@@ -453,13 +474,7 @@ class Trainer(TrainerConfigMethods):
                 write it (see `rayfield.util.private_files`).
         """
         if checkpoint_dir is None:
-            if not self.logdir:
-                root = private_files.ensure_private_dir(os.path.expanduser("~/ray_results"))
-                stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-                self.logdir = tempfile.mkdtemp(
-                    prefix=f"{self._name}_{self.config['env']}_{stamp}", dir=root
-                )
-            checkpoint_dir = self.logdir
+            checkpoint_dir = self.logdir or self._default_logdir()
         algo_state = {
             "algorithm": self._name,
             "config": checkpoints.to_json_safe(self.config),
@@ -473,6 +488,15 @@ class Trainer(TrainerConfigMethods):
         return SaveResult(
             checkpoints.write(Path(checkpoint_dir), self._iteration, worker_state, algo_state)
         )
+
+    def _default_logdir(self) -> str:
+        """Make this trainer's log directory, ``~/ray_results/<name>_<env>_<date>...``
+        (0700), and return it (as ``self.logdir``)."""
+        root = private_files.ensure_private_dir(os.path.expanduser("~/ray_results"))
+        stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        env = str(self.config["env"]).replace(os.sep, "_")
+        self.logdir = tempfile.mkdtemp(prefix=f"{self._name}_{env}_{stamp}", dir=root)
+        return self.logdir
 
     def restore(self, checkpoint_path: str) -> None:
         """Load a checkpoint written by `save` into this trainer and its workers.

@@ -80,8 +80,13 @@ class TrainerConfigMethods:
                 "batch_mode must be 'truncate_episodes' or 'complete_episodes', "
                 f"got {config['batch_mode']!r}"
             )
-        if not isinstance(config["input_evaluation"], (list, tuple)):
-            raise ValueError("input_evaluation must be a list")
+        if not isinstance(config["input_evaluation"], (list, tuple, dict)):
+            raise ValueError(
+                "input_evaluation must be a list (off_policy_estimation_methods: a dict)"
+            )
+        from rayfield.rllib.offline.worker_io import estimator_specs
+
+        estimator_specs(config)  # unknown estimator names fail here
 
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> dict[str, float]:

@@ -164,6 +164,15 @@ class AlgorithmConfig:
         """``evaluation_interval``, ``evaluation_duration``, ``evaluation_config``."""
         return self._set(**kwargs)
 
+    def offline_data(self, **kwargs: Any) -> AlgorithmConfig:
+        """``input_`` (or ``input``), ``actions_in_input_normalized``,
+        ``postprocess_inputs``, ``shuffle_buffer_size``, ``output``, ``output_config``,
+        ``output_compress_columns``, ``output_max_file_size``,
+        ``off_policy_estimation_methods`` (see `rayfield.rllib.offline`)."""
+        if "input_" in kwargs:
+            kwargs["input"] = kwargs.pop("input_")
+        return self._set(**kwargs)
+
     def resources(self, **kwargs: Any) -> AlgorithmConfig:
         """``num_gpus``, ``num_cpus_per_worker``, ``num_cpus_for_main_process``..."""
         return self._set(**kwargs)

@@ -101,6 +101,7 @@ class RolloutWorker:
         worker_index: 0 for the local worker, 1..num_workers for remote ones.
         num_workers: how many remote workers the set has.
         custom_registry: `ModelCatalog.snapshot()` from the driver.
+        log_dir: the trainer's log directory (where ``output: "logdir"`` writes).
         **kwargs: RLlib 0.7 keyword names (``batch_steps``, ``num_envs``,
             ``policy_config``...), which override config keys.
 
@@ -116,6 +117,7 @@ class RolloutWorker:
         worker_index: int = 0,
         num_workers: int = 0,
         custom_registry: dict[str, Any] | None = None,
+        log_dir: str = "",
         **kwargs: Any,
     ) -> None:
         from rayfield.rllib.evaluation.external_sampler import ExternalEnvSampler
@@ -223,6 +225,7 @@ class RolloutWorker:
                 iter(self.policy_map.values())
             )
             self.preprocessor = self.preprocessors[next(iter(self.policy_map))]
+            self._init_io(log_dir)
             return
         model_cfg = config.get("model") or {}
         self.preprocessor = ModelCatalog.get_preprocessor_for_space(
@@ -249,6 +252,7 @@ class RolloutWorker:
                 settings,
                 self,
             )
+            self._init_io(log_dir)
             return
         self.sampler = SyncSampler(
             self.vector_env or self.envs,
@@ -259,6 +263,22 @@ class RolloutWorker:
             settings,
             self,
         )
+        self._init_io(log_dir)
+
+    def _init_io(self, log_dir: str) -> None:
+        """The offline I/O of ``input``, ``output`` and ``input_evaluation`` (see
+        `rayfield.rllib.offline.worker_io`)."""
+        from rayfield.rllib.offline import worker_io
+        from rayfield.rllib.offline.io_context import IOContext
+
+        self.io_context = IOContext(log_dir, self.config, self.worker_index, self)
+        self.input_reader = worker_io.make_worker_input(self.config, self.io_context)
+        self.output_writer = worker_io.make_output_writer(self.config, self.io_context)
+        self.reward_estimators = (
+            [] if self.multiagent else worker_io.make_estimators(self.config, self.policy)
+        )
+        offline = not worker_io.is_sampler_input(self.config.get("input", "sampler"))
+        self._simulate = offline and worker_io.estimator_specs(self.config)[1]
 
     def _build_policies(
         self, default_cls: type, config: dict[str, Any], multiagent: dict[str, Any]
@@ -302,9 +322,23 @@ class RolloutWorker:
 
     # -- sampling -----------------------------------------------------------------
     def sample(self) -> SampleBatch:
-        """One batch of ``rollout_fragment_length * num_envs_per_worker`` steps (or
-        more, of whole episodes, in ``complete_episodes`` mode)."""
-        return self.sampler.sample()
+        """One batch from the worker's ``input``: from the sampler,
+        ``rollout_fragment_length * num_envs_per_worker`` steps (or more, of whole
+        episodes, in ``complete_episodes`` mode); from files, the next batch read.
+
+        Offline batches are also estimated by the off-policy estimators (episode by
+        episode) and, with ``input_evaluation: ["simulation"]``, the sampler runs once
+        more for the episode metrics only. Every batch returned is written to
+        ``output``.
+        """
+        batch = self.input_reader.next()
+        if self._simulate:
+            self.sampler.sample()
+        if isinstance(batch, SampleBatch):
+            for estimator in self.reward_estimators:
+                estimator.process(batch)
+        self.output_writer.write(batch)
+        return batch
 
     def sample_with_count(self) -> tuple[SampleBatch, int]:
         batch = self.sample()
@@ -322,8 +356,13 @@ class RolloutWorker:
         grads, info = self.compute_gradients(batch)
         return grads, info, batch.count, self.get_metrics()
 
-    def get_metrics(self) -> list[RolloutMetrics]:
-        return self.sampler.get_metrics()
+    def get_metrics(self) -> list[Any]:
+        """The `RolloutMetrics` of the episodes finished since the last call, followed
+        by the `OffPolicyEstimate` s of the episodes read since then."""
+        out: list[Any] = list(self.sampler.get_metrics())
+        for estimator in self.reward_estimators:
+            out.extend(estimator.get_metrics())
+        return out
 
     # -- learning -----------------------------------------------------------------
     def learn_on_batch(self, samples: Any) -> dict[str, Any]:
@@ -437,6 +476,8 @@ class RolloutWorker:
         return True
 
     def stop(self) -> None:
+        """Close the output writer and the envs."""
+        self.output_writer.close()
         if self.external_env is not None:
             self.external_env.stop()
             return

@@ -98,6 +98,7 @@ class WorkerSet:
             ``num_gpus_per_worker``, ``custom_resources_per_worker``,
             ``ignore_worker_failures``, ``recreate_failed_workers``...).
         num_workers: remote workers to start (default ``trainer_config["num_workers"]``).
+        log_dir: the trainer's log directory (``output: "logdir"`` writes there).
 
     Raises:
         ValueError: ``ignore_worker_failures`` and ``recreate_failed_workers`` both set.
@@ -109,8 +110,10 @@ class WorkerSet:
         policy: type | str,
         trainer_config: dict[str, Any],
         num_workers: int | None = None,
+        log_dir: str = "",
     ) -> None:
         self._env_creator = env_creator
+        self._log_dir = log_dir
         self._policy_cls = policy
         self._config = trainer_config
         self._num_workers = int(
@@ -142,7 +145,12 @@ class WorkerSet:
             self._remote_workers.append(self._make_remote(i))
             self._indices.append(i)
         self._local_worker = RolloutWorker(
-            env_creator, policy, trainer_config, worker_index=0, num_workers=self._num_workers
+            env_creator,
+            policy,
+            trainer_config,
+            worker_index=0,
+            num_workers=self._num_workers,
+            log_dir=log_dir,
         )
         if not self._remote_workers:
             build_optimizers(self._local_worker)
@@ -167,6 +175,7 @@ class WorkerSet:
             worker_index=index,
             num_workers=self._num_workers,
             custom_registry=ModelCatalog.snapshot(),
+            log_dir=self._log_dir,
         )
 
     # -- access ---------------------------------------------------------------------
@@ -338,6 +347,10 @@ class WorkerSet:
 
         self._local_worker.stop()
         self._pending = None
+        if self._remote_workers and self._config.get("output") is not None:
+            # the workers close their output writers (Parquet files are written then)
+            stops = [w.stop.remote() for w in self._remote_workers]
+            rayfield.wait(stops, num_returns=len(stops), timeout=30)
         for w in self._remote_workers:
             try:
                 rayfield.kill(w)

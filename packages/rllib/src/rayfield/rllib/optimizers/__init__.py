@@ -6,6 +6,8 @@ the rollout workers and the learner (RLlib 0.7's ``ray.rllib.optimizers``).
   (A3C).
 * `SyncReplayOptimizer`: sync samples into replay buffers, learn on replayed batches,
   prioritized replay (DQN).
+* `SyncBatchReplayOptimizer`: sync samples into a buffer of whole batches, learn on
+  batches drawn from it (MARWIL, BC).
 
 Importing this package does not import torch.
 """
@@ -14,12 +16,14 @@ from __future__ import annotations
 
 from rayfield.rllib.optimizers.async_gradients_optimizer import AsyncGradientsOptimizer
 from rayfield.rllib.optimizers.policy_optimizer import PolicyOptimizer
+from rayfield.rllib.optimizers.sync_batch_replay_optimizer import SyncBatchReplayOptimizer
 from rayfield.rllib.optimizers.sync_replay_optimizer import SyncReplayOptimizer
 from rayfield.rllib.optimizers.sync_samples_optimizer import SyncSamplesOptimizer
 
 __all__ = [
     "AsyncGradientsOptimizer",
     "PolicyOptimizer",
+    "SyncBatchReplayOptimizer",
     "SyncReplayOptimizer",
     "SyncSamplesOptimizer",
 ]

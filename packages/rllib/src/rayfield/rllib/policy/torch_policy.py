@@ -186,6 +186,28 @@ class TorchPolicy(Policy):
             extra.update(self.extra_action_out(dist_inputs))
             return actions.cpu().numpy(), [s.cpu().numpy() for s in state_out], extra
 
+    def compute_log_likelihoods(
+        self,
+        actions: Any,
+        obs_batch: Any,
+        state_batches: list[Any] | None = None,
+        prev_action_batch: Any = None,
+        prev_reward_batch: Any = None,
+    ) -> np.ndarray:
+        """``float32[B]``: the log-probability of each given action (``[B, ...]``) under
+        the distribution the policy samples from, for observations ``float32[B, ...]``
+        (recurrent models: with each row's state ``[B, ...]`` per tensor). Off-policy
+        estimators compare these with the behaviour policy's ``action_prob``."""
+        with self.lock, torch.no_grad():
+            input_dict = self._input_dict(obs_batch, prev_action_batch, prev_reward_batch)
+            if self.is_recurrent and not state_batches:
+                rows = len(input_dict[SampleBatch.CUR_OBS])
+                state_batches = [np.repeat(s[None], rows, axis=0) for s in self._initial_state]
+            dist_inputs, _ = self.model(input_dict, self._state_tensors(state_batches), None)
+            dist = self.dist_class(dist_inputs, self.model)
+            taken = torch.as_tensor(np.asarray(actions), device=self.device)
+            return dist.logp(taken).cpu().numpy()
+
     def extra_action_out(self, dist_inputs: torch.Tensor) -> dict[str, np.ndarray]:
         """Extra per-step columns from the last forward pass; default: ``vf_preds``."""
         return {SampleBatch.VF_PREDS: self.model.value_function().cpu().numpy()}
@@ -251,6 +273,14 @@ class TorchPolicy(Policy):
         start states for recurrent models)."""
         states = [train_batch[f"state_in_{i}"] for i in range(len(self._initial_state))]
         return model(train_batch, states, train_batch.get(SEQ_LENS))
+
+    def logp_of_actions(
+        self, model: Any, dist_class: type, train_batch: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """``float32[B]``: ``log pi(a_t | s_t)`` of the batch's ``actions`` (one forward
+        pass of `model` on the batch, with gradients)."""
+        logits, _ = self.forward_train(model, train_batch)
+        return dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
 
     @staticmethod
     def reduce_mean(x: torch.Tensor, train_batch: dict[str, torch.Tensor]) -> torch.Tensor:

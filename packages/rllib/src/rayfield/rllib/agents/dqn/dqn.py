@@ -135,6 +135,14 @@ def adjust_nstep(batch: SampleBatch, n_step: int, gamma: float) -> SampleBatch:
     return batch
 
 
+def _eps_greedy_prob(
+    actions: np.ndarray, greedy: np.ndarray, allowed: Any, eps: float
+) -> np.ndarray:
+    """``float32[B]``: the epsilon-greedy probability of each action: ``1 - eps + eps / n``
+    for the greedy one, ``eps / n`` for the other ``n`` allowed ones."""
+    return (eps / allowed + (1.0 - eps) * (actions == greedy)).astype(np.float32)
+
+
 class DQNTorchPolicy(TorchPolicy):
     """DQN's policy: epsilon-greedy acting, n-step postprocessing, the TD loss and a
     target network."""
@@ -243,6 +251,7 @@ class DQNTorchPolicy(TorchPolicy):
             if mask is not None:
                 q = q.masked_fill(~mask, float("-inf"))
             actions = q.argmax(dim=-1).cpu().numpy()
+        greedy = actions
         if explore and self.cur_epsilon > 0:
             n = len(actions)
             rand = self.rng.random(n) < self.cur_epsilon
@@ -251,7 +260,30 @@ class DQNTorchPolicy(TorchPolicy):
             if mask is not None:
                 scores[~mask.cpu().numpy()] = -1.0
             actions = np.where(rand, scores.argmax(axis=1), actions)
-        return actions, [], {}
+        eps = self.cur_epsilon if explore else 0.0
+        allowed = float(self.action_space.n) if mask is None else mask.sum(-1).cpu().numpy()
+        prob = _eps_greedy_prob(actions, greedy, allowed, eps)
+        extra = {SampleBatch.ACTION_PROB: prob, SampleBatch.ACTION_LOGP: np.log(prob)}
+        return actions, [], extra
+
+    def compute_log_likelihoods(
+        self, actions: Any, obs_batch: Any, *args: Any, **kwargs: Any
+    ) -> np.ndarray:
+        """``float32[B]``: log-probabilities of `actions` under the epsilon-greedy policy
+        at the current epsilon (``1 - eps + eps / n`` for the greedy action, ``eps / n``
+        for the other allowed ones), for off-policy estimation."""
+        with self.lock, torch.no_grad():
+            obs = torch.as_tensor(np.asarray(obs_batch, dtype=np.float32), device=self.device)
+            self._set_noise(self.model, False)
+            q, _ = self.model({"obs": obs}, [], None)
+            mask = self.action_mask(obs)
+            if mask is not None:
+                q = q.masked_fill(~mask, float("-inf"))
+            greedy = q.argmax(dim=-1).cpu().numpy()
+            allowed = float(q.shape[-1]) if mask is None else mask.sum(-1).cpu().numpy()
+        eps = self.cur_epsilon if self.config.get("explore", True) else 0.0
+        prob = _eps_greedy_prob(np.asarray(actions).astype(np.int64), greedy, allowed, eps)
+        return np.log(np.maximum(prob, 1e-38)).astype(np.float32)
 
     def on_global_var_update(self, global_vars: dict[str, Any]) -> None:
         super().on_global_var_update(global_vars)

@@ -48,9 +48,7 @@ class PGTorchPolicy(TorchPolicy):
     def loss(
         self, model: Any, dist_class: type, train_batch: dict[str, torch.Tensor]
     ) -> torch.Tensor:
-        logits, _ = self.forward_train(model, train_batch)
-        dist = dist_class(logits, model)
-        logp = dist.logp(train_batch[SampleBatch.ACTIONS])
+        logp = self.logp_of_actions(model, dist_class, train_batch)
         policy_loss = -self.reduce_mean(logp * train_batch[Postprocessing.ADVANTAGES], train_batch)
         total = model.custom_loss(policy_loss, train_batch)
         self.stats = {"policy_loss": policy_loss.detach()}

@@ -1,0 +1,30 @@
+"""`InputReader`, the interface of experience sources, and `SamplerInput`."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+__all__ = ["InputReader", "SamplerInput"]
+
+
+class InputReader(abc.ABC):
+    """A source of experience batches for a rollout worker (``input`` config key).
+
+    `next` is called by the worker's ``sample()`` once per batch it returns; readers of
+    files never run out (they start over).
+    """
+
+    @abc.abstractmethod
+    def next(self) -> Any:
+        """The next `SampleBatch` or `MultiAgentBatch`."""
+
+
+class SamplerInput(InputReader):
+    """A worker's sampler (``input: "sampler"``): batches from the live env."""
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+
+    def next(self) -> Any:
+        return self.sampler.sample()
