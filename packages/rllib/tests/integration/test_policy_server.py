@@ -240,26 +240,14 @@ def cartpole_client(stop: threading.Event, seed: int) -> None:
     [(50, 12_000), pytest.param(120, 60_000, marks=pytest.mark.slow)],
 )
 def test_the_reference_cartpole_server_learns_through_http_clients(
-    target: float, budget: int
+    target: float, budget: int, ppo_served_cartpole_config: dict[str, Any]
 ) -> None:
     """Four applications play CartPole through PolicyClient; PPO trains on what they
     report until the mean return reaches ``target`` (random play: about 22)."""
     CartpoleServing.servers.clear()
-    config = {
-        "num_workers": 0,
-        "seed": 0,
-        "rollout_fragment_length": 256,
-        "train_batch_size": 256,
-        "sgd_minibatch_size": 256,
-        "num_sgd_iter": 20,
-        "lr": 1e-3,
-        "gamma": 0.98,
-        "lambda": 0.8,
-        "kl_coeff": 0.0,
-        "vf_clip_param": 1e6,
-        "model": {"fcnet_hiddens": [64, 64]},
-    }
-    trainer = get_trainer_class("PPO")(env="served_http_cartpole", config=config)
+    trainer = get_trainer_class("PPO")(
+        env="served_http_cartpole", config=ppo_served_cartpole_config
+    )
     stop = threading.Event()
     clients = [threading.Thread(target=cartpole_client, args=(stop, 1000 * i)) for i in range(4)]
     for c in clients:

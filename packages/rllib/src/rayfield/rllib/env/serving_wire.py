@@ -65,14 +65,23 @@ def _to_plain(obj: Any, depth: int = 0) -> Any:
     return obj
 
 
+def _array_parts(obj: np.ndarray) -> tuple[str, list[int], bytes]:
+    """(dtype name, shape, raw bytes) of an array the wire can carry."""
+    arr = np.ascontiguousarray(obj)
+    if arr.dtype.name not in _DTYPES:
+        raise TypeError(f"cannot send an array of dtype {arr.dtype}")
+    return arr.dtype.name, list(arr.shape), arr.tobytes()
+
+
+def _not_data(obj: Any) -> TypeError:
+    return TypeError(f"cannot send a {type(obj).__name__}: send numbers, lists, dicts, arrays")
+
+
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
-        arr = np.ascontiguousarray(obj)
-        if arr.dtype.name not in _DTYPES:
-            raise TypeError(f"cannot send an array of dtype {arr.dtype}")
-        data = base64.b64encode(arr.tobytes()).decode("ascii")
-        return {"__ndarray__": [arr.dtype.name, list(arr.shape), data]}
-    raise TypeError(f"cannot send a {type(obj).__name__}: send numbers, lists, dicts, arrays")
+        dtype, shape, data = _array_parts(obj)
+        return {"__ndarray__": [dtype, shape, base64.b64encode(data).decode("ascii")]}
+    raise _not_data(obj)
 
 
 def _json_hook(obj: dict[str, Any]) -> Any:
@@ -90,14 +99,10 @@ def _json_hook(obj: dict[str, Any]) -> Any:
 
 def _msgpack_default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
-        arr = np.ascontiguousarray(obj)
-        if arr.dtype.name not in _DTYPES:
-            raise TypeError(f"cannot send an array of dtype {arr.dtype}")
-        packed = msgpack.packb([arr.dtype.name, list(arr.shape), arr.tobytes()])
-        return msgpack.ExtType(_ND_EXT, packed)
+        return msgpack.ExtType(_ND_EXT, msgpack.packb(list(_array_parts(obj))))
     if isinstance(obj, np.generic):
         return obj.item()
-    raise TypeError(f"cannot send a {type(obj).__name__}: send numbers, lists, dicts, arrays")
+    raise _not_data(obj)
 
 
 def _msgpack_ext(code: int, data: bytes) -> Any:
