@@ -53,6 +53,27 @@ def greedy_return() -> Any:
 
 
 @pytest.fixture
+def ppo_served_cartpole_config() -> dict[str, Any]:
+    """PPO settings that learn CartPole from the steps of applications playing through an
+    ExternalEnv (several at once, interleaved as the OS schedules them): local worker,
+    seed 0, a 256-step batch trained 20 epochs."""
+    return {
+        "num_workers": 0,
+        "seed": 0,
+        "rollout_fragment_length": 256,
+        "train_batch_size": 256,
+        "sgd_minibatch_size": 256,
+        "num_sgd_iter": 20,
+        "lr": 1e-3,
+        "gamma": 0.98,
+        "lambda": 0.8,
+        "kl_coeff": 0.0,
+        "vf_clip_param": 1e6,
+        "model": {"fcnet_hiddens": [64, 64]},
+    }
+
+
+@pytest.fixture
 def dqn_cartpole_config() -> dict[str, Any]:
     """A small DQN setting (double Q, dueling, 3-step returns, prioritized replay) that
     lifts CartPole past a random policy within a few thousand env steps: the short

@@ -25,3 +25,58 @@ def test_example_runs(name: str) -> None:
     assert result["training_iteration"] == 2 and result["timesteps_total"] > 0
     if name == "custom_metrics_and_callbacks":
         assert result["callback_ok"] and "pole_angle_mean" in result["custom_metrics"]
+
+
+def test_the_cartpole_server_and_client_examples_run_together() -> None:
+    """The reference's serving example as two programs: the server trains, the client
+    plays its episodes through HTTP."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            str(EXAMPLES / "cartpole_server.py"),
+            "--port",
+            str(port),
+            "--iterations",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    client = None
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        while line and "serving on" not in line:
+            line = server.stdout.readline()
+        assert "serving on" in line, "the server did not start"
+        client = subprocess.Popen(
+            [
+                sys.executable,
+                str(EXAMPLES / "cartpole_client.py"),
+                "--address",
+                f"localhost:{port}",
+                "--stop-at",
+                "1000000",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        out, _ = server.communicate(timeout=300)
+        assert server.returncode == 0, out
+        assert "iteration 2: episode_reward_mean" in out
+        client.wait(60)  # the server went away: the client stops with an error
+        assert client.stdout is not None and "episode 1: return" in client.stdout.read()
+    finally:
+        for proc in (server, client):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()

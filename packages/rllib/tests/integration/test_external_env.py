@@ -74,22 +74,10 @@ class ServedCartPole(ExternalEnv):
 register_env("served_cartpole", lambda ctx: ServedCartPole(ctx))
 
 
-def test_ppo_learns_cartpole_through_get_action(greedy_return: Any) -> None:
-    config = {
-        "num_workers": 0,
-        "seed": 0,
-        "env_config": {"clients": 4},
-        "rollout_fragment_length": 256,
-        "train_batch_size": 256,
-        "sgd_minibatch_size": 256,
-        "num_sgd_iter": 20,
-        "lr": 1e-3,
-        "gamma": 0.98,
-        "lambda": 0.8,
-        "kl_coeff": 0.0,
-        "vf_clip_param": 1e6,
-        "model": {"fcnet_hiddens": [64, 64]},
-    }
+def test_ppo_learns_cartpole_through_get_action(
+    greedy_return: Any, ppo_served_cartpole_config: dict[str, Any]
+) -> None:
+    config = {**ppo_served_cartpole_config, "env_config": {"clients": 4}}
     trainer = get_trainer_class("PPO")(env="served_cartpole", config=config)
     try:
         # the clients' threads interleave as the OS schedules them, so the seed fixes

@@ -1,0 +1,272 @@
+"""`PolicyServer`: an `ExternalEnv` served over HTTP to applications outside the cluster.
+
+RLlib's classic serving (reference: ``ray.rllib.utils.policy_server.PolicyServer``): an
+``ExternalEnv`` starts the server in its ``run``; each application drives its episodes
+with a `PolicyClient` (``start_episode``, ``get_action``, ``log_action``,
+``log_returns``, ``end_episode``), and the rollout worker trains on what they report.
+
+Unlike RLlib's, nothing on the wire is pickled (``serving_wire.py``: JSON or msgpack,
+arrays as raw buffers) and every request carries a token (``Authorization: Bearer``):
+one given to the server, or a random one written owner-only to
+``<tmp>/rayfield-rllib-<uid>/serving/<port>.json``, where a `PolicyClient` on this machine
+finds it. A request that is unauthenticated (401), too large (413, the body is not read),
+of an unknown type (415), malformed or invalid for the env (400), about an unknown
+episode (404), or over the env's ``max_concurrent`` episodes (429) gets its status and
+``{"error": message}``; the server keeps serving every other client.
+
+Example (the reference's CartPole server)::
+
+    class CartpoleServing(ExternalEnv):
+        def __init__(self, config):
+            super().__init__(gym.spaces.Discrete(2), gym.spaces.Box(-10, 10, (4,)))
+
+        def run(self):
+            PolicyServer(self, "localhost", 8900).serve_forever()
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import secrets
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rayfield.rllib.env.external_env import ExternalEnv, ExternalEnvStopped
+from rayfield.rllib.env.serving_wire import JSON, MSGPACK, WireError, decode, encode
+from rayfield.util import private_files
+
+__all__ = ["MAX_REQUEST_BYTES", "PolicyServer", "server_token_path"]
+
+logger = logging.getLogger("rayfield.rllib")
+
+MAX_REQUEST_BYTES = 1 << 20
+"""The largest request body a server reads by default (bytes); larger ones get 413."""
+_MAX_EPISODE_ID = 256
+
+
+def server_token_path(port: int) -> Path:
+    """Where a server on ``port`` of this machine keeps the token it made (0600 in a
+    0700 directory of this user)."""
+    root = Path(tempfile.gettempdir()) / f"rayfield-rllib-{os.getuid()}" / "serving"
+    return root / f"{int(port)}.json"
+
+
+class _RequestError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _check_value(value: Any, space: Any, what: str) -> Any:
+    """``value`` converted to ``space``'s form (Box: an array of its dtype and shape)."""
+    shape = getattr(space, "shape", None)
+    dtype = getattr(space, "dtype", None)
+    if shape is None or dtype is None or not hasattr(space, "low"):  # not a Box
+        return value
+    try:
+        arr = np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise _RequestError(400, f"{what} is not numeric: {exc}") from None
+    if arr.shape != tuple(shape):
+        raise _RequestError(400, f"{what} has shape {list(arr.shape)}, the space {list(shape)}")
+    return arr
+
+
+class PolicyServer(ThreadingHTTPServer):
+    """Serves ``external_env``'s episodes over HTTP (see the module docstring).
+
+    Args:
+        external_env: the env whose ``start_episode``/``get_action``/... the requests call.
+        address: the host to listen on (``"localhost"``: this machine only).
+        port: the TCP port (0: any free one; see ``server_port``).
+        token: the token clients must send; None: a random one, written owner-only to
+            :func:`server_token_path` so a `PolicyClient` on this machine finds it.
+        max_request_bytes: the largest body read (larger: 413).
+
+    Raises:
+        OSError: the address cannot be bound (e.g. the port is in use).
+        TypeError: ``external_env`` is not an `ExternalEnv`.
+    """
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        external_env: ExternalEnv,
+        address: str,
+        port: int,
+        *,
+        token: str | None = None,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+    ) -> None:
+        if not isinstance(external_env, ExternalEnv):
+            raise TypeError(
+                f"PolicyServer serves an ExternalEnv, got {type(external_env).__name__}"
+            )
+        self.external_env = external_env
+        self.max_request_bytes = int(max_request_bytes)
+        super().__init__((address, int(port)), _Handler)
+        self.token_file: Path | None = None
+        if token is None:
+            token = secrets.token_urlsafe(32)
+            self.token_file = server_token_path(self.server_port)
+            private_files.ensure_private_dir(self.token_file.parent)
+            private_files.write_json(
+                self.token_file, {"address": address, "port": self.server_port, "token": token}
+            )
+        self.token = token
+        self._stopped = threading.Event()
+
+    @property
+    def address(self) -> str:
+        """``http://HOST:PORT`` of this server, for a `PolicyClient`."""
+        host, port = str(self.server_address[0]), self.server_port
+        return f"http://{host}:{port}"
+
+    def server_close(self) -> None:
+        super().server_close()
+        if self.token_file is not None:
+            self.token_file.unlink(missing_ok=True)
+
+    # -- the commands -----------------------------------------------------------------
+    def execute(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Carry out one decoded request; returns the reply object.
+
+        Raises:
+            _RequestError: the request is invalid (its status says how).
+        """
+        env = self.external_env
+        command = request.get("command")
+        if command == "START_EPISODE":
+            eid = request.get("episode_id")
+            if eid is not None and (not isinstance(eid, str) or len(eid) > _MAX_EPISODE_ID):
+                raise _RequestError(400, "episode_id must be a string of at most 256 chars")
+            enabled = request.get("training_enabled", True)
+            if not isinstance(enabled, bool):
+                raise _RequestError(400, "training_enabled must be true or false")
+            try:
+                return {"episode_id": env.start_episode(eid, enabled)}
+            except ValueError as exc:
+                raise _RequestError(409, str(exc)) from None
+            except RuntimeError as exc:
+                raise _RequestError(429, str(exc)) from None
+        eid = request.get("episode_id")
+        if not isinstance(eid, str):
+            raise _RequestError(400, f"{command} needs an episode_id string")
+        if command == "GET_ACTION":
+            obs = _check_value(request.get("observation"), env.observation_space, "observation")
+            return {"action": env.get_action(eid, obs)}
+        if command == "LOG_ACTION":
+            obs = _check_value(request.get("observation"), env.observation_space, "observation")
+            action = _check_value(request.get("action"), env.action_space, "action")
+            env.log_action(eid, obs, action)
+            return {}
+        if command == "LOG_RETURNS":
+            reward, info = request.get("reward"), request.get("info")
+            if isinstance(reward, bool) or not isinstance(reward, (int, float, dict)):
+                raise _RequestError(400, "reward must be a number")
+            if info is not None and not isinstance(info, dict):
+                raise _RequestError(400, "info must be an object")
+            try:
+                env.log_returns(eid, reward, info)
+            except TypeError as exc:
+                raise _RequestError(400, str(exc)) from None
+            return {}
+        if command == "END_EPISODE":
+            obs = _check_value(request.get("observation"), env.observation_space, "observation")
+            env.end_episode(eid, obs)
+            return {}
+        raise _RequestError(
+            400,
+            f"unknown command {command!r}: one of START_EPISODE, GET_ACTION, LOG_ACTION, "
+            "LOG_RETURNS, END_EPISODE",
+        )
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: PolicyServer
+    protocol_version = "HTTP/1.1"  # keep-alive: a client reuses its connection
+    disable_nagle_algorithm = True  # the reply's headers and body leave at once
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("policy server: " + format, *args)
+
+    def do_POST(self) -> None:
+        content_type = (self.headers.get("Content-Type") or JSON).split(";")[0].strip()
+        reply_type = content_type if content_type in (JSON, MSGPACK) else JSON
+        try:
+            request = self._read_request(content_type)
+            reply, status = self.server.execute(request), 200
+        except _RequestError as exc:
+            reply, status = {"error": str(exc)}, exc.status
+        except WireError as exc:
+            reply, status = {"error": str(exc)}, 400
+        except KeyError as exc:  # an episode the env does not know
+            reply, status = {"error": str(exc.args[0] if exc.args else exc)}, 404
+        except ExternalEnvStopped:
+            reply, status = {"error": "the server's env was stopped"}, 503
+        except Exception as exc:
+            logger.exception("policy server: a request failed")
+            reply, status = {"error": f"{type(exc).__name__}: {exc}"}, 500
+        try:
+            body = encode(reply, reply_type)
+        except TypeError as exc:  # an action the wire cannot carry
+            body, status, reply_type = json.dumps({"error": str(exc)}).encode(), 500, JSON
+        self.send_response(status)
+        self.send_header("Content-Type", reply_type)
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _read_request(self, content_type: str) -> dict[str, Any]:
+        auth = self.headers.get("Authorization", "")
+        sent = auth[len("Bearer ") :] if auth.startswith("Bearer ") else ""
+        length = self.headers.get("Content-Length")
+        if not hmac.compare_digest(sent.encode(), self.server.token.encode()):
+            self._skip_body(length)
+            raise _RequestError(401, "missing or wrong token (Authorization: Bearer TOKEN)")
+        if length is None or not length.isdigit():
+            self.close_connection = True
+            raise _RequestError(411, "the request needs a Content-Length")
+        if int(length) > self.server.max_request_bytes:
+            self.close_connection = True  # the body is not read
+            raise _RequestError(
+                413, f"the body is {length} bytes, over {self.server.max_request_bytes}"
+            )
+        body = self.rfile.read(int(length))
+        if content_type not in (JSON, MSGPACK):
+            raise _RequestError(415, f"send {JSON} or {MSGPACK}, not {content_type!r}")
+        return decode(body, content_type)
+
+    def _skip_body(self, length: str | None) -> None:
+        """Read and drop a small body (so the connection can go on), else close."""
+        if length is not None and length.isdigit() and int(length) <= self.server.max_request_bytes:
+            self.rfile.read(int(length))
+        else:
+            self.close_connection = True
+
+    def do_GET(self) -> None:
+        self._refuse()
+
+    do_PUT = do_DELETE = do_PATCH = do_GET
+
+    def _refuse(self) -> None:
+        self.close_connection = True  # a body it may have sent is not read
+        body = json.dumps({"error": "only POST requests are served"}).encode()
+        self.send_response(405)
+        self.send_header("Allow", "POST")
+        self.send_header("Content-Type", JSON)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)

@@ -1,0 +1,268 @@
+"""Policy serving over real HTTP: PolicyServer in an ExternalEnv, PolicyClient and raw
+HTTP clients, good and bad; the reference's CartPole server learns through its client."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rayfield.rllib.agents.registry import get_trainer_class
+from rayfield.rllib.env import ExternalEnv, register_env
+from rayfield.rllib.env.policy_client import PolicyClient, PolicyServerError
+from rayfield.rllib.env.policy_server import PolicyServer, server_token_path
+from rayfield.testing import wait_for
+
+OBS_SPACE = gym.spaces.Box(-10.0, 10.0, (4,), np.float32)
+
+
+class AnsweringEnv(ExternalEnv):
+    """An ExternalEnv whose 'sampler' is a thread here: action 1 when obs[0] > 0."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.spaces.Discrete(2), OBS_SPACE, max_concurrent=4)
+        self.events: list[Any] = []
+
+    def run(self) -> None:
+        pass
+
+    def answer_forever(self) -> None:
+        while not self._stopped.is_set():
+            for e in self.poll_events(0.1):
+                self.events.append(e)
+                if e.kind == "obs":
+                    reply = int(e.obs[0] > 0) if e.wants_action else None
+                    self.send_action(e.episode_id, reply)
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[AnsweringEnv, PolicyServer]]:
+    env = AnsweringEnv()
+    server = PolicyServer(env, "127.0.0.1", 0)
+    threads = [
+        threading.Thread(target=server.serve_forever, daemon=True),
+        threading.Thread(target=env.answer_forever, daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    try:
+        yield env, server
+    finally:
+        env.stop()
+        server.shutdown()
+        server.server_close()
+        for t in threads:
+            t.join(5)
+
+
+def post(server: PolicyServer, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=10)
+    try:
+        conn.request("POST", "/", body, headers)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read() or b"{}")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("serialization", ["msgpack", "json"])
+def test_an_episode_through_the_client(served: Any, serialization: str) -> None:
+    env, server = served
+    client = PolicyClient(f"127.0.0.1:{server.server_port}", serialization=serialization)
+    eid = client.start_episode(training_enabled=False)
+    assert client.get_action(eid, np.array([0.5, 0, 0, 0], np.float32)) == 1
+    assert client.get_action(eid, [-0.5, 0.0, 0.0, 0.0]) == 0  # lists are fine too
+    client.log_returns(eid, 1.0, {"note": "ok"})
+    client.log_returns(eid, 0.5)
+    client.log_action(eid, np.zeros(4, np.float32), 1)
+    client.end_episode(eid, np.zeros(4, np.float32))
+    client.close()
+    kinds = [(e.kind, e.reward, e.training_enabled) for e in env.events]
+    assert kinds == [
+        ("obs", 0.0, False),
+        ("obs", 0.0, False),
+        ("obs", 1.5, False),
+        ("end", 0.0, False),
+    ]
+    assert env.events[2].action == 1 and env.events[2].info == {"note": "ok"}
+
+
+def test_bad_requests_get_4xx_and_the_server_keeps_serving(served: Any) -> None:
+    _, server = served
+    good = {"Authorization": f"Bearer {server.token}", "Content-Type": "application/json"}
+    start = json.dumps({"command": "START_EPISODE", "episode_id": "e"}).encode()
+    assert post(server, start, {"Content-Type": "application/json"})[0] == 401
+    assert post(server, start, {**good, "Authorization": "Bearer nope"})[0] == 401
+    assert post(server, b"{not json", good)[0] == 400
+    assert post(server, b"[1]", good)[0] == 400
+    assert post(server, json.dumps({"command": "FORK"}).encode(), good)[0] == 400
+    status, reply = post(server, b"\x80\x04K.", {**good, "Content-Type": "application/pickle"})
+    assert status == 415 and "application/json" in reply["error"]
+    # an oversized body is refused from its headers, before it is read
+    conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=10)
+    conn.putrequest("POST", "/")
+    for key, value in {**good, "Content-Length": str(2 << 20)}.items():
+        conn.putheader(key, value)
+    conn.endheaders()
+    assert conn.getresponse().status == 413
+    conn.close()
+    unknown = {"command": "GET_ACTION", "episode_id": "nope", "observation": [0, 0, 0, 0]}
+    status, reply = post(server, json.dumps(unknown).encode(), good)
+    assert status == 404 and "never started" in reply["error"]
+    assert post(server, start, good) == (200, {"episode_id": "e"})
+    assert post(server, start, good)[0] == 409  # the id is in use
+    wrong = {"command": "GET_ACTION", "episode_id": "e", "observation": [1, 2]}
+    status, reply = post(server, json.dumps(wrong).encode(), good)
+    assert status == 400 and "shape [2]" in reply["error"]
+    for _ in range(3):  # max_concurrent=4 with "e" running
+        post(server, json.dumps({"command": "START_EPISODE"}).encode(), good)
+    assert post(server, json.dumps({"command": "START_EPISODE"}).encode(), good)[0] == 429
+    conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=10)
+    conn.request("GET", "/")
+    assert conn.getresponse().status == 405
+    conn.close()
+    # and still serves a good client
+    ok = {"command": "GET_ACTION", "episode_id": "e", "observation": [1, 0, 0, 0]}
+    assert post(server, json.dumps(ok).encode(), good) == (200, {"action": 1})
+    client = PolicyClient(server.address, token="wrong")
+    with pytest.raises(PolicyServerError) as info:
+        client.start_episode()
+    assert info.value.status == 401
+
+
+def test_the_token_is_private_and_found_on_this_machine(
+    served: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, server = served
+    path = server_token_path(server.server_port)
+    assert server.token_file == path and (path.stat().st_mode & 0o077) == 0
+    assert PolicyClient(server.address).token == server.token
+    monkeypatch.setenv("RAYFIELD_POLICY_SERVER_TOKEN", "from-env")
+    assert PolicyClient(server.address).token == "from-env"
+    monkeypatch.delenv("RAYFIELD_POLICY_SERVER_TOKEN")
+    with pytest.raises(PermissionError, match="no token for the policy server"):
+        PolicyClient("127.0.0.1:1")
+    with pytest.raises(ValueError, match="inference_mode"):
+        PolicyClient(server.address, inference_mode="magic")
+
+
+KILLED_CLIENT = """
+import sys
+import numpy as np
+from rayfield.rllib.env.policy_client import PolicyClient
+client = PolicyClient(sys.argv[1], token=sys.argv[2])
+eid = client.start_episode("killed")
+client.get_action(eid, np.zeros(4, np.float32))
+print("mid-episode", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_client_killed_mid_episode_does_not_stop_the_others(served: Any) -> None:
+    _, server = served
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CLIENT, server.address, server.token],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "mid-episode"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(10)
+    client = PolicyClient(server.address)
+    eid = client.start_episode()
+    assert client.get_action(eid, [1.0, 0, 0, 0]) == 1
+    client.end_episode(eid, [0.0, 0, 0, 0])
+    client.close()
+
+
+class CartpoleServing(ExternalEnv):
+    """The reference's example: the env's run() serves HTTP clients."""
+
+    servers: list[PolicyServer] = []
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(gym.spaces.Discrete(2), gym.make("CartPole-v1").observation_space)
+
+    def run(self) -> None:
+        server = PolicyServer(self, "127.0.0.1", 0)
+        CartpoleServing.servers.append(server)
+        try:
+            server.serve_forever(poll_interval=0.1)
+        finally:
+            server.server_close()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        for server in CartpoleServing.servers:
+            server.shutdown()
+        super().stop(timeout_s)
+
+
+register_env("served_http_cartpole", lambda ctx: CartpoleServing(ctx))
+
+
+def cartpole_client(stop: threading.Event, seed: int) -> None:
+    """An application playing CartPole through the env's server once it listens."""
+    server = wait_for(lambda: CartpoleServing.servers, 60, "the env's server")[0]
+    game = gym.make("CartPole-v1")
+    client = PolicyClient(server.address)
+    try:
+        while not stop.is_set():
+            eid = client.start_episode()
+            obs, _ = game.reset(seed=seed)
+            seed += 1
+            done = False
+            while not done:
+                obs, reward, term, trunc, _ = game.step(client.get_action(eid, obs))
+                client.log_returns(eid, reward)
+                done = term or trunc
+            client.end_episode(eid, obs)
+    except (PolicyServerError, ConnectionError):
+        pass  # the trainer stopped
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("target", "budget"),
+    [(50, 12_000), pytest.param(120, 60_000, marks=pytest.mark.slow)],
+)
+def test_the_reference_cartpole_server_learns_through_http_clients(
+    target: float, budget: int, ppo_served_cartpole_config: dict[str, Any]
+) -> None:
+    """Four applications play CartPole through PolicyClient; PPO trains on what they
+    report until the mean return reaches ``target`` (random play: about 22)."""
+    CartpoleServing.servers.clear()
+    trainer = get_trainer_class("PPO")(
+        env="served_http_cartpole", config=ppo_served_cartpole_config
+    )
+    stop = threading.Event()
+    clients = [threading.Thread(target=cartpole_client, args=(stop, 1000 * i)) for i in range(4)]
+    for c in clients:
+        c.start()
+    try:
+        first = result = trainer.train()
+        while result["episode_reward_mean"] < target and result["timesteps_total"] < budget:
+            result = trainer.train()
+        assert result["episode_reward_mean"] >= target, (
+            first["episode_reward_mean"],
+            result["episode_reward_mean"],
+            result["timesteps_total"],
+        )
+    finally:
+        stop.set()
+        trainer.stop()
+    for c in clients:
+        c.join(10)
