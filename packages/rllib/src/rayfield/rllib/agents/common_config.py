@@ -105,6 +105,7 @@ ALLOW_UNKNOWN_SUBKEYS = [
     "multiagent",
     "custom_resources_per_worker",
     "evaluation_config",
+    "exploration_config",
 ]
 
 # The numeric keys every trainer checks (`Trainer.validate_config`): finite and in range.

@@ -13,6 +13,9 @@ ALGORITHMS = {
     "A2C": ("rayfield.rllib.agents.a3c", "A2CTrainer"),
     "A3C": ("rayfield.rllib.agents.a3c", "A3CTrainer"),
     "DQN": ("rayfield.rllib.agents.dqn", "DQNTrainer"),
+    "SAC": ("rayfield.rllib.agents.sac", "SACTrainer"),
+    "DDPG": ("rayfield.rllib.agents.ddpg", "DDPGTrainer"),
+    "TD3": ("rayfield.rllib.agents.ddpg", "TD3Trainer"),
 }
 
 
