@@ -167,6 +167,9 @@ CONFIG_ALIASES = {
     "ignore_env_runner_failures": "ignore_worker_failures",
     "recreate_failed_env_runners": "recreate_failed_workers",
     "evaluation_duration": "evaluation_num_episodes",
+    "num_steps_sampled_before_learning_starts": "learning_starts",
+    "q_model_config": "Q_model",
+    "policy_model_config": "policy_model",
 }
 
 # Removed keys and what to use instead.
