@@ -296,3 +296,28 @@ def test_unsupported_spaces_are_refused() -> None:
         SACTorchPolicy(OBS, unbounded, config(SACTrainer))
     with pytest.raises(ValueError, match="use_state_preprocessor"):
         SACTorchPolicy(OBS, BOX, config(SACTrainer, use_state_preprocessor=True))
+
+
+@pytest.mark.parametrize(
+    ("cls", "trainer"), [(SACTorchPolicy, SACTrainer), (DDPGTorchPolicy, TD3Trainer)]
+)
+def test_state_round_trips_through_a_weights_only_file(
+    cls: Any, trainer: Any, tmp_path: Any
+) -> None:
+    policy = cls(OBS, BOX, config(trainer, prioritized_replay=False))
+    for _ in range(3):
+        policy.learn_on_batch(batch())
+    torch.save(policy.get_state(), tmp_path / "state.pt")
+    other = cls(OBS, BOX, config(trainer, prioritized_replay=False, seed=1))
+    other.set_state(torch.load(tmp_path / "state.pt", weights_only=True))
+    obs = np.random.default_rng(0).uniform(-1, 1, (4, 3)).astype(np.float32)
+    np.testing.assert_array_equal(
+        policy.compute_actions(obs, explore=False)[0], other.compute_actions(obs, explore=False)[0]
+    )
+    for a, b in zip(policy.target_model.parameters(), other.target_model.parameters()):
+        torch.testing.assert_close(a, b)
+    assert other.num_updates == 3
+    for name, opt in policy.optimizers.items():
+        saved = opt.state_dict()["state"]
+        loaded = other.optimizers[name].state_dict()["state"]
+        torch.testing.assert_close(saved[0]["exp_avg"], loaded[0]["exp_avg"])
