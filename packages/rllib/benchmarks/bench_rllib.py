@@ -3,10 +3,17 @@ wall time (start-up included), env steps, and sampling throughput, for rayfield-
 Stable-Baselines3 and RLlib when they are installed (``nox -s bench`` installs them).
 
     python bench_rllib.py [--seeds 3] [--timeout 300] [--only rayfield] [--peer-python PATH]
-                          [--algo ppo|dqn]
+                          [--algo ppo|dqn|sac|td3]
 
 ``--algo dqn`` runs DQN instead (``tuned_examples/cartpole-dqn.yaml``, same stop rule) for
 rayfield-rllib and SB3's DQN with the settings SB3 has (see ``SB3_DQN``); RLlib is not run.
+``--algo sac`` / ``--algo td3`` run SAC / TD3 on Pendulum-v1 until the mean return of the
+last 10 episodes reaches -200, for rayfield-rllib (``tuned_examples/pendulum-sac.yaml`` /
+``pendulum-td3.yaml``) and SB3 with the same settings, rl-zoo's Pendulum-v1 hyperparameters
+(see ``SB3_SAC`` and ``SB3_TD3``); RLlib is not run.
+
+The libraries take turns: round k runs seed k of each, so a change in the machine's load
+falls on all of them; the table gives medians over the rounds.
 
 Each run is a fresh process, so start-up (imports, workers) counts as it does for a user.
 Start-up is the wall time from the process's first line (before the library's import)
@@ -33,8 +40,6 @@ import subprocess
 import sys
 import time
 
-TARGET = 450.0
-
 RAYFIELD = r"""
 import json, sys, time
 t0 = time.time()
@@ -42,12 +47,14 @@ from rayfield.rllib.agents.registry import get_trainer_class
 import yaml, pathlib
 spec = yaml.safe_load(pathlib.Path(sys.argv[2]).read_text())
 (exp,) = spec.values()
-trainer = get_trainer_class(exp["run"])(env="CartPole-v1",
+trainer = get_trainer_class(exp["run"])(env=exp["env"],
                                          config={**exp["config"], "seed": int(sys.argv[1])})
 startup = time.time() - t0
+target, window = float(sys.argv[4]), int(sys.argv[5])
 while True:
     r = trainer.train()
-    if r["episode_reward_mean"] >= 450 or time.time() - t0 > float(sys.argv[3]):
+    if (r["episode_reward_mean"] >= target and r["episodes_total"] >= window) or (
+            time.time() - t0 > float(sys.argv[3])):
         break
 wall = time.time() - t0
 trainer.stop()
@@ -66,12 +73,14 @@ from stable_baselines3.common.env_util import make_vec_env
 class Stop(BaseCallback):
     def __init__(self):
         super().__init__()
-        self.returns = deque(maxlen=100)
+        self.target, self.window = float(sys.argv[4]), int(sys.argv[5])
+        self.returns = deque(maxlen=self.window)
     def _on_step(self):
         for info in self.locals["infos"]:
             if "episode" in info:
                 self.returns.append(info["episode"]["r"])
-        solved = len(self.returns) == 100 and sum(self.returns) / 100 >= 450
+        solved = (len(self.returns) == self.window
+                  and sum(self.returns) / self.window >= self.target)
         return not solved and time.time() - t0 < float(sys.argv[3])
 
 env = make_vec_env("CartPole-v1", n_envs=8, seed=int(sys.argv[1]))
@@ -108,6 +117,49 @@ print(json.dumps({"wall_s": time.time() - t0, "startup_s": startup, "steps": mod
 """
 )
 
+# SAC and TD3 with rl-zoo's Pendulum-v1 settings (hyperparams/sac.yml, td3.yml): SAC is SB3's
+# defaults with learning rate 1e-3 (256x256 networks, batch 256, tau 0.005, 100 random steps,
+# automatic entropy); TD3 gamma 0.98, buffer 200,000, 10,000 random steps, Gaussian action
+# noise 0.1, one gradient step per env step, learning rate 1e-3, 400x300 networks.
+_SB3_RUN = r"""
+startup = time.time() - t0
+cb = Stop()
+model.learn(total_timesteps=10**7, callback=cb)
+print(json.dumps({"wall_s": time.time() - t0, "startup_s": startup, "steps": model.num_timesteps,
+                  "reward": sum(cb.returns) / max(1, len(cb.returns))}))
+"""
+SB3_SAC = (
+    SB3.split("env = make_vec_env")[0]
+    + r"""
+from stable_baselines3 import SAC
+env = make_vec_env("Pendulum-v1", n_envs=1, seed=int(sys.argv[1]))
+model = SAC("MlpPolicy", env, learning_rate=1e-3, seed=int(sys.argv[1]), device="cpu")
+"""
+    + _SB3_RUN
+)
+SB3_TD3 = (
+    SB3.split("env = make_vec_env")[0]
+    + r"""
+import numpy as np
+from stable_baselines3 import TD3
+from stable_baselines3.common.noise import NormalActionNoise
+env = make_vec_env("Pendulum-v1", n_envs=1, seed=int(sys.argv[1]))
+model = TD3("MlpPolicy", env, gamma=0.98, buffer_size=200000, learning_starts=10000,
+            action_noise=NormalActionNoise(np.zeros(1), 0.1 * np.ones(1)), gradient_steps=1,
+            train_freq=1, learning_rate=1e-3, policy_kwargs={"net_arch": [400, 300]},
+            seed=int(sys.argv[1]), device="cpu")
+"""
+    + _SB3_RUN
+)
+
+# --algo -> (tuned example, target mean return, episodes in the mean, SB3's program)
+ALGOS = {
+    "ppo": ("cartpole-ppo", 450.0, 100, SB3),
+    "dqn": ("cartpole-dqn", 450.0, 100, SB3_DQN),
+    "sac": ("pendulum-sac", -200.0, 10, SB3_SAC),
+    "td3": ("pendulum-td3", -200.0, 10, SB3_TD3),
+}
+
 RLLIB = r"""
 import json, sys, time
 t0 = time.time()
@@ -136,10 +188,12 @@ print(json.dumps({"wall_s": time.time() - t0, "startup_s": startup, "steps": ste
 """
 
 
-def run(python: str, code: str, seed: int, tuned: str, timeout: float) -> dict[str, float] | None:
+def run(
+    python: str, code: str, seed: int, tuned: str, timeout: float, target: float, window: int
+) -> dict[str, float] | None:
     try:
         out = subprocess.run(
-            [python, "-c", code, str(seed), tuned, str(timeout)],
+            [python, "-c", code, str(seed), tuned, str(timeout), str(target), str(window)],
             capture_output=True,
             text=True,
             timeout=timeout + 120,
@@ -165,24 +219,20 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="rayfield, sb3 or rllib")
     parser.add_argument(
         "--algo",
-        choices=["ppo", "dqn"],
+        choices=sorted(ALGOS),
         default="ppo",
-        help="ppo: the three-way table; dqn: rayfield-rllib and SB3 (RLlib not run)",
+        help="ppo: the three-way table; dqn, sac, td3: rayfield-rllib and SB3 (RLlib not run)",
     )
     parser.add_argument(
         "--peer-python", default=sys.executable, help="the interpreter for SB3 and RLlib"
     )
     args = parser.parse_args()
-    tuned = str(
-        Path(__file__).resolve().parents[1] / "tuned_examples" / f"cartpole-{args.algo}.yaml"
-    )
-    peers = [
-        ("rayfield-rllib", RAYFIELD, "rayfield.rllib"),
-        ("SB3", SB3 if args.algo == "ppo" else SB3_DQN, "stable_baselines3"),
-    ]
+    example, target, window, sb3_code = ALGOS[args.algo]
+    tuned = str(Path(__file__).resolve().parents[1] / "tuned_examples" / f"{example}.yaml")
+    peers = [("rayfield-rllib", RAYFIELD, "rayfield.rllib"), ("SB3", sb3_code, "stable_baselines3")]
     if args.algo == "ppo":
         peers.append(("RLlib", RLLIB, "ray.rllib"))
-    table = {}
+    chosen = []
     for name, code, module in peers:
         if args.only and args.only.lower() not in name.lower():
             continue
@@ -190,15 +240,16 @@ def main() -> None:
         if not available(python, module):
             print(f"{name}: not installed for {python}, skipped")
             continue
-        runs = []
-        for seed in range(args.seeds):
+        chosen.append((name, code, python))
+    table: dict[str, list[dict[str, float]]] = {}
+    for seed in range(args.seeds):  # one round: every library once, in turn
+        for name, code, python in chosen:
             t = time.time()
-            res = run(python, code, seed, tuned, args.timeout)
-            print(f"{name} seed {seed}: {res} ({time.time() - t:.1f} s)")
+            res = run(python, code, seed, tuned, args.timeout, target, window)
+            load = os.getloadavg()[0]
+            print(f"{name} seed {seed}: {res} ({time.time() - t:.1f} s, load {load:.1f})")
             if res:
-                runs.append(res)
-        if runs:
-            table[name] = runs
+                table.setdefault(name, []).append(res)
     base = statistics.median(r["wall_s"] for r in table.get("rayfield-rllib", [{"wall_s": 1.0}]))
     print(
         f"\n{'library':<15}{'wall s (median)':>16}{'start-up s':>12}{'env steps':>11}"
@@ -208,7 +259,7 @@ def main() -> None:
         wall = statistics.median(r["wall_s"] for r in runs)
         start = statistics.median(r["startup_s"] for r in runs)
         steps = statistics.median(r["steps"] for r in runs)
-        reached = sum(r["reward"] >= TARGET for r in runs)
+        reached = sum(r["reward"] >= target for r in runs)
         print(
             f"{name:<15}{wall:>16.1f}{start:>12.2f}{steps:>11.0f}{steps / wall:>9.0f}"
             f"{reached:>6}/{len(runs)}{wall / base:>11.2f}x  "

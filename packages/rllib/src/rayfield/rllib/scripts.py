@@ -97,7 +97,12 @@ def cli() -> None:
 
 @cli.command()
 @click.option(
-    "--run", "--algo", "-r", "-a", "run", help="Algorithm: PPO, PG, A2C, A3C, DQN, MARWIL, BC."
+    "--run",
+    "--algo",
+    "-r",
+    "-a",
+    "run",
+    help="Algorithm: PPO, PG, A2C, A3C, DQN, SAC, DDPG, TD3, MARWIL, BC.",
 )
 @click.option("--env", "-e", help="A gymnasium id or a name given to register_env.")
 @click.option("--config", "-c", "config_json", default="{}", help="Config overrides (JSON).")

@@ -108,6 +108,7 @@ ALLOW_UNKNOWN_SUBKEYS = [
     "custom_resources_per_worker",
     "evaluation_config",
     "output_config",
+    "exploration_config",
 ]
 
 # The numeric keys every trainer checks (`Trainer.validate_config`): finite and in range.
@@ -172,6 +173,9 @@ CONFIG_ALIASES = {
     "recreate_failed_env_runners": "recreate_failed_workers",
     "evaluation_duration": "evaluation_num_episodes",
     "off_policy_estimation_methods": "input_evaluation",
+    "num_steps_sampled_before_learning_starts": "learning_starts",
+    "q_model_config": "Q_model",
+    "policy_model_config": "policy_model",
 }
 
 # Removed keys and what to use instead.

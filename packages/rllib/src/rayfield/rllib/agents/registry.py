@@ -15,6 +15,9 @@ ALGORITHMS = {
     "DQN": ("rayfield.rllib.agents.dqn", "DQNTrainer"),
     "MARWIL": ("rayfield.rllib.agents.marwil", "MARWILTrainer"),
     "BC": ("rayfield.rllib.agents.marwil", "BCTrainer"),
+    "SAC": ("rayfield.rllib.agents.sac", "SACTrainer"),
+    "DDPG": ("rayfield.rllib.agents.ddpg", "DDPGTrainer"),
+    "TD3": ("rayfield.rllib.agents.ddpg", "TD3Trainer"),
 }
 
 

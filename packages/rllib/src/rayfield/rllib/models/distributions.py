@@ -325,6 +325,42 @@ class SquashedGaussian(ActionDistribution):
     required_model_output_shape = staticmethod(DiagGaussian.required_model_output_shape)
 
 
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SAC's clamp of the policy's log standard deviation
+
+
+def tanh_gaussian_rsample(
+    mean: torch.Tensor, log_std: torch.Tensor, deterministic: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reparameterised sample of `SquashedGaussian` in tanh space, with its
+    log-density: the fast path of SAC's losses (plain tensor ops, no
+    ``torch.distributions`` objects).
+
+    ``u = mean + exp(log_std) * eps`` with ``eps ~ N(0, I)`` (``u = mean`` when
+    `deterministic`), ``y = tanh(u)`` in [-1, 1]^k and
+    ``log pi(y) = log N(u; mean, std) - sum log(1 - tanh(u)^2)`` (Haarnoja et al. 2018,
+    Appendix C, eq. 21), with ``log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))``, the
+    stable form ``TanhTransform`` uses. For a Box ``[low, high]``, `SquashedGaussian`'s
+    ``logp`` of the action ``low + (y + 1) / 2 (high - low)`` is this minus
+    ``sum log((high - low) / 2)``.
+
+    Args:
+        mean, log_std: float32[B, k], the Gaussian's mean and log standard deviation.
+        deterministic: take ``u = mean`` (the log-density is then that of the mode).
+
+    Returns:
+        ``(y float32[B, k], logp float32[B])``; gradients flow to `mean` and `log_std`.
+    """
+    if deterministic:
+        eps = torch.zeros_like(mean)
+        u = mean
+    else:
+        eps = torch.randn_like(mean)
+        u = mean + log_std.exp() * eps
+    log_normal = -0.5 * eps.square() - log_std - 0.5 * math.log(2 * math.pi)
+    log_det = 2.0 * (math.log(2.0) - u - torch.nn.functional.softplus(-2.0 * u))
+    return torch.tanh(u), (log_normal - log_det).sum(-1)
+
+
 # RLlib's torch names.
 TorchCategorical = Categorical
 TorchDiagGaussian = DiagGaussian

@@ -369,7 +369,7 @@ class DQNTrainer(Trainer):
 
     _name = "DQN"
     _default_config = DEFAULT_CONFIG
-    _policy = DQNTorchPolicy
+    _policy: type | str | None = DQNTorchPolicy
     optimizer: SyncReplayOptimizer  # built in _init
 
     def _init(self, config: dict[str, Any], env_creator: Any) -> None:
