@@ -13,6 +13,10 @@ ALGORITHMS = {
     "A2C": ("rayfield.rllib.agents.a3c", "A2CTrainer"),
     "A3C": ("rayfield.rllib.agents.a3c", "A3CTrainer"),
     "DQN": ("rayfield.rllib.agents.dqn", "DQNTrainer"),
+    "IMPALA": ("rayfield.rllib.agents.impala", "ImpalaTrainer"),
+    "APPO": ("rayfield.rllib.agents.ppo.appo", "APPOTrainer"),
+    "ES": ("rayfield.rllib.agents.es", "ESTrainer"),
+    "ARS": ("rayfield.rllib.agents.ars", "ARSTrainer"),
 }
 
 
