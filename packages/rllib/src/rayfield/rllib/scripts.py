@@ -94,7 +94,13 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--run", "--algo", "-r", "run", help="Algorithm: PPO, PG, A2C, DQN.")
+@click.option(
+    "--run",
+    "--algo",
+    "-r",
+    "run",
+    help="Algorithm: PPO, PG, A2C, A3C, DQN, IMPALA, APPO, ES, ARS.",
+)
 @click.option("--env", "-e", help="A gymnasium id or a name given to register_env.")
 @click.option("--config", "-c", "config_json", default="{}", help="Config overrides (JSON).")
 @click.option(

@@ -247,6 +247,10 @@ class ESWorker:
     def set_global_vars(self, global_vars: dict[str, Any]) -> None:
         pass
 
+    def apply(self, func: Any, *args: Any) -> Any:
+        """``func(self, *args)`` (on a remote worker: in its process)."""
+        return func(self, *args)
+
     def get_weights(self, policies: list[str] | None = None) -> dict[str, Any]:
         return {"default_policy": self.theta.copy()}
 
