@@ -3,10 +3,17 @@ wall time (start-up included), env steps, and sampling throughput, for rayfield-
 Stable-Baselines3 and RLlib when they are installed (``nox -s bench`` installs them).
 
     python bench_rllib.py [--seeds 3] [--timeout 300] [--only rayfield] [--peer-python PATH]
-                          [--algo ppo|dqn]
+                          [--algo ppo|dqn|impala] [--rllib-cpus 2] [--start-timeout 120]
 
 ``--algo dqn`` runs DQN instead (``tuned_examples/cartpole-dqn.yaml``, same stop rule) for
 rayfield-rllib and SB3's DQN with the settings SB3 has (see ``SB3_DQN``); RLlib is not run.
+``--algo impala`` runs IMPALA with 2 rollout workers: rayfield-rllib's tuned example
+(``cartpole-impala.yaml``), rayfield-rllib's IMPALA defaults (``IMPALA_DEFAULTS``: its
+default 256x256 model) and RLlib's IMPALA with its defaults (``RLLIB_IMPALA``, 2 env runners on
+a Ray runtime of ``--rllib-cpus`` CPUs); an RLlib that has not built its algorithm after
+``--start-timeout`` s is reported as not starting (Ray 2.60's IMPALA waits for a CPU for its
+learner on 2 CPUs). The "after start" column is env steps per second after start-up (the
+sampling throughput the issue compares).
 
 Each run is a fresh process, so start-up (imports, workers) counts as it does for a user.
 Start-up is the wall time from the process's first line (before the library's import)
@@ -32,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 TARGET = 450.0
 
@@ -42,8 +50,9 @@ from rayfield.rllib.agents.registry import get_trainer_class
 import yaml, pathlib
 spec = yaml.safe_load(pathlib.Path(sys.argv[2]).read_text())
 (exp,) = spec.values()
+config = json.loads(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] else exp["config"]
 trainer = get_trainer_class(exp["run"])(env="CartPole-v1",
-                                         config={**exp["config"], "seed": int(sys.argv[1])})
+                                         config={**config, "seed": int(sys.argv[1])})
 startup = time.time() - t0
 while True:
     r = trainer.train()
@@ -135,21 +144,77 @@ algo.stop()
 print(json.dumps({"wall_s": time.time() - t0, "startup_s": startup, "steps": steps, "reward": ret}))
 """
 
+# RLlib's IMPALA with its defaults (model, batch sizes, learning rate) and 2 env runners on a
+# runtime of argv[4] CPUs. Ray 2.60's IMPALA needs a CPU for its learner besides the two env
+# runners' and the driver's, so on 2 CPUs `build()` waits; after argv[5] seconds the script
+# prints NOT_STARTED and exits.
+RLLIB_IMPALA = r"""
+import json, signal, sys, time
+t0 = time.time()
+import ray
+from ray.rllib.algorithms.impala import IMPALAConfig
 
-def run(python: str, code: str, seed: int, tuned: str, timeout: float) -> dict[str, float] | None:
+def not_started(*_):
+    print("NOT_STARTED", flush=True)
+    ray.shutdown()
+    sys.exit(0)
+
+ray.init(num_cpus=int(sys.argv[4]), include_dashboard=False)
+signal.signal(signal.SIGALRM, not_started)
+signal.alarm(int(float(sys.argv[5])))
+algo = (IMPALAConfig().environment("CartPole-v1").env_runners(num_env_runners=2)
+        .debugging(seed=int(sys.argv[1])).build())
+signal.alarm(0)
+print("BUILT", flush=True)
+startup = time.time() - t0
+while True:
+    r = algo.train()
+    runners = r.get("env_runners", {})
+    ret = runners.get("episode_return_mean", r.get("episode_reward_mean", 0.0))
+    if ret is None or ret != ret:
+        ret = 0.0
+    if ret >= 450 or time.time() - t0 > float(sys.argv[3]):
+        break
+steps = (runners.get("num_env_steps_sampled_lifetime")
+         or r.get("num_env_steps_sampled_lifetime") or r.get("timesteps_total", 0))
+algo.stop()
+print(json.dumps({"wall_s": time.time() - t0, "startup_s": startup, "steps": steps, "reward": ret}))
+"""
+
+# rayfield-rllib's IMPALA with the defaults of `agents.impala.DEFAULT_CONFIG` (256x256 model,
+# 50-step fragments, 500-row train batches, lr 5e-4) and 2 rollout workers: the throughput
+# peer of RLLIB_IMPALA (both with their default model).
+IMPALA_DEFAULTS = json.dumps({"num_workers": 2})
+
+
+def run(
+    python: str, code: str, seed: int, tuned: str, timeout: float, extra: tuple[str, ...] = ()
+) -> dict[str, Any] | None:
+    """One fresh process; its JSON result, ``{"not_started": True, "waited_s": ...}`` when it
+    was killed before printing ``BUILT`` (the algorithm never started), or None on failure."""
     try:
         out = subprocess.run(
-            [python, "-c", code, str(seed), tuned, str(timeout)],
+            [python, "-c", code, str(seed), tuned, str(timeout), *extra],
             capture_output=True,
             text=True,
             timeout=timeout + 120,
             check=True,
         )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        err = getattr(exc, "stderr", "") or ""
+    except subprocess.TimeoutExpired as exc:
+        partial = exc.stdout or b""
+        text = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
+        if "BUILT" not in text:
+            return {"not_started": True, "waited_s": timeout + 120}
+        print(f"  failed: {exc}")
+        return None
+    except subprocess.CalledProcessError as exc:
+        err = exc.stderr or ""
         print(f"  failed: {err.strip().splitlines()[-1:] if err else exc}")
         return None
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    lines = out.stdout.strip().splitlines()
+    if "NOT_STARTED" in lines:
+        return {"not_started": True, "waited_s": float(extra[1]) if len(extra) > 1 else timeout}
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
 
 
 def available(python: str, module: str) -> bool:
@@ -165,9 +230,20 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="rayfield, sb3 or rllib")
     parser.add_argument(
         "--algo",
-        choices=["ppo", "dqn"],
+        choices=["ppo", "dqn", "impala"],
         default="ppo",
-        help="ppo: the three-way table; dqn: rayfield-rllib and SB3 (RLlib not run)",
+        help="ppo: the three-way table; dqn: rayfield-rllib and SB3 (RLlib not run); impala: "
+        "rayfield-rllib's tuned and default IMPALA and RLlib's default IMPALA (SB3 has none)",
+    )
+    parser.add_argument(
+        "--rllib-cpus", type=int, default=2, help="impala: CPUs of RLlib's Ray runtime"
+    )
+    parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=120.0,
+        help="impala: seconds RLlib's build() may wait for resources before it counts as "
+        "not starting",
     )
     parser.add_argument(
         "--peer-python", default=sys.executable, help="the interpreter for SB3 and RLlib"
@@ -176,25 +252,38 @@ def main() -> None:
     tuned = str(
         Path(__file__).resolve().parents[1] / "tuned_examples" / f"cartpole-{args.algo}.yaml"
     )
-    peers = [
-        ("rayfield-rllib", RAYFIELD, "rayfield.rllib"),
-        ("SB3", SB3 if args.algo == "ppo" else SB3_DQN, "stable_baselines3"),
+    peers: list[tuple[str, str, str, tuple[str, ...]]] = [
+        ("rayfield-rllib", RAYFIELD, "rayfield.rllib", ())
     ]
+    if args.algo == "impala":
+        rllib_args = (str(args.rllib_cpus), str(args.start_timeout))
+        peers += [
+            ("rayfield default", RAYFIELD, "rayfield.rllib", (IMPALA_DEFAULTS,)),
+            ("RLlib", RLLIB_IMPALA, "ray.rllib", rllib_args),
+        ]
+    else:
+        peers.append(("SB3", SB3 if args.algo == "ppo" else SB3_DQN, "stable_baselines3", ()))
     if args.algo == "ppo":
-        peers.append(("RLlib", RLLIB, "ray.rllib"))
-    table = {}
-    for name, code, module in peers:
+        peers.append(("RLlib", RLLIB, "ray.rllib", ()))
+    table: dict[str, list[dict[str, Any]]] = {}
+    for name, code, module, extra in peers:
         if args.only and args.only.lower() not in name.lower():
             continue
-        python = sys.executable if name == "rayfield-rllib" else args.peer_python
+        python = sys.executable if name.startswith("rayfield") else args.peer_python
         if not available(python, module):
             print(f"{name}: not installed for {python}, skipped")
             continue
         runs = []
         for seed in range(args.seeds):
             t = time.time()
-            res = run(python, code, seed, tuned, args.timeout)
+            res = run(python, code, seed, tuned, args.timeout, extra)
             print(f"{name} seed {seed}: {res} ({time.time() - t:.1f} s)")
+            if res and res.get("not_started"):
+                print(
+                    f"{name}: did not start within {res['waited_s']:.0f} s on "
+                    f"{args.rllib_cpus} CPUs (it waits for resources); no further seeds"
+                )
+                break
             if res:
                 runs.append(res)
         if runs:
@@ -202,7 +291,7 @@ def main() -> None:
     base = statistics.median(r["wall_s"] for r in table.get("rayfield-rllib", [{"wall_s": 1.0}]))
     print(
         f"\n{'library':<15}{'wall s (median)':>16}{'start-up s':>12}{'env steps':>11}"
-        f"{'steps/s':>9}{'reached':>9}{'vs rayfield':>12}  env steps per seed"
+        f"{'steps/s':>9}{'after start':>12}{'reached':>9}{'vs rayfield':>12}  env steps per seed"
     )
     for name, runs in table.items():
         wall = statistics.median(r["wall_s"] for r in runs)
@@ -211,8 +300,8 @@ def main() -> None:
         reached = sum(r["reward"] >= TARGET for r in runs)
         print(
             f"{name:<15}{wall:>16.1f}{start:>12.2f}{steps:>11.0f}{steps / wall:>9.0f}"
-            f"{reached:>6}/{len(runs)}{wall / base:>11.2f}x  "
-            + ", ".join(f"{r['steps']:.0f}" for r in runs)
+            f"{steps / max(wall - start, 1e-9):>12.0f}{reached:>6}/{len(runs)}"
+            f"{wall / base:>11.2f}x  " + ", ".join(f"{r['steps']:.0f}" for r in runs)
         )
     load = os.getloadavg()
     print(f"load average at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min)")
