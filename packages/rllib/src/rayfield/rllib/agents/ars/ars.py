@@ -92,7 +92,7 @@ class ARSTrainer(PerturbationTrainer):
         top = np.argsort(-returns.max(axis=1), kind="stable")[:b]
         used = returns[top]
         sigma_r = float(used.std())
-        noise = SharedNoiseTable(self.workers.local_worker().noise.noise)
+        noise = SharedNoiseTable(self.local_es_worker.noise.noise)
         step = np.zeros_like(theta)
         for k in top:
             step += (returns[k, 0] - returns[k, 1]) * noise.get(int(indices[k]), len(theta))

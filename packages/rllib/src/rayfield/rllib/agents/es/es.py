@@ -78,7 +78,7 @@ class ESTrainer(PerturbationTrainer):
             )
 
     def _init(self, config: dict[str, Any], env_creator: Any) -> None:
-        local = self.workers.local_worker()
+        local = self.local_es_worker
         self.adam = Adam(len(local.theta), float(config["stepsize"]))
 
     def _pairs_per_call(self) -> int:
@@ -96,7 +96,7 @@ class ESTrainer(PerturbationTrainer):
             if self.config["return_proc_mode"] == "centered_rank"
             else returns
         )
-        noise = SharedNoiseTable(self.workers.local_worker().noise.noise)
+        noise = SharedNoiseTable(self.local_es_worker.noise.noise)
         weights = proc[:, 0] - proc[:, 1]
         g = np.zeros_like(theta)
         for w, index in zip(weights, batch["noise_indices"]):

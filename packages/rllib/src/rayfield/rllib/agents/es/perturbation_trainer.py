@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -131,6 +131,11 @@ class PerturbationTrainer(Trainer):
         self._eval_history: list[list[float]] = []
         self._init(config, self.env_creator)
 
+    @property
+    def local_es_worker(self) -> ESWorker:
+        """The local `ESWorker`: the current parameters ``theta`` and the merged filter."""
+        return cast(ESWorker, self.workers.local_worker())
+
     # -- subclass hooks ---------------------------------------------------------------
     def _enough(self, pairs: int, episodes: int, steps: int) -> bool:
         raise NotImplementedError
@@ -144,7 +149,7 @@ class PerturbationTrainer(Trainer):
 
     # -- the step ---------------------------------------------------------------------
     def _collect(self, theta: np.ndarray) -> dict[str, Any]:
-        local = self.workers.local_worker()
+        local = self.local_es_worker
         master = local.filter
         results: list[dict[str, Any]] = []
         pairs = episodes = steps = 0
@@ -176,7 +181,7 @@ class PerturbationTrainer(Trainer):
         return out
 
     def training_step(self) -> dict[str, Any]:
-        local = self.workers.local_worker()
+        local = self.local_es_worker
         batch = self._collect(local.theta)
         local.theta, stats = self._update(local.theta, batch)
         self._timesteps_total += batch["steps"]
@@ -198,12 +203,12 @@ class PerturbationTrainer(Trainer):
         """The unperturbed policy's action for one raw observation (other arguments of
         `Trainer.compute_action` are accepted and unused: the policy is deterministic
         and feed-forward)."""
-        return self.workers.local_worker().compute_action(observation)
+        return self.local_es_worker.compute_action(observation)
 
     compute_single_action = compute_action
 
     def get_policy(self, policy_id: str = "default_policy") -> Any:
         """The local `ESWorker`'s `FlatPolicy` (with the current parameters)."""
-        local = self.workers.local_worker()
+        local = self.local_es_worker
         local.policy.set_flat(local.theta)
         return local.policy
