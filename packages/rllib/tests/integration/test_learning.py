@@ -44,6 +44,10 @@ FAST = [
     ("cartpole-pg", "PG", 90.0, 50_000),
     ("cartpole-a2c", "A2C", 120.0, 40_000),
     ("cartpole-dqn", "DQN", 90.0, 20_000),
+    ("cartpole-impala", "IMPALA", 100.0, 40_000),
+    ("cartpole-appo", "APPO", 100.0, 40_000),
+    ("cartpole-es", "ES", 150.0, 30_000),
+    ("cartpole-ars", "ARS", 150.0, 30_000),
 ]
 
 
@@ -54,6 +58,8 @@ def test_learns_cartpole(example: str, run: str, target: float, budget: int) -> 
     config = {**exp["config"], "num_workers": 0, "seed": 0}
     if run == "PPO":  # the same total batch from the local worker's 8 envs
         config["rollout_fragment_length"] = 32
+    if run in ("IMPALA", "APPO"):  # iterations of 2,000 steps instead of 2 s
+        config.update({"min_iter_time_s": 0, "timesteps_per_iteration": 2000})
     result = train_until(run, config, target, budget)
     assert result["episode_reward_mean"] >= target, (
         f"{run}: mean return {result['episode_reward_mean']:.1f} after "
@@ -64,7 +70,18 @@ def test_learns_cartpole(example: str, run: str, target: float, budget: int) -> 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # a tuned example runs until its stated return: up to ~20 min
 @pytest.mark.parametrize(
-    "example", ["cartpole-ppo", "cartpole-pg", "cartpole-a2c", "cartpole-a3c", "cartpole-dqn"]
+    "example",
+    [
+        "cartpole-ppo",
+        "cartpole-pg",
+        "cartpole-a2c",
+        "cartpole-a3c",
+        "cartpole-dqn",
+        "cartpole-impala",
+        "cartpole-appo",
+        "cartpole-es",
+        "cartpole-ars",
+    ],
 )
 def test_tuned_example_reaches_its_return(example: str, tmp_path: Path) -> None:
     exp = load(example)

@@ -102,7 +102,7 @@ def cli() -> None:
     "-r",
     "-a",
     "run",
-    help="Algorithm: PPO, PG, A2C, A3C, DQN, SAC, DDPG, TD3, MARWIL, BC.",
+    help="Algorithm: PPO, PG, A2C, A3C, DQN, IMPALA, APPO, ES, ARS, SAC, DDPG, TD3, MARWIL, BC.",
 )
 @click.option("--env", "-e", help="A gymnasium id or a name given to register_env.")
 @click.option("--config", "-c", "config_json", default="{}", help="Config overrides (JSON).")

@@ -18,6 +18,10 @@ ALGORITHMS = {
     "SAC": ("rayfield.rllib.agents.sac", "SACTrainer"),
     "DDPG": ("rayfield.rllib.agents.ddpg", "DDPGTrainer"),
     "TD3": ("rayfield.rllib.agents.ddpg", "TD3Trainer"),
+    "IMPALA": ("rayfield.rllib.agents.impala", "ImpalaTrainer"),
+    "APPO": ("rayfield.rllib.agents.ppo.appo", "APPOTrainer"),
+    "ES": ("rayfield.rllib.agents.es", "ESTrainer"),
+    "ARS": ("rayfield.rllib.agents.ars", "ARSTrainer"),
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rayfield.rllib.agents.ppo.appo import APPOAgent, APPOTrainer
 from rayfield.rllib.agents.ppo.ppo import DEFAULT_CONFIG, PPOAgent, PPOTrainer
 
 
@@ -18,4 +19,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["DEFAULT_CONFIG", "PPOAgent", "PPOTorchPolicy", "PPOTrainer"]
+__all__ = [
+    "DEFAULT_CONFIG",
+    "APPOAgent",
+    "APPOTrainer",
+    "PPOAgent",
+    "PPOTorchPolicy",
+    "PPOTrainer",
+]
