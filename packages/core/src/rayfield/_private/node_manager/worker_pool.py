@@ -279,6 +279,18 @@ class WorkerPool:
                     self.starting = max(0, self.starting - 1)
                 self._failed_starts = 0
 
+    def _reap(self, pid: int) -> None:
+        """Wait (briefly) for the exit status of ``pid``, whose output just ended: a process
+        closes its files before its exit status is ready, so without this the last worker
+        to exit could stay in ``procs`` until another one's output ends."""
+        with self.lock:
+            proc = self.procs.get(pid)
+        if proc is not None:
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:  # still running without output: kept
+                pass
+
     def _forget_exited(self) -> None:
         """Drop the workers that exited and whose output was read to its end (their pipes
         are closed), so a node whose actors come and go keeps no record or fd of them."""
@@ -345,6 +357,7 @@ class WorkerPool:
                     if f is not None:
                         f.close()
                     self._exited(pid)
+                    self._reap(pid)
                     self._forget_exited()
                     continue
                 if pid not in files:
