@@ -317,6 +317,8 @@ def rllib_demo(session: nox.Session, address: str, temp_dir: Path) -> None:
 def learning(session: nox.Session) -> None:
     """Every package's tests marked slow: rllib's tuned examples reaching their returns,
     the examples' and tune's long learning runs, the second SSH cluster of the autoscaler."""
+    if "cli" in PACKAGES:  # the metrics test scrapes a cluster with a real Prometheus
+        session.run("python", str(ROOT / "tools" / "install_prometheus.py"))
     run_package_tests(session, "slow and not large_cluster", success_codes=[0, 5])  # 5: none
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 
 
 def apt_get_install(packages: Sequence[str], hint: str) -> None:
@@ -39,3 +40,49 @@ def apt_get_install(packages: Sequence[str], hint: str) -> None:
         print("+", " ".join(cmd), flush=True)
         if subprocess.run(cmd, env=env, check=False).returncode != 0:
             raise RuntimeError(f"`{' '.join(cmd)}` failed; {hint}")
+
+
+def find_programs(programs: Mapping[str, str]) -> dict[str, str] | None:
+    """The path of each program (name -> an absolute path or a name on the PATH), or None
+    when one is missing."""
+    found = {}
+    for name, where in programs.items():
+        path = where if os.access(where, os.X_OK) else shutil.which(where)
+        if not path:
+            return None
+        found[name] = path
+    return found
+
+
+def ensure_programs(
+    programs: Mapping[str, str], packages: Sequence[str], hint: str
+) -> dict[str, str]:
+    """The programs' paths: those found here, else Debian's ``packages`` installed now.
+
+    Raises:
+        RuntimeError: one is missing and cannot be installed here (not root, no apt-get,
+            or the install failed); the message says what to do.
+    """
+    found = find_programs(programs)
+    if found:
+        return found
+    apt_get_install(packages, hint)
+    found = find_programs(programs)
+    if found is None:
+        raise RuntimeError(
+            f"installed {', '.join(packages)} but a program is still missing; {hint}"
+        )
+    return found
+
+
+def main_for(programs: Mapping[str, str], packages: Sequence[str], hint: str) -> int:
+    """An ``install_*`` tool's main: print each program's path (installing first if
+    needed); 1 with the error on stderr when that fails."""
+    try:
+        found = ensure_programs(programs, packages, hint)
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    for name, path in found.items():
+        print(f"{name}: {path}")
+    return 0

@@ -14,10 +14,6 @@ Usage::
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-
 PROGRAMS = {"sshd": "/usr/sbin/sshd", "ssh": "ssh", "ssh-keygen": "ssh-keygen", "rsync": "rsync"}
 PACKAGES = ("openssh-server", "openssh-client", "rsync")
 HINT = (
@@ -28,13 +24,9 @@ HINT = (
 
 def find_programs() -> dict[str, str] | None:
     """The path of each program, or None when one is missing."""
-    found = {}
-    for name, where in PROGRAMS.items():
-        path = where if os.access(where, os.X_OK) else shutil.which(where)
-        if not path:
-            return None
-        found[name] = path
-    return found
+    from apt_packages import find_programs as find  # a sibling: tools/ is sys.path[0]
+
+    return find(PROGRAMS)
 
 
 def install() -> dict[str, str]:
@@ -44,30 +36,12 @@ def install() -> dict[str, str]:
         RuntimeError: when one is missing and cannot be installed here (not root, no
             apt-get, or the install failed); the message says what to do.
     """
-    found = find_programs()
-    if found:
-        return found
-    from apt_packages import apt_get_install  # a sibling: tools/ is sys.path[0] for a script
+    from apt_packages import ensure_programs
 
-    apt_get_install(PACKAGES, HINT)
-    found = find_programs()
-    if found is None:
-        raise RuntimeError(
-            f"installed {', '.join(PACKAGES)} but a program is still missing; {HINT}"
-        )
-    return found
-
-
-def main() -> int:
-    try:
-        found = install()
-    except RuntimeError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    for name, path in found.items():
-        print(f"{name}: {path}")
-    return 0
+    return ensure_programs(PROGRAMS, PACKAGES, HINT)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from apt_packages import main_for
+
+    raise SystemExit(main_for(PROGRAMS, PACKAGES, HINT))
