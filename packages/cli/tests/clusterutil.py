@@ -5,7 +5,7 @@ loopback; ``--temp-dir`` keeps each test's sessions apart from every other's.
 
 These multi-node helpers live here rather than in :mod:`rayfield.testing` because they
 run the `rayfield` command (rayfield-cli), which rayfield-core does not depend on; the
-waits come from :mod:`rayfield.testing`.
+tests wait with :func:`rayfield.testing.wait_for`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rayfield import testing
 from rayfield.util.cluster import stop_all
 
 CLI = [sys.executable, "-m", "rayfield.cli.main"]
@@ -96,12 +95,6 @@ def add_node(address: str, temp_dir: Path, resources: str, *extra: str, **kw: An
         *extra,
         **kw,
     )
-
-
-def wait_for(fn: Callable[[], Any], what: str, timeout_s: float = 20) -> Any:
-    """Poll ``fn`` until it returns something true, and return that; raise TimeoutError
-    naming ``what`` (:func:`rayfield.testing.wait_for`, polling every 0.2 s)."""
-    return testing.wait_for(fn, timeout_s, what, interval=0.2)
 
 
 # `rayfield stop` runs still under way: (temp_dir, the process, its output file).

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-from clusterutil import rayfield_cmd, stop_in_background, wait_for
+from clusterutil import rayfield_cmd, stop_in_background
 
 import rayfield as rf
+from rayfield.testing import wait_for
 from rayfield.util import state
 
 
@@ -158,7 +159,7 @@ def test_work_no_node_fits_waits_and_status_shows_it(cluster: Cluster) -> None:
         out = rayfield_cmd("status", "--temp-dir", str(cluster.temp_dir)).stdout
         return out if "nowhere" in out else ""
 
-    out = wait_for(status_with_demand, "the infeasible demand in rayfield status")
+    out = wait_for(status_with_demand, 20, "the infeasible demand in rayfield status", interval=0.2)
     assert "3 node(s) alive" in out
     assert "1 x 1 CPU, 1 nowhere: infeasible" in out
     assert "/3 CPU used" in out and "/2 b_res used" in out and "/1 c_res used" in out
@@ -297,13 +298,15 @@ def test_named_actor_is_found_from_another_node_and_its_name_is_unique(cluster: 
     assert rf.get(call_by_name.remote("no-such-actor"))[0] == "missing"
     taken = rf.get(create_named.remote("shared-counter"))  # from node c: one name per cluster
     assert "shared-counter" in taken and "taken" in taken
-    [listed] = wait_for(  # the creation's event reaches the GCS within a second
+    [listed] = wait_for(
         lambda: [
             a
             for a in state.list_actors()
             if a["name"] == "shared-counter" and a["state"] == "ALIVE"
         ],
+        20,
         "the named actor listed ALIVE",
+        interval=0.2,
     )
     assert listed["class_name"] == "Counter"
     rf.kill(counter)  # it lives on node b: its node kills it, and the name is free again
@@ -331,9 +334,17 @@ def test_classic_state_api_covers_every_node(cluster: Cluster) -> None:
     assert totals["CPU"] == 3 and totals["b_res"] == 2 and totals["c_res"] == 1
     marker = rf.get(node_of.options(resources={"c_res": 1}, name="on_c_marker").remote())
     assert marker == cluster.nodes["c"]
-    wait_for(lambda: rf.available_resources().get("c_res") == 1, "c_res free again in the GCS view")
+    wait_for(
+        lambda: rf.available_resources().get("c_res") == 1,
+        20,
+        "c_res free again in the GCS view",
+        interval=0.2,
+    )
     done = wait_for(
-        lambda: [t for t in rf.tasks() if t["name"] == "on_c_marker"], "node c's task event"
+        lambda: [t for t in rf.tasks() if t["name"] == "on_c_marker"],
+        20,
+        "node c's task event",
+        interval=0.2,
     )
     assert done[0]["state"] == "FINISHED" and done[0]["node"] != "127.0.0.1"
     trace = rf.timeline()
@@ -375,13 +386,17 @@ def test_jobs_are_recorded_and_auto_joins_the_cluster(cluster: Cluster, tmp_path
     try:
         wait_for(
             lambda: any(j["driver_pid"] == killed.pid for j in state.list_jobs()),
+            20,
             "the second driver's job",
+            interval=0.2,
         )
     finally:
         killed.kill()
         killed.wait()
     [job] = wait_for(
         lambda: [j for j in state.list_jobs() if j["driver_pid"] == killed.pid and j["end_s"]],
+        20,
         "the killed driver's job to end",
+        interval=0.2,
     )
     assert job["state"] == "FINISHED"

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from clusterutil import add_node, start_nodes, stop_in_background, wait_for
+from clusterutil import add_node, start_nodes, stop_in_background
 
 import rayfield as rf
 import rayfield.util.state
 from rayfield._private.common.code import NAMESPACE, is_code
 from rayfield._private.gcs.client import GcsClient
+from rayfield.testing import wait_for
 from rayfield.util.cluster import find_token
 
 
@@ -57,25 +58,39 @@ def test_code_exported_on_a_dead_node_comes_from_the_gcs(tmp_path: Path) -> None
     rf.init(address=address, temp_dir=str(tmp_path))
     try:
         with GcsClient(address, find_token(address, tmp_path)) as gcs:
-            nodes = wait_for(lambda: len(gcs.get_nodes()) == 3 and gcs.get_nodes(), "3 nodes")
+            nodes = wait_for(
+                lambda: len(gcs.get_nodes()) == 3 and gcs.get_nodes(), 20, "3 nodes", interval=0.2
+            )
             [b_session] = [n.session_dir for n in nodes if "b" in n.resources_total]
             started = tmp_path / "started"
             blocker = hold_c.remote(str(started), str(go))
             # "c" is busy before write_on_c is sent, so write_on_c waits on node C
-            wait_for(started.exists, "hold_c running on node C", 30)
+            wait_for(started.exists, 30, "hold_c running on node C", interval=0.2)
             before = set(gcs.kv_keys(NAMESPACE))
             assert rf.get(export_on_b.remote(str(out))) == "submitted"
             new = set(gcs.kv_keys(NAMESPACE)) - before
             assert new and all(is_code(k) for k in new)  # export_on_b, write_on_c
-        wait_for(lambda: node_row("c")["tasks_queued"] == 1, "write_on_c queued on node C")
+        wait_for(
+            lambda: node_row("c")["tasks_queued"] == 1,
+            20,
+            "write_on_c queued on node C",
+            interval=0.2,
+        )
         node_b = psutil.Process(json.loads((Path(b_session) / "node.json").read_text())["pid"])
         for p in [node_b, *node_b.children(recursive=True)]:
             p.send_signal(signal.SIGKILL)
         # node B is declared dead; its store (and the code in it) is gone
-        wait_for(lambda: not node_row("b", alive=False)["alive"], "node B declared dead")
+        wait_for(
+            lambda: not node_row("b", alive=False)["alive"],
+            20,
+            "node B declared dead",
+            interval=0.2,
+        )
         go.touch()
         rf.get(blocker, timeout=30)
-        text = wait_for(lambda: out.exists() and out.read_text(), "write_on_c on node C", 30)
+        text = wait_for(
+            lambda: out.exists() and out.read_text(), 30, "write_on_c on node C", interval=0.2
+        )
         assert text == "made with code exported on node B"
     finally:
         rf.shutdown()

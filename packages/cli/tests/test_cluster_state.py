@@ -13,10 +13,10 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-from clusterutil import wait_for
 
 import rayfield as rf
 from rayfield._private.transport import auth_metadata, open_channel
+from rayfield.testing import wait_for
 from rayfield.util import state
 from rayfield.util.cluster import find_token
 
@@ -55,7 +55,7 @@ def workload(driver_cluster: tuple[str, Path]) -> dict[str, Any]:
         names = [t["name"] for t in state.list_tasks() if t["state"] == "FINISHED"]
         return names.count("on_head") == 4 and {"on_b", "Greeter.__init__"} <= set(names)
 
-    wait_for(shipped, "the task events of both nodes in the GCS")
+    wait_for(shipped, 20, "the task events of both nodes in the GCS", interval=0.2)
     return {"greeter": greeter, "actor_pid": actor_pid, "kept": kept}
 
 
@@ -161,4 +161,6 @@ def test_list_named_actors_covers_the_cluster(workload: dict[str, Any]) -> None:
     assert "far" in rf.util.list_named_actors()
     assert {"name": "far", "namespace": ""} in rf.util.list_named_actors(all_namespaces=True)
     rf.kill(far)
-    wait_for(lambda: "far" not in rf.util.list_named_actors(), "far gone from the list")
+    wait_for(
+        lambda: "far" not in rf.util.list_named_actors(), 20, "far gone from the list", interval=0.2
+    )

@@ -21,10 +21,11 @@ from urllib.parse import urlsplit
 import numpy as np
 import psutil
 import pytest
-from clusterutil import rayfield_cmd, start_nodes, stop_in_background, wait_for
+from clusterutil import rayfield_cmd, start_nodes, stop_in_background
 from playwright.sync_api import Browser, Page
 
 import rayfield as rf
+from rayfield.testing import wait_for
 from rayfield.util.state import StateClient
 
 TOOL = Path(__file__).resolve().parents[3] / "tools" / "install_browser.py"
@@ -104,7 +105,9 @@ def workload(cluster: dict[str, Any]) -> dict[str, Any]:
             {"on_head", "on_b", "Counter.__init__"}
             <= {t["name"] for t in state.tasks() if t["state"] == "FINISHED"}
         ),
+        20,
         "the task events of both nodes in the GCS",
+        interval=0.2,
     )
     return {"counter": counter, "actor_pid": actor_pid, "kept": kept}
 
@@ -176,7 +179,12 @@ def test_nodes_page_matches_the_cluster(page: Page, cluster: dict[str, Any]) -> 
                 assert f"{name} " in cells["resources"] and f"/{total:g}" in cells["resources"]
         return True
 
-    wait_for(shown_and_expected, "the nodes table to show what StateClient.nodes() says")
+    wait_for(
+        shown_and_expected,
+        20,
+        "the nodes table to show what StateClient.nodes() says",
+        interval=0.2,
+    )
     assert page.locator("#nodes-table tbody tr").count() == 2
     assert page.inner_text("#summary").startswith("2 nodes alive")
 
@@ -242,7 +250,12 @@ def test_page_updates_without_reload(page: Page, cluster: dict[str, Any]) -> Non
     before = int(finished.inner_text())
     page.evaluate("window.__loaded_once = true")
     assert rf.get([on_head.remote(i) for i in range(5)]) == [1, 2, 3, 4, 5]
-    wait_for(lambda: int(finished.inner_text()) >= before + 5, "the finished count to grow")
+    wait_for(
+        lambda: int(finished.inner_text()) >= before + 5,
+        20,
+        "the finished count to grow",
+        interval=0.2,
+    )
     assert page.evaluate("window.__loaded_once") is True  # the same page, never reloaded
 
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from clusterutil import CLI, rayfield_cmd, wait_for
+from clusterutil import CLI, rayfield_cmd
 
 import rayfield as rf
+from rayfield.testing import wait_for
 from rayfield.util import state
 
 
@@ -65,7 +66,9 @@ def workload(driver_cluster: tuple[str, Path]) -> dict[str, Any]:
     names = {"on_head", "on_b", "Greeter.hello", "Napper.pid"}
     wait_for(
         lambda: names <= {t["name"] for t in state.list_tasks()},
+        20,
         "the task events of both nodes in the GCS",
+        interval=0.2,
     )
     return {
         "greeter": greeter,

@@ -18,6 +18,7 @@ import pytest
 from clusterutil import CLI, cli_process
 from test_inspect_units import FakeLogs
 
+from rayfield.cli import _interrupt
 from rayfield.cli._interrupt import INTERRUPTED_EXIT_STATUS, StopOnInterrupt
 from rayfield.cli.logs import follow_log
 from rayfield.testing import wait_for
@@ -69,16 +70,15 @@ def test_ctrl_c_during_a_read_ends_the_follow_after_that_read(
     assert out == b"old\nappended during the interrupted read\n"
 
 
+@pytest.mark.timeout(120)  # a sleep that ran its hour would be a hang: failed here
 def test_sleep_returns_when_sigint_comes_and_the_handler_is_restored() -> None:
     before = signal.getsignal(signal.SIGINT)
     timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))  # from another thread
     with StopOnInterrupt() as interrupt:
-        started = time.monotonic()
         timer.start()
-        interrupt.sleep(30)
-        assert interrupt.stopped and time.monotonic() - started < 10
-        interrupt.sleep(30)  # stopped already: returns at once
-        assert time.monotonic() - started < 10
+        interrupt.sleep(3600)  # only the signal ends it
+        assert interrupt.stopped
+        interrupt.sleep(3600)  # stopped already: returns at once
     timer.join()
     assert signal.getsignal(signal.SIGINT) is before
     assert signal.set_wakeup_fd(-1) == -1  # the wakeup descriptor is unset again
@@ -97,11 +97,34 @@ def test_sigint_stops_even_when_it_was_ignored_before() -> None:
         signal.signal(signal.SIGINT, previous)
 
 
-def test_sleep_runs_its_time_without_a_signal() -> None:
+class _FakeClock:
+    """``time`` and ``select`` of ``_interrupt`` without waiting: each select "waits" at
+    most ``step`` seconds of this clock (as a select woken early by another signal would)."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 64.0, step
+        self.selects: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def select(
+        self, r: Any, w: Any, x: Any, timeout: float
+    ) -> tuple[list[Any], list[Any], list[Any]]:
+        self.selects.append(timeout)
+        self.now += min(timeout, self.step)
+        return [], [], []
+
+
+def test_sleep_runs_its_time_without_a_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _FakeClock(step=0.125)  # binary fractions: the sums are exact
+    monkeypatch.setattr(_interrupt, "time", clock)
+    monkeypatch.setattr(_interrupt, "select", clock)
     with StopOnInterrupt() as interrupt:
-        started = time.monotonic()
-        interrupt.sleep(0.1)
-        assert not interrupt.stopped and time.monotonic() - started >= 0.1
+        interrupt.sleep(0.5)
+        assert not interrupt.stopped
+    # woken early three times, it waited on for what was left, to its deadline exactly
+    assert clock.selects == [0.5, 0.375, 0.25, 0.125] and clock.now == 64.5
 
 
 def test_refused_off_the_main_thread() -> None:

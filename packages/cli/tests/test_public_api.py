@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clusterutil import wait_for
 
 import rayfield as rf
 from rayfield.experimental import internal_kv as kv
+from rayfield.testing import wait_for
 from rayfield.util import cluster, state
 
 
@@ -63,7 +63,7 @@ def test_resource_demand_shows_what_no_node_fits(driver_cluster: tuple[str, Path
     def infeasible() -> list[dict[str, object]]:
         return [d for d in state.resource_demand() if d["infeasible"]]
 
-    [row] = wait_for(infeasible, "the infeasible task in the nodes' demand")
+    [row] = wait_for(infeasible, 20, "the infeasible task in the nodes' demand", interval=0.2)
     assert row["shape"] == {"CPU": 1.0, "nowhere": 2.0} and row["count"] == 1
     assert row["address"] in {n["address"] for n in state.list_nodes() if n["alive"]}
     rf.cancel(ref)
@@ -81,7 +81,9 @@ def test_state_client_records_and_events(driver_cluster: tuple[str, Path]) -> No
         assert client.kv_del("public-api", "k") is True
     events = wait_for(
         lambda: [e for e in state.list_task_events() if e.get("name") == "kv_from_a_worker"],
+        20,
         "the task's event in the GCS",
+        interval=0.2,
     )
     assert events[0]["kind"] == "task"
 
