@@ -1,13 +1,12 @@
-"""Shared helpers: a deadline-bounded wait on observable state, the command run in a
-new process, the processes of a cluster directory, a cluster YAML writer, and the node
-updaters over an in-memory provider that the updater tests (scripted and over SSH)
-share."""
+"""Shared helpers: the command run in a new process, the processes of a cluster
+directory, a cluster YAML writer, and the node updaters over an in-memory provider that
+the updater tests (scripted and over SSH) share. Waits use
+:func:`rayfield.testing.wait_for`."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,18 +29,6 @@ from rayfield.autoscaler.updater import NodeUpdater, plan_update, runtime_hash
 pytest_plugins = ["rayfield.testing"]
 
 T = TypeVar("T")
-
-
-def wait_until(check: Callable[[], T], timeout_s: float, what: str, period_s: float = 0.2) -> T:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(period_s)
 
 
 def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

@@ -16,11 +16,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import cli, processes_under, wait_until, write_config
+from conftest import cli, processes_under, write_config
 
 from rayfield.autoscaler.commands import head_node, monitor_log, provider_for, worker_nodes
 from rayfield.autoscaler.config import load_config
 from rayfield.autoscaler.local_process import LocalProcessProvider
+from rayfield.testing import wait_for
 
 REQUEST = (
     "import sys, rayfield; from rayfield.autoscaler.sdk import request_resources; "
@@ -118,7 +119,9 @@ def test_up_scale_up_scale_down_request_recover_down(tmp_path: Path, cluster_dir
         joined = [w for w in ids if provider.cluster_node_id(w)]
         return joined if len(ids) == len(joined) == n else []
 
-    (first_worker,) = wait_until(lambda: workers_joined(1), 120, "the min_workers worker")
+    (first_worker,) = wait_for(
+        lambda: workers_joined(1), 120, "the min_workers worker", interval=0.2
+    )
 
     out = tmp_path / "driver-out"
     out.mkdir()
@@ -131,17 +134,22 @@ def test_up_scale_up_scale_down_request_recover_down(tmp_path: Path, cluster_dir
 
     try:
         # The first task runs on the worker (the head has no CPU).
-        first = wait_until(
-            lambda: (out / "first").exists() and (out / "first").read_text(), 120, "the first task"
+        first = wait_for(
+            lambda: (out / "first").exists() and (out / "first").read_text(),
+            120,
+            "the first task",
+            interval=0.2,
         )
         assert first == provider.cluster_node_id(first_worker)
         # Two 1-CPU tasks on one 1-CPU worker: one queues, and the autoscaler adds a
         # second worker; work submitted from then on runs on it.
-        joined = wait_until(lambda: workers_joined(2), 120, "a second worker")
+        joined = wait_for(lambda: workers_joined(2), 120, "a second worker", interval=0.2)
         (second_worker,) = set(joined) - {first_worker}
         new_node = provider.cluster_node_id(second_worker)
         (out / "go").write_text(str(new_node))
-        wait_until(lambda: (out / "on-new-node").exists(), 150, "a task on the new worker")
+        wait_for(
+            lambda: (out / "on-new-node").exists(), 150, "a task on the new worker", interval=0.2
+        )
         (out / "release").write_text("")
         output, _ = driver.communicate(timeout=120)
         assert driver.returncode == 0, output
@@ -153,7 +161,7 @@ def test_up_scale_up_scale_down_request_recover_down(tmp_path: Path, cluster_dir
             cli("down", str(cfg_path), "-y")
 
     # Idle for 3 s (idle_timeout_minutes 0.05): back to min_workers, the head kept.
-    wait_until(lambda: workers_joined(1), 120, "scale-down to min_workers")
+    wait_for(lambda: workers_joined(1), 120, "scale-down to min_workers", interval=0.2)
     assert head_node(provider) == head
     log = monitor_log(provider).read_text()
     assert "launching 1 node(s) of type worker" in log and "(idle)" in log, log
@@ -161,7 +169,9 @@ def test_up_scale_up_scale_down_request_recover_down(tmp_path: Path, cluster_dir
     # request_resources(num_cpus=2) with no task queued: a second 1-CPU worker starts,
     # and `rayfield status` shows the request in the autoscaler's view.
     request_cpus(cfg_path, 2)
-    joined = wait_until(lambda: workers_joined(2), 120, "a worker for request_resources")
+    joined = wait_for(
+        lambda: workers_joined(2), 120, "a worker for request_resources", interval=0.2
+    )
     rayfield = shlex.quote(str(Path(sys.executable).parent / "rayfield"))
 
     def status_shows_request() -> str:
@@ -169,7 +179,7 @@ def test_up_scale_up_scale_down_request_recover_down(tmp_path: Path, cluster_dir
         text = out.stdout
         return text if "requested (request_resources)\n    2 x 1 CPU" in text else ""
 
-    status = wait_until(status_shows_request, 30, "the request in `rayfield status`", 1.0)
+    status = wait_for(status_shows_request, 30, "the request in `rayfield status`", interval=0.2)
     assert "autoscaler of 't'" in status and "demand: none" in status, status
 
     # A worker whose node process dies is declared dead by the GCS, terminated as lost
@@ -177,22 +187,26 @@ def test_up_scale_up_scale_down_request_recover_down(tmp_path: Path, cluster_dir
     assert isinstance(provider, LocalProcessProvider)
     victim = joined[0]
     os.kill(node_pid(provider, victim), signal.SIGKILL)
-    replaced = wait_until(
+    replaced = wait_for(
         lambda: victim not in worker_nodes(provider) and workers_joined(2),
         120,
         "the killed worker replaced",
+        interval=0.2,
     )
     assert victim not in replaced
     assert f"terminating {victim} (lost)" in monitor_log(provider).read_text()
 
     # request_resources(0) clears the request: back to min_workers after the idle timeout.
     request_cpus(cfg_path, 0)
-    wait_until(lambda: workers_joined(1), 120, "scale-down once the request is cleared")
+    wait_for(lambda: workers_joined(1), 120, "scale-down once the request is cleared", interval=0.2)
 
     down = cli("down", str(cfg_path), "-y")
     assert down.returncode == 0, down.stdout + down.stderr
     assert "terminated 2 nodes" in down.stdout
     assert provider.non_terminated_nodes({}) == []
-    wait_until(
-        lambda: not processes_under(cluster_dir), 30, "no process left under the cluster dir"
+    wait_for(
+        lambda: not processes_under(cluster_dir),
+        30,
+        "no process left under the cluster dir",
+        interval=0.2,
     )

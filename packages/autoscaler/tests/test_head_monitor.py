@@ -20,7 +20,7 @@ from typing import IO, Any
 import psutil
 import pytest
 import yaml
-from conftest import ssh_config, wait_until
+from conftest import ssh_config
 
 from rayfield.autoscaler import commands, head_monitor
 from rayfield.autoscaler.autoscaler import node_config, node_tags
@@ -30,6 +30,7 @@ from rayfield.autoscaler.launcher_state import SSHClusterProvider
 from rayfield.autoscaler.local import LocalNodeProvider
 from rayfield.autoscaler.node_provider import STATUS_UP_TO_DATE
 from rayfield.autoscaler.node_setup import NodeSetup
+from rayfield.testing import wait_for
 
 TESTS = Path(__file__).resolve().parent
 
@@ -236,7 +237,7 @@ def test_start_copies_privately_runs_there_pulls_back_stops_and_removes(tmp_path
         assert provider.token(head) == token
 
         assert head_monitor.stop(cfg, setup)
-        wait_until(lambda: _gone(pid), 30, "the head's monitor to exit")
+        wait_for(lambda: _gone(pid), 30, "the head's monitor to exit", interval=0.2)
         assert not head_monitor.running(cfg, setup)
         assert "monitor of 'hm' started" in (d / "monitor.log").read_text()
         head_monitor.remove(cfg, setup)

@@ -43,14 +43,14 @@ from typing import Any
 import psutil
 import pytest
 import yaml
-from conftest import processes_under, wait_until
+from conftest import processes_under
 
 from rayfield.autoscaler.commands import provider_for
 from rayfield.autoscaler.config import load_config
 from rayfield.autoscaler.local import LocalNodeProvider
 from rayfield.autoscaler.local_process import LocalProcessProvider
 from rayfield.autoscaler.node_provider import KIND_HEAD, KIND_WORKER, TAG_NODE_KIND
-from rayfield.testing import run_as
+from rayfield.testing import run_as, wait_for
 from rayfield.util import private_files
 from rayfield.util.private_files import UnsafeFileError
 
@@ -285,20 +285,22 @@ def test_a_running_monitor_stops_when_its_cluster_dir_is_swapped(
             env=victim_env(shared),
         )
     try:
-        wait_until(
+        wait_for(
             lambda: "monitor of 'swapped' started" in _log(log) or monitor.poll() is not None,
             60,
             "the monitor to start",
+            interval=0.2,
         )
         assert monitor.poll() is None, _log(log)
         # The parent becomes the attacker's (see the module docstring); it renames the
         # cluster directory away and puts its own, with its head record, in its place.
         os.chown(parent, attacker.user.pw_uid, -1)
         attacker.do("plant", parent / "swapped")
-        wait_until(
+        wait_for(
             lambda: monitor.poll() is not None or attacker.connections(),
             60,
             "the monitor to stop (or to connect to the attacker)",
+            interval=0.2,
         )
     finally:
         if monitor.poll() is None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import cli, wait_until
+from conftest import cli
 from netns import SSHHosts, namespaces_left, node_commands, ssh_hosts
 
 from rayfield.autoscaler import head_monitor
@@ -42,6 +42,7 @@ from rayfield.autoscaler.node_provider import (
     TAG_RUNTIME_CONFIG,
 )
 from rayfield.autoscaler.updater import runtime_hash
+from rayfield.testing import wait_for
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -174,7 +175,9 @@ def check_head_access(cfg_path: Path, hosts: SSHHosts, tmp_path: Path) -> None:
     out = tmp_path / "tmux-out"
     tmux = cli("exec", str(cfg_path), f'echo "$RAYFIELD_HEAD_IP" > {out}', "--tmux")
     assert tmux.returncode == 0, tmux.stdout + tmux.stderr
-    wait_until(lambda: out.exists() and out.read_text() == f"{hosts.ips[0]}\n", 30, "tmux")
+    wait_for(
+        lambda: out.exists() and out.read_text() == f"{hosts.ips[0]}\n", 30, "tmux", interval=0.2
+    )
     assert cli("exec", str(cfg_path), "tmux kill-server").returncode == 0
 
     port = free_port()
@@ -190,7 +193,7 @@ def check_head_access(cfg_path: Path, hosts: SSHHosts, tmp_path: Path) -> None:
             except OSError:
                 return b""
 
-        assert wait_until(fetch, 60, "the forwarded port") == b"hello from the head"
+        assert wait_for(fetch, 60, "the forwarded port", interval=0.2) == b"hello from the head"
         assert forward.wait(60) == 0
     finally:
         if forward.poll() is None:
@@ -237,7 +240,7 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
                     return w
             return None
 
-        worker = wait_until(worker_up, 120, "the worker set up over SSH", 1.0)
+        worker = wait_for(worker_up, 120, "the worker set up over SSH", interval=0.2)
         assert provider.internal_ip(worker) == hosts.ips[1]
         assert cli("get-worker-ips", str(cfg_path)).stdout.split()[0] == hosts.ips[1]
         # Host keys pinned at first contact: the launcher's (it reached the head) and the
@@ -277,7 +280,7 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
         assert "setting up the head" in again.stdout
         # The head's monitor hashes the mounts as the head has them.
         new_hash = runtime_hash(head_monitor.head_bootstrap(load_config(cfg_path)), KIND_WORKER)
-        wait_until(lambda: worker_up(new_hash), 120, "the worker set up again", 1.0)
+        wait_for(lambda: worker_up(new_hash), 120, "the worker set up again", interval=0.2)
         assert (tmp_path / "mounted-app" / "version").read_text() == "v2\n"
         assert (tmp_path / "setups").read_text().splitlines() == ["v1", "v1", "v2", "v2"]
 
@@ -285,7 +288,12 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
         assert down.returncode == 0, down.stdout + down.stderr
         assert "terminated 2 nodes" in down.stdout
         assert provider.non_terminated_nodes({}) == []
-        wait_until(lambda: not host_processes(hosts), 30, "no rayfield process left on the hosts")
+        wait_for(
+            lambda: not host_processes(hosts),
+            30,
+            "no rayfield process left on the hosts",
+            interval=0.2,
+        )
         assert not on_head.exists()  # the key copy and the bootstrap config are gone
     finally:
         if provider.non_terminated_nodes({}):
@@ -349,7 +357,7 @@ def test_up_on_an_external_provider_runs_its_monitor_on_the_head_it_launched(
                     return w
             return None
 
-        worker = wait_until(worker_up, 120, "the worker the head's monitor launched")
+        worker = wait_for(worker_up, 120, "the worker the head's monitor launched", interval=0.2)
         worker_ip = provider.internal_ip(worker)
         assert {head_ip, worker_ip} == set(hosts.ips)
         # get-worker-ips pulls the head's records (the worker's rayfield id) back
@@ -388,7 +396,12 @@ def test_up_on_an_external_provider_runs_its_monitor_on_the_head_it_launched(
         # Their host keys are forgotten: a cloud gives a terminated node's address to
         # a new machine, whose key is accepted as new.
         assert (state / "known_hosts").read_text() == ""
-        wait_until(lambda: not host_processes(hosts), 30, "no rayfield process left on the hosts")
+        wait_for(
+            lambda: not host_processes(hosts),
+            30,
+            "no rayfield process left on the hosts",
+            interval=0.2,
+        )
         assert not on_head.exists()  # the key copy and the bootstrap config are gone
     finally:
         if provider.non_terminated_nodes({}):
