@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rayfield.testing import wait_for
+
 TOOLS = Path(__file__).resolve().parents[3] / "tools"
 
 
@@ -75,17 +77,11 @@ def _free_subnet() -> ipaddress.IPv4Network:
 
 
 def _wait_port(ip: str, port: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with socket.create_connection((ip, port), timeout=1):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"sshd at {ip}:{port} did not listen in {timeout_s} s"
-                ) from None
-            time.sleep(0.05)
+    def listens() -> bool:
+        with socket.create_connection((ip, port), timeout=1):
+            return True
+
+    wait_for(listens, timeout_s, f"sshd to listen at {ip}:{port}", interval=0.05)
 
 
 def _kill_namespace(ns: str) -> None:

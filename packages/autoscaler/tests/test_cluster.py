@@ -48,10 +48,11 @@ pytestmark = pytest.mark.timeout(600)
 
 DRIVER = textwrap.dedent(
     """
-    import sys, time
+    import sys
     from pathlib import Path
 
     import rayfield
+    from rayfield.testing import wait_for
 
     out = Path(sys.argv[1])
     rayfield.init()  # RAYFIELD_ADDRESS and RAYFIELD_TOKEN come from `submit`
@@ -64,34 +65,31 @@ DRIVER = textwrap.dedent(
     def hold(i):
         node = rayfield.get_runtime_context().get_node_id()
         (out / f"started-{i}").write_text(node)
-        while not (out / "release").exists():
-            time.sleep(0.05)
+        wait_for((out / "release").exists, 300, "the test's release", interval=0.05)
         return node
 
     (out / "first").write_text(rayfield.get(where.remote(), timeout=120))
     refs = [hold.remote(0), hold.remote(1)]  # 2 CPUs wanted, 1 there: one task queues
-    while not (out / "go").exists():  # the test names the new worker once it is up
-        time.sleep(0.05)
+    # the test names the new worker once it is up
+    wait_for((out / "go").exists, 300, "the test's go", interval=0.05)
     new_node = (out / "go").read_text()
     # Work submitted from now on goes to the new worker, once this node's view of the
     # cluster (refreshed every heartbeat) has it; until then it queues on the busy one.
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    def ran_on_new_node():
         ref = where.remote()
         refs.append(ref)
         ready, _ = rayfield.wait([ref], timeout=2)
-        if ready and rayfield.get(ready[0]) == new_node:
-            (out / "on-new-node").write_text(new_node)
-            break
+        return ready and rayfield.get(ready[0]) == new_node
+
+    wait_for(ran_on_new_node, 120, "a task on the new worker", interval=0)
+    (out / "on-new-node").write_text(new_node)
     print("ran on", sorted(set(rayfield.get(refs, timeout=300))))
     # Nothing runs now: the workers report themselves idle with their heartbeats.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def idle_reported():
         idle = [n["idle_duration_s"] for n in rayfield.nodes() if n["alive"]]
-        if any(s > 0 for s in idle):
-            print("idle reported", idle)
-            break
-        time.sleep(0.1)
+        return idle if any(s > 0 for s in idle) else None
+
+    print("idle reported", wait_for(idle_reported, 30, "a node reporting idle time"))
     """
 )
 
