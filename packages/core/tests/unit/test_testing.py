@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 import pytest
 
 from rayfield.store.testing import waiting
-from rayfield.testing import RUNTIME_LEAKS, LeakCheck, ResourceSnapshot, wait_for
+from rayfield.testing import (
+    GRPC_THREADS,
+    RUNTIME_LEAKS,
+    LeakCheck,
+    ResourceSnapshot,
+    grpc_runtime,
+    wait_for,
+)
 
 
 def test_wait_for_returns_the_first_true_value() -> None:
@@ -127,3 +135,17 @@ def test_runtime_leak_patterns_match_only_their_leak() -> None:
     assert not allowed("thread 'rayfield-node' (5)")
     assert not allowed("fd 3 -> /memfd:rayfield-arena (deleted)")
     assert not allowed("fd 9 -> socket:[1234]")
+
+
+def test_grpc_threads_names_only_the_threads_of_grpcs_runtime() -> None:
+    pattern = re.compile(GRPC_THREADS)
+    assert pattern.search("native thread 12 (event_engine)")
+    assert pattern.search("native thread 13 (grpc_global_tim)")
+    assert not pattern.search("native thread 12 (python)")
+    assert not pattern.search("thread 'event_engine' (12)")
+
+
+def test_grpc_runtime_starts_grpcs_threads_for_its_block() -> None:
+    with grpc_runtime():
+        threads = ResourceSnapshot.take().threads
+    assert any(re.search(GRPC_THREADS, t) for t in threads), sorted(threads)

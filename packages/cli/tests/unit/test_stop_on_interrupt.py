@@ -1,28 +1,23 @@
 """Ctrl-C in ``rayfield logs --follow`` without processes: SIGINT stops the loop between
-two reads, never inside one (``rayfield/cli/_interrupt.py`` says why); and in a one-shot
-command, run as a real process: exit status 130 and one line."""
+two reads, never inside one (``rayfield/cli/_interrupt.py`` says why). The one-shot
+commands, run as real processes, are in ``integration/test_interrupt.py``."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterutil import CLI, cli_process
 from test_inspect_units import FakeLogs
 
 from rayfield.cli import _interrupt
-from rayfield.cli._interrupt import INTERRUPTED_EXIT_STATUS, StopOnInterrupt
+from rayfield.cli._interrupt import StopOnInterrupt
 from rayfield.cli.logs import follow_log
-from rayfield.testing import wait_for
-from rayfield.util.cluster import rayfield_processes
+
+pytestmark = pytest.mark.usefixtures("sigint_not_ignored")
 
 
 class InterruptedLogs(FakeLogs):
@@ -42,20 +37,6 @@ class InterruptedLogs(FakeLogs):
         reply = super().read_log(node, name, offset, max_bytes)
         self.finished += 1
         return reply
-
-
-@pytest.fixture(autouse=True)
-def sigint_not_ignored() -> Iterator[None]:
-    """SIGINT at Python's handler, so the commands started here begin with its default.
-
-    A shell starts a background job with SIGINT ignored and its children inherit that (a
-    test run started with ``&`` in a script): the commands these tests interrupt would
-    then never see the Ctrl-C a terminal sends."""
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_during_a_read_ends_the_follow_after_that_read(
@@ -141,38 +122,3 @@ def test_refused_off_the_main_thread() -> None:
     thread.start()
     thread.join()
     assert [str(e) for e in errors] == ["StopOnInterrupt handles SIGINT: use it on the main thread"]
-
-
-def test_ctrl_c_ends_a_one_shot_command_with_status_130(tmp_path: Path) -> None:
-    # A "GCS" that accepts connections and never answers: `rayfield status` waits in its
-    # first call until Ctrl-C.
-    with socket.socket() as gcs:
-        gcs.bind(("127.0.0.1", 0))
-        gcs.listen(4)
-        gcs.settimeout(60)
-        address = f"127.0.0.1:{gcs.getsockname()[1]}"
-        cmd = [*CLI, "status", "--address", address, "--token", "t", "--temp-dir", str(tmp_path)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            gcs.accept()[0].close()  # the command's check that something listens
-            call, _ = gcs.accept()  # its gRPC channel: the call is under way
-            with call:
-                proc.send_signal(signal.SIGINT)
-                _, err = proc.communicate(timeout=20)
-        finally:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == INTERRUPTED_EXIT_STATUS == 130, err
-    assert err.strip() == "rayfield: interrupted (Ctrl-C)"  # no "Aborted!", no traceback
-
-
-def test_ctrl_c_while_start_starts_stops_what_it_started(tmp_path: Path) -> None:
-    args = ["start", "--head", "--port", "0", "--num-cpus", "1", "--temp-dir", str(tmp_path)]
-    with cli_process(args, tmp_path) as proc:
-        wait_for(lambda: rayfield_processes(tmp_path), 60, "the GCS started", interval=0.05)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-        left = rayfield_processes(tmp_path)
-    assert proc.returncode == 130, err
-    assert "rayfield: interrupted (Ctrl-C)" in err and "Traceback" not in err, err
-    assert left == [], f"left running: {[p.cmdline() for p in left]}"
