@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
 import pytest
 import yaml
-from test_autoscaler_loop import MemoryProvider
+from memory_provider import MemoryProvider
 
 from rayfield.autoscaler.command_runner import CommandRunner
 from rayfield.autoscaler.config import prepare_config
@@ -27,6 +27,50 @@ from rayfield.autoscaler.node_provider import (
 from rayfield.autoscaler.updater import NodeUpdater, plan_update, runtime_hash
 
 pytest_plugins = ["rayfield.testing"]
+
+UNIT = Path(__file__).resolve().parent / "unit"
+
+
+@pytest.fixture(scope="session")
+def rayfield_known_leaks(rayfield_known_leaks: list[str]) -> list[str]:
+    from rayfield.testing import GRPC_THREADS  # not rayfield's: grpc's runtime threads
+
+    return [*rayfield_known_leaks, GRPC_THREADS]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def grpc_runtime_started() -> Iterator[None]:
+    """What lives as long as the process, made before the first module's leak snapshot:
+    numpy's BLAS thread pool (made when numpy is first imported, here through the
+    protocol's flatbuffers) and grpc's runtime, kept up for the session
+    (``rayfield.testing.grpc_runtime``): tests ask the GCS over grpc."""
+    import numpy  # noqa: F401
+
+    from rayfield.testing import grpc_runtime
+
+    with grpc_runtime():
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_leak_check(rayfield_known_leaks: list[str]) -> Iterator[None]:
+    """Each test module, once its module-scoped fixtures (fake API servers, sshd hosts,
+    clusters) are torn down, leaves no thread, fd, child process or rayfield shared
+    memory behind (:class:`rayfield.testing.LeakCheck`)."""
+    from rayfield.testing import LeakCheck  # after pytest_plugins has loaded it
+
+    check = LeakCheck(allow=rayfield_known_leaks)
+    yield
+    check.check()
+
+
+@pytest.fixture(autouse=True)
+def unit_leak_check(request: pytest.FixtureRequest) -> None:
+    """A test under ``unit/`` (no processes, sockets or servers) is checked on its own:
+    ``rayfield.testing``'s ``rayfield_leak_check`` around each test."""
+    if UNIT in Path(request.node.path).resolve().parents:
+        request.getfixturevalue("rayfield_leak_check")
+
 
 T = TypeVar("T")
 

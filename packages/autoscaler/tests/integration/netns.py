@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rayfield.testing import wait_for
 
-TOOLS = Path(__file__).resolve().parents[3] / "tools"
+TOOLS = Path(__file__).resolve().parents[4] / "tools"
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """An ``external`` provider for the launcher's end-to-end test: it "launches" a node by
 taking a free host from a fixed pool (``provider.extra_config.hosts``, the sshd network
-namespaces of tests/netns.py) and terminates it by giving the host back. Its node
+namespaces of tests/integration/netns.py) and terminates it by giving the host back. Its node
 records live in ``provider.extra_config.pool_file`` (JSON, under a lock), so the
 launcher's process and the monitor process see the same nodes, as they would a cloud's.
 Nothing runs on a taken host until the launcher sets it up over SSH."""

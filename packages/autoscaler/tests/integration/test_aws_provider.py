@@ -275,7 +275,7 @@ def test_the_example_config_bootstraps_and_launches(
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     name = cluster_name()
-    example = Path(__file__).resolve().parents[1] / "examples" / "aws.yaml"
+    example = Path(__file__).resolve().parents[2] / "examples" / "aws.yaml"
     cfg = load_config(example, {"cluster_name": name})
     cfg["provider"]["endpoint_url"] = URL
     cfg = AWSNodeProvider.bootstrap_config(cfg)

@@ -4,7 +4,7 @@ provider that keeps its own nodes (an ``external`` one, as a cloud's): ``start``
 the bootstrap config, key and launcher records to the head and starts the monitor
 there, ``pull_state`` brings the head's records back, ``stop`` and ``remove`` end it.
 The "head" here is this machine reached through a runner that runs bash in a home
-directory of the test's own (no sshd; tests/test_ssh_cluster.py does it over SSH)."""
+directory of the test's own (no sshd; tests/integration/test_ssh_cluster.py does it over SSH)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ class HomeSetup(NodeSetup):
 
 
 def external_config(tmp_path: Path, **provider: Any) -> dict[str, Any]:
-    """A prepared config of the pool provider (tests/pool_provider.py) as an
+    """A prepared config of the pool provider (tests/integration/pool_provider.py) as an
     ``external`` provider, with a dummy key and a file mount."""
     key = tmp_path / "key"
     key.write_text("a private key")

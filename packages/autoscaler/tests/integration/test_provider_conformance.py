@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from test_autoscaler_loop import MemoryProvider
+from memory_provider import MemoryProvider
 
 from rayfield.autoscaler.local_process import LocalProcessProvider
 from rayfield.autoscaler.node_provider import NodeProvider

@@ -168,9 +168,10 @@ def attacker(rayfield_second_user: pwd.struct_passwd, shared: Path) -> Iterator[
         assert address.startswith("127.0.0.1:"), "the attacker did not start"
         yield Attacker(rayfield_second_user, shared, proc, address)
     finally:
-        assert proc.stdin is not None
+        assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.close()
         proc.wait(timeout=10)
+        proc.stdout.close()
 
 
 def victim_env(shared: Path) -> dict[str, str]:

@@ -1,11 +1,11 @@
 """End to end over real SSH: `up` a `local`-provider cluster on two hosts (network
-namespaces with their own sshd, tests/netns.py) whose autoscaler runs on the head (the
+namespaces with their own sshd, tests/integration/netns.py) whose autoscaler runs on the head (the
 bootstrap config copied there; `monitor` shows its log), `submit` a script with
 arguments whose task lands on the worker host, change a file mount and `up` again (the
 nodes are set up again), `down` (nothing of the cluster left running on the hosts). On
 the way: `attach`, `rsync-up`/`rsync-down`, `exec --tmux` and `exec --port-forward`
 against the head. Then (slow) the same hosts as the pool of an `external` provider
-(tests/pool_provider.py) that creates and terminates nodes: `up` SSHes into the node the
+(tests/integration/pool_provider.py) that creates and terminates nodes: `up` SSHes into the node the
 provider gave it and starts the autoscaler there, as for a cloud provider; the
 launcher's state is kept in its own directory."""
 

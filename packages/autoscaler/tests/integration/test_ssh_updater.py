@@ -1,5 +1,5 @@
 """The SSH command runner and the node updater against real sshd instances, each in a
-network namespace of its own (tests/netns.py): commands, rsync and scp copies, a full
+network namespace of its own (tests/integration/netns.py): commands, rsync and scp copies, a full
 update in parallel on two hosts, a failing command and an unreachable host, and host
 keys: pinned at first contact in the given known-hosts file, a changed one refused
 (and the updater failing at once saying so), any accepted with host-key checking off."""

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 import yaml
-from test_autoscaler_loop import MemoryProvider
+from memory_provider import MemoryProvider
 
 from rayfield.autoscaler.config import ConfigError, load_config, prepare_config
 from rayfield.autoscaler.node_provider import NodeProvider, ProviderError, get_node_provider
 from rayfield.autoscaler.provider_conformance import NodeProviderConformance
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 class ExternalMemoryProvider(MemoryProvider):

@@ -8,7 +8,7 @@ import pytest
 
 from rayfield.autoscaler.config import ConfigError, launch_hash, load_config, prepare_config
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "local-process.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "local-process.yaml"
 
 
 def minimal(**extra: object) -> dict:

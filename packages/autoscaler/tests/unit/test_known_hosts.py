@@ -1,7 +1,7 @@
 """Host-key checking without sshd: the ssh options a runner passes (accept-new with the
 cluster's known-hosts file by default, the old way only when asked), the file's
 creation and checks, quoting, forgetting a terminated cloud node's keys, and the config
-key ``auth.host_key_checking``. tests/test_ssh_updater.py checks them against sshd."""
+key ``auth.host_key_checking``. tests/integration/test_ssh_updater.py checks them against sshd."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ssh_config
-from test_autoscaler_loop import MemoryProvider
+from memory_provider import MemoryProvider
 
 from rayfield.autoscaler import known_hosts
 from rayfield.autoscaler.command_runner import SSHCommandRunner
