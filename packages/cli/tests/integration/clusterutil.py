@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from rayfield.util.cluster import stop_all
 
 CLI = [sys.executable, "-m", "rayfield.cli.main"]
@@ -114,6 +116,23 @@ def stop_in_background(temp_dir: Path) -> None:
         [*CLI, "stop", "--temp-dir", str(temp_dir)], stdout=out, stderr=subprocess.STDOUT
     )
     _stopping.append((temp_dir, proc, out))
+
+
+def stops_in_flight() -> list[str]:
+    """What the ``rayfield stop`` runs still under way hold in this process, as
+    :class:`rayfield.testing.LeakCheck` patterns: each stop process (and any process it
+    started) by pid, and the file descriptor of its output file by number. The leak check
+    of a test module excludes exactly these: :func:`wait_for_stops` awaits them."""
+    patterns = []
+    for _, proc, out in _stopping:
+        if not out.closed:  # open until wait_for_stops reads it, even once the stop ended
+            patterns.append(rf"^fd {out.fileno()} -> ")
+        if proc.poll() is None:
+            pids = [proc.pid]
+            with contextlib.suppress(psutil.Error):
+                pids += [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+            patterns += [rf"^child process {pid} " for pid in pids]
+    return patterns
 
 
 def wait_for_stops(timeout_s: float = 120) -> None:
