@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from clusterutil import rayfield_cmd, start_nodes, stop_in_background
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "core" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "core" / "examples"
 
 
 @pytest.fixture()

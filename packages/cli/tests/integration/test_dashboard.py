@@ -28,7 +28,7 @@ import rayfield as rf
 from rayfield.testing import wait_for
 from rayfield.util.state import StateClient
 
-TOOL = Path(__file__).resolve().parents[3] / "tools" / "install_browser.py"
+TOOL = Path(__file__).resolve().parents[4] / "tools" / "install_browser.py"
 
 
 def fmt_bytes(n: float) -> str:
