@@ -326,9 +326,9 @@ def learning(session: nox.Session) -> None:
 def chaos(session: nox.Session) -> None:
     """Faults and time, each run stopping by itself; any lost result, hang or growth fails:
 
-    * the two-node chaos run (``packages/cli/tests/chaos_run.py``: a worker SIGKILLed
-      every 0.3 s, the second node killed and replaced, 2,000 retried tasks and 400 calls
-      to restartable actors) 20 times in a row;
+    * the two-node chaos run (``packages/cli/tests/integration/chaos_run.py``: a worker
+      SIGKILLed every 0.3 s, the second node killed and replaced, 2,000 retried tasks and
+      400 calls to restartable actors) 20 times in a row;
     * the head (GCS and node) SIGKILLed under a driver on the other node and restarted
       with its own command (``test_cluster_faults.py``);
     * a 30-minute soak of mixed tasks, actors and 100 MB objects on two nodes, each node's
@@ -337,7 +337,7 @@ def chaos(session: nox.Session) -> None:
     ``-- --runs N --minutes M`` changes the repetitions and the soak's length.
     """
     install_packages(session)
-    tests = ROOT / "packages" / "cli" / "tests"
+    tests = ROOT / "packages" / "cli" / "tests" / "integration"
     args = list(session.posargs)
     runs = args[args.index("--runs") + 1] if "--runs" in args else "20"
     minutes = args[args.index("--minutes") + 1] if "--minutes" in args else "30"

@@ -1,6 +1,6 @@
 """`rayfield-autoscaler up` of a 3-node SSH cluster (a head and two workers, the `local`
 provider) on hosts that are network namespaces with their own sshd, as the tests'
-``tests/netns.py`` makes them (needs root, `ip`, Debian's openssh-server and rsync).
+``tests/integration/netns.py`` makes them (needs root, `ip`, Debian's openssh-server and rsync).
 
 Prints, per run: the wall time of ``up`` (the head set up over SSH, its node started and
 the autoscaler started on the head), the time until both workers are set up over SSH and
@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 
 from netns import node_commands, ssh_hosts
 

@@ -1,21 +1,20 @@
-"""Shared helpers: a deadline-bounded wait on observable state, the command run in a
-new process, the processes of a cluster directory, a cluster YAML writer, and the node
-updaters over an in-memory provider that the updater tests (scripted and over SSH)
-share."""
+"""Shared helpers: the command run in a new process, the processes of a cluster
+directory, a cluster YAML writer, and the node updaters over an in-memory provider that
+the updater tests (scripted and over SSH) share. Waits use
+:func:`rayfield.testing.wait_for`."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
 import pytest
 import yaml
-from test_autoscaler_loop import MemoryProvider
+from memory_provider import MemoryProvider
 
 from rayfield.autoscaler.command_runner import CommandRunner
 from rayfield.autoscaler.config import prepare_config
@@ -29,19 +28,51 @@ from rayfield.autoscaler.updater import NodeUpdater, plan_update, runtime_hash
 
 pytest_plugins = ["rayfield.testing"]
 
+UNIT = Path(__file__).resolve().parent / "unit"
+
+
+@pytest.fixture(scope="session")
+def rayfield_known_leaks(rayfield_known_leaks: list[str]) -> list[str]:
+    from rayfield.testing import GRPC_THREADS  # not rayfield's: grpc's runtime threads
+
+    return [*rayfield_known_leaks, GRPC_THREADS]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def grpc_runtime_started() -> Iterator[None]:
+    """What lives as long as the process, made before the first module's leak snapshot:
+    numpy's BLAS thread pool (made when numpy is first imported, here through the
+    protocol's flatbuffers) and grpc's runtime, kept up for the session
+    (``rayfield.testing.grpc_runtime``): tests ask the GCS over grpc."""
+    import numpy  # noqa: F401
+
+    from rayfield.testing import grpc_runtime
+
+    with grpc_runtime():
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_leak_check(rayfield_known_leaks: list[str]) -> Iterator[None]:
+    """Each test module, once its module-scoped fixtures (fake API servers, sshd hosts,
+    clusters) are torn down, leaves no thread, fd, child process or rayfield shared
+    memory behind (:class:`rayfield.testing.LeakCheck`)."""
+    from rayfield.testing import LeakCheck  # after pytest_plugins has loaded it
+
+    check = LeakCheck(allow=rayfield_known_leaks)
+    yield
+    check.check()
+
+
+@pytest.fixture(autouse=True)
+def unit_leak_check(request: pytest.FixtureRequest) -> None:
+    """A test under ``unit/`` (no processes, sockets or servers) is checked on its own:
+    ``rayfield.testing``'s ``rayfield_leak_check`` around each test."""
+    if UNIT in Path(request.node.path).resolve().parents:
+        request.getfixturevalue("rayfield_leak_check")
+
+
 T = TypeVar("T")
-
-
-def wait_until(check: Callable[[], T], timeout_s: float, what: str, period_s: float = 0.2) -> T:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(period_s)
 
 
 def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

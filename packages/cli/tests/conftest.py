@@ -1,36 +1,38 @@
-"""Fixtures shared by the cluster tests of rayfield-cli."""
+"""Fixtures of every rayfield-cli test: ``rayfield.testing``'s plugin, SIGINT at its
+default for the tests that send it, and the leak check of the unit tests (``unit/``: no
+processes, sockets or servers), around each test. The cluster fixtures and the leak check
+of the integration tests are in ``integration/conftest.py``."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusterutil import start_nodes, stop_in_background, wait_for_stops
 
 pytest_plugins = ["rayfield.testing"]
 
+UNIT = Path(__file__).resolve().parent / "unit"
 
-@pytest.fixture(scope="session", autouse=True)
-def clusters_stopped() -> Iterator[None]:
-    """After the last test: every cluster stopped in the background has stopped (the
-    run fails, naming it, if a ``rayfield stop`` did not succeed)."""
+
+@pytest.fixture(autouse=True)
+def unit_leak_check(request: pytest.FixtureRequest) -> None:
+    """A test under ``unit/`` leaves no thread, fd, child process or rayfield shared
+    memory behind (``rayfield.testing``'s ``rayfield_leak_check``)."""
+    if UNIT in Path(request.node.path).resolve().parents:
+        request.getfixturevalue("rayfield_leak_check")
+
+
+@pytest.fixture
+def sigint_not_ignored() -> Iterator[None]:
+    """SIGINT at Python's handler, so the commands started here begin with its default.
+
+    A shell starts a background job with SIGINT ignored and its children inherit that (a
+    test run started with ``&`` in a script): the commands these tests interrupt would
+    then never see the Ctrl-C a terminal sends."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
-    wait_for_stops()
-
-
-@pytest.fixture(scope="module")
-def driver_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """Per test module: two nodes started by the CLI (the second with 4 of resource "b")
-    and this process connected to them as a driver; yields (address, temp_dir), then
-    disconnects and stops both nodes."""
-    import rayfield as rf
-
-    temp_dir = tmp_path_factory.mktemp("rf")
-    address = start_nodes(temp_dir, resources='{"b": 4}')
-    rf.init(address=address, temp_dir=str(temp_dir))
-    try:
-        yield address, temp_dir
-    finally:
-        rf.shutdown()
-        stop_in_background(temp_dir)
+    signal.signal(signal.SIGINT, previous)

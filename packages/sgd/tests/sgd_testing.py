@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,14 +53,13 @@ class LineModel:
 
 def pause_while_closed(marker_dir: str | Path, go: str | Path) -> None:
     """Called inside an actor: while the file ``go`` is missing, write
-    ``<marker_dir>/marker-<pid>`` and wait (at most 60 s) for ``go`` to appear."""
+    ``<marker_dir>/marker-<pid>`` and wait (at most 60 s, then TimeoutError) for ``go``
+    to appear."""
     go = Path(go)
     if go.exists():
         return
     (Path(marker_dir) / f"marker-{os.getpid()}").touch()
-    deadline = time.monotonic() + 60
-    while not go.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(go.exists, 60, f"{go} (the test opens the gate)", interval=0.01)
 
 
 class PauseGate:

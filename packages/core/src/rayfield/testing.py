@@ -26,7 +26,7 @@ The counterpart of Ray's ``ray._private.test_utils`` (``wait_for_condition``) an
 
 A cluster of several nodes needs the ``rayfield start`` command (rayfield-cli), which
 rayfield-core does not depend on: the multi-node helpers live with the CLI's tests
-(``packages/cli/tests/clusterutil.py``) and use :func:`wait_for` from here.
+(``packages/cli/tests/integration/clusterutil.py``) and use :func:`wait_for` from here.
 """
 
 from __future__ import annotations
@@ -54,11 +54,13 @@ from rayfield.store.testing import wait_for
 T = TypeVar("T")
 
 __all__ = [
+    "GRPC_THREADS",
     "RUNTIME_LEAKS",
     "SECOND_USER",
     "SECOND_USER_OPT_OUT",
     "LeakCheck",
     "ResourceSnapshot",
+    "grpc_runtime",
     "local_runtime",
     "rayfield_known_leaks",
     "rayfield_leak_check",
@@ -132,6 +134,30 @@ SHM_DIR = Path("/dev/shm")
 #: fixtures' leak check by default (regular expressions over :class:`LeakCheck`'s
 #: descriptions). Each entry names its cause; remove it with the fix. None is known now.
 RUNTIME_LEAKS: tuple[str, ...] = ()
+
+#: Not rayfield's: grpc's process-wide runtime. Its timer, event-engine and lifeguard
+#: threads start with a process's first channel and live as long as the process (their
+#: pool grows and shrinks with load). A suite whose test process talks to a cluster over
+#: grpc adds this to ``rayfield_known_leaks`` and starts the runtime before its first
+#: leak snapshot with :func:`grpc_runtime` (whose descriptors then need no allowance).
+GRPC_THREADS = r"^native thread \d+ \((grpc_global_tim|event_engine|lifeguard)\)$"
+
+
+@contextlib.contextmanager
+def grpc_runtime() -> Iterator[None]:
+    """grpc's process-wide runtime started and kept up for the ``with`` block: a channel
+    to a port nothing listens on, tried once and held open until the block ends, so its
+    epoll and eventfd descriptors are made before a leak check's snapshot and are not torn
+    down and made again in between. Imports grpc."""
+    import grpc
+
+    channel = grpc.insecure_channel("127.0.0.1:1")
+    try:
+        with contextlib.suppress(grpc.FutureTimeoutError):
+            grpc.channel_ready_future(channel).result(timeout=1)
+        yield
+    finally:
+        channel.close()
 
 
 def _fds() -> set[str]:

@@ -149,26 +149,38 @@ def test_named_actor(cluster: Any) -> None:
 
 
 def test_threaded_and_async_actors_run_calls_concurrently(cluster: Any) -> None:
+    # Four calls that each wait for the other three: they can only return if they overlap.
     @rf.remote(max_concurrency=4)
-    class Sleeper:
-        def nap(self, s: float) -> float:
-            time.sleep(s)
-            return s
+    class Meeting:
+        def __init__(self) -> None:
+            import threading
+
+            self.barrier = threading.Barrier(4, timeout=60)
+
+        def meet(self) -> int:
+            return self.barrier.wait()  # BrokenBarrierError if the others never come
 
     @rf.remote
-    class AsyncSleeper:
-        async def nap(self, s: float) -> float:
+    class AsyncMeeting:
+        def __init__(self) -> None:
+            self.arrived = 0
+
+        async def meet(self) -> int:
             import asyncio
 
-            await asyncio.sleep(s)
-            return s
+            if self.arrived == 0:
+                self.everyone = asyncio.Event()
+            self.arrived += 1
+            me = self.arrived
+            if me == 4:
+                self.everyone.set()
+            await asyncio.wait_for(self.everyone.wait(), 60)  # TimeoutError if alone
+            return me - 1
 
-    for cls in (Sleeper, AsyncSleeper):
+    for cls in (Meeting, AsyncMeeting):
         actor = cls.remote()
-        rf.get(actor.nap.remote(0))
-        t0 = time.monotonic()
-        rf.get([actor.nap.remote(0.5) for _ in range(4)])
-        assert time.monotonic() - t0 < 1.5, cls
+        met = rf.get([actor.meet.remote() for _ in range(4)], timeout=120)
+        assert sorted(met) == [0, 1, 2, 3], cls
 
 
 def test_threaded_actor_runs_max_concurrency_calls_that_wait_on_each_other(cluster: Any) -> None:

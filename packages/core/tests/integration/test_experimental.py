@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import rayfield as rf
 from rayfield.experimental import async_api, signal
+from rayfield.testing import wait_for
 
 
 class Progress(signal.Signal):
@@ -52,15 +54,18 @@ def test_signals_from_tasks_and_actors(cluster: Any) -> None:
     assert isinstance(err, signal.ErrorSignal) and "actor method failed" in str(err.get_error())
 
 
-def test_receive_times_out_and_send_needs_a_task(cluster: Any) -> None:
+def test_receive_times_out_and_send_needs_a_task(cluster: Any, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+
     @rf.remote
-    def quiet() -> int:
-        time.sleep(0.5)
+    def quiet(go: str) -> int:  # finishes only once the driver's receive has returned
+        wait_for(lambda: os.path.exists(go), 60, "the driver's go")
         return 1
 
-    t0 = time.monotonic()
-    assert signal.receive([quiet.remote()], timeout=0.2) == []
-    assert time.monotonic() - t0 < 2
+    ref = quiet.remote(str(go))
+    assert signal.receive([ref], timeout=0.2) == []  # one that waited for it: 60 s, then its error
+    go.touch()
+    assert rf.get(ref, timeout=60) == 1
     with pytest.raises(RuntimeError, match="driver"):
         signal.send(Progress(0))
 

@@ -343,10 +343,12 @@ def test_node_declared_dead_after_missed_heartbeats(start_gcs: Callable[..., Gcs
         c.add_object_locations(b"silent", [_oid(7)])
         c.register_actor(ActorInfo(b"a-silent", name="x", node_id=b"silent"))
         assert sub.get(timeout_s=5).channel == CHANNEL_ACTOR  # type: ignore[union-attr]
-        deadline = time.monotonic() + 2.2
-        while time.monotonic() < deadline:
+
+        def silent_is_dead() -> bool:  # and "beating" keeps beating meanwhile
             assert c.heartbeat(b"beating", {"CPU": 1.0}) is False
-            time.sleep(0.05)
+            return not {n.node_id: n.alive for n in c.get_nodes()}[b"silent"]
+
+        wait_for(silent_is_dead, 30, "the silent node declared dead", interval=0.05)
         got = [sub.get(timeout_s=5) for _ in range(2)]
         assert [m.channel for m in got if m] == [CHANNEL_ACTOR, CHANNEL_NODE_DEAD]
         assert got[1] is not None and got[1].key == b"silent"

@@ -103,10 +103,6 @@ class FakePeer:
         return [("no" if s.task_id in self.refuse else None) for s, _ in tasks]
 
 
-def wait_until(cond: Any, timeout_s: float = 5.0) -> None:
-    wait_for(cond, timeout_s, "the forwarder's reports", interval=0.01)
-
-
 def test_forwarder_batches_what_queues_up_and_reports_each_task_in_order() -> None:
     peer = FakePeer(refuse=[tid(3)])
     fwd = Forwarder(peer.send)
@@ -115,7 +111,7 @@ def test_forwarder_batches_what_queues_up_and_reports_each_task_in_order() -> No
         for i in range(6):
             fwd.submit("p:1", spec(i), [], lambda why, i=i: outcomes.append((i, why)))
         peer.release.set()
-        wait_until(lambda: len(outcomes) == 6)
+        wait_for(lambda: len(outcomes) == 6, message="six reports")
     finally:
         fwd.close()
     assert outcomes == [(0, None), (1, None), (2, None), (3, "no"), (4, None), (5, None)]
@@ -130,7 +126,7 @@ def test_a_failed_call_refuses_every_task_of_its_batch_and_close_refuses_the_que
     fwd = Forwarder(peer.send)
     got: list[str | None] = []
     fwd.submit("p:1", spec(1), [], got.append)
-    wait_until(lambda: len(got) == 1)
+    wait_for(lambda: len(got) == 1, message="the report")
     assert got[0] is not None and "peer gone" in got[0]
     fwd.close()
     fwd.submit("p:1", spec(2), [], got.append)

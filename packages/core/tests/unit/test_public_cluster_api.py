@@ -162,8 +162,6 @@ def test_the_cluster_module_loads_grpc_only_for_tls_and_tokens() -> None:
 
 
 def test_stop_wait_counts_a_zombie_as_exited() -> None:
-    import time
-
     import psutil
 
     from rayfield._private.driver.launch import wait_exited
@@ -173,9 +171,9 @@ def test_stop_wait_counts_a_zombie_as_exited() -> None:
     try:
         gone, busy = psutil.Process(done.pid), psutil.Process(running.pid)
         exited: list[psutil.Process] = []
-        start = time.monotonic()
+        # a zombie not counted as exited would still be listed after the 30 s
         assert wait_exited([gone], 30.0, on_exit=exited.append) == []
-        assert time.monotonic() - start < 10.0 and exited == [gone]
+        assert exited == [gone]
         assert gone.status() == psutil.STATUS_ZOMBIE  # not reaped, yet counted as exited
         assert wait_exited([busy], 0.2) == [busy]
     finally:

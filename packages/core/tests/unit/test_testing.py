@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
-import time
 
 import pytest
 
-from rayfield.testing import RUNTIME_LEAKS, LeakCheck, ResourceSnapshot, wait_for
+from rayfield.store.testing import waiting
+from rayfield.testing import (
+    GRPC_THREADS,
+    RUNTIME_LEAKS,
+    LeakCheck,
+    ResourceSnapshot,
+    grpc_runtime,
+    wait_for,
+)
 
 
 def test_wait_for_returns_the_first_true_value() -> None:
@@ -16,11 +24,30 @@ def test_wait_for_returns_the_first_true_value() -> None:
     assert wait_for(lambda: next(calls), 5, "the list", interval=0) == [7]
 
 
-def test_wait_for_times_out_naming_what_and_the_last_value() -> None:
-    start = time.monotonic()
+class _FakeTime:
+    """Stands in for the ``time`` module of ``wait_for``: sleeping moves its clock."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_wait_for_times_out_naming_what_and_the_last_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _FakeTime()
+    monkeypatch.setattr(waiting, "time", clock)
     with pytest.raises(TimeoutError, match=r"after 0.1 s waiting for the answer \(last value: 0\)"):
-        wait_for(lambda: 0, 0.1, "the answer")
-    assert time.monotonic() - start < 2
+        wait_for(lambda: 0, 0.1, "the answer", interval=0.02)
+    # it gives up at its timeout: five or six sleeps of 0.02 s (float sums), not fewer or more
+    assert set(clock.slept) == {0.02} and 5 <= len(clock.slept) <= 6
 
 
 def test_wait_for_retries_exceptions_and_chains_the_last_one() -> None:
@@ -108,3 +135,17 @@ def test_runtime_leak_patterns_match_only_their_leak() -> None:
     assert not allowed("thread 'rayfield-node' (5)")
     assert not allowed("fd 3 -> /memfd:rayfield-arena (deleted)")
     assert not allowed("fd 9 -> socket:[1234]")
+
+
+def test_grpc_threads_names_only_the_threads_of_grpcs_runtime() -> None:
+    pattern = re.compile(GRPC_THREADS)
+    assert pattern.search("native thread 12 (event_engine)")
+    assert pattern.search("native thread 13 (grpc_global_tim)")
+    assert not pattern.search("native thread 12 (python)")
+    assert not pattern.search("thread 'event_engine' (12)")
+
+
+def test_grpc_runtime_starts_grpcs_threads_for_its_block() -> None:
+    with grpc_runtime():
+        threads = ResourceSnapshot.take().threads
+    assert any(re.search(GRPC_THREADS, t) for t in threads), sorted(threads)

@@ -13,7 +13,7 @@ import rayfield as rf
 from rayfield.sgd import DistributedSGD
 
 # The multi-node helpers live with rayfield-cli's tests (see rayfield.testing's docstring).
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "cli" / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "cli" / "tests" / "integration"))
 
 from clusterutil import rayfield_cmd, start_nodes
 

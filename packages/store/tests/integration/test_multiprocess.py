@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from rayfield.store import StoreClient, StoreFullError
-from rayfield.store.testing import local_node
+from rayfield.store.testing import local_node, wait_for
 
 NUM_PROCS, NUM_OBJECTS = 4, 200
 
@@ -141,13 +141,6 @@ def _info(node: Any, oid: bytes) -> dict[str, Any] | None:
     return next((o for o in node.list_objects() if o["object_id"] == oid), None)
 
 
-def _eventually(check: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {check}"
-        time.sleep(0.02)
-
-
 # ---- tests -------------------------------------------------------------------------------
 
 
@@ -162,7 +155,7 @@ def test_concurrent_writers_and_readers(tmp_path: Any) -> None:
         objects = node.list_objects()
         assert len(objects) == NUM_PROCS * NUM_OBJECTS
         assert all(o["state"] == "sealed" and o["ref_count"] == 0 for o in objects)
-        _eventually(lambda: node.stats()["num_clients"] == 0)
+        wait_for(lambda: node.stats()["num_clients"] == 0, message="every client gone")
 
 
 def test_blocked_reader_wakes_on_seal(node: Any) -> None:
@@ -170,19 +163,17 @@ def test_blocked_reader_wakes_on_seal(node: Any) -> None:
     with _processes() as spawn, StoreClient(node.socket_path) as client:
         reader = spawn("blocked_reader", node.socket_path, oid.hex())
         assert _line(reader)["step"] == "waiting"
-        deadline = time.monotonic() + 5.0  # the node reports a wait on an unknown object
-        while time.monotonic() < deadline:
-            if any(e[0] == "object_missing" and e[1] == oid for e in node.poll_events(0.1)):
-                break
+        wait_for(lambda: node.waited([oid]) == [True], message="the reader's get parked")
         view = client.create(oid, len(data))
         view[:] = data
         view.release()
-        time.sleep(0.3)  # the reader still waits: the object is not sealed
+        # created, not sealed: the node still holds the reader's get parked
+        assert node.waited([oid]) == [True]
         assert reader.poll() is None
         client.seal(oid)
         report = _line(reader, timeout_s=10.0)
         assert report["sha256"] == hashlib.sha256(data).hexdigest()
-        assert report["elapsed_s"] >= 0.3
+        assert node.waited([oid]) == [False]
         assert reader.wait(timeout=10) == 0
 
 
@@ -204,9 +195,9 @@ def test_references_of_killed_process_are_released(tmp_path: Any) -> None:
         clients = node.stats()["num_clients"]
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(timeout=10)
-        _eventually(lambda: node.stats()["num_clients"] == clients - 1)
-        _eventually(lambda: _info(node, deleted) is None)
-        _eventually(lambda: _info(node, unsealed) is None)
+        wait_for(lambda: node.stats()["num_clients"] == clients - 1)
+        wait_for(lambda: _info(node, deleted) is None)
+        wait_for(lambda: _info(node, unsealed) is None)
         assert _info(node, held)["ref_count"] == 0
         client.put(new, bytes(10 << 20))  # evicts `held`
         assert not client.contains(held) and client.contains(new)

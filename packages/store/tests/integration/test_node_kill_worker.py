@@ -6,10 +6,10 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from typing import Any
 
 from rayfield.store import StoreClient
+from rayfield.store.testing import wait_for
 
 WORKER = textwrap.dedent(
     """
@@ -40,10 +40,7 @@ def test_kill_worker_fails_unretried_tasks_with_the_given_reason(node: Any) -> N
             driver.submit_task(
                 os.urandom(20), b"r", resources={"CPU": 1}, return_ids=[retried], max_retries=1
             )
-            deadline = time.monotonic() + 20
-            while len(node.running_tasks()) < 2:
-                assert time.monotonic() < deadline, node.running_tasks()
-                time.sleep(0.05)
+            wait_for(lambda: len(node.running_tasks()) == 2, 20, "both tasks running")
             tasks = sorted(node.running_tasks(), key=lambda t: t["dispatch_seq"])
             assert [t["retriable"] for t in tasks] == [False, True]
             assert {t["pid"] for t in tasks} == {p.pid for p in procs}
@@ -55,10 +52,7 @@ def test_kill_worker_fails_unretried_tasks_with_the_given_reason(node: Any) -> N
             buf.release()
             # The retriable task loses its worker too: resubmitted, it waits for another.
             assert node.kill_worker(tasks[1]["pid"], "OUT_OF_MEMORY", "killed for a test")
-            deadline = time.monotonic() + 10
-            while node.running_tasks():
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            wait_for(lambda: not node.running_tasks(), message="no task running")
             assert [n for n in node.poll_events() if n[0] == "need_worker"]
             assert driver.get([retried], timeout_s=0) == [None]
     finally:

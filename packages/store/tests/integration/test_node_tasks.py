@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Any
 
 from rayfield.store import StoreClient
 from rayfield.store._native import ClientDisconnectedEvent, WorkerRegisteredEvent
-
-
-def _until(check: Any, what: str, timeout_s: float = 10.0) -> None:
-    """Poll ``check`` until it returns true; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+from rayfield.store.testing import wait_for
 
 
 def oid() -> bytes:
@@ -43,10 +35,16 @@ def test_wait_returns_when_enough_are_ready(node: Any) -> None:
         a.put(ids[2], b"ready")
         assert a.wait(ids, 1, timeout_s=0) == [False, False, True, False]
         assert a.wait(ids, 2, timeout_s=0.05) == [False, False, True, False]  # timed out
-        threading.Timer(0.1, lambda: b.put(ids[0], b"later")).start()
-        t0 = time.monotonic()
-        assert a.wait(ids, 2, timeout_s=5) == [True, False, True, False]
-        assert time.monotonic() - t0 < 2
+        got: list[list[bool]] = []
+        # a timeout no test run reaches: the wait returns because the second object came
+        waiter = threading.Thread(target=lambda: got.append(a.wait(ids, 2, timeout_s=600)))
+        waiter.start()
+        wait_for(lambda: node.waited([ids[0]]) == [True], message="the wait to be parked")
+        assert not got  # one ready object of the two asked for: still waiting
+        b.put(ids[0], b"later")
+        wait_for(lambda: got, timeout=30, message="the wait to return once two are ready")
+        waiter.join()
+        assert got == [[True, False, True, False]]
         # wait takes no references: the objects stay deletable
         assert a.delete([ids[0], ids[2]]) == [True, True]
 
@@ -90,7 +88,7 @@ def test_task_pins_arguments_until_done(node: Any) -> None:
         got = w.next_task(timeout_s=5)
         assert got["task_id"] == task
         w.task_done(task)
-        _until(lambda: not node.running_tasks(), "the node to take the task as done")
+        wait_for(lambda: not node.running_tasks(), message="the node to take the task as done")
         for _ in range(4):
             driver.put(oid(), b"c" * (20 << 20))
         assert not driver.contains(arg)
@@ -171,7 +169,9 @@ def test_idle_worker_thread_takes_a_call_left_while_the_other_blocks(node: Any) 
         caller = oid()
         for i in range(2):  # both dispatched before any thread waits (often in one frame)
             driver.submit_task(oid(), b"%d" % i, actor_id=actor, caller_id=caller, sequence_no=i)
-        _until(lambda: len(node.running_tasks()) == 2, "both calls dispatched to the worker")
+        wait_for(
+            lambda: len(node.running_tasks()) == 2, message="both calls dispatched to the worker"
+        )
         got: list[bytes] = []
         release = threading.Event()
 
@@ -186,7 +186,7 @@ def test_idle_worker_thread_takes_a_call_left_while_the_other_blocks(node: Any) 
         threads = [threading.Thread(target=take) for _ in range(2)]
         for t in threads:
             t.start()
-        _until(lambda: b"1" in got, "the idle thread to take call 1")
+        wait_for(lambda: b"1" in got, message="the idle thread to take call 1")
         taken_while_blocked = list(got)
         release.set()
         for t in threads:
@@ -254,12 +254,11 @@ def test_recursive_cancel_reaches_what_the_task_submitted(node: Any) -> None:
 
 def _next_event(node: Any, kind: str) -> Any:
     """The first event of `kind` from the node (others are skipped), within 10 s."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        for event in node.poll_events(timeout_s=0.5):
-            if event.kind == kind:
-                return event
-    raise AssertionError(f"no {kind} event within 10 s")
+
+    def find() -> Any:
+        return next((e for e in node.poll_events(timeout_s=0.5) if e.kind == kind), None)
+
+    return wait_for(find, message=f"a {kind} event", interval=0)
 
 
 def test_node_events_are_typed_and_keep_their_tuple_form(node: Any) -> None:
@@ -284,7 +283,7 @@ def test_waited_says_whether_a_get_still_waits_for_an_object(node: Any) -> None:
         got: list[Any] = []
         getter = threading.Thread(target=lambda: got.extend(a.get([wanted], timeout_s=10)))
         getter.start()
-        _until(lambda: node.waited([wanted]) == [True], "the get to be parked")
+        wait_for(lambda: node.waited([wanted]) == [True], message="the get to be parked")
         assert node.waited([other]) == [False]
         b.put(wanted, b"here")
         getter.join(10)

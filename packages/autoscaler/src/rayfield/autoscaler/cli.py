@@ -7,7 +7,7 @@ group (see pyproject.toml) to the ``rayfield`` group.
 This module imports only click at its top: the launcher's modules (and through them
 jsonschema, yaml, psutil and the cloud clients) are imported by the command that runs,
 so ``rayfield-autoscaler --help`` and ``rayfield --help``, which load every command to
-list it, stay fast (``tests/test_cli_startup.py``).
+list it, stay fast (``tests/integration/test_cli_startup.py``).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ a copy of ``source`` (archived in the pod, extracted here with the ``data`` filt
 no absolute paths, no ``..``, no links out of the target). A leading ``~/`` means the
 pod user's home.
 
-Tested against the exec endpoint of ``tests/fake_kubernetes.py`` (a websocket server
+Tested against the exec endpoint of ``tests/integration/fake_kubernetes.py`` (a websocket server
 that runs the command with bash on this machine), with the real client and real kubectl;
 not run against a real cluster here.
 """

@@ -1,0 +1,131 @@
+"""Placement groups on real clusters of `rayfield start` nodes (the GCS owns the table)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+from clusterutil import add_node, start_nodes, stop_in_background
+
+import rayfield as rf
+from rayfield.exceptions import ActorDiedError, TaskCancelledError
+from rayfield.testing import wait_for
+from rayfield.util import (
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+from rayfield.util.cluster import rayfield_processes
+from rayfield.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+
+@rf.remote(num_cpus=1)
+def node_of_task() -> str:
+    return rf.get_runtime_context().get_node_id()
+
+
+@rf.remote(num_cpus=1, max_restarts=1, max_task_retries=-1)
+class Member:
+    def node(self) -> str:
+        return rf.get_runtime_context().get_node_id()
+
+
+def gcs_nodes() -> list:
+    from rayfield._private import context
+    from rayfield._private.driver import names
+
+    return names.client(context.gcs_address()).get_nodes()
+
+
+def test_strict_spread_and_a_node_killed_under_the_group(tmp_path: Path) -> None:
+    address = start_nodes(tmp_path, "--heartbeat-timeout-s", "1.5")
+    rf.init(address=address, temp_dir=str(tmp_path))
+    try:
+        pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+        assert pg.wait(30)
+        placed = placement_group_table(pg)["bundles_to_node_id"]
+        assert len(set(placed.values())) == 2  # one bundle a node
+        # both CPUs reserved (free resources reach the GCS with each node's heartbeat)
+        wait_for(
+            lambda: rf.available_resources().get("CPU", 0.0) == 0.0,
+            20,
+            "CPUs reserved",
+            interval=0.2,
+        )
+        for i in (0, 1):  # work in a bundle runs on its node
+            in_bundle = node_of_task.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)
+            )
+            assert rf.get(in_bundle.remote(), timeout=60) == placed[i]
+
+        # A STRICT_PACK of 2 CPUs fits no 1-CPU node: PENDING, and shown as demand.
+        big = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_PACK")
+        assert not big.wait(0.5)
+        assert placement_group_table(big)["state"] == "PENDING"
+        shapes = [d.shape for n in gcs_nodes() for d in n.demand]
+        assert {"CPU": 2.0} in shapes
+        remove_placement_group(big)
+
+        # Kill the node of the bundle that is not on the driver's node.
+        mine = rf.get_runtime_context().get_node_id()
+        [lost] = [i for i, n in placed.items() if n != mine]
+        actor = Member.options(placement_group=pg, placement_group_bundle_index=lost).remote()
+        assert rf.get(actor.node.remote(), timeout=60) == placed[lost]
+        nodes = [p for p in rayfield_processes(tmp_path) if "node_main" in " ".join(p.cmdline())]
+        [victim] = [p for p in nodes if _node_id_of(p, tmp_path) == placed[lost]]
+        for p in [victim, *victim.children(recursive=True)]:
+            p.send_signal(signal.SIGKILL)
+        wait_for(
+            lambda: placement_group_table(pg)["state"] == "RESCHEDULING",
+            30,
+            "RESCHEDULING",
+            interval=0.2,
+        )
+        add_node(address, tmp_path, '{"x": 2}')  # the replacement
+        wait_for(
+            lambda: placement_group_table(pg)["state"] == "CREATED",
+            60,
+            "CREATED again",
+            interval=0.2,
+        )
+        moved = placement_group_table(pg)["bundles_to_node_id"][lost]
+        assert moved not in (placed[0], placed[1])
+        assert rf.get(actor.node.remote(), timeout=90) == moved  # the actor restarted there
+
+        # Removal kills the group's actors and cancels its queued tasks, on every node.
+        queued = node_of_task.options(placement_group=pg, placement_group_bundle_index=lost)
+        waiting = queued.remote()  # the actor holds the bundle's CPU: it waits
+        remove_placement_group(pg)
+        with pytest.raises(ActorDiedError):
+            rf.get(actor.node.remote(), timeout=60)
+        with pytest.raises(TaskCancelledError):
+            rf.get(waiting, timeout=60)
+        wait_for(lambda: rf.available_resources().get("CPU") == 2.0, 30, "CPUs back", interval=0.2)
+
+        # A detached group outlives its driver; the others end with their job.
+        kept = placement_group([{"x": 1}], name="kept", lifetime="detached")
+        ended = placement_group([{"x": 1}], name="ended")
+        assert kept.wait(30) and ended.wait(30)
+        rf.shutdown()
+        rf.init(address=address, temp_dir=str(tmp_path))
+        assert placement_group_table(kept)["state"] == "CREATED"
+        assert placement_group_table(ended)["state"] == "REMOVED"
+        assert get_placement_group("kept") == kept
+        remove_placement_group(kept)
+    finally:
+        rf.shutdown()
+        stop_in_background(tmp_path)
+
+
+def _node_id_of(proc: object, temp_dir: Path) -> str | None:
+    """The node id a node_main process serves, from its session's node.json."""
+    for session in temp_dir.glob("session_*"):
+        info = session / "node.json"
+        if info.exists():
+            data = json.loads(info.read_text())
+            if data.get("pid") == proc.pid:  # type: ignore[attr-defined]
+                return data.get("node_id")
+    return None
