@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from rayfield import tune
@@ -19,9 +17,12 @@ from rayfield.tune.stopper import (
 def test_stoppers():
     assert MaximumIterationStopper(3)("t", {"training_iteration": 3})
     assert not MaximumIterationStopper(3)("t", {"training_iteration": 2})
-    timeout = TimeoutStopper(0.05)
+    now = [100.0]
+    timeout = TimeoutStopper(0.05, clock=lambda: now[0])
     assert not timeout.stop_all()
-    time.sleep(0.06)
+    now[0] += 0.049
+    assert not timeout.stop_all()
+    now[0] += 0.001
     assert timeout.stop_all()
     plateau = TrialPlateauStopper("m", std=0.01, num_results=3, grace_period=3)
     flat = [plateau("t", {"m": 1.0, "training_iteration": i}) for i in range(1, 5)]

@@ -40,6 +40,8 @@ class _Credits:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._count = 0
+        self.waiting = False
+        """True while the function's thread waits for a credit (it can make no progress)."""
 
     def release(self, n: int = 1) -> None:
         with self._cond:
@@ -49,7 +51,9 @@ class _Credits:
     def acquire(self) -> None:
         with self._cond:
             while self._count <= 0:
+                self.waiting = True
                 self._cond.wait()
+            self.waiting = False
             self._count -= 1
 
 

@@ -75,13 +75,19 @@ class MaximumIterationStopper(Stopper):
 
 
 class TimeoutStopper(Stopper):
-    """Stop the whole experiment ``timeout_s`` seconds after it starts."""
+    """Stop the whole experiment ``timeout_s`` seconds after it starts.
 
-    def __init__(self, timeout_s: float) -> None:
-        self.deadline = time.monotonic() + float(timeout_s)
+    Args:
+        timeout_s: seconds from now.
+        clock: the time source (seconds; default ``time.monotonic``), for tests.
+    """
+
+    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.deadline = clock() + float(timeout_s)
 
     def stop_all(self) -> bool:
-        return time.monotonic() >= self.deadline
+        return self._clock() >= self.deadline
 
 
 class TrialPlateauStopper(Stopper):
