@@ -1,0 +1,84 @@
+"""Trials with a PlacementGroupFactory on a 4-CPU local cluster: each trial reserves its
+bundles as one placement group, its trainable's actors land in the group, and the runner
+starts no more trials than the cluster can reserve."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+
+import rayfield
+from rayfield import tune
+from rayfield.util import get_current_placement_group, placement_group_table
+
+pytestmark = [pytest.mark.usefixtures("cluster"), pytest.mark.rayfield_runtime(num_cpus=4)]
+
+
+@rayfield.remote(num_cpus=1)
+class _Worker:
+    def group_id(self) -> str | None:
+        group = get_current_placement_group()
+        return None if group is None else group.id.hex()
+
+
+class _TwoWorkers(tune.Trainable):
+    """A trainer-like trainable: it starts 2 one-CPU actors inside its own group."""
+
+    def setup(self, config):
+        self.group = get_current_placement_group()
+        self.workers = [_Worker.remote() for _ in range(2)]
+        self.started = time.time()
+
+    def step(self):
+        ids = rayfield.get([w.group_id.remote() for w in self.workers], timeout=60)
+        return {
+            "own_group": None if self.group is None else self.group.id.hex(),
+            "worker_groups": ids,
+            "started": self.started,
+            "ended": time.time(),
+            "done": True,
+        }
+
+
+def test_each_trial_reserves_its_bundles_and_one_runs_at_a_time(tmp_path):
+    pgf = tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}, {"CPU": 1}])
+    analysis = tune.run(
+        tune.with_resources(_TwoWorkers, pgf),
+        config={"i": tune.grid_search([0, 1, 2, 3])},
+        local_dir=str(tmp_path),
+        verbose=0,
+    )
+    trials = list(analysis)
+    assert [t.status for t in trials] == ["TERMINATED"] * 4
+    results = [t.last_result for t in trials]
+    groups = [r["own_group"] for r in results]
+    assert None not in groups and len(set(groups)) == 4  # one group per trial
+    for r in results:  # the trainable's own actors were captured by its group
+        assert r["worker_groups"] == [r["own_group"]] * 2
+    # 3 CPUs a trial on 4 CPUs: the trials' lifetimes never overlap.
+    spans = sorted((r["started"], r["ended"]) for r in results)
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert start >= end
+    # Every group was removed when its trial ended.
+    table = placement_group_table()
+    assert {table[g]["state"] for g in groups} == {"REMOVED"}
+
+
+class _Bundles(tune.Trainable):
+    def step(self):
+        group = get_current_placement_group()
+        return {"bundles": group.bundle_specs if group else None, "done": True}
+
+
+def test_resources_per_trial_takes_a_factory(tmp_path):
+    analysis = tune.run(
+        _Bundles,
+        resources_per_trial=tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 2}], "SPREAD"),
+        local_dir=str(tmp_path),
+        verbose=0,
+    )
+    (trial,) = list(analysis)
+    assert trial.last_result["bundles"] == [{"CPU": 1.0}, {"CPU": 2.0}]
+    assert trial.resources.total() == {"CPU": 3.0}
