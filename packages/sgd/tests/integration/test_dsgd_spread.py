@@ -16,6 +16,7 @@ from rayfield.sgd import DistributedSGD
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "cli" / "tests"))
 
 from clusterutil import rayfield_cmd, start_nodes
+from sgd_testing import assert_steps_learn
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +59,7 @@ def test_parameter_server_shards_are_on_both_nodes(two_nodes: str) -> None:
         assert len(sgd.ps_actors) == 2
         where = rf.get([s.get_node_id.remote() for s in sgd.ps_actors], timeout=60)
         assert set(where) == nodes
-        first = sgd.step(fetch_stats=True)
-        for _ in range(100):
-            last = sgd.step(fetch_stats=True)
-        assert first is not None and last is not None and last < first / 10
+        assert_steps_learn(sgd, 100)
     finally:
         sgd.shutdown()
 
@@ -76,9 +74,6 @@ def test_a_spread_placement_group_puts_the_workers_on_both_nodes(two_nodes: str)
         assert set(table["bundles_to_node_id"].values()) == nodes
         where = rf.get([s.get_node_id.remote() for s in sgd.ps_actors], timeout=60)
         assert set(where) == nodes  # shard j in bundle j: one on each node
-        first = sgd.step(fetch_stats=True)
-        for _ in range(60):
-            last = sgd.step(fetch_stats=True)
-        assert first is not None and last is not None and last < first / 10
+        assert_steps_learn(sgd, 60)
     finally:
         sgd.shutdown()

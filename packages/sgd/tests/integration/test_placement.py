@@ -7,11 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sgd_testing import LineModel, line_data, linear_model
+from sgd_testing import LineModel, assert_steps_learn, line_data, line_trainer, linear_model
 
 import rayfield as rf
-from rayfield.sgd import DistributedSGD, PyTorchTrainer, Resources
-from rayfield.sgd.pytorch import utils
+from rayfield.sgd import DistributedSGD, PyTorchTrainer
 from rayfield.util import get_current_placement_group, placement_group_table
 
 
@@ -21,16 +20,7 @@ def _group_hex(_: Any) -> str | None:
 
 
 def test_spread_replicas_share_one_group_and_learn(cluster: Any) -> None:
-    trainer = PyTorchTrainer(
-        linear_model,
-        line_data,
-        optimizer_creator=utils.sgd_mse_optimizer,
-        config={"lr": 0.1},
-        num_replicas=2,
-        resources_per_replica=Resources(num_cpus=1),
-        batch_size=32,
-        placement_strategy="SPREAD",
-    )
+    trainer = line_trainer(placement_strategy="SPREAD")
     try:
         group = trainer.placement_group.id.hex()
         assert placement_group_table()[group]["strategy"] == "SPREAD"
@@ -52,10 +42,7 @@ def test_pack_workers_and_shards_in_the_group(cluster: Any) -> None:
         group = sgd.placement_group.id.hex()
         assert sgd.foreach_worker(_group_hex) == [group] * 2
         assert len(sgd.ps_actors) == 2
-        first = sgd.step(fetch_stats=True)
-        for _ in range(60):
-            last = sgd.step(fetch_stats=True)
-        assert first is not None and last is not None and last < first / 10
+        assert_steps_learn(sgd, 60)
     finally:
         sgd.shutdown()
     assert placement_group_table()[group]["state"] == "REMOVED"
