@@ -82,3 +82,21 @@ def test_resources_per_trial_takes_a_factory(tmp_path):
     (trial,) = list(analysis)
     assert trial.last_result["bundles"] == [{"CPU": 1.0}, {"CPU": 2.0}]
     assert trial.resources.total() == {"CPU": 3.0}
+
+
+def test_a_function_trainable_runs_in_its_group(tmp_path):
+    def fn(config, reporter):
+        group = get_current_placement_group()
+        worker = _Worker.remote()  # captured: it takes bundle 1's CPU
+        inner = rayfield.get(worker.group_id.remote(), timeout=60)
+        reporter(group=None if group is None else group.id.hex(), inner=inner, done=True)
+
+    analysis = tune.run(
+        fn,
+        resources_per_trial=tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}]),
+        local_dir=str(tmp_path),
+        verbose=0,
+    )
+    (trial,) = list(analysis)
+    assert trial.last_result["group"] is not None
+    assert trial.last_result["inner"] == trial.last_result["group"]
