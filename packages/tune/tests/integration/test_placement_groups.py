@@ -100,3 +100,50 @@ def test_a_function_trainable_runs_in_its_group(tmp_path):
     (trial,) = list(analysis)
     assert trial.last_result["group"] is not None
     assert trial.last_result["inner"] == trial.last_result["group"]
+
+
+class _GroupCounter(tune.Trainable):
+    """Counts through pauses (checkpoints) and reports the group of each run."""
+
+    def setup(self, config):
+        self.total = 0
+
+    def step(self):
+        self.total += self.config["inc"]
+        group = get_current_placement_group()
+        return {"total": self.total, "group": None if group is None else group.id.hex()}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"total": self.total}
+
+    def load_checkpoint(self, checkpoint):
+        self.total = checkpoint["total"]
+
+
+def test_a_paused_trial_frees_its_group_and_takes_a_new_one(tmp_path):
+    from rayfield.tune.schedulers import HyperBandScheduler
+
+    groups: dict[str, set[str]] = {}
+
+    class Seen(tune.Callback):
+        def on_trial_result(self, trial, result):
+            groups.setdefault(trial.trial_id, set()).add(result["group"])
+
+    analysis = tune.run(
+        _GroupCounter,
+        config={"inc": tune.grid_search([1, 2, 3, 4, 5, 6, 7, 8])},
+        resources_per_trial=tune.PlacementGroupFactory([{"CPU": 0.5}, {"CPU": 0.5}]),
+        scheduler=HyperBandScheduler(metric="total", mode="max", max_t=9),
+        stop={"training_iteration": 9},
+        callbacks=[Seen()],
+        local_dir=str(tmp_path),
+        verbose=0,
+    )
+    trials = list(analysis)
+    for trial in trials:  # restored after each pause: the count went through checkpoints
+        r = trial.last_result
+        assert r["total"] == trial.config["inc"] * r["training_iteration"]
+    # A trial resumed after a pause runs in a new group; every group is gone at the end.
+    assert any(len(seen) > 1 for seen in groups.values())
+    table = placement_group_table()
+    assert {table[g]["state"] for seen in groups.values() for g in seen} == {"REMOVED"}
