@@ -182,13 +182,17 @@ class WorkerSet:
             )(RolloutWorker)
         cls = self._actor_cls
         if self._group is not None:
-            # Worker i goes in bundle i when the group has one a worker, as a trainer's
+            # Worker i goes in bundle i when that bundle can hold it, as a trainer's
             # PlacementGroupFactory lays them out; else in any bundle with room.
-            n = len(self._group.bundle_specs)
+            specs = self._group.bundle_specs
+            need = worker_resources(self._config)
+            fits = index < len(specs) and all(
+                specs[index].get(k, 0.0) + 1e-9 >= v for k, v in need.items()
+            )
             cls = cls.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self._group,
-                    placement_group_bundle_index=index if n > self._num_workers else -1,
+                    placement_group_bundle_index=index if fits else -1,
                     placement_group_capture_child_tasks=True,
                 )
             )
