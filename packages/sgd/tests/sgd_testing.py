@@ -124,3 +124,28 @@ def pausing_line_model(marker_dir: str, go: str) -> Callable[[int, int], Pausing
         return PausingLineModel(worker_idx, device_idx, marker_dir, go)
 
     return create
+
+
+def line_trainer(**kwargs: Any) -> Any:
+    """A PyTorchTrainer of 2 one-CPU replicas regressing the line (``kwargs`` added)."""
+    from rayfield.sgd import PyTorchTrainer, Resources
+    from rayfield.sgd.pytorch import utils
+
+    return PyTorchTrainer(
+        linear_model,
+        line_data,
+        optimizer_creator=utils.sgd_mse_optimizer,
+        config={"lr": 0.1},
+        num_replicas=2,
+        resources_per_replica=Resources(num_cpus=1),
+        batch_size=32,
+        **kwargs,
+    )
+
+
+def assert_steps_learn(sgd: Any, steps: int) -> None:
+    """``steps`` DistributedSGD steps cut the loss of the first tenfold."""
+    first = last = sgd.step(fetch_stats=True)
+    for _ in range(steps):
+        last = sgd.step(fetch_stats=True)
+    assert first is not None and last is not None and last < first / 10

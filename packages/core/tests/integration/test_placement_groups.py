@@ -61,6 +61,16 @@ class Member:
     def child_group(self) -> Any:
         return rf.get(where.remote())
 
+    def thread_groups(self) -> Any:
+        """What a thread this actor starts sees: its group, and its child task's."""
+        import threading
+
+        out: list[Any] = []
+        thread = threading.Thread(target=lambda: out.extend([self.group(), self.child_group()]))
+        thread.start()
+        thread.join()
+        return out
+
 
 def test_a_group_reserves_and_work_in_its_bundles_sees_it(rt: Any) -> None:
     pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK", name="pair")
@@ -86,6 +96,8 @@ def test_capture_child_tasks_puts_children_in_the_group(rt: Any) -> None:
     strategy = PlacementGroupSchedulingStrategy(pg, 0, placement_group_capture_child_tasks=True)
     actor = Member.options(scheduling_strategy=strategy, num_cpus=1).remote()
     assert rf.get(actor.child_group.remote(), timeout=30) == (pg.id.hex(), 1)
+    # A thread of the actor is in the group too (a Tune function trainable's thread).
+    assert rf.get(actor.thread_groups.remote(), timeout=30) == [pg.id.hex(), (pg.id.hex(), 1)]
     plain = Member.options(placement_group=pg).remote()  # no capture: children run outside
     assert rf.get(plain.child_group.remote(), timeout=30) == (None, 0)
 

@@ -183,3 +183,40 @@ def _lines_until(code: str, needle: str, timeout_s: float = 90.0) -> list[str]:
         proc.kill()
         proc.wait()
     return seen
+
+
+@rf.remote(num_cpus=1)
+class _TrainerHost:
+    """A trainer in bundle 0 of a group (no capture): its WorkerSet places the workers."""
+
+    def worker_groups(self) -> list[Any]:
+        from rayfield.rllib.agents.pg import PGTrainer
+        from rayfield.util import get_current_placement_group
+
+        def group(_worker: Any) -> str | None:
+            g = get_current_placement_group()
+            return None if g is None else g.id.hex()
+
+        config = {**CFG, "num_workers": 1}
+        del config["sgd_minibatch_size"], config["num_sgd_iter"]  # PPO's, not PG's
+        trainer = PGTrainer(env="CartPole-v1", config=config)
+        try:
+            trainer.train()
+            return rf.get([w.apply.remote(group) for w in trainer.workers.remote_workers()])
+        finally:
+            trainer.stop()
+
+
+def test_remote_workers_start_in_the_trainers_placement_group(cluster: Any) -> None:
+    from rayfield.util import placement_group, remove_placement_group
+    from rayfield.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    # The group takes both CPUs: a worker placed outside it could never start.
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}])
+    try:
+        host = _TrainerHost.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+        ).remote()
+        assert rf.get(host.worker_groups.remote(), timeout=120) == [pg.id.hex()]
+    finally:
+        remove_placement_group(pg)

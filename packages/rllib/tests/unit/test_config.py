@@ -193,4 +193,34 @@ def test_numbers_at_the_ends_of_their_ranges_are_accepted() -> None:
 def test_the_resource_request_refuses_negative_counts() -> None:
     with pytest.raises(ValueError, match=r"'num_workers' must be an int >= 0, got -1"):
         PPOTrainer.default_resource_request({"num_workers": -1})
-    assert PPOTrainer.default_resource_request({"num_workers": 3})["extra_cpu"] == 3
+    assert PPOTrainer.default_resource_request({"num_workers": 3}).required_resources == {
+        "CPU": 4.0
+    }
+
+
+def test_the_resource_request_is_a_placement_group_factory_as_rllib() -> None:
+    from rayfield import tune
+
+    pgf = PPOTrainer.default_resource_request(
+        {
+            "num_workers": 2,
+            "num_cpus_for_driver": 2,
+            "num_gpus": 0.5,
+            "num_cpus_per_worker": 1,
+            "custom_resources_per_worker": {"sim": 1},
+            "placement_strategy": "SPREAD",
+        }
+    )
+    assert isinstance(pgf, tune.PlacementGroupFactory)
+    assert pgf.bundles == [{"CPU": 2.0, "GPU": 0.5}] + [{"CPU": 1.0, "sim": 1.0}] * 2
+    assert pgf.strategy == "SPREAD"
+    assert PPOTrainer.default_resource_request({"num_workers": 0}).bundles == [{"CPU": 1.0}]
+    # A bundle of nothing cannot be reserved: the equivalent dict then.
+    assert PPOTrainer.default_resource_request({"num_workers": 2, "num_cpus_per_worker": 0}) == {
+        "cpu": 1,
+        "gpu": 0,
+        "extra_cpu": 0,
+        "extra_gpu": 0,
+    }
+    with pytest.raises(tune.TuneError, match="strategy must be one of"):
+        PPOTrainer.default_resource_request({"placement_strategy": "CLOSE"})

@@ -16,6 +16,7 @@ from rayfield.sgd import DistributedSGD
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "cli" / "tests" / "integration"))
 
 from clusterutil import rayfield_cmd, start_nodes
+from sgd_testing import assert_steps_learn
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +59,21 @@ def test_parameter_server_shards_are_on_both_nodes(two_nodes: str) -> None:
         assert len(sgd.ps_actors) == 2
         where = rf.get([s.get_node_id.remote() for s in sgd.ps_actors], timeout=60)
         assert set(where) == nodes
-        first = sgd.step(fetch_stats=True)
-        for _ in range(100):
-            last = sgd.step(fetch_stats=True)
-        assert first is not None and last is not None and last < first / 10
+        assert_steps_learn(sgd, 100)
+    finally:
+        sgd.shutdown()
+
+
+def test_a_spread_placement_group_puts_the_workers_on_both_nodes(two_nodes: str) -> None:
+    nodes = {n["NodeID"] for n in rf.nodes() if n["Alive"]}
+    sgd = DistributedSGD(
+        Line, num_workers=2, strategy="ps", grad_shard_bytes=4, placement_strategy="SPREAD"
+    )
+    try:
+        table = rf.util.placement_group_table(sgd.placement_group)
+        assert set(table["bundles_to_node_id"].values()) == nodes
+        where = rf.get([s.get_node_id.remote() for s in sgd.ps_actors], timeout=60)
+        assert set(where) == nodes  # shard j in bundle j: one on each node
+        assert_steps_learn(sgd, 60)
     finally:
         sgd.shutdown()

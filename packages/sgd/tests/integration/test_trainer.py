@@ -11,24 +11,15 @@ from typing import Any
 
 import pytest
 import torch
-from sgd_testing import line_data, linear_model
+from sgd_testing import line_data, line_trainer, linear_model
 
 import rayfield as rf
 from rayfield.exceptions import UnsafeFileError
 from rayfield.sgd import PyTorchTrainer, Resources
-from rayfield.sgd.pytorch import utils
 
 
 def test_two_replicas_learn_a_line_and_checkpoint(cluster: Any, tmp_path: Path) -> None:
-    trainer = PyTorchTrainer(
-        linear_model,
-        line_data,
-        optimizer_creator=utils.sgd_mse_optimizer,
-        config={"lr": 0.1},
-        num_replicas=2,
-        resources_per_replica=Resources(num_cpus=1),
-        batch_size=32,
-    )
+    trainer = line_trainer()
     try:
         pids = set(rf.get([w.get_pid.remote() for w in trainer.workers]))
         assert len(pids) == 2

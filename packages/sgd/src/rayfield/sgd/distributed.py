@@ -38,6 +38,7 @@ import rayfield
 from rayfield.actor import ActorOptions
 from rayfield.sgd.faults import gather, retrying
 from rayfield.sgd.param_server import ParameterServer
+from rayfield.sgd.placement import ActorGroup, check_strategy
 from rayfield.sgd.utils import check_fits, check_fits_all, check_seconds
 from rayfield.sgd.worker import SGDWorker
 from rayfield.util import private_files
@@ -95,13 +96,21 @@ class DistributedSGD:
         checkpoint_freq: every this many steps the driver keeps worker 0's state (the
             state a rebuild loads when no worker survived); 0 keeps only the first one
             and those ``restore`` loads.
+        placement_strategy: None (each actor placed on its own, as before: the
+            parameter-server shards SPREAD over the nodes) or ``"PACK"``, ``"SPREAD"``,
+            ``"STRICT_PACK"``, ``"STRICT_SPREAD"``: the workers' resources are reserved at
+            once as one placement group (one bundle a worker, worker ``i`` in bundle
+            ``i``) with that strategy, and shard ``j`` runs in bundle ``j % num_workers``
+            (so with ``"SPREAD"`` the shards follow the workers over the nodes). The
+            group is waited for up to ``timeout_s`` and removed by :meth:`shutdown`.
 
     Raises:
         TypeError: ``model_creator`` (or a given creator) is not callable.
         ValueError: a count is out of range, ``strategy``/``all_reduce_alg`` is unknown,
             or one worker, or ``num_workers`` workers together, ask for more than the
             whole cluster has (``rayfield.cluster_resources()``, checked before any
-            worker starts).
+            worker starts), or an unknown ``placement_strategy``.
+        RuntimeError: the placement group was not placed within ``timeout_s``.
 
     Example:
         sgd = DistributedSGD(model_creator, num_workers=2, devices_per_worker=1, strategy="ps")
@@ -135,6 +144,7 @@ class DistributedSGD:
         max_retries: int = 3,
         timeout_s: float = 60.0,
         checkpoint_freq: int = 100,
+        placement_strategy: str | None = None,
     ) -> None:
         for name, fn in (
             ("model_creator", model_creator),
@@ -162,6 +172,7 @@ class DistributedSGD:
         if checkpoint_freq < 0:
             raise ValueError(f"checkpoint_freq must be an int >= 0, got {checkpoint_freq!r}")
         check_seconds("timeout_s", timeout_s)
+        check_strategy(placement_strategy)
         if all_reduce_alg != "simple":
             raise ValueError(f"unsupported all_reduce_alg {all_reduce_alg!r}: only 'simple' exists")
         if config is not None and not isinstance(config, dict):
@@ -203,14 +214,20 @@ class DistributedSGD:
         total = rayfield.cluster_resources()
         check_fits(self._worker_resources, total, "a worker")
         check_fits_all(self._worker_resources, num_workers, total, "num_workers")
-        self.workers = [self._new_worker(i) for i in range(num_workers)]
+        self._group = (
+            ActorGroup(placement_strategy, self._worker_resources, num_workers, self.timeout_s)
+            if placement_strategy is not None
+            else None
+        )
         self.ps_actors: list[Any] = []
         self._in_flight: list[Any] = []
+        self.workers: list[Any] = []
         try:
+            self.workers = [self._new_worker(i) for i in range(num_workers)]
             shard_sizes = rayfield.get(self.workers[0].shard_shapes.remote())
             self.num_shards = len(shard_sizes)
             if strategy == "ps":
-                self.ps_actors = [self._new_server() for _ in shard_sizes]
+                self.ps_actors = [self._new_server(j) for j in range(len(shard_sizes))]
             self._form_group()
             # Every replica starts from worker 0 replica 0's weights.
             weights = rayfield.put(rayfield.get(self.workers[0].get_flat_weights.remote()))
@@ -222,14 +239,16 @@ class DistributedSGD:
 
     # ------------------------------------------------------------------ actors
     def _new_worker(self, index: int) -> Any:
-        return _RemoteWorker.options(**self._worker_resources).remote(index, self._spec)
+        placed = self._group.options(index) if self._group else {}
+        return _RemoteWorker.options(**self._worker_resources, **placed).remote(index, self._spec)
 
-    def _new_server(self) -> Any:
+    def _new_server(self, shard: int) -> Any:
         # SPREAD: the shards go round robin over the nodes, as the reference placed its
-        # parameter servers across the machines.
-        return _RemoteServer.options(num_cpus=0, scheduling_strategy="SPREAD").remote(
-            self.num_workers
-        )
+        # parameter servers across the machines; in a group, round robin over its bundles.
+        placed: dict[str, Any] = {"scheduling_strategy": "SPREAD"}
+        if self._group is not None:
+            placed = self._group.options(shard)
+        return _RemoteServer.options(num_cpus=0, **placed).remote(self.num_workers)
 
     def _form_group(self) -> None:
         """(Re)form the workers' process group for the collective all-reduce."""
@@ -289,7 +308,7 @@ class DistributedSGD:
         for j, alive in enumerate(servers_alive):
             if not alive:
                 _kill(self.ps_actors[j])
-                self.ps_actors[j] = self._new_server()
+                self.ps_actors[j] = self._new_server(j)
         logger.warning(
             "Replaced %d worker(s) and %d parameter server(s); resuming from step %s",
             workers_alive.count(False),
@@ -470,11 +489,19 @@ class DistributedSGD:
         self._last_state = state
         self._retrying("restore", load, max_retries)
 
+    @property
+    def placement_group(self) -> Any:
+        """The placement group the workers and shards run in (``placement_strategy``), else None."""
+        return None if self._group is None else self._group.group
+
     def shutdown(self) -> None:
         """End the workers and the parameter servers."""
         for actor in [*self.workers, *self.ps_actors]:
             _kill(actor)
         self.workers, self.ps_actors = [], []
+        if self._group is not None:
+            self._group.remove()
+            self._group = None
 
 
 def _kill(actor: Any) -> None:

@@ -31,6 +31,8 @@ from rayfield.tune.driver_sync import DriverSync
 from rayfield.tune.registry import get_trainable_cls
 from rayfield.tune.trainable import Trainable, read_checkpoint_dir, write_checkpoint_dir
 from rayfield.tune.trial import Resources, Trial, TrialCheckpoint
+from rayfield.util import remove_placement_group
+from rayfield.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 __all__ = ["ActorExecutor"]
 
@@ -109,6 +111,8 @@ class ActorExecutor:
         # them finish before it kills the actors.
         self._stops: dict[int, Any] = {}
         self._classes: dict[tuple[str, Resources], Any] = {}
+        # trial id -> the placement group its actor runs in (PlacementGroupFactory trials)
+        self._groups: dict[str, Any] = {}
         self.actors_started = 0
 
     # -- decisions -------------------------------------------------------------------
@@ -151,8 +155,31 @@ class ActorExecutor:
                 del self._cache[other]
         cls = self._actor_class(key)
         self.actors_started += 1
+        factory = key[1].placement_group_factory()
+        if factory is not None:
+            # All bundles are reserved at once; the actor starts in bundle 0 once the group
+            # is placed, and what it starts itself lands in the group (captured).
+            self._remove_group(trial.trial_id)
+            group = self._groups[trial.trial_id] = factory.reserve()
+            cls = cls.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    group,
+                    placement_group_bundle_index=0,
+                    placement_group_capture_child_tasks=True,
+                )
+            )
         # Every trainable class is a tune.Trainable here (the registry adapts the others).
         return cls.remote(config=trial.config, trial_info=self._trial_info(trial))
+
+    def _remove_group(self, trial_id: str) -> None:
+        """Free the placement group of ``trial_id``'s actor, if it has one (this ends
+        what runs in it)."""
+        group = self._groups.pop(trial_id, None)
+        if group is not None:
+            try:
+                remove_placement_group(group)
+            except Exception as exc:
+                log.warning("removing the placement group of trial %s failed: %s", trial_id, exc)
 
     def _do_start(self, d: A.StartTrial) -> None:
         trial = d.trial
@@ -260,16 +287,22 @@ class ActorExecutor:
         if self.driver_sync is not None:
             self.driver_sync.on_trial_end(trial.trial_id)
         if handle is None:
+            self._remove_group(trial.trial_id)
             return
         if error or busy or key is None:
             _kill(handle)
+            self._remove_group(trial.trial_id)
             return
         sync_ref = None
         if self.driver_sync is not None and self.driver_sync.wanted():
             sync = self.driver_sync
             sync_ref = handle.trial_dir_report.remote(sync.driver_node, sync.with_files)
             self._syncs[sync_ref] = (trial.trial_id, trial.logdir, trial.is_finished())
-        if self.reuse_actors and _supports_reset(get_trainable_cls(key[0])):
+        if (
+            self.reuse_actors
+            and not key[1].bundles  # a group is freed with its trial, never cached
+            and _supports_reset(get_trainable_cls(key[0]))
+        ):
             self._cache[key].append(handle)
             self._unstopped.append(handle)  # stopped by the next trial's call or apply()
             return
@@ -278,6 +311,7 @@ class ActorExecutor:
         pending = [r for r in (wait_for, sync_ref, stop_ref) if r is not None]
         rayfield.wait(pending, num_returns=len(pending), timeout=_DRAIN_TIMEOUT_S)
         _kill(handle)
+        self._remove_group(trial.trial_id)
 
     def _do_stop(self, d: A.ReleaseTrial) -> None:
         self._release(d.trial, d.error)
@@ -339,6 +373,7 @@ class ActorExecutor:
         )
         if not ok:
             _kill(handle)
+            self._remove_group(trial.trial_id)
             handle = self._new_actor(trial, self._keys[trial.trial_id])
             self._actors[trial.trial_id] = handle
         if blob is not None:
@@ -420,6 +455,8 @@ class ActorExecutor:
         for handles in self._cache.values():
             for handle in handles:
                 _kill(handle)
+        for trial_id in list(self._groups):
+            self._remove_group(trial_id)
         self._actors.clear()
         self._cache.clear()
         self._inflight.clear()

@@ -146,6 +146,8 @@ def trial_from_json(data: dict[str, Any], config: dict[str, Any] | None = None) 
         extra_gpu=res["extra_gpu"],
         custom_resources=tuple((str(n), float(a)) for n, a in res["custom_resources"]),
         extra_custom_resources=tuple((str(n), float(a)) for n, a in res["extra_custom_resources"]),
+        bundles=tuple(tuple((str(n), float(a)) for n, a in b) for b in res.get("bundles", ())),
+        strategy=str(res.get("strategy", "PACK")),
     )
     trial = Trial(
         data["trainable_name"],

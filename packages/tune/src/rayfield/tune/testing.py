@@ -96,7 +96,13 @@ class TrainableConformance:
         trainable = self._made()
         try:
             request = type(trainable).default_resource_request(dict(self.config))
-            assert request is None or isinstance(request, dict) or hasattr(request, "cpu")
+            from rayfield.tune.placement_groups import PlacementGroupFactory
+
+            assert (
+                request is None
+                or isinstance(request, (dict, PlacementGroupFactory))
+                or hasattr(request, "cpu")
+            )
         finally:
             trainable.stop()
 

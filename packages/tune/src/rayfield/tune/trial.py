@@ -16,6 +16,7 @@ from typing import Any
 from rayfield.tune import result as R
 from rayfield.tune.error import TuneError
 from rayfield.tune.ids import random_hex
+from rayfield.tune.placement_groups import PlacementGroupFactory
 
 __all__ = ["MetricStats", "Resources", "Trial", "TrialCheckpoint"]
 
@@ -41,6 +42,36 @@ class Resources:
     extra_gpu: float = 0.0
     custom_resources: tuple[tuple[str, float], ...] = ()
     extra_custom_resources: tuple[tuple[str, float], ...] = ()
+    # From a PlacementGroupFactory: its bundles (bundle 0 = cpu/gpu/custom above, the
+    # others summed in extra_*) and strategy; empty for a plain dict.
+    bundles: tuple[tuple[tuple[str, float], ...], ...] = ()
+    strategy: str = "PACK"
+
+    @classmethod
+    def from_factory(cls, pgf: PlacementGroupFactory) -> Resources:
+        """From a :class:`~rayfield.tune.PlacementGroupFactory`: bundle 0 is the actor's,
+        the others are its extras; the bundles are kept for the executor to reserve."""
+        head = pgf.head_bundle
+        total = pgf.required_resources
+        rest = {k: v - head.get(k, 0.0) for k, v in total.items()}
+        custom = {k: v for k, v in head.items() if k not in ("CPU", "GPU")}
+        extra = {k: v for k, v in rest.items() if k not in ("CPU", "GPU") and v}
+        return cls(
+            cpu=head.get("CPU", 0.0),
+            gpu=head.get("GPU", 0.0),
+            extra_cpu=rest.get("CPU", 0.0),
+            extra_gpu=rest.get("GPU", 0.0),
+            custom_resources=tuple(sorted(custom.items())),
+            extra_custom_resources=tuple(sorted(extra.items())),
+            bundles=tuple(tuple(sorted(b.items())) for b in pgf.bundles),
+            strategy=pgf.strategy,
+        )
+
+    def placement_group_factory(self) -> PlacementGroupFactory | None:
+        """The factory these resources came from; None for a plain dict."""
+        if not self.bundles:
+            return None
+        return PlacementGroupFactory([dict(b) for b in self.bundles], strategy=self.strategy)
 
     @classmethod
     def from_spec(cls, spec: Any) -> Resources:
@@ -56,9 +87,12 @@ class Resources:
             return cls()
         if isinstance(spec, Resources):
             return spec
+        if isinstance(spec, PlacementGroupFactory):
+            return cls.from_factory(spec)
         if not isinstance(spec, dict):
             raise TuneError(
-                f"resources_per_trial must be a dict such as {{'cpu': 1, 'gpu': 0}}, got "
+                "resources_per_trial must be a dict such as {'cpu': 1, 'gpu': 0} or a "
+                f"tune.PlacementGroupFactory, got "
                 f"{type(spec).__name__}"
             )
         values: dict[str, Any] = {}

@@ -65,10 +65,21 @@ def with_parameters(trainable: Any, **kwargs: Any) -> Any:
 
 
 def with_resources(trainable: Any, resources: Any) -> Any:
-    """A trainable whose trials hold ``resources`` (``{"cpu": 2, "gpu": 1}``).
+    """A trainable whose trials hold ``resources``: a dict (``{"cpu": 2, "gpu": 1}``), a
+    :class:`~rayfield.tune.PlacementGroupFactory` (the trial reserves its bundles as one
+    placement group), or a function of the config returning either.
 
-    ``resources`` may also be a function of the config returning such a dict.
+    Raises:
+        TuneError: ``resources`` is none of these (a function's result is checked when
+            the trial is made).
     """
+    from rayfield.tune.placement_groups import PlacementGroupFactory
+
+    if not (isinstance(resources, (dict, PlacementGroupFactory)) or callable(resources)):
+        raise TuneError(
+            "with_resources() takes a dict such as {'cpu': 2}, a tune.PlacementGroupFactory "
+            f"or a function of the config returning one, got {type(resources).__name__}"
+        )
     cls = get_trainable_cls(trainable)
     spec = resources
 

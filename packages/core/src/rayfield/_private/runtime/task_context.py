@@ -26,6 +26,8 @@ class TaskContext(threading.local):
         resources: what it holds by amount, e.g. ``{"CPU": 1.0, "GPU": 0.5}``.
         actor_class: the class of the actor this worker hosts, or None.
         actor_restarted: the actor's constructor ran before, in a process that died.
+        placement_group: the wire form of the group the task or actor runs in, or None;
+            an actor's is also this class's default, so the threads it starts see it.
     """
 
     task_id: bytes | None = None
@@ -35,3 +37,4 @@ class TaskContext(threading.local):
     resources: dict[str, float] = {}
     actor_class: Any = None
     actor_restarted: bool = False
+    placement_group: Any = None

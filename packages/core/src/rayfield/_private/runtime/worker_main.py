@@ -161,6 +161,9 @@ class Worker:
                 "placement_group": ctx.placement_group,
                 "actor_restarted": task.get("attempt", 0) > 0,
             }
+            # Threads the actor starts (a Tune function trainable's) see its group too:
+            # get_current_placement_group() and child capture work there.
+            TaskContext.placement_group = ctx.placement_group
         elif kind == "actor_method":  # a call: its actor's, unless it holds resources itself
             own = bool(task["instances"] or task.get("resources"))
             for key, value in self.actor_context.items():

@@ -54,6 +54,9 @@ COMMON_CONFIG: dict[str, Any] = {
     "num_gpus_per_worker": 0,
     "custom_resources_per_worker": {},
     "num_cpus_for_driver": 1,
+    # How a Tune trial's bundles (trainer + one a worker) are placed: PACK, SPREAD,
+    # STRICT_PACK or STRICT_SPREAD (see default_resource_request).
+    "placement_strategy": "PACK",
     "memory": 0,
     "object_store_memory": 0,
     "memory_per_worker": 0,

@@ -19,6 +19,7 @@ from rayfield.rllib.agents.common_config import (
     RESOURCE_RANGES,
 )
 from rayfield.rllib.evaluation.rollout_worker import resolve_policy_class
+from rayfield.rllib.evaluation.worker_set import worker_resources
 from rayfield.rllib.models.catalog import MODEL_DEFAULTS
 from rayfield.rllib.utils.config import (
     check_ranges,
@@ -89,15 +90,31 @@ class TrainerConfigMethods:
         estimator_specs(config)  # unknown estimator names fail here
 
     @classmethod
-    def default_resource_request(cls, config: dict[str, Any]) -> dict[str, float]:
-        """Resources for Tune: the driver's CPUs/GPUs and the workers' as extras.
+    def default_resource_request(cls, config: dict[str, Any]) -> Any:
+        """Resources for Tune, as RLlib: a ``tune.PlacementGroupFactory`` of one bundle
+        for the trainer (``{"CPU": num_cpus_for_driver, "GPU": num_gpus}``) and one a
+        rollout worker (``{"CPU": num_cpus_per_worker, "GPU": num_gpus_per_worker,
+        **custom_resources_per_worker}``), placed with ``placement_strategy`` (default
+        ``"PACK"``). Without rayfield-tune installed, or when a bundle would reserve
+        nothing (core cannot reserve an empty bundle), the equivalent dict
+        (``cpu``/``gpu`` and the workers' as ``extra_cpu``/``extra_gpu``).
 
         Raises:
             ConfigTypeError: a count that is not a number (``num_workers`` not an int).
             ValueError: a negative count, NaN or infinite.
+            TuneError: an unknown ``placement_strategy``.
         """
         cf = {**cls._default_config, **config}
         check_ranges(cf, RESOURCE_RANGES)
+        head = {"CPU": cf["num_cpus_for_driver"], "GPU": cf["num_gpus"]}
+        worker = worker_resources(cf)
+        bundles = [head] + [dict(worker) for _ in range(int(cf["num_workers"]))]
+        try:
+            from rayfield.tune import PlacementGroupFactory
+        except ImportError:
+            PlacementGroupFactory = None
+        if PlacementGroupFactory is not None and all(any(b.values()) for b in bundles):
+            return PlacementGroupFactory(bundles, strategy=cf.get("placement_strategy", "PACK"))
         return {
             "cpu": cf["num_cpus_for_driver"],
             "gpu": cf["num_gpus"],

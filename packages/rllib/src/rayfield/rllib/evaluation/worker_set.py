@@ -25,6 +25,8 @@ from rayfield.rllib.evaluation.episode import RolloutMetrics
 from rayfield.rllib.evaluation.rollout_worker import RolloutWorker
 from rayfield.rllib.models.catalog import ModelCatalog
 from rayfield.rllib.policy.sample_batch import SampleBatch
+from rayfield.util import get_current_placement_group
+from rayfield.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,15 @@ def worker_resources(config: dict[str, Any]) -> dict[str, float]:
         "GPU": float(config.get("num_gpus_per_worker", 0) or 0),
         **{k: float(v) for k, v in (config.get("custom_resources_per_worker") or {}).items()},
     }
+
+
+def _current_group() -> Any:
+    """The placement group this process's trainer runs in (a Tune trial's), else None."""
+    import rayfield
+
+    if not rayfield.is_initialized():
+        return None
+    return get_current_placement_group()
 
 
 def resource_shortfall(
@@ -130,7 +141,8 @@ class WorkerSet:
         self._actor_cls: Any = None
         self._pending: list[Any] | None = None
         self.num_recreated = 0
-        if self._num_workers:
+        self._group = _current_group()
+        if self._num_workers and self._group is None:  # a group's bundles are reserved
             import rayfield
 
             shortfall = resource_shortfall(
@@ -168,7 +180,23 @@ class WorkerSet:
             self._actor_cls = rayfield.remote(
                 num_cpus=custom.pop("CPU"), num_gpus=custom.pop("GPU"), resources=custom or None
             )(RolloutWorker)
-        return self._actor_cls.remote(
+        cls = self._actor_cls
+        if self._group is not None:
+            # Worker i goes in bundle i when that bundle can hold it, as a trainer's
+            # PlacementGroupFactory lays them out; else in any bundle with room.
+            specs = self._group.bundle_specs
+            need = worker_resources(self._config)
+            fits = index < len(specs) and all(
+                specs[index].get(k, 0.0) + 1e-9 >= v for k, v in need.items()
+            )
+            cls = cls.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self._group,
+                    placement_group_bundle_index=index if fits else -1,
+                    placement_group_capture_child_tasks=True,
+                )
+            )
+        return cls.remote(
             self._env_creator,
             self._policy_cls,
             self._config,

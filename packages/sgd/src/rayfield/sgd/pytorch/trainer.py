@@ -26,6 +26,7 @@ import torch
 
 import rayfield
 from rayfield.sgd.faults import gather, retrying
+from rayfield.sgd.placement import ActorGroup, check_strategy
 from rayfield.sgd.pytorch.runner import TorchRunner
 from rayfield.sgd.pytorch.trainable_hooks import trainable_class
 from rayfield.sgd.utils import (
@@ -101,6 +102,12 @@ class PyTorchTrainer:
             When rebuilding, the trainer waits that long for the first replica, then
             twice the first one's start time (at least 5 s) for the others, and goes on
             with those that started.
+        placement_strategy: None (each replica placed on its own, as before) or
+            ``"PACK"``, ``"SPREAD"``, ``"STRICT_PACK"``, ``"STRICT_SPREAD"``: the
+            replicas' resources are reserved at once as one placement group (one bundle
+            a replica, replica ``i`` in bundle ``i``) with that strategy; ``"SPREAD"``
+            puts them on distinct nodes where it can. The group is waited for up to
+            ``startup_timeout_s`` and removed by :meth:`shutdown`.
 
     Raises:
         TypeError: a creator is not callable, ``config`` is not a dict, or
@@ -112,7 +119,8 @@ class PyTorchTrainer:
             a GPU on a cluster without one), or ``num_replicas`` replicas together ask
             for more than it has (``rayfield.cluster_resources()``, checked before any
             replica starts).
-        RuntimeError: the replicas could not start within ``startup_timeout_s``.
+        RuntimeError: the replicas (or their placement group) could not start within
+            ``startup_timeout_s``.
 
     Example:
         trainer = PyTorchTrainer(model_creator, data_creator, config={"lr": 1e-2},
@@ -148,6 +156,7 @@ class PyTorchTrainer:
         max_retries: int = 3,
         timeout_s: float = 300.0,
         startup_timeout_s: float = 120.0,
+        placement_strategy: str | None = None,
     ) -> None:
         _check_callable("model_creator", model_creator, required=True)
         _check_callable("data_creator", data_creator, required=True)
@@ -181,6 +190,8 @@ class PyTorchTrainer:
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
         check_seconds("timeout_s", timeout_s)
         check_seconds("startup_timeout_s", startup_timeout_s)
+        self.placement_strategy = check_strategy(placement_strategy)
+        self._group: ActorGroup | None = None
         if resources_per_replica is None:
             resources_per_replica = Resources(num_cpus=1, num_gpus=1 if use_gpu else 0)
         if not isinstance(resources_per_replica, Resources):
@@ -233,6 +244,7 @@ class PyTorchTrainer:
             self._last_state = rayfield.get(self.workers[0].get_state.remote())
         except BaseException:
             self._kill_workers()  # no replica outlives a trainer that failed to start
+            self._remove_group()
             raise
 
     # ----------------------------------------------------------------- replicas
@@ -241,7 +253,16 @@ class PyTorchTrainer:
         cluster cannot hold them all) and form their process group."""
         options = self.resources_per_replica.actor_options()
         check_fits(options, rayfield.cluster_resources(), "a replica")
-        handles = [_RemoteRunner.options(**options).remote(self._spec) for _ in range(num)]
+        if self.placement_strategy is not None and self._group is None:
+            self._group = ActorGroup(
+                self.placement_strategy, options, self.num_replicas, self.startup_timeout_s
+            )
+        handles = [
+            _RemoteRunner.options(
+                **options, **(self._group.options(i) if self._group else {})
+            ).remote(self._spec)
+            for i in range(num)
+        ]
         probes = [h.get_pid.remote() for h in handles]
         if allow_fewer:
             # Replicas that the cluster can hold start at about the same time as the
@@ -472,6 +493,17 @@ class PyTorchTrainer:
             rayfield.wait(refs, num_returns=len(refs), timeout=10)
         finally:
             self._kill_workers()
+            self._remove_group()
+
+    @property
+    def placement_group(self) -> Any:
+        """The placement group the replicas run in (``placement_strategy``), else None."""
+        return None if self._group is None else self._group.group
+
+    def _remove_group(self) -> None:
+        if self._group is not None:
+            self._group.remove()
+            self._group = None
 
 
 def _as_list(value: Any) -> list[Any]:
