@@ -14,6 +14,10 @@ Usage::
 
 from __future__ import annotations
 
+# a sibling: tools/ is sys.path[0] for a script, and importers put it there first
+from apt_packages import ensure_programs, main_for
+from apt_packages import find_programs as find_named
+
 PROGRAMS = {"sshd": "/usr/sbin/sshd", "ssh": "ssh", "ssh-keygen": "ssh-keygen", "rsync": "rsync"}
 PACKAGES = ("openssh-server", "openssh-client", "rsync")
 HINT = (
@@ -24,9 +28,7 @@ HINT = (
 
 def find_programs() -> dict[str, str] | None:
     """The path of each program, or None when one is missing."""
-    from apt_packages import find_programs as find  # a sibling: tools/ is sys.path[0]
-
-    return find(PROGRAMS)
+    return find_named(PROGRAMS)
 
 
 def install() -> dict[str, str]:
@@ -36,12 +38,8 @@ def install() -> dict[str, str]:
         RuntimeError: when one is missing and cannot be installed here (not root, no
             apt-get, or the install failed); the message says what to do.
     """
-    from apt_packages import ensure_programs
-
     return ensure_programs(PROGRAMS, PACKAGES, HINT)
 
 
 if __name__ == "__main__":
-    from apt_packages import main_for
-
     raise SystemExit(main_for(PROGRAMS, PACKAGES, HINT))
