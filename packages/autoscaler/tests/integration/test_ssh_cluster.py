@@ -139,6 +139,26 @@ def host_processes(hosts: SSHHosts) -> list[str]:
     return found
 
 
+def check_hosts_clean(hosts: SSHHosts, on_head: Path) -> None:
+    """After ``down``: no rayfield process on any host, the head's copies gone."""
+    wait_for(
+        lambda: not host_processes(hosts),
+        30,
+        "no rayfield process left on the hosts",
+        interval=0.2,
+    )
+    assert not on_head.exists()  # the key copy and the bootstrap config are gone
+
+
+def tear_down(provider: Any, cfg_path: Path, hosts: SSHHosts, on_head: Path, name: str) -> None:
+    """Take the cluster down if a test left it up, and remove every host's directory."""
+    if provider.non_terminated_nodes({}):
+        cli("down", str(cfg_path), "-y")
+    shutil.rmtree(on_head, ignore_errors=True)
+    for ip in hosts.ips:
+        shutil.rmtree(f"/tmp/rayfield-{name}-{ip}", ignore_errors=True)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -288,19 +308,9 @@ def test_up_runs_work_on_the_worker_host_updates_on_mount_change_down(
         assert down.returncode == 0, down.stdout + down.stderr
         assert "terminated 2 nodes" in down.stdout
         assert provider.non_terminated_nodes({}) == []
-        wait_for(
-            lambda: not host_processes(hosts),
-            30,
-            "no rayfield process left on the hosts",
-            interval=0.2,
-        )
-        assert not on_head.exists()  # the key copy and the bootstrap config are gone
+        check_hosts_clean(hosts, on_head)
     finally:
-        if provider.non_terminated_nodes({}):
-            cli("down", str(cfg_path), "-y")
-        shutil.rmtree(on_head, ignore_errors=True)
-        for ip in hosts.ips:
-            shutil.rmtree(f"/tmp/rayfield-{name}-{ip}", ignore_errors=True)
+        tear_down(provider, cfg_path, hosts, on_head, name)
 
 
 @pytest.mark.slow  # 66-113 s on 2 busy cores: a second SSH cluster up, used and down
@@ -396,16 +406,6 @@ def test_up_on_an_external_provider_runs_its_monitor_on_the_head_it_launched(
         # Their host keys are forgotten: a cloud gives a terminated node's address to
         # a new machine, whose key is accepted as new.
         assert (state / "known_hosts").read_text() == ""
-        wait_for(
-            lambda: not host_processes(hosts),
-            30,
-            "no rayfield process left on the hosts",
-            interval=0.2,
-        )
-        assert not on_head.exists()  # the key copy and the bootstrap config are gone
+        check_hosts_clean(hosts, on_head)
     finally:
-        if provider.non_terminated_nodes({}):
-            cli("down", str(cfg_path), "-y")
-        shutil.rmtree(on_head, ignore_errors=True)
-        for ip in hosts.ips:
-            shutil.rmtree(f"/tmp/rayfield-{name}-{ip}", ignore_errors=True)
+        tear_down(provider, cfg_path, hosts, on_head, name)
