@@ -271,6 +271,7 @@ class RolloutWorker:
         from rayfield.rllib.offline import worker_io
         from rayfield.rllib.offline.io_context import IOContext
 
+        self.global_vars: dict[str, Any] = {}  # the last set_global_vars
         self.io_context = IOContext(log_dir, self.config, self.worker_index, self)
         self.input_reader = worker_io.make_worker_input(self.config, self.io_context)
         self.output_writer = worker_io.make_output_writer(self.config, self.io_context)
@@ -360,6 +361,7 @@ class RolloutWorker:
         """The `RolloutMetrics` of the episodes finished since the last call, followed
         by the `OffPolicyEstimate` s of the episodes read since then."""
         out: list[Any] = list(self.sampler.get_metrics())
+        out.extend(self.input_reader.get_metrics())
         for estimator in self.reward_estimators:
             out.extend(estimator.get_metrics())
         return out
@@ -414,6 +416,7 @@ class RolloutWorker:
             self.set_global_vars(global_vars)
 
     def set_global_vars(self, global_vars: dict[str, Any]) -> None:
+        self.global_vars = dict(global_vars)
         for p in self.policy_map.values():
             p.on_global_var_update(global_vars)
 
@@ -476,7 +479,8 @@ class RolloutWorker:
         return True
 
     def stop(self) -> None:
-        """Close the output writer and the envs."""
+        """Close the input reader, the output writer and the envs."""
+        self.input_reader.close()
         self.output_writer.close()
         if self.external_env is not None:
             self.external_env.stop()
