@@ -169,10 +169,12 @@ class PolicyClient:
         """Close this thread's connection (others close when their threads end); local
         inference: also stop the sampler thread (the steps since its last batch are
         not sent)."""
-        if self.local_inference is not None and threading.current_thread() is not (
-            self.local_inference.thread
-        ):
-            self.local_inference.stop()
+        local = self.local_inference
+        if local is not None and threading.current_thread() is not local.thread:
+            local.stop()
+        self._close_connection()
+
+    def _close_connection(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -207,11 +209,11 @@ class PolicyClient:
                 break
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 # the server closed an idle keep-alive connection: open a new one, once
-                self.close()
+                self._close_connection()
                 if attempt:
                     raise ConnectionError(f"the policy server at {self.address} closed") from None
             except OSError as exc:
-                self.close()
+                self._close_connection()
                 raise ConnectionError(
                     f"cannot reach the policy server at {self.address}: {exc}"
                 ) from None
