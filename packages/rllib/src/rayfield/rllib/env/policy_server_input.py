@@ -16,8 +16,9 @@ Applications drive episodes with a `PolicyClient` on the wire of ``serving_wire.
 
 * ``inference_mode="remote"``: ``start_episode``/``get_action``/``log_action``/
   ``log_returns``/``end_episode`` requests go to an `ExternalEnv` here, which a sampler
-  thread steps with the rollout worker's own policies (their lock keeps the forward
-  passes apart from training) into batches of ``rollout_fragment_length`` steps;
+  thread steps into batches of ``rollout_fragment_length`` steps with a copy of the
+  worker's policy (so the clients never wait for training; `next`, which the trainer
+  calls between updates, copies the trainer's weights and global vars into it);
 * ``inference_mode="local"``: the client asks once for ``GET_WORKER_ARGS`` (the policy's
   class as a dotted path, its spaces and the JSON-able part of the config), builds its
   own copy of the policy, fetches ``GET_WEIGHTS`` (arrays by policy id, plus the
@@ -26,8 +27,9 @@ Applications drive episodes with a `PolicyClient` on the wire of ``serving_wire.
   `rayfield.rllib.offline.columns`, plus its finished episodes).
 
 `next` hands the trainer the batches of both modes in the order they came, waiting
-for one; a bounded queue holds at most ``max_queued_batches`` of them, so a client
-waits while the trainer trains (backpressure). The episodes the clients finished are
+for one; a bounded queue holds at most ``max_queued_batches`` of them, and a client
+waits when it is full (backpressure: memory stays bounded when the clients outpace
+the trainer, where RLlib's queue grows without limit). The episodes the clients finished are
 reported in the trainer's results (``episode_reward_mean``...).
 
 Single-agent policies only: a multi-agent worker raises ``NotImplementedError``.
@@ -139,7 +141,7 @@ class PolicyServerInput(InputReader):
         token: str | None = None,
         max_request_bytes: int = MAX_REPORT_BYTES,
         max_concurrent: int = 100,
-        max_queued_batches: int = 2,
+        max_queued_batches: int = 16,
     ) -> None:
         worker = ioctx.worker
         if worker is None:
@@ -153,9 +155,16 @@ class PolicyServerInput(InputReader):
         env = getattr(worker, "env", None)
         obs_space = getattr(env, "observation_space", None) or self.policy.observation_space
         self.env = ServedEnv(self.policy.action_space, obs_space, max_concurrent)
+        # the clients' actions come from a copy of the policy, so that they never wait
+        # for training (the trainer's policy is locked while it learns); `next`, called
+        # by the trainer between its updates, copies the weights over
+        self.inference_policy = type(self.policy)(
+            self.policy.observation_space, self.policy.action_space, self.policy.config
+        )
+        self._sync_inference_policy()
         self.sampler = ExternalEnvSampler(
             self.env,
-            worker.policy_map,
+            {DEFAULT_POLICY_ID: self.inference_policy},
             None,
             worker.preprocessors,
             worker.filters,
@@ -202,6 +211,7 @@ class PolicyServerInput(InputReader):
             RuntimeError: the sampler thread failed (its error is the cause), or the
                 reader was closed.
         """
+        self._sync_inference_policy()
         while True:
             try:
                 return self._batches.get(timeout=0.5)
@@ -210,6 +220,14 @@ class PolicyServerInput(InputReader):
                     raise RuntimeError(f"PolicyServerInput failed: {self.error!r}") from self.error
                 if self._closed.is_set():
                     raise RuntimeError("PolicyServerInput was closed") from None
+
+    def _sync_inference_policy(self) -> None:
+        """The trainer's weights and global vars (e.g. the timestep of an exploration
+        schedule) into the inference policy."""
+        self.inference_policy.set_weights(self.policy.get_weights())
+        global_vars = getattr(self.worker, "global_vars", None)
+        if global_vars:
+            self.inference_policy.on_global_var_update(global_vars)
 
     def get_metrics(self) -> list[Any]:
         """Episodes the local-inference clients reported since the last call (the
