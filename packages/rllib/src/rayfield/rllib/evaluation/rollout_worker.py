@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -56,6 +57,23 @@ def resolve_policy_class(policy: type | str) -> type:
         module, _, name = policy.rpartition(".")
         return getattr(importlib.import_module(module), name)
     return policy
+
+
+def policy_default_config(cls: type) -> dict[str, Any]:
+    """The default config of the algorithm a policy class belongs to: its
+    ``default_config`` attribute, else the ``DEFAULT_CONFIG`` of its module or of the
+    package above it (``rayfield.rllib.agents.ppo`` for ``ppo_torch_policy``), else {}."""
+    own = getattr(cls, "default_config", None)
+    if isinstance(own, dict):
+        return own
+    module = cls.__module__
+    for name in (module, module.rpartition(".")[0]):
+        found = getattr(
+            sys.modules.get(name) or importlib.import_module(name), "DEFAULT_CONFIG", None
+        )
+        if isinstance(found, dict):
+            return found
+    return {}
 
 
 class _IndexedCreator:
@@ -306,6 +324,11 @@ class RolloutWorker:
                     "the env has none: give them in the policy's tuple"
                 )
             pconf = deep_update(copy.deepcopy(config), copy.deepcopy(overrides or {}), True)
+            if cls is not None and cls is not default_cls:
+                # another algorithm's policy: its own defaults fill the keys this trainer's
+                # config lacks (e.g. DQN's n_step in a PPO trainer), as RLlib's policies'
+                # get_default_config did
+                pconf = {**copy.deepcopy(policy_default_config(cls)), **pconf}
             prep = ModelCatalog.get_preprocessor_for_space(obs_space, pconf.get("model") or {})
             self.preprocessors[pid] = prep
             self.filters[pid] = get_filter(
