@@ -69,20 +69,25 @@ def make_trainers(num_agents: int = 4) -> tuple[PPOTrainer, DQNTrainer]:
     return ppo_trainer, dqn_trainer
 
 
+def train_round(ppo_trainer: PPOTrainer, dqn_trainer: DQNTrainer) -> dict[str, dict[str, Any]]:
+    """One iteration of each trainer, then each takes the other's trained policy."""
+    # improve the DQN policy, then the PPO policy (each trainer trains its own)
+    results = {"DQN": dqn_trainer.train(), "PPO": ppo_trainer.train()}
+    for name, result in results.items():
+        print(f"{name}: by policy {result['policy_reward_mean']}", flush=True)
+    # swap weights to synchronize
+    dqn_trainer.set_weights(ppo_trainer.get_weights(["ppo_policy"]))
+    ppo_trainer.set_weights(dqn_trainer.get_weights(["dqn_policy"]))
+    return results
+
+
 def main(iterations: int = 20, num_agents: int = 4) -> dict[str, dict[str, Any]]:
     ppo_trainer, dqn_trainer = make_trainers(num_agents)
     results: dict[str, dict[str, Any]] = {}
     try:
         for i in range(iterations):
             print(f"== iteration {i + 1} ==")
-            # improve the DQN policy, then the PPO policy (each trainer trains its own)
-            results["DQN"] = dqn_trainer.train()
-            results["PPO"] = ppo_trainer.train()
-            for name, result in results.items():
-                print(f"{name}: by policy {result['policy_reward_mean']}", flush=True)
-            # swap weights to synchronize
-            dqn_trainer.set_weights(ppo_trainer.get_weights(["ppo_policy"]))
-            ppo_trainer.set_weights(dqn_trainer.get_weights(["dqn_policy"]))
+            results = train_round(ppo_trainer, dqn_trainer)
         return results
     finally:
         ppo_trainer.stop()

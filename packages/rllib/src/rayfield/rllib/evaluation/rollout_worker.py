@@ -68,9 +68,13 @@ def policy_default_config(cls: type) -> dict[str, Any]:
         return own
     module = cls.__module__
     for name in (module, module.rpartition(".")[0]):
-        found = getattr(
-            sys.modules.get(name) or importlib.import_module(name), "DEFAULT_CONFIG", None
-        )
+        if not name:
+            continue
+        try:
+            mod = sys.modules.get(name) or importlib.import_module(name)
+        except ImportError:
+            continue
+        found = getattr(mod, "DEFAULT_CONFIG", None)
         if isinstance(found, dict):
             return found
     return {}
