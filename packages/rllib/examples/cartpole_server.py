@@ -71,12 +71,11 @@ def make_trainer(run: str, port: int, classic: bool = False, train_batch_size: i
     if run == "DQN":
         config = {
             **connector_config,
-            "exploration_config": {
-                "type": "EpsilonGreedy",
-                "initial_epsilon": 1.0,
-                "final_epsilon": 0.02,
-                "epsilon_timesteps": 1000,
-            },
+            # epsilon from 1.0 down to 0.02 over the first 1000 steps (RLlib 1.x's
+            # example says this with exploration_config's EpsilonGreedy)
+            "schedule_max_timesteps": 10000,
+            "exploration_fraction": 0.1,
+            "exploration_final_eps": 0.02,
             "learning_starts": 100,
             "timesteps_per_iteration": 200,
         }
