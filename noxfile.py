@@ -196,6 +196,12 @@ def bench(session: nox.Session) -> None:
         session.install("ray[tune]", "optuna")
     if "rllib" in PACKAGES:  # the peers of packages/rllib/benchmarks/bench_rllib.py
         session.install("ray[rllib]", "stable-baselines3")
+        # bench_serving.py: RLlib's PolicyServerInput, last served by ray 2.38 (its docstring)
+        session.run(
+            "python", "-m", "pip", "install", "--quiet", "--upgrade", "--no-deps", "--target",
+            str(ROOT / "build" / "bench-rllib-2.38"),
+            "ray==2.38.0", "typer", "shellingham", "annotated-doc",
+        )  # fmt: skip
     if "autoscaler" in PACKAGES:  # bench_up_ssh.py: sshd hosts in network namespaces
         session.run("python", str(ROOT / "tools" / "install_sshd.py"))
     for name in PACKAGES:

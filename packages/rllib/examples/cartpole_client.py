@@ -1,9 +1,13 @@
 """The reference's CartPole client: an application playing through a policy server.
 
-    python cartpole_client.py --address localhost:8900 [--off-policy] [--stop-at 150]
+    python cartpole_client.py --address localhost:9900 [--off-policy] [--stop-at 150]
+        [--inference-mode local --update-interval 10]
 
-Each step asks the server for an action (``get_action``), or with ``--off-policy`` takes a
-random action and logs it (``log_action``); rewards go back with ``log_returns``.
+Each step asks the policy for an action (``get_action``), or with ``--off-policy`` takes a
+random action and logs it (``log_action``); rewards go back with ``log_returns``. With
+``--inference-mode remote`` (default) the server computes the actions; with ``local``
+this program keeps a copy of the server's policy, refreshes its weights every
+``--update-interval`` seconds and sends the server the steps it samples.
 """
 
 from __future__ import annotations
@@ -15,11 +19,18 @@ import gymnasium as gym
 from rayfield.rllib.env.policy_client import PolicyClient
 
 
-def main(address: str, episodes: int, off_policy: bool = False, stop_at: float = 0.0) -> float:
+def main(
+    address: str,
+    episodes: int,
+    off_policy: bool = False,
+    stop_at: float = 0.0,
+    inference_mode: str = "remote",
+    update_interval: float = 10.0,
+) -> float:
     """Play ``episodes`` episodes (0: until the mean of the last 20 reaches ``stop_at``);
     returns the mean return of the last 20."""
     env = gym.make("CartPole-v1")
-    client = PolicyClient(address)
+    client = PolicyClient(address, inference_mode=inference_mode, update_interval=update_interval)
     returns: list[float] = []
     try:
         while episodes == 0 or len(returns) < episodes:
@@ -51,9 +62,18 @@ def main(address: str, episodes: int, off_policy: bool = False, stop_at: float =
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--address", default="localhost:8900")
+    parser.add_argument("--address", default="localhost:9900")
+    parser.add_argument("--inference-mode", choices=["remote", "local"], default="remote")
+    parser.add_argument("--update-interval", type=float, default=10.0)
     parser.add_argument("--episodes", type=int, default=0)
     parser.add_argument("--off-policy", action="store_true")
     parser.add_argument("--stop-at", type=float, default=150.0)
     args = parser.parse_args()
-    main(args.address, args.episodes, args.off_policy, args.stop_at)
+    main(
+        args.address,
+        args.episodes,
+        args.off_policy,
+        args.stop_at,
+        args.inference_mode,
+        args.update_interval,
+    )

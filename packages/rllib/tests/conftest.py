@@ -46,6 +46,72 @@ def _greedy_return(trainer: Any, episodes: int = 5, env: Any = None) -> float:
     return total / episodes
 
 
+def _train_to(trainer: Any, target: float, budget: int, applications: Any = ()) -> dict[str, Any]:
+    """Train until ``episode_reward_mean`` reaches `target` or `budget` env steps are
+    spent; asserts the target was reached (the message: first and last mean, steps).
+    Each of `applications` (``f(stop_event)``) runs in a thread meanwhile; when it ends
+    the event is set, the trainer stopped and the threads joined."""
+    import threading
+
+    stop = threading.Event()
+    threads = [threading.Thread(target=app, args=(stop,)) for app in applications]
+    for t in threads:
+        t.start()
+    try:
+        first = result = trainer.train()
+        while result["episode_reward_mean"] < target and result["timesteps_total"] < budget:
+            result = trainer.train()
+    finally:
+        stop.set()
+        if threads:
+            trainer.stop()
+        for t in threads:
+            t.join(10)
+    assert result["episode_reward_mean"] >= target, (
+        first["episode_reward_mean"],
+        result["episode_reward_mean"],
+        result["timesteps_total"],
+    )
+    return result
+
+
+def _play_cartpole(client: Any, stop: Any, seed: int) -> None:
+    """Play CartPole-v1 episodes (seeded `seed`, `seed` + 1, ...) through a `PolicyClient`
+    until the event `stop` is set or the server goes away; closes the client."""
+    import gymnasium as gym
+
+    from rayfield.rllib.env.policy_client import PolicyServerError
+
+    game = gym.make("CartPole-v1")
+    try:
+        while not stop.is_set():
+            eid = client.start_episode()
+            obs, _ = game.reset(seed=seed)
+            seed += 1
+            done = False
+            while not done:
+                obs, reward, term, trunc, _ = game.step(client.get_action(eid, obs))
+                client.log_returns(eid, reward)
+                done = term or trunc
+            client.end_episode(eid, obs)
+    except (PolicyServerError, ConnectionError, RuntimeError):
+        pass  # the trainer stopped (a local-inference client: its sampler ended)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def play_cartpole() -> Any:
+    """`_play_cartpole`: an application playing CartPole through a policy client."""
+    return _play_cartpole
+
+
+@pytest.fixture
+def train_to() -> Any:
+    """`_train_to`: train a trainer to a mean return within a step budget."""
+    return _train_to
+
+
 @pytest.fixture
 def greedy_return() -> Any:
     """`_greedy_return`: how well a trained policy plays without exploring."""

@@ -27,9 +27,21 @@ def test_example_runs(name: str) -> None:
         assert result["callback_ok"] and "pole_angle_mean" in result["custom_metrics"]
 
 
-def test_the_cartpole_server_and_client_examples_run_together() -> None:
-    """The reference's serving example as two programs: the server trains, the client
-    plays its episodes through HTTP."""
+@pytest.mark.parametrize(
+    ("server_args", "client_args"),
+    [
+        ([], ["--inference-mode", "remote"]),
+        ([], ["--inference-mode", "local", "--update-interval", "1"]),
+        (["--classic"], []),
+    ],
+    ids=["input-remote", "input-local", "classic"],
+)
+def test_the_cartpole_server_and_client_examples_run_together(
+    server_args: list[str], client_args: list[str]
+) -> None:
+    """The reference's serving example as two programs: the server trains (its input a
+    PolicyServerInput, or an ExternalEnv serving with --classic), the client plays its
+    episodes through HTTP."""
     import socket
     import subprocess
     import sys
@@ -45,6 +57,9 @@ def test_the_cartpole_server_and_client_examples_run_together() -> None:
             str(port),
             "--iterations",
             "2",
+            "--train-batch-size",
+            "400",
+            *server_args,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -65,6 +80,7 @@ def test_the_cartpole_server_and_client_examples_run_together() -> None:
                 f"localhost:{port}",
                 "--stop-at",
                 "1000000",
+                *client_args,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

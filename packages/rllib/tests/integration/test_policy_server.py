@@ -3,6 +3,7 @@ HTTP clients, good and bad; the reference's CartPole server learns through its c
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
@@ -213,34 +214,16 @@ class CartpoleServing(ExternalEnv):
 register_env("served_http_cartpole", lambda ctx: CartpoleServing(ctx))
 
 
-def cartpole_client(stop: threading.Event, seed: int) -> None:
-    """An application playing CartPole through the env's server once it listens."""
-    server = wait_for(lambda: CartpoleServing.servers, 60, "the env's server")[0]
-    game = gym.make("CartPole-v1")
-    client = PolicyClient(server.address)
-    try:
-        while not stop.is_set():
-            eid = client.start_episode()
-            obs, _ = game.reset(seed=seed)
-            seed += 1
-            done = False
-            while not done:
-                obs, reward, term, trunc, _ = game.step(client.get_action(eid, obs))
-                client.log_returns(eid, reward)
-                done = term or trunc
-            client.end_episode(eid, obs)
-    except (PolicyServerError, ConnectionError):
-        pass  # the trainer stopped
-    finally:
-        client.close()
-
-
 @pytest.mark.parametrize(
     ("target", "budget"),
     [(50, 12_000), pytest.param(120, 60_000, marks=pytest.mark.slow)],
 )
 def test_the_reference_cartpole_server_learns_through_http_clients(
-    target: float, budget: int, ppo_served_cartpole_config: dict[str, Any]
+    target: float,
+    budget: int,
+    ppo_served_cartpole_config: dict[str, Any],
+    train_to: Any,
+    play_cartpole: Any,
 ) -> None:
     """Four applications play CartPole through PolicyClient; PPO trains on what they
     report until the mean return reaches ``target`` (random play: about 22)."""
@@ -248,21 +231,11 @@ def test_the_reference_cartpole_server_learns_through_http_clients(
     trainer = get_trainer_class("PPO")(
         env="served_http_cartpole", config=ppo_served_cartpole_config
     )
-    stop = threading.Event()
-    clients = [threading.Thread(target=cartpole_client, args=(stop, 1000 * i)) for i in range(4)]
-    for c in clients:
-        c.start()
-    try:
-        first = result = trainer.train()
-        while result["episode_reward_mean"] < target and result["timesteps_total"] < budget:
-            result = trainer.train()
-        assert result["episode_reward_mean"] >= target, (
-            first["episode_reward_mean"],
-            result["episode_reward_mean"],
-            result["timesteps_total"],
-        )
-    finally:
-        stop.set()
-        trainer.stop()
-    for c in clients:
-        c.join(10)
+
+    def application(seed: int, stop: threading.Event) -> None:
+        # plays once the env's server listens
+        server = wait_for(lambda: CartpoleServing.servers, 60, "the env's server")[0]
+        play_cartpole(PolicyClient(server.address), stop, seed)
+
+    apps = [functools.partial(application, 1000 * i) for i in range(4)]
+    train_to(trainer, target, budget, apps)

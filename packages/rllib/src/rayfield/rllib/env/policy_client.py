@@ -12,11 +12,14 @@ import http.client
 import os
 import threading
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rayfield.rllib.env.policy_server import server_token_path
 from rayfield.rllib.env.serving_wire import JSON, MSGPACK, WireError, decode, encode
 from rayfield.util import private_files
+
+if TYPE_CHECKING:
+    from rayfield.rllib.env.policy_client_local import LocalInference
 
 __all__ = ["ENV_TOKEN", "PolicyClient", "PolicyServerError"]
 
@@ -45,8 +48,14 @@ class PolicyClient:
     Args:
         address: ``"http://HOST:PORT"``, ``"https://HOST:PORT"`` or ``"HOST:PORT"`` (the
             reference's example omits the scheme; http is assumed).
-        inference_mode: ``"remote"``: the server computes every action. (``"local"``, a
-            policy copy in the client, needs a ``PolicyServerInput`` server.)
+        inference_mode: ``"remote"``: the server computes every action; ``"local"``: the
+            client builds a copy of the server's policy (from its class path, spaces and
+            JSON config; see `rayfield.rllib.env.policy_client_local`), computes the
+            actions here and posts the batches it samples to the server (needs a
+            `PolicyServerInput` server).
+        update_interval: local inference: fetch the server's weights every this many
+            seconds (checked at each call; None: only at the start and by
+            `update_policy`).
         token: the server's token; None: ``$RAYFIELD_POLICY_SERVER_TOKEN``, else the token
             file a server on this machine wrote for its port.
         serialization: ``"msgpack"`` (default) or ``"json"``.
@@ -54,25 +63,30 @@ class PolicyClient:
             server's sampler).
 
     Raises:
-        ValueError: a malformed address, an unknown ``inference_mode`` or serialization.
+        ValueError: a malformed address, an unknown ``inference_mode`` or serialization,
+            ``update_interval`` <= 0.
         PermissionError: no token given and none can be found for this address.
+        PolicyServerError: local inference, and the server has no policy to give (a
+            classic `PolicyServer`: 400) or refused the token (401).
     """
 
     def __init__(
         self,
         address: str,
         inference_mode: str = "remote",
-        update_interval: float | None = None,
+        update_interval: float | None = 10.0,
         *,
         token: str | None = None,
         serialization: str = "msgpack",
         timeout_s: float = 60.0,
     ) -> None:
-        if inference_mode != "remote":
+        if inference_mode not in ("remote", "local"):
             raise ValueError(
-                f"inference_mode={inference_mode!r}: a PolicyServer computes actions on the "
-                "server; use inference_mode='remote'"
+                f"inference_mode={inference_mode!r}: use 'remote' (the server computes "
+                "actions) or 'local' (a policy copy here; needs a PolicyServerInput server)"
             )
+        if update_interval is not None and not update_interval > 0:
+            raise ValueError(f"update_interval must be > 0 seconds or None, not {update_interval}")
         if serialization not in ("msgpack", "json"):
             raise ValueError(f"serialization must be 'msgpack' or 'json', not {serialization!r}")
         url = urllib.parse.urlsplit(address if "://" in address else f"http://{address}")
@@ -84,12 +98,20 @@ class PolicyClient:
         self.token = token or os.environ.get(ENV_TOKEN) or _local_token(url.hostname, url.port)
         self.content_type = MSGPACK if serialization == "msgpack" else JSON
         self.timeout_s = float(timeout_s)
+        self.inference_mode = inference_mode
         self.update_interval = update_interval
         self._local = threading.local()
+        self.local_inference: LocalInference | None = None
+        if inference_mode == "local":
+            from rayfield.rllib.env.policy_client_local import LocalInference
+
+            self.local_inference = LocalInference(self._send, update_interval)
 
     # -- the episode API ---------------------------------------------------------------
     def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
         """Start an episode on the server; returns its id (``episode_id`` or a new one)."""
+        if self.local_inference is not None:
+            return self.local_inference.ready().start_episode(episode_id, training_enabled)
         reply = self._send(
             {
                 "command": "START_EPISODE",
@@ -101,6 +123,8 @@ class PolicyClient:
 
     def get_action(self, episode_id: str, observation: Any) -> Any:
         """The policy's action for ``observation`` (an int, float or numpy array)."""
+        if self.local_inference is not None:
+            return self.local_inference.ready().get_action(episode_id, observation)
         reply = self._send(
             {"command": "GET_ACTION", "episode_id": episode_id, "observation": observation}
         )
@@ -108,6 +132,8 @@ class PolicyClient:
 
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         """Record an action the application chose itself at ``observation`` (off-policy)."""
+        if self.local_inference is not None:
+            return self.local_inference.ready().log_action(episode_id, observation, action)
         self._send(
             {
                 "command": "LOG_ACTION",
@@ -121,16 +147,34 @@ class PolicyClient:
         self, episode_id: str, reward: float, info: dict[str, Any] | None = None
     ) -> None:
         """Add ``reward`` to the reward of the episode's last action."""
+        if self.local_inference is not None:
+            return self.local_inference.ready().log_returns(episode_id, reward, info)
         self._send(
             {"command": "LOG_RETURNS", "episode_id": episode_id, "reward": reward, "info": info}
         )
 
     def end_episode(self, episode_id: str, observation: Any) -> None:
         """End the episode with its last observation."""
+        if self.local_inference is not None:
+            return self.local_inference.ready().end_episode(episode_id, observation)
         self._send({"command": "END_EPISODE", "episode_id": episode_id, "observation": observation})
 
+    def update_policy(self) -> None:
+        """Local inference: fetch the server's weights now (they are also fetched every
+        ``update_interval`` seconds). Remote: nothing to do."""
+        if self.local_inference is not None:
+            self.local_inference.update_weights()
+
     def close(self) -> None:
-        """Close this thread's connection (others close when their threads end)."""
+        """Close this thread's connection (others close when their threads end); local
+        inference: also stop the sampler thread (the steps since its last batch are
+        not sent)."""
+        local = self.local_inference
+        if local is not None and threading.current_thread() is not local.thread:
+            local.stop()
+        self._close_connection()
+
+    def _close_connection(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -165,11 +209,11 @@ class PolicyClient:
                 break
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 # the server closed an idle keep-alive connection: open a new one, once
-                self.close()
+                self._close_connection()
                 if attempt:
                     raise ConnectionError(f"the policy server at {self.address} closed") from None
             except OSError as exc:
-                self.close()
+                self._close_connection()
                 raise ConnectionError(
                     f"cannot reach the policy server at {self.address}: {exc}"
                 ) from None

@@ -157,6 +157,8 @@ class PolicyServer(ThreadingHTTPServer):
                 return {"episode_id": env.start_episode(eid, enabled)}
             except ValueError as exc:
                 raise _RequestError(409, str(exc)) from None
+            except ExternalEnvStopped:
+                raise  # 503 (it is a RuntimeError too)
             except RuntimeError as exc:
                 raise _RequestError(429, str(exc)) from None
         eid = request.get("episode_id")

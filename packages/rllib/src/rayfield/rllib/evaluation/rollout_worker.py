@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -56,6 +57,27 @@ def resolve_policy_class(policy: type | str) -> type:
         module, _, name = policy.rpartition(".")
         return getattr(importlib.import_module(module), name)
     return policy
+
+
+def policy_default_config(cls: type) -> dict[str, Any]:
+    """The default config of the algorithm a policy class belongs to: its
+    ``default_config`` attribute, else the ``DEFAULT_CONFIG`` of its module or of the
+    package above it (``rayfield.rllib.agents.ppo`` for ``ppo_torch_policy``), else {}."""
+    own = getattr(cls, "default_config", None)
+    if isinstance(own, dict):
+        return own
+    module = cls.__module__
+    for name in (module, module.rpartition(".")[0]):
+        if not name:
+            continue
+        try:
+            mod = sys.modules.get(name) or importlib.import_module(name)
+        except ImportError:
+            continue
+        found = getattr(mod, "DEFAULT_CONFIG", None)
+        if isinstance(found, dict):
+            return found
+    return {}
 
 
 class _IndexedCreator:
@@ -271,6 +293,7 @@ class RolloutWorker:
         from rayfield.rllib.offline import worker_io
         from rayfield.rllib.offline.io_context import IOContext
 
+        self.global_vars: dict[str, Any] = {}  # the last set_global_vars
         self.io_context = IOContext(log_dir, self.config, self.worker_index, self)
         self.input_reader = worker_io.make_worker_input(self.config, self.io_context)
         self.output_writer = worker_io.make_output_writer(self.config, self.io_context)
@@ -305,6 +328,11 @@ class RolloutWorker:
                     "the env has none: give them in the policy's tuple"
                 )
             pconf = deep_update(copy.deepcopy(config), copy.deepcopy(overrides or {}), True)
+            if cls is not None and cls is not default_cls:
+                # another algorithm's policy: its own defaults fill the keys this trainer's
+                # config lacks (e.g. DQN's n_step in a PPO trainer), as RLlib's policies'
+                # get_default_config did
+                pconf = {**copy.deepcopy(policy_default_config(cls)), **pconf}
             prep = ModelCatalog.get_preprocessor_for_space(obs_space, pconf.get("model") or {})
             self.preprocessors[pid] = prep
             self.filters[pid] = get_filter(
@@ -360,6 +388,7 @@ class RolloutWorker:
         """The `RolloutMetrics` of the episodes finished since the last call, followed
         by the `OffPolicyEstimate` s of the episodes read since then."""
         out: list[Any] = list(self.sampler.get_metrics())
+        out.extend(self.input_reader.get_metrics())
         for estimator in self.reward_estimators:
             out.extend(estimator.get_metrics())
         return out
@@ -414,6 +443,7 @@ class RolloutWorker:
             self.set_global_vars(global_vars)
 
     def set_global_vars(self, global_vars: dict[str, Any]) -> None:
+        self.global_vars = dict(global_vars)
         for p in self.policy_map.values():
             p.on_global_var_update(global_vars)
 
@@ -476,7 +506,8 @@ class RolloutWorker:
         return True
 
     def stop(self) -> None:
-        """Close the output writer and the envs."""
+        """Close the input reader, the output writer and the envs."""
+        self.input_reader.close()
         self.output_writer.close()
         if self.external_env is not None:
             self.external_env.stop()

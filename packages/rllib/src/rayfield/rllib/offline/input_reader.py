@@ -19,6 +19,15 @@ class InputReader(abc.ABC):
     def next(self) -> Any:
         """The next `SampleBatch` or `MultiAgentBatch`."""
 
+    def get_metrics(self) -> list[Any]:
+        """Episodes the reader saw finish outside the worker's sampler since the last
+        call (`RolloutMetrics`; e.g. those a `PolicyServerInput`'s clients played);
+        the worker adds them to its own. None by default."""
+        return []
+
+    def close(self) -> None:  # noqa: B027  (optional for readers that hold nothing open)
+        """Release what the reader holds open (called when the worker stops)."""
+
 
 class SamplerInput(InputReader):
     """A worker's sampler (``input: "sampler"``): batches from the live env."""

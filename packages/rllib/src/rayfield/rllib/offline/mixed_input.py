@@ -69,6 +69,13 @@ class MixedInput(InputReader):
     def next(self) -> Any:
         return self.choices[int(self._rng.choice(len(self.choices), p=self.p))].next()
 
+    def get_metrics(self) -> list[Any]:
+        return [m for child in self.choices for m in child.get_metrics()]
+
+    def close(self) -> None:
+        for child in self.choices:
+            child.close()
+
 
 class ShuffledInput(InputReader):
     """A sliding-window shuffle (``shuffle_buffer_size``): keeps `n` batches and
@@ -96,3 +103,9 @@ class ShuffledInput(InputReader):
         out = self._buffer[i]
         self._buffer[i] = self.child.next()
         return out
+
+    def get_metrics(self) -> list[Any]:
+        return self.child.get_metrics()
+
+    def close(self) -> None:
+        self.child.close()

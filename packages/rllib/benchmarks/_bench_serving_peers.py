@@ -1,0 +1,145 @@
+"""The programs `bench_serving.py` runs, one process each: a policy server that trains PPO
+from what its clients send, and a client that plays CartPole through it.
+
+    python _bench_serving_peers.py server rayfield|rllib PORT
+    python _bench_serving_peers.py client rayfield|rllib PORT SECONDS SEED
+
+Both servers are written as the libraries' CartPole server examples are: the trainer's
+input is a ``PolicyServerInput`` (RLlib 2.38's on its old API stack, where it lives), no rollout
+workers, no off-policy estimation, the same PPO setting (256x256 network, 200-step
+fragments, 1000-step train batches, 128-row minibatches). A server prints ``READY`` once it
+listens and then trains until it is killed.
+
+A client plays CartPole episodes with ``inference_mode="remote"`` (``get_action`` asks the
+server, rewards go back with ``log_returns``), as the clients of the examples do: RLlib's
+``PolicyClient("http://localhost:PORT")`` (a new connection per request, pickled bodies),
+rayfield's ``PolicyClient("localhost:PORT")`` (one kept-alive connection, msgpack). It
+plays 50 steps to warm up and prints ``READY``; then, for each line of stdin (a start
+time, a Unix time), it waits for that time and plays on for SECONDS, counting the
+``get_action`` calls and all requests started in that window, and prints them as JSON
+(its episode goes on across windows); an empty line or ``quit`` ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+HIDDEN = [256, 256]
+FRAGMENT = 200
+TRAIN_BATCH = 1000
+MINIBATCH = 128
+
+
+def rayfield_server(port: int) -> None:
+    from rayfield.rllib.agents.ppo import PPOTrainer
+    from rayfield.rllib.env.policy_server_input import PolicyServerInput
+
+    config = {
+        "input": lambda ioctx: PolicyServerInput(ioctx, "localhost", port),
+        "num_workers": 0,
+        "input_evaluation": [],
+        "rollout_fragment_length": FRAGMENT,
+        "train_batch_size": TRAIN_BATCH,
+        "sgd_minibatch_size": MINIBATCH,
+        "model": {"fcnet_hiddens": HIDDEN},
+    }
+    trainer = PPOTrainer(env="CartPole-v1", config=config)  # the env gives the spaces
+    print("READY", flush=True)
+    while True:
+        trainer.train()
+
+
+def rllib_server(port: int) -> None:
+    import gymnasium as gym
+    import ray
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.env.policy_server_input import PolicyServerInput
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+    def _input(ioctx: Any) -> Any:
+        return PolicyServerInput(ioctx, "localhost", port)
+
+    config = (
+        PPOConfig()
+        .api_stack(enable_rl_module_and_learner=False, enable_env_runner_and_connector_v2=False)
+        .environment(
+            env=None,
+            observation_space=gym.spaces.Box(float("-inf"), float("inf"), (4,)),
+            action_space=gym.spaces.Discrete(2),
+        )
+        .framework("torch")
+        .offline_data(input_=_input)
+        # ExternalEnv (what the server's inference worker samples) needs the classic sampler
+        .env_runners(num_env_runners=0, rollout_fragment_length=FRAGMENT, enable_connectors=False)
+        .training(
+            train_batch_size=TRAIN_BATCH, minibatch_size=MINIBATCH, model={"fcnet_hiddens": HIDDEN}
+        )
+        .evaluation(off_policy_estimation_methods={})
+    )
+    algo = config.build()
+    print("READY", flush=True)
+    while True:
+        algo.train()
+
+
+def client(library: str, port: int, seconds: float, seed: int) -> None:
+    import gymnasium as gym
+
+    if library == "rayfield":
+        from rayfield.rllib.env.policy_client import PolicyClient
+
+        policy_client: Any = PolicyClient(f"localhost:{port}", inference_mode="remote")
+    else:
+        from ray.rllib.env.policy_client import PolicyClient as RLlibClient
+
+        policy_client = RLlibClient(f"http://localhost:{port}", inference_mode="remote")
+    env = gym.make("CartPole-v1")
+    window = [float("inf"), float("inf")]  # [start, end) of the counted calls
+    counts = {"get_action": 0, "requests": 0}
+    state: dict[str, Any] = {"eid": None, "obs": None, "seed": seed}
+
+    def call(kind: str, fn: Any, *args: Any) -> Any:
+        t = time.time()
+        out = fn(*args)
+        if window[0] <= t < window[1]:
+            counts["requests"] += 1
+            counts["get_action"] += kind == "get_action"
+        return out
+
+    def step() -> None:
+        """One env step of the running episode (starting or ending episodes as needed)."""
+        if state["eid"] is None:
+            state["eid"] = call("start", policy_client.start_episode)
+            state["obs"], _ = env.reset(seed=state["seed"])
+            state["seed"] += 1
+        action = call("get_action", policy_client.get_action, state["eid"], state["obs"])
+        state["obs"], reward, term, trunc, _ = env.step(action)
+        call("log", policy_client.log_returns, state["eid"], reward)
+        if term or trunc:
+            call("end", policy_client.end_episode, state["eid"], state["obs"])
+            state["eid"] = None
+
+    for _ in range(50):  # warm-up (RLlib builds its inference worker at the first episode)
+        step()
+    print("READY", flush=True)
+    for line in sys.stdin:  # one window per line: its start time
+        if line.strip() in ("", "quit"):
+            break
+        window[:] = [float(line), float(line) + seconds]
+        counts.update(get_action=0, requests=0)
+        time.sleep(max(0.0, window[0] - time.time()))
+        while time.time() < window[1]:
+            step()
+        print(json.dumps(counts), flush=True)
+
+
+if __name__ == "__main__":
+    role, lib, port_arg = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if role == "server":
+        (rayfield_server if lib == "rayfield" else rllib_server)(port_arg)
+    else:
+        client(lib, port_arg, float(sys.argv[4]), int(sys.argv[5]))
