@@ -332,7 +332,10 @@ def inline(fn: Any, *args: Any) -> None:
 
 
 def router(
-    refuse_from: int = -1, dead: str | None = None, background: Any = inline
+    refuse_from: int = -1,
+    dead: str | None = None,
+    background: Any = inline,
+    sender: Any = inline,
 ) -> tuple[ActorRouter, list[Any]]:
     log: list[Any] = []
     me, home = b"A" * 20, b"B" * 20
@@ -359,6 +362,7 @@ def router(
         sent=lambda c, address: log.append(("ok", int.from_bytes(c.spec.task_id, "big"))),
         drop=lambda c: log.append(("drop", int.from_bytes(c.spec.task_id, "big"))),
         background=background,
+        sender=sender,
     )
     return r, log
 
@@ -401,6 +405,37 @@ def test_a_refused_call_is_held_with_those_after_it_until_the_next_try() -> None
     r.call_elsewhere(ACTOR, actor_call(2))
     held = [c.spec.task_id for c in r.table.calls[ACTOR]]
     assert held == [tid(1), tid(2)] and ("ok", 0) in log and ("ok", 1) not in log
+
+
+def test_calls_held_while_a_send_is_on_the_wire_go_together_next_in_order() -> None:
+    started: list[Any] = []
+    r, log = router(sender=lambda fn, *args: started.append((fn, args)))
+    r.call_elsewhere(ACTOR, actor_call(0))
+    assert len(started) == 1 and not log  # the caller is not held: a sender sends
+    for i in (1, 2):  # arrive while that send is on its way: no second send starts
+        r.call_elsewhere(ACTOR, actor_call(i))
+    r.retry_waiting()
+    assert len(started) == 1
+    fn, args = started.pop()
+    fn(*args)  # one drain sends them all, in order, and stops with nothing held
+    assert [e[2] for e in log if e[0] == "sent"] == [0, 1, 2]
+    assert ACTOR not in r.table.sending and r.table.waiting() == []
+    r.call_elsewhere(ACTOR, actor_call(3))  # the next call starts a send again
+    assert len(started) == 1
+
+
+def test_a_refusal_ends_the_send_and_the_next_try_starts_another() -> None:
+    started: list[Any] = []
+    r, log = router(refuse_from=1, sender=lambda fn, *args: started.append((fn, args)))
+    for i in range(3):
+        r.call_elsewhere(ACTOR, actor_call(i))
+    fn, args = started.pop()
+    fn(*args)
+    assert [e[1] for e in log if e[0] == "ok"] == [0]
+    assert [c.spec.task_id for c in r.table.calls[ACTOR]] == [tid(1), tid(2)]
+    assert ACTOR not in r.table.sending
+    r.retry_waiting()  # after a heartbeat
+    assert len(started) == 1
 
 
 def test_calls_of_a_dead_actor_fail_and_release_what_they_held() -> None:
