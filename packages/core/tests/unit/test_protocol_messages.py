@@ -64,7 +64,8 @@ WIRE = {
     "chunk_missing": "233d91747466f68c",
     "fetch": "cf82de402871bead",
     "fetch_reply": "f9113fccb3db877d",
-    "forward_batch": "9a22ee2eb0e0b287",  # SPEC has a runtime_env; without one: 9b5801cfaf5dc73e
+    # written front to back by task_wire.py since it replaced the codec for this message
+    "forward_batch": "bcf96118bd2789e3",
     "forward_batch_reply": "694924e30557c45f",
     "ids": "cfa7d53f564bbffa",
     "present": "eb063f8442e49981",
