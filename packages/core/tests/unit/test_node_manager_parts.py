@@ -513,3 +513,22 @@ def test_a_task_no_node_fits_waits_and_is_reported_as_demand() -> None:
     s, fwd, log = spillback(refuse=set())
     assert not s.spill(tid(1), {"TPU": 1.0})
     assert s.demands() == [{"TPU": 1.0}] and fwd.tried == [] and log == []
+
+
+def test_the_event_shipper_stamps_each_event_with_its_node(tmp_path: Any) -> None:
+    import json
+    import types
+
+    from rayfield._private.node_manager.event_shipper import EventShipper
+
+    gcs = types.SimpleNamespace(timeout_s=1.0, with_limits=lambda *args, **kwargs: None)
+    shipper = EventShipper(tmp_path, gcs, "10.0.0.1:5", b"\x01" * 20)  # type: ignore[arg-type]
+    stamp = {"node": "10.0.0.1:5", "node_id": "01" * 20}
+    for line, event in [
+        (b'{"task_id":"ab","name":"f"}', {"task_id": "ab", "name": "f"}),
+        (b" {} \n", {}),
+        (b'{"node":"elsewhere","x":1}', {"x": 1}),  # the node's own stamp wins
+    ]:
+        out = shipper._stamped(line)
+        assert out is not None and json.loads(out) == {**event, **stamp}
+    assert shipper._stamped(b"not json") is None and shipper._stamped(b"  ") is None
