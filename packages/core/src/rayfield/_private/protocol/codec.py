@@ -312,9 +312,22 @@ def _read_vector(obj: Any, name: str, kind: Any) -> Any:
     if kind == STRS:
         return [_str(_element(obj, name, j)) for j in range(n)]
     if kind == BLOBS:
-        return [_bytes(_element(obj, name, j).DataAsNumpy()) for j in range(n)]
+        return [_blob(_element(obj, name, j)) for j in range(n)]
     assert isinstance(kind, Table)
     return [_read(kind.name, _element(obj, name, j)) for j in range(n)]
+
+
+def _blob(item: Any) -> bytes:
+    """The data of a GcsBlob table object, sliced from its buffer (its one field,
+    ``data``, has vtable slot 4), without a numpy array between."""
+    tab = item._tab
+    o = tab.Offset(4)
+    if not o:
+        return b""
+    start, n = tab.Vector(o), tab.VectorLen(o)
+    if n < 0 or start + n > len(tab.Bytes):
+        raise ValueError(f"a blob of {n} bytes at {start} runs past the end of the buffer")
+    return bytes(tab.Bytes[start : start + n])
 
 
 @cache
