@@ -63,7 +63,7 @@ WIRE = {
     "chunk": "fc6daefba65ac083",
     "chunk_missing": "233d91747466f68c",
     "fetch": "cf82de402871bead",
-    "fetch_reply": "f9113fccb3db877d",
+    "fetch_reply": "8cac6463c51840d7",  # task_wire.py, as forward_batch
     # written front to back by task_wire.py since it replaced the codec for this message
     "forward_batch": "bcf96118bd2789e3",
     "forward_batch_reply": "694924e30557c45f",

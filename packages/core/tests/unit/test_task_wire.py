@@ -113,3 +113,26 @@ def test_truncated_or_scrambled_bytes_are_malformed_never_another_error() -> Non
             messages.decode_forward_batch(bytes(bad))
         except messages.MalformedMessage:
             pass  # refused; any other exception fails the test
+
+
+FETCHED = [(oid(1), b"meta", b"data" * 100), (oid(3), b"", b""), (oid(4), b"m", b"")]
+
+
+def test_fetch_replies_read_both_ways_with_the_codec() -> None:
+    present = [True, False, True, True]
+    raw = task_wire.write_fetch_reply(present, FETCHED)
+    got = codec.decode("FetchObjectsReply", raw)
+    assert got["present"] == present
+    assert [(o["object_id"], o["metadata"], o["data"]) for o in got["objects"]] == FETCHED
+    rows = [{"object_id": i, "metadata": m, "data": d} for i, m, d in FETCHED]
+    theirs = codec.encode("FetchObjectsReply", {"present": present, "objects": rows})
+    assert task_wire.read_fetch_reply(theirs) == (present, FETCHED)
+    assert task_wire.read_fetch_reply(task_wire.write_fetch_reply([], [])) == ([], [])
+
+
+def test_a_truncated_fetch_reply_is_malformed() -> None:
+    raw = messages.encode_fetch_reply([True, True, True], FETCHED)
+    assert messages.decode_fetch_reply(raw)[1][oid(1)] == (b"meta", b"data" * 100)
+    for n in range(0, len(raw), 5):
+        with pytest.raises(messages.MalformedMessage):
+            messages.decode_fetch_reply(raw[:n])

@@ -253,16 +253,14 @@ def encode_fetch_reply(
 ) -> bytes:
     """``present``: a flag a requested id; ``objects``: ``(object_id, metadata, data)`` of
     those sent whole."""
-    rows = [{"object_id": oid, "metadata": meta, "data": data} for oid, meta, data in objects]
-    return _encode("FetchObjectsReply", {"present": present, "objects": rows})
+    return task_wire.write_fetch_reply(present, objects)
 
 
 @_decoder
 def decode_fetch_reply(buf: bytes) -> tuple[list[bool], dict[bytes, tuple[bytes, bytes]]]:
     """``(present, {object_id: (metadata, data)})``."""
-    r = codec.decode("FetchObjectsReply", buf)
+    present, rows = task_wire.read_fetch_reply(bytes(buf))
     objects = {
-        _check_id(o["object_id"], "a FetchedObject's object_id"): (o["metadata"], o["data"])
-        for o in r["objects"]
+        _check_id(oid, "a FetchedObject's object_id"): (meta, data) for oid, meta, data in rows
     }
-    return r["present"], objects
+    return present, objects

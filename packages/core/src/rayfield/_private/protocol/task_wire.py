@@ -1,4 +1,5 @@
-"""``ForwardBatchRequest`` (``schema/cluster.fbs``) written and read with ``struct``.
+"""The hot cluster messages (``schema/cluster.fbs``) written and read with ``struct``:
+``ForwardBatchRequest`` (tasks forwarded) and ``FetchObjectsReply`` (results sent back).
 
 Tasks a node forwards to another travel as a ``ForwardBatchRequest``: a vector of
 ``ForwardTaskRequest`` tables, each holding a ``SubmitTaskRequest``. The declarative codec
@@ -25,7 +26,7 @@ from typing import Any
 
 from rayfield._private.protocol.constants import ID_SIZE, RESOURCE_UNIT
 
-__all__ = ["read_forward_batch", "write_forward_batch"]
+__all__ = ["read_fetch_reply", "read_forward_batch", "write_fetch_reply", "write_forward_batch"]
 
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
@@ -365,3 +366,54 @@ def read_forward_batch(buf: bytes) -> tuple[list[dict[str, Any]], bool]:
             pushed = r.ids(pushed_at) if pushed_at else []
             tasks.append({"origin": origin, "task": task, "pushed": pushed})
     return tasks, in_order
+
+
+# ---- FetchObjectsReply ------------------------------------------------------------------
+
+
+def write_fetch_reply(
+    present: Sequence[bool], objects: Sequence[tuple[bytes, bytes, bytes]]
+) -> bytes:
+    """A FetchObjectsReply: a flag a requested id, and ``(object_id, metadata, data)`` of
+    the objects sent whole.
+
+    Raises:
+        ValueError: an id is not ID_SIZE bytes.
+    """
+    w = _Writer()
+    root, at = w.table([(0, 4, _PTR), (1, 4, _PTR)])
+    w.patch(0, root)
+    w.patch(at[0], w.vector(len(present), bytes(1 if p else 0 for p in present)))
+    vec = w.vector(len(objects), _PTR * len(objects))
+    w.patch(at[1], vec)
+    for i, (oid, meta, data) in enumerate(objects):
+        fields = [(1, 4, _PTR), (2, 4, _PTR), _id_field(0, oid)]
+        pos, fat = w.table(fields)
+        w.patch(vec + 4 + 4 * i, pos)
+        w.patch(fat[1], w.vector(len(meta), bytes(meta)))
+        w.patch(fat[2], w.vector(len(data), bytes(data)))
+    return bytes(w.buf)
+
+
+def read_fetch_reply(buf: bytes) -> tuple[list[bool], list[tuple[bytes | None, bytes, bytes]]]:
+    """``(present, [(object_id, metadata, data), ...])`` of a FetchObjectsReply
+    (``object_id`` None when absent).
+
+    Raises:
+        ValueError: the buffer is not a well-formed FetchObjectsReply.
+    """
+    r = _Reader(buf)
+    present_at, objects_at = r.table(r.u32(0), 2)
+    present = [bool(b) for b in r.blob(present_at)] if present_at else []
+    objects = []
+    if objects_at:
+        for item in r.offsets(objects_at):
+            id_at, meta_at, data_at = r.table(item, 3)
+            objects.append(
+                (
+                    r.id(id_at) if id_at else None,
+                    r.blob(meta_at) if meta_at else b"",
+                    r.blob(data_at) if data_at else b"",
+                )
+            )
+    return present, objects
