@@ -66,7 +66,7 @@ WIRE = {
     "fetch_reply": "8cac6463c51840d7",  # task_wire.py, as forward_batch
     # written front to back by task_wire.py since it replaced the codec for this message
     "forward_batch": "bcf96118bd2789e3",
-    "forward_batch_reply": "694924e30557c45f",
+    "forward_batch_reply": "39c3c9b2b34c3e46",  # task_wire.py
     "ids": "cfa7d53f564bbffa",
     "present": "eb063f8442e49981",
     "pull": "384cc85acf870cb8",

@@ -136,3 +136,13 @@ def test_a_truncated_fetch_reply_is_malformed() -> None:
     for n in range(0, len(raw), 5):
         with pytest.raises(messages.MalformedMessage):
             messages.decode_fetch_reply(raw[:n])
+
+
+def test_forward_replies_read_both_ways_with_the_codec() -> None:
+    replies = [None, "full", None, "", "ValueError: é"]
+    got = codec.decode("ForwardBatchReply", task_wire.write_forward_replies(replies))
+    assert [None if x["accepted"] else x["message"] for x in got["replies"]] == replies
+    rows = [{"accepted": why is None, "message": why or ""} for why in replies]
+    theirs = codec.encode("ForwardBatchReply", {"replies": rows})
+    assert task_wire.read_forward_replies(theirs) == replies
+    assert task_wire.read_forward_replies(task_wire.write_forward_replies([])) == []

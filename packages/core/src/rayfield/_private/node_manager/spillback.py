@@ -23,7 +23,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any, Protocol
 
 from rayfield._private.common import scheduling
@@ -83,7 +83,7 @@ class Spillback:
         push_args: Callable[[str, TaskSpec], list[bytes]],
         on_sent: Callable[[TakenTask, NodeInfo], None],
         give_back: Callable[[TakenTask], None],
-        stay: Callable[[], set[bytes]],
+        stay: Callable[[], Container[bytes]],
         node_id: bytes = b"",
         keep: Callable[[bytes], object] = lambda task_id: None,
         on_demand: Callable[[], object] = lambda: None,

@@ -160,14 +160,12 @@ def decode_forward_batch(buf: bytes) -> tuple[list[tuple[str, dict[str, Any], li
 
 def encode_forward_batch_reply(replies: Sequence[str | None]) -> bytes:
     """One reply a task, in order: None when accepted, else why it was refused."""
-    rows = [{"accepted": why is None, "message": why or ""} for why in replies]
-    return _encode("ForwardBatchReply", {"replies": rows})
+    return task_wire.write_forward_replies(replies)
 
 
 @_decoder
 def decode_forward_batch_reply(buf: bytes) -> list[str | None]:
-    rows = codec.decode("ForwardBatchReply", buf)["replies"]
-    return [None if x["accepted"] else x["message"] for x in rows]
+    return task_wire.read_forward_replies(bytes(buf))
 
 
 # ---- PushObject ----------------------------------------------------------------------

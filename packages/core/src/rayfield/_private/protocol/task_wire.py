@@ -1,5 +1,6 @@
 """The hot cluster messages (``schema/cluster.fbs``) written and read with ``struct``:
-``ForwardBatchRequest`` (tasks forwarded) and ``FetchObjectsReply`` (results sent back).
+``ForwardBatchRequest`` (tasks forwarded) with its ``ForwardBatchReply``, and
+``FetchObjectsReply`` (results sent back).
 
 Tasks a node forwards to another travel as a ``ForwardBatchRequest``: a vector of
 ``ForwardTaskRequest`` tables, each holding a ``SubmitTaskRequest``. The declarative codec
@@ -26,7 +27,14 @@ from typing import Any
 
 from rayfield._private.protocol.constants import ID_SIZE, RESOURCE_UNIT
 
-__all__ = ["read_fetch_reply", "read_forward_batch", "write_fetch_reply", "write_forward_batch"]
+__all__ = [
+    "read_fetch_reply",
+    "read_forward_batch",
+    "read_forward_replies",
+    "write_fetch_reply",
+    "write_forward_batch",
+    "write_forward_replies",
+]
 
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
@@ -417,3 +425,46 @@ def read_fetch_reply(buf: bytes) -> tuple[list[bool], list[tuple[bytes | None, b
                 )
             )
     return present, objects
+
+
+# ---- ForwardBatchReply ------------------------------------------------------------------
+
+
+def write_forward_replies(replies: Sequence[str | None]) -> bytes:
+    """A ForwardBatchReply: one ForwardTaskReply a task, accepted (None) or refused with
+    the reason given."""
+    w = _Writer()
+    root, at = w.table([(0, 4, _PTR)])
+    w.patch(0, root)
+    vec = w.vector(len(replies), _PTR * len(replies))
+    w.patch(at[0], vec)
+    for i, why in enumerate(replies):
+        if why is None:
+            pos, _ = w.table([(0, 1, b"\x01")])
+        else:
+            pos, rat = w.table([(1, 4, _PTR)] if why else [])
+            if why:
+                w.patch(rat[1], w.string(why))
+        w.patch(vec + 4 + 4 * i, pos)
+    return bytes(w.buf)
+
+
+def read_forward_replies(buf: bytes) -> list[str | None]:
+    """The replies of a ForwardBatchReply: None for an accepted task, else the reason.
+
+    Raises:
+        ValueError: the buffer is not a well-formed ForwardBatchReply.
+    """
+    r = _Reader(buf)
+    (replies_at,) = r.table(r.u32(0), 1)
+    out: list[str | None] = []
+    if replies_at:
+        for item in r.offsets(replies_at):
+            accepted_at, message_at = r.table(item, 2)
+            if accepted_at:
+                r.check(accepted_at, 1)
+            if accepted_at and buf[accepted_at]:
+                out.append(None)
+            else:
+                out.append(r.string(message_at) if message_at else "")
+    return out
