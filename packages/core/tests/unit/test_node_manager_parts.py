@@ -500,6 +500,16 @@ def test_an_infeasible_task_is_forwarded_to_the_fitting_node_with_most_free() ->
     assert s.demands() == []
 
 
+def test_the_order_of_peers_is_kept_for_a_shape_until_the_view_changes() -> None:
+    s, fwd, _log = spillback(refuse=set())
+    s.queue.queued[tid(2)] = {"task_id": tid(2), "payload": b""}  # type: ignore[attr-defined]
+    s.queue.queued[tid(3)] = {"task_id": tid(3), "payload": b""}  # type: ignore[attr-defined]
+    assert s.spill(tid(1), {"GPU": 1.0}) and s.spill(tid(2), {"GPU": 1.0})
+    assert fwd.tried == ["big:1", "big:1"] and len(s._orders) == 1
+    s.peers.update([node("big:2", {"GPU": 2.0}, {"GPU": 1.0})])  # big:1 is gone
+    assert s.spill(tid(3), {"GPU": 1.0}) and fwd.tried[-1] == "big:2"
+
+
 def test_a_task_every_node_refuses_is_queued_here_again_and_waits() -> None:
     s, fwd, log = spillback(refuse={"big:1", "big:2"})
     assert s.spill(tid(1), {"GPU": 1.0})
