@@ -146,3 +146,20 @@ def test_forward_replies_read_both_ways_with_the_codec() -> None:
     theirs = codec.encode("ForwardBatchReply", {"replies": rows})
     assert task_wire.read_forward_replies(theirs) == replies
     assert task_wire.read_forward_replies(task_wire.write_forward_replies([])) == []
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 50])
+def test_blob_vectors_copied_in_as_blocks_decode_alone_and_nested(n: int) -> None:
+    blobs = [bytes([i]) * (i % 7) for i in range(n)]
+    events = {"events": blobs}
+    assert (
+        codec.decode("GcsAddTaskEventsRequest", codec.encode("GcsAddTaskEventsRequest", events))
+        == events
+    )
+    locations = {
+        "locations": [{"object_id": oid(i), "node_ids": blobs[: i + 1] or [b"x"]} for i in range(3)]
+    }
+    got = codec.decode(
+        "GcsGetObjectLocationsReply", codec.encode("GcsGetObjectLocationsReply", locations)
+    )
+    assert got == locations

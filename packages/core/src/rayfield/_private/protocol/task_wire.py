@@ -1,6 +1,7 @@
 """The hot cluster messages (``schema/cluster.fbs``) written and read with ``struct``:
 ``ForwardBatchRequest`` (tasks forwarded) with its ``ForwardBatchReply``, and
-``FetchObjectsReply`` (results sent back).
+``FetchObjectsReply`` (results sent back); and a vector of ``GcsBlob`` tables (task
+events), as a block the codec's builder copies in (:func:`blob_vector_block`).
 
 Tasks a node forwards to another travel as a ``ForwardBatchRequest``: a vector of
 ``ForwardTaskRequest`` tables, each holding a ``SubmitTaskRequest``. The declarative codec
@@ -28,6 +29,7 @@ from typing import Any
 from rayfield._private.protocol.constants import ID_SIZE, RESOURCE_UNIT
 
 __all__ = [
+    "blob_vector_block",
     "read_fetch_reply",
     "read_forward_batch",
     "read_forward_replies",
@@ -468,3 +470,21 @@ def read_forward_replies(buf: bytes) -> list[str | None]:
             else:
                 out.append(r.string(message_at) if message_at else "")
     return out
+
+
+# ---- a vector of GcsBlob tables -----------------------------------------------------------
+
+
+def blob_vector_block(blobs: Sequence[bytes]) -> bytes:
+    """A vector of GcsBlob tables (``data:[ubyte]`` each) with everything it points to,
+    as one block whose offsets are all relative to themselves: copied into a flatbuffers
+    builder at an 8-aligned position, the vector starts at the block's first byte."""
+    w = _Writer()
+    w.buf = bytearray()
+    vec = w.vector(len(blobs), _PTR * len(blobs))
+    for i, blob in enumerate(blobs):
+        pos, at = w.table([(0, 4, _PTR)])
+        w.patch(vec + 4 + 4 * i, pos)
+        w.patch(at[0], w.vector(len(blob), bytes(blob)))
+    w.align(8)
+    return bytes(w.buf)
