@@ -438,6 +438,19 @@ def test_a_refusal_ends_the_send_and_the_next_try_starts_another() -> None:
     assert len(started) == 1
 
 
+def test_a_send_that_raises_holds_its_calls_again() -> None:
+    r, log = router()
+
+    def broken(address: str, calls: list[TakenTask]) -> list[str | None]:
+        raise ValueError("a malformed reply")
+
+    r.send = broken
+    r.call_elsewhere(ACTOR, actor_call(0))
+    r.call_elsewhere(ACTOR, actor_call(1))
+    assert [c.spec.task_id for c in r.table.calls[ACTOR]] == [tid(0), tid(1)]
+    assert ACTOR not in r.table.sending and not [e for e in log if e[0] == "ok"]
+
+
 def test_calls_of_a_dead_actor_fail_and_release_what_they_held() -> None:
     r, log = router(dead="the actor's node died")
     r.call_elsewhere(ACTOR, actor_call(0))

@@ -279,7 +279,10 @@ class ActorRouter:
         assert address is not None
         done = 0
         for chunk in batches(calls, _spec_of):
-            outcomes = self.send(address, chunk)
+            try:
+                outcomes = self.send(address, chunk)
+            except Exception as exc:  # a refusal of the whole chunk: the calls stay held
+                outcomes = [f"{type(exc).__name__}: {exc}"] * len(chunk)
             for call, why in zip(chunk, outcomes, strict=True):
                 if why is not None:
                     logger.warning("could not forward an actor call to %s: %s", address, why)
