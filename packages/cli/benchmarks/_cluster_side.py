@@ -48,9 +48,13 @@ ROWS: list[tuple[str, str, str]] = [
     ("pull_to_driver_gbps", "200 MB made on node 2, get on the driver", "GB/s"),
     ("push_to_node2_gbps", "200 MB put on the driver, read on node 2", "GB/s"),
     ("spillback_tasks", "1,000 no-op tasks spilled to node 2", "/s"),
+    ("spillback_tasks_10k", "10,000 no-op tasks spilled to node 2", "/s"),
+    ("actor_calls_node2", "1,000 calls from the driver to an actor on node 2", "/s"),
 ]
-_QUICK = {"repeats": 3, "tasks": 1000}  # timed calls per row, after one untimed
-_FULL = {"repeats": 5, "tasks": 1000}
+# timed calls per row, after one untimed
+# (the 10,000-task row times 3 calls in either run: 5 would take minutes on a loaded machine)
+_QUICK = {"repeats": 3, "tasks": 1000, "many_tasks": 10_000, "many_repeats": 3, "calls": 1000}
+_FULL = {"repeats": 5, "tasks": 1000, "many_tasks": 10_000, "many_repeats": 3, "calls": 1000}
 
 
 # ---- starting and stopping a cluster ---------------------------------------------------
@@ -201,6 +205,18 @@ def build(rf: Any, p: dict[str, Any], marker: str) -> dict[str, Any]:
     def noop() -> None:
         return None
 
+    @rf.remote(**on_node2)
+    class Counter:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def add(self) -> int:
+            self.n += 1
+            return self.n
+
+        def where(self) -> str:
+            return node_id()
+
     driver_node = node_id()
 
     def check_node(where: str) -> None:
@@ -231,15 +247,36 @@ def build(rf: Any, p: dict[str, Any], marker: str) -> dict[str, Any]:
         del ref
         return ARRAY_BYTES, dt
 
-    def spill_once() -> tuple[int, float]:
+    def spill_once(n: int) -> tuple[int, float]:
         t0 = time.perf_counter()
-        rf.get([noop.remote() for _ in range(p["tasks"])])
-        return p["tasks"], time.perf_counter() - t0
+        rf.get([noop.remote() for _ in range(n)])
+        return n, time.perf_counter() - t0
+
+    actor: list[Any] = []
+
+    def calls_once() -> tuple[int, float]:
+        if not actor:  # made in the untimed first call
+            actor.append(Counter.remote())
+            check_node(rf.get(actor[0].where.remote()))
+        a, n = actor[0], p["calls"]
+        start = rf.get(a.add.remote())
+        t0 = time.perf_counter()
+        last = rf.get([a.add.remote() for _ in range(n)])[-1]
+        dt = time.perf_counter() - t0
+        if last != start + n:
+            raise RuntimeError(f"the actor counted to {last}, not {start + n}")
+        return n, dt
 
     return {
         "pull_to_driver_gbps": lambda: _median_rate(pull_once, p["repeats"], GB, marker),
         "push_to_node2_gbps": lambda: _median_rate(push_once, p["repeats"], GB, marker),
-        "spillback_tasks": lambda: _median_rate(spill_once, p["repeats"], 1, marker),
+        "spillback_tasks": lambda: _median_rate(
+            lambda: spill_once(p["tasks"]), p["repeats"], 1, marker
+        ),
+        "spillback_tasks_10k": lambda: _median_rate(
+            lambda: spill_once(p["many_tasks"]), p["many_repeats"], 1, marker
+        ),
+        "actor_calls_node2": lambda: _median_rate(calls_once, p["repeats"], 1, marker),
     }
 
 

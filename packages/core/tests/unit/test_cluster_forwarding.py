@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -246,3 +247,24 @@ def test_a_call_that_timed_out_is_made_again_while_the_peer_lives() -> None:
     stub = FlakyStub(fail=1, code=grpc.StatusCode.INVALID_ARGUMENT)  # a refusal: not retried
     assert agent_with(stub).send_batch("p:1", [(spec(1), [])])[0] is not None
     assert stub.calls == 1
+
+
+def test_has_objects_answers_from_a_real_store_without_fetching(
+    tmp_path: Any,
+) -> None:
+    from rayfield.store import StoreClient
+    from rayfield.store.testing import local_node
+
+    with local_node(tmp_path) as node, StoreClient(node.socket_path) as store:
+        store.put(tid(1), b"sealed")
+        view = store.create(tid(2), 4)  # created, not sealed: not present yet
+        view.release()
+        agent = types.SimpleNamespace(store=store)
+        service = NodeService(agent)  # type: ignore[arg-type]
+        ids = [tid(1), tid(2), tid(3)]
+        raw = service.has_objects(messages.encode_ids(ids))
+        assert messages.decode_present(raw) == [True, False, False]
+        assert messages.decode_present(service.has_objects(messages.encode_ids([]))) == []
+        # a missing id starts no fetch: the native node reported nothing for the host
+        assert not [e for e in node.poll_events(timeout_s=0) if e[0] == "object_missing"]
+        store.abort(tid(2))

@@ -332,7 +332,10 @@ def inline(fn: Any, *args: Any) -> None:
 
 
 def router(
-    refuse_from: int = -1, dead: str | None = None, background: Any = inline
+    refuse_from: int = -1,
+    dead: str | None = None,
+    background: Any = inline,
+    sender: Any = inline,
 ) -> tuple[ActorRouter, list[Any]]:
     log: list[Any] = []
     me, home = b"A" * 20, b"B" * 20
@@ -359,6 +362,7 @@ def router(
         sent=lambda c, address: log.append(("ok", int.from_bytes(c.spec.task_id, "big"))),
         drop=lambda c: log.append(("drop", int.from_bytes(c.spec.task_id, "big"))),
         background=background,
+        sender=sender,
     )
     return r, log
 
@@ -401,6 +405,50 @@ def test_a_refused_call_is_held_with_those_after_it_until_the_next_try() -> None
     r.call_elsewhere(ACTOR, actor_call(2))
     held = [c.spec.task_id for c in r.table.calls[ACTOR]]
     assert held == [tid(1), tid(2)] and ("ok", 0) in log and ("ok", 1) not in log
+
+
+def test_calls_held_while_a_send_is_on_the_wire_go_together_next_in_order() -> None:
+    started: list[Any] = []
+    r, log = router(sender=lambda fn, *args: started.append((fn, args)))
+    r.call_elsewhere(ACTOR, actor_call(0))
+    assert len(started) == 1 and not log  # the caller is not held: a sender sends
+    for i in (1, 2):  # arrive while that send is on its way: no second send starts
+        r.call_elsewhere(ACTOR, actor_call(i))
+    r.retry_waiting()
+    assert len(started) == 1
+    fn, args = started.pop()
+    fn(*args)  # one drain sends them all, in order, and stops with nothing held
+    assert [e[2] for e in log if e[0] == "sent"] == [0, 1, 2]
+    assert ACTOR not in r.table.sending and r.table.waiting() == []
+    r.call_elsewhere(ACTOR, actor_call(3))  # the next call starts a send again
+    assert len(started) == 1
+
+
+def test_a_refusal_ends_the_send_and_the_next_try_starts_another() -> None:
+    started: list[Any] = []
+    r, log = router(refuse_from=1, sender=lambda fn, *args: started.append((fn, args)))
+    for i in range(3):
+        r.call_elsewhere(ACTOR, actor_call(i))
+    fn, args = started.pop()
+    fn(*args)
+    assert [e[1] for e in log if e[0] == "ok"] == [0]
+    assert [c.spec.task_id for c in r.table.calls[ACTOR]] == [tid(1), tid(2)]
+    assert ACTOR not in r.table.sending
+    r.retry_waiting()  # after a heartbeat
+    assert len(started) == 1
+
+
+def test_a_send_that_raises_holds_its_calls_again() -> None:
+    r, log = router()
+
+    def broken(address: str, calls: list[TakenTask]) -> list[str | None]:
+        raise ValueError("a malformed reply")
+
+    r.send = broken
+    r.call_elsewhere(ACTOR, actor_call(0))
+    r.call_elsewhere(ACTOR, actor_call(1))
+    assert [c.spec.task_id for c in r.table.calls[ACTOR]] == [tid(0), tid(1)]
+    assert ACTOR not in r.table.sending and not [e for e in log if e[0] == "ok"]
 
 
 def test_calls_of_a_dead_actor_fail_and_release_what_they_held() -> None:
@@ -465,6 +513,16 @@ def test_an_infeasible_task_is_forwarded_to_the_fitting_node_with_most_free() ->
     assert s.demands() == []
 
 
+def test_the_order_of_peers_is_kept_for_a_shape_until_the_view_changes() -> None:
+    s, fwd, _log = spillback(refuse=set())
+    s.queue.queued[tid(2)] = {"task_id": tid(2), "payload": b""}  # type: ignore[attr-defined]
+    s.queue.queued[tid(3)] = {"task_id": tid(3), "payload": b""}  # type: ignore[attr-defined]
+    assert s.spill(tid(1), {"GPU": 1.0}) and s.spill(tid(2), {"GPU": 1.0})
+    assert fwd.tried == ["big:1", "big:1"] and len(s._orders) == 1
+    s.peers.update([node("big:2", {"GPU": 2.0}, {"GPU": 1.0})])  # big:1 is gone
+    assert s.spill(tid(3), {"GPU": 1.0}) and fwd.tried[-1] == "big:2"
+
+
 def test_a_task_every_node_refuses_is_queued_here_again_and_waits() -> None:
     s, fwd, log = spillback(refuse={"big:1", "big:2"})
     assert s.spill(tid(1), {"GPU": 1.0})
@@ -478,3 +536,22 @@ def test_a_task_no_node_fits_waits_and_is_reported_as_demand() -> None:
     s, fwd, log = spillback(refuse=set())
     assert not s.spill(tid(1), {"TPU": 1.0})
     assert s.demands() == [{"TPU": 1.0}] and fwd.tried == [] and log == []
+
+
+def test_the_event_shipper_stamps_each_event_with_its_node(tmp_path: Any) -> None:
+    import json
+    import types
+
+    from rayfield._private.node_manager.event_shipper import EventShipper
+
+    gcs = types.SimpleNamespace(timeout_s=1.0, with_limits=lambda *args, **kwargs: None)
+    shipper = EventShipper(tmp_path, gcs, "10.0.0.1:5", b"\x01" * 20)  # type: ignore[arg-type]
+    stamp = {"node": "10.0.0.1:5", "node_id": "01" * 20}
+    for line, event in [
+        (b'{"task_id":"ab","name":"f"}', {"task_id": "ab", "name": "f"}),
+        (b" {} \n", {}),
+        (b'{"node":"elsewhere","x":1}', {"x": 1}),  # the node's own stamp wins
+    ]:
+        out = shipper._stamped(line)
+        assert out is not None and json.loads(out) == {**event, **stamp}
+    assert shipper._stamped(b"not json") is None and shipper._stamped(b"  ") is None

@@ -63,9 +63,10 @@ WIRE = {
     "chunk": "fc6daefba65ac083",
     "chunk_missing": "233d91747466f68c",
     "fetch": "cf82de402871bead",
-    "fetch_reply": "f9113fccb3db877d",
-    "forward_batch": "9a22ee2eb0e0b287",  # SPEC has a runtime_env; without one: 9b5801cfaf5dc73e
-    "forward_batch_reply": "694924e30557c45f",
+    "fetch_reply": "8cac6463c51840d7",  # task_wire.py, as forward_batch
+    # written front to back by task_wire.py since it replaced the codec for this message
+    "forward_batch": "bcf96118bd2789e3",
+    "forward_batch_reply": "39c3c9b2b34c3e46",  # task_wire.py
     "ids": "cfa7d53f564bbffa",
     "present": "eb063f8442e49981",
     "pull": "384cc85acf870cb8",

@@ -358,20 +358,22 @@ class GcsTables:
                     f"node {node_id.hex()} is not registered as alive: register it "
                     "before reporting objects"
                 )
-            self._db.executemany(
-                "INSERT OR IGNORE INTO object_locations (object_id, node_id) VALUES (?, ?)",
-                [(oid, node_id) for oid in object_ids],
-            )
+            with self._tx() as db:  # one transaction, not one a row
+                db.executemany(
+                    "INSERT OR IGNORE INTO object_locations (object_id, node_id) VALUES (?, ?)",
+                    [(oid, node_id) for oid in object_ids],
+                )
             for oid in object_ids:
                 self._locations[oid].add(node_id)
 
     def remove_object_locations(self, node_id: bytes, object_ids: list[bytes]) -> None:
         """Forget that ``node_id`` holds each object (unknown pairs are ignored)."""
         with self._lock:
-            self._db.executemany(
-                "DELETE FROM object_locations WHERE object_id = ? AND node_id = ?",
-                [(oid, node_id) for oid in object_ids],
-            )
+            with self._tx() as db:
+                db.executemany(
+                    "DELETE FROM object_locations WHERE object_id = ? AND node_id = ?",
+                    [(oid, node_id) for oid in object_ids],
+                )
             for oid in object_ids:
                 nodes = self._locations.get(oid)
                 if nodes is not None:

@@ -7,6 +7,11 @@ batches, by :class:`ActorRouter`. A call the node refuses stays held, with those
 it, and is tried again after the next heartbeat. Calls of an actor that is dead for good
 fail with ``ACTOR_DIED``.
 
+Sending never holds the caller (the node's event thread): one send at a time an actor
+runs on a sender thread (``sender``), and it takes every call held when it starts, so
+calls that arrive while a batch is on the wire go together in the next one. One send
+in flight an actor also keeps the calls in order when several threads route at once.
+
 An actor's node is, in order: where this node sent its creation, the GCS actor table,
 or (never moved) its home, the node whose process created it. Once known it is kept
 until that node dies, so calls of an actor whose node is known never touch the GCS. The
@@ -49,6 +54,7 @@ class ActorTable:
     def __init__(self) -> None:
         self.locations: dict[bytes, str] = {}  # actor id -> address of its node
         self.calls: dict[bytes, list[TakenTask]] = {}  # actor id -> held calls, in order
+        self.sending: set[bytes] = set()  # actors whose calls a sender thread sends now
 
     def hold(self, actor_id: bytes, call: TakenTask) -> None:
         """Hold ``call`` until it can be sent (after those held already)."""
@@ -62,6 +68,18 @@ class ActorTable:
         """Hold ``unsent`` again, before the calls held since they were taken."""
         if unsent:
             self.calls[actor_id] = unsent + self.calls.get(actor_id, [])
+
+    def start_sending(self, actor_id: bytes) -> bool:
+        """Whether a send of ``actor_id``'s held calls should start now: some are held
+        and none is in flight (it is in flight from now until :meth:`done_sending`)."""
+        if actor_id in self.sending or not self.calls.get(actor_id):
+            return False
+        self.sending.add(actor_id)
+        return True
+
+    def done_sending(self, actor_id: bytes) -> None:
+        """The send of ``actor_id``'s calls ended (nothing held, or a refusal)."""
+        self.sending.discard(actor_id)
 
     def waiting(self) -> list[bytes]:
         """The actors with calls held."""
@@ -95,6 +113,8 @@ class ActorRouter:
         drop: releases what the native core handed over with a call that is not sent.
         background: runs ``fn(*args)`` off the caller's thread (GCS lookups); None: a
             pool of the router's own, shut down by :meth:`close`.
+        sender: runs ``fn(*args)`` off the caller's thread (the sends of held calls);
+            None: a pool of the router's own, shut down by :meth:`close`.
     """
 
     def __init__(
@@ -109,6 +129,7 @@ class ActorRouter:
         sent: Callable[[TakenTask, str], None],
         drop: Callable[[TakenTask], None],
         background: Callable[..., object] | None = None,
+        sender: Callable[..., object] | None = None,
     ) -> None:
         self.node_id = node_id
         self.gcs = gcs
@@ -127,6 +148,13 @@ class ActorRouter:
             self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rayfield-actors")
             background = self._pool.submit
         self._background = background
+        self._send_pool: ThreadPoolExecutor | None = None
+        if sender is None:
+            self._send_pool = ThreadPoolExecutor(
+                max_workers=4, thread_name_prefix="rayfield-actor-send"
+            )
+            sender = self._send_pool.submit
+        self._sender = sender
 
     def call_elsewhere(self, actor_id: bytes, call: TakenTask) -> None:
         """Hold ``call`` (taken from the local queue) and send what can be sent now."""
@@ -195,9 +223,10 @@ class ActorRouter:
             self.route(actor_id)
 
     def route(self, actor_id: bytes) -> None:
-        """Forward the held calls of ``actor_id`` to its node, in order; what cannot be
-        sent now stays held. Calls of an actor dead for good fail. An actor whose node is
-        not known here is looked up in the background; its calls go when it is found."""
+        """Forward the held calls of ``actor_id`` to its node, in order, on a sender
+        thread (returns at once); what cannot be sent now stays held. Calls of an actor
+        dead for good fail. An actor whose node is not known here is looked up in the
+        background; its calls go when it is found."""
         dead = self.dead(actor_id)
         with self._lock:
             address = None if dead else self.table.location(actor_id)
@@ -213,26 +242,60 @@ class ActorRouter:
         if address is None and not dead:
             return  # not known yet
         with self._lock:
-            calls = self.table.take(actor_id)
+            if not self.table.start_sending(actor_id):
+                return  # nothing held, or the send in flight takes them after its batch
+        try:
+            self._sender(self._drain, actor_id)
+        except RuntimeError:  # shutting down: they stay held
+            with self._lock:
+                self.table.done_sending(actor_id)
+
+    def _drain(self, actor_id: bytes) -> None:
+        """Send the held calls of ``actor_id`` until none is held (on a sender thread,
+        the only send in flight for this actor); a refusal holds the rest again."""
+        try:
+            while self._send_held(actor_id):
+                pass
+        except Exception:
+            logger.exception("sending the calls of actor %s failed", short(actor_id))
+            with self._lock:
+                self.table.done_sending(actor_id)
+
+    def _send_held(self, actor_id: bytes) -> bool:
+        """One round of :meth:`_drain`: True when it sent every call it took (there may
+        be more held since)."""
+        dead = self.dead(actor_id)
+        with self._lock:
+            address = None if dead else self.table.location(actor_id)
+            calls = [] if address is None and not dead else self.table.take(actor_id)
+            if not calls:
+                self.table.done_sending(actor_id)
+                return False
         if dead:
             for call in calls:
                 self.fail(list(call.spec.return_ids), "ACTOR_DIED", dead)
                 self.drop(call)
-            return
+            return True
         assert address is not None
         done = 0
         for chunk in batches(calls, _spec_of):
-            outcomes = self.send(address, chunk)
+            try:
+                outcomes = self.send(address, chunk)
+            except Exception as exc:  # a refusal of the whole chunk: the calls stay held
+                outcomes = [f"{type(exc).__name__}: {exc}"] * len(chunk)
             for call, why in zip(chunk, outcomes, strict=True):
                 if why is not None:
                     logger.warning("could not forward an actor call to %s: %s", address, why)
                     with self._lock:
                         self.table.put_back(actor_id, calls[done:])
-                    return
+                        self.table.done_sending(actor_id)
+                    return False
                 done += 1
                 self.sent(call, address)
+        return True
 
     def close(self) -> None:
         """Drop the lookups not started (the node is stopping)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._pool, self._send_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)

@@ -41,6 +41,9 @@ __all__ = [
 _C = TypeVar("_C", bound=type)
 
 
+_set = object.__setattr__
+
+
 class _Event:
     """What every event class has: construction by position or keyword in field order,
     no assignment after it (``FrozenInstanceError``), equality and hash by class and
@@ -52,6 +55,10 @@ class _Event:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         fields = self.__match_args__
+        if not kwargs and len(args) == len(fields):  # by position (from_native): fast
+            for name, value in zip(fields, args, strict=True):
+                _set(self, name, value)
+            return
         if len(args) > len(fields):
             raise TypeError(
                 f"{type(self).__name__}() takes {len(fields)} arguments, got {len(args)}"

@@ -51,6 +51,7 @@ class PeerView:
         self.self_address = self_address
         self._lock = threading.Lock()
         self._nodes: dict[bytes, NodeInfo] = {}
+        self.version = 0  # changes with every change of the view (what was read from it is old)
 
     def update(self, nodes: Iterable[NodeInfo]) -> list[NodeInfo]:
         """Take ``nodes`` as the cluster's nodes; returns those that were alive and are
@@ -59,6 +60,7 @@ class PeerView:
         with self._lock:
             was_alive = {i for i, n in self._nodes.items() if n.alive}
             self._nodes = {n.node_id: n for n in nodes}
+            self.version += 1
         return [n for n in nodes if n.node_id in was_alive and not n.alive]
 
     def joined(self, node: NodeInfo) -> bool:
@@ -72,6 +74,7 @@ class PeerView:
             if known is not None and known.alive:
                 return False
             self._nodes[node.node_id] = node
+            self.version += 1
         return True
 
     def alive_peers(self) -> list[NodeInfo]:

@@ -226,7 +226,9 @@ class NodeService:
         store = self.backend.store
         if wait_ms > 0 and ids:
             return list(store.wait(ids, 1, timeout_s=min(wait_ms, MAX_WAIT_MS) / 1000))
-        return [store.contains(oid) for oid in ids]
+        # One round trip for every id: a wait that does not wait answers what is sealed
+        # here now, as contains does (it never parks, so no fetch starts for a missing id).
+        return list(store.wait(ids, len(ids), timeout_s=0)) if ids else []
 
     def fetch_objects(self, raw: bytes) -> bytes:
         ids, wait_ms, inline_max = messages.decode_fetch(raw)

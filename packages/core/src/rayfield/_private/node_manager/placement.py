@@ -25,7 +25,7 @@ so it is tested without processes; ``spillback.py`` carries them out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
 
@@ -65,7 +65,7 @@ def plan_moves(
     ready: Iterable[tuple[bytes, dict[str, float], bool]],
     local_available: dict[str, float],
     peers: list[PeerLoad],
-    stay: set[bytes] | frozenset[bytes] = frozenset(),
+    stay: Container[bytes] = frozenset(),
 ) -> list[tuple[bytes, str]]:
     """Choose ready tasks to move to peers with free resources.
 

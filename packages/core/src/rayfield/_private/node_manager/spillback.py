@@ -23,7 +23,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any, Protocol
 
 from rayfield._private.common import scheduling
@@ -83,7 +83,7 @@ class Spillback:
         push_args: Callable[[str, TaskSpec], list[bytes]],
         on_sent: Callable[[TakenTask, NodeInfo], None],
         give_back: Callable[[TakenTask], None],
-        stay: Callable[[], set[bytes]],
+        stay: Callable[[], Container[bytes]],
         node_id: bytes = b"",
         keep: Callable[[bytes], object] = lambda task_id: None,
         on_demand: Callable[[], object] = lambda: None,
@@ -102,6 +102,8 @@ class Spillback:
         self._ready_seen: list[Any] = []  # the ready queue's shapes the loop saw last
         self.last_spread = b""  # the node the last SPREAD task went to
         self.table = SpillTable()
+        # demand -> (the peers' view version, spill_order then)
+        self._orders: dict[tuple[tuple[str, float], ...], tuple[int, list[NodeInfo]]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="rayfield-place")
@@ -144,6 +146,19 @@ class Spillback:
         self.retry()
         self.place_by_load()
 
+    def _order(self, demand: Mapping[str, float]) -> list[NodeInfo]:
+        """``spill_order`` over the alive peers, kept for each demand until the view of
+        the peers changes (a burst of tasks of one shape sorts the peers once)."""
+        key, version = tuple(demand.items()), self.peers.version
+        cached = self._orders.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        order = spill_order(demand, self.peers.alive_peers())
+        if len(self._orders) >= 256:
+            self._orders.clear()
+        self._orders[key] = (version, order)
+        return order
+
     def _take(self, task_id: bytes) -> TakenTask | None:
         taken = self.queue.take_task(task_id, self.client_id)
         return None if taken is None else TakenTask.from_native(taken)
@@ -158,7 +173,7 @@ class Spillback:
             alive node fits it: it stays queued here and is tried again after each
             heartbeat.
         """
-        candidates = spill_order(demand, self.peers.alive_peers())
+        candidates = self._order(demand)
         with self._lock:
             retry_later = self.table.retry_later(task_id, time.monotonic())
             new = task_id not in self.table.infeasible

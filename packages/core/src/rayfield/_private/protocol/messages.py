@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rayfield._private.protocol import codec
+from rayfield._private.protocol import codec, task_wire
 from rayfield._private.protocol.constants import ID_SIZE, RESOURCE_UNIT
 from rayfield._private.protocol.errors import GcsInvalidRequestError
 
@@ -131,33 +131,13 @@ def decode_chunk(buf: bytes) -> tuple[bool, int, bytes, int, memoryview]:
 # ---- ForwardTasks --------------------------------------------------------------------
 
 
-def _task_values(origin: str, spec: dict[str, Any], pushed: Sequence[bytes]) -> dict[str, Any]:
-    task = {
-        "task_id": spec["task_id"],
-        "resources": spec.get("resources", {}),
-        "dependencies": spec.get("dependencies", []),
-        "actor_id": spec.get("actor_id") or None,
-        "actor_creation": bool(spec.get("actor_creation")),
-        "max_concurrency": int(spec.get("max_concurrency", 1)),
-        "caller_id": spec.get("caller_id") or None,
-        "sequence_no": int(spec.get("sequence_no", 0)),
-        "payload": spec["payload"],
-        "return_ids": spec.get("return_ids", []),
-        "max_retries": int(spec.get("max_retries", 0)),
-        "actor_handles": spec.get("actor_handles") or None,
-        "runtime_env": spec.get("runtime_env") or None,
-    }
-    return {"origin": origin, "task": task, "pushed": pushed}
-
-
 def encode_forward_batch(
     origin: str, tasks: Sequence[tuple[dict[str, Any], Sequence[bytes]]], in_order: bool = False
 ) -> bytes:
     """Tasks forwarded by ``origin`` in one message: ``(spec, pushed)`` each, ``spec`` the
     dict of ``NodeServer.take_task`` and ``pushed`` the arguments the origin will push;
     ``in_order``: refuse the rest once one is refused."""
-    forwarded = [_task_values(origin, spec, pushed) for spec, pushed in tasks]
-    return _encode("ForwardBatchRequest", {"tasks": forwarded, "in_order": in_order})
+    return task_wire.write_forward_batch(origin, tasks, in_order)
 
 
 def _read_forward(t: dict[str, Any]) -> tuple[str, dict[str, Any], list[bytes]]:
@@ -174,20 +154,18 @@ def _read_forward(t: dict[str, Any]) -> tuple[str, dict[str, Any], list[bytes]]:
 def decode_forward_batch(buf: bytes) -> tuple[list[tuple[str, dict[str, Any], list[bytes]]], bool]:
     """``([(origin, spec, pushed), ...], in_order)``: ``spec`` with the keys of
     ``StoreClient.submit_task``, ``pushed`` the arguments the origin will push."""
-    r = codec.decode("ForwardBatchRequest", buf)
-    return [_read_forward(t) for t in r["tasks"]], r["in_order"]
+    tasks, in_order = task_wire.read_forward_batch(bytes(buf))
+    return [_read_forward(t) for t in tasks], in_order
 
 
 def encode_forward_batch_reply(replies: Sequence[str | None]) -> bytes:
     """One reply a task, in order: None when accepted, else why it was refused."""
-    rows = [{"accepted": why is None, "message": why or ""} for why in replies]
-    return _encode("ForwardBatchReply", {"replies": rows})
+    return task_wire.write_forward_replies(replies)
 
 
 @_decoder
 def decode_forward_batch_reply(buf: bytes) -> list[str | None]:
-    rows = codec.decode("ForwardBatchReply", buf)["replies"]
-    return [None if x["accepted"] else x["message"] for x in rows]
+    return task_wire.read_forward_replies(bytes(buf))
 
 
 # ---- PushObject ----------------------------------------------------------------------
@@ -273,16 +251,14 @@ def encode_fetch_reply(
 ) -> bytes:
     """``present``: a flag a requested id; ``objects``: ``(object_id, metadata, data)`` of
     those sent whole."""
-    rows = [{"object_id": oid, "metadata": meta, "data": data} for oid, meta, data in objects]
-    return _encode("FetchObjectsReply", {"present": present, "objects": rows})
+    return task_wire.write_fetch_reply(present, objects)
 
 
 @_decoder
 def decode_fetch_reply(buf: bytes) -> tuple[list[bool], dict[bytes, tuple[bytes, bytes]]]:
     """``(present, {object_id: (metadata, data)})``."""
-    r = codec.decode("FetchObjectsReply", buf)
+    present, rows = task_wire.read_fetch_reply(bytes(buf))
     objects = {
-        _check_id(o["object_id"], "a FetchedObject's object_id"): (o["metadata"], o["data"])
-        for o in r["objects"]
+        _check_id(oid, "a FetchedObject's object_id"): (meta, data) for oid, meta, data in rows
     }
-    return r["present"], objects
+    return present, objects
