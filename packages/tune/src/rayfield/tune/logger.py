@@ -90,6 +90,13 @@ def flatten(d: dict[str, Any], delimiter: str = "/", prefix: str = "") -> dict[s
     return out
 
 
+def _flat_without_config(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` without its ``config``, nested keys joined with ``/``."""
+    if not any(isinstance(v, dict) for k, v in result.items() if k != "config"):
+        return {k if type(k) is str else str(k): v for k, v in result.items() if k != "config"}
+    return flatten({k: v for k, v in result.items() if k != "config"})
+
+
 def _cell(value: Any) -> Any:
     """A CSV cell: as :func:`_clean` (NaN and infinities empty), plain values at once."""
     kind = type(value)
@@ -211,7 +218,10 @@ class CSVLogger(Logger):
                 self._columns = header
 
     def on_result(self, result: dict[str, Any]) -> None:
-        row = flatten({k: v for k, v in result.items() if k != "config"})
+        self.on_flat_result(result, _flat_without_config(result))
+
+    def on_flat_result(self, result: dict[str, Any], row: dict[str, Any]) -> None:
+        """:meth:`on_result` given ``row``, the result without its config, flattened."""
         if self._columns is None:
             self._columns = list(row)
             self._writer.writerow(self._columns)
@@ -259,11 +269,16 @@ class TBXLogger(Logger):
         self._file.write(tbx.record(tbx.encode_event(time.time(), file_version="brain.Event:2")))
 
     def on_result(self, result: dict[str, Any]) -> None:
+        self.on_flat_result(result, _flat_without_config(result))
+
+    def on_flat_result(self, result: dict[str, Any], flat: dict[str, Any]) -> None:
+        """:meth:`on_result` given ``flat``, the result without its config, flattened
+        (the config is no scalar: it is the trial's parameters, as in Ray)."""
         step = result.get("timesteps_total") or result.get("training_iteration", 0)
         prefixes = _SCALAR_PREFIXES
         pack = _FLOAT.pack
         values = []
-        for key, value in flatten(result).items():
+        for key, value in flat.items():
             if (
                 key in self._SKIP
                 or not isinstance(value, (int, float))
@@ -322,8 +337,14 @@ class UnifiedLogger(Logger):
             _opening.logdir = None
 
     def on_result(self, result: dict[str, Any]) -> None:
+        flat: dict[str, Any] | None = None  # flattened once for the loggers that take it
         for logger in self._loggers:
-            logger.on_result(result)
+            if isinstance(logger, (CSVLogger, TBXLogger)):
+                if flat is None:
+                    flat = _flat_without_config(result)
+                logger.on_flat_result(result, flat)
+            else:
+                logger.on_result(result)
 
     def update_config(self, config: dict[str, Any]) -> None:
         for logger in self._loggers:
