@@ -84,9 +84,12 @@ def test_tensorboard_scalars_are_readable(tmp_path):
     cb = LoggerCallback(DEFAULT_LOGGERS)
     cb.on_trial_start(trial)
     for i in (1, 2, 3):
-        cb.on_trial_result(trial, {"training_iteration": i, "mean_accuracy": i / 10})
+        result = {"training_iteration": i, "mean_accuracy": i / 10, "config": {"lr": 0.5}}
+        cb.on_trial_result(trial, {**result, "info": {"loss": i}})
     cb.on_experiment_end([trial])
     assert _scalars(trial.logdir, "ray/tune/mean_accuracy") == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    assert _scalars(trial.logdir, "ray/tune/info/loss") == [(1, 1.0), (2, 2.0), (3, 3.0)]
+    assert _scalars(trial.logdir, "ray/tune/config/lr") == []  # the config is no scalar
 
 
 def test_pretty_print_leaves_out_config_and_none():
