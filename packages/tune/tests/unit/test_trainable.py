@@ -375,3 +375,25 @@ def test_a_reused_function_actor_runs_its_trials_on_one_thread(tmp_path, monkeyp
     assert [r["x"] for r in out] == [3, 3]
     assert len(threads) == 3 and threads[2] is not threads[1] and threads[1].is_alive()
     t.stop()
+
+
+def test_an_idle_runner_thread_ends_and_the_next_trial_starts_another(tmp_path, monkeypatch):
+    import threading
+
+    import rayfield.tune.function_trainable as ft
+    from rayfield.testing import wait_for
+
+    monkeypatch.setattr(ft, "_RUNNER_IDLE_S", 0.2)
+    threads = []
+
+    def once(config):
+        threads.append(threading.current_thread())
+        tune.report(x=config["k"])
+
+    t = wrap_function(once)({"k": 1}, trial_info={"logdir": str(tmp_path)})
+    assert t.train()["x"] == 1
+    assert t.train()["done"]  # the function returned: its runner thread is idle
+    wait_for(lambda: not threads[0].is_alive(), 10, "the idle runner thread to end")
+    out = t.next_trial({"k": 2}, {"logdir": str(tmp_path)}, True, None, 1, 10.0)
+    assert [r["x"] for r in out] == [2] and threads[1] is not threads[0]
+    t.stop()

@@ -26,6 +26,7 @@ from rayfield.tune.trainable import Trainable
 __all__ = ["FunctionTrainable", "wrap_function"]
 
 _JOIN_TIMEOUT_S = 10.0
+_RUNNER_IDLE_S = 2.0  # a runner thread without a trial for this long ends
 
 
 class _Run:
@@ -49,17 +50,27 @@ class _RunnerThread:
 
     A reused actor hands each new trial's function to it (a queue hand-off, about 0.1 ms)
     instead of starting a thread per trial (0.5-1 ms before the function runs). The
-    thread takes the trial's name while it runs its function.
+    thread takes the trial's name while it runs its function, and ends after
+    ``_RUNNER_IDLE_S`` without one (then :meth:`submit` returns None: start another).
     """
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[tuple[Callable[[], None], _Run, str]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._alive = True
         self._current: _Run | None = None
         threading.Thread(target=self._loop, daemon=True, name="trial-runner").start()
 
     def _loop(self) -> None:
         while True:
-            fn, run, name = self._jobs.get()
+            try:
+                fn, run, name = self._jobs.get(timeout=_RUNNER_IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if self._jobs.empty():
+                        self._alive = False
+                        return
+                continue
             threading.current_thread().name = name
             try:
                 fn()
@@ -71,10 +82,14 @@ class _RunnerThread:
         its stop: the next trial needs another thread)."""
         return self._current is not None and self._current.is_alive()
 
-    def submit(self, fn: Callable[[], None], name: str) -> _Run:
-        run = self._current = _Run()
-        self._jobs.put((fn, run, name))
-        return run
+    def submit(self, fn: Callable[[], None], name: str) -> _Run | None:
+        """Run ``fn`` next; None when the thread has ended (idle)."""
+        with self._lock:
+            if not self._alive:
+                return None
+            run = self._current = _Run()
+            self._jobs.put((fn, run, name))
+            return run
 
 
 class FunctionTrainable(Trainable):
@@ -119,9 +134,12 @@ class FunctionTrainable(Trainable):
 
         S._set_session(session)  # for get_checkpoint() in the actor's main thread too
         runner: _RunnerThread | None = getattr(self, "_runner", None)
-        if runner is None or runner.busy():
+        name = f"trial-{self.trial_id}"
+        started = runner.submit(run, name) if runner is not None and not runner.busy() else None
+        if started is None:
             runner = self._runner = _RunnerThread()
-        self._thread = runner.submit(run, f"trial-{self.trial_id}")
+            started = runner.submit(run, name)
+        self._thread = started
 
     def _request_up_to(self, target: int) -> None:
         """Let the function make reports until ``target`` have been requested."""
