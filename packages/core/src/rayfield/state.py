@@ -20,7 +20,6 @@ from typing import Any
 
 from rayfield._private import context
 from rayfield._private.runtime import runtime as _rt
-from rayfield.util import state as _state
 
 __all__ = [
     "actors",
@@ -54,6 +53,14 @@ def _node() -> Any:
     if ctx is None or ctx.node is None:
         raise RuntimeError("pending_tasks() runs in the driver whose init() started the node")
     return ctx.node
+
+
+def _state() -> Any:
+    """:mod:`rayfield.util.state`, imported on first use: it brings gRPC (0.1-0.5 s of
+    imports), which ``nodes()`` and ``cluster_resources()`` on a local node never need."""
+    from rayfield.util import state
+
+    return state
 
 
 def _flush_own_events() -> None:
@@ -158,7 +165,7 @@ def list_tasks() -> list[dict[str, Any]]:
     ``name``, ``state``, ``actor_id``, ``pid``, ``node``, ``duration_s``...): the records
     of :func:`rayfield.util.state.list_tasks` for this driver's cluster or node."""
     _flush_own_events()
-    return _state.list_tasks()
+    return _state().list_tasks()
 
 
 def pending_tasks() -> dict[str, Any]:
@@ -181,14 +188,14 @@ def list_actors() -> list[dict[str, Any]]:
     DEAD, RESTARTING or PENDING_CREATION), ``name``, ``node``...: the records of
     :func:`rayfield.util.state.list_actors` for this driver's cluster or node."""
     _flush_own_events()
-    return _state.list_actors()
+    return _state().list_actors()
 
 
 def list_objects() -> list[dict[str, Any]]:
     """Objects in the stores of this driver's cluster or node, largest first:
     ``object_id``, ``size_bytes``, ``node``, ``owner_pid``, ``ref_count``, ``spilled``,
     ``reason`` (why it is held)...: :func:`rayfield.util.state.list_objects`."""
-    return _state.list_objects()
+    return _state().list_objects()
 
 
 def timeline(filename: str | None = None) -> list[dict[str, Any]]:
@@ -200,7 +207,7 @@ def timeline(filename: str | None = None) -> list[dict[str, Any]]:
             https://ui.perfetto.dev).
     """
     _flush_own_events()
-    return _state.timeline(filename=filename)
+    return _state().timeline(filename=filename)
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -199,3 +200,23 @@ def test_workers_import_what_the_driver_can(tmp_path: Path) -> None:
     finally:
         rf.shutdown()
         sys.path.remove(str(tmp_path))
+
+
+def test_local_state_calls_import_neither_grpc_nor_asyncio(tmp_path: Path) -> None:
+    # nodes() and cluster_resources() of a local node, in the driver and in a worker
+    # (Tune asks both for every trial), read the node itself: gRPC and asyncio (0.1-0.5 s
+    # of imports per process) are only for clusters and async code.
+    code = (
+        "import sys, rayfield as rf\n"
+        f"rf.init(num_cpus=1, object_store_memory=64 << 20, temp_dir={str(tmp_path)!r})\n"
+        "@rf.remote\n"
+        "def worker_side():\n"
+        "    import sys, rayfield as rf\n"
+        "    rf.nodes(), rf.cluster_resources()\n"
+        "    return sorted(m for m in ('grpc', 'asyncio') if m in sys.modules)\n"
+        "assert rf.nodes()[0]['Alive'] and rf.cluster_resources()['CPU'] == 1.0\n"
+        "assert rf.get(worker_side.remote(), timeout=60) == [], 'imported in the worker'\n"
+        "assert not {'grpc', 'asyncio'} & set(sys.modules), 'imported in the driver'\n"
+        "rf.shutdown()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -171,3 +171,39 @@ def test_a_whole_file_can_be_written_in_a_sticky_shared_directory(tmp_path: Path
     shared.chmod(0o1777)
     pf.write_bytes(shared / "model.pth", b"weights")
     assert mode(shared / "model.pth") == 0o600 and pf.read_bytes(shared / "model.pth") == b"weights"
+
+
+def test_a_symlink_on_the_way_has_the_directories_above_its_target_checked(
+    tmp_path: Path,
+) -> None:
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    (loose / "real").mkdir(mode=0o700)
+    loose.chmod(0o777)  # no sticky bit: its other users could rename "real" away
+    os.symlink(loose / "real", tmp_path / "link")
+    with pytest.raises(UnsafeFileError, match=r"without the sticky bit"):
+        pf.write_text(tmp_path / "link" / "f", "x")
+    with pytest.raises(UnsafeFileError, match=r"without the sticky bit"):
+        pf.ensure_private_dir(tmp_path / "link" / "sub")
+
+
+def test_files_in_a_just_checked_directory_are_still_checked_themselves(
+    tmp_path: Path,
+) -> None:
+    # ancestors_checked skips the walk over the directories above (the caller has just
+    # run ensure_private_dir); the file itself is created 0600 and a symlink or another
+    # user's file is refused as before.
+    d = pf.ensure_private_dir(tmp_path / "d")
+    with pf.open_private(d / "log", "a", ancestors_checked=True) as f:
+        f.write("line\n")
+    pf.write_text(d / "params.json", "{}", ancestors_checked=True)
+    assert mode(d / "log") == mode(d / "params.json") == 0o600
+    assert pf.read_text(d / "params.json") == "{}"
+    assert not [p for p in os.listdir(d) if p.endswith(".tmp")]
+    os.symlink(d / "log", d / "link")
+    with pytest.raises(UnsafeFileError, match=r"it is a symlink"):
+        pf.open_private(d / "link", "a", ancestors_checked=True)
+    (d / "planted").write_text("")
+    give_away(d / "planted")
+    with pytest.raises(UnsafeFileError, match=r"not yours"):
+        pf.open_private(d / "planted", "a", ancestors_checked=True)

@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import stat
+import struct
 
 from rayfield.tune.logger import DEFAULT_LOGGERS, LoggerCallback, pretty_print
 from rayfield.tune.trial import Trial
@@ -47,10 +48,12 @@ def test_logger_callback_writes_every_file(tmp_path):
     cb = LoggerCallback(DEFAULT_LOGGERS)
     cb.on_trial_start(trial)
     cb.on_trial_result(trial, {"training_iteration": 3, "loss": 0.1, "info": {"x": 3}})
+    cb.on_trial_result(trial, {"training_iteration": 4, "new": 1})  # a column less, one more
     cb.on_experiment_end([trial])
     with open(os.path.join(trial.logdir, "progress.csv")) as f:
         rows = list(csv.DictReader(f))
-    assert [r["training_iteration"] for r in rows] == ["1", "2", "3"]
+    assert [r["training_iteration"] for r in rows] == ["1", "2", "3", "4"]
+    assert rows[3]["loss"] == "" and "new" not in rows[3]
 
 
 def _scalars(logdir: str, tag: str) -> list[tuple[int, float]]:
@@ -81,9 +84,12 @@ def test_tensorboard_scalars_are_readable(tmp_path):
     cb = LoggerCallback(DEFAULT_LOGGERS)
     cb.on_trial_start(trial)
     for i in (1, 2, 3):
-        cb.on_trial_result(trial, {"training_iteration": i, "mean_accuracy": i / 10})
+        result = {"training_iteration": i, "mean_accuracy": i / 10, "config": {"lr": 0.5}}
+        cb.on_trial_result(trial, {**result, "info": {"loss": i}})
     cb.on_experiment_end([trial])
     assert _scalars(trial.logdir, "ray/tune/mean_accuracy") == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    assert _scalars(trial.logdir, "ray/tune/info/loss") == [(1, 1.0), (2, 2.0), (3, 3.0)]
+    assert _scalars(trial.logdir, "ray/tune/config/lr") == []  # the config is no scalar
 
 
 def test_pretty_print_leaves_out_config_and_none():
@@ -139,6 +145,14 @@ def test_the_notebook_check_imports_nothing(monkeypatch):
     assert not _in_notebook()  # IPython imported, but no shell running
 
 
+def _masked_crc(data):
+    """TFRecord's masked CRC-32C, as tensorboardX computes it."""
+    from tensorboardX.crc32c import crc32c
+
+    crc = crc32c(data)
+    return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+
+
 def test_event_records_match_tensorboardx_encoding():
     """The records rayfield encodes itself are the bytes tensorboardX would write."""
     from tensorboardX.crc32c import crc32c as tbx_crc32c
@@ -155,6 +169,11 @@ def test_event_records_match_tensorboardx_encoding():
     for step in (0, 1, 300, 2**40):
         ours = tbx.encode_event(1700000000.5, step, values)
         assert ours == Event(wall_time=1700000000.5, step=step, summary=summary).SerializeToString()
+        encoded = b"".join(tbx.scalar_prefix(t) + struct.pack("<f", v) for t, v in values)
+        assert tbx.encode_event(1700000000.5, step, values=encoded) == ours
+        framed = tbx.record(ours)  # length, its masked CRC, the data, its masked CRC
+        assert framed[:8] == struct.pack("<Q", len(ours)) and framed[12:-4] == ours
+        assert framed[8:12] == _masked_crc(framed[:8]) and framed[-4:] == _masked_crc(ours)
     header = tbx.encode_event(12.0, file_version="brain.Event:2")
     assert header == Event(wall_time=12.0, file_version="brain.Event:2").SerializeToString()
 

@@ -342,3 +342,58 @@ def test_function_runs_ahead_only_within_a_buffered_window():
     assert [r["score"] for r in results] == [6, 7, 8, 9]
     t.stop()  # the run-ahead function is stopped at its next report
     assert len(made) <= 6 + 50
+
+
+def test_a_reused_function_actor_runs_its_trials_on_one_thread(tmp_path, monkeypatch):
+    import threading
+
+    import rayfield.tune.function_trainable as ft
+
+    monkeypatch.setattr(ft, "_JOIN_TIMEOUT_S", 0.3)
+    threads = []
+
+    def trial(config):
+        threads.append(threading.current_thread())
+        while True:
+            try:
+                tune.report(x=config["k"])
+            except StopIteration:
+                if not config["stubborn"]:
+                    return
+            # stubborn: swallows the stop and goes on reporting
+
+    t = wrap_function(trial)({"k": 0, "stubborn": False}, trial_info={"logdir": str(tmp_path)})
+    for k in (1, 2):
+        out = t.next_trial(
+            {"k": k, "stubborn": k == 2}, {"logdir": str(tmp_path)}, True, None, 3, 10.0
+        )
+        assert [r["x"] for r in out] == [k, k, k]
+    assert len(threads) == 2 and threads[0] is threads[1]  # no thread started per trial
+    assert threads[0].name.startswith("trial-")
+    # The stubborn function keeps its thread: the next trial gets a thread of its own.
+    out = t.next_trial({"k": 3, "stubborn": False}, {"logdir": str(tmp_path)}, True, None, 2, 10.0)
+    assert [r["x"] for r in out] == [3, 3]
+    assert len(threads) == 3 and threads[2] is not threads[1] and threads[1].is_alive()
+    t.stop()
+
+
+def test_an_idle_runner_thread_ends_and_the_next_trial_starts_another(tmp_path, monkeypatch):
+    import threading
+
+    import rayfield.tune.function_trainable as ft
+    from rayfield.testing import wait_for
+
+    monkeypatch.setattr(ft, "_RUNNER_IDLE_S", 0.2)
+    threads = []
+
+    def once(config):
+        threads.append(threading.current_thread())
+        tune.report(x=config["k"])
+
+    t = wrap_function(once)({"k": 1}, trial_info={"logdir": str(tmp_path)})
+    assert t.train()["x"] == 1
+    assert t.train()["done"]  # the function returned: its runner thread is idle
+    wait_for(lambda: not threads[0].is_alive(), 10, "the idle runner thread to end")
+    out = t.next_trial({"k": 2}, {"logdir": str(tmp_path)}, True, None, 1, 10.0)
+    assert [r["x"] for r in out] == [2] and threads[1] is not threads[0]
+    t.stop()

@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import pickle
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -77,14 +78,33 @@ def _json_default(value: Any) -> Any:
 
 
 def flatten(d: dict[str, Any], delimiter: str = "/", prefix: str = "") -> dict[str, Any]:
+    """``d`` with nested dicts' keys joined by ``delimiter`` (``{"a": {"b": 1}}`` ->
+    ``{"a/b": 1}``); every key a string."""
     out: dict[str, Any] = {}
     for key, value in d.items():
-        name = f"{prefix}{key}"
+        name = key if not prefix and type(key) is str else f"{prefix}{key}"
         if isinstance(value, dict):
             out.update(flatten(value, delimiter, name + delimiter))
         else:
             out[name] = value
     return out
+
+
+def _flat_without_config(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` without its ``config``, nested keys joined with ``/``."""
+    if not any(isinstance(v, dict) for k, v in result.items() if k != "config"):
+        return {k if type(k) is str else str(k): v for k, v in result.items() if k != "config"}
+    return flatten({k: v for k, v in result.items() if k != "config"})
+
+
+def _cell(value: Any) -> Any:
+    """A CSV cell: as :func:`_clean` (NaN and infinities empty), plain values at once."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
+    return _clean(value)
 
 
 # The trial directory a UnifiedLogger on this thread is opening its loggers in.
@@ -109,7 +129,13 @@ class Logger:
         self.trial = trial
         if getattr(_opening, "logdir", None) != logdir:  # a UnifiedLogger's part: checked
             private_files.ensure_private_dir(logdir)
-        self._init()
+        # While it opens its files, the directory was just made private: the opens skip
+        # the walk over the directories above (each file is still checked itself).
+        self._fresh = True
+        try:
+            self._init()
+        finally:
+            self._fresh = False
 
     def _init(self) -> None:
         pass
@@ -137,7 +163,9 @@ class JsonLogger(Logger):
 
     def _init(self) -> None:
         self.update_config(self.config)
-        self._file = private_files.open_private(os.path.join(self.logdir, "result.json"), "a")
+        self._file = private_files.open_private(
+            os.path.join(self.logdir, "result.json"), "a", ancestors_checked=self._fresh
+        )
 
     def on_result(self, result: dict[str, Any]) -> None:
         try:  # the common case: plain JSON values, no NaN
@@ -149,7 +177,10 @@ class JsonLogger(Logger):
     def update_config(self, config: dict[str, Any]) -> None:
         self.config = config
         text = json.dumps(_clean(config), indent=2, sort_keys=True)
-        private_files.write_text(os.path.join(self.logdir, "params.json"), text)
+        fresh = getattr(self, "_fresh", False)  # (a subclass may call this before __init__)
+        private_files.write_text(
+            os.path.join(self.logdir, "params.json"), text, ancestors_checked=fresh
+        )
         try:
             if _plain(config):
                 data = pickle.dumps(config)
@@ -159,7 +190,9 @@ class JsonLogger(Logger):
                 data = cloudpickle.dumps(config)
         except Exception:  # an unpicklable config still has params.json
             return
-        private_files.write_bytes(os.path.join(self.logdir, "params.pkl"), data)
+        private_files.write_bytes(
+            os.path.join(self.logdir, "params.pkl"), data, ancestors_checked=fresh
+        )
 
     def flush(self) -> None:
         self._file.flush()
@@ -175,20 +208,26 @@ class CSVLogger(Logger):
     def _init(self) -> None:
         path = os.path.join(self.logdir, "progress.csv")
         self._continuing = os.path.exists(path) and os.path.getsize(path) > 0
-        self._file = private_files.open_private(path, "a")
-        self._writer: csv.DictWriter[str] | None = None
+        self._file = private_files.open_private(path, "a", ancestors_checked=self._fresh)
+        self._writer = csv.writer(self._file)
+        self._columns: list[str] | None = None
         if self._continuing:
             with private_files.open_private(path, "r") as f:
                 header = next(csv.reader(f), None)
             if header:
-                self._writer = csv.DictWriter(self._file, header, extrasaction="ignore")
+                self._columns = header
 
     def on_result(self, result: dict[str, Any]) -> None:
-        row = flatten({k: v for k, v in result.items() if k != "config"})
-        if self._writer is None:
-            self._writer = csv.DictWriter(self._file, list(row), extrasaction="ignore")
-            self._writer.writeheader()
-        self._writer.writerow({k: _clean(v) for k, v in row.items()})
+        self.on_flat_result(result, _flat_without_config(result))
+
+    def on_flat_result(self, result: dict[str, Any], row: dict[str, Any]) -> None:
+        """:meth:`on_result` given ``row``, the result without its config, flattened."""
+        if self._columns is None:
+            self._columns = list(row)
+            self._writer.writerow(self._columns)
+        # Missing columns are empty and new ones left out (csv.DictWriter's "ignore").
+        get = row.get
+        self._writer.writerow([_cell(get(column, "")) for column in self._columns])
 
     def flush(self) -> None:
         self._file.flush()
@@ -224,21 +263,38 @@ class TBXLogger(Logger):
         import socket
 
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
-        self._file = private_files.open_private(os.path.join(self.logdir, name), "ab")
+        self._file = private_files.open_private(
+            os.path.join(self.logdir, name), "ab", ancestors_checked=self._fresh
+        )
         self._file.write(tbx.record(tbx.encode_event(time.time(), file_version="brain.Event:2")))
 
     def on_result(self, result: dict[str, Any]) -> None:
+        self.on_flat_result(result, _flat_without_config(result))
+
+    def on_flat_result(self, result: dict[str, Any], flat: dict[str, Any]) -> None:
+        """:meth:`on_result` given ``flat``, the result without its config, flattened
+        (the config is no scalar: it is the trial's parameters, as in Ray)."""
         step = result.get("timesteps_total") or result.get("training_iteration", 0)
-        scalars = [
-            (f"ray/tune/{key}", float(value))
-            for key, value in flatten(result).items()
-            if key not in self._SKIP
-            and isinstance(value, (int, float))
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-        ]
-        if scalars:
-            self._file.write(tbx.record(tbx.encode_event(time.time(), int(step), scalars)))
+        prefixes = _SCALAR_PREFIXES
+        pack = _FLOAT.pack
+        values = []
+        for key, value in flat.items():
+            if (
+                key in self._SKIP
+                or not isinstance(value, (int, float))
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+            ):
+                continue
+            prefix = prefixes.get(key)
+            if prefix is None:
+                prefix = tbx.scalar_prefix(f"ray/tune/{key}")
+                if len(prefixes) < 10_000:
+                    prefixes[key] = prefix
+            values.append(prefix + pack(value))
+        if values:
+            event = tbx.encode_event(time.time(), int(step), values=b"".join(values))
+            self._file.write(tbx.record(event))
 
     def flush(self) -> None:
         self._file.flush()
@@ -246,6 +302,10 @@ class TBXLogger(Logger):
     def close(self) -> None:
         self._file.close()
 
+
+# The encoded Summary.Value up to its float, by result key (the same keys recur).
+_SCALAR_PREFIXES: dict[str, bytes] = {}
+_FLOAT = struct.Struct("<f")
 
 DEFAULT_LOGGERS: tuple[type[Logger], ...] = (JsonLogger, CSVLogger, TBXLogger)
 
@@ -277,8 +337,14 @@ class UnifiedLogger(Logger):
             _opening.logdir = None
 
     def on_result(self, result: dict[str, Any]) -> None:
+        flat: dict[str, Any] | None = None  # flattened once for the loggers that take it
         for logger in self._loggers:
-            logger.on_result(result)
+            if isinstance(logger, (CSVLogger, TBXLogger)):
+                if flat is None:
+                    flat = _flat_without_config(result)
+                logger.on_flat_result(result, flat)
+            else:
+                logger.on_result(result)
 
     def update_config(self, config: dict[str, Any]) -> None:
         for logger in self._loggers:

@@ -20,6 +20,7 @@ user's file between a check and the open is refused.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import stat
@@ -101,7 +102,7 @@ def check_owned(
 
 
 def _check_ancestor(
-    parent: Path, st: os.stat_result, what: str, fix: str, error: type[UnsafeFileError]
+    parent: StrPath, st: os.stat_result, what: str, fix: str, error: type[UnsafeFileError]
 ) -> None:
     me = os.getuid()
     if st.st_uid not in (me, 0):
@@ -124,22 +125,38 @@ def check_ancestors(
     way must be this user's or root's, and the directories above its target are checked
     too.
 
+    One ``lstat`` per directory above (string paths: Tune checks each file it opens);
+    the symlinks are resolved only when one of them is a symlink.
+
     Raises:
         UnsafeFileError (or ``error``): one of them fails, named in the message.
     """
-    path = Path(os.path.abspath(path))
+    full = os.path.abspath(path)
+    parent = os.path.dirname(full)
+    if parent == full:  # "/" has nothing above it
+        return
     fix = fix or "use a directory whose parents only you (or root) can change"
-    for parent in path.parents:
+    linked = False
+    current = parent
+    while True:
         try:
-            st = os.lstat(parent)
+            st = os.lstat(current)
         except FileNotFoundError:
-            continue
-        _check_ancestor(parent, st, what, fix, error)
-    real = Path(os.path.realpath(path.parent))
-    if real != path.parent:
-        for parent in (real, *real.parents):
+            pass
+        else:
+            _check_ancestor(current, st, what, fix, error)
+            linked = linked or stat.S_ISLNK(st.st_mode)
+        above = os.path.dirname(current)
+        if above == current:
+            break
+        current = above
+    if not linked:  # no symlink on the way: the real directories are the ones checked
+        return
+    real = Path(os.path.realpath(parent))
+    if str(real) != parent:
+        for real_parent in (real, *real.parents):
             with contextlib.suppress(FileNotFoundError):
-                _check_ancestor(parent, os.stat(parent), what, fix, error)
+                _check_ancestor(real_parent, os.stat(real_parent), what, fix, error)
 
 
 def ensure_private_dir(
@@ -160,11 +177,19 @@ def ensure_private_dir(
     """
     path = Path(path)
     check_ancestors(path, fix=fix, error=error)
-    for d in (*reversed(Path(os.path.abspath(path)).parents), path):
-        if not os.path.lexists(d):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(d, 0o700)
-    check_ancestors(path, fix=fix, error=error)  # again: the ones just made, or raced in
+    missing = []  # the missing directories, innermost first
+    current = os.path.abspath(path)
+    while not os.path.lexists(current):
+        missing.append(current)
+        above = os.path.dirname(current)
+        if above == current:
+            break
+        current = above
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d, 0o700)
+    if missing:  # again: the ones just made, or raced in
+        check_ancestors(path, fix=fix, error=error)
     st = check_owned(path, what, fix=fix, error=error)
     if not stat.S_ISDIR(st.st_mode):
         raise NotADirectoryError(f"{what} {path} is not a directory")
@@ -189,6 +214,7 @@ def open_private(
     encoding: str = "utf-8",
     buffering: int = -1,
     error: type[UnsafeFileError] = UnsafeFileError,
+    ancestors_checked: bool = False,
 ) -> IO[Any]:
     """Open a private file: ``mode`` is ``r``/``w``/``a``, with ``b`` for bytes.
 
@@ -197,6 +223,9 @@ def open_private(
     :func:`check_ancestors`. A file created for writing is 0600, and an existing one written
     or appended to is set to 0600. ``fix`` is what a refusal tells the user to do (default:
     remove the file); ``buffering`` is :func:`open`'s (0: unbuffered, bytes only).
+    ``ancestors_checked``: the caller has just made the file's directory private
+    (:func:`ensure_private_dir`), so the walk over the directories above is not repeated
+    (the file itself is checked all the same).
 
     Raises:
         UnsafeFileError (or ``error``): it is a symlink, not a regular file, not this
@@ -207,9 +236,10 @@ def open_private(
     kind = mode.replace("b", "")
     if kind not in _FLAGS or mode.count("b") > 1:
         raise ValueError(f"mode must be r, w or a, with an optional b; got {mode!r}")
-    path = Path(path)
-    what = what or path.name
-    check_ancestors(path, fix=fix, error=error)
+    path = os.fspath(path)
+    what = what or os.path.basename(path)
+    if not ancestors_checked:
+        check_ancestors(path, fix=fix, error=error)
     fix = fix or _default_fix(path)
     # O_NONBLOCK: opening a FIFO must not wait for its other end (it is refused below).
     flags = _FLAGS[kind] | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -242,9 +272,16 @@ def open_private(
     return os.fdopen(fd, mode, buffering, encoding=encoding)
 
 
+_TMP_NUMBERS = itertools.count()  # the temporary files' names: one number per write
+
+
 @contextlib.contextmanager
 def atomic_write(
-    path: StrPath, *, binary: bool = True, error: type[UnsafeFileError] = UnsafeFileError
+    path: StrPath,
+    *,
+    binary: bool = True,
+    error: type[UnsafeFileError] = UnsafeFileError,
+    ancestors_checked: bool = False,
 ) -> Iterator[IO[Any]]:
     """Write ``path`` (mode 0600) all at once: a temporary file in the same directory,
     renamed over ``path`` when the ``with`` block ends without an error (removed if it
@@ -255,13 +292,17 @@ def atomic_write(
     temporary file is created with ``O_EXCL`` and ``O_NOFOLLOW``, and in a sticky directory
     no other user can replace or remove it or the result.
 
+    ``ancestors_checked``: as :func:`open_private`'s.
+
     Raises:
         UnsafeFileError (or ``error``): a directory above fails the checks.
         PermissionError: ``path`` exists and is another user's, in a sticky directory.
     """
-    path = Path(path)
-    check_ancestors(path, error=error)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(path):x}.tmp")
+    path = os.fspath(path)
+    if not ancestors_checked:
+        check_ancestors(path, error=error)
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.{next(_TMP_NUMBERS):x}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
@@ -316,15 +357,16 @@ def read_json(
     return json.loads(read_bytes(path, max_bytes=max_bytes, what=what, fix=fix))
 
 
-def write_bytes(path: StrPath, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically, mode 0600 (see :func:`atomic_write`)."""
-    with atomic_write(path) as f:
+def write_bytes(path: StrPath, data: bytes, *, ancestors_checked: bool = False) -> None:
+    """Replace ``path`` with ``data`` atomically, mode 0600 (see :func:`atomic_write`,
+    also for ``ancestors_checked``)."""
+    with atomic_write(path, ancestors_checked=ancestors_checked) as f:
         f.write(data)
 
 
-def write_text(path: StrPath, text: str) -> None:
+def write_text(path: StrPath, text: str, *, ancestors_checked: bool = False) -> None:
     """Replace ``path`` with ``text`` (UTF-8) atomically, mode 0600."""
-    write_bytes(path, text.encode("utf-8"))
+    write_bytes(path, text.encode("utf-8"), ancestors_checked=ancestors_checked)
 
 
 def write_json(path: StrPath, value: Any, *, indent: int | None = None) -> None:

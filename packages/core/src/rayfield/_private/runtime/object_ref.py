@@ -14,15 +14,16 @@ with ``unpin``, never as buffer releases.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import threading
 from collections.abc import Generator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from rayfield._private import context
 from rayfield._private.common import serialization
 from rayfield._private.common.ids import ID_SIZE
+
+if TYPE_CHECKING:  # imported where used: asyncio costs every process 30 ms to import
+    import concurrent.futures
 
 __all__ = ["ObjectRef", "RefTracker"]
 
@@ -178,6 +179,8 @@ class ObjectRef(Generic[T]):
 
     def future(self) -> concurrent.futures.Future[T]:
         """A concurrent.futures.Future that resolves to the value (or its error)."""
+        import concurrent.futures
+
         fut: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def resolve() -> None:
@@ -190,6 +193,8 @@ class ObjectRef(Generic[T]):
         return fut
 
     def __await__(self) -> Generator[Any, None, T]:
+        import asyncio
+
         return asyncio.wrap_future(self.future()).__await__()
 
 

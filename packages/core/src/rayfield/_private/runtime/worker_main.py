@@ -8,7 +8,6 @@ with GPUs that later tasks may not be given (``gpus.CudaPin``).
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 import pickle
@@ -17,7 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rayfield.exceptions as exceptions
 from rayfield._private import context
@@ -28,6 +27,9 @@ from rayfield._private.runtime.interrupts import Interrupts
 from rayfield._private.runtime.runtime import StoreRuntime
 from rayfield._private.runtime.task_context import TaskContext
 from rayfield.store import StoreConnectionError
+
+if TYPE_CHECKING:  # asyncio (30 ms of imports) loads with the first async actor
+    import asyncio
 
 
 class Worker:
@@ -106,6 +108,8 @@ class Worker:
                 continue
             is_call = task["actor_id"] is not None and not task["actor_creation"]
             if is_call and self.loop is not None:  # async actor: calls run on its loop
+                import asyncio
+
                 asyncio.run_coroutine_threadsafe(self.execute_async(task), self.loop)
             else:
                 self.execute(task)
@@ -119,6 +123,8 @@ class Worker:
             except StopIteration:
                 return
             try:
+                import asyncio
+
                 assert self.loop is not None
                 value = (True, asyncio.run_coroutine_threadsafe(coro, self.loop).result())
             except BaseException as exc:
@@ -305,6 +311,8 @@ class Worker:
         (``max_concurrency`` > 1)."""
         is_async = any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(cls))
         if is_async:
+            import asyncio
+
             self.loop = asyncio.new_event_loop()
             threading.Thread(target=self.loop.run_forever, daemon=True, name="actor-loop").start()
         if max_concurrency > 1 and not is_async:
