@@ -382,6 +382,8 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         batch = rayfield.get(ref)
         if batch is None:  # the shard has not reached its learning_starts yet
             return
+        # the store's arrays are read-only views; torch wants writable ones
+        batch = SampleBatch({k: np.array(v) for k, v in batch.items()})
         assert self.learner is not None
         while True:
             self._check_learner()
