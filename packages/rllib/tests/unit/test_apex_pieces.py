@@ -135,15 +135,18 @@ def test_summarize_episodes_counts_new_and_dropped() -> None:
 
 
 def test_collect_metrics_takes_a_local_workers_episodes() -> None:
-    from rayfield.rllib.agents.pg.pg import PGTorchPolicy
-    from rayfield.rllib.env.registry import get_env_creator
-    from rayfield.rllib.evaluation import RolloutWorker
+    from rayfield.rllib.agents.pg import PGTrainer
 
-    worker = RolloutWorker(
-        get_env_creator("CartPole-v1"),
-        PGTorchPolicy,
-        {"rollout_fragment_length": 200, "batch_mode": "complete_episodes", "seed": 0},
+    trainer = PGTrainer(
+        env="CartPole-v1",
+        config={
+            "num_workers": 0,
+            "rollout_fragment_length": 200,
+            "batch_mode": "complete_episodes",
+            "seed": 0,
+        },
     )
+    worker = trainer.workers.local_worker()
     try:
         batch = worker.sample()
         out = collect_metrics(worker)
@@ -155,4 +158,4 @@ def test_collect_metrics_takes_a_local_workers_episodes() -> None:
         assert out["off_policy_estimator"] == {}
         assert collect_metrics(worker)["episodes_this_iter"] == 0  # taken once
     finally:
-        worker.stop()
+        trainer.stop()
