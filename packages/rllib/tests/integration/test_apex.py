@@ -186,6 +186,31 @@ def test_two_workers_two_shards_learn_on_two_cpus(
     assert not trainer.optimizer.learner.is_alive()
 
 
+def test_checkpoint_restores_weights_counters_and_ray2_builders(tmp_path: Path) -> None:
+    from rayfield.rllib.algorithms.apex_ddpg import ApexDDPGConfig
+    from rayfield.rllib.algorithms.apex_dqn import ApexDQNConfig
+
+    config = {**DQN, "num_workers": 0, "learning_starts": 50, "timesteps_per_iteration": 100}
+    trainer = ApexTrainer(env="apex_match_the_light", config=config)
+    trainer.train()
+    trainer.train()
+    path = trainer.save(str(tmp_path / "apex"))
+    obs = np.eye(3, dtype=np.float32)
+    actions = [trainer.compute_action(o, explore=False) for o in obs]
+    steps = trainer.optimizer.num_steps_trained
+    trainer.stop()
+    again = ApexTrainer.from_checkpoint(path)
+    try:
+        assert [again.compute_action(o, explore=False) for o in obs] == actions
+        assert again.optimizer.num_steps_trained == steps > 0
+        assert again.iteration == 2
+    finally:
+        again.stop()
+    cfg = ApexDQNConfig().training(train_batch_size=64).to_dict()
+    assert cfg["train_batch_size"] == 64 and cfg["optimizer"]["num_replay_buffer_shards"] == 4
+    assert ApexDDPGConfig().to_dict()["worker_side_prioritization"] is True
+
+
 def load(name: str) -> dict[str, Any]:
     (exp,) = yaml.safe_load((TUNED / f"{name}.yaml").read_text()).values()
     return exp  # type: ignore[no-any-return]
