@@ -186,6 +186,29 @@ def test_two_workers_two_shards_learn_on_two_cpus(
     assert not trainer.optimizer.learner.is_alive()
 
 
+def test_a_recreated_worker_takes_over_reporting(cluster: Any) -> None:
+    config = {**DQN, "num_workers": 2, "recreate_failed_workers": True}
+    trainer = ApexTrainer(env="apex_match_the_light", config=config)
+    try:
+        trainer.train()
+        opt = trainer.optimizer
+        old = trainer.workers.remote_workers()[1]
+        assert opt.metrics_workers == [old]
+        rf.kill(old)
+        for _ in range(50):
+            trainer.train()
+            if trainer.workers.num_recreated:
+                break
+        new = trainer.workers.remote_workers()[1]
+        assert new != old and opt.metrics_workers == [new]
+        # the new worker's episodes are reported
+        assert any(trainer.train()["episodes_this_iter"] for _ in range(20))
+        eps = rf.get(new.apply.remote(lambda w: w.policy.cur_epsilon))
+        assert eps == pytest.approx(per_worker_epsilon(2, 2))
+    finally:
+        trainer.stop()
+
+
 def test_checkpoint_restores_weights_counters_and_ray2_builders(tmp_path: Path) -> None:
     from rayfield.rllib.algorithms.apex_ddpg import ApexDDPGConfig
     from rayfield.rllib.algorithms.apex_dqn import ApexDQNConfig

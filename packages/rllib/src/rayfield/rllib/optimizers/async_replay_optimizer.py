@@ -346,9 +346,10 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         import rayfield
         from rayfield.exceptions import RayfieldError
 
-        worker, batch_ref = self._sample_calls.pop(info_ref)
-        if worker not in self.workers.remote_workers():  # dropped with its failed worker
+        entry = self._sample_calls.pop(info_ref, None)
+        if entry is None:  # dropped with its failed worker earlier in this step
             return
+        worker, batch_ref = entry
         try:
             count, metrics = rayfield.get(info_ref)
         except RayfieldError as exc:
@@ -414,9 +415,15 @@ class AsyncReplayOptimizer(PolicyOptimizer):
         self.workers.check_failure_allowed(pos, exc)
         self._sample_calls = {r: v for r, v in self._sample_calls.items() if v[0] is not worker}
         self._steps_since_sync.pop(worker, None)
-        if self.metrics_workers is not None and worker in self.metrics_workers:
-            self.metrics_workers.remove(worker)
+        reported = self.metrics_workers is not None and worker in self.metrics_workers
+        if reported:
+            self.metrics_workers.remove(worker)  # type: ignore[union-attr]
+        before = len(self.workers.remote_workers())
         self.workers.handle_failures([pos])
+        remote = self.workers.remote_workers()
+        if reported and len(remote) == before:
+            # recreated in its place (recreate_failed_workers): the new one reports instead
+            self.metrics_workers.append(remote[pos])  # type: ignore[union-attr]
 
     def _step_local(self) -> dict[str, Any]:
         """No remote workers: sample one batch on the local worker into a random shard,
