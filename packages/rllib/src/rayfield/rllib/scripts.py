@@ -28,6 +28,7 @@ from typing import Any
 import click
 
 from rayfield.rllib import tune_runner
+from rayfield.rllib.agents.registry import ALGORITHMS
 from rayfield.util import private_files
 
 
@@ -102,7 +103,7 @@ def cli() -> None:
     "-r",
     "-a",
     "run",
-    help="Algorithm: PPO, PG, A2C, A3C, DQN, IMPALA, APPO, ES, ARS, SAC, DDPG, TD3, MARWIL, BC.",
+    help=f"Algorithm: {', '.join(ALGORITHMS)}.",
 )
 @click.option("--env", "-e", help="A gymnasium id or a name given to register_env.")
 @click.option("--config", "-c", "config_json", default="{}", help="Config overrides (JSON).")

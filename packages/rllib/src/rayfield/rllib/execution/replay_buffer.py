@@ -103,9 +103,28 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._min = MinSegmentTree(tree_cap)
         self._max_priority = 1.0
 
-    def add_batch(self, batch: SampleBatch) -> np.ndarray:
+    def add_batch(self, batch: SampleBatch, priorities: np.ndarray | None = None) -> np.ndarray:
+        """Append the rows of `batch` with the largest priority seen so far, or with
+        `priorities` (``float[batch.count]``, each > 0: e.g. ``|td_error| + eps``
+        computed where the rows were sampled, as in Ape-X); returns their slots.
+
+        Raises:
+            ValueError: `priorities` of the wrong length or with a value <= 0.
+        """
+        if priorities is not None:
+            priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
+            if len(priorities) != batch.count:
+                raise ValueError(
+                    f"got {len(priorities)} priorities for a batch of {batch.count} rows"
+                )
+            if np.any(priorities <= 0) or not np.all(np.isfinite(priorities)):
+                raise ValueError("priorities must be finite and > 0 (add prioritized_replay_eps)")
         idx = super().add_batch(batch)
-        p = self._max_priority**self.alpha
+        if priorities is None:
+            p: Any = self._max_priority**self.alpha
+        else:
+            p = priorities**self.alpha
+            self._max_priority = max(self._max_priority, float(priorities.max()))
         self._sum[idx] = p
         self._min[idx] = p
         return idx

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from rayfield.rllib.agents.ddpg.noise import ActionNoise, noise_settings
+from rayfield.rllib.agents.dqn.dqn import add_worker_priorities, fixed_worker_exploration
 from rayfield.rllib.agents.replay_actor_critic import ActorCriticModel, ReplayActorCriticPolicy
 from rayfield.rllib.models.distributions import Deterministic
 from rayfield.rllib.models.torch_ensemble import EnsembleMLP, mlp
@@ -47,6 +49,8 @@ class DDPGTorchPolicy(ReplayActorCriticPolicy):
     def __init__(self, observation_space: Any, action_space: Any, config: dict[str, Any]) -> None:
         super().__init__(observation_space, action_space, config)
         self.noise = ActionNoise(noise_settings(config), self.act_dim)
+        # Ape-X: a remote worker's constant noise scale (see `fixed_worker_exploration`)
+        self.noise.fixed_scale = fixed_worker_exploration(config)
         self.policy_delay = int(config["policy_delay"])
         if self.policy_delay < 1:
             raise ValueError(f"policy_delay must be an int >= 1, got {config['policy_delay']}")
@@ -87,19 +91,42 @@ class DDPGTorchPolicy(ReplayActorCriticPolicy):
         mats = [p for p in module.parameters() if p.dim() >= 2]
         return l2 * 0.5 * sum(p.square().sum() for p in mats)
 
+    @torch.no_grad()
+    def critic_target(
+        self, next_obs: torch.Tensor, rew: torch.Tensor, bootstrap: torch.Tensor
+    ) -> torch.Tensor:
+        """``float32[B]``: ``y = r + bootstrap * min_j Q'_j(s', a')`` (see the module
+        docstring), with the target smoothing of ``smooth_target_policy``."""
+        cfg = self.config
+        y_next = torch.tanh(self.target_model.actor(next_obs))
+        if cfg["smooth_target_policy"]:
+            y_next = smoothed_target_action(
+                y_next, float(cfg["target_noise"]), float(cfg["target_noise_clip"])
+            )
+        q_next = self.target_model.critic(torch.cat([next_obs, y_next], 1))
+        return rew + bootstrap * q_next.min(0).values.squeeze(-1)
+
+    def compute_td_error(self, batch: Any) -> np.ndarray:
+        """``float32[B]``: ``|Q(s, a) - y|`` of `batch`'s rows averaged over the critics,
+        as learning reports it (``td_error``), without learning."""
+        with self.lock, torch.no_grad():
+            obs, act, next_obs, rew, bootstrap = self.batch_parts(self.to_tensors(batch))
+            q = self.model.critic(torch.cat([obs, act], 1)).squeeze(-1)
+            td = (q - self.critic_target(next_obs, rew, bootstrap)).abs().mean(0)
+            return td.cpu().numpy().astype(np.float32)
+
+    def postprocess_trajectory(
+        self, sample_batch: Any, other_agent_batches: Any = None, episode: Any = None
+    ) -> Any:
+        batch = super().postprocess_trajectory(sample_batch, other_agent_batches, episode)
+        return add_worker_priorities(self, batch)
+
     def update(self, t: dict[str, torch.Tensor]) -> dict[str, Any]:
         cfg = self.config
         obs, act, next_obs, rew, bootstrap = self.batch_parts(t)
         weights = t.get("weights")
         critic = self.model.critic
-        with torch.no_grad():
-            y_next = torch.tanh(self.target_model.actor(next_obs))
-            if cfg["smooth_target_policy"]:
-                y_next = smoothed_target_action(
-                    y_next, float(cfg["target_noise"]), float(cfg["target_noise_clip"])
-                )
-            q_next = self.target_model.critic(torch.cat([next_obs, y_next], 1))
-            target = rew + bootstrap * q_next.min(0).values.squeeze(-1)
+        target = self.critic_target(next_obs, rew, bootstrap)
         q = critic(torch.cat([obs, act], 1)).squeeze(-1)  # [M, B]
         td = q - target
         if cfg["use_huber"]:

@@ -131,10 +131,14 @@ class ActionNoise:
         self.settings = settings
         self.act_dim = int(act_dim)
         self.ou_state = torch.zeros(0, self.act_dim)
+        self.fixed_scale: float | None = None
 
     def scale(self, timestep: int) -> float:
         """The noise scale after `timestep` env steps (linear from ``initial_scale`` to
-        ``final_scale`` over ``scale_timesteps``, then constant)."""
+        ``final_scale`` over ``scale_timesteps``, then constant), or ``fixed_scale``
+        when that is set (Ape-X's per-worker exploration)."""
+        if self.fixed_scale is not None:
+            return self.fixed_scale
         s = self.settings
         frac = min(1.0, max(0, timestep) / max(1, s.scale_timesteps))
         return s.initial_scale + frac * (s.final_scale - s.initial_scale)

@@ -1,7 +1,9 @@
-"""DQN (classic API): ``from rayfield.rllib.agents.dqn import DQNTrainer, DEFAULT_CONFIG``."""
+"""DQN and Ape-X DQN (classic API): ``from rayfield.rllib.agents.dqn import DQNTrainer,
+ApexTrainer, DEFAULT_CONFIG, APEX_DEFAULT_CONFIG``."""
 
 from __future__ import annotations
 
+from rayfield.rllib.agents.dqn.apex import APEX_DEFAULT_CONFIG, ApexAgent, ApexTrainer
 from rayfield.rllib.agents.dqn.dqn import (
     DEFAULT_CONFIG,
     DQNAgent,
@@ -10,4 +12,13 @@ from rayfield.rllib.agents.dqn.dqn import (
     DQNTrainer,
 )
 
-__all__ = ["DEFAULT_CONFIG", "DQNAgent", "DQNTorchModel", "DQNTorchPolicy", "DQNTrainer"]
+__all__ = [
+    "APEX_DEFAULT_CONFIG",
+    "DEFAULT_CONFIG",
+    "ApexAgent",
+    "ApexTrainer",
+    "DQNAgent",
+    "DQNTorchModel",
+    "DQNTorchPolicy",
+    "DQNTrainer",
+]

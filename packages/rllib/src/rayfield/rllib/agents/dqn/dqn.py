@@ -135,12 +135,55 @@ def adjust_nstep(batch: SampleBatch, n_step: int, gamma: float) -> SampleBatch:
     return batch
 
 
+def per_worker_epsilon(
+    worker_index: int, num_workers: int, base: float = 0.4, alpha: float = 7.0
+) -> float:
+    """Ape-X's fixed exploration of rollout worker `worker_index` (1..`num_workers`):
+    ``base ** (1 + i / (N - 1) * alpha)`` with ``i = worker_index - 1`` and ``N =
+    num_workers`` (Horgan et al. 2018, section 4.1: ``eps = 0.4``, ``alpha = 7``), so the
+    first worker explores most (0.4) and the last least (``0.4 ** 8``, about 0.00066).
+    One worker gets ``base``.
+
+    Raises:
+        ValueError: `worker_index` not in 1..`num_workers`.
+    """
+    if not 1 <= worker_index <= num_workers:
+        raise ValueError(
+            f"per-worker exploration is for remote workers 1..{num_workers}, got {worker_index}"
+        )
+    frac = (worker_index - 1) / (num_workers - 1) if num_workers > 1 else 0.0
+    return float(base ** (1.0 + frac * alpha))
+
+
+def fixed_worker_exploration(config: dict[str, Any]) -> float | None:
+    """With ``per_worker_exploration`` and on a remote rollout worker (``worker_index``
+    >= 1), that worker's constant `per_worker_epsilon`; otherwise None (the annealed
+    schedule applies, as on the learner's local worker)."""
+    index = int(config.get("worker_index", 0) or 0)
+    if not config.get("per_worker_exploration") or index < 1:
+        return None
+    return per_worker_epsilon(index, max(index, int(config.get("num_workers", 1) or 1)))
+
+
 def _eps_greedy_prob(
     actions: np.ndarray, greedy: np.ndarray, allowed: Any, eps: float
 ) -> np.ndarray:
     """``float32[B]``: the epsilon-greedy probability of each action: ``1 - eps + eps / n``
     for the greedy one, ``eps / n`` for the other ``n`` allowed ones."""
     return (eps / allowed + (1.0 - eps) * (actions == greedy)).astype(np.float32)
+
+
+def add_worker_priorities(policy: Any, batch: SampleBatch) -> SampleBatch:
+    """With ``worker_side_prioritization`` (Ape-X), the column ``priorities``
+    (``float32[B]``: ``|td_error| + prioritized_replay_eps`` from
+    ``policy.compute_td_error``) for the replay shard to store the rows with; otherwise
+    `batch` unchanged."""
+    if policy.config.get("worker_side_prioritization") and batch.count:
+        td = np.abs(policy.compute_td_error(batch))
+        batch["priorities"] = (td + float(policy.config["prioritized_replay_eps"])).astype(
+            np.float32
+        )
+    return batch
 
 
 class DQNTorchPolicy(TorchPolicy):
@@ -181,6 +224,9 @@ class DQNTorchPolicy(TorchPolicy):
         )
         if self.noisy:  # the noisy layers explore
             self.cur_epsilon = 0.0
+        self.fixed_epsilon = None if self.noisy else fixed_worker_exploration(config)
+        if self.fixed_epsilon is not None:
+            self.cur_epsilon = self.fixed_epsilon
         config = {**config, "grad_clip": config["grad_norm_clipping"]}
         super().__init__(observation_space, action_space, config)
         self.target_model = copy.deepcopy(self.model)
@@ -287,13 +333,21 @@ class DQNTorchPolicy(TorchPolicy):
 
     def on_global_var_update(self, global_vars: dict[str, Any]) -> None:
         super().on_global_var_update(global_vars)
-        if not self.noisy:
+        if not self.noisy and self.fixed_epsilon is None:
             self.cur_epsilon = self._eps_schedule.value(self.global_timestep)
 
     def postprocess_trajectory(
         self, sample_batch: SampleBatch, other_agent_batches: Any = None, episode: Any = None
     ) -> SampleBatch:
-        return adjust_nstep(sample_batch, int(self.config["n_step"]), float(self.config["gamma"]))
+        batch = adjust_nstep(sample_batch, int(self.config["n_step"]), float(self.config["gamma"]))
+        return add_worker_priorities(self, batch)
+
+    def compute_td_error(self, batch: SampleBatch) -> np.ndarray:
+        """``float32[B]``: the TD errors of `batch`'s rows under the current networks
+        (the C51 cross-entropy with ``num_atoms`` > 1), without learning."""
+        with self.lock, torch.no_grad():
+            self.loss(self.model, self.dist_class, self.to_tensors(batch))
+            return self.td_error.cpu().numpy().astype(np.float32)
 
     def loss(
         self, model: Any, dist_class: type, train_batch: dict[str, torch.Tensor]
