@@ -28,6 +28,13 @@ def node_of_task() -> str:
     return rf.get_runtime_context().get_node_id()
 
 
+@rf.remote(num_cpus=0, num_gpus=1)
+def gpu_ids() -> tuple[str, list]:
+    import os
+
+    return os.environ["CUDA_VISIBLE_DEVICES"], rf.get_gpu_ids()
+
+
 @rf.remote(num_cpus=1, max_retries=3)
 def run_until_killed(flag: str) -> str:
     """Says it runs (``flag`` is written), then runs until its worker is killed."""
@@ -128,6 +135,17 @@ def test_strict_spread_and_a_node_killed_under_the_group(tmp_path: Path) -> None
         with pytest.raises(WorkerCrashedError, match="placement group removed"):
             rf.get(running, timeout=60)
         wait_for(lambda: rf.available_resources().get("CPU") == 2.0, 30, "CPUs back", interval=0.2)
+
+        # A bundle's GPU on a node of 2 (declared) GPUs: its work sees the bundle's device.
+        add_node(address, tmp_path, '{"y": 1}', "--num-gpus", "2")
+        gpus = placement_group([{"GPU": 1}])
+        assert gpus.wait(60)
+        in_gpu_bundle = gpu_ids.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(gpus, 0)
+        )
+        assert rf.get(in_gpu_bundle.remote(), timeout=60) == ("1", [1])
+        assert rf.get(gpu_ids.remote(), timeout=60) == ("0", [0])  # plain work: the other one
+        remove_placement_group(gpus)
 
         # A detached group outlives its driver; the others end with their job.
         kept = placement_group([{"x": 1}], name="kept", lifetime="detached")
