@@ -122,6 +122,18 @@ int NodeServer::CancelJob(const std::string& prefix, const std::string& reason) 
   return cancelled;
 }
 
+std::vector<WorkerHoldingInfo> NodeServer::WorkerHoldings() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<WorkerHoldingInfo> out;
+  if (!tasks_) return out;
+  for (WorkerHolding& h : tasks_->scheduler().Holdings()) {
+    auto w = conns_.find(h.worker);
+    if (w == conns_.end() || !w->second->worker || w->second->pid <= 0) continue;
+    out.push_back({w->second->pid, h.actor_id, std::move(h.held)});
+  }
+  return out;
+}
+
 std::vector<RunningTaskInfo> NodeServer::RunningTasks() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<RunningTaskInfo> out;
@@ -134,12 +146,12 @@ std::vector<RunningTaskInfo> NodeServer::RunningTasks() {
   return out;
 }
 
-bool NodeServer::KillWorker(int pid, const std::string& tag, const std::string& message) {
+bool NodeServer::KillWorker(int pid, const std::string& tag, const std::string& message, bool retry) {
   std::lock_guard<std::mutex> lock(mu_);
   if (pid <= 0) return false;
   for (const auto& [id, conn] : conns_) {
     if (!conn->worker || conn->pid != pid) continue;
-    tasks_->SetKillReason(id, tag, message);
+    tasks_->SetKillReason(id, tag, message, retry);
     EndWorkerProcess(*conn);
     return true;
   }

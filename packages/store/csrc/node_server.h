@@ -71,6 +71,12 @@ struct RunningTaskInfo {
   uint64_t dispatch_seq;  // larger: dispatched more recently
 };
 
+struct WorkerHoldingInfo {
+  int pid;
+  UniqueID actor_id;  // nil: the worker hosts no actor
+  ResourceSet held;   // its running tasks' and its actor's resources
+};
+
 struct ObjectInfoCopy {
   UniqueID id;
   uint64_t data_size, metadata_size;
@@ -135,7 +141,10 @@ class NodeServer {
   // SIGKILLs the worker process `pid`. Its tasks that are not retried then fail with
   // error objects tagged `tag` (actor calls: ACTOR_DIED) whose text starts with
   // `message`. False when no connected worker has that pid.
-  bool KillWorker(int pid, const std::string& tag, const std::string& message);
+  // `retry` false: its tasks fail with (tag, message) even with retries left.
+  bool KillWorker(int pid, const std::string& tag, const std::string& message, bool retry = true);
+  // The workers that hold resources or host an actor, with what they hold.
+  std::vector<WorkerHoldingInfo> WorkerHoldings();
 
  private:
   struct Conn;

@@ -60,7 +60,11 @@ std::string FormatResources(const ResourceSet& r) {
   return out + "}";
 }
 
-bool IsInstancedResource(const std::string& name) { return name == "GPU"; }
+// GPU, and a placement group bundle's GPU (GPU_group_<i>_<pg>, GPU_group_<pg>): its
+// instances are numbered within the bundle; the host maps them to the node's devices.
+bool IsInstancedResource(const std::string& name) {
+  return name == "GPU" || name.rfind("GPU_group_", 0) == 0;
+}
 
 ResourcePool::ResourcePool(ResourceSet total) : total_(Normalized(std::move(total))), available_(total_) {}
 
@@ -150,6 +154,12 @@ void ResourcePool::SetTotal(ResourceSet total) {
   }
   total_ = std::move(total);
   available_ = std::move(available);
+}
+
+std::vector<int64_t> ResourcePool::UsedPerDevice(const std::string& name) const {
+  std::vector<int64_t> out(NumInstances(name));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = Used(name, i);
+  return out;
 }
 
 int64_t ResourcePool::Capacity(const std::string& name, size_t index) const {

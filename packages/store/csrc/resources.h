@@ -50,6 +50,8 @@ class ResourcePool {
   void Reclaim(Acquisition& held);
   // New totals; what is held stays held (availability may go negative).
   void SetTotal(ResourceSet total);
+  // An instanced resource's use per device index, held past the total included.
+  std::vector<int64_t> UsedPerDevice(const std::string& name) const;
 
  private:
   int64_t Capacity(const std::string& name, size_t index) const;

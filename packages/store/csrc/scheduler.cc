@@ -569,7 +569,20 @@ SchedulerSnapshot Scheduler::Snapshot() const {
   }
   for (const auto& [id, w] : impl_->workers) s.workers.emplace(id, Impl::StateOf(w));
   s.running = impl_->running_on.size();
+  s.gpu_used = impl_->pool.UsedPerDevice("GPU");
   return s;
+}
+
+std::vector<WorkerHolding> Scheduler::Holdings() const {
+  std::vector<WorkerHolding> out;
+  for (const auto& [id, w] : impl_->workers) {
+    WorkerHolding h{id, w.actor_id, w.actor_held.amounts};
+    for (const auto& [task_id, task] : w.running) {
+      for (const auto& [name, amount] : task.held.amounts) h.held[name] += amount;
+    }
+    if (!h.held.empty() || !h.actor_id.IsNil()) out.push_back(std::move(h));
+  }
+  return out;
 }
 
 }  // namespace rayfield

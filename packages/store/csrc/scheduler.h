@@ -127,9 +127,18 @@ struct SchedulerSnapshot {
   std::vector<TaskInfeasible> infeasible;
   std::map<WorkerID, WorkerState> workers;
   size_t running = 0;
+  std::vector<int64_t> gpu_used;  // plain GPU in use per device index
 };
 
 inline constexpr size_t kSnapshotReadyPerShape = 16;
+
+// What one worker holds now: its running tasks' acquisitions and, for an actor's worker,
+// the actor's lifetime resources, summed.
+struct WorkerHolding {
+  WorkerID worker;
+  UniqueID actor_id;  // nil: no actor
+  ResourceSet held;
+};
 
 class Scheduler {
  public:
@@ -162,6 +171,8 @@ class Scheduler {
   const ResourceSet& total() const;
   const ResourceSet& available() const;
   SchedulerSnapshot Snapshot() const;
+  // Every worker that holds resources or hosts an actor (see WorkerHolding).
+  std::vector<WorkerHolding> Holdings() const;
 
  private:
   struct Impl;

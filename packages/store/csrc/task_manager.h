@@ -124,8 +124,10 @@ class TaskManager {
   // object (held until ObjectDeleted). `scoped`: actors that end with their last handle.
   void ActorHandles(ClientID client, const std::vector<UniqueID>& actor_ids, bool add,
                     bool scoped, const std::optional<UniqueID>& object_id);
-  // The host kills this worker (KillWorker): its tasks fail with `tag` and `message`.
-  void SetKillReason(WorkerID worker, const std::string& tag, const std::string& message);
+  // The host kills this worker (KillWorker): its tasks fail with `tag` and `message`
+  // (those with retries left are retried when `retry`).
+  void SetKillReason(WorkerID worker, const std::string& tag, const std::string& message,
+                     bool retry = true);
   // "done" (not here), "queued" (failed with CANCELLED), "running" (interrupted, killed
   // with force, or an actor call left running); with `query`: "cancelled" or "running".
   std::string CancelTask(const UniqueID& task_id, bool force, bool recursive, bool query);
@@ -222,7 +224,11 @@ class TaskManager {
   std::unordered_set<WorkerID> workers_;        // registered and connected
   std::unordered_map<WorkerID, int> worker_pids_;  // kept until their loss is handled
   // Workers the host killed (SetKillReason): the error tag and message for their tasks.
-  std::unordered_map<WorkerID, std::pair<std::string, std::string>> kill_reasons_;
+  struct KillReason {
+    std::string tag, message;
+    bool retry = true;  // false: its tasks fail even with retries left
+  };
+  std::unordered_map<WorkerID, KillReason> kill_reasons_;
   uint64_t dispatch_count_ = 0;
 };
 

@@ -98,8 +98,9 @@ void TaskManager::ClientGone(ClientID client, bool worker, bool driver, int pid)
   if (driver) OwnerGone(client, pid);
 }
 
-void TaskManager::SetKillReason(WorkerID worker, const std::string& tag, const std::string& message) {
-  kill_reasons_[worker] = {tag, message};
+void TaskManager::SetKillReason(WorkerID worker, const std::string& tag, const std::string& message,
+                                bool retry) {
+  kill_reasons_[worker] = {tag, message, retry};
 }
 
 void TaskManager::HandleWorkerLost(const WorkerLost& lost) {
@@ -108,15 +109,16 @@ void TaskManager::HandleWorkerLost(const WorkerLost& lost) {
     auto it = tasks_.find(task_id);
     if (it == tasks_.end()) continue;
     TaskRecord& rec = it->second;
-    if (RetryTask(task_id, "its worker died")) continue;
+    const bool may_retry = killed == kill_reasons_.end() || killed->second.retry;
+    if (may_retry && RetryTask(task_id, "its worker died")) continue;
     std::string where = "task " + task_id.Hex() + ", worker pid " +
                         std::to_string(WorkerPid(lost.worker)) + ", node " + node_name_;
     if (rec.cancelled) {
       FailTask(task_id, "CANCELLED", "the task was cancelled (" + where + ")");
     } else if (killed != kill_reasons_.end()) {
       bool actor = rec.actor_task;
-      FailTask(task_id, actor ? "ACTOR_DIED" : killed->second.first,
-               killed->second.second + " (" + where + ")");
+      FailTask(task_id, actor ? "ACTOR_DIED" : killed->second.tag,
+               killed->second.message + " (" + where + ")");
     } else if (rec.actor_task) {
       FailTask(task_id, "ACTOR_DIED",
                "the actor's worker process died while running this call (" + where + ")");

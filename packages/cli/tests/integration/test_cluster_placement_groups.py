@@ -10,7 +10,7 @@ import pytest
 from clusterutil import add_node, start_nodes, stop_in_background
 
 import rayfield as rf
-from rayfield.exceptions import ActorDiedError
+from rayfield.exceptions import ActorDiedError, TaskCancelledError, WorkerCrashedError
 from rayfield.testing import wait_for
 from rayfield.util import (
     get_placement_group,
@@ -20,11 +20,30 @@ from rayfield.util import (
 )
 from rayfield.util.cluster import rayfield_processes
 from rayfield.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from rayfield.util.state import list_nodes
 
 
 @rf.remote(num_cpus=1)
 def node_of_task() -> str:
     return rf.get_runtime_context().get_node_id()
+
+
+@rf.remote(num_cpus=0, num_gpus=1)
+def gpu_ids() -> tuple[str, list]:
+    import os
+
+    return os.environ["CUDA_VISIBLE_DEVICES"], rf.get_gpu_ids()
+
+
+@rf.remote(num_cpus=1, max_retries=3)
+def run_until_killed(flag: str) -> str:
+    """Says it runs (``flag`` is written), then runs until its worker is killed."""
+    import pathlib
+    import time
+
+    pathlib.Path(flag).write_text("running")
+    time.sleep(600)
+    return "finished"
 
 
 @rf.remote(num_cpus=1, max_restarts=1, max_task_retries=-1)
@@ -95,12 +114,38 @@ def test_strict_spread_and_a_node_killed_under_the_group(tmp_path: Path) -> None
         assert moved not in (placed[0], placed[1])
         assert rf.get(actor.node.remote(), timeout=90) == moved  # the actor restarted there
 
-        # Removal kills the group's actors on every node (queued tasks cancelled: the
-        # single-node tests, tests/integration/test_placement_groups.py in rayfield-core).
+        # The restarted actor holds its bundle's CPU on the new node: a task queued in
+        # that bundle waits there. A task runs in the other bundle.
+        waiting = node_of_task.options(placement_group=pg, placement_group_bundle_index=lost)
+        waiting = waiting.remote()
+        wait_for(lambda: _queued_on(moved) == 1, 60, "the task queued on the new node")
+        flag = tmp_path / "running"
+        other = run_until_killed.options(placement_group=pg, placement_group_bundle_index=1 - lost)
+        running = other.remote(str(flag))
+        wait_for(flag.exists, 60, "the task in the other bundle runs", interval=0.2)
+
+        # Removal, on every node: the actors are killed, the running task is killed (not
+        # retried) and the queued one cancelled; it never starts in the CPU the actor
+        # frees (the nodes release the bundles before the actor is killed).
         remove_placement_group(pg)
         with pytest.raises(ActorDiedError):
             rf.get(actor.node.remote(), timeout=60)
+        with pytest.raises(TaskCancelledError):
+            rf.get(waiting, timeout=60)
+        with pytest.raises(WorkerCrashedError, match="placement group removed"):
+            rf.get(running, timeout=60)
         wait_for(lambda: rf.available_resources().get("CPU") == 2.0, 30, "CPUs back", interval=0.2)
+
+        # A bundle's GPU on a node of 2 (declared) GPUs: its work sees the bundle's device.
+        add_node(address, tmp_path, '{"y": 1}', "--num-gpus", "2")
+        gpus = placement_group([{"GPU": 1}])
+        assert gpus.wait(60)
+        in_gpu_bundle = gpu_ids.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(gpus, 0)
+        )
+        assert rf.get(in_gpu_bundle.remote(), timeout=60) == ("1", [1])
+        assert rf.get(gpu_ids.remote(), timeout=60) == ("0", [0])  # plain work: the other one
+        remove_placement_group(gpus)
 
         # A detached group outlives its driver; the others end with their job.
         kept = placement_group([{"x": 1}], name="kept", lifetime="detached")
@@ -115,6 +160,12 @@ def test_strict_spread_and_a_node_killed_under_the_group(tmp_path: Path) -> None
     finally:
         rf.shutdown()
         stop_in_background(tmp_path)
+
+
+def _queued_on(node_id: str) -> int:
+    """How many tasks wait for resources on that node now (it is asked)."""
+    [row] = [n for n in list_nodes() if n["node_id"] == node_id]
+    return int(row.get("tasks_queued", -1))
 
 
 def _node_id_of(proc: object, temp_dir: Path) -> str | None:

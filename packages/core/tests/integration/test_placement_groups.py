@@ -14,7 +14,7 @@ import cloudpickle
 import pytest
 
 import rayfield as rf
-from rayfield.exceptions import RayfieldError, TaskCancelledError
+from rayfield.exceptions import RayfieldError, TaskCancelledError, WorkerCrashedError
 from rayfield.testing import wait_for
 from rayfield.util import (
     get_current_placement_group,
@@ -125,6 +125,42 @@ def test_removing_a_group_kills_its_actors_and_cancels_its_queued_tasks(rt: Any)
     with pytest.raises(TaskCancelledError):
         rf.get(queued, timeout=30)
     remove_placement_group(pg)  # twice: nothing
+
+
+@rf.remote(num_cpus=1, max_retries=3)
+def run_until_killed(flag: str) -> str:
+    """Says it runs (``flag`` is written), then runs until its worker is killed."""
+    import pathlib
+    import time
+
+    pathlib.Path(flag).write_text("running")
+    time.sleep(600)
+    return "finished"
+
+
+@rf.remote(num_cpus=0)
+def make_member(pg: Any) -> Any:
+    """An actor in ``pg``, created by a worker (not the driver that holds the table)."""
+    return [Member.options(placement_group=pg, placement_group_bundle_index=1).remote()]
+
+
+def test_removing_a_group_kills_its_running_tasks_and_workers_actors(
+    rt: Any, tmp_path: Any
+) -> None:
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}])
+    assert pg.wait(30)
+    flag = tmp_path / "running"
+    running = run_until_killed.options(placement_group=pg, placement_group_bundle_index=0)
+    ref = running.remote(str(flag))
+    [member] = rf.get(make_member.remote(pg), timeout=30)
+    assert rf.get(member.group.remote(), timeout=30) == pg.id.hex()
+    wait_for(flag.exists, 30, "the task in the group runs")
+    remove_placement_group(pg)
+    # As Ray: the running task's worker is killed and the task is not retried.
+    with pytest.raises(WorkerCrashedError, match="placement group removed"):
+        rf.get(ref, timeout=30)
+    with pytest.raises(rf.exceptions.ActorDiedError):
+        rf.get(member.group.remote(), timeout=30)
 
 
 def test_bad_arguments_get_clear_errors(rt: Any) -> None:

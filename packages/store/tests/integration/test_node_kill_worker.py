@@ -61,3 +61,33 @@ def test_kill_worker_fails_unretried_tasks_with_the_given_reason(node: Any) -> N
             p.wait()
             assert p.stdout is not None
             p.stdout.close()
+
+
+def test_worker_holdings_and_a_kill_without_retry(node: Any) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WORKER, node.socket_path], stdout=subprocess.PIPE, env=env
+    )
+    try:
+        with StoreClient(node.socket_path) as driver:
+            retried = os.urandom(20)
+            node.set_total_resources({"CPU": 2, "x": 1})
+            demand = {"CPU": 1.0, "x": 0.5}
+            driver.submit_task(
+                os.urandom(20), b"r", resources=demand, return_ids=[retried], max_retries=3
+            )
+            wait_for(lambda: len(node.worker_holdings()) == 1, 20, "the task running")
+            [held] = node.worker_holdings()
+            assert held == {"pid": proc.pid, "actor_id": None, "resources": demand}
+            # retry=False: the task fails although retries are left.
+            assert node.kill_worker(proc.pid, "WORKER_DIED", "its group was removed", False)
+            [buf] = driver.get([retried], timeout_s=10)
+            assert buf is not None and buf.metadata == b"WORKER_DIED"
+            assert bytes(buf).startswith(b"its group was removed (task ")
+            buf.release()
+            wait_for(lambda: not node.worker_holdings(), message="nothing held")
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()

@@ -147,3 +147,46 @@ def test_a_paused_trial_frees_its_group_and_takes_a_new_one(tmp_path):
     assert any(len(seen) > 1 for seen in groups.values())
     table = placement_group_table()
     assert {table[g]["state"] for seen in groups.values() for g in seen} == {"REMOVED"}
+
+
+class _Resettable(tune.Trainable):
+    """Counts its actor's starts (a line in ``config["starts"]``); takes any config."""
+
+    def setup(self, config):
+        with open(config["starts"], "a") as f:
+            f.write("started\n")
+
+    def reset_config(self, new_config):
+        return True
+
+    def step(self):
+        group = get_current_placement_group()
+        return {"group": None if group is None else group.id.hex(), "done": True}
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_reuse_actors_hands_a_trials_actor_and_group_to_an_equal_factory(tmp_path, reuse):
+    starts = tmp_path / "starts"
+    starts.touch()
+    before = set(placement_group_table())
+    analysis = tune.run(
+        _Resettable,
+        config={"i": tune.grid_search(list(range(6))), "starts": str(starts)},
+        resources_per_trial=tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}]),
+        reuse_actors=reuse,
+        max_concurrent_trials=2,
+        local_dir=str(tmp_path),
+        verbose=0,
+    )
+    trials = list(analysis)
+    assert [t.status for t in trials] == ["TERMINATED"] * 6
+    groups = {t.last_result["group"] for t in trials}
+    created = set(placement_group_table()) - before
+    actors = len(starts.read_text().splitlines())
+    assert None not in groups and groups == created
+    if reuse:  # two trials at a time: their actors and groups serve all six
+        assert actors == len(created) <= 2
+    else:
+        assert actors == len(created) == 6
+    table = placement_group_table()
+    assert {table[g]["state"] for g in created} == {"REMOVED"}  # freed at the end

@@ -20,8 +20,9 @@ not fit stays ``PENDING`` (shown as demand to ``rayfield status`` and the autosc
 resources free up or nodes join. Reserved resources leave ``available_resources()``; work
 in a bundle takes its resources out of the bundle. When a node dies its bundles are placed
 again (``RESCHEDULING``, then ``CREATED``) and the actors in them restart there (their
-``max_restarts`` permitting). Removing a group kills its actors, cancels its queued
-tasks and frees the bundles. A group ends with its job unless ``lifetime="detached"``.
+``max_restarts`` permitting). Removing a group kills its actors and running tasks,
+cancels its queued tasks and frees the bundles. A group ends with its job unless
+``lifetime="detached"``.
 
 Where the table lives: with ``rayfield.init()`` alone, in the driver (only the driver
 creates, removes and lists groups; tasks and actors run in them as usual); in a cluster,
@@ -163,8 +164,11 @@ def placement_group(
 
 
 def remove_placement_group(placement_group: PlacementGroup) -> None:
-    """Remove a group: its actors are killed, its queued tasks cancelled
-    (``TaskCancelledError``) and its bundles freed. Removing it twice does nothing.
+    """Remove a group: its bundles are freed, its queued tasks cancelled (their ``get``
+    raises ``TaskCancelledError``), its running tasks killed (``WorkerCrashedError``, not
+    retried; as Ray) and its actors killed for good (``ActorDiedError``). Work queued in
+    the group never starts in the resources its killed actors free. Removing it twice
+    does nothing.
 
     Raises:
         TypeError: not a placement group.

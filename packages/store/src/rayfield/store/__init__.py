@@ -333,15 +333,24 @@ class NodeServer:
         """
         return self._native.running_tasks()
 
-    def kill_worker(self, pid: int, tag: str, message: str) -> bool:
+    def kill_worker(self, pid: int, tag: str, message: str, retry: bool = True) -> bool:
         """SIGKILL the worker process ``pid`` and say why its tasks failed.
 
-        Its tasks with retries left are resubmitted as after any worker death; the others
-        fail with an error object whose metadata is ``tag`` (actor calls: ``ACTOR_DIED``)
-        and whose text starts with ``message``. Returns False when no connected worker
-        has that pid.
+        Its tasks with retries left are resubmitted as after any worker death (unless
+        ``retry`` is False); the others fail with an error object whose metadata is
+        ``tag`` (actor calls: ``ACTOR_DIED``) and whose text starts with ``message``.
+        Returns False when no connected worker has that pid.
         """
-        return self._native.kill_worker(int(pid), tag, message)
+        return self._native.kill_worker(int(pid), tag, message, bool(retry))
+
+    def worker_holdings(self) -> list[dict[str, Any]]:
+        """The workers that hold resources or host an actor, one dict each.
+
+        Keys: ``pid`` (the worker process), ``actor_id`` (the actor it hosts, or None) and
+        ``resources`` (``{name: amount}``: its running tasks' demand plus its actor's
+        lifetime resources).
+        """
+        return self._native.worker_holdings()
 
     def __enter__(self) -> NodeServer:
         if not self.running:

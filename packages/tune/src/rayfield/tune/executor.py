@@ -2,12 +2,13 @@
 
 Each running trial is one actor with the trial's resources. With ``reuse_actors`` the
 actor of a finished trial is kept and handed the next trial of the same trainable and
-resources (no process start): one ``next_trial`` call ends the old trial on it, resets
-it to the new config, restores the new trial's checkpoint and trains it, so a trial
-switch costs the driver one message. Results are collected in batches: one
-``rayfield.wait`` for the first ready result, then every other one ready at that moment.
-For schedulers that do not act per result, a function trainable returns several results
-per call (``train_buffered``).
+resources (no process start; a ``PlacementGroupFactory`` trial's actor keeps its placement
+group, and the next trial with an equal factory takes both, as Ray Tune): one
+``next_trial`` call ends the old trial on it, resets it to the new config, restores the
+new trial's checkpoint and trains it, so a trial switch costs the driver one message.
+Results are collected in batches: one ``rayfield.wait`` for the first ready result, then
+every other one ready at that moment. For schedulers that do not act per result, a
+function trainable returns several results per call (``train_buffered``).
 
 A disk checkpoint this executor wrote is restored as it is. One it did not write (a
 resumed experiment's, ``restore=``) is read with ``trusted``: without it, a pickle in it
@@ -113,6 +114,8 @@ class ActorExecutor:
         self._classes: dict[tuple[str, Resources], Any] = {}
         # trial id -> the placement group its actor runs in (PlacementGroupFactory trials)
         self._groups: dict[str, Any] = {}
+        # id of a cached actor's handle -> its placement group, kept with it for reuse
+        self._cached_groups: dict[int, Any] = {}
         self.actors_started = 0
 
     # -- decisions -------------------------------------------------------------------
@@ -151,7 +154,7 @@ class ActorExecutor:
             if other != key:  # cached actors hold resources another shape may need
                 for handle in handles:
                     self._stops.pop(id(handle), None)
-                    _kill(handle)
+                    self._end_cached(handle)
                 del self._cache[other]
         cls = self._actor_class(key)
         self.actors_started += 1
@@ -170,6 +173,16 @@ class ActorExecutor:
             )
         # Every trainable class is a tune.Trainable here (the registry adapts the others).
         return cls.remote(config=trial.config, trial_info=self._trial_info(trial))
+
+    def _end_cached(self, handle: Any) -> None:
+        """Kill a cached actor and free the placement group it kept, if any."""
+        _kill(handle)
+        group = self._cached_groups.pop(id(handle), None)
+        if group is not None:
+            try:
+                remove_placement_group(group)
+            except Exception as exc:
+                log.warning("removing the placement group of a cached actor failed: %s", exc)
 
     def _remove_group(self, trial_id: str) -> None:
         """Free the placement group of ``trial_id``'s actor, if it has one (this ends
@@ -197,6 +210,9 @@ class ActorExecutor:
         ):
             handle = self._cache[key].pop()
             self._stops.pop(id(handle), None)
+            group = self._cached_groups.pop(id(handle), None)
+            if group is not None:  # the actor's group goes on with it (equal factories)
+                self._groups[trial.trial_id] = group
             stop_first = any(h is handle for h in self._unstopped)
             self._unstopped = [h for h in self._unstopped if h is not handle]
             self._actors[trial.trial_id] = handle
@@ -300,9 +316,12 @@ class ActorExecutor:
             self._syncs[sync_ref] = (trial.trial_id, trial.logdir, trial.is_finished())
         if (
             self.reuse_actors
-            and not key[1].bundles  # a group is freed with its trial, never cached
+            # a factory trial's actor is cached with its group (reused by equal factories)
+            and (not key[1].bundles or trial.trial_id in self._groups)
             and _supports_reset(get_trainable_cls(key[0]))
         ):
+            if key[1].bundles:
+                self._cached_groups[id(handle)] = self._groups.pop(trial.trial_id)
             self._cache[key].append(handle)
             self._unstopped.append(handle)  # stopped by the next trial's call or apply()
             return
@@ -454,7 +473,7 @@ class ActorExecutor:
             _kill(handle)
         for handles in self._cache.values():
             for handle in handles:
-                _kill(handle)
+                self._end_cached(handle)
         for trial_id in list(self._groups):
             self._remove_group(trial_id)
         self._actors.clear()

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from rayfield._private import context
+from rayfield._private.common.placement_groups import REMOVED
 from rayfield._private.context import Mode
 from rayfield.exceptions import RayfieldError
 
@@ -48,10 +49,12 @@ class GcsGroups:
 
     Args:
         client: a ``GcsClient``.
+        address: the GCS's HOST:PORT (for the nodes' ``SyncBundles`` on a removal).
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, address: str) -> None:
         self._client = client
+        self._address = address
 
     def _call(self, op: str, **args: Any) -> Any:
         from rayfield._private.protocol.errors import GcsAlreadyExistsError
@@ -83,7 +86,20 @@ class GcsGroups:
         )
 
     def remove(self, pg_id: bytes) -> list[bytes]:
-        return [bytes.fromhex(a) for a in self._call("remove", pg_id=pg_id.hex()) or []]
+        """Remove the group in the GCS, then have the nodes that held its bundles sync at
+        once (``StateClient.sync_bundles``): when this returns they have released the
+        bundles and ended the group's queued and running tasks, so the caller's kill of
+        the group's actors frees no resource that queued work of the group could take."""
+        info = self._call("get", pg_id=pg_id.hex())
+        actors = [bytes.fromhex(a) for a in self._call("remove", pg_id=pg_id.hex()) or []]
+        held = set((info or {}).get("bundles_to_node_id", {}).values())
+        if held and (info or {}).get("state") != REMOVED:
+            from rayfield._private.context import sessions_root
+            from rayfield._private.driver.state_client import StateClient
+
+            with StateClient(self._address, temp_dir=sessions_root()) as state:
+                state.sync_bundles(held)
+        return actors
 
     def add_actor(self, pg_id: bytes, actor_id: bytes) -> None:
         self._call("add_actor", pg_id=pg_id.hex(), actor_id=actor_id.hex())
@@ -118,7 +134,7 @@ def backend() -> GroupBackend:
     if address is not None:
         from rayfield._private.driver import names
 
-        return GcsGroups(names.client(address))
+        return GcsGroups(names.client(address), address)
     if ctx.mode == Mode.EMBEDDED and ctx.node is not None:
         return ctx.node.placement_groups()  # type: ignore[attr-defined]
     raise RayfieldError(

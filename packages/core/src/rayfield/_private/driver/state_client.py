@@ -12,6 +12,7 @@ bytes, times in Unix seconds), so callers can print it as a table or JSON.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["StateClient", "StateError", "decode_events", "kill_actor_elsewhere", "pin_reason"]
 
 T = TypeVar("T")
+logger = logging.getLogger("rayfield")
 _WORKER_LOG = re.compile(r"^worker-(\d+)\.out$")
 
 
@@ -484,6 +486,15 @@ class StateClient:
             except NodeCallError:
                 continue
         return False
+
+    def sync_bundles(self, node_ids: set[str]) -> None:
+        """Have the alive nodes of ``node_ids`` (hex) sync their placement group bundles
+        with the GCS now, in parallel; returns when they answered (a node that fails the
+        call is skipped: it syncs at its next heartbeat)."""
+        nodes = [n for n in self.gcs.get_nodes() if n.node_id.hex() in node_ids]
+        for n, _, error in self._each_node(lambda s: s.sync_bundles(self.node_timeout_s), nodes):
+            if error:
+                logger.debug("bundle sync of node %s: %s", n.address, error)
 
     # ---- logs ---------------------------------------------------------------------------
 

@@ -459,6 +459,9 @@ class NodeAgent:
     def actors_released(self, actor_ids: list[bytes]) -> None:
         self.lifecycle.peers_released(actor_ids)
 
+    def sync_bundles(self) -> None:
+        self.bundles.round()
+
     def introspect(self, objects: bool, max_objects: int) -> dict[str, Any]:
         return self.introspector.introspect(objects, max_objects)
 

@@ -26,7 +26,7 @@ from rayfield._private.common.pg_machine import (
     group_info,
 )
 from rayfield._private.common.placement_groups import PENDING, RESCHEDULING
-from rayfield._private.node_manager.bundles import BundleLedger
+from rayfield._private.node_manager.bundles import BundleLedger, set_totals
 
 __all__ = ["LocalGroups"]
 
@@ -45,6 +45,7 @@ class LocalGroups:
         self._lock = threading.Lock()
         self.table = GroupTable()
         self.ledger = BundleLedger(server.scheduler_snapshot()["total"])
+        self._gpu_table: dict[str, list[int]] = {}
         self._actors: dict[bytes, list[bytes]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="rayfield-groups")
@@ -76,7 +77,7 @@ class LocalGroups:
         with self._lock:
             if pg_id not in self.table.groups:
                 return []
-            self._apply(self.table.remove(pg_id), {})
+            self._apply(self.table.remove(pg_id), {"available": {}})
             return self._actors.pop(pg_id, [])
 
     def add_actor(self, pg_id: bytes, actor_id: bytes) -> None:
@@ -117,15 +118,17 @@ class LocalGroups:
     def _pass(self) -> None:
         snap = self._server.scheduler_snapshot()
         here = NodeView(self._server.node_id, dict(snap["total"]), dict(snap["available"]))
-        self._apply(self.table.schedule([here]), dict(snap["available"]))
+        self._apply(self.table.schedule([here]), snap)
 
-    def _apply(self, decisions: list[Decision], available: dict[str, float]) -> None:
+    def _apply(self, decisions: list[Decision], snap: dict[str, Any]) -> None:
+        available: dict[str, float] = dict(snap["available"])
+        gpu_used: list[float] = list(snap.get("gpu_used", ()))
         queue: list[Decision] = list(decisions)
         changed = False
         while queue:
             d = queue.pop(0)
             if isinstance(d, Prepare):
-                ok = self.ledger.prepare(d.pg_id, d.bundles, available)
+                ok = self.ledger.prepare(d.pg_id, d.bundles, available, gpu_used)
                 for bundle in d.bundles.values() if ok else ():
                     for k, v in bundle.items():
                         available[k] = available.get(k, 0.0) - v
@@ -138,4 +141,4 @@ class LocalGroups:
                 self.ledger.release(d.pg_id, d.indices)
                 changed = True
         if changed:
-            self._server.set_total_resources(self.ledger.totals())
+            self._gpu_table = set_totals(self._server, self.ledger, self._gpu_table)

@@ -29,6 +29,8 @@ Methods:
         before it ends the actor; ``_private/common/actor_scope.py``).
     ActorsReleased: the calling node holds no handle to these actors (homed here) any more.
     CancelJob: the driver of a job exited: cancel its tasks queued here (``lifecycle.py``).
+    SyncBundles: sync this node's placement group bundles with the GCS now (a driver
+        removed a group: ``bundle_sync.py``).
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ class NodeBackend(Protocol):
     def cancel_job(self, job_id: bytes) -> int: ...
     def actors_held(self, actor_ids: list[bytes]) -> list[bool]: ...
     def actors_released(self, actor_ids: list[bytes]) -> None: ...
+    def sync_bundles(self) -> None: ...
     def introspect(self, objects: bool, max_objects: int) -> dict[str, Any]: ...
     def list_logs(self) -> list[dict[str, Any]]: ...
     def read_log(self, name: str, offset: int, max_bytes: int) -> dict[str, Any]: ...
@@ -157,6 +160,7 @@ class NodeService:
             "ActorsHeld": self.actors_held,
             "ActorsReleased": self.actors_released,
             "CancelJob": self.cancel_job,
+            "SyncBundles": self.sync_bundles,
         }
         handlers: dict[str, grpc.RpcMethodHandler] = {
             name: grpc.unary_unary_rpc_method_handler(
@@ -289,6 +293,10 @@ class NodeService:
         self.backend.actors_released(messages.decode_ids(raw)[0])
         return messages.encode_present([])
 
+    def sync_bundles(self, raw: bytes) -> bytes:
+        self.backend.sync_bundles()
+        return messages.encode_present([])
+
     def push_object(self, raw: bytes) -> bytes:
         object_id, sender, size, meta, data = messages.decode_push(raw)
         held = self.backend.receive_push(object_id, sender, size, meta, data)
@@ -407,6 +415,7 @@ class NodeStub:
             "ActorsHeld",
             "ActorsReleased",
             "CancelJob",
+            "SyncBundles",
         ]
         self._calls = {n: channel.unary_unary(f"/{SERVICE}/{n}") for n in names}
         self._pull = channel.unary_stream(f"/{SERVICE}/PullObject")
@@ -520,6 +529,11 @@ class NodeStub:
     def actors_released(self, actor_ids: list[bytes], timeout_s: float = 10.0) -> None:
         """Tell that node (the actors' home) that this node holds no handle to them."""
         self._call("ActorsReleased", messages.encode_ids(actor_ids), timeout_s)
+
+    def sync_bundles(self, timeout_s: float = 10.0) -> None:
+        """That node syncs its placement group bundles with the GCS now (the groups
+        removed meanwhile are released there and their work ended) and answers after."""
+        self._call("SyncBundles", messages.encode_ids([]), timeout_s)
 
     def cancel_task(
         self,

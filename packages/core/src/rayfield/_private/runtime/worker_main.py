@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import rayfield.exceptions as exceptions
 from rayfield._private import context
-from rayfield._private.common import serialization, task_retry
+from rayfield._private.common import bundle_gpus, serialization, task_retry
 from rayfield._private.common.events import EventLog
 from rayfield._private.runtime import gpus, signals
 from rayfield._private.runtime.interrupts import Interrupts
@@ -156,6 +156,10 @@ class Worker:
             ids: dict[str, list[tuple[int, float]]] = {}
             for res, index, amount in task["instances"]:
                 ids.setdefault(res, []).append((index, amount))
+            if any(name.startswith(bundle_gpus.PREFIX) for name in ids):
+                # In a bundle with GPUs: its instances, as the node's devices.
+                table = bundle_gpus.read_table(self.rt.socket_path)
+                ids["GPU"] = bundle_gpus.node_instances(ids, table)
             ctx.resource_ids, ctx.resources = ids, task.get("resources", {})
             _, visible = gpus.device_ids(ids.get("GPU", []), gpus.NODE_VISIBLE_DEVICES)
             os.environ["CUDA_VISIBLE_DEVICES"] = visible
