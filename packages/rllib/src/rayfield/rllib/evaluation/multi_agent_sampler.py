@@ -234,6 +234,10 @@ class MultiAgentSampler(SamplerBase):
                 row = {"obs": obs[i], "actions": act}
                 row.update({k: v[i] for k, v in extra.items()})
                 rows[j][aid] = row
+        for j, env in enumerate(self.envs):  # envs in actors: all steps start at once
+            send = getattr(env, "send_step", None)
+            if send is not None:
+                send(actions[j])
         for j, st in enumerate(self._states):
             self._step_env(j, st, actions[j], rows[j])
 
