@@ -84,16 +84,18 @@ def test_qmix_and_vdn_find_the_optimal_return_online(mixer: str) -> None:
         trainer.stop()
 
 
-def test_with_uniform_exploration_qmix_gets_8_and_vdn_7_as_in_the_paper() -> None:
+@pytest.mark.parametrize(("mixer", "paper"), [("qmix", 8.0), ("vdn", 7.0)])
+def test_with_uniform_exploration_the_greedy_returns_are_the_papers(
+    mixer: str, paper: float
+) -> None:
+    # Seen with seeds 0-2: QMIX's greedy return is 8 from 2,000-2,500 steps on, VDN's 7
+    # from 1,000 steps on (each checked every 500 steps up to 5,000).
     uniform = {**FAST, "exploration_fraction": 0.0, "exploration_final_eps": 1.0}
-    got = {}
-    for mixer in ("qmix", "vdn"):
-        trainer = train({**uniform, "mixer": mixer}, steps=2000)
-        try:
-            got[mixer] = greedy_return(trainer)
-        finally:
-            trainer.stop()
-    assert got == {"qmix": 8.0, "vdn": 7.0}
+    trainer = train({**uniform, "mixer": mixer}, steps=3500)
+    try:
+        assert greedy_return(trainer) == paper
+    finally:
+        trainer.stop()
 
 
 def test_independent_learners_settle_on_the_safe_7() -> None:
