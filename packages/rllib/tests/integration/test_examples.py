@@ -27,6 +27,11 @@ def test_example_runs(name: str) -> None:
         assert result["callback_ok"] and "pole_angle_mean" in result["custom_metrics"]
 
 
+def test_the_twostep_game_example_runs() -> None:
+    result = load("twostep_game").main(stop=1000, mixer="vdn")
+    assert result["timesteps_total"] >= 1000 or result["episode_reward_mean"] >= 8.0
+
+
 @pytest.mark.parametrize(
     ("server_args", "client_args"),
     [

@@ -29,6 +29,7 @@ import click
 
 from rayfield.rllib import tune_runner
 from rayfield.rllib.agents.registry import ALGORITHMS
+from rayfield.rllib.env.registry import BUILTIN_ENVS
 from rayfield.util import private_files
 
 
@@ -105,7 +106,12 @@ def cli() -> None:
     "run",
     help=f"Algorithm: {', '.join(ALGORITHMS)}.",
 )
-@click.option("--env", "-e", help="A gymnasium id or a name given to register_env.")
+@click.option(
+    "--env",
+    "-e",
+    help="A gymnasium id, a name given to register_env, or a built-in multi-agent env "
+    f"({', '.join(BUILTIN_ENVS)}).",
+)
 @click.option("--config", "-c", "config_json", default="{}", help="Config overrides (JSON).")
 @click.option(
     "--stop",
@@ -381,6 +387,10 @@ def rollout(
         trainer.restore(checkpoint)
         env_obj = _make_env(trainer, config, render)
         seed = config.get("seed")
+        from rayfield.rllib.env.multi_agent_env import MultiAgentEnv
+
+        if mapping is None and isinstance(env_obj, MultiAgentEnv):
+            mapping = _default_policy_mapping  # every agent (or group) to the one policy
         if mapping is not None:
             _rollout_multi_agent(trainer, env_obj, mapping, steps, episodes, explore, out, seed)
             return
@@ -441,6 +451,13 @@ def _mapping_fn(spec: str | None, policy_ids: list[str], recorded: str | None) -
         )
 
     return default
+
+
+def _default_policy_mapping(agent_id: Any) -> str:
+    """A multi-agent env trained without ``multiagent.policies``: its one policy."""
+    from rayfield.rllib.policy.sample_batch import DEFAULT_POLICY_ID
+
+    return DEFAULT_POLICY_ID
 
 
 def _rollout_multi_agent(

@@ -155,6 +155,7 @@ LOOSE_TYPED_KEYS = {
     "num_cpus_for_driver",
     "explore",
     "rollout_fragment_length",
+    "mixer",  # QMIX: "qmix", "vdn" or None
 }
 
 # Ray 2 (and 0.7 pre-rename) names -> the key used here.

@@ -24,6 +24,7 @@ ALGORITHMS = {
     "APPO": ("rayfield.rllib.agents.ppo.appo", "APPOTrainer"),
     "ES": ("rayfield.rllib.agents.es", "ESTrainer"),
     "ARS": ("rayfield.rllib.agents.ars", "ARSTrainer"),
+    "QMIX": ("rayfield.rllib.agents.qmix", "QMixTrainer"),
 }
 
 

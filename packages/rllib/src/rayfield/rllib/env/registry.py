@@ -42,9 +42,23 @@ def _tune_creator(name: str) -> Callable[[Any], Any] | None:
     return None
 
 
+# Multi-agent example envs of the reference, known by name without register_env:
+# name -> (module, creator function or env class).
+BUILTIN_ENVS = {
+    "TwoStepGame": ("rayfield.rllib.env.twostep_game", "TwoStepGame"),
+    "grouped_twostep": ("rayfield.rllib.env.twostep_game", "grouped_twostep"),
+}
+
+
+def _builtin_creator(name: str) -> Callable[[Any], Any]:
+    module, attr = BUILTIN_ENVS[name]
+    return getattr(importlib.import_module(module), attr)
+
+
 def get_env_creator(env: Any) -> Callable[[Any], Any]:
-    """A creator ``f(env_context) -> env`` for a registered name, a gymnasium id or
-    an env class (constructed with the env context).
+    """A creator ``f(env_context) -> env`` for a registered name, a name of
+    `BUILTIN_ENVS` (``TwoStepGame``, ``grouped_twostep``), a gymnasium id or an env
+    class (constructed with the env context).
 
     Raises:
         ValueError: `env` is neither a string nor a class.
@@ -60,6 +74,8 @@ def get_env_creator(env: Any) -> Callable[[Any], Any]:
         )
     if env in _env_creators:
         return _env_creators[env]
+    if env in BUILTIN_ENVS:
+        return _builtin_creator(env)
     creator = _tune_creator(env)
     if creator is not None:
         return creator

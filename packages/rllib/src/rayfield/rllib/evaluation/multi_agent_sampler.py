@@ -210,7 +210,7 @@ class MultiAgentSampler(SamplerBase):
                     np.stack([st.rnn.get(aid, init)[i] for st, (_, aid) in zip(sts, members)])
                     for i in range(len(init))
                 ]
-                zero = np.zeros(space.shape, space.dtype)
+                zero = zero_action(space)
                 prev_a = np.stack([st.prev_action.get(a, zero) for st, (_, a) in zip(sts, members)])
                 prev_r = np.array(
                     [st.prev_reward.get(a, 0.0) for st, (_, a) in zip(sts, members)], np.float32
@@ -234,6 +234,10 @@ class MultiAgentSampler(SamplerBase):
                 row = {"obs": obs[i], "actions": act}
                 row.update({k: v[i] for k, v in extra.items()})
                 rows[j][aid] = row
+        for j, env in enumerate(self.envs):  # envs in actors: all steps start at once
+            send = getattr(env, "send_step", None)
+            if send is not None:
+                send(actions[j])
         for j, st in enumerate(self._states):
             self._step_env(j, st, actions[j], rows[j])
 
@@ -368,3 +372,18 @@ class MultiAgentSampler(SamplerBase):
         if self.callbacks.overrides("on_sample_end"):
             self.callbacks.on_sample_end(worker=self.worker, samples=out)
         return out
+
+
+def zero_action(space: Any) -> np.ndarray:
+    """The "no previous action" of a recurrent policy's first step: zeros of the
+    action's shape; for a `Tuple` of scalar spaces (a group's joint action) one zero a
+    part, ``[n_parts]``."""
+    if space.shape is not None:
+        return np.zeros(space.shape, space.dtype)
+    parts = getattr(space, "spaces", None)
+    if parts is None:
+        raise TypeError(f"no zero action for the action space {space!r}")
+    zeros = [zero_action(p) for p in parts]
+    if all(z.shape == () for z in zeros):
+        return np.array([z.item() for z in zeros])
+    return np.concatenate([z.ravel().astype(np.float32) for z in zeros])

@@ -19,7 +19,7 @@ from rayfield.rllib.env.env_context import EnvContext
 from rayfield.rllib.env.external_env import ExternalEnv
 from rayfield.rllib.env.external_multi_agent_env import ExternalMultiAgentEnv
 from rayfield.rllib.env.multi_agent_env import MultiAgentEnv
-from rayfield.rllib.env.remote_vector_env import RemoteVectorEnv
+from rayfield.rllib.env.remote_vector_env import RemoteVectorEnv, remote_multi_agent_envs
 from rayfield.rllib.env.vector_env import VectorEnv
 from rayfield.rllib.evaluation.callbacks import make_callbacks
 from rayfield.rllib.evaluation.episode import RolloutMetrics
@@ -197,21 +197,19 @@ class RolloutWorker:
             self.envs = first.get_sub_environments()
             self.env = first
         elif config.get("remote_worker_envs"):  # each env in its own actor
-            if isinstance(first, MultiAgentEnv):
-                raise NotImplementedError(
-                    "remote_worker_envs supports single-agent gymnasium envs, not MultiAgentEnv"
-                )
             close = getattr(first, "close", None)
             if close is not None:
                 close()
             remote_ctx = EnvContext(config.get("env_config"), worker_index, 0, True, num_workers)
-            self.vector_env = RemoteVectorEnv(
-                _IndexedCreator(env_creator, remote_ctx),
-                num_envs,
-                int(config.get("remote_env_batch_wait_ms", 0)),
-            )
-            self.envs = []
-            self.env = self.vector_env
+            make = _IndexedCreator(env_creator, remote_ctx)
+            if isinstance(first, MultiAgentEnv):  # proxies the multi-agent sampler steps
+                self.envs = list(remote_multi_agent_envs(make, num_envs))
+                self.env = self.envs[0]
+            else:
+                wait_ms = int(config.get("remote_env_batch_wait_ms", 0))
+                self.vector_env = RemoteVectorEnv(make, num_envs, wait_ms)
+                self.envs = []
+                self.env = self.vector_env
         else:
             self.envs = [first] + [
                 env_creator(ctx.copy_with_overrides(vector_index=i)) for i in range(1, num_envs)

@@ -93,17 +93,20 @@ class ModelCatalog:
         `MultiCategorical`; Box -> `DiagGaussian` (or `Deterministic` with
         ``dist_type="deterministic"``, or a `SquashedGaussian` over the Box's bounds
         with ``dist_type="squashed_gaussian"`` or the model config's
-        ``squash_to_range: True``).
+        ``squash_to_range: True``); `Simplex` (or a Box with ``dist_type="dirichlet"``)
+        -> `Dirichlet`.
 
         Raises:
             NotImplementedError: the action space is not Discrete or Box.
             KeyError: ``custom_action_dist`` names no registered distribution.
-            ValueError: a squashed Gaussian for a Box with an infinite bound, or
-                ``dist_type="squashed_gaussian"`` for a space that is not a Box.
+            ValueError: a squashed Gaussian for a Box with an infinite bound,
+                ``dist_type="squashed_gaussian"`` for a space that is not a Box, or
+                ``dist_type="dirichlet"`` for one that is neither a Simplex nor a Box.
         """
         import gymnasium as gym
 
         from rayfield.rllib.models import distributions as d
+        from rayfield.rllib.utils.spaces.simplex import Simplex
 
         config = config or {}
         if config.get("custom_action_dist"):
@@ -115,6 +118,10 @@ class ModelCatalog:
             cls = d.Deterministic
         elif dist_type == "squashed_gaussian" and not isinstance(action_space, gym.spaces.Box):
             raise ValueError(f"dist_type='squashed_gaussian' needs a Box, got {action_space!r}")
+        elif dist_type == "dirichlet" or isinstance(action_space, Simplex):
+            if not isinstance(action_space, (Simplex, gym.spaces.Box)):
+                raise ValueError(f"dist_type='dirichlet' needs a Simplex, got {action_space!r}")
+            cls = d.Dirichlet
         elif isinstance(action_space, gym.spaces.Discrete):
             cls = d.Categorical
         elif isinstance(action_space, gym.spaces.MultiDiscrete):

@@ -325,6 +325,50 @@ class SquashedGaussian(ActionDistribution):
     required_model_output_shape = staticmethod(DiagGaussian.required_model_output_shape)
 
 
+class Dirichlet(ActionDistribution):
+    """A Dirichlet distribution over probability vectors (actions in [0, 1]^k that sum to
+    1, e.g. a resource allocation; the action distribution of a `Simplex` action
+    space), as RLlib's: the model's k outputs are log-concentrations, ``alpha = exp(x) +
+    1e-7``.
+
+    ``logp(a)`` first clips ``a`` to at least 1e-7 and renormalises it onto the simplex
+    (actions at its edge come back from the env as exact zeros). ``deterministic_sample``
+    is the distribution's mean ``alpha / sum(alpha)`` (RLlib takes ``softmax(alpha)``,
+    which is not a statistic of the distribution). Samples are ``torch.distributions``'
+    (Gamma draws normalised), so they carry no gradient.
+    """
+
+    EPS = 1e-7
+
+    def __init__(self, inputs: torch.Tensor, model: Any = None) -> None:
+        super().__init__(inputs, model)
+        self.concentration = torch.exp(inputs) + self.EPS
+        self.dist = torch.distributions.Dirichlet(self.concentration, validate_args=False)
+
+    def sample(self) -> torch.Tensor:
+        self.last_sample = self.dist.sample()
+        return self.last_sample
+
+    def deterministic_sample(self) -> torch.Tensor:
+        self.last_sample = self.concentration / self.concentration.sum(-1, keepdim=True)
+        return self.last_sample
+
+    def logp(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.clamp(x.to(self.concentration.dtype), min=self.EPS)
+        return self.dist.log_prob(x / x.sum(-1, keepdim=True))
+
+    def entropy(self) -> torch.Tensor:
+        return self.dist.entropy()
+
+    def kl(self, other: ActionDistribution) -> torch.Tensor:
+        assert isinstance(other, Dirichlet)
+        return kl_divergence(self.dist, other.dist)
+
+    @staticmethod
+    def required_model_output_shape(action_space: Any, model_config: dict[str, Any]) -> int:
+        return int(np.prod(action_space.shape))
+
+
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SAC's clamp of the policy's log standard deviation
 
 
@@ -367,3 +411,4 @@ TorchDiagGaussian = DiagGaussian
 TorchDeterministic = Deterministic
 TorchMultiCategorical = MultiCategorical
 TorchSquashedGaussian = SquashedGaussian
+TorchDirichlet = Dirichlet

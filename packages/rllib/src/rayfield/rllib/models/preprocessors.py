@@ -134,7 +134,7 @@ def get_preprocessor(space: Any) -> type[Preprocessor]:
 
     Raises:
         TypeError: `space` is not a gymnasium Box, Discrete, MultiDiscrete, MultiBinary,
-            Tuple or Dict space.
+            Tuple or Dict space, nor a `Simplex`.
     """
     import gymnasium as gym
 
@@ -146,7 +146,9 @@ def get_preprocessor(space: Any) -> type[Preprocessor]:
         return TupleFlatteningPreprocessor
     if isinstance(space, gym.spaces.Dict):
         return DictFlatteningPreprocessor
-    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
+    from rayfield.rllib.utils.spaces.simplex import Simplex
+
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary, Simplex)):
         return NoPreprocessor
     raise TypeError(
         f"no preprocessor for observation space {space!r}: use a gymnasium Box, Discrete, "

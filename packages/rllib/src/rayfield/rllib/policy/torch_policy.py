@@ -10,6 +10,7 @@ Checkpoint state holds only tensors, numbers and strings, so it loads with
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -23,6 +24,30 @@ from rayfield.rllib.policy.rnn_sequencing import SEQ_LENS, SEQ_MASK, pad_batch_t
 from rayfield.rllib.policy.sample_batch import SampleBatch
 from rayfield.rllib.utils.schedules import PiecewiseSchedule
 from rayfield.util import private_files
+
+logger = logging.getLogger("rayfield.rllib")
+
+
+def learner_device(config: dict[str, Any]) -> torch.device:
+    """Where a policy's model lives, as RLlib places it: ``cuda`` when its process was
+    given GPUs (``num_gpus`` > 0 for the trainer's own policy, ``worker_index`` 0;
+    ``num_gpus_per_worker`` > 0 for a remote rollout worker's) and CUDA is available,
+    else ``cpu``. A fraction (``num_gpus: 0.5``) counts: the trainer's resource request
+    asks for that share of a GPU (see ``Trainer.default_resource_request``) and the
+    learner uses the GPU it is given. GPUs asked for but no CUDA: a warning, then
+    ``cpu``."""
+    key = "num_gpus_per_worker" if config.get("worker_index") else "num_gpus"
+    if not float(config.get(key, 0) or 0) > 0:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        logger.warning(
+            "%s=%s but CUDA is not available (torch %s): the policy runs on the CPU",
+            key,
+            config.get(key),
+            torch.__version__,
+        )
+        return torch.device("cpu")
+    return torch.device("cuda")
 
 
 class TorchPolicy(Policy):
@@ -38,7 +63,8 @@ class TorchPolicy(Policy):
 
     Attributes:
         model: the torch module. dist_class: the distribution class.
-        device: where learning runs (``cuda`` when ``num_gpus > 0`` and available).
+        device: where the model lives and learns (`learner_device`: ``cuda`` when the
+            policy's process was given GPUs and CUDA is available).
         lock: held around every torch call, for samplers in other threads.
     """
 
@@ -60,8 +86,7 @@ class TorchPolicy(Policy):
                 model = self.make_model(observation_space, action_space, num_outputs, config)
         self.model = model
         self.dist_class = dist_class
-        want_gpu = float(config.get("num_gpus", 0) or 0) > 0 and not config.get("worker_index")
-        self.device = torch.device("cuda" if want_gpu and torch.cuda.is_available() else "cpu")
+        self.device = learner_device(config)
         self.model.to(self.device)
         self.lock = threading.RLock()
         self.lr_schedule = (
