@@ -100,6 +100,21 @@ def test_an_object_comes_in_chunks_on_several_streams(
     assert read(receiver, empty) == (b"", b"M")
 
 
+def test_kept_connections_the_server_dropped_are_replaced(
+    nodes: list[Node], make_client: Callable[..., DataClient]
+) -> None:
+    holder, receiver, _ = nodes
+    address = holder.serve()
+    c = make_client(chunk_bytes=MB, streams=2)
+    for _ in range(2):  # each pull after the server dropped the connections it kept
+        oid, data = put(holder, 3 * MB)
+        assert c.pull(receiver.client, oid, [address], 0) == (True, address, len(data))
+        assert read(receiver, oid)[0] == data
+        assert holder.data is not None
+        assert holder.data.drop_connections() >= 1
+        wait_for(lambda: holder.data.connections() == 0, 10, "the dropped connections closed")
+
+
 def test_chunks_come_from_every_holder_and_a_source_without_it_is_skipped(
     nodes: list[Node], make_client: Callable[..., DataClient]
 ) -> None:

@@ -67,8 +67,8 @@ OK, NOT_HERE, BAD_RANGE = 0, 1, 2
 MAX_TOKEN_BYTES = 1024
 MAX_WAIT_MS = 5000  # the longest a request waits for its object to be sealed
 HELLO_TIMEOUT_S = 10.0  # a connection must say hello within this
-IDLE_TIMEOUT_S = 600.0  # an idle connection is closed after this
-MAX_CONNECTIONS = 64  # connections served at once; more are closed at once
+IDLE_TIMEOUT_S = 120.0  # an idle connection is closed after this (the client reconnects)
+MAX_CONNECTIONS = 256  # connections served at once; more are closed at once
 SOCKET_BUFFER_BYTES = 4 << 20
 
 
@@ -246,21 +246,27 @@ class DataServer:
             buf.release()
         return True
 
-    def close(self) -> None:
-        """Stop accepting, close every connection (their transfers fail on the client
-        side, which falls back or retries) and the store connection."""
+    def drop_connections(self) -> int:
+        """Shut every open connection down (their transfers fail on the client side,
+        which retries on a new connection, falls back or tries again later); how many."""
         with self._lock:
-            self._stopped = True
             conns = list(self._conns)
-        try:
-            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (Linux)
-        except OSError:
-            pass
-        self._listener.close()
         for sock in conns:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        return len(conns)
+
+    def close(self) -> None:
+        """Stop accepting, drop every connection, close the store connection."""
+        with self._lock:
+            self._stopped = True
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (Linux)
+        except OSError:
+            pass
+        self._listener.close()
+        self.drop_connections()
         self._thread.join(timeout=2)
         self.store.close()

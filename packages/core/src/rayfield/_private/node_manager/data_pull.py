@@ -155,12 +155,13 @@ class DataClient:
             raise ChannelUnavailable(f"{host}:{port} refused the data channel: {exc}") from exc
         return sock
 
-    def _checkout(self, address: str) -> socket.socket:
+    def _checkout(self, address: str) -> tuple[socket.socket, bool]:
+        """A connection to ``address`` and whether it was kept from an earlier pull."""
         with self._lock:
             idle = self._idle.get(address)
             if idle:
-                return idle.pop()
-        return self._connect(address)
+                return idle.pop(), True
+        return self._connect(address), False
 
     def _checkin(self, address: str, sock: socket.socket) -> None:
         with self._lock:
@@ -199,6 +200,31 @@ class DataClient:
             raise ConnectionError("malformed reply header")
         return status, size, recv_exact(sock, meta_len) if meta_len else b""
 
+    def _request(
+        self, address: str, object_id: bytes, offset: int, length: int, wait_ms: int
+    ) -> tuple[socket.socket, int, int, bytes]:
+        """Ask ``address`` for a range: ``(connection, status, size, metadata)``, the data
+        next on the connection. A kept connection the peer has closed meanwhile (idle too
+        long, or the peer restarted) is replaced by a new one once.
+
+        Raises:
+            ChannelUnavailable: no connection could be made.
+            OSError: the request failed on a new connection.
+        """
+        sock, reused = self._checkout(address)
+        try:
+            return (sock, *self._ask(sock, object_id, offset, length, wait_ms))
+        except OSError:
+            sock.close()
+            if not reused:
+                raise
+        sock = self._connect(address)
+        try:
+            return (sock, *self._ask(sock, object_id, offset, length, wait_ms))
+        except OSError:
+            sock.close()
+            raise
+
     def pull(
         self, store: StoreClient, object_id: bytes, sources: Sequence[str], wait_ms: int
     ) -> tuple[bool | None, str, int]:
@@ -219,14 +245,13 @@ class DataClient:
         unavailable: dict[str, str] = {}  # address -> why
         for address in sources:
             try:
-                sock = self._checkout(address)
+                sock, status, size, meta = self._request(
+                    address, object_id, 0, self.chunk_bytes, wait_ms
+                )
             except ChannelUnavailable as exc:
                 unavailable[address] = str(exc)
                 continue
-            try:
-                status, size, meta = self._ask(sock, object_id, 0, self.chunk_bytes, wait_ms)
             except OSError as exc:
-                sock.close()
                 logger.info("pulling %s from %s failed: %s", short(object_id), address, exc)
                 continue
             if status != OK:
@@ -317,18 +342,16 @@ class DataClient:
     def _chunk(self, address: str, object_id: bytes, offset: int, into: memoryview) -> bool:
         """Receive the object's bytes from ``offset`` into ``into``; whether they came."""
         try:
-            sock = self._checkout(address)
-        except ChannelUnavailable as exc:
-            logger.info("chunk of %s from %s: %s", short(object_id), address, exc)
+            sock, status, size, _ = self._request(address, object_id, offset, len(into), 0)
+        except (ChannelUnavailable, OSError) as exc:
+            logger.info("chunk of %s from %s failed: %s", short(object_id), address, exc)
+            return False
+        if status != OK:
+            self._checkin(address, sock)  # nothing follows the reply
             return False
         try:
-            status, size, _ = self._ask(sock, object_id, offset, len(into), 0)
-            if status != OK:
-                self._checkin(address, sock)  # nothing follows the reply
-                return False
             if size < offset + len(into):  # not the object planned: drop what follows
-                sock.close()
-                return False
+                raise ConnectionError(f"the object is {size} bytes, not {offset + len(into)}+")
             recv_into_exact(sock, into)
         except OSError as exc:
             sock.close()
