@@ -28,7 +28,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from rayfield._private.common.ids import short
 from rayfield._private.node_manager.chunk_plan import ChunkPlan
@@ -312,7 +312,10 @@ class DataClient:
         lock = threading.Lock()
         extra = min(self.streams, len(plan.pending)) - 1
         futures = [self._pool.submit(self._fill, plan, lock, object_id, view) for _ in range(extra)]
-        self._fill(plan, lock, object_id, view)
+        try:
+            self._fill(plan, lock, object_id, view)
+        finally:
+            wait(futures)  # no stream writes into the object once this returns or raises
         for future in futures:
             future.result()
         while not plan.complete and not plan.hopeless:  # chunks put back by a failure
