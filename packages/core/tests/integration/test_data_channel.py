@@ -287,3 +287,21 @@ def test_tls_channel_carries_objects_and_refuses_plaintext(
     for wrong in (None, rogue):
         with pytest.raises(ChannelUnavailable):
             make_client(wrong).pull(receiver.client, other, [address], 0)
+
+
+def test_a_port_that_cannot_be_reached_is_asked_for_again(nodes: list[Node]) -> None:
+    holder, receiver = nodes[0], nodes[1]
+    address = holder.serve()
+    free = socket.create_server(("127.0.0.1", 0))
+    dead_port = free.getsockname()[1]
+    free.close()
+    answers = [dead_port, same_port(address)]  # the node moved (restarted) meanwhile
+    c = DataClient(TOKEN, None, lambda a: answers.pop(0))
+    try:
+        oid, data = put(holder, MB)
+        with pytest.raises(ChannelUnavailable, match="cannot connect"):
+            c.pull(receiver.client, oid, [address], 0)
+        assert c.pull(receiver.client, oid, [address], 0)[0] is True
+        assert read(receiver, oid)[0] == data and answers == []
+    finally:
+        c.close()

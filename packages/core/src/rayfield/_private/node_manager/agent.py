@@ -137,7 +137,10 @@ class NodeAgent:
         self.data_server: DataServer | None = None
         self.data: DataClient | None = None
         if os.environ.get(ENV_DATA_CHANNEL, "1").strip() != "0":
-            self.data_server = DataServer(node.socket_path, token, host, tls)
+            try:
+                self.data_server = DataServer(node.socket_path, token, host, tls)
+            except OSError as exc:  # peers pull from this node over gRPC instead
+                logger.warning("no data channel on %s (objects go over gRPC): %s", host, exc)
             self.data = DataClient(token, tls, self._data_port_of)
         self.writer = GcsWriter(gcs, self.node_id)
         self.objects = ObjectManager(

@@ -141,6 +141,8 @@ class DataClient:
         try:
             sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
         except OSError as exc:
+            with self._lock:  # asked again next time: the node may listen elsewhere now
+                self._ports.pop(address, None)
             raise ChannelUnavailable(f"cannot connect to {host}:{port}: {exc}") from exc
         try:
             tune(sock)
