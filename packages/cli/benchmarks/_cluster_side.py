@@ -50,7 +50,10 @@ ROWS: list[tuple[str, str, str]] = [
     ("spillback_tasks", "1,000 no-op tasks spilled to node 2", "/s"),
     ("spillback_tasks_10k", "10,000 no-op tasks spilled to node 2", "/s"),
     ("actor_calls_node2", "1,000 calls from the driver to an actor on node 2", "/s"),
+    ("broadcast_gbps", "1 GB put on the driver, read on 4 other nodes", "GB/s"),
 ]
+BROADCAST_BYTES = 1_000_000_000  # 125,000,000 float64
+BROADCAST_NODES = ("node3", "node4", "node5")  # started for the broadcast row, with node 2
 # timed calls per row, after one untimed
 # (the 10,000-task row times 3 calls in either run: 5 would take minutes on a loaded machine)
 _QUICK = {"repeats": 3, "tasks": 1000, "many_tasks": 10_000, "many_repeats": 3, "calls": 1000}
@@ -91,6 +94,35 @@ def start_cluster(system: str, temp_dir: Path, marker: str) -> str:
     address = (temp_dir / "ray_current_cluster").read_text().strip()
     _run([*cli, "--address", address, *common, *node2], env)
     return address
+
+
+def add_nodes(system: str, address: str, temp_dir: Path, marker: str, names: Any) -> None:
+    """Start one more node (1 CPU, ``{name: 1000}``) per name in the cluster at ``address``."""
+    env = {**os.environ, MARK: marker}
+    common = ["--num-cpus", "1", "--object-store-memory", str(STORE_BYTES)]
+    for name in names:
+        res = ["--resources", json.dumps({name: 1000}), "--temp-dir", str(temp_dir)]
+        if system == "rayfield":
+            cli = [sys.executable, "-m", "rayfield.cli.main", "start"]
+            _run([*cli, "--address", address, *common, *res], env)
+        else:
+            cli = [*_ray_cli(), "start", "--disable-usage-stats", "--node-ip-address", "127.0.0.1"]
+            _run([*cli, "--address", address, *common, *res], env)
+
+
+def peak_anon_bytes(marker: str, stop: Any, out: dict[int, int]) -> None:
+    """Until ``stop`` is set, record in ``out`` the largest ``RssAnon`` (private memory,
+    the shared store left out) seen of each process marked ``marker``, every 50 ms."""
+    while not stop.wait(0.05):
+        for pid in _marked(marker):
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        if line.startswith("RssAnon:"):
+                            kb = int(line.split()[1])
+                            out[pid] = max(out.get(pid, 0), kb * 1024)
+            except (OSError, ValueError):
+                continue
 
 
 def _marked(marker: str) -> list[int]:
@@ -181,8 +213,9 @@ def _median_rate(once: Any, repeats: int, unit: float, marker: str) -> dict[str,
     }
 
 
-def build(rf: Any, p: dict[str, Any], marker: str) -> dict[str, Any]:
-    """The rows' bodies for the module ``rf`` (``rayfield`` or ``ray``, connected)."""
+def build(rf: Any, p: dict[str, Any], marker: str, more_nodes: Any = None) -> dict[str, Any]:
+    """The rows' bodies for the module ``rf`` (``rayfield`` or ``ray``, connected);
+    ``more_nodes()`` starts the broadcast row's extra nodes."""
     import numpy as np
 
     n = ARRAY_BYTES // 8
@@ -267,6 +300,42 @@ def build(rf: Any, p: dict[str, Any], marker: str) -> dict[str, Any]:
             raise RuntimeError(f"the actor counted to {last}, not {start + n}")
         return n, dt
 
+    readers = [
+        rf.remote(resources={name: 1})(lambda a: (float(a[0] + a[-1]), node_id()))
+        for name in (NODE2, *BROADCAST_NODES)
+    ]
+
+    def broadcast_once(seed: list[int] = [0]) -> tuple[int, float]:  # noqa: B006
+        seed[0] += 1
+        ref = rf.put(np.full(BROADCAST_BYTES // 8, float(seed[0])))
+        t0 = time.perf_counter()
+        got = rf.get([r.remote(ref) for r in readers])
+        dt = time.perf_counter() - t0
+        where = {w for _, w in got}
+        if len(where) != len(readers) or driver_node in where:
+            raise RuntimeError(f"the readers ran on {len(where)} nodes, the driver's among them?")
+        if any(v != 2 * seed[0] for v, _ in got):
+            raise RuntimeError(f"read {[v for v, _ in got]}, not {2 * seed[0]} each")
+        del ref
+        return len(readers) * BROADCAST_BYTES, dt
+
+    def broadcast() -> dict[str, Any]:
+        import threading
+
+        if more_nodes is not None:
+            more_nodes()
+        peaks: dict[int, int] = {}
+        stop = threading.Event()
+        sampler = threading.Thread(target=peak_anon_bytes, args=(marker, stop, peaks))
+        sampler.start()
+        try:
+            out = _median_rate(broadcast_once, min(3, p["repeats"]), GB, marker)
+        finally:
+            stop.set()
+            sampler.join()
+        out["peak_private_mb"] = max(peaks.values(), default=0) / 1e6
+        return out
+
     return {
         "pull_to_driver_gbps": lambda: _median_rate(pull_once, p["repeats"], GB, marker),
         "push_to_node2_gbps": lambda: _median_rate(push_once, p["repeats"], GB, marker),
@@ -277,6 +346,7 @@ def build(rf: Any, p: dict[str, Any], marker: str) -> dict[str, Any]:
             lambda: spill_once(p["many_tasks"]), p["many_repeats"], 1, marker
         ),
         "actor_calls_node2": lambda: _median_rate(calls_once, p["repeats"], 1, marker),
+        "broadcast_gbps": broadcast,
     }
 
 
@@ -302,10 +372,12 @@ def main() -> int:
     emit("version", value=getattr(rf, "__version__", "?"))
     sweep(marker)  # what a hung earlier attempt left
     connected: list[bool] = []
+    addresses: list[str] = []
 
     def start() -> dict[str, Any]:
         t0 = time.perf_counter()
         address = start_cluster(system, temp_dir, marker)
+        addresses.append(address)
         if system == "ray":
             rf.init(address=address, _node_ip_address="127.0.0.1", log_to_driver=False)
         else:
@@ -317,7 +389,12 @@ def main() -> int:
         run_row("cluster_start_s", start)
         keys = selected([k for k, _, _ in ROWS[1:]])
         if connected:
-            bodies = build(rf, p, marker)
+            bodies = build(
+                rf,
+                p,
+                marker,
+                lambda: add_nodes(system, addresses[0], temp_dir, marker, BROADCAST_NODES),
+            )
             for key in keys:
                 run_row(key, bodies[key])
             rf.shutdown()

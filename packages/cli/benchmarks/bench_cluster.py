@@ -8,8 +8,9 @@ interpreter) ``_cluster_side.py`` starts a head and a second node with the
 system's own command (``rayfield start`` / ``ray start``, 1 CPU each, the second
 with ``{"node2": 1000}``), connects a driver to the head and measures object
 transfer between the nodes in both directions (200 MB arrays), the rate of tasks
-that must be spilled to the second node (1,000 and 10,000 at a time) and the rate of
-calls from the driver to an actor on the second node. The side's process handling,
+that must be spilled to the second node (1,000 and 10,000 at a time), the rate of
+calls from the driver to an actor on the second node, and a broadcast (1 GB read on
+four nodes; the row starts three more). The side's process handling,
 timeouts and table formatting are those of the core benchmark
 (``packages/core/benchmarks/bench_core.py``), imported from there. Targets are
 not asserted. See README.md for the methodology.

@@ -400,3 +400,33 @@ def test_jobs_are_recorded_and_auto_joins_the_cluster(cluster: Cluster, tmp_path
         interval=0.2,
     )
     assert job["state"] == "FINISHED"
+
+
+def test_objects_travel_on_the_data_channel_which_refuses_a_wrong_token(
+    cluster: Cluster,
+) -> None:
+    from rayfield._private.gcs.client import GcsClient
+    from rayfield._private.node_manager import data_channel as dc
+    from rayfield._private.node_manager.node_service import PeerChannels
+    from rayfield.util.cluster import find_token
+
+    token = find_token(cluster.address, cluster.temp_dir)
+    with GcsClient(cluster.address, token) as gcs:
+        node = next(n for n in gcs.get_nodes() if n.node_id.hex()[:12] == cluster.nodes["b"])
+    channels = PeerChannels(token, None)
+    port = channels.stub(node.address).data_port(dc.VERSION)
+    assert channels.stub(node.address).data_port(dc.VERSION + 1) == 0  # another version
+    channels.close()
+    host = node.address.rsplit(":", 1)[0]
+    assert port > 0
+    for hello in (dc.HELLO.pack(dc.MAGIC, dc.VERSION, 64) + b"0" * 64, os.urandom(300)):
+        with socket.create_connection((host, port)) as s:
+            s.sendall(hello)
+            try:
+                assert s.recv(10) == b""  # closed without an answer
+            except ConnectionResetError:
+                pass
+    ref = make_array.remote(11)  # made on b, pulled by the head for the driver
+    assert np.array_equal(rf.get(ref), np.random.default_rng(11).standard_normal(25_000_000))
+    logs = [p.read_text() for p in cluster.temp_dir.glob("session_*/logs/node.out")]
+    assert logs and not any("over gRPC" in text for text in logs)  # no fallback taken

@@ -107,6 +107,8 @@ def test_tls_cluster_works_and_refuses_plaintext_peers(
     rf.init(address=address, temp_dir=str(tmp_path / "rf"))
     try:
         assert rf.get([square.remote(i) for i in range(20)]) == [i * i for i in range(20)]
+        # 16 MB made on the second node: the head pulls it on the data channel, over TLS.
+        assert np.array_equal(rf.get(make_on_this_node.remote(2_000_000)), np.arange(2_000_000))
         token = find_token(address, tmp_path / "rf")
         with GcsClient(address, token) as gcs:
             nodes = gcs.get_nodes()
@@ -122,6 +124,8 @@ def test_tls_cluster_works_and_refuses_plaintext_peers(
             channel.close()
         out = rayfield_cmd("status", "--temp-dir", str(tmp_path / "rf")).stdout
         assert "2 node(s) alive" in out
+        logs = "".join(p.read_text() for p in (tmp_path / "rf").glob("session_*/logs/node.out"))
+        assert "over gRPC" not in logs and "data channel" not in logs  # no fallback, no refusal
     finally:
         rf.shutdown()
         stop_in_background(tmp_path / "rf")

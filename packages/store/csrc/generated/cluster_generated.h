@@ -99,6 +99,12 @@ struct CancelJobRequestBuilder;
 struct CancelJobReply;
 struct CancelJobReplyBuilder;
 
+struct DataChannelRequest;
+struct DataChannelRequestBuilder;
+
+struct DataChannelReply;
+struct DataChannelReplyBuilder;
+
 struct RemoteCancelTaskReply;
 struct RemoteCancelTaskReplyBuilder;
 
@@ -2292,6 +2298,93 @@ inline ::flatbuffers::Offset<CancelJobReply> CreateCancelJobReply(
     uint32_t cancelled = 0) {
   CancelJobReplyBuilder builder_(_fbb);
   builder_.add_cancelled(cancelled);
+  return builder_.Finish();
+}
+
+/// DataChannel: the port of the node's data channel (node_manager/data_channel.py) for
+/// the data-channel protocol version the caller speaks.
+struct DataChannelRequest FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef DataChannelRequestBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_VERSION = 4
+  };
+  uint32_t version() const {
+    return GetField<uint32_t>(VT_VERSION, 0);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<uint32_t>(verifier, VT_VERSION, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct DataChannelRequestBuilder {
+  typedef DataChannelRequest Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_version(uint32_t version) {
+    fbb_.AddElement<uint32_t>(DataChannelRequest::VT_VERSION, version, 0);
+  }
+  explicit DataChannelRequestBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<DataChannelRequest> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<DataChannelRequest>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<DataChannelRequest> CreateDataChannelRequest(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    uint32_t version = 0) {
+  DataChannelRequestBuilder builder_(_fbb);
+  builder_.add_version(version);
+  return builder_.Finish();
+}
+
+struct DataChannelReply FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef DataChannelReplyBuilder Builder;
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_PORT = 4
+  };
+  /// 0: the node has no data channel for that version (use PullObject).
+  uint32_t port() const {
+    return GetField<uint32_t>(VT_PORT, 0);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<uint32_t>(verifier, VT_PORT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct DataChannelReplyBuilder {
+  typedef DataChannelReply Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_port(uint32_t port) {
+    fbb_.AddElement<uint32_t>(DataChannelReply::VT_PORT, port, 0);
+  }
+  explicit DataChannelReplyBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<DataChannelReply> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<DataChannelReply>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<DataChannelReply> CreateDataChannelReply(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    uint32_t port = 0) {
+  DataChannelReplyBuilder builder_(_fbb);
+  builder_.add_port(port);
   return builder_.Finish();
 }
 

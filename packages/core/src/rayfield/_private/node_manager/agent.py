@@ -16,7 +16,9 @@ core and workers) and this :class:`NodeAgent`, which wires together:
   for, fetched from other nodes. Arguments of tasks this node forwards are pushed to
   the node they go to as soon as they are sealed (``object_push.py``); results of
   forwarded tasks are pulled by this node (a long poll of the node making them), not
-  pushed;
+  pushed; the bytes of large objects travel on the data channel (``data_channel.py``,
+  ``data_pull.py``: plain TCP, the same token, TLS when the cluster has it), gRPC's
+  ``PullObject`` where it cannot be set up;
 * ``recovery.py`` and ``lifecycle.py``: what happens when a node, an actor or a driver
   ends;
 * ``node_service.py``: the node's gRPC service for the other nodes, the CLI and the
@@ -40,6 +42,7 @@ tasks forwarded here, and answers the node service (:class:`~.node_service.NodeB
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -52,6 +55,9 @@ from rayfield._private.node_manager import events as ev
 from rayfield._private.node_manager.actor_routing import ActorRouter
 from rayfield._private.node_manager.arg_pins import ArgPins
 from rayfield._private.node_manager.bundle_sync import BundleSync
+from rayfield._private.node_manager.data_channel import VERSION as DATA_VERSION
+from rayfield._private.node_manager.data_channel import DataServer
+from rayfield._private.node_manager.data_pull import DataClient
 from rayfield._private.node_manager.event_shipper import EventShipper
 from rayfield._private.node_manager.forwarding import SEND_ATTEMPTS, AcceptedTasks, Forwarder
 from rayfield._private.node_manager.gcs_reach import DEFAULT_GCS_RECONNECT_TIMEOUT_S
@@ -79,6 +85,8 @@ logger = logging.getLogger("rayfield")
 # An argument another node pushes here (it named it in the forward) is asked for only if
 # no push came within this long.
 PUSH_FALLBACK_S = 1.0
+# "0" switches the data channel off: objects travel on gRPC's PullObject stream only.
+ENV_DATA_CHANNEL = "RAYFIELD_DATA_CHANNEL"
 
 
 class _Locked:
@@ -138,6 +146,14 @@ class NodeAgent:
         self.server = RpcServer(self, token, host, port, tls)
         self.address = self.server.address
         self.peers = PeerView(self.node_id, self.address)
+        self.data_server: DataServer | None = None
+        self.data: DataClient | None = None
+        if os.environ.get(ENV_DATA_CHANNEL, "1").strip() != "0":
+            try:
+                self.data_server = DataServer(node.socket_path, token, host, tls)
+            except OSError as exc:  # peers pull from this node over gRPC instead
+                logger.warning("no data channel on %s (objects go over gRPC): %s", host, exc)
+            self.data = DataClient(token, tls, self._data_port_of)
         self.writer = GcsWriter(gcs, self.node_id)
         self.objects = ObjectManager(
             self.node_id,
@@ -150,6 +166,7 @@ class NodeAgent:
             self._arrived,
             self.recovery.fail,
             node.server.waited,
+            self.data,
         )
         self.pusher = ObjectPusher(node.socket_path, self._send_push, self._pushed)
         self.forwarder = Forwarder(self.send_batch)
@@ -289,6 +306,8 @@ class NodeAgent:
         self.objects.node_died(node.address)
         self.actors.node_died(node.address)
         self.channels.drop(node.address)
+        if self.data is not None:
+            self.data.forget(node.address)
         self.pusher.forget(node.address)
         self.lifecycle.actors_restarted(self.recovery.node_died(node.address))
         with self._lock:
@@ -471,6 +490,14 @@ class NodeAgent:
     def read_log(self, name: str, offset: int, max_bytes: int) -> dict[str, Any]:
         return self.introspector.read_log(name, offset, max_bytes)
 
+    def data_port(self, version: int) -> int:
+        if self.data_server is None or version != DATA_VERSION:
+            return 0
+        return self.data_server.port
+
+    def _data_port_of(self, address: str) -> int:
+        return self.channels.stub(address).data_port(DATA_VERSION)
+
     def _send_push(self, address: str, object_id: bytes, size: int, meta: bytes, data: Any) -> bool:
         return self.channels.stub(address).push(object_id, self.address, size, meta, data)
 
@@ -502,6 +529,10 @@ class NodeAgent:
         self.writer.stop()
         self.membership.leave()
         self.server.stop(0.5)
+        if self.data_server is not None:
+            self.data_server.close()
+        if self.data is not None:
+            self.data.close()
         self.objects.close()
         self.channels.close()
         self.store.close()

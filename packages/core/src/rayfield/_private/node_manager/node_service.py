@@ -31,6 +31,8 @@ Methods:
     CancelJob: the driver of a job exited: cancel its tasks queued here (``lifecycle.py``).
     SyncBundles: sync this node's placement group bundles with the GCS now (a driver
         removed a group: ``bundle_sync.py``).
+    DataChannel: the TCP port of this node's data channel (``data_channel.py``; 0: none),
+        for the data-channel version the caller speaks.
 """
 
 from __future__ import annotations
@@ -136,6 +138,7 @@ class NodeBackend(Protocol):
     def introspect(self, objects: bool, max_objects: int) -> dict[str, Any]: ...
     def list_logs(self) -> list[dict[str, Any]]: ...
     def read_log(self, name: str, offset: int, max_bytes: int) -> dict[str, Any]: ...
+    def data_port(self, version: int) -> int: ...
 
 
 class NodeService:
@@ -161,6 +164,7 @@ class NodeService:
             "ActorsReleased": self.actors_released,
             "CancelJob": self.cancel_job,
             "SyncBundles": self.sync_bundles,
+            "DataChannel": self.data_channel,
         }
         handlers: dict[str, grpc.RpcMethodHandler] = {
             name: grpc.unary_unary_rpc_method_handler(
@@ -307,6 +311,10 @@ class NodeService:
         reply = self.backend.introspect(req["objects"], req["max_objects"])
         return codec.encode("NodeIntrospectReply", reply)
 
+    def data_channel(self, raw: bytes) -> bytes:
+        req = codec.decode("DataChannelRequest", raw)
+        return codec.encode("DataChannelReply", {"port": self.backend.data_port(req["version"])})
+
     def list_logs(self, raw: bytes) -> bytes:
         codec.decode("NodeIntrospectRequest", raw)
         return codec.encode("ListLogsReply", {"files": self.backend.list_logs()})
@@ -416,6 +424,7 @@ class NodeStub:
             "ActorsReleased",
             "CancelJob",
             "SyncBundles",
+            "DataChannel",
         ]
         self._calls = {n: channel.unary_unary(f"/{SERVICE}/{n}") for n in names}
         self._pull = channel.unary_stream(f"/{SERVICE}/PullObject")
@@ -549,3 +558,15 @@ class NodeStub:
         req = {"task_id": task_id, "force": force, "hops": hops, "recursive": recursive}
         raw = self._call("CancelTask", codec.encode("RemoteCancelTaskRequest", req), timeout_s)
         return str(codec.decode("RemoteCancelTaskReply", raw)["state"])
+
+    def data_port(self, version: int, timeout_s: float = 5.0) -> int:
+        """The port of that node's data channel for protocol ``version``; 0 when it has
+        none (switched off, another version, or a node without the method)."""
+        req = codec.encode("DataChannelRequest", {"version": version})
+        try:
+            raw = self._call("DataChannel", req, timeout_s)
+        except PeerError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return 0
+            raise
+        return int(codec.decode("DataChannelReply", raw)["port"])

@@ -28,6 +28,7 @@ from rayfield._private.common.code import fetch_into, is_code
 from rayfield._private.common.ids import short
 from rayfield._private.gcs.client import GcsClient
 from rayfield._private.node_manager import fetch_state as fs
+from rayfield._private.node_manager.data_pull import ChannelUnavailable, DataClient
 from rayfield._private.node_manager.gcs_writer import GcsWriter
 from rayfield._private.node_manager.membership import PeerView
 from rayfield._private.node_manager.node_service import PeerChannels, PeerError
@@ -66,6 +67,7 @@ class ObjectManager:
             wait or a task's dependency: ``NodeServer.waited``); a wanted object nothing
             waits for any more (made here and freed before the fetch loop looked) is
             dropped instead of being looked up for good. None: every one is waited for.
+        data: pulls over the data channel (None: every pull uses gRPC's ``PullObject``).
     """
 
     def __init__(
@@ -80,6 +82,7 @@ class ObjectManager:
         on_arrival: Callable[[bytes], None],
         fail: Callable[[list[bytes], str, str], None],
         waited: Callable[[list[bytes]], list[bool]] | None = None,
+        data: DataClient | None = None,
     ) -> None:
         self.node_id = node_id
         self.address = address
@@ -91,6 +94,7 @@ class ObjectManager:
         self.on_arrival = on_arrival
         self.fail = fail
         self.waited = waited
+        self.data = data
         self.state = fs.FetchState(is_code)
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -327,10 +331,8 @@ class ObjectManager:
         try:
             if is_code(object_id):
                 got, addresses = self._fetch_code(object_id)
-            for address in addresses if not got else ():
-                if self.pull(object_id, address):
-                    got = True
-                    break
+            if not got and addresses:
+                got = self.pull_any(object_id, addresses)
         except Exception:
             logger.exception("fetching object %s failed", object_id.hex())
             retry = False
@@ -352,8 +354,27 @@ class ObjectManager:
         alive = [n.address for n in self.peers.alive_peers()]
         return False, tuple(self._holders([code_id], alive).get(code_id, ()))
 
+    def pull_any(self, object_id: bytes, addresses: tuple[str, ...]) -> bool:
+        """Copy ``object_id`` from the first of ``addresses`` that has it: over the data
+        channel (its chunks spread over all of them), else over gRPC one node after the
+        other. Whether the object is here now."""
+        if self.data is not None:
+            try:
+                stored, source, size = self.data.pull(
+                    self.client, object_id, addresses, PULL_WAIT_MS
+                )
+            except ChannelUnavailable as exc:
+                logger.info("pulling %s over gRPC: %s", short(object_id), exc)
+            else:
+                if stored:
+                    self.bytes_received += size
+                    self._arrived(object_id, source, release=True)
+                return stored is not False
+        return any(self.pull(object_id, address) for address in addresses)
+
     def pull(self, object_id: bytes, address: str, wait_ms: int = PULL_WAIT_MS) -> bool:
-        """Copy ``object_id`` from the node at ``address`` into the local store.
+        """Copy ``object_id`` from the node at ``address`` into the local store over
+        gRPC (``PullObject``).
 
         Returns:
             True when the object is here (pulled now, or made here meanwhile); False when

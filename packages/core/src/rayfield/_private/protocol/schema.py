@@ -197,6 +197,8 @@ SPECS: dict[str, dict[str, Any]] = {
     "RemoteCancelTaskReply": {"state": STR},
     "CancelJobRequest": {"job_id": BYTES},
     "CancelJobReply": {"cancelled": INT},
+    "DataChannelRequest": {"version": INT},
+    "DataChannelReply": {"port": INT},
     # Node-to-node transfers and forwarding (cluster.fbs, node.fbs): messages.py.
     "PullObjectRequest": {"object_id": ID, "timeout_ms": INT},
     "ObjectChunk": {"found": BOOL, "data_size": INT, "offset": INT, "metadata": BYTES},
