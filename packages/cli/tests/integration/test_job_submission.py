@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -168,8 +169,16 @@ def test_a_job_whose_supervisor_dies_fails(
     pid = client.get_job_info(job).driver_pid
     assert pid is not None and _alive(pid)
     with StateClient(_gcs_address(head[0]), temp_dir=head[0]) as state:
-        supervisor = [a for a in state.actors() if a.get("name") == f"_rayfield_job_{job}"]
+
+        def supervisors() -> list[dict[str, Any]]:
+            return [a for a in state.actors() if a.get("name") == f"_rayfield_job_{job}"]
+
+        # The record is ALIVE once the node placed the actor; its pid comes with the
+        # worker's events, shipped a moment later.
+        wait_for(lambda: (supervisors() or [{}])[0].get("pid"), 20, "the supervisor's pid")
+        supervisor = supervisors()
     assert len(supervisor) == 1 and supervisor[0]["state"] == "ALIVE"
+    assert supervisor[0]["pid"] != os.getpid()
     psutil.Process(supervisor[0]["pid"]).kill()
     _wait_status(client, job, JobStatus.FAILED)
     assert "supervisor died" in (client.get_job_info(job).message or "")
