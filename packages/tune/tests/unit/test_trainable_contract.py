@@ -159,3 +159,11 @@ def test_the_adapter_keeps_the_counters_across_a_checkpoint(tmp_path: Any) -> No
     assert fresh.train()["training_iteration"] == 4
     adapted.stop()
     fresh.stop()
+
+
+def test_a_stopped_adapter_refuses_a_reset_so_tune_starts_a_fresh_actor() -> None:
+    adapted = as_trainable(Plain)(config={"a": 1})
+    assert adapted.reset({"a": 2}, {}) is True  # in place while the wrapped object lives
+    assert adapted.train()["x"] == 2
+    adapted.stop()  # a reused actor's previous trial is cleaned up before the next
+    assert adapted.reset({"a": 3}, {}) is False

@@ -124,6 +124,10 @@ def as_trainable(cls: type) -> type[Trainable]:
             self.inner.restore(str(checkpoint))
 
         def reset_config(self, new_config: dict[str, Any]) -> bool:
+            # A reused actor's previous trial may be cleaned up already (``inner`` is
+            # None): the driver then starts a fresh actor.
+            if self.inner is None:
+                return False
             return bool(self.inner.reset_config(new_config))
 
         def cleanup(self) -> None:
