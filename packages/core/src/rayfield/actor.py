@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from rayfield._private import context
+from rayfield._private.common import events as _events
 from rayfield._private.common import options as opt
 from rayfield._private.common import scheduling, serialization
 from rayfield._private.common.ids import ID_SIZE
@@ -243,6 +244,11 @@ class ActorClass(Generic[C]):
                     f"an actor named {o['name']!r} already exists; pick another name or "
                     "pass get_if_exists=True"
                 ) from None
+            if rt.events is not None:  # the state API lists it from now on, not once it runs
+                rt.events.record(
+                    _events.actor_named(actor_id, o["name"], o.get("namespace", ""), self.__name__)
+                )
+                rt.events.flush()
         return handle
 
 

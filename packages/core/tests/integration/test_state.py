@@ -140,6 +140,45 @@ def test_list_named_actors(cluster: Any) -> None:
     wait_for(lambda: rf.util.list_named_actors() == [], 10, "alpha gone from the list")
 
 
+def test_a_named_actor_is_listed_before_its_constructor_ran(cluster: Any, tmp_path: Path) -> None:
+    """Names are listed from creation on, whether the driver or a task created the actor
+    (the embedded runtime has no GCS to record them)."""
+    go = tmp_path / "go"
+
+    @rf.remote(num_cpus=0)
+    class Slow:
+        def __init__(self, flag: str) -> None:
+            while not os.path.exists(flag):
+                time.sleep(0.01)
+
+        def ping(self) -> int:
+            return 1
+
+    @rf.remote
+    def make(flag: str) -> Any:
+        return Slow.options(name="gamma", namespace="inner").remote(flag)
+
+    delta = Slow.options(name="delta").remote(str(go))
+    assert rf.util.list_named_actors() == ["delta"]
+    gamma = rf.get(make.remote(str(go)))
+    assert {"name": "gamma", "namespace": "inner"} in rf.util.list_named_actors(all_namespaces=True)
+    [row] = [a for a in rf.util.state.list_actors() if a["name"] == "delta"]
+    assert (row["class_name"], row["state"]) == ("Slow", "PENDING_CREATION")
+    go.touch()
+    assert rf.get([delta.ping.remote(), gamma.ping.remote()]) == [1, 1]
+    wait_for(
+        lambda: (
+            {a["name"]: a["state"] for a in rf.util.state.list_actors() if a["name"]}
+            == {"delta": "ALIVE", "gamma": "ALIVE"}
+        ),
+        10,
+        "both ALIVE",
+    )
+    rf.kill(delta)
+    rf.kill(gamma)
+    wait_for(lambda: rf.util.list_named_actors(all_namespaces=True) == [], 10, "both gone")
+
+
 def test_runtime_context(cluster: Any) -> None:
     ctx = rf.get_runtime_context()
     assert not ctx.is_worker and ctx.task_id is None and ctx.worker_pid == os.getpid()

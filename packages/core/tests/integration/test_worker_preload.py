@@ -111,8 +111,14 @@ def test_forked_worker_output_is_logged_with_its_pid(preloaded: Any, capfd: Any)
         return os.getpid()
 
     pid = rf.get(talk.remote())
-    out = wait_for(lambda: capfd.readouterr().out, 10, "the worker's output")
-    assert f"(pid={pid}, ip=127.0.0.1) hello from a forked worker" in out
+    line = f"(pid={pid}, ip=127.0.0.1) hello from a forked worker"
+    seen: list[str] = []  # everything printed so far (other workers may print too)
+
+    def printed() -> bool:
+        seen.append(capfd.readouterr().out)
+        return line in "".join(seen)
+
+    wait_for(printed, 10, "the worker's output on the driver")
     log = preloaded.session_dir / "logs" / f"worker-{pid}.out"
     wait_for(lambda: log.exists() and "hello from a forked worker" in log.read_text(), 10)
 

@@ -8,6 +8,12 @@ actor call with its phases, or a ``profile()`` span:
      "node": "127.0.0.1", "submit": t0, "start": t1, "args": t2, "run": t3, "end": t4,
      "ok": true}
 
+An embedded runtime (no GCS) also records each named actor when it is created, before
+its constructor runs, so the state API lists it at once:
+
+    {"kind": "actor_named", "actor": hex, "name": "counter", "namespace": "ns",
+     "class_name": "Counter", "pid": 123}
+
 Times are seconds since the epoch (``time.time()``).
 """
 
@@ -21,7 +27,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EventLog", "is_actor_creation", "read_events", "to_chrome_trace"]
+__all__ = [
+    "ACTOR_NAMED",
+    "EventLog",
+    "actor_named",
+    "is_actor_creation",
+    "read_events",
+    "to_chrome_trace",
+]
+
+ACTOR_NAMED = "actor_named"
+"""The ``kind`` of a named actor's creation record (embedded runtime only)."""
 
 
 class EventLog:
@@ -85,6 +101,18 @@ def read_events(logs_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
                     except json.JSONDecodeError:  # a line being written right now
                         continue
     return events
+
+
+def actor_named(actor_id: bytes, name: str, namespace: str, class_name: str) -> dict[str, Any]:
+    """The record of a named actor created in an embedded runtime (kind ``actor_named``)."""
+    return {
+        "kind": ACTOR_NAMED,
+        "actor": actor_id.hex(),
+        "name": name,
+        "namespace": namespace,
+        "class_name": class_name,
+        "pid": os.getpid(),
+    }
 
 
 def is_actor_creation(event: dict[str, Any]) -> bool:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rayfield._private import context
 from rayfield._private.common import events as _events
 from rayfield._private.node_manager.introspect import Introspector
-from rayfield._private.protocol.types import NodeInfo
+from rayfield._private.protocol.types import ActorInfo, NodeInfo
 from rayfield.store import StoreError
 
 if TYPE_CHECKING:
@@ -64,17 +64,34 @@ class EmbeddedGcs:
     def get_actor(self, actor_id: bytes) -> None:
         return None
 
-    def list_actors(self) -> list[Any]:
-        return []
+    def list_actors(self) -> list[ActorInfo]:
+        """The named actors created so far (each from its ``actor_named`` record, as
+        PENDING_CREATION: ``StateClient.actors`` takes the state from the creation
+        events once the constructor has run)."""
+        named = [e for e in self._events() if e.get("kind") == _events.ACTOR_NAMED]
+        return [
+            ActorInfo(
+                actor_id=bytes.fromhex(e["actor"]),
+                name=e["name"],
+                namespace=e["namespace"],
+                owner_node_id=self.node.server.node_id,
+                node_id=self.node.server.node_id,
+                payload=json.dumps({"class_name": e["class_name"]}).encode(),
+            )
+            for e in named
+        ]
 
     def list_jobs(self) -> list[Any]:
         return []
 
-    def get_task_events(self, limit: int = 0) -> list[bytes]:
+    def _events(self) -> list[dict[str, Any]]:
         ctx = context.current()
         if ctx is not None and ctx.runtime.events is not None:
             ctx.runtime.events.flush()  # this driver's own events (profile spans)
-        found = _events.read_events(self.logs_dir)
+        return _events.read_events(self.logs_dir)
+
+    def get_task_events(self, limit: int = 0) -> list[bytes]:
+        found = [e for e in self._events() if e.get("kind") != _events.ACTOR_NAMED]
         if limit > 0:
             found = found[-limit:]
         return [json.dumps(e).encode() for e in found]

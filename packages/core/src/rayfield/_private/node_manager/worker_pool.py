@@ -345,32 +345,40 @@ class WorkerPool:
                 self._stop.wait(0.05)
                 continue
             for key, _ in self.selector.select(timeout=0.2 if drain_until is None else 0.05):
-                pid = key.data
                 try:
-                    data = os.read(key.fd, 65536)
-                except (BlockingIOError, OSError):
-                    data = b""
-                if not data:
-                    self.selector.unregister(key.fileobj)
-                    key.fileobj.close()  # type: ignore[union-attr]
-                    f = files.pop(pid, None)
-                    if f is not None:
-                        f.close()
-                    self._exited(pid)
-                    self._reap(pid)
-                    self._forget_exited()
-                    continue
-                if pid not in files:
-                    files[pid] = session_files.open_private(self.logs_dir / f"worker-{pid}.out")
-                files[pid].write(data)
-                files[pid].flush()
-                if self.log_to_driver:
-                    text = data.decode(errors="replace")
-                    lines = [f"(pid={pid}, ip=127.0.0.1) {line}" for line in text.splitlines()]
-                    sys.stdout.write("\n".join(lines) + "\n")
-                    sys.stdout.flush()
+                    self._copy_output(key, files)
+                except Exception:  # one worker's output must not stop everyone's
+                    logger.exception("copying the output of worker %s failed", key.data)
         for f in files.values():
             f.close()
+
+    def _copy_output(self, key: Any, files: dict[int, Any]) -> None:
+        """Copy what worker ``key.data`` wrote to its log file (and the driver); at its end,
+        close the pipe and record the exit."""
+        pid = key.data
+        try:
+            data = os.read(key.fd, 65536)
+        except (BlockingIOError, OSError):
+            data = b""
+        if not data:
+            self.selector.unregister(key.fileobj)
+            key.fileobj.close()
+            f = files.pop(pid, None)
+            if f is not None:
+                f.close()
+            self._exited(pid)
+            self._reap(pid)
+            self._forget_exited()
+            return
+        if pid not in files:
+            files[pid] = session_files.open_private(self.logs_dir / f"worker-{pid}.out")
+        files[pid].write(data)
+        files[pid].flush()
+        if self.log_to_driver:
+            text = data.decode(errors="replace")
+            lines = [f"(pid={pid}, ip=127.0.0.1) {line}" for line in text.splitlines()]
+            sys.stdout.write("\n".join(lines) + "\n")
+            sys.stdout.flush()
 
     def stop(self) -> None:
         """Stop every worker (SIGTERM, SIGKILL after 3 s) and the log thread."""

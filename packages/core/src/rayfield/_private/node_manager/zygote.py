@@ -16,6 +16,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -34,6 +36,8 @@ __all__ = ["EXITED", "ForkedWorker", "Zygote", "ZygoteError"]
 
 # What ForkedWorker.poll() returns once the worker has exited (its status is unknown here).
 EXITED = -255
+# The longest one select on a worker's pidfd holds its lock.
+WAIT_SLICE_S = 0.05
 _REPLY_TIMEOUT_S = 10.0
 
 
@@ -55,11 +59,15 @@ class ForkedWorker:
         self._pidfd: int | None = pidfd
         self.stdout = stdout
         self.returncode: int | None = None
+        # Held while the pidfd is used or closed: the pool's threads poll, wait and signal
+        # the same worker, and a pidfd closed under another thread's select would be EBADF
+        # (or, reused, another file).
+        self._lock = threading.Lock()
 
     def poll(self) -> int | None:
         """None while the worker runs, else :data:`EXITED`."""
-        if self._pidfd is not None and select.select([self._pidfd], [], [], 0)[0]:
-            self._exited()
+        with self._lock:
+            self._check(0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -68,29 +76,34 @@ class ForkedWorker:
         Raises:
             subprocess.TimeoutExpired: it still runs after ``timeout`` seconds.
         """
-        if self._pidfd is not None:
-            if not select.select([self._pidfd], [], [], timeout)[0]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
+            with self._lock:
+                if self._check(max(0.0, min(left, WAIT_SLICE_S))):
+                    return EXITED
+            if deadline is not None and time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0)
-            self._exited()
-        assert self.returncode is not None
-        return self.returncode
 
     def send_signal(self, sig: int) -> None:
         """Send ``sig`` to the worker; nothing once it has exited."""
-        if self._pidfd is not None:
-            try:
-                signal.pidfd_send_signal(self._pidfd, sig)
-            except ProcessLookupError:
-                pass
+        with self._lock:
+            if self._pidfd is not None:
+                try:
+                    signal.pidfd_send_signal(self._pidfd, sig)
+                except ProcessLookupError:
+                    pass
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
-    def _exited(self) -> None:
-        if self._pidfd is not None:
+    def _check(self, timeout: float) -> bool:
+        """Whether the worker has exited, waiting up to ``timeout`` seconds (lock held)."""
+        if self._pidfd is not None and select.select([self._pidfd], [], [], timeout)[0]:
             os.close(self._pidfd)
             self._pidfd = None
-        self.returncode = EXITED
+            self.returncode = EXITED
+        return self.returncode is not None
 
 
 class Zygote:
