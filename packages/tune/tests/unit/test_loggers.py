@@ -278,3 +278,28 @@ def test_a_writer_gets_one_operation_per_trial_and_flush_point(tmp_path):
     assert len(ops) == 3
     with open(os.path.join(trial.logdir, "progress.csv")) as f:
         assert len(list(csv.DictReader(f))) == 50
+
+
+def test_trial_directories_after_the_first_are_checked_with_one_stat(tmp_path):
+    """In a parent checked once, a new trial directory is made 0700, one the trial's actor
+    made first is made 0700, and anything else (a symlink) still gets the whole check."""
+    import pytest
+
+    from rayfield.util.private_files import UnsafeFileError
+
+    cb = LoggerCallback(DEFAULT_LOGGERS)
+    first, made, actor = (Trial("f", {}, local_dir=str(tmp_path)) for _ in range(3))
+    cb.on_trial_start(first)  # the whole check: the parent is remembered
+    os.mkdir(actor.logdir, 0o755)  # as the trial's actor does before the driver
+    for trial in (made, actor):
+        cb.on_trial_start(trial)
+        assert stat.S_IMODE(os.lstat(trial.logdir).st_mode) == 0o700
+        assert os.path.exists(os.path.join(trial.logdir, "params.json"))
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-other"
+    elsewhere.mkdir(mode=0o777)
+    os.chmod(elsewhere, 0o777)  # others may write it: refused
+    linked = Trial("f", {}, local_dir=str(tmp_path))
+    os.symlink(elsewhere, linked.logdir)
+    with pytest.raises(UnsafeFileError):
+        cb._make_dir(linked.logdir)
+    cb.on_experiment_end([first, made, actor])

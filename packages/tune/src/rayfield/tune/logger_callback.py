@@ -4,6 +4,7 @@ its :mod:`loggers <rayfield.tune.logger>` (on the driver loop's writer thread, i
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -75,10 +76,12 @@ class LoggerCallback(Callback):
     def _make_dir(self, logdir: str) -> None:
         """Make the trial directory mode 0700 (as ``ensure_private_dir``).
 
-        In a directory that passed the checks before, a new trial directory is one
-        ``mkdir`` (new, so this user's, and the umask only takes bits away); an
-        existing one (a resumed trial, or one the trial's actor made first) and the
-        first of each parent directory get the whole check.
+        In a directory that passed the checks before (this user's or root's, and no one
+        else may add to it), a trial directory takes one ``mkdir`` when it is new (the
+        umask only takes bits away), or one ``lstat`` when it is there already (the
+        trial's actor on this node usually makes it first): a directory of this user
+        that no one else can write. Anything else, and the first trial directory of each
+        parent, gets the whole check.
 
         Raises:
             UnsafeFileError: the directory or one above is not this user's alone.
@@ -87,6 +90,16 @@ class LoggerCallback(Callback):
         if parent in self._checked_parents:
             try:
                 os.mkdir(logdir, 0o700)
+            except FileExistsError:
+                st = os.lstat(logdir)
+                if (
+                    stat.S_ISDIR(st.st_mode)
+                    and st.st_uid == os.getuid()
+                    and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+                ):
+                    if stat.S_IMODE(st.st_mode) != 0o700:
+                        os.chmod(logdir, 0o700)
+                    return
             except OSError:
                 pass
             else:
