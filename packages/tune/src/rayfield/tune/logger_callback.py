@@ -23,14 +23,16 @@ class LoggerCallback(Callback):
 
     With a ``writer``, a trial's results are handed to its loggers in batches: at the
     trial's end, at each experiment checkpoint (:meth:`on_checkpoint`, before the state
-    is saved), before a config change or an error file of the trial, and at least every
-    ``flush_interval_s`` seconds; the files are then flushed. What is on disk at those
-    moments is what a logger writing each result at once would have written.
+    is saved), before a config change or an error file of the trial, and with the first
+    result after ``flush_interval_s`` seconds, when the files are flushed. What is on
+    disk at those moments is what a logger writing each result at once would have
+    written (its buffered files were flushed at the same moments).
 
     Args:
         loggers: the ``Logger`` classes opened per trial (default :data:`DEFAULT_LOGGERS`).
-        flush_interval_s: results are written and flushed at most this long after they
-            came, and at each experiment checkpoint and trial end.
+        flush_interval_s: with the first result this long after the last flush, every
+            trial's results are written and the files flushed (also at each experiment
+            checkpoint and trial end).
         writer: when given, every file operation runs on its thread, in order (the
             driver loop passes one); without it they run in the caller, each result at
             once.
