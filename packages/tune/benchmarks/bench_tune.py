@@ -447,6 +447,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-ray", action="store_true", help="leave out the Ray Tune sides")
     parser.add_argument(
+        "--harness-base-src",
+        default=None,
+        help="with --parts harness: also run the rayfield sides on this packages/tune/src "
+        "(other code, e.g. main's from git archive), in the same rounds",
+    )
+    parser.add_argument(
         "--no-compile",
         action="store_true",
         help="do not byte-compile rayfield's sources first (an editable install run with "
@@ -460,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.no_compile:
         _compile_rayfield()
+        if args.harness_base_src:  # the other sources as this code's
+            import compileall
+
+            compileall.compile_dir(args.harness_base_src, quiet=2)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     rows: dict[str, dict[str, Any]] = {}
     unknown = parts - {"trivial", "asha", "scale", "harness"}
@@ -470,7 +480,9 @@ def main(argv: list[str] | None = None) -> int:
     if "harness" in parts:
         import harness
 
-        rows["harness"] = harness.main(args.repeat, args.num_cpus, args.timeout_s)
+        rows["harness"] = harness.main(
+            args.repeat, args.num_cpus, args.timeout_s, args.harness_base_src
+        )
 
     def keep(names: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(n for n in names if not (args.no_ray and n.startswith("ray-")))

@@ -218,15 +218,21 @@ PAIRS = {
 }
 
 
-def _one(name: str, cpus: int, timeout_s: float) -> dict[str, Any]:
-    """One side in a fresh process (this file run as a script)."""
+def _one(name: str, cpus: int, timeout_s: float, tune_src: str | None = None) -> dict[str, Any]:
+    """One side in a fresh process (this file run as a script); with ``tune_src``, the
+    rayfield-tune sources imported are that directory's (``PYTHONPATH`` first)."""
     import json
+    import os
     import subprocess
     import sys
 
     cmd = [sys.executable, __file__, name, "200", "10", str(cpus)]
+    env = None
+    if tune_src is not None:
+        path = os.environ.get("PYTHONPATH", "")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (tune_src, path) if p)}
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout_s} s"}
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
@@ -236,25 +242,39 @@ def _one(name: str, cpus: int, timeout_s: float) -> dict[str, Any]:
     return result
 
 
-def main(rounds: int = 5, cpus: int = 2, timeout_s: float = 600.0) -> dict[str, Any]:
+BASE = "base: "  # the rayfield side run with other rayfield-tune sources (``base_src``)
+
+
+def _ratios(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[float]:
+    """Per-round wall-time ratios a / b of the rounds both finished."""
+    both = [(x, y) for x, y in zip(a, b, strict=True) if "wall_s" in x and "wall_s" in y]
+    return [x["wall_s"] / y["wall_s"] for x, y in both]
+
+
+def main(
+    rounds: int = 5, cpus: int = 2, timeout_s: float = 600.0, base_src: str | None = None
+) -> dict[str, Any]:
     """Each pair ``rounds`` times, the two sides alternating; prints every run, the
     medians and the median of the per-round ratios (rayfield / Optuna), with the load
-    average before and after; returns the rows."""
+    average before and after; returns the rows.
+
+    With ``base_src`` (a ``packages/tune/src`` of other code, e.g. ``git archive main``'s)
+    each round first runs the rayfield side on it too, and prints its ratios to Optuna
+    and this code's to it."""
     import os
     import statistics
 
     rows: dict[str, Any] = {"load_before": os.getloadavg()}
     print(f"outside harness, {rounds} alternating rounds, load {rows['load_before'][0]:.2f}")
     for label, (ours, theirs) in PAIRS.items():
-        runs: dict[str, list[dict[str, Any]]] = {ours: [], theirs: []}
+        order = ([BASE + ours] if base_src else []) + [ours, theirs]
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in order}
         for _ in range(rounds):
-            for name in (ours, theirs):
-                runs[name].append(_one(name, cpus, timeout_s))
-        ratios = [
-            a["wall_s"] / b["wall_s"]
-            for a, b in zip(runs[ours], runs[theirs], strict=True)
-            if "wall_s" in a and "wall_s" in b
-        ]
+            for name in order:
+                base = name.startswith(BASE)
+                side = name.removeprefix(BASE)
+                runs[name].append(_one(side, cpus, timeout_s, base_src if base else None))
+        ratios = _ratios(runs[ours], runs[theirs])
         print(label)
         for name, done in runs.items():
             walls = [r["wall_s"] for r in done if "wall_s" in r]
@@ -268,6 +288,14 @@ def main(rounds: int = 5, cpus: int = 2, timeout_s: float = 600.0) -> dict[str, 
             )
         if ratios:
             print(f"  rayfield / optuna per round: median {statistics.median(ratios):.2f}")
+        if base_src:
+            for what, (a, b) in {
+                "base / optuna": (BASE + ours, theirs),
+                "rayfield / base": (ours, BASE + ours),
+            }.items():
+                pair = _ratios(runs[a], runs[b])
+                if pair:
+                    print(f"  {what} per round: median {statistics.median(pair):.2f}")
         rows[label] = {"runs": runs, "ratios": ratios}
     rows["load_after"] = os.getloadavg()
     print(f"load after: {rows['load_after'][0]:.2f}")

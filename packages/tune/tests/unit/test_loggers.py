@@ -58,25 +58,7 @@ def test_logger_callback_writes_every_file(tmp_path):
 
 def _scalars(logdir: str, tag: str) -> list[tuple[int, float]]:
     """(step, value) of ``tag`` in the TFRecord event files of ``logdir``."""
-    import struct
-
-    from tensorboardX.proto.event_pb2 import Event
-
-    out = []
-    for name in sorted(os.listdir(logdir)):
-        if not name.startswith("events.out.tfevents"):
-            continue
-        with open(os.path.join(logdir, name), "rb") as f:
-            data = f.read()
-        pos = 0
-        while pos < len(data):
-            (length,) = struct.unpack("<Q", data[pos : pos + 8])
-            event = Event.FromString(data[pos + 12 : pos + 12 + length])
-            pos += 12 + length + 4
-            for value in event.summary.value:
-                if value.tag == tag:
-                    out.append((event.step, round(value.simple_value, 3)))
-    return out
+    return [(step, round(value, 3)) for t, step, value in _all_scalars(logdir) if t == tag]
 
 
 def test_tensorboard_scalars_are_readable(tmp_path):
@@ -198,3 +180,126 @@ def test_the_driver_writes_event_files_without_importing_tensorboardx(tmp_path):
     logdir, imported = out.stdout.splitlines()
     assert imported == "[]"
     assert _scalars(logdir, "ray/tune/loss") == [(1, 0.5)]
+
+
+class _Now:
+    """A writer that runs each operation at once (the order a writer thread keeps)."""
+
+    def submit(self, op):
+        op()
+
+
+def _trial_files(logdir: str) -> dict[str, object]:
+    """The files of a trial directory: their bytes, and as ``"events"`` the scalars of
+    the event files (their wall times differ from run to run)."""
+    out: dict[str, object] = {}
+    for name in sorted(os.listdir(logdir)):
+        if name.startswith("events.out.tfevents"):
+            out["events"] = _all_scalars(logdir)
+        else:
+            with open(os.path.join(logdir, name), "rb") as f:
+                out[name] = f.read()
+    return out
+
+
+def _all_scalars(logdir: str) -> list[tuple[str, int, float]]:
+    """(tag, step, value) of every scalar in the TFRecord event files of ``logdir``."""
+    from tensorboardX.proto.event_pb2 import Event
+
+    out = []
+    for name in sorted(os.listdir(logdir)):
+        if name.startswith("events.out.tfevents"):
+            with open(os.path.join(logdir, name), "rb") as f:
+                data = f.read()
+            pos = 0
+            while pos < len(data):
+                (length,) = struct.unpack("<Q", data[pos : pos + 8])
+                event = Event.FromString(data[pos + 12 : pos + 12 + length])
+                pos += 12 + length + 4
+                out += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
+    return out
+
+
+def test_batched_results_write_the_same_files_as_one_by_one(tmp_path):
+    """With a writer the results reach the loggers in batches (at flush points): the files
+    hold the same bytes as when each result is written at once (events: the same scalars)."""
+    import numpy as np
+
+    results = [
+        {"training_iteration": 1, "loss": 0.5, "n": 3, "config": {"lr": 0.1}, "s": "a,b"},
+        {"training_iteration": 2, "loss": float("nan"), "n": 4, "config": {"lr": 0.1}},
+        {"training_iteration": 3, "loss": np.float64(0.25), "n": np.int64(5), "flag": True},
+        {"training_iteration": 4, "loss": float("inf"), "info": {"x": 1, "y": [1, 2]}},
+        {"training_iteration": 5, "loss": 0.125, "n": None, "t": (1, 2), "new": object()},
+        {"training_iteration": 6, "loss": 0.5, "n": 3, "config": {"lr": 0.1}, "s": "a,b"},
+    ]
+    trees = []
+    for writer, name in ((None, "direct"), (_Now(), "batched")):
+        trial = Trial("f", {"lr": 0.1}, local_dir=str(tmp_path / name))
+        cb = LoggerCallback(DEFAULT_LOGGERS, writer=writer)
+        cb.on_trial_start(trial)
+        for result in results[:3]:
+            cb.on_trial_result(trial, result)
+        cb.on_checkpoint()  # a flush point: the first three are on disk now
+        with open(os.path.join(trial.logdir, "result.json")) as f:
+            assert [json.loads(line)["training_iteration"] for line in f] == [1, 2, 3]
+        for result in results[3:]:
+            cb.on_trial_result(trial, result)
+        cb.on_trial_complete(trial)
+        trees.append(_trial_files(trial.logdir))
+    direct, batched = trees
+    assert batched == direct
+    assert set(direct) == {"params.json", "params.pkl", "result.json", "progress.csv", "events"}
+    lines = direct["result.json"].decode().splitlines()
+    assert [json.loads(line)["loss"] for line in lines] == [0.5, None, 0.25, None, 0.125, 0.5]
+    rows = list(csv.DictReader(direct["progress.csv"].decode().splitlines()))
+    assert [r["loss"] for r in rows] == ["0.5", "", "0.25", "", "0.125", "0.5"]
+    losses = [(step, value) for tag, step, value in direct["events"] if tag == "ray/tune/loss"]
+    assert losses == [(1, 0.5), (3, 0.25), (5, 0.125), (6, 0.5)]
+    assert not any(tag == "ray/tune/flag" for tag, _, _ in direct["events"])  # a bool
+
+
+def test_a_writer_gets_one_operation_per_trial_and_flush_point(tmp_path):
+    ops = []
+
+    class Counting(_Now):
+        def submit(self, op):
+            ops.append(op)
+            op()
+
+    trial = Trial("f", {"lr": 0.1}, local_dir=str(tmp_path))
+    cb = LoggerCallback(DEFAULT_LOGGERS, flush_interval_s=3600, writer=Counting())
+    cb.on_trial_start(trial)
+    assert len(ops) == 1 and os.path.exists(os.path.join(trial.logdir, "params.json"))
+    for i in range(50):
+        cb.on_trial_result(trial, {"training_iteration": i + 1, "loss": 1.0 / (i + 1)})
+    assert len(ops) == 1  # held until a flush point
+    cb.on_trial_complete(trial)  # the 50 results, then the close
+    assert len(ops) == 3
+    with open(os.path.join(trial.logdir, "progress.csv")) as f:
+        assert len(list(csv.DictReader(f))) == 50
+
+
+def test_trial_directories_after_the_first_are_checked_with_one_stat(tmp_path):
+    """In a parent checked once, a new trial directory is made 0700, one the trial's actor
+    made first is made 0700, and anything else (a symlink) still gets the whole check."""
+    import pytest
+
+    from rayfield.util.private_files import UnsafeFileError
+
+    cb = LoggerCallback(DEFAULT_LOGGERS)
+    first, made, actor = (Trial("f", {}, local_dir=str(tmp_path)) for _ in range(3))
+    cb.on_trial_start(first)  # the whole check: the parent is remembered
+    os.mkdir(actor.logdir, 0o755)  # as the trial's actor does before the driver
+    for trial in (made, actor):
+        cb.on_trial_start(trial)
+        assert stat.S_IMODE(os.lstat(trial.logdir).st_mode) == 0o700
+        assert os.path.exists(os.path.join(trial.logdir, "params.json"))
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-other"
+    elsewhere.mkdir(mode=0o777)
+    os.chmod(elsewhere, 0o777)  # others may write it: refused
+    linked = Trial("f", {}, local_dir=str(tmp_path))
+    os.symlink(elsewhere, linked.logdir)
+    with pytest.raises(UnsafeFileError):
+        cb._make_dir(linked.logdir)
+    cb.on_experiment_end([first, made, actor])

@@ -1,9 +1,11 @@
 """Per-trial result files, written on the driver: params.json, result.json, progress.csv.
 
-``LoggerCallback`` opens one of each ``Logger`` class per trial when it starts; the
-defaults are :class:`JsonLogger` (``params.json``, ``params.pkl``, ``result.json``: one JSON
-object per line), :class:`CSVLogger` (``progress.csv``) and :class:`TBXLogger` (TensorBoard
-event files, encoded without tensorboardX).
+``LoggerCallback`` (:mod:`rayfield.tune.logger_callback`, also importable from here) opens
+one of each ``Logger`` class per trial when it starts and hands it the trial's results in
+batches (:meth:`Logger.on_results`); the defaults are :class:`JsonLogger`
+(``params.json``, ``params.pkl``, ``result.json``: one JSON object per line),
+:class:`CSVLogger` (``progress.csv``) and :class:`TBXLogger` (TensorBoard event files,
+encoded without tensorboardX).
 
 The trial directory is made mode 0700 and these files 0600, opened without following
 symlinks (:mod:`rayfield.util.private_files`). ``params.pkl`` (the config with its Python
@@ -22,14 +24,14 @@ import pickle
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 from rayfield.tune import tbx
-from rayfield.tune.callback import Callback
+from rayfield.tune.lazy import lazy_getattr
 from rayfield.tune.pickles import UntrustedPickleError, load_pickle
 from rayfield.tune.trial import Trial
-from rayfield.tune.writer import BackgroundWriter
 from rayfield.util import private_files
 
 __all__ = [
@@ -37,7 +39,6 @@ __all__ = [
     "CSVLogger",
     "JsonLogger",
     "Logger",
-    "LoggerCallback",
     "NoopLogger",
     "TBXLogger",
     "UnifiedLogger",
@@ -77,6 +78,18 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+# json.dumps(result, allow_nan=False, default=_json_default), its encoder made once.
+_RESULT_ENCODER = json.JSONEncoder(allow_nan=False, default=_json_default)
+
+
+def _json_line(result: dict[str, Any]) -> str:
+    """One line of ``result.json``: NaN and infinities as null (as :func:`_clean`)."""
+    try:  # the common case: plain JSON values, no NaN
+        return _RESULT_ENCODER.encode(result)
+    except (TypeError, ValueError):
+        return json.dumps(_clean(result))
+
+
 def flatten(d: dict[str, Any], delimiter: str = "/", prefix: str = "") -> dict[str, Any]:
     """``d`` with nested dicts' keys joined by ``delimiter`` (``{"a": {"b": 1}}`` ->
     ``{"a/b": 1}``); every key a string."""
@@ -92,9 +105,20 @@ def flatten(d: dict[str, Any], delimiter: str = "/", prefix: str = "") -> dict[s
 
 def _flat_without_config(result: dict[str, Any]) -> dict[str, Any]:
     """``result`` without its ``config``, nested keys joined with ``/``."""
-    if not any(isinstance(v, dict) for k, v in result.items() if k != "config"):
-        return {k if type(k) is str else str(k): v for k, v in result.items() if k != "config"}
+    # The common case, tested in C: no nested dict but the config, string keys only.
+    nested = sum(map(isinstance, result.values(), repeat(dict)))
+    if nested == isinstance(result.get("config"), dict):
+        flat = dict(result)
+        flat.pop("config", None)
+        if _STR_ONLY.issuperset(map(type, flat)):
+            return flat
+        return {k if type(k) is str else str(k): v for k, v in flat.items()}
     return flatten({k: v for k, v in result.items() if k != "config"})
+
+
+_STR_ONLY = frozenset({str})
+# Cell values csv.writer writes as _cell would (floats: once their sum is finite).
+_PLAIN_CELLS = frozenset({str, int, float, bool, type(None)})
 
 
 def _cell(value: Any) -> Any:
@@ -109,6 +133,11 @@ def _cell(value: Any) -> Any:
 
 # The trial directory a UnifiedLogger on this thread is opening its loggers in.
 _opening = threading.local()
+
+# LoggerCallback lives in rayfield.tune.logger_callback (imported on first use here).
+__getattr__ = lazy_getattr(
+    __name__, {"LoggerCallback": "rayfield.tune.logger_callback:LoggerCallback"}
+)
 
 
 class Logger:
@@ -143,6 +172,12 @@ class Logger:
     def on_result(self, result: dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def on_results(self, results: list[dict[str, Any]]) -> None:
+        """Several results of the trial, in order (by default one :meth:`on_result` each;
+        the built-in loggers encode a batch at once)."""
+        for result in results:
+            self.on_result(result)
+
     def update_config(self, config: dict[str, Any]) -> None:
         self.config = config
 
@@ -168,11 +203,17 @@ class JsonLogger(Logger):
         )
 
     def on_result(self, result: dict[str, Any]) -> None:
+        self._file.write(_json_line(result) + "\n")
+
+    def on_results(self, results: list[dict[str, Any]]) -> None:
+        if not results:
+            return
         try:  # the common case: plain JSON values, no NaN
-            line = json.dumps(result, allow_nan=False, default=_json_default)
+            encode = _RESULT_ENCODER.encode
+            text = "\n".join([encode(result) for result in results])
         except (TypeError, ValueError):
-            line = json.dumps(_clean(result))
-        self._file.write(line + "\n")
+            text = "\n".join([_json_line(result) for result in results])
+        self._file.write(text + "\n")
 
     def update_config(self, config: dict[str, Any]) -> None:
         self.config = config
@@ -220,14 +261,30 @@ class CSVLogger(Logger):
     def on_result(self, result: dict[str, Any]) -> None:
         self.on_flat_result(result, _flat_without_config(result))
 
+    def on_results(self, results: list[dict[str, Any]]) -> None:
+        self.on_flat_results([_flat_without_config(result) for result in results])
+
     def on_flat_result(self, result: dict[str, Any], row: dict[str, Any]) -> None:
         """:meth:`on_result` given ``row``, the result without its config, flattened."""
+        self.on_flat_results([row])
+
+    def on_flat_results(self, rows: list[dict[str, Any]]) -> None:
+        """Several results without their config, flattened: one CSV row each."""
+        if not rows:
+            return
         if self._columns is None:
-            self._columns = list(row)
+            self._columns = list(rows[0])
             self._writer.writerow(self._columns)
+        columns = self._columns
         # Missing columns are empty and new ones left out (csv.DictWriter's "ignore").
-        get = row.get
-        self._writer.writerow([_cell(get(column, "")) for column in self._columns])
+        table = [list(map(row.get, columns, repeat(""))) for row in rows]
+        floats = [v for cells in table for v in cells if type(v) is float]
+        plain = math.isfinite(sum(floats)) and all(
+            _PLAIN_CELLS.issuperset(map(type, cells)) for cells in table
+        )
+        if not plain:  # NaN, infinities or objects somewhere: clean every cell
+            table = [[_cell(v) for v in cells] for cells in table]
+        self._writer.writerows(table)
 
     def flush(self) -> None:
         self._file.flush()
@@ -262,6 +319,11 @@ class TBXLogger(Logger):
     def _init(self) -> None:
         import socket
 
+        # Each result key's encoded Summary.Value up to its float; None: not a scalar.
+        self._tags: dict[str, Any] = {}
+        # Per result shape (its keys and their values' types): the scalar keys and their
+        # tags, shared by the trials of a run (one class, one _SKIP).
+        self._plans = _PLANS.setdefault((type(self), frozenset(self._SKIP)), {})
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
         self._file = private_files.open_private(
             os.path.join(self.logdir, name), "ab", ancestors_checked=self._fresh
@@ -271,30 +333,66 @@ class TBXLogger(Logger):
     def on_result(self, result: dict[str, Any]) -> None:
         self.on_flat_result(result, _flat_without_config(result))
 
+    def on_results(self, results: list[dict[str, Any]]) -> None:
+        self.on_flat_results(results, [_flat_without_config(result) for result in results])
+
     def on_flat_result(self, result: dict[str, Any], flat: dict[str, Any]) -> None:
         """:meth:`on_result` given ``flat``, the result without its config, flattened
         (the config is no scalar: it is the trial's parameters, as in Ray)."""
-        step = result.get("timesteps_total") or result.get("training_iteration", 0)
-        prefixes = _SCALAR_PREFIXES
+        self.on_flat_results([result], [flat])
+
+    def on_flat_results(self, results: list[dict[str, Any]], flats: list[dict[str, Any]]) -> None:
+        """Several results, each with its flattened copy (see :meth:`on_flat_result`):
+        one event record each, written at once."""
+        records = []
+        for result, flat in zip(results, flats, strict=True):
+            step = result.get("timesteps_total") or result.get("training_iteration", 0)
+            values = self._scalars(flat)
+            if values:
+                event = tbx.encode_event(time.time(), int(step), values=values)
+                records.append(tbx.record(event))
+        if records:
+            self._file.write(b"".join(records))
+
+    def _scalars(self, flat: dict[str, Any]) -> bytes:
+        """The encoded ``Summary.Value`` fields of ``flat``'s finite numbers (bools and
+        the keys of ``_SKIP`` left out)."""
+        # A trial's results mostly have the same keys with the same types: then the
+        # scalars are the same keys as last time, encoded in C (unless one is not finite).
+        shape = (tuple(flat), tuple(map(type, flat.values())))
+        plans = self._plans
+        plan = plans.get(shape)
+        if plan is not None:
+            numbers = list(map(flat.__getitem__, plan[0]))
+            if math.isfinite(sum(numbers)):
+                return b"".join(map(bytes.__add__, plan[1], map(_FLOAT.pack, numbers)))
+        elif _PLAIN_CELLS.issuperset(shape[1]) and len(plans) < 64:  # no numpy numbers
+            keys = [k for k, v in flat.items() if type(v) in _NUMBERS and k not in self._SKIP]
+            plans[shape] = (keys, [_scalar_prefix(key) for key in keys])
+        return self._encode_each(flat)
+
+    def _encode_each(self, flat: dict[str, Any]) -> bytes:
+        """:meth:`_scalars`, value by value."""
+        tags = self._tags
         pack = _FLOAT.pack
         values = []
         for key, value in flat.items():
-            if (
-                key in self._SKIP
-                or not isinstance(value, (int, float))
-                or isinstance(value, bool)
-                or not math.isfinite(value)
+            kind = type(value)
+            if kind is float:
+                if value - value != 0.0:  # NaN or an infinity
+                    continue
+            elif kind is not int and (
+                kind is bool or not isinstance(value, (int, float)) or not math.isfinite(value)
             ):
                 continue
-            prefix = prefixes.get(key)
-            if prefix is None:
-                prefix = tbx.scalar_prefix(f"ray/tune/{key}")
-                if len(prefixes) < 10_000:
-                    prefixes[key] = prefix
-            values.append(prefix + pack(value))
-        if values:
-            event = tbx.encode_event(time.time(), int(step), values=b"".join(values))
-            self._file.write(tbx.record(event))
+            prefix = tags.get(key, _UNSEEN)
+            if prefix is _UNSEEN:
+                prefix = None if key in self._SKIP else _scalar_prefix(key)
+                if len(tags) < 10_000:
+                    tags[key] = prefix
+            if prefix is not None:
+                values.append(prefix + pack(value))
+        return b"".join(values)
 
     def flush(self) -> None:
         self._file.flush()
@@ -306,6 +404,20 @@ class TBXLogger(Logger):
 # The encoded Summary.Value up to its float, by result key (the same keys recur).
 _SCALAR_PREFIXES: dict[str, bytes] = {}
 _FLOAT = struct.Struct("<f")
+_UNSEEN = object()
+_PLANS: dict[tuple[type, frozenset[str]], dict[Any, tuple[list[str], list[bytes]]]] = {}
+_NUMBERS = frozenset({int, float})
+
+
+def _scalar_prefix(key: str) -> bytes:
+    """The encoded ``Summary.Value`` of tag ``ray/tune/<key>`` up to its float."""
+    prefix = _SCALAR_PREFIXES.get(key)
+    if prefix is None:
+        prefix = tbx.scalar_prefix(f"ray/tune/{key}")
+        if len(_SCALAR_PREFIXES) < 10_000:
+            _SCALAR_PREFIXES[key] = prefix
+    return prefix
+
 
 DEFAULT_LOGGERS: tuple[type[Logger], ...] = (JsonLogger, CSVLogger, TBXLogger)
 
@@ -337,14 +449,20 @@ class UnifiedLogger(Logger):
             _opening.logdir = None
 
     def on_result(self, result: dict[str, Any]) -> None:
-        flat: dict[str, Any] | None = None  # flattened once for the loggers that take it
+        self.on_results([result])
+
+    def on_results(self, results: list[dict[str, Any]]) -> None:
+        flats: list[dict[str, Any]] | None = None  # flattened once for those that take it
         for logger in self._loggers:
             if isinstance(logger, (CSVLogger, TBXLogger)):
-                if flat is None:
-                    flat = _flat_without_config(result)
-                logger.on_flat_result(result, flat)
+                if flats is None:
+                    flats = [_flat_without_config(result) for result in results]
+                if isinstance(logger, CSVLogger):
+                    logger.on_flat_results(flats)
+                else:
+                    logger.on_flat_results(results, flats)
             else:
-                logger.on_result(result)
+                logger.on_results(results)
 
     def update_config(self, config: dict[str, Any]) -> None:
         for logger in self._loggers:
@@ -357,106 +475,6 @@ class UnifiedLogger(Logger):
     def close(self) -> None:
         for logger in self._loggers:
             logger.close()
-
-
-class LoggerCallback(Callback):
-    """Writes each trial's files and its ``error_<n>.txt`` files.
-
-    Args:
-        loggers: the ``Logger`` classes opened per trial (default :data:`DEFAULT_LOGGERS`).
-        flush_interval_s: result files are flushed at most this often, and at each
-            experiment checkpoint and trial end.
-        writer: when given, every file operation runs on its thread, in order (the
-            driver loop passes one); without it they run in the caller.
-    """
-
-    def __init__(
-        self,
-        loggers: Sequence[type[Logger]] | None = None,
-        flush_interval_s: float = 1.0,
-        writer: BackgroundWriter | None = None,
-    ) -> None:
-        self.loggers = loggers
-        self.flush_interval_s = flush_interval_s
-        self.writer = writer
-        self._open: dict[str, UnifiedLogger] = {}  # touched only by the operations below
-        self._last_flush = 0.0
-
-    def _run(self, op: Callable[[], Any]) -> None:
-        if self.writer is not None:
-            self.writer.submit(op)
-        else:
-            op()
-
-    def _logger(
-        self, trial_id: str, config: dict[str, Any], logdir: str, trial: Trial
-    ) -> UnifiedLogger:
-        logger = self._open.get(trial_id)
-        if logger is None:
-            logger = UnifiedLogger(config, logdir, trial, self.loggers)
-            self._open[trial_id] = logger
-        return logger
-
-    def on_trial_start(self, trial: Trial) -> None:
-        if trial.logdir:
-            args = (trial.trial_id, trial.config, trial.logdir, trial)
-            self._run(lambda: self._logger(*args))
-
-    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> None:
-        if not trial.logdir:
-            return
-        args = (trial.trial_id, trial.config, trial.logdir, trial)
-        self._run(lambda: self._logger(*args).on_result(result))
-        now = time.monotonic()
-        if now - self._last_flush > self.flush_interval_s:
-            self._last_flush = now
-            self._run(self._flush_all)
-
-    def _flush_all(self) -> None:
-        for logger in self._open.values():
-            logger.flush()
-
-    def on_trial_reset(self, trial: Trial) -> None:
-        if trial.logdir:
-            args = (trial.trial_id, trial.config, trial.logdir, trial)
-            config = trial.config
-            self._run(lambda: self._logger(*args).update_config(config))
-
-    def on_trial_error(self, trial: Trial, error: str) -> None:
-        if not trial.logdir:
-            return
-        path = os.path.join(trial.logdir, f"error_{trial.num_failures}.txt")
-        logdir = trial.logdir
-
-        def write() -> None:
-            private_files.ensure_private_dir(logdir)
-            private_files.write_text(path, error)
-
-        self._run(write)
-        trial.error_file = path
-
-    def on_trial_complete(self, trial: Trial) -> None:
-        trial_id = trial.trial_id
-
-        def close() -> None:
-            logger = self._open.pop(trial_id, None)
-            if logger is not None:
-                logger.close()
-
-        self._run(close)
-
-    def on_checkpoint(self) -> None:
-        # The saved state must never be ahead of the result files: the state is written
-        # after this flush (on the same writer thread, or by the caller afterwards).
-        self._run(self._flush_all)
-
-    def on_experiment_end(self, trials: list[Trial]) -> None:
-        def close_all() -> None:
-            for logger in self._open.values():
-                logger.close()
-            self._open.clear()
-
-        self._run(close_all)
 
 
 def pretty_print(result: dict[str, Any]) -> str:

@@ -297,7 +297,10 @@ class Trial:
         self.last_update_time = time.time()
         analysis = self.metric_analysis
         for key, value in result.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            kind = type(value)  # exact ints and floats first: no isinstance calls
+            if (kind is float or kind is int) or (
+                kind is not bool and kind is not str and isinstance(value, (int, float))
+            ):
                 stats = analysis.get(key)
                 if stats is None:
                     if key in R.AUTO_FIELDS:  # pid, timestamp: not metrics

@@ -25,7 +25,7 @@ from rayfield.tune.executor import _supports_reset
 from rayfield.tune.experiment import Experiment, convert_to_experiment_list
 from rayfield.tune.experiment_setup import set_up
 from rayfield.tune.function_trainable import FunctionTrainable
-from rayfield.tune.logger import LoggerCallback
+from rayfield.tune.logger_callback import LoggerCallback
 from rayfield.tune.progress import CLIReporter
 from rayfield.tune.run_options import RunOptions
 from rayfield.tune.runner import TrialRunner
