@@ -15,51 +15,15 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
+import google_crc32c
+
 __all__ = ["crc32c", "encode_event", "record", "scalar_prefix"]
-
-_POLY = 0x82F63B78  # CRC-32C (Castagnoli), reflected
-
-
-def _tables() -> list[list[int]]:
-    """The byte table of the CRC and its seven shifted copies ("slicing by 8": eight
-    bytes per step of the loop instead of one)."""
-    first = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ _POLY if c & 1 else c >> 1
-        first.append(c)
-    tables = [first]
-    for _ in range(7):
-        prev = tables[-1]
-        tables.append([(v >> 8) ^ first[v & 0xFF] for v in prev])
-    return tables
-
-
-_T0, _T1, _T2, _T3, _T4, _T5, _T6, _T7 = _tables()
-_WORDS = struct.Struct("<II").iter_unpack
 
 
 def crc32c(data: bytes) -> int:
-    """The CRC-32C of ``data`` (the checksum of TFRecord files)."""
-    crc = 0xFFFFFFFF
-    cut = len(data) - len(data) % 8
-    t0, t1, t2, t3, t4, t5, t6, t7 = _T0, _T1, _T2, _T3, _T4, _T5, _T6, _T7
-    for lo, hi in _WORDS(data[:cut]):
-        lo ^= crc
-        crc = (
-            t7[lo & 0xFF]
-            ^ t6[(lo >> 8) & 0xFF]
-            ^ t5[(lo >> 16) & 0xFF]
-            ^ t4[lo >> 24]
-            ^ t3[hi & 0xFF]
-            ^ t2[(hi >> 8) & 0xFF]
-            ^ t1[(hi >> 16) & 0xFF]
-            ^ t0[hi >> 24]
-        )
-    for byte in data[cut:]:
-        crc = t0[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
+    """The CRC-32C (Castagnoli) of ``data``, the checksum of TFRecord files, computed by
+    ``google-crc32c`` (its C implementation; about 0.3 us for a 100-byte record)."""
+    return int(google_crc32c.value(data))
 
 
 def _masked(data: bytes) -> bytes:
