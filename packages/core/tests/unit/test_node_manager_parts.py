@@ -18,6 +18,7 @@ from rayfield._private.node_manager import events as ev
 from rayfield._private.node_manager.actor_routing import (
     GATHER_CALLS,
     GATHER_MAX_S,
+    OUTSTANDING_TTL_S,
     ActorRouter,
     ActorTable,
 )
@@ -480,6 +481,7 @@ def test_a_send_while_the_actors_node_has_calls_enough_waits_for_a_fuller_batch(
     fn(*args)  # nothing in flight: no wait
     assert r.outstanding[ACTOR] == 1
     r.outstanding[ACTOR] = GATHER_CALLS  # the actor's node has a batch of work queued
+    r._touched[ACTOR] = time.monotonic() + 60  # and results come back (not stale)
     r.call_elsewhere(ACTOR, actor_call(1))
     fn, args = started.pop()
     t = threading.Thread(target=fn, args=args)
@@ -496,12 +498,24 @@ def test_a_gathering_send_never_waits_past_its_limit() -> None:
     started: list[Any] = []
     r, log = router(sender=lambda fn, *args: started.append((fn, args)))
     r.outstanding[ACTOR] = 10 * GATHER_CALLS  # results that never come back here
+    r._touched[ACTOR] = time.monotonic() + 60
     r.call_elsewhere(ACTOR, actor_call(0))
     fn, args = started.pop()
     t0 = time.monotonic()
     fn(*args)
     assert [e[2] for e in log if e[0] == "sent"] == [0]
     assert time.monotonic() - t0 < GATHER_MAX_S + 1.0
+
+
+def test_a_count_of_calls_in_flight_that_stopped_changing_is_stale() -> None:
+    """Calls whose results are never asked for here never come back: once the count has
+    not changed for OUTSTANDING_TTL_S, a lone call goes at once again."""
+    r, log = router()
+    r.outstanding[ACTOR] = 10 * GATHER_CALLS
+    r._touched[ACTOR] = time.monotonic() - 2 * OUTSTANDING_TTL_S
+    r.call_elsewhere(ACTOR, actor_call(0))
+    assert [e[2] for e in log if e[0] == "sent"] == [0]
+    assert r.outstanding[ACTOR] == 1  # counted from zero again: no wait for a batch
 
 
 def test_a_batch_of_calls_taken_is_booked_in_one_call_in_order() -> None:

@@ -46,6 +46,9 @@ logger = logging.getLogger("rayfield")
 # that are left to run there (``ActorRouter._gather``).
 GATHER_CALLS = 64
 GATHER_MAX_S = 0.005
+# A count of calls in flight that changed neither by a send nor by a result for this long
+# is stale (their results are not asked for here): it starts again from zero.
+OUTSTANDING_TTL_S = 0.05
 
 
 def _spec_of(call: TakenTask) -> TaskSpec:
@@ -151,10 +154,12 @@ class ActorRouter:
         self.table = ActorTable()
         self._lock = threading.Lock()
         self._looking: set[bytes] = set()  # actors whose node the GCS is being asked for
-        # Calls sent whose results are not back yet, per actor (``_gather``); results
-        # that never come back here (a failure stored here) leave a count that only makes
-        # later sends wait ``GATHER_MAX_S`` at most.
+        # Calls sent whose results are not back yet, per actor, and when that count last
+        # changed (``_gather``). Results never asked for here (calls whose results the
+        # caller drops) never come back: a count unchanged for ``OUTSTANDING_TTL_S`` is
+        # stale and starts again from zero.
         self.outstanding: dict[bytes, int] = {}
+        self._touched: dict[bytes, float] = {}
         self._grown = threading.Condition(self._lock)
         self._pool: ThreadPoolExecutor | None = None
         if background is None:
@@ -200,6 +205,7 @@ class ActorRouter:
         with self._lock:
             for actor_id in [a for a, where in self.table.locations.items() if where == address]:
                 self.outstanding.pop(actor_id, None)
+                self._touched.pop(actor_id, None)
             self.table.node_died(address)
 
     def retry_waiting(self) -> None:
@@ -292,7 +298,7 @@ class ActorRouter:
         deadline = time.monotonic() + GATHER_MAX_S
         with self._lock:
             while (
-                self.outstanding.get(actor_id, 0) >= GATHER_CALLS
+                self._in_flight(actor_id) >= GATHER_CALLS
                 and 0 < len(self.table.calls.get(actor_id, ())) < GATHER_CALLS
             ):
                 left = deadline - time.monotonic()
@@ -300,15 +306,30 @@ class ActorRouter:
                     return
                 self._grown.wait(left)
 
+    def _in_flight(self, actor_id: bytes) -> int:
+        """The calls of ``actor_id`` sent and not back (0 once the count is stale); under
+        the lock."""
+        touched = self._touched.get(actor_id)
+        if touched is None:
+            return 0
+        if time.monotonic() - touched > OUTSTANDING_TTL_S:
+            self.outstanding.pop(actor_id, None)
+            del self._touched[actor_id]
+            return 0
+        return self.outstanding.get(actor_id, 0)
+
     def results_back(self, actor_ids: list[bytes]) -> None:
         """A result of a call of each of ``actor_ids`` (one a call) came back here."""
         with self._lock:
+            now = time.monotonic()
             for actor_id in actor_ids:
                 n = self.outstanding.get(actor_id, 0) - 1
                 if n > 0:
                     self.outstanding[actor_id] = n
+                    self._touched[actor_id] = now
                 else:
                     self.outstanding.pop(actor_id, None)
+                    self._touched.pop(actor_id, None)
             self._grown.notify_all()
 
     def _send_held(self, actor_id: bytes) -> bool:
@@ -343,7 +364,8 @@ class ActorRouter:
             self.sent(chunk[:taken], address)
             if taken:
                 with self._lock:
-                    self.outstanding[actor_id] = self.outstanding.get(actor_id, 0) + taken
+                    self.outstanding[actor_id] = self._in_flight(actor_id) + taken
+                    self._touched[actor_id] = time.monotonic()
             done += taken
             if taken < len(chunk):
                 why = outcomes[taken]

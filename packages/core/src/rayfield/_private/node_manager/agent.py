@@ -423,7 +423,27 @@ class NodeAgent:
             self.store.actor_handles([actor_id], False)
 
     def _resubmit(self, spec: TaskSpec, pin_returns: bool = False, resume: bool = False) -> None:
-        self.store.submit_task(**spec.to_native(), pin_returns=pin_returns, resume_sequence=resume)
+        # By position, in ``submit_task``'s order (no dict of 18 keywords a task).
+        self.store.submit_task(
+            spec.task_id,
+            spec.payload,
+            spec.resources if isinstance(spec.resources, dict) else dict(spec.resources),
+            spec.dependencies,
+            spec.actor_id,
+            spec.actor_creation,
+            spec.max_concurrency,
+            spec.caller_id,
+            spec.sequence_no,
+            spec.return_ids,
+            spec.max_retries,
+            (),  # pins
+            pin_returns,
+            resume,
+            False,  # detached
+            spec.actor_handles,
+            spec.scheduling,
+            spec.runtime_env,
+        )
 
     def _actor_dead(self, actor_id: bytes, why: str) -> None:
         self.lifecycle.actor_died(actor_id, why)
