@@ -201,3 +201,19 @@ def test_an_object_that_arrives_by_push_cancels_its_want() -> None:
     s.want(oid(1), now=0.0, hint="b:1", delay_s=1.0)  # an argument b:1 said it pushes
     assert s.arrived(oid(1), "b:1", release=False) == [Recorded(oid(1))]  # no Release
     assert not s.wanted and tick(s, 5.0) == []
+
+
+def test_an_unlisted_result_back_from_its_maker_is_released_not_recorded() -> None:
+    """Results of actor calls (``made_at(..., listed=False)``): the directory lists
+    neither their maker nor the copy that came back; other copies are still recorded."""
+    s = state()
+    s.made_at(oid(1), "b:1", now=0.0, listed=False)
+    s.made_at(oid(2), "b:1", now=0.0)
+    assert s.arrived(oid(1), "b:1", release=True) == [Release("b:1", oid(1))]
+    assert s.arrived(oid(2), "b:1", release=True) == [Recorded(oid(2)), Release("b:1", oid(2))]
+    assert not s.unlisted and not s.made_at_
+    s.made_at(oid(3), "b:1", now=0.0, listed=False)
+    assert s.arrived(oid(3), "c:1", release=True) == [Recorded(oid(3))]  # from another node
+    s.made_at(oid(4), "b:1", now=0.0, listed=False)
+    s.node_died("b:1")
+    assert not s.unlisted

@@ -6,14 +6,22 @@ from __future__ import annotations
 import ast
 import copy
 import pickle
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rayfield._private.node_manager import actor_routing
 from rayfield._private.node_manager import events as ev
-from rayfield._private.node_manager.actor_routing import ActorRouter, ActorTable
+from rayfield._private.node_manager.actor_routing import (
+    GATHER_CALLS,
+    GATHER_MAX_S,
+    OUTSTANDING_TTL_S,
+    ActorRouter,
+    ActorTable,
+)
 from rayfield._private.node_manager.arg_pins import ArgPins
 from rayfield._private.node_manager.membership import Membership, PeerView
 from rayfield._private.node_manager.placement import (
@@ -359,7 +367,9 @@ def router(
         dead=lambda actor_id: dead,
         fail=lambda ids, tag, why: log.append(("fail", tag, list(ids))),
         send=send,
-        sent=lambda c, address: log.append(("ok", int.from_bytes(c.spec.task_id, "big"))),
+        sent=lambda calls, address: log.extend(
+            ("ok", int.from_bytes(c.spec.task_id, "big")) for c in calls
+        ),
         drop=lambda c: log.append(("drop", int.from_bytes(c.spec.task_id, "big"))),
         background=background,
         sender=sender,
@@ -455,6 +465,73 @@ def test_calls_of_a_dead_actor_fail_and_release_what_they_held() -> None:
     r, log = router(dead="the actor's node died")
     r.call_elsewhere(ACTOR, actor_call(0))
     assert log == [("fail", "ACTOR_DIED", [tid(100)]), ("drop", 0)]
+
+
+def test_a_send_while_the_actors_node_has_calls_enough_waits_for_a_fuller_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nagle-like: with GATHER_CALLS calls of the actor still running on its node, a
+    small batch waits until a result comes back (or it is full, or GATHER_MAX_S passed);
+    with nothing in flight a call goes at once."""
+    monkeypatch.setattr(actor_routing, "GATHER_MAX_S", 60.0)
+    started: list[Any] = []
+    r, log = router(sender=lambda fn, *args: started.append((fn, args)))
+    r.call_elsewhere(ACTOR, actor_call(0))
+    fn, args = started.pop()
+    fn(*args)  # nothing in flight: no wait
+    assert r.outstanding[ACTOR] == 1
+    r.outstanding[ACTOR] = GATHER_CALLS  # the actor's node has a batch of work queued
+    r._touched[ACTOR] = time.monotonic() + 60  # and results come back (not stale)
+    r.call_elsewhere(ACTOR, actor_call(1))
+    fn, args = started.pop()
+    t = threading.Thread(target=fn, args=args)
+    t.start()
+    r.results_back([ACTOR])  # a result came back: fewer than a batch left there
+    t.join(timeout=30)  # well before GATHER_MAX_S: the result ended the wait
+    assert not t.is_alive() and [e[2] for e in log if e[0] == "sent"] == [0, 1]
+    assert r.outstanding[ACTOR] == GATHER_CALLS  # one back, one more sent
+    r.results_back([ACTOR] * GATHER_CALLS)
+    assert ACTOR not in r.outstanding
+
+
+def test_a_gathering_send_never_waits_past_its_limit() -> None:
+    started: list[Any] = []
+    r, log = router(sender=lambda fn, *args: started.append((fn, args)))
+    r.outstanding[ACTOR] = 10 * GATHER_CALLS  # results that never come back here
+    r._touched[ACTOR] = time.monotonic() + 60
+    r.call_elsewhere(ACTOR, actor_call(0))
+    fn, args = started.pop()
+    t0 = time.monotonic()
+    fn(*args)
+    assert [e[2] for e in log if e[0] == "sent"] == [0]
+    assert time.monotonic() - t0 < GATHER_MAX_S + 1.0
+
+
+def test_a_count_of_calls_in_flight_that_stopped_changing_is_stale() -> None:
+    """Calls whose results are never asked for here never come back: once the count has
+    not changed for OUTSTANDING_TTL_S, a lone call goes at once again."""
+    r, log = router()
+    r.outstanding[ACTOR] = 10 * GATHER_CALLS
+    r._touched[ACTOR] = time.monotonic() - 2 * OUTSTANDING_TTL_S
+    r.call_elsewhere(ACTOR, actor_call(0))
+    assert [e[2] for e in log if e[0] == "sent"] == [0]
+    assert r.outstanding[ACTOR] == 1  # counted from zero again: no wait for a batch
+
+
+def test_a_batch_of_calls_taken_is_booked_in_one_call_in_order() -> None:
+    batches: list[list[int]] = []
+    r, _ = router(refuse_from=3)
+    r.sent = lambda calls, address: batches.append(
+        [int.from_bytes(c.spec.task_id, "big") for c in calls]
+    )
+    deferred: list[Any] = []
+    r._sender = lambda fn, *args: deferred.append((fn, args))
+    for i in range(5):
+        r.call_elsewhere(ACTOR, actor_call(i))
+    fn, args = deferred.pop()
+    fn(*args)
+    assert batches == [[0, 1, 2]]  # the refused call and the one after it stay held
+    assert [c.spec.task_id for c in r.table.calls[ACTOR]] == [tid(3), tid(4)]
 
 
 class FakeQueue:

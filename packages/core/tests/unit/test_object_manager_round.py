@@ -17,8 +17,12 @@ class Gcs:
 
 
 class Store:
-    def contains(self, object_id: bytes) -> bool:
-        return object_id == OID[0]  # made here already
+    def __init__(self) -> None:
+        self.waits: list[list[bytes]] = []
+
+    def wait(self, ids: list[bytes], num_ready: int, timeout_s: float) -> list[bool]:
+        self.waits.append(list(ids))
+        return [oid == OID[0] for oid in ids]  # OID[0]: made here already
 
 
 def manager(waited: set[bytes] | None) -> tuple[ObjectManager, list[list[bytes]]]:
@@ -36,7 +40,7 @@ def manager(waited: set[bytes] | None) -> tuple[ObjectManager, list[list[bytes]]
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
-        on_arrival=lambda oid: None,
+        on_arrival=lambda ids: None,
         fail=lambda ids, tag, message: None,
         waited=None if waited is None else is_waited,
     )
@@ -50,6 +54,7 @@ def test_objects_nothing_waits_for_are_dropped_not_looked_up() -> None:
     for oid in OID[:3]:
         om.state.want(oid, now=0.0)
     om._round()
+    assert om.client.waits == [OID[:3]]  # one round trip asks the store about them all
     assert asked == [[OID[1], OID[2]]]  # the one here is not asked about
     assert set(om.state.wanted) == {OID[2]}  # made here; freed before the loop looked
     assert looked_up == [fs.LookUp((OID[2],))]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -39,6 +40,15 @@ from rayfield._private.protocol.types import ActorInfo, ActorState, NodeInfo
 __all__ = ["ActorRouter", "ActorTable"]
 
 logger = logging.getLogger("rayfield")
+
+# A send of an actor's calls while its node still runs at least GATHER_CALLS of the calls
+# sent before waits (up to GATHER_MAX_S) until GATHER_CALLS calls are held or fewer than
+# that are left to run there (``ActorRouter._gather``).
+GATHER_CALLS = 64
+GATHER_MAX_S = 0.005
+# A count of calls in flight that changed neither by a send nor by a result for this long
+# is stale (their results are not asked for here): it starts again from zero.
+OUTSTANDING_TTL_S = 0.05
 
 
 def _spec_of(call: TakenTask) -> TaskSpec:
@@ -109,7 +119,8 @@ class ActorRouter:
         fail: stores error objects ``(ids, tag, message)`` (``Recovery.fail``).
         send: forwards calls in order to a node in one call; one outcome a call, None
             when taken (``NodeAgent.send_batch``).
-        sent: bookkeeping of a call a node took (where its results are made).
+        sent: bookkeeping of calls a node took, a batch at a time, in order (where their
+            results are made).
         drop: releases what the native core handed over with a call that is not sent.
         background: runs ``fn(*args)`` off the caller's thread (GCS lookups); None: a
             pool of the router's own, shut down by :meth:`close`.
@@ -126,7 +137,7 @@ class ActorRouter:
         dead: Callable[[bytes], str | None],
         fail: Callable[[list[bytes], str, str], None],
         send: Callable[[str, list[TakenTask]], list[str | None]],
-        sent: Callable[[TakenTask, str], None],
+        sent: Callable[[list[TakenTask], str], None],
         drop: Callable[[TakenTask], None],
         background: Callable[..., object] | None = None,
         sender: Callable[..., object] | None = None,
@@ -143,6 +154,13 @@ class ActorRouter:
         self.table = ActorTable()
         self._lock = threading.Lock()
         self._looking: set[bytes] = set()  # actors whose node the GCS is being asked for
+        # Calls sent whose results are not back yet, per actor, and when that count last
+        # changed (``_gather``). Results never asked for here (calls whose results the
+        # caller drops) never come back: a count unchanged for ``OUTSTANDING_TTL_S`` is
+        # stale and starts again from zero.
+        self.outstanding: dict[bytes, int] = {}
+        self._touched: dict[bytes, float] = {}
+        self._grown = threading.Condition(self._lock)
         self._pool: ThreadPoolExecutor | None = None
         if background is None:
             self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rayfield-actors")
@@ -157,9 +175,14 @@ class ActorRouter:
         self._sender = sender
 
     def call_elsewhere(self, actor_id: bytes, call: TakenTask) -> None:
-        """Hold ``call`` (taken from the local queue) and send what can be sent now."""
+        """Hold ``call`` (taken from the local queue) and send what can be sent now. While
+        a send of the actor's calls is in flight, holding is all: that send takes it."""
         with self._lock:
             self.table.hold(actor_id, call)
+            if actor_id in self.table.sending:
+                if len(self.table.calls[actor_id]) == GATHER_CALLS:
+                    self._grown.notify_all()  # a batch is full: the gathering send goes
+                return
         self.route(actor_id)
 
     def moved(self, actor_id: bytes, peer: NodeInfo) -> None:
@@ -180,6 +203,9 @@ class ActorRouter:
 
     def node_died(self, address: str) -> None:
         with self._lock:
+            for actor_id in [a for a, where in self.table.locations.items() if where == address]:
+                self.outstanding.pop(actor_id, None)
+                self._touched.pop(actor_id, None)
             self.table.node_died(address)
 
     def retry_waiting(self) -> None:
@@ -254,12 +280,57 @@ class ActorRouter:
         """Send the held calls of ``actor_id`` until none is held (on a sender thread,
         the only send in flight for this actor); a refusal holds the rest again."""
         try:
+            self._gather(actor_id)
             while self._send_held(actor_id):
-                pass
+                self._gather(actor_id)
         except Exception:
             logger.exception("sending the calls of actor %s failed", short(actor_id))
             with self._lock:
                 self.table.done_sending(actor_id)
+
+    def _gather(self, actor_id: bytes) -> None:
+        """Let the next batch of ``actor_id``'s calls grow while the actor's node has work
+        enough (as Nagle's algorithm holds small segments while data is unacknowledged):
+        while at least ``GATHER_CALLS`` calls sent before have no result back and fewer
+        than ``GATHER_CALLS`` are held, wait, up to ``GATHER_MAX_S``. A batch costs each
+        node about as much as tens of calls in it. A call to an actor with nothing in
+        flight goes at once."""
+        deadline = time.monotonic() + GATHER_MAX_S
+        with self._lock:
+            while (
+                self._in_flight(actor_id) >= GATHER_CALLS
+                and 0 < len(self.table.calls.get(actor_id, ())) < GATHER_CALLS
+            ):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._grown.wait(left)
+
+    def _in_flight(self, actor_id: bytes) -> int:
+        """The calls of ``actor_id`` sent and not back (0 once the count is stale); under
+        the lock."""
+        touched = self._touched.get(actor_id)
+        if touched is None:
+            return 0
+        if time.monotonic() - touched > OUTSTANDING_TTL_S:
+            self.outstanding.pop(actor_id, None)
+            del self._touched[actor_id]
+            return 0
+        return self.outstanding.get(actor_id, 0)
+
+    def results_back(self, actor_ids: list[bytes]) -> None:
+        """A result of a call of each of ``actor_ids`` (one a call) came back here."""
+        with self._lock:
+            now = time.monotonic()
+            for actor_id in actor_ids:
+                n = self.outstanding.get(actor_id, 0) - 1
+                if n > 0:
+                    self.outstanding[actor_id] = n
+                    self._touched[actor_id] = now
+                else:
+                    self.outstanding.pop(actor_id, None)
+                    self._touched.pop(actor_id, None)
+            self._grown.notify_all()
 
     def _send_held(self, actor_id: bytes) -> bool:
         """One round of :meth:`_drain`: True when it sent every call it took (there may
@@ -283,15 +354,26 @@ class ActorRouter:
                 outcomes = self.send(address, chunk)
             except Exception as exc:  # a refusal of the whole chunk: the calls stay held
                 outcomes = [f"{type(exc).__name__}: {exc}"] * len(chunk)
-            for call, why in zip(chunk, outcomes, strict=True):
+            if len(outcomes) != len(chunk):
+                outcomes = [f"{len(outcomes)} replies to {len(chunk)} actor calls"] * len(chunk)
+            taken = 0
+            for why in outcomes:
                 if why is not None:
-                    logger.warning("could not forward an actor call to %s: %s", address, why)
-                    with self._lock:
-                        self.table.put_back(actor_id, calls[done:])
-                        self.table.done_sending(actor_id)
-                    return False
-                done += 1
-                self.sent(call, address)
+                    break
+                taken += 1
+            self.sent(chunk[:taken], address)
+            if taken:
+                with self._lock:
+                    self.outstanding[actor_id] = self._in_flight(actor_id) + taken
+                    self._touched[actor_id] = time.monotonic()
+            done += taken
+            if taken < len(chunk):
+                why = outcomes[taken]
+                logger.warning("could not forward an actor call to %s: %s", address, why)
+                with self._lock:
+                    self.table.put_back(actor_id, calls[done:])
+                    self.table.done_sending(actor_id)
+                return False
         return True
 
     def close(self) -> None:

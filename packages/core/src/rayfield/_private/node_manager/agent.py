@@ -178,7 +178,7 @@ class NodeAgent:
             self.recovery.actor_dead,
             self.recovery.fail,
             self._send_calls,
-            self._call_sent,
+            self._calls_sent,
             self._release_kept,
         )
         self.lifecycle = Lifecycle(
@@ -364,12 +364,20 @@ class NodeAgent:
         if spec.actor_creation and spec.actor_id is not None:
             self.actors.moved(spec.actor_id, peer)
 
-    def _call_sent(self, call: TakenTask, address: str) -> None:
-        """Bookkeeping of an actor call the actor's node at ``address`` took."""
-        self.recovery.record(call.spec, address)
-        self._hold_args(call, address)
-        logger.debug("call %s sent to %s", call.spec.task_id.hex(), address)
-        self.objects.made_at(call.spec.return_ids, address)
+    def _calls_sent(self, calls: list[TakenTask], address: str) -> None:
+        """Bookkeeping of actor calls the actor's node at ``address`` took (a batch, in
+        order): their specs for recovery, their argument pins, one release of the actor
+        handles they held, and where their results are made."""
+        if not calls:
+            return
+        self.recovery.record_many([c.spec for c in calls], address)
+        handles = [a for c in calls for a in c.kept_handles]
+        if handles:  # the peer's node counted them before it accepted the calls
+            self.store.actor_handles(handles, False)
+        for call in calls:
+            if call.kept_pins:
+                self._hold_args(TakenTask(call.spec, call.kept_pins), address)
+        self.objects.made_at([r for c in calls for r in c.spec.return_ids], address)
 
     def _hold_args(self, taken: TakenTask, address: str) -> None:
         """Keep the arguments of a task sent to ``address`` pinned until its results are
@@ -386,14 +394,16 @@ class NodeAgent:
         with self._lock:
             self.arg_pins.hold(spec.task_id, address, pins, spec.return_ids)
 
-    def _arrived(self, object_id: bytes) -> None:
-        """An object came from another node: its task need not run again, and once all
-        its results are here its arguments are unpinned."""
-        self.recovery.result_here(object_id)
+    def _arrived(self, object_ids: list[bytes]) -> None:
+        """Objects came from another node: their tasks need not run again, and once all
+        of a task's results are here its arguments are unpinned."""
+        calls_done = self.recovery.results_here(object_ids)
+        if calls_done:
+            self.actors.results_back(calls_done)
         with self._lock:
-            pins = self.arg_pins.result_back(object_id)
+            pins = [p for oid in object_ids for p in self.arg_pins.result_back(oid)]
         if pins:
-            self.store.unpin(list(pins))
+            self.store.unpin(pins)
 
     def _give_back(self, taken: TakenTask) -> None:
         """Queue a taken task here again (no peer took it), unless its driver exited."""
@@ -413,7 +423,27 @@ class NodeAgent:
             self.store.actor_handles([actor_id], False)
 
     def _resubmit(self, spec: TaskSpec, pin_returns: bool = False, resume: bool = False) -> None:
-        self.store.submit_task(**spec.to_native(), pin_returns=pin_returns, resume_sequence=resume)
+        # By position, in ``submit_task``'s order (no dict of 18 keywords a task).
+        self.store.submit_task(
+            spec.task_id,
+            spec.payload,
+            spec.resources if isinstance(spec.resources, dict) else dict(spec.resources),
+            spec.dependencies,
+            spec.actor_id,
+            spec.actor_creation,
+            spec.max_concurrency,
+            spec.caller_id,
+            spec.sequence_no,
+            spec.return_ids,
+            spec.max_retries,
+            (),  # pins
+            pin_returns,
+            resume,
+            False,  # detached
+            spec.actor_handles,
+            spec.scheduling,
+            spec.runtime_env,
+        )
 
     def _actor_dead(self, actor_id: bytes, why: str) -> None:
         self.lifecycle.actor_died(actor_id, why)

@@ -126,6 +126,7 @@ class FetchState:
         self.polling: set[str] = set()  # addresses a Poll runs for
         self.looking: set[bytes] = set()  # ids a LookUp runs for
         self.made_at_: dict[bytes, str] = {}  # id -> address of the node making it
+        self.unlisted: set[bytes] = set()  # made_at ids whose copy here is not recorded
         self.held: set[bytes] = set()  # results made here for other nodes' tasks
         self.announced: set[bytes] = set()  # large objects a peer said it holds for us
         self.code_from_peers: set[bytes] = set()  # code ids the GCS did not have
@@ -160,10 +161,16 @@ class FetchState:
         self.wanted[object_id] = (now + delay_s, FIRST_LOOKUP_S)
         return [Wake()] if delay_s <= 0 else []
 
-    def made_at(self, object_id: bytes, address: str, now: float) -> list[Action]:
+    def made_at(
+        self, object_id: bytes, address: str, now: float, listed: bool = True
+    ) -> list[Action]:
         """``object_id`` will be made by the node at ``address``: ask there, now, if it
-        is wanted."""
+        is wanted. ``listed`` False: the directory does not list it (a result of an actor
+        call, which only this node asks for): its copy here is not recorded either when it
+        comes back from there (another node that wants it finds it by asking the nodes)."""
         self.made_at_[object_id] = address
+        if not listed:
+            self.unlisted.add(object_id)
         if object_id in self.wanted:
             self.wanted[object_id] = (now, FIRST_LOOKUP_S)
             return [Wake()]
@@ -329,12 +336,18 @@ class FetchState:
 
     def arrived(self, object_id: bytes, address: str, release: bool) -> list[Action]:
         """``object_id`` came from the node at ``address`` and is stored here: record the
-        copy and, for a pulled result of a task forwarded there (``release``), let that
-        node drop it."""
+        copy (not for an unlisted result back from its maker: see :meth:`made_at`) and,
+        for a pulled result of a task forwarded there (``release``), let that node drop
+        it."""
         self.wanted.pop(object_id, None)
         self.announced.discard(object_id)
-        actions: list[Action] = [Recorded(object_id)]
-        if self.made_at_.pop(object_id, None) == address and release:
+        maker = self.made_at_.pop(object_id, None)
+        unlisted = object_id in self.unlisted
+        if unlisted:
+            self.unlisted.discard(object_id)
+        back = maker == address and release
+        actions: list[Action] = [] if unlisted and back else [Recorded(object_id)]
+        if back:
             actions.append(Release(address, object_id))
         return actions
 
@@ -342,3 +355,4 @@ class FetchState:
         """The node at ``address`` died: what it was making is looked up anew."""
         for oid in [o for o, a in self.made_at_.items() if a == address]:
             del self.made_at_[oid]
+            self.unlisted.discard(oid)

@@ -59,6 +59,11 @@ MAX_HOPS = 4  # a forwarded task is not moved again; this only bounds a patholog
 MAX_ENDED_JOBS = 1000  # jobs whose driver exited, remembered: their tasks are refused
 
 
+# A node that dropped its last handle to an actor homed elsewhere tells the home this long
+# after, unless it holds one again by then (see ``Lifecycle._report_soon``).
+REPORT_DELAY_S = 0.2
+
+
 class NativeActors(Protocol):
     """What the lifecycle asks of the native core (``rayfield.store.NodeServer``)."""
 
@@ -136,6 +141,7 @@ class Lifecycle:
         self._scope_lock = threading.Lock()
         # Handle questions go to other nodes one at a time, off the event thread:
         self._scope_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayfield-scope")
+        self._reports: set[bytes] = set()  # actors whose release is told to their home soon
 
     # ---- actor handles ----------------------------------------------------------------
 
@@ -159,11 +165,37 @@ class Lifecycle:
 
     def _act(self, decisions: list[Decision]) -> None:
         for what, actor_id in decisions:
-            fn = self._confirm if what == "confirm" else self._report
+            if what == "report":
+                self._report_soon(actor_id)
+                continue
             try:
-                self._scope_pool.submit(fn, actor_id)
+                self._scope_pool.submit(self._confirm, actor_id)
             except RuntimeError:  # shutting down
                 return
+
+    def _report_soon(self, actor_id: bytes) -> None:
+        """Tell the home of ``actor_id`` of its release here in ``REPORT_DELAY_S``, if no
+        handle is held here again by then. Calls forwarded here hold their actor while they
+        run, so a stream of calls in batches takes this node's count from 0 to 1 and back
+        once a batch: one report a batch before, for a release that did not last."""
+        with self._scope_lock:
+            if actor_id in self._reports:
+                return  # one is due already
+            self._reports.add(actor_id)
+        timer = threading.Timer(REPORT_DELAY_S, self._report_due, (actor_id,))
+        timer.daemon = True
+        timer.start()
+
+    def _report_due(self, actor_id: bytes) -> None:
+        with self._scope_lock:
+            self._reports.discard(actor_id)
+            held = actor_id in self.scopes.held  # held again: its next release reports
+        if held:
+            return
+        try:
+            self._scope_pool.submit(self._report, actor_id)
+        except RuntimeError:  # shutting down
+            return
 
     def _report(self, actor_id: bytes) -> None:
         """Tell the actor's home node that this node dropped its last handle to it."""

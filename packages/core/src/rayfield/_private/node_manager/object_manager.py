@@ -33,7 +33,7 @@ from rayfield._private.node_manager.gcs_writer import GcsWriter
 from rayfield._private.node_manager.membership import PeerView
 from rayfield._private.node_manager.node_service import PeerChannels, PeerError
 from rayfield._private.node_manager.object_push import INLINE_MAX_BYTES
-from rayfield._private.node_manager.transfer import store_whole, write_chunks
+from rayfield._private.node_manager.transfer import PUT_MAX_BYTES, store_whole, write_chunks
 from rayfield.store import StoreClient
 
 __all__ = ["ObjectManager"]
@@ -60,8 +60,8 @@ class ObjectManager:
         writer: records new copies in the GCS directory.
         peers: the cluster's nodes.
         channels: stubs of the other nodes.
-        on_arrival: told each object that came from another node (its task need not
-            run again; arguments pinned for it may go).
+        on_arrival: told the objects that came from another node, a list at a time
+            (their tasks need not run again; arguments pinned for them may go).
         fail: stores error objects ``(ids, tag, message)`` (``Recovery.fail``).
         waited: which of the given ids something on this node still waits for (a get, a
             wait or a task's dependency: ``NodeServer.waited``); a wanted object nothing
@@ -79,7 +79,7 @@ class ObjectManager:
         writer: GcsWriter,
         peers: PeerView,
         channels: PeerChannels,
-        on_arrival: Callable[[bytes], None],
+        on_arrival: Callable[[list[bytes]], None],
         fail: Callable[[list[bytes], str, str], None],
         waited: Callable[[list[bytes]], list[bool]] | None = None,
         data: DataClient | None = None,
@@ -134,11 +134,14 @@ class ObjectManager:
         self, object_ids: Iterable[bytes], address: str, node_id: bytes | None = None
     ) -> None:
         """``object_ids`` are being made by the node at ``address``; with ``node_id``
-        (that node's id), record that node as their location in the GCS directory."""
+        (that node's id), record that node as their location in the GCS directory. Without
+        it (results of actor calls) neither that node nor this one, once they are back
+        here, is recorded (``FetchState.made_at``)."""
         ids = list(object_ids)
         now = time.monotonic()
+        listed = node_id is not None
         with self._lock:
-            actions = [a for oid in ids for a in self.state.made_at(oid, address, now)]
+            actions = [a for oid in ids for a in self.state.made_at(oid, address, now, listed)]
         if node_id is not None:
             self.writer.add_locations(node_id, ids)
         self._act(actions)
@@ -179,6 +182,8 @@ class ObjectManager:
     # ---- carrying out actions -----------------------------------------------------
 
     def _act(self, actions: list[fs.Action]) -> None:
+        recorded: list[bytes] = []
+        released: list[fs.Release] = []
         for action in actions:
             if isinstance(action, fs.Wake):
                 self._wake.set()
@@ -191,10 +196,15 @@ class ObjectManager:
             elif isinstance(action, fs.Lost):
                 self._lost(action.object_id)
             elif isinstance(action, fs.Recorded):
-                self.writer.add_locations(self.node_id, [action.object_id])
+                recorded.append(action.object_id)
             elif isinstance(action, fs.Release):
-                with self._lock:
-                    self._to_release.setdefault(action.address, []).append(action.object_id)
+                released.append(action)
+        if recorded:
+            self.writer.add_locations(self.node_id, recorded)
+        if released:
+            with self._lock:
+                for r in released:
+                    self._to_release.setdefault(r.address, []).append(r.object_id)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -212,7 +222,10 @@ class ObjectManager:
         now = time.monotonic()
         with self._lock:
             hinted, to_check = self.state.due(now)
-        here = {oid for oid in to_check if self.client.contains(oid)}
+        here: set[bytes] = set()
+        if to_check:  # one round trip for them all (a wait that does not wait)
+            flags = self.client.wait(to_check, len(to_check), timeout_s=0)
+            here = {oid for oid, sealed in zip(to_check, flags, strict=True) if sealed}
         absent = [oid for oid in to_check if oid not in here]
         if absent and self.waited is not None:
             flags = self.waited(absent)
@@ -303,17 +316,43 @@ class ObjectManager:
                 present = dict(zip(ids, found, strict=False))
             except PeerError:
                 whole = {}
-            for oid, (meta, data) in whole.items():
-                if present.get(oid) and self._store_whole(
-                    oid, address, len(data), meta, data, release=True
-                ):
-                    stored.add(oid)
+            stored = self._store_many(address, present, whole)
         except Exception:
             logger.exception("polling %s failed", address)
         finally:
             with self._lock:
                 actions = self.state.poll_done(address, present, stored, time.monotonic())
             self._act(actions)
+
+    def _store_many(
+        self, sender: str, present: dict[bytes, bool], whole: dict[bytes, tuple[bytes, bytes]]
+    ) -> set[bytes]:
+        """Store the objects a long poll of the node at ``sender`` brought whole (results
+        of tasks forwarded there); the ids here now. Small ones go as puts that wait for no
+        reply, then one round trip asks which are sealed (a put the store refused, e.g.
+        full, leaves its object to be pulled); larger ones one at a time."""
+        small: list[bytes] = []
+        stored: set[bytes] = set()
+        for oid, (meta, data) in whole.items():
+            if not present.get(oid):
+                continue
+            if len(data) + len(meta) > PUT_MAX_BYTES:
+                if self._store_whole(oid, sender, len(data), meta, data, release=True):
+                    stored.add(oid)
+                continue
+            try:
+                self.client.put(oid, data, meta, wait=False)
+            except Exception as exc:
+                logger.info("could not store object %s: %s", short(oid), exc)
+                continue
+            small.append(oid)
+        if small:
+            flags = self.client.wait(small, len(small), timeout_s=0)
+            here = [oid for oid, sealed in zip(small, flags, strict=True) if sealed]
+            self.bytes_received += sum(len(whole[oid][1]) for oid in here)
+            self._arrived_many(here, sender, release=True)
+            stored.update(here)
+        return stored
 
     def _store_whole(
         self, object_id: bytes, sender: str, size: int, meta: bytes, data: Any, release: bool
@@ -396,9 +435,14 @@ class ObjectManager:
             yield raw
 
     def _arrived(self, object_id: bytes, address: str, release: bool) -> None:
-        self.on_arrival(object_id)
+        self._arrived_many([object_id], address, release)
+
+    def _arrived_many(self, object_ids: list[bytes], address: str, release: bool) -> None:
+        if not object_ids:
+            return
+        self.on_arrival(object_ids)
         with self._lock:
-            actions = self.state.arrived(object_id, address, release)
+            actions = [a for oid in object_ids for a in self.state.arrived(oid, address, release)]
         self._act(actions)
 
     def flush(self) -> None:

@@ -64,10 +64,15 @@ class Recovery:
 
     def record(self, spec: TaskSpec, address: str) -> None:
         """``spec`` was accepted by the node at ``address``."""
+        self.record_many([spec], address)
+
+    def record_many(self, specs: list[TaskSpec], address: str) -> None:
+        """``specs`` were accepted by the node at ``address``."""
         with self._lock:
-            self.sent[spec.task_id] = Sent(spec, address)
-            for rid in spec.return_ids:
-                self.by_return[rid] = spec.task_id
+            for spec in specs:
+                self.sent[spec.task_id] = Sent(spec, address)
+                for rid in spec.return_ids:
+                    self.by_return[rid] = spec.task_id
 
     def where_sent(self, task_id: bytes) -> str | None:
         """The address of the node that accepted ``task_id`` from this node, if any."""
@@ -77,13 +82,23 @@ class Recovery:
 
     def result_here(self, object_id: bytes) -> None:
         """A result of sent work reached this node: its task need not run again."""
+        self.results_here([object_id])
+
+    def results_here(self, object_ids: Iterable[bytes]) -> list[bytes]:
+        """Results of sent work reached this node: their tasks need not run again.
+        Returns the actor of each actor call among them whose last result this was."""
+        done: list[bytes] = []
         with self._lock:
-            task_id = self.by_return.pop(object_id, None)
-            sent = self.sent.get(task_id) if task_id is not None else None
-            if sent is None or sent.spec.actor_creation:
-                return  # a creation stays: the actor may have to be recreated
-            if not any(r in self.by_return for r in sent.spec.return_ids):
-                del self.sent[task_id]  # type: ignore[arg-type]
+            for object_id in object_ids:
+                task_id = self.by_return.pop(object_id, None)
+                sent = self.sent.get(task_id) if task_id is not None else None
+                if sent is None or sent.spec.actor_creation:
+                    continue  # a creation stays: the actor may have to be recreated
+                if not any(r in self.by_return for r in sent.spec.return_ids):
+                    del self.sent[sent.spec.task_id]
+                    if sent.spec.actor_id:
+                        done.append(sent.spec.actor_id)
+        return done
 
     def node_died(self, address: str) -> list[bytes]:
         """React to the death of the node at ``address``; returns the ids of the actors

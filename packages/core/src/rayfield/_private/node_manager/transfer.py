@@ -22,6 +22,10 @@ from rayfield.store.errors import ObjectExistsError
 
 logger = logging.getLogger("rayfield")
 
+# Objects up to this size are stored with one ``put`` (their bytes go through the store's
+# socket); larger ones are written into a ``create``d buffer and sealed (two requests).
+PUT_MAX_BYTES = 64 << 10
+
 
 def keep_freed_memory() -> None:
     """Have this process's malloc keep the buffers of object transfers when freed.
@@ -78,12 +82,22 @@ def write_chunks(client: StoreClient, object_id: bytes, chunks: Iterable[bytes])
 def store_whole(
     client: StoreClient, object_id: bytes, size: int, meta: bytes, data: Any
 ) -> bool | None:
-    """Store an object that came whole (``data``: ``size`` bytes) and seal it.
+    """Store an object that came whole (``data``: ``size`` bytes) and seal it: a small
+    one with one ``put``, a larger one with ``create``, a copy and ``seal``.
 
     Returns:
         True when stored now; None when it was here already; False when the store
         would not take it (e.g. full: logged; the sender keeps its copy).
     """
+    if size <= PUT_MAX_BYTES:  # one request (create, copy and seal), not two
+        try:
+            client.put(object_id, data, meta)
+        except ObjectExistsError:
+            return None
+        except Exception as exc:
+            logger.info("could not store object %s: %s", short(object_id), exc)
+            return False
+        return True
     try:
         view = client.create(object_id, size, meta)
     except ObjectExistsError:

@@ -131,10 +131,29 @@ def blob_vector(b: flatbuffers.Builder, blobs: Sequence[bytes]) -> int:
     copied in (task events come thousands a second; the builder takes tens of
     microseconds a table)."""
     block = task_wire.blob_vector_block(blobs)
+    _reserve(b, len(block) + 8)
     b.Prep(8, len(block))  # room for it, and it starts 8-aligned (from the end)
     b.head = b.head - len(block)
     b.Bytes[b.head : b.head + len(block)] = block
     return int(b.Offset())
+
+
+def _reserve(b: flatbuffers.Builder, room: int) -> None:
+    """Grow ``b``'s buffer at once to leave at least ``room`` bytes free, as its own
+    doubling would (the written bytes move to the end of a buffer twice as large, or
+    more), with one copy instead of one a doubling."""
+    if b.head >= room:
+        return
+    old = len(b.Bytes)
+    size = old * 2
+    while size - (old - b.head) < room:
+        size *= 2
+    if size > flatbuffers.Builder.MAX_BUFFER_SIZE:
+        return  # Prep raises its usual error
+    grown = bytearray(size)
+    grown[size - old :] = b.Bytes
+    b.Bytes = grown
+    b.head += size - old
 
 
 def id_struct(b: flatbuffers.Builder, oid: bytes) -> int:
