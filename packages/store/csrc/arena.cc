@@ -2,12 +2,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/mman.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -95,6 +97,67 @@ void Arena::Close() {
   base_ = nullptr;
   fd_ = -1;
   size_ = 0;
+}
+
+ArenaWarmer::~ArenaWarmer() { Stop(); }
+
+void ArenaWarmer::Start(uint8_t* base, uint64_t size, uint64_t ahead) {
+  Stop();
+  if (ahead == 0 || base == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  base_ = base;
+  size_ = size;
+  ahead_ = ahead;
+  warmed_ = target_ = 0;
+  stop_ = false;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void ArenaWarmer::Allocated(uint64_t end, uint64_t size) {
+  if (size < kTrigger) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ahead_ == 0) return;
+  uint64_t want = std::min(size_, end + ahead_);
+  if (want <= target_) return;
+  target_ = want;
+  cv_.notify_one();
+}
+
+uint64_t ArenaWarmer::warmed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return warmed_;
+}
+
+void ArenaWarmer::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ArenaWarmer::Run() {
+  // A batch thread: it takes its share of the CPU but never preempts the node's loop, its
+  // workers or transfers when they wake up.
+  sched_param param{};
+  sched_setscheduler(0, SCHED_BATCH, &param);
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return stop_ || warmed_ < target_; });
+    if (stop_) return;
+    uint64_t begin = warmed_ / page * page;
+    uint64_t end = std::min(target_, begin + kStep);
+    lock.unlock();
+    int err = madvise(base_ + begin, end - begin, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+    lock.lock();
+    if (err == EINTR || err == EAGAIN) continue;  // a signal or a busy page: try again
+    // Any other failure ends the warming: a kernel before 5.14 (no MADV_POPULATE_WRITE),
+    // or no memory for more pages now. Creators then fault their pages in as without it.
+    if (err != 0) return;
+    warmed_ = std::max(warmed_, end);
+  }
 }
 
 uint8_t* MapArena(int fd, uint64_t size, std::string* error) {

@@ -70,6 +70,9 @@ Status NodeServer::Start() {
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
   stopping_ = false;
   running_ = true;
+  if (!options_.arena.prefault) {
+    warmer_.Start(arena_.base(), arena_.size(), options_.arena.warm_ahead);
+  }
   thread_ = std::thread([this] { Loop(); });
   Log(1, "node listening on " + options_.socket_path + " with a " + std::to_string(arena_.size()) +
              "-byte object store");
@@ -97,6 +100,7 @@ void NodeServer::Stop() {
     restore_wanted_.clear();
     if (spill_) spill_->Close();  // the spill files go with the node
     spill_.reset();
+    warmer_.Stop();
     arena_.Close();
   }
   events_cv_.notify_all();

@@ -100,6 +100,8 @@ class NodeServer {
   void Stop();
   bool running() const { return running_.load(); }
   const NodeOptions& options() const { return options_; }
+  // Bytes of the arena the warmer has populated (ArenaWarmer; 0 when it is off).
+  uint64_t warmed_bytes() { return warmer_.warmed(); }
 
   // Host API; every call is thread-safe.
   // Waits up to timeout_ms (-1: forever) for events; empty after Stop().
@@ -219,6 +221,7 @@ class NodeServer {
 
   NodeOptions options_;
   Arena arena_;
+  ArenaWarmer warmer_;  // started after the arena, stopped before it is unmapped
   std::unique_ptr<ObjectStore> store_;
   std::unique_ptr<TaskManager> tasks_;
   std::unique_ptr<SpillFiles> spill_;

@@ -30,6 +30,7 @@ Status NodeServer::CreateObject(ClientID client, const UniqueID& id, uint64_t da
   if (s.code == Code::StoreFull) {
     PushEvent(StoreFullEvent{s.requested_bytes, s.capacity_bytes, s.used_bytes});
   }
+  if (s.ok()) warmer_.Allocated(*offset + data_size + metadata_size, data_size + metadata_size);
   return s;
 }
 

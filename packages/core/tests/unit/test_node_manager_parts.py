@@ -632,3 +632,25 @@ def test_the_event_shipper_stamps_each_event_with_its_node(tmp_path: Any) -> Non
         out = shipper._stamped(line)
         assert out is not None and json.loads(out) == {**event, **stamp}
     assert shipper._stamped(b"not json") is None and shipper._stamped(b"  ") is None
+
+
+def test_a_nodes_store_warms_an_eighth_of_itself_up_to_a_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rayfield._private.node_manager.node import (
+        ENV_WARM_AHEAD,
+        WARM_AHEAD_MAX_BYTES,
+        warm_ahead_bytes,
+    )
+
+    monkeypatch.delenv(ENV_WARM_AHEAD, raising=False)
+    assert warm_ahead_bytes(800 << 20) == 100 << 20
+    assert warm_ahead_bytes(64 << 30) == WARM_AHEAD_MAX_BYTES
+    monkeypatch.setenv(ENV_WARM_AHEAD, "0")
+    assert warm_ahead_bytes(64 << 30) == 0
+    monkeypatch.setenv(ENV_WARM_AHEAD, "12345")
+    assert warm_ahead_bytes(64 << 30) == 12345
+    for bad in ("-1", "1e6", "lots"):
+        monkeypatch.setenv(ENV_WARM_AHEAD, bad)
+        with pytest.raises(ValueError, match=ENV_WARM_AHEAD):
+            warm_ahead_bytes(64 << 30)

@@ -14,6 +14,7 @@ core, and removes the socket.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -38,6 +39,30 @@ from rayfield.store import NodeServer
 __all__ = ["ClusterAgent", "Node", "WorkerPool"]
 
 logger = logging.getLogger("rayfield")
+# The most bytes of its store a node keeps populated ahead of the next large object
+# (``NodeServer(warm_ahead_bytes=...)``; an eighth of a smaller store).
+WARM_AHEAD_MAX_BYTES = 256 << 20
+ENV_WARM_AHEAD = "RAYFIELD_STORE_WARM_AHEAD"  # bytes instead of that default; 0: none
+
+
+def warm_ahead_bytes(object_store_memory: int) -> int:
+    """How many bytes of its store a node populates ahead of the next large object:
+    ``$RAYFIELD_STORE_WARM_AHEAD`` when set, else an eighth of the store up to
+    ``WARM_AHEAD_MAX_BYTES``.
+
+    Raises:
+        ValueError: ``$RAYFIELD_STORE_WARM_AHEAD`` is not a whole number of bytes >= 0.
+    """
+    raw = os.environ.get(ENV_WARM_AHEAD, "").strip()
+    if not raw:
+        return min(object_store_memory // 8, WARM_AHEAD_MAX_BYTES)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{ENV_WARM_AHEAD} must be a whole number of bytes >= 0, not {raw!r}")
+    return value
 
 
 class ClusterAgent(Protocol):
@@ -91,7 +116,10 @@ class Node:
             object_store_memory,
             plasma_directory=plasma_directory,
             huge_pages=huge_pages,
-            prefault=False,  # pages are mapped as objects are created
+            prefault=False,  # pages are mapped as objects are created...
+            # ...and, once large objects come, populated ahead of them on a low-priority
+            # thread (a pulled 200 MB object otherwise waits ~0.1-0.3 s for fresh pages)
+            warm_ahead_bytes=warm_ahead_bytes(object_store_memory),
             resources=resources,
             spill_directory=session_dir / "spill",  # referenced objects past the store's size
         )
