@@ -76,7 +76,9 @@ class ArenaWarmer {
   // Bytes from the base populated so far (for tests).
   uint64_t warmed();
 
-  static constexpr uint64_t kStep = 8ull << 20;  // one populate call
+  // One populate call: it holds the node process's mmap lock for reading, so another
+  // thread's mmap or munmap waits for at most this much populating (about 1 ms).
+  static constexpr uint64_t kStep = 2ull << 20;
   static constexpr uint64_t kTrigger = 1ull << 20;
 
  private:
