@@ -2,7 +2,7 @@
 from what its clients send, and a client that plays CartPole through it.
 
     python _bench_serving_peers.py server rayfield|rllib PORT
-    python _bench_serving_peers.py client rayfield|rllib PORT SECONDS SEED
+    python _bench_serving_peers.py client rayfield|rllib PORT SECONDS SEED [remote|local]
 
 Both servers are written as the libraries' CartPole server examples are: the trainer's
 input is a ``PolicyServerInput`` (RLlib 2.38's on its old API stack, where it lives), no rollout
@@ -10,14 +10,17 @@ workers, no off-policy estimation, the same PPO setting (256x256 network, 200-st
 fragments, 1000-step train batches, 128-row minibatches). A server prints ``READY`` once it
 listens and then trains until it is killed.
 
-A client plays CartPole episodes with ``inference_mode="remote"`` (``get_action`` asks the
-server, rewards go back with ``log_returns``), as the clients of the examples do: RLlib's
+A client plays CartPole episodes with ``inference_mode="remote"`` (default: ``get_action``
+asks the server, rewards go back with ``log_returns``) or ``"local"`` (a policy copy in
+the client computes the actions; the client posts its sampled batches and fetches the
+weights every 10 s), as the clients of the examples do: RLlib's
 ``PolicyClient("http://localhost:PORT")`` (a new connection per request, pickled bodies),
 rayfield's ``PolicyClient("localhost:PORT")`` (one kept-alive connection, msgpack). It
 plays 50 steps to warm up and prints ``READY``; then, for each line of stdin (a start
 time, a Unix time), it waits for that time and plays on for SECONDS, counting the
-``get_action`` calls and all requests started in that window, and prints them as JSON
-(its episode goes on across windows); an empty line or ``quit`` ends it.
+``get_action`` calls and all calls of the client's API started in that window and the
+CPU time the process spent (``cpu_s``, all its threads), and prints them as JSON (its
+episode goes on across windows); an empty line or ``quit`` ends it.
 """
 
 from __future__ import annotations
@@ -86,17 +89,21 @@ def rllib_server(port: int) -> None:
         algo.train()
 
 
-def client(library: str, port: int, seconds: float, seed: int) -> None:
+def client(library: str, port: int, seconds: float, seed: int, mode: str = "remote") -> None:
     import gymnasium as gym
 
     if library == "rayfield":
         from rayfield.rllib.env.policy_client import PolicyClient
 
-        policy_client: Any = PolicyClient(f"localhost:{port}", inference_mode="remote")
+        policy_client: Any = PolicyClient(
+            f"localhost:{port}", inference_mode=mode, update_interval=10.0
+        )
     else:
         from ray.rllib.env.policy_client import PolicyClient as RLlibClient
 
-        policy_client = RLlibClient(f"http://localhost:{port}", inference_mode="remote")
+        policy_client = RLlibClient(
+            f"http://localhost:{port}", inference_mode=mode, update_interval=10.0
+        )
     env = gym.make("CartPole-v1")
     window = [float("inf"), float("inf")]  # [start, end) of the counted calls
     counts = {"get_action": 0, "requests": 0}
@@ -132,9 +139,10 @@ def client(library: str, port: int, seconds: float, seed: int) -> None:
         window[:] = [float(line), float(line) + seconds]
         counts.update(get_action=0, requests=0)
         time.sleep(max(0.0, window[0] - time.time()))
+        cpu = time.process_time()
         while time.time() < window[1]:
             step()
-        print(json.dumps(counts), flush=True)
+        print(json.dumps({**counts, "cpu_s": time.process_time() - cpu}), flush=True)
 
 
 if __name__ == "__main__":
@@ -142,4 +150,4 @@ if __name__ == "__main__":
     if role == "server":
         (rayfield_server if lib == "rayfield" else rllib_server)(port_arg)
     else:
-        client(lib, port_arg, float(sys.argv[4]), int(sys.argv[5]))
+        client(lib, port_arg, float(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:7])
