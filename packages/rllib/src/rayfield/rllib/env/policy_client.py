@@ -127,7 +127,8 @@ class PolicyClient:
             client builds a copy of the server's policy (from its class path, spaces and
             JSON config; see `rayfield.rllib.env.policy_client_local`), computes the
             actions here and posts the batches it samples to the server (needs a
-            `PolicyServerInput` server).
+            `PolicyServerInput` server); it sets torch to one intra-op thread for the
+            process (``torch.set_num_threads(1)``, as a rollout worker does).
         update_interval: local inference: fetch the server's weights every this many
             seconds (checked at each call; None: only at the start and by
             `update_policy`).
