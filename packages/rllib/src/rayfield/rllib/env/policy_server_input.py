@@ -26,8 +26,9 @@ Applications drive episodes with a `PolicyClient` on the wire of ``serving_wire.
 * ``inference_mode="local"``: the client asks once for ``GET_WORKER_ARGS`` (the policy's
   class as a dotted path, its spaces and the JSON-able part of the config), builds its
   own copy of the policy, fetches ``GET_WEIGHTS`` (arrays by policy id, plus the
-  trainer's global vars) every ``update_interval`` seconds and posts the postprocessed
-  batches it samples with ``REPORT_SAMPLES`` (a batch in the offline JSON form of
+  trainer's global vars; while the trainer learns, those of its last `next`, so that
+  the client never waits for an update) every ``update_interval`` seconds and posts
+  the postprocessed batches it samples with ``REPORT_SAMPLES`` (a batch in the offline JSON form of
   `rayfield.rllib.offline.columns`, plus its finished episodes).
 
 `next` hands the trainer the batches of both modes in the order they came, waiting
@@ -296,9 +297,21 @@ class PolicyServerInput(InputReader):
         }
 
     def weights(self) -> dict[str, Any]:
-        """The worker's weights (by policy id, arrays by name) and global vars."""
+        """The worker's weights (by policy id, arrays by name) and global vars; while the
+        trainer learns (its policy's lock is held for the whole update, seconds for
+        PPO's epochs), the weights it had at its last `next` (the inference copy's),
+        so that a client never waits for training."""
+        lock = getattr(self.policy, "lock", None)
+        if lock is not None and not lock.acquire(blocking=False):
+            weights = {DEFAULT_POLICY_ID: self.inference_policy.get_weights()}
+        else:
+            try:
+                weights = self.worker.get_weights()
+            finally:
+                if lock is not None:
+                    lock.release()
         return {
-            "weights": self.worker.get_weights(),
+            "weights": weights,
             "global_vars": to_json_safe(getattr(self.worker, "global_vars", {}) or {}),
         }
 
