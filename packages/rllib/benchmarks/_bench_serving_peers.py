@@ -1,14 +1,16 @@
 """The programs `bench_serving.py` runs, one process each: a policy server that trains PPO
 from what its clients send, and a client that plays CartPole through it.
 
-    python _bench_serving_peers.py server rayfield|rllib PORT
+    python _bench_serving_peers.py server rayfield|rllib PORT [MAX_QUEUED_BATCHES]
     python _bench_serving_peers.py client rayfield|rllib PORT SECONDS SEED [remote|local]
 
 Both servers are written as the libraries' CartPole server examples are: the trainer's
 input is a ``PolicyServerInput`` (RLlib 2.38's on its old API stack, where it lives), no rollout
 workers, no off-policy estimation, the same PPO setting (256x256 network, 200-step
 fragments, 1000-step train batches, 128-row minibatches). A server prints ``READY`` once it
-listens and then trains until it is killed.
+listens and then trains until it is killed. rayfield's ``PolicyServerInput`` holds at most
+``max_queued_batches`` batches for the trainer (16 by default; then its clients wait for the
+trainer), RLlib's queue has no bound: MAX_QUEUED_BATCHES sets rayfield's.
 
 A client plays CartPole episodes with ``inference_mode="remote"`` (default: ``get_action``
 asks the server, rewards go back with ``log_returns``) or ``"local"`` (a policy copy in
@@ -36,12 +38,13 @@ TRAIN_BATCH = 1000
 MINIBATCH = 128
 
 
-def rayfield_server(port: int) -> None:
+def rayfield_server(port: int, max_queued_batches: int | None = None) -> None:
     from rayfield.rllib.agents.ppo import PPOTrainer
     from rayfield.rllib.env.policy_server_input import PolicyServerInput
 
+    queue = {} if max_queued_batches is None else {"max_queued_batches": max_queued_batches}
     config = {
-        "input": lambda ioctx: PolicyServerInput(ioctx, "localhost", port),
+        "input": lambda ioctx: PolicyServerInput(ioctx, "localhost", port, **queue),
         "num_workers": 0,
         "input_evaluation": [],
         "rollout_fragment_length": FRAGMENT,
@@ -147,7 +150,9 @@ def client(library: str, port: int, seconds: float, seed: int, mode: str = "remo
 
 if __name__ == "__main__":
     role, lib, port_arg = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    if role == "server":
-        (rayfield_server if lib == "rayfield" else rllib_server)(port_arg)
+    if role == "server" and lib == "rayfield":
+        rayfield_server(port_arg, *(int(x) for x in sys.argv[4:5]))
+    elif role == "server":
+        rllib_server(port_arg)
     else:
         client(lib, port_arg, float(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:7])

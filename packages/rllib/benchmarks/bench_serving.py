@@ -2,7 +2,8 @@
 rayfield-rllib's ``PolicyServerInput`` next to RLlib's.
 
     python bench_serving.py [--rounds 3] [--seconds 4] [--clients 1,8] [--only rayfield|rllib]
-                            [--inference-mode remote|local] [--rllib-path DIR]
+                            [--inference-mode remote|local] [--max-queued-batches N]
+                            [--rllib-path DIR]
 
 Each library runs one server process (a PPO trainer whose ``input`` is its
 ``PolicyServerInput``, written as the library's CartPole server example; it trains on
@@ -35,6 +36,12 @@ rayfield-rllib runs. Target: at least 3x RLlib's requests/s.
 On the shared 2-core development machine other jobs can put the load average far above 2;
 the figures then vary several-fold between rounds (hence the alternating rounds, the
 spread and the load printed with each window).
+
+Backpressure: rayfield's ``PolicyServerInput`` holds at most ``max_queued_batches`` (16)
+batches for the trainer and then makes its clients wait, RLlib's queue grows without bound.
+When the clients outpace the trainer (here, at a few hundred steps per second), rayfield's
+clients are held to the trainer's pace; ``--max-queued-batches N`` sets rayfield's bound
+(e.g. 100000: no bound in practice, as RLlib).
 """
 
 from __future__ import annotations
@@ -128,13 +135,20 @@ def cpu_seconds(pid: int) -> float:
 
 
 def start(
-    lib: str, env: dict[str, str], n: int, seconds: float, logs: Path, mode: str
+    lib: str,
+    env: dict[str, str],
+    n: int,
+    seconds: float,
+    logs: Path,
+    mode: str,
+    max_queued: int | None = None,
 ) -> list[Proc]:
     """The server (first) and `n` clients of `lib`, all ready."""
     port = free_port()
-    server = Proc(
-        [sys.executable, str(PEERS), "server", lib, str(port)], env, logs / f"{lib}-server.log"
-    )
+    argv = [sys.executable, str(PEERS), "server", lib, str(port)]
+    if lib == "rayfield" and max_queued is not None:
+        argv.append(str(max_queued))
+    server = Proc(argv, env, logs / f"{lib}-server.log")
     procs = [server]
     try:
         server.wait_ready(f"the {lib} server")
@@ -188,6 +202,7 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8", help="client counts, comma-separated")
     parser.add_argument("--only", choices=["rayfield", "rllib"])
     parser.add_argument("--inference-mode", choices=["remote", "local"], default="remote")
+    parser.add_argument("--max-queued-batches", type=int, default=None)
     parser.add_argument("--rllib-path", type=Path, default=None)
     args = parser.parse_args()
     counts = [int(x) for x in args.clients.split(",")]
@@ -207,6 +222,11 @@ def main() -> None:
         else:
             libs["rllib"] = env
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start")
+    queued = args.max_queued_batches
+    print(
+        f"{args.inference_mode} inference; rayfield's max_queued_batches: "
+        f"{'16 (the default)' if queued is None else queued}, RLlib's queue: no bound"
+    )
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-serving-{os.getpid()}"
     logs.mkdir(mode=0o700, exist_ok=True)
     procs: dict[str, list[Proc]] = {}
@@ -214,7 +234,15 @@ def main() -> None:
     t0 = time.time()
     try:
         for lib, env in libs.items():
-            procs[lib] = start(lib, env, max(counts), args.seconds, logs, args.inference_mode)
+            procs[lib] = start(
+                lib,
+                env,
+                max(counts),
+                args.seconds,
+                logs,
+                args.inference_mode,
+                args.max_queued_batches,
+            )
         print(f"servers and clients started in {time.time() - t0:.0f} s (not measured)")
         order = list(libs)
         for r in range(args.rounds):
