@@ -95,7 +95,11 @@ class _Connection:
         lines = buf[:end].split(b"\r\n")
         buf = buf[end + 4 :]
         status_line = lines[0].split(None, 2)
-        if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1."):
+        if (
+            len(status_line) < 2
+            or not status_line[0].startswith(b"HTTP/1.")
+            or not status_line[1].isdigit()
+        ):
             raise ConnectionError(f"not an HTTP reply: {lines[0][:80]!r}")
         length, kind, closes = -1, "", status_line[0] == b"HTTP/1.0"
         for line in lines[1:]:

@@ -12,7 +12,10 @@ one given to the server, or a random one written owner-only to
 finds it. A request that is unauthenticated (401), too large (413, the body is not read),
 of an unknown type (415), malformed or invalid for the env (400), about an unknown
 episode (404), or over the env's ``max_concurrent`` episodes (429) gets its status and
-``{"error": message}``; the server keeps serving every other client.
+``{"error": message}``; the server keeps serving every other client. ``GET_ACTION``,
+``LOG_ACTION`` and ``END_EPISODE`` may carry the ``reward`` (and ``info``) logged since the
+episode's previous request, taken as a ``LOG_RETURNS`` just before them (a `PolicyClient`
+sends its rewards so: one round trip per step).
 
 Example (the reference's CartPole server)::
 
