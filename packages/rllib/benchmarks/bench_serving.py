@@ -2,19 +2,24 @@
 rayfield-rllib's ``PolicyServerInput`` next to RLlib's.
 
     python bench_serving.py [--rounds 3] [--seconds 4] [--clients 1,8] [--only rayfield|rllib]
+                            [--inference-mode remote|local] [--max-queued-batches N]
                             [--rllib-path DIR]
 
 Each library runs one server process (a PPO trainer whose ``input`` is its
 ``PolicyServerInput``, written as the library's CartPole server example; it trains on
 what the clients send) and 8 client processes that play CartPole with
-``inference_mode="remote"`` (see ``_bench_serving_peers.py``). All start once, before the
+``inference_mode="remote"`` (default) or ``"local"`` (``--inference-mode``; see
+``_bench_serving_peers.py``). All start once, before the
 rounds (start-up is not measured). In each round every (library, client count) pair gets
 a window of ``--seconds`` during which the first N clients of that library play and count
 their ``get_action`` calls (the other requests of an episode, ``start_episode``,
 ``log_returns`` and ``end_episode``, are made as well and counted apart); the libraries
 take turns, their order swapped every round, so a change in the machine's load falls on
-both. The table gives the median over the rounds and the spread (lowest-highest), the
-ratio of the medians and the load average; the machine's CPU count is printed first.
+both. Each window also gives the CPU time per ``get_action``: of the server process (all
+its threads: serving and the training it does meanwhile; RLlib's Ray daemons, other
+processes, are not counted) and of the clients (their own processes). The table gives the
+median over the rounds and the spread (lowest-highest), the ratio of the medians and the
+load average; the machine's CPU count is printed first.
 
 RLlib's ``PolicyServerInput`` left RLlib in 2.50 (2.60, the version the other benchmarks
 use, has only ``PolicyClient``), and from 2.39 on its inference worker refuses the
@@ -31,6 +36,12 @@ rayfield-rllib runs. Target: at least 3x RLlib's requests/s.
 On the shared 2-core development machine other jobs can put the load average far above 2;
 the figures then vary several-fold between rounds (hence the alternating rounds, the
 spread and the load printed with each window).
+
+Backpressure: rayfield's ``PolicyServerInput`` holds at most ``max_queued_batches`` (16)
+batches for the trainer and then makes its clients wait, RLlib's queue grows without bound.
+When the clients outpace the trainer (here, at a few hundred steps per second), rayfield's
+clients are held to the trainer's pace; ``--max-queued-batches N`` sets rayfield's bound
+(e.g. 100000: no bound in practice, as RLlib).
 """
 
 from __future__ import annotations
@@ -114,12 +125,30 @@ class Proc:
         self.log.close()
 
 
-def start(lib: str, env: dict[str, str], n: int, seconds: float, logs: Path) -> list[Proc]:
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process `pid` so far, all its threads (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start(
+    lib: str,
+    env: dict[str, str],
+    n: int,
+    seconds: float,
+    logs: Path,
+    mode: str,
+    max_queued: int | None = None,
+) -> list[Proc]:
     """The server (first) and `n` clients of `lib`, all ready."""
     port = free_port()
-    server = Proc(
-        [sys.executable, str(PEERS), "server", lib, str(port)], env, logs / f"{lib}-server.log"
-    )
+    argv = [sys.executable, str(PEERS), "server", lib, str(port)]
+    if lib == "rayfield" and max_queued is not None:
+        argv.append(str(max_queued))
+    server = Proc(argv, env, logs / f"{lib}-server.log")
     procs = [server]
     try:
         server.wait_ready(f"the {lib} server")
@@ -132,6 +161,7 @@ def start(lib: str, env: dict[str, str], n: int, seconds: float, logs: Path) -> 
                 str(port),
                 str(seconds),
                 str(1000 * i),
+                mode,
             ]
             procs.append(Proc(argv, env, logs / f"{lib}-client{i}.log"))
         for i, c in enumerate(procs[1:]):
@@ -143,16 +173,25 @@ def start(lib: str, env: dict[str, str], n: int, seconds: float, logs: Path) -> 
     return procs
 
 
-def window(clients: list[Proc], seconds: float) -> dict[str, float]:
-    """One measured window of `clients`: get_action and all requests per second."""
+def window(server: Proc, clients: list[Proc], seconds: float) -> dict[str, float]:
+    """One measured window of `clients`: get_action and all requests per second, and
+    the CPU ms per get_action of the server process and of the clients."""
     at = time.time() + 0.5
     for c in clients:
         c.send(repr(at))
-    totals = {"get_action": 0.0, "requests": 0.0}
+    time.sleep(max(0.0, at - time.time()))
+    cpu = cpu_seconds(server.p.pid)
+    time.sleep(max(0.0, at + seconds - time.time()))
+    server_cpu = cpu_seconds(server.p.pid) - cpu
+    totals = {"get_action": 0.0, "requests": 0.0, "client_cpu": 0.0}
     for c in clients:
         counts = json.loads(c.readline())
-        for k in totals:
-            totals[k] += counts[k] / seconds
+        totals["get_action"] += counts["get_action"] / seconds
+        totals["requests"] += counts["requests"] / seconds
+        totals["client_cpu"] += counts["cpu_s"]
+    calls = max(1.0, totals["get_action"] * seconds)
+    totals["server_ms"] = 1000 * server_cpu / calls
+    totals["client_ms"] = 1000 * totals.pop("client_cpu") / calls
     return totals
 
 
@@ -162,6 +201,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--clients", default="1,8", help="client counts, comma-separated")
     parser.add_argument("--only", choices=["rayfield", "rllib"])
+    parser.add_argument("--inference-mode", choices=["remote", "local"], default="remote")
+    parser.add_argument("--max-queued-batches", type=int, default=None)
     parser.add_argument("--rllib-path", type=Path, default=None)
     args = parser.parse_args()
     counts = [int(x) for x in args.clients.split(",")]
@@ -181,6 +222,11 @@ def main() -> None:
         else:
             libs["rllib"] = env
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start")
+    queued = args.max_queued_batches
+    print(
+        f"{args.inference_mode} inference; rayfield's max_queued_batches: "
+        f"{'16 (the default)' if queued is None else queued}, RLlib's queue: no bound"
+    )
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-serving-{os.getpid()}"
     logs.mkdir(mode=0o700, exist_ok=True)
     procs: dict[str, list[Proc]] = {}
@@ -188,17 +234,26 @@ def main() -> None:
     t0 = time.time()
     try:
         for lib, env in libs.items():
-            procs[lib] = start(lib, env, max(counts), args.seconds, logs)
+            procs[lib] = start(
+                lib,
+                env,
+                max(counts),
+                args.seconds,
+                logs,
+                args.inference_mode,
+                args.max_queued_batches,
+            )
         print(f"servers and clients started in {time.time() - t0:.0f} s (not measured)")
         order = list(libs)
         for r in range(args.rounds):
             for lib in order if r % 2 == 0 else order[::-1]:
                 for n in counts:
-                    res = window(procs[lib][1 : 1 + n], args.seconds)
+                    res = window(procs[lib][0], procs[lib][1 : 1 + n], args.seconds)
                     results.setdefault((lib, n), []).append(res)
                     print(
                         f"round {r + 1} {lib:8s} {n} client(s): {res['get_action']:7.0f} "
-                        f"get_action/s ({res['requests']:.0f} requests/s), "
+                        f"get_action/s ({res['requests']:.0f} calls/s), CPU ms/get_action: "
+                        f"server {res['server_ms']:.2f}, clients {res['client_ms']:.2f}; "
                         f"load {os.getloadavg()[0]:.1f}",
                         flush=True,
                     )
@@ -206,16 +261,23 @@ def main() -> None:
         for plist in procs.values():
             for p in plist:
                 p.stop()
-    print(f"\nget_action requests/s, median (lowest-highest) over {args.rounds} rounds")
+    print(
+        f"\nget_action requests/s ({args.inference_mode} inference), median (lowest-highest) "
+        f"over {args.rounds} rounds; median CPU ms per get_action, server / clients"
+    )
     for n in counts:
         medians = {}
         for lib in libs:
-            vals = [x["get_action"] for x in results.get((lib, n), [])]
-            if not vals:
+            rows = results.get((lib, n), [])
+            if not rows:
                 continue
+            vals = [x["get_action"] for x in rows]
             medians[lib] = statistics.median(vals)
+            server_ms = statistics.median(x["server_ms"] for x in rows)
+            client_ms = statistics.median(x["client_ms"] for x in rows)
             print(
                 f"  {n} client(s)  {lib:8s} {medians[lib]:7.0f}  ({min(vals):.0f}-{max(vals):.0f})"
+                f"  CPU ms {server_ms:.2f} / {client_ms:.2f}"
             )
         if len(medians) == 2 and medians["rllib"] > 0:
             ratio = medians["rayfield"] / medians["rllib"]

@@ -141,6 +141,83 @@ def test_bad_requests_get_4xx_and_the_server_keeps_serving(served: Any) -> None:
     assert info.value.status == 401
 
 
+def raw_exchange(server: PolicyServer, data: bytes) -> bytes:
+    """Send `data` on a new connection and end it; all the server sends until it closes."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.server_port), timeout=10) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+    return out
+
+
+def test_raw_http_keep_alive_and_malformed_heads(served: Any) -> None:
+    env, server = served
+    body = json.dumps({"command": "START_EPISODE", "episode_id": "k"}).encode()
+    head = (
+        f"POST / HTTP/1.1\r\nAuthorization: Bearer {server.token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    ).encode()
+    action = json.dumps({"command": "GET_ACTION", "episode_id": "k", "observation": [1, 0, 0, 0]})
+    second = head.replace(str(len(body)).encode(), str(len(action)).encode())
+    # two requests on one connection (the second says it is the last), each answered in turn
+    out = raw_exchange(
+        server, head + b"\r\n" + body + second + b"Connection: close\r\n\r\n" + action.encode()
+    )
+    replies = out.split(b"HTTP/1.1 ")[1:]
+    assert [r[:3] for r in replies] == [b"200", b"200"]
+    assert replies[0].endswith(b'{"episode_id": "k"}') and replies[1].endswith(b'{"action": 1}')
+    assert b"Connection: close" in replies[1] and b"Date: " in replies[0]
+    # HTTP/1.0 closes after one request; Expect: 100-continue is answered before the body
+    out = raw_exchange(server, second.replace(b"HTTP/1.1", b"HTTP/1.0") + b"\r\n" + action.encode())
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close" in out
+    out = raw_exchange(
+        server,
+        head + b"Expect: 100-continue\r\nConnection: close\r\n\r\n" + body.replace(b"k", b"l"),
+    )
+    assert out.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+    for bad, status in [
+        (b"NONSENSE\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\nno colon here\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\nA: 1\r\nA: 2\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\n" + b"".join(b"H%d: x\r\n" % i for i in range(101)), b"431"),
+        (b"POST /" + b"x" * 65_600 + b" HTTP/1.1\r\n\r\n", b"414"),  # read whole: no RST
+        (b"DELETE / HTTP/1.1\r\n\r\n", b"405"),
+    ]:
+        out = raw_exchange(server, bad)
+        assert out.startswith(b"HTTP/1.1 " + status), (bad[:40], out[:80])
+        assert b"Connection: close" in out
+    assert raw_exchange(server, b"POST / HTTP/1.1\r\nHost: x\r\n") == b""  # ends in the head
+    assert set(env._episodes) == {"k", "l"}  # and it serves on
+
+
+def test_returns_go_with_the_next_request_or_at_close(served: Any) -> None:
+    env, server = served
+    client = PolicyClient(server.address)
+    eid = client.start_episode()
+    client.get_action(eid, [1.0, 0, 0, 0])
+    client.log_returns(eid, 1.0)
+    client.log_returns(eid, 2.0, {"n": 1})
+    assert env._episodes[eid].reward == 0.0  # held in the client
+    with pytest.raises(TypeError, match="reward must be a number"):
+        client.log_returns(eid, "lots")  # type: ignore[arg-type]
+    client.get_action(eid, [1.0, 0, 0, 0])
+    assert (env.events[-1].reward, env.events[-1].info) == (3.0, {"n": 1})
+    client.log_returns(eid, 0.5)
+    client.close()  # sends what it holds
+    assert env._episodes[eid].reward == 0.5
+    direct = PolicyClient(server.address, defer_returns=False)
+    direct.log_returns(eid, 0.25)
+    assert env._episodes[eid].reward == 0.75
+    with pytest.raises(PolicyServerError) as info:
+        direct.log_returns("nope", 1.0)
+    assert info.value.status == 404
+    direct.close()
+
+
 def test_the_token_is_private_and_found_on_this_machine(
     served: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -74,6 +74,29 @@ def test_a_local_client_builds_the_servers_policy_and_refreshes_its_weights(
         action = client.get_action(eid, np.zeros(4, np.float32))
         assert action in (0, 1)
         assert weights_equal(local.worker.policy.get_weights(), changed)
+        # while the trainer learns (its policy locked) the client gets the weights of the
+        # trainer's last sample, at once
+        learning, done = threading.Event(), threading.Event()
+
+        def learn() -> None:
+            with server_policy.lock:
+                learning.set()
+                done.wait(30)
+
+        learner = threading.Thread(target=learn)
+        learner.start()
+        try:
+            assert learning.wait(10)
+            updating = threading.Thread(target=client.update_policy)
+            updating.start()
+            updating.join(10)
+            assert not updating.is_alive()
+        finally:
+            done.set()
+            learner.join(10)
+        synced = server_of(ppo_served).inference_policy.get_weights()
+        assert weights_equal(local.worker.policy.get_weights(), synced)
+        assert not weights_equal(synced, changed)
     finally:
         client.close()
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import queue
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,10 +271,14 @@ class ExternalEnv:
             self.error = exc
 
     # -- the sampler's side -------------------------------------------------------------
-    def poll_events(self, timeout_s: float) -> list[ExternalEvent]:
-        """The events reported so far, waiting up to `timeout_s` for the first."""
+    def poll_events(self, timeout_s: float | None) -> list[ExternalEvent]:
+        """The events reported so far, waiting up to `timeout_s` for the first (None:
+        not at all)."""
         try:
-            out = [self._events.get(timeout=timeout_s)]
+            if timeout_s is None:
+                out = [self._events.get_nowait()]
+            else:
+                out = [self._events.get(timeout=timeout_s)]
         except queue.Empty:
             return []
         while True:
@@ -319,3 +324,37 @@ class ExternalEnv:
                 ep.episode_id, kind, obs, reward, info, training_enabled=ep.training_enabled, **kw
             )
         )
+
+
+class ServedEnv(ExternalEnv):
+    """An `ExternalEnv` whose episodes other threads drive (HTTP requests of a
+    `PolicyServerInput`, the application's calls of a local-inference `PolicyClient`):
+    ``run`` only waits for `stop`. Each call that posts an event (``get_action``,
+    ``log_action``, ``end_episode``) then calls ``pump`` in its own thread, which is
+    meant to run the sampler on the events posted so far
+    (`ExternalEnvSampler.sample_ready`): the call's reply is then ready, and it does
+    not wait for a sampler thread.
+
+    Args:
+        action_space, observation_space, max_concurrent: as for `ExternalEnv`.
+        pump: called after each posted event (None: nothing; a sampler thread must
+            then answer, as for any `ExternalEnv`).
+    """
+
+    def __init__(
+        self,
+        action_space: Any,
+        observation_space: Any,
+        max_concurrent: int = 100,
+        pump: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(action_space, observation_space, max_concurrent)
+        self.pump = pump
+
+    def run(self) -> None:
+        self._stopped.wait()
+
+    def _post(self, ep: _Episode, kind: str, obs: Any, **kw: Any) -> None:
+        super()._post(ep, kind, obs, **kw)
+        if self.pump is not None:
+            self.pump()

@@ -3,16 +3,22 @@
 RLlib's ``PolicyClient`` (reference: ``ray.rllib.utils.policy_client.PolicyClient``), over
 the wire of ``serving_wire.py`` (msgpack by default, or JSON; never pickle) with the
 server's token. Each thread keeps one HTTP/1.1 connection open to the server, so a
-request costs one round trip.
+request costs one round trip: a single write of the request line, headers and body (the
+head is made once per client), and a read of the reply parsed here (status, and the
+Content-Length, Content-Type and Connection headers; a chunked or length-less reply is
+refused as the server never sends one).
 """
 
 from __future__ import annotations
 
-import http.client
 import os
+import socket
+import ssl
 import threading
 import urllib.parse
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from rayfield.rllib.env.policy_server import server_token_path
 from rayfield.rllib.env.serving_wire import JSON, MSGPACK, WireError, decode, encode
@@ -42,6 +48,79 @@ class PolicyServerError(RuntimeError):
         self.message = message
 
 
+_MAX_HEAD = 65536  # the longest status line and headers of a reply read (bytes)
+
+
+class _Connection:
+    """One kept-alive HTTP/1.1 connection to the server (TLS for https).
+
+    Raises (from `post`):
+        ConnectionResetError: the server closed the connection before replying (an idle
+            keep-alive connection it dropped: the caller may retry on a new one).
+        ConnectionError: a reply that is not HTTP/1.x with a Content-Length.
+        OSError: the socket failed (timeouts included).
+    """
+
+    def __init__(self, host: str, port: int, timeout_s: float, tls: bool) -> None:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls:
+                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+        self._buf = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _recv(self) -> bytes:
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionResetError("the policy server closed the connection")
+        return data
+
+    def post(self, request: bytes) -> tuple[int, str, bytes, bool]:
+        """Send a whole request; ``(status, content type, body, server closes)``."""
+        self.sock.sendall(request)
+        buf = self._buf
+        end = buf.find(b"\r\n\r\n")
+        while end < 0:
+            if len(buf) > _MAX_HEAD:
+                raise ConnectionError("the policy server's reply head is too long")
+            buf += self._recv()
+            end = buf.find(b"\r\n\r\n")
+        lines = buf[:end].split(b"\r\n")
+        buf = buf[end + 4 :]
+        status_line = lines[0].split(None, 2)
+        if (
+            len(status_line) < 2
+            or not status_line[0].startswith(b"HTTP/1.")
+            or not status_line[1].isdigit()
+        ):
+            raise ConnectionError(f"not an HTTP reply: {lines[0][:80]!r}")
+        length, kind, closes = -1, "", status_line[0] == b"HTTP/1.0"
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                if not value.strip().isdigit():
+                    raise ConnectionError(f"bad Content-Length in the reply: {value[:40]!r}")
+                length = int(value)
+            elif name == b"content-type":
+                kind = value.decode("latin-1").split(";")[0].strip()
+            elif name == b"connection":
+                closes = value.strip().lower() == b"close"
+        if length < 0:
+            raise ConnectionError("the policy server's reply has no Content-Length")
+        while len(buf) < length:
+            buf += self._recv()
+        self._buf = buf[length:]
+        return int(status_line[1]), kind, buf[:length], closes
+
+
 class PolicyClient:
     """Talks to a `PolicyServer` (see the module docstring).
 
@@ -52,7 +131,8 @@ class PolicyClient:
             client builds a copy of the server's policy (from its class path, spaces and
             JSON config; see `rayfield.rllib.env.policy_client_local`), computes the
             actions here and posts the batches it samples to the server (needs a
-            `PolicyServerInput` server).
+            `PolicyServerInput` server); it sets torch to one intra-op thread for the
+            process (``torch.set_num_threads(1)``, as a rollout worker does).
         update_interval: local inference: fetch the server's weights every this many
             seconds (checked at each call; None: only at the start and by
             `update_policy`).
@@ -61,10 +141,17 @@ class PolicyClient:
         serialization: ``"msgpack"`` (default) or ``"json"``.
         timeout_s: how long one request may take (a ``get_action`` waits for the
             server's sampler).
+        defer_returns: remote inference: keep the rewards (and info) of `log_returns`
+            here and send them with the episode's next request through this client
+            (``get_action``, ``log_action`` or ``end_episode``), which the server adds
+            up as separate calls would have been: one round trip per step instead of
+            two. Rewards still held are sent by `close`. A reward that is not a number
+            raises ``TypeError`` at once; an unknown episode is reported by the next
+            request. False: one ``LOG_RETURNS`` request per call (as RLlib's client).
 
     Raises:
         ValueError: a malformed address, an unknown ``inference_mode`` or serialization,
-            ``update_interval`` <= 0.
+            ``update_interval`` <= 0, a token that is not printable ASCII.
         PermissionError: no token given and none can be found for this address.
         PolicyServerError: local inference, and the server has no policy to give (a
             classic `PolicyServer`: 400) or refused the token (401).
@@ -79,6 +166,7 @@ class PolicyClient:
         token: str | None = None,
         serialization: str = "msgpack",
         timeout_s: float = 60.0,
+        defer_returns: bool = True,
     ) -> None:
         if inference_mode not in ("remote", "local"):
             raise ValueError(
@@ -96,10 +184,20 @@ class PolicyClient:
         self._https = url.scheme == "https"
         self._host, self._port = url.hostname, url.port
         self.token = token or os.environ.get(ENV_TOKEN) or _local_token(url.hostname, url.port)
+        if not self.token.isprintable() or not self.token.isascii():
+            raise ValueError("the token must be printable ASCII (it goes into an HTTP header)")
         self.content_type = MSGPACK if serialization == "msgpack" else JSON
+        host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
+        self._head = (
+            f"POST / HTTP/1.1\r\nHost: {host}:{url.port}\r\n"
+            f"Content-Type: {self.content_type}\r\nAuthorization: Bearer {self.token}\r\n"
+            "Content-Length: "
+        ).encode("latin-1")
         self.timeout_s = float(timeout_s)
         self.inference_mode = inference_mode
         self.update_interval = update_interval
+        self.defer_returns = bool(defer_returns)
+        self._returns: dict[str, list[Any]] = {}  # episode id -> [reward, info] held back
         self._local = threading.local()
         self.local_inference: LocalInference | None = None
         if inference_mode == "local":
@@ -125,7 +223,7 @@ class PolicyClient:
         """The policy's action for ``observation`` (an int, float or numpy array)."""
         if self.local_inference is not None:
             return self.local_inference.ready().get_action(episode_id, observation)
-        reply = self._send(
+        reply = self._send_step(
             {"command": "GET_ACTION", "episode_id": episode_id, "observation": observation}
         )
         return reply["action"]
@@ -134,7 +232,7 @@ class PolicyClient:
         """Record an action the application chose itself at ``observation`` (off-policy)."""
         if self.local_inference is not None:
             return self.local_inference.ready().log_action(episode_id, observation, action)
-        self._send(
+        self._send_step(
             {
                 "command": "LOG_ACTION",
                 "episode_id": episode_id,
@@ -146,18 +244,37 @@ class PolicyClient:
     def log_returns(
         self, episode_id: str, reward: float, info: dict[str, Any] | None = None
     ) -> None:
-        """Add ``reward`` to the reward of the episode's last action."""
+        """Add ``reward`` to the reward of the episode's last action (held and sent with
+        the episode's next request: see ``defer_returns``).
+
+        Raises:
+            TypeError: ``reward`` is not a number (deferred returns).
+        """
         if self.local_inference is not None:
             return self.local_inference.ready().log_returns(episode_id, reward, info)
-        self._send(
-            {"command": "LOG_RETURNS", "episode_id": episode_id, "reward": reward, "info": info}
-        )
+        if not self.defer_returns:
+            self._send(
+                {"command": "LOG_RETURNS", "episode_id": episode_id, "reward": reward, "info": info}
+            )
+            return None
+        if isinstance(reward, (bool, np.bool_)) or not isinstance(reward, (int, float, np.number)):
+            raise TypeError(f"reward must be a number, not {type(reward).__name__}")
+        held = self._returns.get(episode_id)
+        if held is None:
+            self._returns[episode_id] = [float(reward), info or None]
+        else:
+            held[0] += float(reward)
+            if info:
+                held[1] = info
+        return None
 
     def end_episode(self, episode_id: str, observation: Any) -> None:
         """End the episode with its last observation."""
         if self.local_inference is not None:
             return self.local_inference.ready().end_episode(episode_id, observation)
-        self._send({"command": "END_EPISODE", "episode_id": episode_id, "observation": observation})
+        self._send_step(
+            {"command": "END_EPISODE", "episode_id": episode_id, "observation": observation}
+        )
 
     def update_policy(self) -> None:
         """Local inference: fetch the server's weights now (they are also fetched every
@@ -166,13 +283,25 @@ class PolicyClient:
             self.local_inference.update_weights()
 
     def close(self) -> None:
-        """Close this thread's connection (others close when their threads end); local
-        inference: also stop the sampler thread (the steps since its last batch are
-        not sent)."""
+        """Send the rewards still held (``defer_returns``), then close this thread's
+        connection (others close when their threads end); local inference: also stop
+        sampling (the steps since its last batch are not sent).
+
+        Raises:
+            PolicyServerError, ConnectionError: sending the held rewards failed (e.g.
+                404: they were logged for an unknown episode); the connection is closed.
+        """
         local = self.local_inference
         if local is not None and threading.current_thread() is not local.thread:
             local.stop()
-        self._close_connection()
+        try:
+            for episode_id in list(self._returns):
+                held = self._returns.pop(episode_id, None)
+                if held is not None:
+                    request = {"command": "LOG_RETURNS", "episode_id": episode_id}
+                    self._send({**request, "reward": held[0], "info": held[1]})
+        finally:
+            self._close_connection()
 
     def _close_connection(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -181,12 +310,13 @@ class PolicyClient:
             self._local.conn = None
 
     # -- HTTP ----------------------------------------------------------------------------
-    def _connection(self) -> http.client.HTTPConnection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            conn = self._local.conn = cls(self._host, self._port, timeout=self.timeout_s)
-        return conn
+    def _send_step(self, request: dict[str, Any]) -> dict[str, Any]:
+        """`_send` with the rewards held for the request's episode (they go with it,
+        whatever its fate, as a ``LOG_RETURNS`` request of their own would)."""
+        held = self._returns.pop(request["episode_id"], None)
+        if held is not None:
+            request["reward"], request["info"] = held
+        return self._send(request)
 
     def _send(self, request: dict[str, Any]) -> dict[str, Any]:
         """POST ``request``; the decoded reply.
@@ -196,34 +326,34 @@ class PolicyClient:
             ConnectionError: the server cannot be reached.
         """
         body = encode(request, self.content_type)
-        headers = {
-            "Content-Type": self.content_type,
-            "Authorization": f"Bearer {self.token}",
-        }
+        message = b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
         for attempt in (0, 1):
-            conn = self._connection()
+            conn = getattr(self._local, "conn", None)
             try:
-                conn.request("POST", "/", body, headers)
-                response = conn.getresponse()
-                data = response.read()
+                if conn is None:
+                    conn = self._local.conn = _Connection(
+                        self._host, self._port, self.timeout_s, self._https
+                    )
+                status, kind, data, closes = conn.post(message)
                 break
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            except (BrokenPipeError, ConnectionResetError):
                 # the server closed an idle keep-alive connection: open a new one, once
                 self._close_connection()
                 if attempt:
                     raise ConnectionError(f"the policy server at {self.address} closed") from None
-            except OSError as exc:
+            except OSError as exc:  # ConnectionError too: a reply that is not HTTP
                 self._close_connection()
                 raise ConnectionError(
                     f"cannot reach the policy server at {self.address}: {exc}"
                 ) from None
-        kind = (response.getheader("Content-Type") or JSON).split(";")[0].strip()
+        if closes:
+            self._close_connection()
         try:
-            reply = decode(data, kind)
+            reply = decode(data, kind or JSON)
         except WireError:
             reply = {"error": data[:200].decode(errors="replace")}
-        if response.status != 200:
-            raise PolicyServerError(response.status, str(reply.get("error", "")))
+        if status != 200:
+            raise PolicyServerError(status, str(reply.get("error", "")))
         return reply
 
 

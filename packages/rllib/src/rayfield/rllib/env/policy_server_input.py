@@ -15,15 +15,20 @@ Applications drive episodes with a `PolicyClient` on the wire of ``serving_wire.
 ``policy_server.py``), in one of two modes:
 
 * ``inference_mode="remote"``: ``start_episode``/``get_action``/``log_action``/
-  ``log_returns``/``end_episode`` requests go to an `ExternalEnv` here, which a sampler
-  thread steps into batches of ``rollout_fragment_length`` steps with a copy of the
-  worker's policy (so the clients never wait for training; `next`, which the trainer
-  calls between updates, copies the trainer's weights and global vars into it);
+  ``log_returns``/``end_episode`` requests go to an `ExternalEnv` here, whose steps
+  become batches of ``rollout_fragment_length`` steps with a copy of the worker's
+  policy (so the clients never wait for training; `next`, which the trainer calls
+  between updates, copies the trainer's weights and global vars into it). There is no
+  sampler thread: the request's own handler thread runs the sampler on the events
+  posted so far (`ExternalEnvSampler.sample_ready`, one thread at a time), so a
+  ``get_action`` computes its action, and those of the requests that came meanwhile in
+  the same forward pass, without handing it to another thread and back;
 * ``inference_mode="local"``: the client asks once for ``GET_WORKER_ARGS`` (the policy's
   class as a dotted path, its spaces and the JSON-able part of the config), builds its
   own copy of the policy, fetches ``GET_WEIGHTS`` (arrays by policy id, plus the
-  trainer's global vars) every ``update_interval`` seconds and posts the postprocessed
-  batches it samples with ``REPORT_SAMPLES`` (a batch in the offline JSON form of
+  trainer's global vars; while the trainer learns, those of its last `next`, so that
+  the client never waits for an update) every ``update_interval`` seconds and posts
+  the postprocessed batches it samples with ``REPORT_SAMPLES`` (a batch in the offline JSON form of
   `rayfield.rllib.offline.columns`, plus its finished episodes).
 
 `next` hands the trainer the batches of both modes in the order they came, waiting
@@ -43,7 +48,7 @@ import threading
 from typing import Any
 
 from rayfield.rllib.agents.checkpoints import space_to_json, to_json_safe
-from rayfield.rllib.env.external_env import ExternalEnv, ExternalEnvStopped
+from rayfield.rllib.env.external_env import ExternalEnvStopped, ServedEnv
 from rayfield.rllib.env.policy_server import PolicyServer, _RequestError
 from rayfield.rllib.evaluation.episode import RolloutMetrics
 from rayfield.rllib.evaluation.external_sampler import ExternalEnvSampler
@@ -62,14 +67,6 @@ MAX_REPORT_BYTES = 64 << 20
 inference mode posts whole batches); larger ones get 413."""
 _MAX_METRICS = 10_000
 _REQUIRED_COLUMNS = ("obs", "actions", "rewards", "new_obs", "dones")
-
-
-class ServedEnv(ExternalEnv):
-    """The `ExternalEnv` whose episodes HTTP clients drive: ``run`` only waits for
-    `stop` (the requests call the episode methods from the server's threads)."""
-
-    def run(self) -> None:
-        self._stopped.wait()
 
 
 class _InputServer(PolicyServer):
@@ -154,7 +151,7 @@ class PolicyServerInput(InputReader):
         self.policy = worker.policy_map[DEFAULT_POLICY_ID]
         env = getattr(worker, "env", None)
         obs_space = getattr(env, "observation_space", None) or self.policy.observation_space
-        self.env = ServedEnv(self.policy.action_space, obs_space, max_concurrent)
+        self.env = ServedEnv(self.policy.action_space, obs_space, max_concurrent, self._pump)
         # the clients' actions come from a copy of the policy, so that they never wait
         # for training (the trainer's policy is locked while it learns); `next`, called
         # by the trainer between its updates, copies the weights over
@@ -175,7 +172,8 @@ class PolicyServerInput(InputReader):
         )
         self._batches: queue.Queue[SampleBatch] = queue.Queue(maxsize=max(1, max_queued_batches))
         self._metrics: list[RolloutMetrics] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _metrics
+        self._pump_lock = threading.Lock()  # one request thread runs the sampler at a time
         self._closed = threading.Event()
         self.error: BaseException | None = None
         self.server = _InputServer(
@@ -183,19 +181,13 @@ class PolicyServerInput(InputReader):
         )
         self.server.owner = self
         self.token = self.server.token
-        self._threads = [
-            threading.Thread(
-                target=self.server.serve_forever,
-                kwargs={"poll_interval": 0.1},
-                name="PolicyServerInput.serve",
-                daemon=True,
-            ),
-            threading.Thread(
-                target=self._sample_forever, name="PolicyServerInput.sample", daemon=True
-            ),
-        ]
-        for t in self._threads:
-            t.start()
+        self._thread = threading.Thread(
+            target=self.server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="PolicyServerInput.serve",
+            daemon=True,
+        )
+        self._thread.start()
         logger.info("PolicyServerInput serving on %s", self.server.address)
 
     @property
@@ -208,8 +200,8 @@ class PolicyServerInput(InputReader):
         """The next batch a client's episodes gave; waits for one.
 
         Raises:
-            RuntimeError: the sampler thread failed (its error is the cause), or the
-                reader was closed.
+            RuntimeError: sampling failed (its error is the cause), or the reader was
+                closed.
         """
         self._sync_inference_policy()
         while True:
@@ -230,11 +222,11 @@ class PolicyServerInput(InputReader):
             self.inference_policy.on_global_var_update(global_vars)
 
     def get_metrics(self) -> list[Any]:
-        """Episodes the local-inference clients reported since the last call (the
-        remote ones' come from the sampler here)."""
+        """Episodes the clients finished since the last call (local-inference clients
+        report theirs; the remote ones' come from the sampler here)."""
         with self._lock:
             out, self._metrics = self._metrics, []
-        return out + self.sampler.get_metrics()
+        return out
 
     def close(self) -> None:
         """Stop serving: running requests get 503, the port is released."""
@@ -243,17 +235,36 @@ class PolicyServerInput(InputReader):
         self.server.shutdown()
         self.server.server_close()
 
-    # -- the threads ------------------------------------------------------------------------
-    def _sample_forever(self) -> None:
-        try:
-            while not self._closed.is_set():
-                self._put(self.sampler.sample())
-        except ExternalEnvStopped:
-            pass
-        except BaseException as exc:
-            if not self._closed.is_set():
-                logger.exception("PolicyServerInput: the sampler thread failed")
-                self.error = exc
+    # -- sampling in the request threads ------------------------------------------------
+    def _pump(self) -> None:
+        """Run the sampler on the events posted so far (in the calling request thread)
+        and queue the batches they completed, waiting while the queue is full (which
+        holds every client's next step: backpressure).
+
+        Raises:
+            ExternalEnvStopped: the reader was closed or sampling failed before (its
+                waiting requests are released with it).
+            Exception: sampling failed now (kept as ``error``; the env is stopped).
+        """
+        with self._pump_lock:
+            if self.error is not None:
+                raise ExternalEnvStopped(f"PolicyServerInput failed: {self.error!r}")
+            try:
+                batches = self.sampler.sample_ready()
+            except ExternalEnvStopped:
+                raise
+            except BaseException as exc:
+                if not self._closed.is_set():
+                    logger.exception("PolicyServerInput: sampling failed")
+                    self.error = exc
+                self.env.stop(timeout_s=0)  # release the requests waiting for actions
+                raise
+            finished = self.sampler.get_metrics()
+            if finished:
+                with self._lock:
+                    self._metrics.extend(finished)
+            for batch in batches:
+                self._put(batch)
 
     def _put(self, batch: Any) -> None:
         """Queue `batch` for the trainer, waiting while the queue is full.
@@ -286,9 +297,21 @@ class PolicyServerInput(InputReader):
         }
 
     def weights(self) -> dict[str, Any]:
-        """The worker's weights (by policy id, arrays by name) and global vars."""
+        """The worker's weights (by policy id, arrays by name) and global vars; while the
+        trainer learns (its policy's lock is held for the whole update, seconds for
+        PPO's epochs), the weights it had at its last `next` (the inference copy's),
+        so that a client never waits for training."""
+        lock = getattr(self.policy, "lock", None)
+        if lock is not None and not lock.acquire(blocking=False):
+            weights = {DEFAULT_POLICY_ID: self.inference_policy.get_weights()}
+        else:
+            try:
+                weights = self.worker.get_weights()
+            finally:
+                if lock is not None:
+                    lock.release()
         return {
-            "weights": self.worker.get_weights(),
+            "weights": weights,
             "global_vars": to_json_safe(getattr(self.worker, "global_vars", {}) or {}),
         }
 

@@ -134,6 +134,10 @@ class ExternalEnvSampler(SamplerBase):
                 raise TimeoutError(
                     f"{type(self.env).__name__} posted no observation in {self.event_timeout_s} s"
                 )
+        return self._take_round()
+
+    def _take_round(self) -> list[ExternalEvent]:
+        """The held events with at most one per episode (the rest stay held)."""
         out: list[ExternalEvent] = []
         seen: set[str] = set()
         rest: list[ExternalEvent] = []
@@ -153,12 +157,13 @@ class ExternalEnvSampler(SamplerBase):
         logged = None if ev.wants_action or ev.kind == "end" else {AGENT: ev.action}
         return {AGENT: ev.obs}, {AGENT: ev.reward}, {AGENT: ev.info}, logged
 
-    def _round(self) -> None:
+    def _round(self, events: list[ExternalEvent] | None = None) -> None:
+        """Process one round of events (default: the next, waiting for the env)."""
         acting: dict[str, list[tuple[_Running, Any, np.ndarray]]] = {}
         logged: dict[tuple[str, Any], Any] = {}
         replies: dict[str, dict[Any, Any]] = {}  # get_action calls waiting for actions
         released: list[str] = []  # log_action calls waiting for the round
-        for ev in self._next_round():
+        for ev in self._next_round() if events is None else events:
             run = self._running.get(ev.episode_id) or self._start(ev)
             obs_d, rew_d, info_d, act_d = self._as_dicts(ev)
             ep = run.episode
@@ -321,16 +326,44 @@ class ExternalEnvSampler(SamplerBase):
     # -- batches ----------------------------------------------------------------------
     def sample(self) -> SampleBatch | MultiAgentBatch:
         """One batch, per the batch mode (see the module docstring)."""
+        while not self._batch_due():
+            self._round()
+        return self._cut()
+
+    def sample_ready(self) -> list[SampleBatch | MultiAgentBatch]:
+        """Process the events the env posted so far, in the calling thread and without
+        waiting for more; returns the batches they completed (usually none or one).
+
+        This is `sample` turned around for an env whose calls come from several
+        threads: each thread that posts an event calls this (one at a time, under the
+        caller's lock) and so computes its own action, and those of the events posted
+        meanwhile in one batched forward pass, without handing them to a sampler
+        thread. Batches are cut as `sample` cuts them. Do not mix with `sample`.
+        """
+        out: list[SampleBatch | MultiAgentBatch] = []
+        while True:
+            if not self._held:
+                self._held = self.env.poll_events(None)
+                if not self._held:
+                    return out
+            self._round(self._take_round())
+            if self._batch_due():
+                out.append(self._cut())
+
+    def _batch_due(self) -> bool:
+        """Whether enough env steps are collected and no event is held back."""
+        done = self._steps if self.batch_mode == "truncate_episodes" else self._done_steps
+        return done >= self.fragment_length and not self._held
+
+    def _cut(self) -> SampleBatch | MultiAgentBatch:
+        """The batch of the steps collected so far (running episodes are cut in
+        ``truncate_episodes`` mode)."""
         if self.batch_mode == "truncate_episodes":
-            while self._steps < self.fragment_length or self._held:
-                self._round()
             for run in self._running.values():
                 self._flush(run)
                 run.steps = 0
             steps = self._steps
         else:
-            while self._done_steps < self.fragment_length or self._held:
-                self._round()
             steps = self._done_steps
         self._steps = self._done_steps = 0
         pieces, self._pieces = self._pieces, {}
