@@ -102,3 +102,26 @@ def test_set_weights_restarts_the_target_from_them() -> None:
     assert policy.target_model is not None
     for p in policy.target_model.parameters():
         assert float(p.abs().sum()) == 0.0
+
+
+def test_without_vtrace_gae_and_the_behaviour_policy_replace_the_target() -> None:
+    worker = make_worker(vtrace=False, use_kl_loss=True)
+    policy: APPOTorchPolicy = worker.policy
+    assert policy.target_model is None  # no target network without V-trace
+    batch = worker.sample()
+    assert {"vf_preds", "advantages", "value_targets"} <= set(batch.keys())
+    stats = policy.learn_on_batch(batch)
+    # the first update's KL is against the behaviour policy, which the learner still is
+    assert stats["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert stats["mean_is_ratio"] == 1.0
+    assert np.isfinite(stats["total_loss"])
+
+
+def test_impala_workers_record_no_value_predictions() -> None:
+    from rayfield.rllib.agents.impala.impala import DEFAULT_CONFIG as IMPALA_CONFIG
+    from rayfield.rllib.agents.impala.vtrace_torch_policy import VTraceTorchPolicy
+
+    config = {**copy.deepcopy(IMPALA_CONFIG), "rollout_fragment_length": 5, "seed": 0}
+    worker = RolloutWorker(lambda ctx: gym.make("CartPole-v1"), VTraceTorchPolicy, config)
+    batch = worker.sample()
+    assert "vf_preds" not in batch and "action_logp" in batch
