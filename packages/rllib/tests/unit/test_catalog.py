@@ -3,9 +3,15 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 import torch
+from torch import nn
 
 from rayfield.rllib.models.catalog import MODEL_DEFAULTS, ModelCatalog
-from rayfield.rllib.models.torch_models import FullyConnectedNetwork, TorchModelV2
+from rayfield.rllib.models.torch_models import (
+    FullyConnectedNetwork,
+    TorchModelV2,
+    activation_class,
+    run_layers,
+)
 
 OBS = gym.spaces.Box(-1, 1, (4,))
 
@@ -82,3 +88,21 @@ def test_custom_model_by_name() -> None:
     assert "tiny" in ModelCatalog.snapshot()["models"]
     with pytest.raises(KeyError, match="not registered"):
         ModelCatalog.get_model_v2(OBS, gym.spaces.Discrete(2), 2, {"custom_model": "nope"})
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu", "elu", "swish", "linear"])
+def test_run_layers_matches_the_module_call_with_gradients(activation: str) -> None:
+    # run_layers applies Linear layers and activations as functions: the same outputs
+    # and parameter gradients as calling the nn.Sequential
+    torch.manual_seed(0)
+    act = activation_class(activation)
+    layers = [nn.Linear(4, 8), *([act()] if act else []), nn.LayerNorm(8), nn.Linear(8, 3)]
+    seq = nn.Sequential(*layers)
+    x = torch.randn(5, 4)
+    out = run_layers(seq, x)
+    ref = seq(x)
+    assert torch.allclose(out, ref)
+    grads = torch.autograd.grad(out.sum(), list(seq.parameters()))
+    ref_grads = torch.autograd.grad(ref.sum(), list(seq.parameters()))
+    assert all(torch.allclose(a, b) for a, b in zip(grads, ref_grads))
+    assert torch.allclose(run_layers(seq[0], x), seq[0](x))

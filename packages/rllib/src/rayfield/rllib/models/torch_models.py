@@ -74,13 +74,41 @@ class TorchModelV2(nn.Module):
         return super().__call__(input_dict, state or [], seq_lens)
 
 
+# The activations of ACTIVATIONS as functions, for `run_layers`.
+_ACTIVATION_FNS = {
+    nn.Tanh: torch.tanh,
+    nn.ReLU: torch.relu,
+    nn.ELU: nn.functional.elu,
+    nn.SiLU: nn.functional.silu,
+}
+
+
+def run_layers(layers: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``layers(x)`` for an ``nn.Sequential`` (or one layer), with its ``nn.Linear``
+    layers and the activations of `ACTIVATIONS` (default arguments) applied as functions
+    of their parameters: the same result and gradients, without a module call per layer,
+    which is most of the cost of a small network on a few rows (a rollout worker's
+    forward pass on one observation). Other layers are called as modules; forward hooks
+    registered on the linear and activation layers are not run."""
+    for m in layers if isinstance(layers, nn.Sequential) else (layers,):
+        kind = type(m)
+        if kind is nn.Linear:
+            linear: nn.Linear = m  # type: ignore[assignment]
+            x = nn.functional.linear(x, linear.weight, linear.bias)
+        elif kind in _ACTIVATION_FNS:
+            x = _ACTIVATION_FNS[kind](x)
+        else:
+            x = m(x)
+    return x
+
+
 def policy_head_output(model: Any, feats: torch.Tensor, state: list[Any]) -> Any:
     """``(outputs, state)`` of a model with a ``_logits`` head (None: features only)
     and optional ``free_log_std``; records the features for `value_function`."""
     model._features = feats
     if model._logits is None:
         return feats, state
-    out = model._logits(feats)
+    out = run_layers(model._logits, feats)
     if model.free_log_std:
         out = torch.cat([out, model.log_std.expand_as(out)], dim=-1)
     return out, state
@@ -219,11 +247,12 @@ class FullyConnectedNetwork(TorchModelV2):
     ) -> tuple[torch.Tensor, list[Any]]:
         obs = input_dict["obs"].float().reshape(input_dict["obs"].shape[0], -1)
         self._obs = obs
-        feats = self._hidden(obs) if self._hidden is not None else obs
+        feats = run_layers(self._hidden, obs) if self._hidden is not None else obs
         return policy_head_output(self, feats, state)
 
     def value_function(self) -> torch.Tensor:
         branch = value_branch(self, self._features, self._obs)
         src = self._features if self.vf_share_layers else self._obs
-        out: torch.Tensor = branch(src).squeeze(-1)
+        assert src is not None
+        out: torch.Tensor = run_layers(branch, src).squeeze(-1)
         return out

@@ -202,11 +202,11 @@ class TorchPolicy(Policy):
             )
             dist = self.dist_class(dist_inputs, self.model)
             actions = dist.sample() if explore else dist.deterministic_sample()
-            logp = dist.logp(actions)
+            logp = dist.logp(actions).cpu().numpy()
             extra = {
                 SampleBatch.ACTION_DIST_INPUTS: dist_inputs.cpu().numpy(),
-                SampleBatch.ACTION_LOGP: logp.cpu().numpy(),
-                SampleBatch.ACTION_PROB: logp.exp().cpu().numpy(),
+                SampleBatch.ACTION_LOGP: logp,
+                SampleBatch.ACTION_PROB: np.exp(logp),
             }
             extra.update(self.extra_action_out(dist_inputs))
             return actions.cpu().numpy(), [s.cpu().numpy() for s in state_out], extra

@@ -71,6 +71,12 @@ class VTraceTorchPolicy(TorchPolicy):
             )
         return super().make_optimizer()
 
+    def extra_action_out(self, dist_inputs: torch.Tensor) -> dict[str, np.ndarray]:
+        """None: the learner recomputes the values under the current weights, so the
+        rollout workers skip the value branch (RLlib's IMPALA records no ``vf_preds``
+        either)."""
+        return {}
+
     def postprocess_trajectory(
         self, sample_batch: SampleBatch, other_agent_batches: Any = None, episode: Any = None
     ) -> SampleBatch:
@@ -115,16 +121,36 @@ class VTraceTorchPolicy(TorchPolicy):
     ) -> torch.Tensor:
         """The loss of the class docstring; records ``policy_loss``, ``vf_loss``,
         ``entropy``, ``mean_rho`` in ``self.stats``."""
-        cfg = self.config
         logits, _ = self.forward_train(model, train_batch)
         values = model.value_function()
         dist = dist_class(logits, model)
         logp = dist.logp(train_batch[SampleBatch.ACTIONS])
         vs, pg_adv = self.vtrace_targets(train_batch, logp, values)
         policy_loss = self.policy_loss(logp, pg_adv, train_batch)
+        return self.actor_critic_loss(model, train_batch, policy_loss, vs, values, dist, logp)
+
+    def actor_critic_loss(
+        self,
+        model: Any,
+        train_batch: dict[str, torch.Tensor],
+        policy_loss: torch.Tensor,
+        vs: torch.Tensor,
+        values: torch.Tensor,
+        dist: Any,
+        logp: torch.Tensor,
+        extra_loss: torch.Tensor | None = None,
+        extra_stats: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """``policy_loss + vf_loss_coeff * 0.5 * mean((vs - values)^2) - entropy_coeff *
+        mean(H(dist)) [+ extra_loss]``, through the model's ``custom_loss``; records the
+        terms, ``mean_rho`` (``pi / mu`` of the taken actions) and `extra_stats` in
+        ``self.stats``."""
+        cfg = self.config
         vf_loss = 0.5 * torch.mean((vs - values) ** 2)
         entropy = torch.mean(dist.entropy())
         total = policy_loss + cfg["vf_loss_coeff"] * vf_loss - cfg["entropy_coeff"] * entropy
+        if extra_loss is not None:
+            total = total + extra_loss
         total = model.custom_loss(total, train_batch)
         self.stats = {
             "total_loss": total.detach(),
@@ -132,6 +158,7 @@ class VTraceTorchPolicy(TorchPolicy):
             "vf_loss": vf_loss.detach(),
             "entropy": entropy.detach(),
             "mean_rho": torch.exp(logp.detach() - train_batch[SampleBatch.ACTION_LOGP]).mean(),
+            **(extra_stats or {}),
         }
         return total
 
