@@ -198,13 +198,17 @@ def test_bad_export_format_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def _rllib(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``rllib ARGS`` in a fresh process whose home is under ``cwd`` (trainers without a
+    ``--local-dir`` make their logdir in ``~/ray_results``: not the user's)."""
+    home = cwd / "home"
+    home.mkdir(mode=0o700, exist_ok=True)
     return subprocess.run(
         [sys.executable, "-m", "rayfield.rllib.scripts", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "HOME": str(home)},
     )
 
 
