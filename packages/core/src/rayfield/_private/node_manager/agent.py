@@ -360,7 +360,8 @@ class NodeAgent:
         spec = taken.spec
         self.objects.made_at(spec.return_ids, peer.address, peer.node_id)
         self.recovery.record(spec, peer.address)
-        self._hold_args(taken, peer.address)
+        self._release_handles(taken.kept_handles)  # the peer's node counted them
+        self._hold_args(spec, taken.kept_pins, peer.address)
         if spec.actor_creation and spec.actor_id is not None:
             self.actors.moved(spec.actor_id, peer)
 
@@ -371,21 +372,16 @@ class NodeAgent:
         if not calls:
             return
         self.recovery.record_many([c.spec for c in calls], address)
-        handles = [a for c in calls for a in c.kept_handles]
-        if handles:  # the peer's node counted them before it accepted the calls
-            self.store.actor_handles(handles, False)
+        # the peer's node counted the handles before it accepted the calls
+        self._release_handles([a for c in calls for a in c.kept_handles])
         for call in calls:
-            if call.kept_pins:
-                self._hold_args(TakenTask(call.spec, call.kept_pins), address)
+            self._hold_args(call.spec, call.kept_pins, address)
         self.objects.made_at([r for c in calls for r in c.spec.return_ids], address)
 
-    def _hold_args(self, taken: TakenTask, address: str) -> None:
-        """Keep the arguments of a task sent to ``address`` pinned until its results are
-        back; an actor's creation arguments for its lifetime (a restart reads them
-        again). The actor handles it held go now: the peer's node counted them before it
-        accepted the task."""
-        self._release_kept(TakenTask(taken.spec, (), taken.kept_handles))
-        spec, pins = taken.spec, taken.kept_pins
+    def _hold_args(self, spec: TaskSpec, pins: tuple[bytes, ...], address: str) -> None:
+        """Keep the arguments ``pins`` of a task sent to ``address`` pinned until its
+        results are back; an actor's creation arguments for its lifetime (a restart reads
+        them again)."""
         if not pins or spec.actor_creation:
             return
         if not spec.return_ids:  # nothing tells when it ran: its node pinned them on arrival
@@ -419,31 +415,15 @@ class NodeAgent:
         handles."""
         if taken.kept_pins:
             self.store.unpin(list(taken.kept_pins))
-        for actor_id in taken.kept_handles:
-            self.store.actor_handles([actor_id], False)
+        self._release_handles(taken.kept_handles)
+
+    def _release_handles(self, actor_ids: Sequence[bytes]) -> None:
+        """Drop the actor handles ``take_task`` handed to the agent's client, in one call."""
+        if actor_ids:
+            self.store.actor_handles(list(actor_ids), False)
 
     def _resubmit(self, spec: TaskSpec, pin_returns: bool = False, resume: bool = False) -> None:
-        # By position, in ``submit_task``'s order (no dict of 18 keywords a task).
-        self.store.submit_task(
-            spec.task_id,
-            spec.payload,
-            spec.resources if isinstance(spec.resources, dict) else dict(spec.resources),
-            spec.dependencies,
-            spec.actor_id,
-            spec.actor_creation,
-            spec.max_concurrency,
-            spec.caller_id,
-            spec.sequence_no,
-            spec.return_ids,
-            spec.max_retries,
-            (),  # pins
-            pin_returns,
-            resume,
-            False,  # detached
-            spec.actor_handles,
-            spec.scheduling,
-            spec.runtime_env,
-        )
+        self.store.submit_task(*spec.submit_args(pin_returns, resume))
 
     def _actor_dead(self, actor_id: bytes, why: str) -> None:
         self.lifecycle.actor_died(actor_id, why)

@@ -95,6 +95,31 @@ class TaskSpec:
             runtime_env=str(d.get("runtime_env") or ""),
         )
 
+    def submit_args(self, pin_returns: bool = False, resume: bool = False) -> tuple[Any, ...]:
+        """``StoreClient.submit_task``'s positional arguments for this task (no pins, not
+        detached): the keyword form's values without building its dict."""
+        resources = self.resources if isinstance(self.resources, dict) else dict(self.resources)
+        return (
+            self.task_id,
+            self.payload,
+            resources,
+            self.dependencies,
+            self.actor_id,
+            self.actor_creation,
+            self.max_concurrency,
+            self.caller_id,
+            self.sequence_no,
+            self.return_ids,
+            self.max_retries,
+            (),  # pins
+            pin_returns,
+            resume,
+            False,  # detached
+            self.actor_handles,
+            self.scheduling,
+            self.runtime_env,
+        )
+
     def to_native(self) -> dict[str, Any]:
         """The dict form: the keyword arguments of ``StoreClient.submit_task`` and the
         input of ``messages.encode_forward_batch``."""
