@@ -93,3 +93,15 @@ def test_a_report_to_a_stopping_node_is_dropped(monkeypatch: Any) -> None:
     lc.handles_changed(ACTOR, False, False)
     wait_for(lambda: not lc._reports, message="the due report looked at")
     assert channels.reports == []
+
+
+def test_releases_due_together_go_in_one_report(node: tuple[Lifecycle, Channels]) -> None:
+    lc, channels = node
+    other = HOME[:6] + b"\x01" + bytes(13)  # a second actor of node B
+    for actor_id in (ACTOR, other):
+        lc.handles_changed(actor_id, True, False)
+        lc.handles_changed(actor_id, False, False)
+    wait_for(lambda: channels.reports, message="the report")
+    lc._scope_pool.shutdown(wait=True)
+    assert sorted(a for report in channels.reports for a in report) == sorted([ACTOR, other])
+    assert len(channels.reports) <= 2  # one call per due round

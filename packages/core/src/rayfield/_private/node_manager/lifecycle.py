@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -141,7 +142,12 @@ class Lifecycle:
         self._scope_lock = threading.Lock()
         # Handle questions go to other nodes one at a time, off the event thread:
         self._scope_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayfield-scope")
-        self._reports: set[bytes] = set()  # actors whose release is told to their home soon
+        # Actors whose release is told to their home soon, with when, oldest first (one
+        # delay for all, so insertion order is due order); one thread waits for the next.
+        self._reports: dict[bytes, float] = {}
+        self._reports_due = threading.Condition(self._scope_lock)
+        self._reporter: threading.Thread | None = None
+        self._closed = False
 
     # ---- actor handles ----------------------------------------------------------------
 
@@ -179,33 +185,56 @@ class Lifecycle:
         run, so a stream of calls in batches takes this node's count from 0 to 1 and back
         once a batch: one report a batch before, for a release that did not last."""
         with self._scope_lock:
-            if actor_id in self._reports:
-                return  # one is due already
-            self._reports.add(actor_id)
-        timer = threading.Timer(REPORT_DELAY_S, self._report_due, (actor_id,))
-        timer.daemon = True
-        timer.start()
+            if self._closed or actor_id in self._reports:
+                return  # stopping, or one is due already
+            self._reports[actor_id] = time.monotonic() + REPORT_DELAY_S
+            if self._reporter is None:
+                self._reporter = threading.Thread(
+                    target=self._report_loop, name="rayfield-release-reports", daemon=True
+                )
+                self._reporter.start()
+            self._reports_due.notify()
 
-    def _report_due(self, actor_id: bytes) -> None:
-        with self._scope_lock:
-            self._reports.discard(actor_id)
-            held = actor_id in self.scopes.held  # held again: its next release reports
-        if held:
-            return
-        try:
-            self._scope_pool.submit(self._report, actor_id)
-        except RuntimeError:  # shutting down
-            return
+    def _report_loop(self) -> None:
+        """Wait for the oldest due report; send those due, one call per home node, for
+        the actors not held here again by then."""
+        while True:
+            with self._scope_lock:
+                while not self._closed:
+                    now = time.monotonic()
+                    due: list[bytes] = []
+                    for actor_id, at in self._reports.items():
+                        if at > now:
+                            break
+                        due.append(actor_id)
+                    if due:
+                        break
+                    first = next(iter(self._reports.values()), None)
+                    self._reports_due.wait(None if first is None else first - now)
+                if self._closed:
+                    self._reports.clear()
+                    return
+                for actor_id in due:
+                    del self._reports[actor_id]
+                # held again: its next release reports
+                released = [a for a in due if a not in self.scopes.held]
+            by_home: dict[str, list[bytes]] = {}
+            for actor_id in released:
+                home = self.peers.home_of(actor_id)
+                if home is not None:
+                    by_home.setdefault(home, []).append(actor_id)
+            for home, actor_ids in by_home.items():
+                try:
+                    self._scope_pool.submit(self._report, home, actor_ids)
+                except RuntimeError:  # shutting down
+                    return
 
-    def _report(self, actor_id: bytes) -> None:
-        """Tell the actor's home node that this node dropped its last handle to it."""
-        home = self.peers.home_of(actor_id)
-        if home is None:
-            return
+    def _report(self, home: str, actor_ids: list[bytes]) -> None:
+        """Tell an actor's home node that this node dropped its last handle to it."""
         try:
-            self.channels.stub(home).actors_released([actor_id])
+            self.channels.stub(home).actors_released(actor_ids)
         except PeerError as exc:
-            logger.debug("could not tell %s of a released actor handle: %s", home, exc)
+            logger.debug("could not tell %s of released actor handles: %s", home, exc)
 
     def _confirm(self, actor_id: bytes) -> None:
         """Ask every alive node whether it holds a handle to ``actor_id``; end it if none
@@ -325,6 +354,9 @@ class Lifecycle:
             return self.ended_jobs.of(task_id)
 
     def close(self) -> None:
+        with self._scope_lock:
+            self._closed = True
+            self._reports_due.notify()
         self._scope_pool.shutdown(wait=False, cancel_futures=True)
 
     def _submit(self, fn: Callable[..., object], *args: Any) -> None:
