@@ -80,7 +80,7 @@ from rayfield._private.node_manager.task_spec import TakenTask, TaskSpec
 from rayfield._private.node_manager.transfer import keep_freed_memory
 from rayfield._private.protocol.types import NodeInfo
 from rayfield._private.transport import TlsConfig
-from rayfield.store import StoreClient
+from rayfield.store import NOTIFIES_EVICTIONS, StoreClient
 
 __all__ = ["NodeAgent"]
 
@@ -176,8 +176,16 @@ class NodeAgent:
             self.data,
             self.frees,
         )
+        if not NOTIFIES_EVICTIONS:  # a removal could not be told from a free: none is acted on
+            logger.warning(
+                "this build of rayfield-store reports evictions as deletions: freed objects "
+                "stay on the other nodes until evicted (rebuild the store)"
+            )
         self.pusher = ObjectPusher(
-            node.socket_path, self._send_push, self._pushed, removed=self.frees.removed
+            node.socket_path,
+            self._send_push,
+            self._pushed,
+            removed=self.frees.removed if NOTIFIES_EVICTIONS else None,
         )
         self.forwarder = Forwarder(self.send_batch)
         self.actors = ActorRouter(
