@@ -7,7 +7,10 @@ Each SYSTEM (default: ``rayfield ray``) gets a two-node cluster of its own, star
 (the layout of ``_cluster_side.py``: a head and a node 2 of 1 CPU and a 2 GB store each)
 with a driver in a child process; ``rayfield:NAME=VALUE,...`` is rayfield with those
 environment variables set for its cluster and driver (``rayfield:RAYFIELD_STORE_WARM_AHEAD=0``,
-``rayfield:RAYFIELD_DATA_CHANNEL=0``). Then, round after round, every system runs K calls
+``rayfield:RAYFIELD_DATA_CHANNEL=0``; ``rayfield:PYTHONPATH=...`` runs other sources, e.g.
+an export of ``main``: ``git archive main packages | tar -x -C /tmp/base``), and
+``LABEL/SYSTEM`` names it LABEL in the output (``base/rayfield:PYTHONPATH=...``). Then,
+round after round, every system runs K calls
 of each row in turn, the order reversed every other round, so that a change in the
 machine's load falls on all of them alike: on a machine others use, only such ratios and
 CPU time mean much. Rows: ``get`` (200 MB made on node 2, get on the driver) and ``put``
@@ -83,12 +86,20 @@ def _roles(procs: dict[int, tuple[float, int, str, int]]) -> dict[int, str]:
     return roles
 
 
+def _settings(system: str) -> tuple[str, str, dict[str, str]]:
+    """``(label, module name, environment)`` of a SYSTEM argument."""
+    head, colon, env = system.partition(":")
+    label, slash, name = head.rpartition("/")
+    if not slash:
+        label = system
+    items = (item.partition("=") for item in filter(None, env.split(",")))
+    return label, name, {key: value for key, _, value in items} if colon else {}
+
+
 def serve(system: str, temp_dir: Path) -> None:
     """The child: start ``system``'s cluster, then run the rows asked for on stdin."""
-    name, _, env = system.partition(":")
-    for item in filter(None, env.split(",")):
-        key, _, value = item.partition("=")
-        os.environ[key] = value
+    _, name, env = _settings(system)
+    os.environ.update(env)
     if name == "ray":
         os.environ["RAY_AUTH_MODE"] = "disabled"
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -212,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
             temp_dir = tempfile.mkdtemp(prefix="xa-", dir="/tmp")  # short: AF_UNIX paths
             temp_dirs.append(temp_dir)
             cmd = [sys.executable, __file__, "--serve", system, "--temp-dir", temp_dir]
+            env = {**os.environ, **_settings(system)[2]}  # PYTHONPATH: the driver's imports too
             children[system] = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env
             )
         for system, child in children.items():
             assert child.stdout is not None
@@ -230,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                     reply = json.loads(child.stdout.readline())
                     results[(system, row)] += reply["calls"]
                     rates = " ".join(f"{c['gbps']:.2f}" for c in reply["calls"])
-                    print(f"round {n} {system} {row}: {rates} GB/s, load {reply['load']:.1f}")
+                    label = _settings(system)[0]
+                    print(f"round {n} {label} {row}: {rates} GB/s, load {reply['load']:.1f}")
     finally:
         for child in children.values():
             if child.stdin is not None and child.poll() is None:
@@ -243,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(temp_dir, ignore_errors=True)
     for (system, row), calls in results.items():
         if calls:
-            print(_summary(system, row, calls))
+            print(_summary(_settings(system)[0], row, calls))
     return 0
 
 

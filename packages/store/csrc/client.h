@@ -35,7 +35,8 @@ struct ObjectLoc {
 };
 
 struct Notification {
-  bool deleted;
+  bool deleted;          // deleted or evicted (else sealed)
+  bool evicted = false;  // dropped to make room, not deleted by a client
   UniqueID object_id;
   uint64_t data_size, metadata_size;
 };

@@ -271,8 +271,9 @@ Status Client::ReadOneFrame(int64_t timeout_ms, const Waiters* reader) {
             new_other = true;
           } else if (auto* n = m->body_as_ObjectNotification()) {
             new_other = true;
-            notifications_.push_back({n->event() == fb::ObjectEvent::Deleted,
-                                      FromFb(n->object_id()), n->data_size(), n->metadata_size()});
+            notifications_.push_back({n->event() != fb::ObjectEvent::Sealed,
+                                      n->event() == fb::ObjectEvent::Evicted, FromFb(n->object_id()),
+                                      n->data_size(), n->metadata_size()});
           } else if (auto* t = m->body_as_TaskDispatch()) {
             TaskAssignment a;
             a.task_id = FromFb(t->task_id());

@@ -28,8 +28,10 @@ void NodeServer::DrainStoreEvents() {
         if (!c.subscribed) continue;
         fb::UniqueID oid = ToFb(ev.id);
         auto& b = Writer(c).builder();
-        Writer(c).Add(0, fb::CreateObjectNotification(b, &oid, static_cast<fb::ObjectEvent>(ev.kind),
-                                                      ev.data_size, ev.metadata_size));
+        fb::ObjectEvent kind = ev.kind == StoreEvent::Sealed ? fb::ObjectEvent::Sealed
+                               : ev.evicted                  ? fb::ObjectEvent::Evicted
+                                                             : fb::ObjectEvent::Deleted;
+        Writer(c).Add(0, fb::CreateObjectNotification(b, &oid, kind, ev.data_size, ev.metadata_size));
       }
     }
     ApplyDecisions(false);

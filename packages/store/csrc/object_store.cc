@@ -331,7 +331,7 @@ void ObjectStore::Remove(Table::iterator it, bool evicted) {
       evicted_order_.pop_front();
     }
   }
-  events_.push_back({StoreEvent::Deleted, e.id, e.data_size, e.metadata_size, e.spill_key});
+  events_.push_back({StoreEvent::Deleted, e.id, e.data_size, e.metadata_size, e.spill_key, evicted});
   objects_.erase(it);
 }
 

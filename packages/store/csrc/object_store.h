@@ -59,6 +59,7 @@ struct StoreEvent {
   UniqueID id;
   uint64_t data_size, metadata_size;
   uint64_t spill_key = 0;  // Deleted: the spill file to remove (0: none)
+  bool evicted = false;    // Deleted: dropped to make room (or its spill file lost), not deleted by a client
 };
 
 struct StoreStats {

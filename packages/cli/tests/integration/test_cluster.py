@@ -126,6 +126,49 @@ def test_array_made_on_another_node_reaches_the_driver_and_a_third_node(cluster:
 
 
 @rf.remote(resources={"b_res": 1})
+def make_8mb(seed: int) -> np.ndarray:
+    return np.full(1_000_000, float(seed))
+
+
+def test_freed_objects_leave_every_node_and_the_object_directory(cluster: Cluster) -> None:
+    from rayfield._private.gcs.client import GcsClient
+    from rayfield._private.node_manager.node_service import PeerChannels
+    from rayfield.util.cluster import find_token
+
+    token = find_token(cluster.address, cluster.temp_dir)
+    gcs = GcsClient(cluster.address, token)
+    channels = PeerChannels(token, None)
+    try:
+        nodes = {n.node_id.hex()[:12]: n for n in gcs.get_nodes() if n.alive}
+        b, c = nodes[cluster.nodes["b"]], nodes[cluster.nodes["c"]]
+        put = rf.put(np.full(1_000_000, 3.0))  # 8 MB on the head, read on b and c
+        for res in ("b_res", "c_res"):
+            assert rf.get(checksum.options(resources={res: 1}).remote(put))[1] == 3e6
+        made = make_8mb.remote(5)  # made on b, pulled by the head for the driver
+        assert float(rf.get(made)[0]) == 5.0
+        ids = [put.binary(), made.binary()]
+
+        def rows() -> dict[bytes, set[bytes]]:
+            return {k: set(v) for k, v in gcs.get_object_locations(ids).items()}
+
+        def held() -> list[bool]:
+            return [x for n in (b, c) for x in channels.stub(n.address).has_objects(ids)]
+
+        wait_for(
+            lambda: rows()[ids[0]] == {b.node_id, c.node_id} and b.node_id in rows()[ids[1]],
+            30,
+            "the copies recorded in the directory",
+        )
+        assert held() == [True, True, True, False]  # b: both; c: the put
+        del put, made  # the driver frees both: every copy goes, and every row
+        wait_for(lambda: held() == [False] * 4, 30, "the copies on b and c freed")
+        wait_for(lambda: rows() == {ids[0]: set(), ids[1]: set()}, 30, "the rows forgotten")
+    finally:
+        channels.close()
+        gcs.close()
+
+
+@rf.remote(resources={"b_res": 1})
 def sized(i: int) -> bytes:
     return bytes([i % 256]) * ((3 << 20) if i % 40 == 0 else i)
 

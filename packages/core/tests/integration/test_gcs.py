@@ -304,6 +304,20 @@ def test_object_directory_round_trip(shared_gcs: Gcs) -> None:
         assert c.get_object_locations([_oid(2)]) == {_oid(2): []}
 
 
+def test_object_directory_forgets_every_copy_of_freed_objects(shared_gcs: Gcs) -> None:
+    with shared_gcs.client() as c:
+        c.register_node(_node(b"free-a"))
+        c.register_node(_node(b"free-b"))
+        c.add_object_locations(b"free-a", [_oid(41), _oid(42)])
+        c.add_object_locations(b"free-b", [_oid(41), _oid(43)])
+        c.remove_object_locations(b"", [_oid(41), _oid(42), _oid(44)])  # 44: never recorded
+        assert c.get_object_locations([_oid(41), _oid(42), _oid(43)]) == {
+            _oid(41): [],
+            _oid(42): [],
+            _oid(43): [b"free-b"],
+        }
+
+
 def test_jobs_and_task_events_round_trip(shared_gcs: Gcs) -> None:
     with shared_gcs.client() as c:
         c.add_job(b"job-1", driver_pid=1234, node_id=b"n1", entrypoint="python train.py")

@@ -44,6 +44,9 @@ class FakeGcs:
             raise GcsNotFoundError(f"node {node_id.hex()} is not registered as alive (test)")
         self.take(("locations", node_id, tuple(object_ids)))
 
+    def remove_object_locations(self, node_id: bytes, object_ids: list[bytes]) -> None:
+        self.take(("removed", node_id, tuple(object_ids)))
+
 
 ME = b"n1"  # the writer's node
 
@@ -98,6 +101,31 @@ def test_locations_go_in_bounded_calls_and_wait_for_this_node_to_be_registered(
         ("locations", ME, tuple(ids[:MAX_LOCATIONS_A_CALL])),
         ("locations", ME, tuple(ids[MAX_LOCATIONS_A_CALL:])),
     ]
+
+
+def test_removals_cancel_queued_adds_and_the_directory_ends_as_the_last_call_said(
+    gcs_and_writer: tuple[FakeGcs, GcsWriter],
+) -> None:
+    gcs, writer = gcs_and_writer
+    gcs.down.set()
+    writer.write("first", lambda g: g.take("first"))  # holds the queue while it is down
+    wait_for(lambda: gcs.attempts >= 1, 10, "a first try")
+    writer.add_locations(ME, [b"a", b"b", b"c"])
+    writer.add_locations(b"n2", [b"a", b"d"])
+    writer.remove_locations(ME, [b"b"])  # this copy went before it was recorded
+    writer.remove_locations(ME, [b"e"])
+    writer.add_locations(ME, [b"e"])  # pulled again: the queued removal is dropped
+    writer.remove_locations(b"", [b"a"])  # freed: every node's copy is forgotten
+    gcs.down.clear()
+    assert writer.flush(timeout_s=10)
+    assert gcs.taken == [
+        "first",
+        ("locations", ME, (b"c", b"e")),
+        ("locations", b"n2", (b"d",)),
+        ("removed", ME, (b"b",)),
+        ("removed", b"", (b"a",)),
+    ]
+    assert writer.pending() == 0
 
 
 def test_a_refused_write_is_logged_and_the_next_ones_go(

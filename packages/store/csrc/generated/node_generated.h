@@ -205,32 +205,37 @@ inline const char *EnumNameObjectState(ObjectState e) {
   return EnumNamesObjectState()[index];
 }
 
+/// Deleted: a client deleted or freed the object (its owner is done with it);
+/// Evicted: the store dropped it to make room (LRU), or its spill file was lost.
 enum class ObjectEvent : uint8_t {
   Sealed = 0,
   Deleted = 1,
+  Evicted = 2,
   MIN = Sealed,
-  MAX = Deleted
+  MAX = Evicted
 };
 
-inline const ObjectEvent (&EnumValuesObjectEvent())[2] {
+inline const ObjectEvent (&EnumValuesObjectEvent())[3] {
   static const ObjectEvent values[] = {
     ObjectEvent::Sealed,
-    ObjectEvent::Deleted
+    ObjectEvent::Deleted,
+    ObjectEvent::Evicted
   };
   return values;
 }
 
 inline const char * const *EnumNamesObjectEvent() {
-  static const char * const names[3] = {
+  static const char * const names[4] = {
     "Sealed",
     "Deleted",
+    "Evicted",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameObjectEvent(ObjectEvent e) {
-  if (::flatbuffers::IsOutRange(e, ObjectEvent::Sealed, ObjectEvent::Deleted)) return "";
+  if (::flatbuffers::IsOutRange(e, ObjectEvent::Sealed, ObjectEvent::Evicted)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesObjectEvent()[index];
 }

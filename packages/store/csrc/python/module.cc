@@ -179,6 +179,7 @@ PyMODINIT_FUNC PyInit__native(void) {
   if (PyModule_AddIntConstant(m, "PROTOCOL_VERSION", kProtocolVersion) != 0 ||
       PyModule_AddIntConstant(m, "ID_SIZE", kIdSize) != 0 ||
       PyModule_AddIntConstant(m, "RESOURCE_UNIT", kResourceUnit) != 0 ||
+      PyModule_AddIntConstant(m, "NOTIFIES_EVICTIONS", 1) != 0 ||
       AddClientTypes(m) != 0 || AddNodeServerType(m) != 0 || AddSchedulerStateType(m) != 0 ||
       AddTaskManagerStateType(m) != 0 || AddEventTypes(m) != 0 || AddStateTypes(m) != 0) {
     Py_DECREF(m);

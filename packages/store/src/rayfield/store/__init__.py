@@ -53,12 +53,16 @@ ID_SIZE: int = _native.ID_SIZE
 RESOURCE_UNIT: int = _native.RESOURCE_UNIT
 """Resource amounts are integers in units of 1/RESOURCE_UNIT (the native scheduler's fixed
 point, ``kResourceUnit``)."""
+NOTIFIES_EVICTIONS: bool = bool(getattr(_native, "NOTIFIES_EVICTIONS", 0))
+"""Whether this build's notifications report an eviction as ``"evicted"``, apart from a
+deletion (``"deleted"``); builds before it reported both as ``"deleted"``."""
 
 if TYPE_CHECKING:
     from rayfield.store._native import NodeEvent
 
 __all__ = [
     "ID_SIZE",
+    "NOTIFIES_EVICTIONS",
     "PROTOCOL_VERSION",
     "RESOURCE_UNIT",
     "GetTimeoutError",

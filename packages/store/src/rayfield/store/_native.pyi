@@ -7,6 +7,7 @@ from typing_extensions import Buffer
 
 PROTOCOL_VERSION: int
 ID_SIZE: int
+NOTIFIES_EVICTIONS: int
 RESOURCE_UNIT: int
 
 def set_log_callback(callback: Any | None) -> None: ...

@@ -237,7 +237,8 @@ class GcsClient:
         self.call("AddObjectLocations", {"node_id": node_id, "object_ids": object_ids})
 
     def remove_object_locations(self, node_id: bytes, object_ids: list[bytes]) -> None:
-        """Forget that a node holds these objects."""
+        """Forget that a node holds these objects (``node_id`` empty: every node, the
+        objects were freed)."""
         self.call("RemoveObjectLocations", {"node_id": node_id, "object_ids": object_ids})
 
     def get_object_locations(self, object_ids: list[bytes]) -> dict[bytes, list[bytes]]:

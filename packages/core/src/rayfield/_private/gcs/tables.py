@@ -367,18 +367,26 @@ class GcsTables:
                 self._locations[oid].add(node_id)
 
     def remove_object_locations(self, node_id: bytes, object_ids: list[bytes]) -> None:
-        """Forget that ``node_id`` holds each object (unknown pairs are ignored)."""
+        """Forget that ``node_id`` holds each object (unknown pairs are ignored); an empty
+        ``node_id`` forgets every node's copy (the objects were freed)."""
         with self._lock:
             with self._tx() as db:
-                db.executemany(
-                    "DELETE FROM object_locations WHERE object_id = ? AND node_id = ?",
-                    [(oid, node_id) for oid in object_ids],
-                )
+                if node_id:
+                    db.executemany(
+                        "DELETE FROM object_locations WHERE object_id = ? AND node_id = ?",
+                        [(oid, node_id) for oid in object_ids],
+                    )
+                else:
+                    db.executemany(
+                        "DELETE FROM object_locations WHERE object_id = ?",
+                        [(oid,) for oid in object_ids],
+                    )
             for oid in object_ids:
                 nodes = self._locations.get(oid)
                 if nodes is not None:
-                    nodes.discard(node_id)
-                    if not nodes:
+                    if node_id:
+                        nodes.discard(node_id)
+                    if not nodes or not node_id:
                         del self._locations[oid]
 
     def get_object_locations(self, object_ids: list[bytes]) -> dict[bytes, list[bytes]]:

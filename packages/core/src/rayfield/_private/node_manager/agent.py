@@ -27,7 +27,10 @@ core and workers) and this :class:`NodeAgent`, which wires together:
 * ``bundle_sync.py``: the bundles of placement groups the GCS places here, reserved
   after every heartbeat;
 * ``gcs_writer.py``: the GCS writes no thread waits for (object locations, actor
-  records), in order on a thread of their own, kept while the GCS is down.
+  records), in order on a thread of their own, kept while the GCS is down;
+* ``object_frees.py`` (decisions in ``copies.py``): an object its owner freed here is
+  freed on the other nodes that hold a copy and leaves the GCS object directory; an
+  evicted copy leaves the directory.
 
 Only the heartbeat, the event shipper and the GCS writer wait for the GCS, each on its
 own thread: while the GCS is down (being restarted), tasks, actor calls and object
@@ -68,6 +71,7 @@ from rayfield._private.node_manager.membership import Membership, PeerView
 from rayfield._private.node_manager.node import Node
 from rayfield._private.node_manager.node_service import PeerChannels, PeerError, RpcServer
 from rayfield._private.node_manager.node_watch import NodeWatch
+from rayfield._private.node_manager.object_frees import ObjectFrees
 from rayfield._private.node_manager.object_manager import ObjectManager
 from rayfield._private.node_manager.object_push import ObjectPusher
 from rayfield._private.node_manager.recovery import Recovery
@@ -76,7 +80,7 @@ from rayfield._private.node_manager.task_spec import TakenTask, TaskSpec
 from rayfield._private.node_manager.transfer import keep_freed_memory
 from rayfield._private.protocol.types import NodeInfo
 from rayfield._private.transport import TlsConfig
-from rayfield.store import StoreClient
+from rayfield.store import NOTIFIES_EVICTIONS, StoreClient
 
 __all__ = ["NodeAgent"]
 
@@ -155,6 +159,9 @@ class NodeAgent:
                 logger.warning("no data channel on %s (objects go over gRPC): %s", host, exc)
             self.data = DataClient(token, tls, self._data_port_of)
         self.writer = GcsWriter(gcs, self.node_id)
+        self.frees = ObjectFrees(
+            self.node_id, self.address, gcs, self.writer, self.peers, self._send_free
+        )
         self.objects = ObjectManager(
             self.node_id,
             self.address,
@@ -167,8 +174,19 @@ class NodeAgent:
             self.recovery.fail,
             node.server.waited,
             self.data,
+            self.frees,
         )
-        self.pusher = ObjectPusher(node.socket_path, self._send_push, self._pushed)
+        if not NOTIFIES_EVICTIONS:  # a removal could not be told from a free: none is acted on
+            logger.warning(
+                "this build of rayfield-store reports evictions as deletions: freed objects "
+                "stay on the other nodes until evicted (rebuild the store)"
+            )
+        self.pusher = ObjectPusher(
+            node.socket_path,
+            self._send_push,
+            self._pushed,
+            removed=self.frees.removed if NOTIFIES_EVICTIONS else None,
+        )
         self.forwarder = Forwarder(self.send_batch)
         self.actors = ActorRouter(
             self.node_id,
@@ -233,6 +251,7 @@ class NodeAgent:
         self.watch = NodeWatch(gcs, self.peers, self.spillback.node_joined)
         self.events = EventShipper(node.session_dir / "logs", gcs, self.address, self.node_id)
         self.writer.start()
+        self.frees.start()
         self.objects.start()
         self.spillback.start()
         self.events.start()
@@ -309,6 +328,7 @@ class NodeAgent:
         if self.data is not None:
             self.data.forget(node.address)
         self.pusher.forget(node.address)
+        self.frees.node_died(node.address)
         self.lifecycle.actors_restarted(self.recovery.node_died(node.address))
         with self._lock:
             pins = self.arg_pins.node_died(node.address)
@@ -471,6 +491,13 @@ class NodeAgent:
     def release_held(self, ids: list[bytes]) -> None:
         self.objects.release_held(ids)
 
+    def free_objects(self, ids: list[bytes]) -> None:
+        """Their owner freed ``ids`` on another node: drop the copies here (at once when
+        nothing here uses them, else when the last use ends) and any hold on them."""
+        self.frees.freed_elsewhere(ids)
+        self.objects.release_held(ids)
+        self.store.delete(ids)
+
     def receive_push(
         self, object_id: bytes, sender: str, size: int, meta: bytes, data: Any
     ) -> bool:
@@ -513,9 +540,14 @@ class NodeAgent:
 
     def _pushed(self, object_id: bytes, address: str, ok: bool) -> None:
         """After a push that ``address`` took: if this node held ``object_id`` for another
-        node (a result of a task forwarded here), it unpins it."""
+        node (a result of a task forwarded here), it unpins it. Pushed or announced, the
+        object may be copied there: freed, it is freed there too."""
+        self.frees.copied([object_id], address)
         if ok:
             self.release_held([object_id])
+
+    def _send_free(self, address: str, object_ids: list[bytes]) -> None:
+        self.channels.stub(address).free(object_ids)
 
     # ---- stop -----------------------------------------------------------------------
 
@@ -536,6 +568,7 @@ class NodeAgent:
         self.actors.close()
         self.pusher.close()
         self.events.stop()
+        self.frees.stop()
         self.writer.stop()
         self.membership.leave()
         self.server.stop(0.5)

@@ -4,8 +4,12 @@ Object locations (new copies in this node's store, results being made on the nod
 node forwarded tasks to) and actor records (moved, alive, restarting, dead) are written by
 :class:`GcsWriter`: callers queue a write and return at once, so a GCS that is slow or
 down (being restarted) never holds up the threads that fetch objects, route actor calls
-or handle the native core's events. Writes run in the order they were queued (object
-locations are merged into one ``AddObjectLocations`` a node per round). While the GCS is
+or handle the native core's events. Writes run in the order they were queued; object
+locations are merged instead: one ``AddObjectLocations`` a node per round, then one
+``RemoveObjectLocations`` a node for copies that went (evicted or deleted here), then
+one that forgets every copy of objects that were freed. A removal queued after an add of
+the same pair cancels that add (and an add a queued removal), so the directory ends as
+the last call said, whatever the order of the rounds. While the GCS is
 unreachable the write at the head of the queue is tried again, with a delay doubling
 from 50 ms to 1 s, until it goes through: nothing queued is dropped because the GCS was
 down, however long; so are this node's object locations while the GCS does not know the
@@ -19,6 +23,7 @@ locations of another node it declared dead) is logged and dropped.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -55,7 +60,10 @@ class GcsWriter:
         self._cond = threading.Condition()
         # (what, the write, whether a GcsNotFoundError is retried like an unreachable GCS)
         self._writes: deque[tuple[str, Write, bool]] = deque()
-        self._locations: dict[bytes, list[bytes]] = {}  # node id -> object ids to record
+        # node id -> object ids to record / to forget there (dicts: ordered sets);
+        # b"" in _removals: forget every node's copy (the objects were freed)
+        self._locations: dict[bytes, dict[bytes, None]] = {}
+        self._removals: dict[bytes, dict[bytes, None]] = {}
         self._busy = False  # a write is running or waiting to be tried again
         self._stop = False
         self._stopping = threading.Event()  # ends a retry's delay (new writes do not)
@@ -77,32 +85,51 @@ class GcsWriter:
         if not ids:
             return
         with self._cond:
-            self._locations.setdefault(node_id, []).extend(ids)
+            _drop(self._removals, node_id, ids)
+            self._locations.setdefault(node_id, {}).update(dict.fromkeys(ids))
+            self._cond.notify()
+
+    def remove_locations(self, node_id: bytes, object_ids: Iterable[bytes]) -> None:
+        """Queue forgetting that ``node_id`` holds ``object_ids`` (its copies went);
+        ``node_id`` empty: forget every node's copy (the objects were freed)."""
+        ids = list(object_ids)
+        if not ids:
+            return
+        with self._cond:
+            for nid in [node_id] if node_id else list(self._locations):
+                _drop(self._locations, nid, ids)
+            self._removals.setdefault(node_id, {}).update(dict.fromkeys(ids))
             self._cond.notify()
 
     def pending(self) -> int:
-        """How many writes are queued or running (each node's locations count one)."""
+        """How many writes are queued or running (each node's locations count one, and
+        its removals one)."""
         with self._cond:
-            return len(self._writes) + len(self._locations) + int(self._busy)
+            queued = len(self._writes) + len(self._locations) + len(self._removals)
+            return queued + int(self._busy)
 
     def _next(self) -> tuple[str, Write, bool] | None:
         """The next write (locations merged a node, ``MAX_LOCATIONS_A_CALL`` at most), or
         None to stop; waits for one. Called with the condition held."""
-        while not self._writes and not self._locations:
+        while not self._writes and not self._locations and not self._removals:
             if self._stop:
                 return None
             self._cond.wait()
         if self._writes:
             return self._writes.popleft()
-        node_id = next(iter(self._locations))
-        ids = self._locations[node_id][:MAX_LOCATIONS_A_CALL]
-        del self._locations[node_id][:MAX_LOCATIONS_A_CALL]
-        if not self._locations[node_id]:
-            del self._locations[node_id]
+        if self._locations:
+            node_id, ids = _take(self._locations)
+            return (
+                f"record {len(ids)} object location(s) of node {node_id.hex()[:12]}",
+                lambda gcs: gcs.add_object_locations(node_id, ids),
+                node_id == self.node_id,
+            )
+        node_id, ids = _take(self._removals)
+        where = f"of node {node_id.hex()[:12]}" if node_id else "of freed objects"
         return (
-            f"record {len(ids)} object location(s) of node {node_id.hex()[:12]}",
-            lambda gcs: gcs.add_object_locations(node_id, ids),
-            node_id == self.node_id,
+            f"forget {len(ids)} object location(s) {where}",
+            lambda gcs: gcs.remove_object_locations(node_id, ids),
+            False,
         )
 
     def _run(self) -> None:
@@ -144,7 +171,7 @@ class GcsWriter:
         """Wait until every queued write is done, at most ``timeout_s``; whether all are."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._writes or self._locations or self._busy:
+            while self._writes or self._locations or self._removals or self._busy:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -161,9 +188,32 @@ class GcsWriter:
         with self._cond:
             self._stop = True
             self._stopping.set()
-            left = len(self._writes) + len(self._locations) + int(self._busy)
+            left = len(self._writes) + len(self._locations) + len(self._removals)
+            left += int(self._busy)
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout=self.gcs.timeout_s)
         if left:
             logger.warning("stopping with %d GCS write(s) not sent (the GCS did not answer)", left)
+
+
+def _drop(queued: dict[bytes, dict[bytes, None]], node_id: bytes, ids: list[bytes]) -> None:
+    """Take ``ids`` out of what ``queued`` holds for ``node_id``."""
+    mine = queued.get(node_id)
+    if mine:
+        for oid in ids:
+            mine.pop(oid, None)
+        if not mine:
+            del queued[node_id]
+
+
+def _take(queued: dict[bytes, dict[bytes, None]]) -> tuple[bytes, list[bytes]]:
+    """The first node's first ``MAX_LOCATIONS_A_CALL`` ids, taken out of ``queued``."""
+    node_id = next(iter(queued))
+    ids = queued[node_id]
+    batch = list(itertools.islice(ids, MAX_LOCATIONS_A_CALL))
+    for oid in batch:
+        del ids[oid]
+    if not ids:
+        del queued[node_id]
+    return node_id, batch

@@ -20,6 +20,8 @@ Methods:
         poll of a node waiting for the results of tasks it forwarded here).
     ReleaseObjects: drop this node's hold on the returns of forwarded tasks (their owner
         has its own copy now).
+    FreeObjects: these objects were freed by their owner: drop this node's copies (and
+        any hold on them); see ``object_frees.py``.
     Introspect, ListLogs, ReadLog: what the node is doing and its log files
         (``introspect.py``).
     KillActor: kill an actor hosted here (``rayfield.kill`` from another node).
@@ -127,6 +129,7 @@ class NodeBackend(Protocol):
     def accept_forwarded(self, origin: str, spec: TaskSpec, pushed: list[bytes]) -> None: ...
     def counted(self) -> None: ...
     def release_held(self, ids: list[bytes]) -> None: ...
+    def free_objects(self, ids: list[bytes]) -> None: ...
     def receive_push(
         self, object_id: bytes, sender: str, size: int, meta: bytes, data: Any
     ) -> bool: ...
@@ -154,6 +157,7 @@ class NodeService:
             "HasObjects": self.has_objects,
             "FetchObjects": self.fetch_objects,
             "ReleaseObjects": self.release_objects,
+            "FreeObjects": self.free_objects,
             "PushObject": self.push_object,
             "Introspect": self.introspect,
             "ListLogs": self.list_logs,
@@ -264,6 +268,10 @@ class NodeService:
 
     def release_objects(self, raw: bytes) -> bytes:
         self.backend.release_held(messages.decode_ids(raw)[0])
+        return messages.encode_present([])
+
+    def free_objects(self, raw: bytes) -> bytes:
+        self.backend.free_objects(messages.decode_ids(raw)[0])
         return messages.encode_present([])
 
     def kill_actor(self, raw: bytes) -> bytes:
@@ -414,6 +422,7 @@ class NodeStub:
             "HasObjects",
             "FetchObjects",
             "ReleaseObjects",
+            "FreeObjects",
             "PushObject",
             "Introspect",
             "ListLogs",
@@ -465,6 +474,10 @@ class NodeStub:
     def release(self, ids: list[bytes], timeout_s: float = 5.0) -> None:
         """That node may drop its hold on ``ids`` (results this node pulled)."""
         self._call("ReleaseObjects", messages.encode_ids(ids), timeout_s)
+
+    def free(self, ids: list[bytes], timeout_s: float = 5.0) -> None:
+        """Their owner freed ``ids``: that node drops its copies."""
+        self._call("FreeObjects", messages.encode_ids(ids), timeout_s)
 
     def push(
         self,

@@ -32,6 +32,7 @@ from rayfield._private.node_manager.data_pull import ChannelUnavailable, DataCli
 from rayfield._private.node_manager.gcs_writer import GcsWriter
 from rayfield._private.node_manager.membership import PeerView
 from rayfield._private.node_manager.node_service import PeerChannels, PeerError
+from rayfield._private.node_manager.object_frees import ObjectFrees
 from rayfield._private.node_manager.object_push import INLINE_MAX_BYTES
 from rayfield._private.node_manager.transfer import PUT_MAX_BYTES, store_whole, write_chunks
 from rayfield.store import StoreClient
@@ -68,6 +69,8 @@ class ObjectManager:
             waits for any more (made here and freed before the fetch loop looked) is
             dropped instead of being looked up for good. None: every one is waited for.
         data: pulls over the data channel (None: every pull uses gRPC's ``PullObject``).
+        frees: told of the copies recorded here and where objects came from, so that
+            freed ones leave every node (``object_frees.py``; None: nobody is told).
     """
 
     def __init__(
@@ -83,6 +86,7 @@ class ObjectManager:
         fail: Callable[[list[bytes], str, str], None],
         waited: Callable[[list[bytes]], list[bool]] | None = None,
         data: DataClient | None = None,
+        frees: ObjectFrees | None = None,
     ) -> None:
         self.node_id = node_id
         self.address = address
@@ -95,6 +99,7 @@ class ObjectManager:
         self.fail = fail
         self.waited = waited
         self.data = data
+        self.frees = frees
         self.state = fs.FetchState(is_code)
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -200,6 +205,8 @@ class ObjectManager:
             elif isinstance(action, fs.Release):
                 released.append(action)
         if recorded:
+            if self.frees is not None:
+                self.frees.record(recorded)
             self.writer.add_locations(self.node_id, recorded)
         if released:
             with self._lock:
@@ -440,6 +447,8 @@ class ObjectManager:
     def _arrived_many(self, object_ids: list[bytes], address: str, release: bool) -> None:
         if not object_ids:
             return
+        if self.frees is not None:
+            self.frees.copied(object_ids, address)
         self.on_arrival(object_ids)
         with self._lock:
             actions = [a for oid in object_ids for a in self.state.arrived(oid, address, release)]

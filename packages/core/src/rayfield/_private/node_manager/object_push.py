@@ -11,7 +11,9 @@ An object up to ``inline_max_bytes`` travels inside the ``PushObject`` call; a l
 is announced only, and the receiver pulls it in chunks when a client there needs it. The
 pusher watches seals on its own store connection (notifications), so an object is pushed
 the moment it exists, with no polling. A receiver that gets no push (the sender died, its
-store was full) asks for the object after a delay (``agent.PUSH_FALLBACK_S``).
+store was full) asks for the object after a delay (``agent.PUSH_FALLBACK_S``). The same
+subscription reports the store's removals (``deleted``, ``evicted``) to ``removed``
+(``object_frees.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ INLINE_MAX_BYTES = 1 << 20  # pushed inside the call up to this size; larger one
 SendFn = Callable[[str, bytes, int, bytes, Any], bool]
 # done(object_id, address, ok): after each push
 DoneFn = Callable[[bytes, str, bool], None]
+# removed(object_id, evicted, data_size): the local store removed an object
+RemovedFn = Callable[[bytes, bool, int], None]
 
 
 class ObjectPusher:
@@ -45,6 +49,7 @@ class ObjectPusher:
         done: called after each push with whether the receiver holds the object now.
         inline_max_bytes: objects up to this size travel inline; larger ones are
             announced and pulled by the receiver.
+        removed: told of every object the store removes (None: nobody).
     """
 
     def __init__(
@@ -53,9 +58,11 @@ class ObjectPusher:
         send: SendFn,
         done: DoneFn,
         inline_max_bytes: int = INLINE_MAX_BYTES,
+        removed: RemovedFn | None = None,
     ) -> None:
         self.send = send
         self.done = done
+        self.removed = removed
         self.inline_max_bytes = inline_max_bytes
         self.client = StoreClient(socket_path, kind="driver")
         self.client.subscribe()
@@ -95,7 +102,14 @@ class ObjectPusher:
                 if not self._stop.is_set():
                     logger.warning("object push: the store connection failed: %s", exc)
                 return
-            if note is None or note[0] != "sealed":
+            if note is None:
+                continue
+            if note[0] != "sealed":
+                if self.removed is not None:
+                    try:
+                        self.removed(note[1], note[0] == "evicted", note[2])
+                    except Exception:
+                        logger.exception("object push: reporting a removal failed")
                 continue
             with self._lock:
                 wanted = note[1] in self._targets

@@ -338,7 +338,7 @@ class ObjectStoreConformance:
             if gone:
                 break
         assert gone and gone == ids[: len(gone)], "evicted objects must be the oldest"
-        assert _wait_event(subscriber, "deleted", ids[0]) == ("deleted", ids[0], size, 0)
+        assert _wait_event(subscriber, "evicted", ids[0]) == ("evicted", ids[0], size, 0)
         order = ids[len(gone) :]
         [buf] = client.get([order[0]], timeout_s=1.0)  # a get makes it the most recent
         buf.release()

@@ -183,7 +183,8 @@ class FakeObjectStore:
             self._evictions += 1
             self._evicted_bytes += obj.nbytes
         if obj.sealed:
-            self._notify(("deleted", oid, len(obj.data), len(obj.metadata)))
+            kind = "evicted" if evicted else "deleted"
+            self._notify((kind, oid, len(obj.data), len(obj.metadata)))
 
     def _notify(self, event: tuple[str, bytes, int, int]) -> None:
         for client in self._clients.values():
@@ -367,7 +368,8 @@ class FakeStoreClient:
             return store.stats()
 
     def subscribe(self) -> None:
-        """Start receiving ``("sealed" | "deleted", id, data_size, metadata_size)`` events."""
+        """Start receiving ``(kind, id, data_size, metadata_size)`` events: kind ``"sealed"``,
+        ``"deleted"`` (a client deleted or freed it) or ``"evicted"`` (dropped to make room)."""
         with self._open():
             if self._events is None:
                 self._events = collections.deque()

@@ -2,6 +2,9 @@
 
 # namespace: fb
 
+# Deleted: a client deleted or freed the object (its owner is done with it);
+# Evicted: the store dropped it to make room (LRU), or its spill file was lost.
 class ObjectEvent(object):
     Sealed = 0
     Deleted = 1
+    Evicted = 2

@@ -11,4 +11,5 @@ uoffset: typing.TypeAlias = flatbuffers.number_types.UOffsetTFlags.py_type
 class ObjectEvent(object):
   Sealed = cast(int, ...)
   Deleted = cast(int, ...)
+  Evicted = cast(int, ...)
 
