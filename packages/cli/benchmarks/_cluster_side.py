@@ -16,6 +16,8 @@ what a previous run with the same ``--temp-dir`` and ``--marker`` left running;
 ``IP`` (a bridge's address) and each named node inside that network namespace at its own
 address (see :class:`Placement`; the namespaces are made by ``bench_cluster.py --net
 netns``). The start row checks that every node advertises the address it was given.
+``--row-timeout S`` (default 120, the parent's): the broadcast row times fewer than 3
+calls (at least 1) when its untimed call says that 3 would not end within 80% of it.
 Every figure goes to stdout as one ``BENCH_RESULT {json}`` line (see ``_common``).
 """
 
@@ -270,40 +272,57 @@ def stop_cluster(system: str, temp_dir: Path, marker: str) -> None:
 # ---- the rows --------------------------------------------------------------------------
 
 
-def _cpu_s(marker: str) -> float:
-    """CPU seconds (user + system) used so far by the driver's tree and the cluster's
-    processes (those marked ``marker``: nodes, GCS, workers)."""
+def _cpu_by_pid(marker: str) -> dict[int, float]:
+    """CPU seconds (user + system) used so far by each process of the driver's tree and
+    of the cluster (those marked ``marker``: nodes, GCS, workers), by pid."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = sum(tree_cpu_s().values())
+    out = dict(tree_cpu_s())
     for pid in _marked(marker):
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+            out[pid] = (int(fields[11]) + int(fields[12])) / tick
         except (OSError, IndexError, ValueError):
             continue
-    return total
+    return out
 
 
-def _median_rate(once: Any, repeats: int, unit: float, marker: str) -> dict[str, Any]:
-    """Call ``once`` (returns (work, seconds)) once untimed, then ``repeats`` times.
+def _cpu_since(before: dict[int, float], marker: str) -> float:
+    """CPU seconds used since ``before`` (a :func:`_cpu_by_pid`) by the processes alive
+    now: a process that ended in between takes only its CPU out of the sum (it is not
+    counted since its last sample), not what it used before."""
+    now = _cpu_by_pid(marker)
+    return sum(max(0.0, cpu - before.get(pid, 0.0)) for pid, cpu in now.items())
+
+
+def _median_rate(
+    once: Any, repeats: int, unit: float, marker: str, budget_s: float | None = None
+) -> dict[str, Any]:
+    """Call ``once`` (returns (work, seconds)) once untimed, then ``repeats`` times; with
+    ``budget_s``, fewer (at least one) when the untimed call's wall time says that
+    ``repeats`` more would not end within ``budget_s`` of the start.
 
     Returns:
         ``rate``: the median of work / seconds / ``unit`` over the timed calls; ``best``,
-        ``worst``, ``seconds``; ``cpu_us_per_op``: CPU time of the driver and of every
-        cluster process during the timed calls (their whole wall time, not only the
-        measured part) over the work done, in microseconds per ``unit``.
+        ``worst``, ``seconds``, ``repeats``; ``cpu_us_per_op``: CPU time of the driver
+        and of every cluster process during the timed calls (their whole wall time, not
+        only the measured part) over the work done, in microseconds per ``unit``.
     """
+    t0 = time.perf_counter()
     once()
-    cpu0 = _cpu_s(marker)
+    first_s = time.perf_counter() - t0
+    if budget_s is not None:
+        repeats = max(1, min(repeats, int(budget_s / first_s) - 1))
+    cpu0 = _cpu_by_pid(marker)
     samples = [once() for _ in range(repeats)]
-    cpu = _cpu_s(marker) - cpu0
+    cpu = _cpu_since(cpu0, marker)
     rates = [w / s / unit for w, s in samples]
     return {
         "rate": statistics.median(rates),
         "best": max(rates),
         "worst": min(rates),
         "seconds": [s for _, s in samples],
+        "repeats": repeats,
         "cpu_us_per_op": 1e6 * cpu / (sum(w for w, _ in samples) / unit),
     }
 
@@ -430,6 +449,7 @@ def build(rf: Any, p: dict[str, Any], marker: str, more_nodes: Any = None) -> di
     def broadcast() -> dict[str, Any]:
         import threading
 
+        row_t0 = time.perf_counter()
         if not more:  # the row run alone (--rows broadcast_gbps): start the nodes here
             start_more()
         if "addresses" not in more:
@@ -438,8 +458,11 @@ def build(rf: Any, p: dict[str, Any], marker: str, more_nodes: Any = None) -> di
         stop = threading.Event()
         sampler = threading.Thread(target=peak_anon_bytes, args=(marker, stop, peaks))
         sampler.start()
+        # 3 timed calls, or fewer where the untimed one says 3 would overrun the row's
+        # timeout (Ray on a loaded 2-core machine: 15-30 s a call)
+        budget_s = 0.8 * p["row_timeout_s"] - (time.perf_counter() - row_t0)
         try:
-            out = _median_rate(broadcast_once, min(3, p["repeats"]), GB, marker)
+            out = _median_rate(broadcast_once, min(3, p["repeats"]), GB, marker, budget_s)
         finally:
             stop.set()
             sampler.join()
@@ -476,7 +499,9 @@ def main() -> int:
         # (Ray 2.5x); on loopback the benchmark runs without authentication.
         os.environ["RAY_AUTH_MODE"] = "disabled"
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    p = _QUICK if flag("--quick") else _FULL
+    p = dict(_QUICK if flag("--quick") else _FULL)
+    timeout_at = sys.argv.index("--row-timeout") + 1 if "--row-timeout" in sys.argv else 0
+    p["row_timeout_s"] = float(sys.argv[timeout_at]) if timeout_at else 120.0
     try:
         rf = importlib.import_module(system)
         importlib.import_module("numpy")

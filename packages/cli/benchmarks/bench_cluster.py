@@ -52,7 +52,7 @@ def run_side(
     temp_dir = Path(tempfile.mkdtemp(prefix=f"xb-{system}-", dir="/tmp"))  # short: AF_UNIX
     marker = uuid.uuid4().hex
     cmd = [python, str(HERE / "_cluster_side.py"), system, "--temp-dir", str(temp_dir)]
-    cmd += ["--marker", marker, *(extra or [])]
+    cmd += ["--marker", marker, "--row-timeout", str(row_timeout_s), *(extra or [])]
     try:
         return Side(name, cmd, [k for k, _, _ in ROWS], quick, row_timeout_s).run()
     finally:
@@ -147,9 +147,15 @@ def print_broadcast(sides: dict[str, Side]) -> None:
         got = side.results.get("broadcast_gbps") or {}
         if "peak_private_mb" in got:
             who = got.get("peak_private_process", "?")
-            cells.append(f"{name} {got['peak_private_mb']:,.0f} MB ({who})")
+            cells.append(
+                f"{name} {got['peak_private_mb']:,.0f} MB ({who}; "
+                f"{got.get('repeats', '?')} timed calls)"
+            )
     if cells:
-        print("broadcast, largest private memory of a cluster process: " + "; ".join(cells))
+        print(
+            "broadcast, largest private memory of a cluster process (and how many timed "
+            "calls fitted in the row's time): " + "; ".join(cells)
+        )
 
 
 def print_netns(info: dict[str, Any], sides: dict[str, Side]) -> None:
@@ -164,7 +170,7 @@ def print_netns(info: dict[str, Any], sides: dict[str, Side]) -> None:
         if side is None:
             continue
         seen = {}
-        for key in ("cluster_start_s", "broadcast_gbps"):
+        for key in ("cluster_start_s", "broadcast_nodes_s", "broadcast_gbps"):
             seen.update((side.results.get(key) or {}).get("node_addresses") or {})
         moved = info.get(f"{name}_bridge_bytes", 0) / 1e9
         adv = ", ".join(f"{k} {v}" for k, v in sorted(seen.items())) or "-"
