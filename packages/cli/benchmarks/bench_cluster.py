@@ -2,7 +2,7 @@
 
 Usage:
     python bench_cluster.py [--quick] [--json OUT] [--ray-python PATH] [--row-timeout S]
-                            [--net both|loopback|netns]
+                            [--net both|loopback|netns] [--rows A,B]
 
 For each system (rayfield, then Ray from ``--ray-python``, default this
 interpreter) ``_cluster_side.py`` starts a head and a second node with the
@@ -44,7 +44,12 @@ from bench_core import Side, busy_cpus, finish, fmt, ratio, value  # noqa: E402
 
 
 def run_side(
-    name: str, python: str, quick: bool, row_timeout_s: float, extra: list[str] | None = None
+    name: str,
+    python: str,
+    quick: bool,
+    row_timeout_s: float,
+    extra: list[str] | None = None,
+    keys: list[str] | None = None,
 ) -> Side:
     """Run one system's side in a temp dir of its own; stop whatever it left running.
     ``name`` is the system, or ``<system>-netns``; ``extra`` goes to the side's command."""
@@ -54,7 +59,7 @@ def run_side(
     cmd = [python, str(HERE / "_cluster_side.py"), system, "--temp-dir", str(temp_dir)]
     cmd += ["--marker", marker, "--row-timeout", str(row_timeout_s), *(extra or [])]
     try:
-        return Side(name, cmd, [k for k, _, _ in ROWS], quick, row_timeout_s).run()
+        return Side(name, cmd, keys or [k for k, _, _ in ROWS], quick, row_timeout_s).run()
     finally:
         try:  # the side stops its cluster itself; this is for a side killed on a timeout
             subprocess.run([*cmd, "--stop"], capture_output=True, timeout=90)
@@ -84,14 +89,16 @@ def run_netns_sides(
             name = f"{system}-netns"
             loads[name] = os.getloadavg()[0]
             before = net.bytes_through()
-            sides[name] = run_side(name, python, args.quick, args.row_timeout, extra)
+            sides[name] = run_side(name, python, args.quick, args.row_timeout, extra, args.keys)
             out[f"{name}_bridge_bytes"] = net.bytes_through() - before
     return out
 
 
-def build_rows(rf: Side, ray: Side, net: str) -> list[dict[str, Any]]:
+def build_rows(rf: Side, ray: Side, net: str, keys: list[str] | None) -> list[dict[str, Any]]:
     rows = []
     for key, label, unit in ROWS:
+        if keys is not None and key not in keys:
+            continue
         a, b = value(rf, key), value(ray, key)
         r = a / b if isinstance(a, float) and isinstance(b, float) and b else None
         label = label if net == "loopback" else f"{label} ({net})"
@@ -201,7 +208,20 @@ def main(argv: list[str] | None = None) -> int:
         "in network namespaces joined by veth pairs to a bridge (needs root and `ip`); "
         "both (default): loopback, then netns where it can be made",
     )
+    parser.add_argument(
+        "--rows",
+        metavar="A,B",
+        help="only these rows (keys as in the JSON, e.g. broadcast_nodes_s,broadcast_gbps); "
+        "the cluster start always runs",
+    )
     args = parser.parse_args(argv)
+    args.keys = None
+    if args.rows:
+        wanted = set(args.rows.split(","))
+        unknown = wanted - {k for k, _, _ in ROWS}
+        if unknown:
+            parser.error(f"--rows: no row {', '.join(sorted(unknown))}")
+        args.keys = [k for k, _, _ in ROWS if k in wanted or k == "cluster_start_s"]
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
     started = time.perf_counter()
@@ -223,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     if "loopback" in nets:
         for name, python in (("rayfield", sys.executable), ("ray", args.ray_python)):
             loads[name] = os.getloadavg()[0]
-            sides[name] = run_side(name, python, args.quick, args.row_timeout)
+            sides[name] = run_side(name, python, args.quick, args.row_timeout, None, args.keys)
     if "netns" in nets:
         netns_info = run_netns_sides(args, loads, sides)
     for side in sides.values():
@@ -232,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     for net in nets:
-        rows += build_rows(*(sides[n] for n in side_names(net)), net)
+        rows += build_rows(*(sides[n] for n in side_names(net)), net, args.keys)
     print_table(rows, sides)
     print_broadcast(sides)
     print_netns(netns_info, sides)
