@@ -10,7 +10,8 @@ order; a package folder that does not exist yet is skipped.
     protocol    regenerate the flatbuffers code, fail if the committed copy differs
     build       a wheel per package, installed into a fresh venv and imported
     docs        API reference (HTML, pdoc) of every package's public modules, in build/api/
-    bench       benchmarks next to Ray (installed here only) and the machine's memcpy
+    bench       benchmarks next to Ray (installed here only) and the machine's memcpy; the
+                cross-node rows on loopback and, as root, between network namespaces
     demo        the main job end to end: the store's demo, then the examples on a
                 two-node cluster started with `rayfield start`, then an autoscaled
                 local_process cluster (`rayfield-autoscaler up/submit/down`)

@@ -22,6 +22,8 @@ from typing import Any
 RESULT_MARKER = "BENCH_RESULT "  # one line per finished row or figure: {"key": ..., ...}
 START_MARKER = "BENCH_START "  # printed before a row starts, so the parent can time it out
 DONE_MARKER = "BENCH_DONE"  # the side finished every row it was given
+# printed by a row of several long calls after each: the row's timeout starts again
+PROGRESS_MARKER = "BENCH_PROGRESS"
 MB = 1_000_000
 GB = 1_000_000_000
 
@@ -119,6 +121,14 @@ def emit(key: str, **fields: Any) -> None:
 def announce(key: str) -> None:
     """Tell the parent that row ``key`` starts now (its per-row timeout runs from here)."""
     sys.stdout.write(START_MARKER + key + "\n")
+    sys.stdout.flush()
+
+
+def progress() -> None:
+    """Tell the parent that the running row made progress (one of its calls ended): its
+    timeout runs again from now, so that a row of several long calls times out only when
+    one call hangs."""
+    sys.stdout.write(PROGRESS_MARKER + "\n")
     sys.stdout.flush()
 
 

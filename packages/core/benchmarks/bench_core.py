@@ -33,7 +33,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import DONE_MARKER, RESULT_MARKER, START_MARKER, perf  # noqa: E402
+from _common import DONE_MARKER, PROGRESS_MARKER, RESULT_MARKER, START_MARKER, perf  # noqa: E402
 
 BENCH_ROWS: list[tuple[str, str]] = perf.ROWS
 
@@ -174,6 +174,8 @@ class Side:
                     result["wall_s"] = time.monotonic() - row_started
                     current = None
                     deadline = time.monotonic() + self.row_timeout_s
+            elif line.startswith(PROGRESS_MARKER) and current is not None:
+                deadline = time.monotonic() + self.row_timeout_s
             elif line.startswith(DONE_MARKER):
                 finished, current = True, None
                 deadline = time.monotonic() + 30.0  # shutdown()
