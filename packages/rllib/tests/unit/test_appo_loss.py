@@ -71,6 +71,9 @@ def test_the_ratio_is_against_the_target_so_stale_steps_still_move_the_policy() 
     # r = (1/3) * 3 = 1: inside the clip range, the gradient is not cut
     np.testing.assert_allclose(float(policy.stats["mean_is_ratio"]), 1 / 3, rtol=1e-5)
     np.testing.assert_allclose(float(policy.stats["mean_rho"]), 3.0, rtol=1e-5)
+    # every pi / mu = 3 is above rho_bar = 1; mean(log mu - log pi) = -log 3
+    assert float(policy.stats["rho_clip_frac"]) == 1.0
+    np.testing.assert_allclose(float(policy.stats["behaviour_kl"]), -np.log(3.0), rtol=1e-5)
     loss = policy.loss(policy.model, policy.dist_class, tensors)
     policy.model.zero_grad()
     loss.backward()

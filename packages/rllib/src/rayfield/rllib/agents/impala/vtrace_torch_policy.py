@@ -143,8 +143,10 @@ class VTraceTorchPolicy(TorchPolicy):
     ) -> torch.Tensor:
         """``policy_loss + vf_loss_coeff * 0.5 * mean((vs - values)^2) - entropy_coeff *
         mean(H(dist)) [+ extra_loss]``, through the model's ``custom_loss``; records the
-        terms, ``mean_rho`` (``pi / mu`` of the taken actions) and `extra_stats` in
-        ``self.stats``."""
+        terms, ``mean_rho`` (``pi / mu`` of the taken actions), ``rho_clip_frac`` (the
+        share of rows with ``pi / mu > rho_bar``), ``behaviour_kl`` (``mean(log mu - log
+        pi)`` of the taken actions, a sample estimate of ``KL(mu || pi)``) and
+        `extra_stats` in ``self.stats``."""
         cfg = self.config
         vf_loss = 0.5 * torch.mean((vs - values) ** 2)
         entropy = torch.mean(dist.entropy())
@@ -152,12 +154,21 @@ class VTraceTorchPolicy(TorchPolicy):
         if extra_loss is not None:
             total = total + extra_loss
         total = model.custom_loss(total, train_batch)
+        log_rho = logp.detach() - train_batch[SampleBatch.ACTION_LOGP]
+        rho_bar = cfg.get("vtrace_clip_rho_threshold")
         self.stats = {
             "total_loss": total.detach(),
             "policy_loss": policy_loss.detach(),
             "vf_loss": vf_loss.detach(),
             "entropy": entropy.detach(),
-            "mean_rho": torch.exp(logp.detach() - train_batch[SampleBatch.ACTION_LOGP]).mean(),
+            "mean_rho": torch.exp(log_rho).mean(),
+            # the share of rows whose importance ratio V-trace clips at rho_bar
+            "rho_clip_frac": (
+                (log_rho > float(np.log(rho_bar))).float().mean() if rho_bar else torch.zeros(())
+            ),
+            # mean(log mu - log pi) of the taken actions: a sample estimate of
+            # KL(mu || pi), how far the learner has moved from the behaviour policy
+            "behaviour_kl": (-log_rho).mean(),
             **(extra_stats or {}),
         }
         return total
