@@ -39,18 +39,24 @@ def _activation(name: str | None) -> type[nn.Module]:
     return ACTIVATIONS[key]
 
 
+def _is_relu(name: str | None) -> bool:
+    return name is None or str(name).lower() == "relu"
+
+
 def mlp(in_size: int, hiddens: Sequence[int], out_size: int, activation: str = "relu") -> nn.Module:
     """A fully connected network float32[B, in_size] -> float32[B, out_size] with the
-    given hidden layer sizes and activation (none after the last layer).
+    given hidden layer sizes and activation (none after the last layer). ReLU runs in
+    place on the layer's output (a linear layer's backward pass does not read it).
 
     Raises:
         ValueError: an unknown activation name.
     """
     act = _activation(activation)
+    relu = _is_relu(activation)
     layers: list[nn.Module] = []
     last = int(in_size)
     for size in hiddens:
-        layers += [nn.Linear(last, int(size)), act()]
+        layers += [nn.Linear(last, int(size)), nn.ReLU(inplace=True) if relu else act()]
         last = int(size)
     layers.append(nn.Linear(last, int(out_size)))
     return nn.Sequential(*layers)
@@ -87,6 +93,7 @@ class EnsembleMLP(nn.Module):
             raise ValueError(f"EnsembleMLP needs num_members >= 1, got {num_members}")
         self.num_members = int(num_members)
         self.act = _activation(activation)()
+        self._relu_inplace = _is_relu(activation)
         sizes = [int(in_size), *(int(h) for h in hiddens), int(out_size)]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
@@ -121,7 +128,8 @@ class EnsembleMLP(nn.Module):
                 x = x.unsqueeze(0).expand(w.shape[0], -1, -1)
             x = torch.baddbmm(b, x, w)
             if i < n_layers - 1:
-                x = self.act(x)
+                # in place: baddbmm's backward pass does not read its output
+                x = torch.relu_(x) if self._relu_inplace else self.act(x)
         return x
 
 
