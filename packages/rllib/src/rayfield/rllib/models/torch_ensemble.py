@@ -117,11 +117,13 @@ class EnsembleMLP(nn.Module):
             members: a slice of the members to run (default all; ``slice(0, 1)``: the
                 first critic only, TD3's actor loss).
         """
-        sel = slice(None) if members is None else members
         n_layers = len(self.weights)
         for i in range(n_layers):
-            w = self.weights[i][sel]
-            b = self.biases[i][sel]
+            w, b = self.weights[i], self.biases[i]
+            if members is not None:
+                # a slice's backward pass copies its gradient into a zeroed full-size
+                # tensor, so all members take the parameters as they are
+                w, b = w[members], b[members]
             if detach:
                 w, b = w.detach(), b.detach()
             if x.dim() == 2:
