@@ -11,18 +11,21 @@ import textwrap
 import pytest
 import torch
 
-from rayfield.rllib.policy.adam import Adam
+from rayfield.rllib.policy.adam import Adam, fused_supported
 
 
-def _pair(**kwargs: object) -> tuple[torch.nn.Module, Adam, torch.nn.Module, torch.optim.Adam]:
+def _pair(
+    fused: bool = False, **kwargs: object
+) -> tuple[torch.nn.Module, Adam, torch.nn.Module, torch.optim.Adam]:
     torch.manual_seed(0)
     ours = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
     theirs = copy.deepcopy(ours)
+    kernel = {"fused": True} if fused else {"foreach": True}
     return (
         ours,
-        Adam(ours.parameters(), **kwargs),  # type: ignore[arg-type]
+        Adam(ours.parameters(), fused=fused, **kwargs),  # type: ignore[arg-type]
         theirs,
-        torch.optim.Adam(theirs.parameters(), foreach=True, **kwargs),  # type: ignore[arg-type]
+        torch.optim.Adam(theirs.parameters(), **kernel, **kwargs),  # type: ignore[arg-type]
     )
 
 
@@ -50,6 +53,39 @@ def test_steps_match_torch_adam(kwargs: dict[str, object]) -> None:
     _train(theirs, ref, 1, 25)
     assert _max_diff(ours, before) > 1e-3  # it moved
     assert _max_diff(ours, theirs) == 0.0
+
+
+@pytest.mark.skipif(
+    not fused_supported([torch.zeros(1)]), reason="torch < 2.4 has no fused Adam on the CPU"
+)
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"lr": 1e-2}, {"lr": 3e-3, "eps": 1e-5, "weight_decay": 0.01, "amsgrad": True}],
+)
+def test_fused_steps_match_torch_fused_adam(kwargs: dict[str, object]) -> None:
+    ours, opt, theirs, ref = _pair(fused=True, **kwargs)
+    assert opt.param_groups[0]["fused"] and not opt.param_groups[0]["foreach"]
+    before = copy.deepcopy(ours)
+    _train(ours, opt, 1, 25)
+    _train(theirs, ref, 1, 25)
+    assert _max_diff(ours, before) > 1e-3
+    assert _max_diff(ours, theirs) == 0.0
+    # and a fused state dict goes on in torch's foreach Adam (the same update, rounded
+    # differently: close, not equal)
+    other = copy.deepcopy(ours)
+    ref2 = torch.optim.Adam(other.parameters(), foreach=True)
+    ref2.load_state_dict(copy.deepcopy(opt.state_dict()))
+    ref2.param_groups[0].update(fused=None, foreach=True)
+    _train(ours, opt, 3, 10)
+    _train(other, ref2, 3, 10)
+    assert _max_diff(ours, other) < 1e-5
+
+
+def test_fused_is_used_only_where_torch_has_it() -> None:
+    assert not fused_supported([torch.zeros(2, dtype=torch.complex64)])
+    assert not fused_supported([torch.zeros(2, dtype=torch.int64)])
+    opt = Adam([torch.nn.Parameter(torch.zeros(2, dtype=torch.complex64))], fused=True)
+    assert opt.param_groups[0]["fused"] is None and opt.param_groups[0]["foreach"]
 
 
 def test_state_dicts_move_between_the_two_and_training_goes_on_alike() -> None:

@@ -53,19 +53,31 @@ def set_constant(critic: EnsembleMLP, values: list[float]) -> None:
 
 
 # -- networks ----------------------------------------------------------------------------
-def test_ensemble_matches_its_members_run_one_by_one() -> None:
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_ensemble_matches_its_members_run_one_by_one(activation: str) -> None:
     torch.manual_seed(0)
-    net = EnsembleMLP(2, 4, [8, 8], 3, "tanh")
+    net = EnsembleMLP(2, 4, [8, 8], 3, activation)
+    act = torch.tanh if activation == "tanh" else torch.relu
     x = torch.randn(5, 4)
     out = net(x)
     assert out.shape == (2, 5, 3)
+    # the same products member by member, out of place, on copies of the parameters
+    ws = [w.detach().clone().requires_grad_() for w in net.weights]
+    bs = [b.detach().clone().requires_grad_() for b in net.biases]
+    ref = []
     for m in range(2):
         h = x
         for i in range(3):
-            h = h @ net.weights[i][m] + net.biases[i][m]
+            h = h @ ws[i][m] + bs[i][m]
             if i < 2:
-                h = torch.tanh(h)
+                h = act(h)
         torch.testing.assert_close(out[m], h)
+        ref.append(h)
+    # and the same gradients (ReLU runs in place in the ensemble)
+    out.square().sum().backward()
+    torch.stack(ref).square().sum().backward()
+    for mine, theirs in zip([*net.weights, *net.biases], [*ws, *bs]):
+        torch.testing.assert_close(mine.grad, theirs.grad)
     torch.testing.assert_close(net(x, members=slice(0, 1))[0], out[0])
     # members are initialised independently
     assert not torch.equal(net.weights[0][0], net.weights[0][1])

@@ -39,18 +39,24 @@ def _activation(name: str | None) -> type[nn.Module]:
     return ACTIVATIONS[key]
 
 
+def _is_relu(name: str | None) -> bool:
+    return name is None or str(name).lower() == "relu"
+
+
 def mlp(in_size: int, hiddens: Sequence[int], out_size: int, activation: str = "relu") -> nn.Module:
     """A fully connected network float32[B, in_size] -> float32[B, out_size] with the
-    given hidden layer sizes and activation (none after the last layer).
+    given hidden layer sizes and activation (none after the last layer). ReLU runs in
+    place on the layer's output (a linear layer's backward pass does not read it).
 
     Raises:
         ValueError: an unknown activation name.
     """
     act = _activation(activation)
+    relu = _is_relu(activation)
     layers: list[nn.Module] = []
     last = int(in_size)
     for size in hiddens:
-        layers += [nn.Linear(last, int(size)), act()]
+        layers += [nn.Linear(last, int(size)), nn.ReLU(inplace=True) if relu else act()]
         last = int(size)
     layers.append(nn.Linear(last, int(out_size)))
     return nn.Sequential(*layers)
@@ -87,6 +93,7 @@ class EnsembleMLP(nn.Module):
             raise ValueError(f"EnsembleMLP needs num_members >= 1, got {num_members}")
         self.num_members = int(num_members)
         self.act = _activation(activation)()
+        self._relu_inplace = _is_relu(activation)
         sizes = [int(in_size), *(int(h) for h in hiddens), int(out_size)]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
@@ -110,18 +117,21 @@ class EnsembleMLP(nn.Module):
             members: a slice of the members to run (default all; ``slice(0, 1)``: the
                 first critic only, TD3's actor loss).
         """
-        sel = slice(None) if members is None else members
         n_layers = len(self.weights)
         for i in range(n_layers):
-            w = self.weights[i][sel]
-            b = self.biases[i][sel]
+            w, b = self.weights[i], self.biases[i]
+            if members is not None:
+                # a slice's backward pass copies its gradient into a zeroed full-size
+                # tensor, so all members take the parameters as they are
+                w, b = w[members], b[members]
             if detach:
                 w, b = w.detach(), b.detach()
             if x.dim() == 2:
                 x = x.unsqueeze(0).expand(w.shape[0], -1, -1)
             x = torch.baddbmm(b, x, w)
             if i < n_layers - 1:
-                x = self.act(x)
+                # in place: baddbmm's backward pass does not read its output
+                x = torch.relu_(x) if self._relu_inplace else self.act(x)
         return x
 
 
