@@ -88,6 +88,8 @@ def test_an_episode_through_the_client(served: Any, serialization: str) -> None:
     client.log_action(eid, np.zeros(4, np.float32), 1)
     client.end_episode(eid, np.zeros(4, np.float32))
     client.close()
+    # the env's thread takes the end event after the reply: wait for it
+    wait_for(lambda: len(env.events) == 4, 30, "the episode's four events")
     kinds = [(e.kind, e.reward, e.training_enabled) for e in env.events]
     assert kinds == [
         ("obs", 0.0, False),
