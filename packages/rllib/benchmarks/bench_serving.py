@@ -3,7 +3,7 @@ rayfield-rllib's ``PolicyServerInput`` next to RLlib's.
 
     python bench_serving.py [--rounds 3] [--seconds 4] [--clients 1,8] [--only rayfield|rllib]
                             [--inference-mode remote|local] [--max-queued-batches N]
-                            [--rllib-path DIR]
+                            [--rllib-path DIR] [--baseline CHECKOUT]
 
 Each library runs one server process (a PPO trainer whose ``input`` is its
 ``PolicyServerInput``, written as the library's CartPole server example; it trains on
@@ -32,6 +32,11 @@ default ``build/bench-rllib-2.38`` at the repository root, which ``nox -s bench`
 (``pip install --no-deps --target DIR ray==2.38.0 typer shellingham annotated-doc``: its
 other dependencies are those of the ray 2.60 install). When it is not found only
 rayfield-rllib runs. Target: at least 3x RLlib's requests/s.
+
+``--baseline CHECKOUT`` adds a third contender, ``rayfield@base``: rayfield-rllib imported
+from another checkout's ``packages/*/src`` (e.g. ``git archive main packages | tar -x -C
+DIR``, with the store's built ``_native.abi3.so`` copied beside its sources), in the same
+alternating rounds, for a before/after comparison of a change under the same load.
 
 On the shared 2-core development machine other jobs can put the load average far above 2;
 the figures then vary several-fold between rounds (hence the alternating rounds, the
@@ -143,10 +148,12 @@ def start(
     mode: str,
     max_queued: int | None = None,
 ) -> list[Proc]:
-    """The server (first) and `n` clients of `lib`, all ready."""
+    """The server (first) and `n` clients of `lib` (``rayfield@base``: rayfield's peers
+    with `env`'s sources), all ready."""
     port = free_port()
-    argv = [sys.executable, str(PEERS), "server", lib, str(port)]
-    if lib == "rayfield" and max_queued is not None:
+    peer = "rayfield" if lib.startswith("rayfield") else "rllib"
+    argv = [sys.executable, str(PEERS), "server", peer, str(port)]
+    if peer == "rayfield" and max_queued is not None:
         argv.append(str(max_queued))
     server = Proc(argv, env, logs / f"{lib}-server.log")
     procs = [server]
@@ -157,7 +164,7 @@ def start(
                 sys.executable,
                 str(PEERS),
                 "client",
-                lib,
+                peer,
                 str(port),
                 str(seconds),
                 str(1000 * i),
@@ -204,6 +211,12 @@ def main() -> None:
     parser.add_argument("--inference-mode", choices=["remote", "local"], default="remote")
     parser.add_argument("--max-queued-batches", type=int, default=None)
     parser.add_argument("--rllib-path", type=Path, default=None)
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a checkout whose rayfield runs as rayfield@base",
+    )
     args = parser.parse_args()
     counts = [int(x) for x in args.clients.split(",")]
     rllib_path = args.rllib_path or Path(
@@ -221,6 +234,11 @@ def main() -> None:
             )
         else:
             libs["rllib"] = env
+    if args.baseline is not None and args.only != "rllib":
+        srcs = sorted(str(p) for p in args.baseline.resolve().glob("packages/*/src"))
+        if not srcs:
+            parser.error(f"--baseline {args.baseline}: no packages/*/src there")
+        libs["rayfield@base"] = {**os.environ, "PYTHONPATH": os.pathsep.join(srcs)}
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start")
     queued = args.max_queued_batches
     print(
@@ -251,7 +269,7 @@ def main() -> None:
                     res = window(procs[lib][0], procs[lib][1 : 1 + n], args.seconds)
                     results.setdefault((lib, n), []).append(res)
                     print(
-                        f"round {r + 1} {lib:8s} {n} client(s): {res['get_action']:7.0f} "
+                        f"round {r + 1} {lib:13s} {n} client(s): {res['get_action']:7.0f} "
                         f"get_action/s ({res['requests']:.0f} calls/s), CPU ms/get_action: "
                         f"server {res['server_ms']:.2f}, clients {res['client_ms']:.2f}; "
                         f"load {os.getloadavg()[0]:.1f}",
@@ -276,15 +294,18 @@ def main() -> None:
             server_ms = statistics.median(x["server_ms"] for x in rows)
             client_ms = statistics.median(x["client_ms"] for x in rows)
             print(
-                f"  {n} client(s)  {lib:8s} {medians[lib]:7.0f}  ({min(vals):.0f}-{max(vals):.0f})"
+                f"  {n} client(s)  {lib:13s} {medians[lib]:7.0f}  ({min(vals):.0f}-{max(vals):.0f})"
                 f"  CPU ms {server_ms:.2f} / {client_ms:.2f}"
             )
-        if len(medians) == 2 and medians["rllib"] > 0:
+        if medians.get("rayfield") and medians.get("rllib"):
             ratio = medians["rayfield"] / medians["rllib"]
             verdict = "met" if ratio >= TARGET else "NOT met"
             print(
                 f"  {n} client(s)  rayfield / RLlib: {ratio:.1f}x (target {TARGET:.0f}x: {verdict})"
             )
+        if medians.get("rayfield") and medians.get("rayfield@base"):
+            ratio = medians["rayfield"] / medians["rayfield@base"]
+            print(f"  {n} client(s)  rayfield / rayfield@base: {ratio:.2f}x")
     avg = os.getloadavg()
     print(f"load average at the end: {avg[0]:.1f} / {avg[1]:.1f} / {avg[2]:.1f} (1/5/15 min)")
     print(f"total {time.time() - t0:.0f} s; logs in {logs}")

@@ -269,3 +269,28 @@ def test_evaluate_renders_each_step(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     steps = int(res.output.split(" env steps")[0].rsplit(" ", 1)[1])
     assert len(frames) == steps + 1  # the reset and every step
+
+
+def test_evaluate_makes_no_log_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint trained with ``output: "logdir"``: evaluating it writes only --out, and
+    nothing under the home directory (no ~/ray_results experiment)."""
+    from rayfield.rllib.agents.pg import PGTrainer
+    from rayfield.rllib.result_files import LogDir
+
+    config = {"model": {"fcnet_hiddens": [8]}, "output": "logdir"}
+    train_dir = tmp_path / "trial"
+    train_dir.mkdir(mode=0o700)
+    trainer = PGTrainer(
+        env="CartPole-v1", config=config, logger_creator=lambda _: LogDir(str(train_dir))
+    )
+    ckpt = trainer.save(str(tmp_path / "ckpt"))
+    trainer.stop()
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("HOME", str(home))
+    out = tmp_path / "episodes.json"
+    args = ["evaluate", ckpt, "--episodes", "1", "--steps", "20", "--out", str(out)]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert out.exists()
+    assert list(home.iterdir()) == []

@@ -88,6 +88,8 @@ def test_an_episode_through_the_client(served: Any, serialization: str) -> None:
     client.log_action(eid, np.zeros(4, np.float32), 1)
     client.end_episode(eid, np.zeros(4, np.float32))
     client.close()
+    # the env's thread takes the end event after the reply: wait for it
+    wait_for(lambda: len(env.events) == 4, 30, "the episode's four events")
     kinds = [(e.kind, e.reward, e.training_enabled) for e in env.events]
     assert kinds == [
         ("obs", 0.0, False),
@@ -158,7 +160,7 @@ def test_raw_http_keep_alive_and_malformed_heads(served: Any) -> None:
     env, server = served
     body = json.dumps({"command": "START_EPISODE", "episode_id": "k"}).encode()
     head = (
-        f"POST / HTTP/1.1\r\nAuthorization: Bearer {server.token}\r\n"
+        f"POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
     ).encode()
     action = json.dumps({"command": "GET_ACTION", "episode_id": "k", "observation": [1, 0, 0, 0]})
@@ -181,17 +183,83 @@ def test_raw_http_keep_alive_and_malformed_heads(served: Any) -> None:
     assert out.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
     for bad, status in [
         (b"NONSENSE\r\n\r\n", b"400"),
-        (b"POST / HTTP/1.1\r\nno colon here\r\n\r\n", b"400"),
-        (b"POST / HTTP/1.1\r\nA: 1\r\nA: 2\r\n\r\n", b"400"),
-        (b"POST / HTTP/1.1\r\n" + b"".join(b"H%d: x\r\n" % i for i in range(101)), b"431"),
-        (b"POST /" + b"x" * 65_600 + b" HTTP/1.1\r\n\r\n", b"414"),  # read whole: no RST
-        (b"DELETE / HTTP/1.1\r\n\r\n", b"405"),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nA: 1\r\nA: 2\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", b"400"),  # no Host (RFC 9112)
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\n"
+            + b"".join(b"H%d: x\r\n" % i for i in range(100))
+            + b"\r\n",
+            b"431",
+        ),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nBig: " + b"x" * 70_000 + b"\r\n\r\n", b"431"),
+        (b"POST /" + b"x" * 65_600 + b" HTTP/1.1\r\nHost: x\r\n\r\n", b"414"),
+        (b"POST /" + b"x" * 200_000, b"414"),  # the rest unread, drained: no reset
+        (b"DELETE / HTTP/1.1\r\nHost: x\r\n\r\n", b"405"),
     ]:
         out = raw_exchange(server, bad)
         assert out.startswith(b"HTTP/1.1 " + status), (bad[:40], out[:80])
         assert b"Connection: close" in out
     assert raw_exchange(server, b"POST / HTTP/1.1\r\nHost: x\r\n") == b""  # ends in the head
-    assert set(env._episodes) == {"k", "l"}  # and it serves on
+    # a chunked body is read to its end (and held to max_request_bytes)
+    chunked = head.replace(b"Content-Length: %d" % len(body), b"Transfer-Encoding: chunked")
+    half = len(body) // 2
+    pieces = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (
+        half,
+        body[:half],
+        len(body) - half,
+        body[half:],
+    )
+    out = raw_exchange(server, chunked + b"Connection: close\r\n\r\n" + pieces.replace(b"k", b"m"))
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n") and out.endswith(b'{"episode_id": "m"}')
+    server.max_request_bytes = 16
+    out = raw_exchange(server, chunked + b"\r\n" + pieces)
+    assert out.startswith(b"HTTP/1.1 413 ") and b"Connection: close" in out
+    server.max_request_bytes = 1 << 20
+    assert set(env._episodes) == {"k", "l", "m"}  # and it serves on
+
+
+def one_reply_server(reply: bytes) -> tuple[int, threading.Thread]:
+    """A server on a free port that answers one connection's first request with `reply`
+    (read up to the end of a msgpack request's body) and closes."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        with listener, listener.accept()[0] as conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            while len(body) < length:
+                body += conn.recv(65536)
+            conn.sendall(reply)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread
+
+
+def test_the_client_reads_chunked_replies_and_refuses_non_http() -> None:
+    import msgpack
+
+    body = msgpack.packb({"episode_id": "c"})
+    chunked = b"HTTP/1.1 200 OK\r\nContent-Type: application/msgpack\r\n"
+    chunked += b"Transfer-Encoding: chunked\r\n\r\n"
+    chunked += b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (3, body[:3], len(body) - 3, body[3:])
+    port, thread = one_reply_server(chunked)
+    client = PolicyClient(f"127.0.0.1:{port}", token="t")
+    assert client.start_episode() == "c"
+    thread.join(10)
+    client.close()
+    port, thread = one_reply_server(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+    client = PolicyClient(f"127.0.0.1:{port}", token="t")
+    with pytest.raises(ConnectionError, match=r"not an HTTP/1\.1 reply"):
+        client.start_episode()
+    thread.join(10)
 
 
 def test_returns_go_with_the_next_request_or_at_close(served: Any) -> None:

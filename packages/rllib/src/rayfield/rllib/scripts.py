@@ -11,7 +11,8 @@ goes to `rayfield.rllib.tune_runner` instead, whose loggers write the same files
 
 ``rllib evaluate`` (or ``rollout``) rebuilds the algorithm from a checkpoint and runs its
 policy; ``--render`` renders the env and ``--out`` writes the episodes as offline data
-(JSON lines, `rayfield.rllib.offline`), which any algorithm can train on.
+(JSON lines, `rayfield.rllib.offline`), which any algorithm can train on. It writes
+nothing else: the checkpoint's ``output`` setting is dropped, so no log directory is made.
 """
 
 from __future__ import annotations
@@ -368,6 +369,9 @@ def rollout(
     config.update(_json_arg(config_json, "--config"))
     config["num_workers"] = 0
     config["evaluation_interval"] = None
+    # the trainer only acts: no experience output, so no log dir (``output: "logdir"``
+    # made one in ~/ray_results); the episodes go to --out
+    config["output"] = None
     if env:
         config["env"] = env
     multiagent = config.get("multiagent") or {}

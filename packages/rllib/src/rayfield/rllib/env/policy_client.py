@@ -3,10 +3,8 @@
 RLlib's ``PolicyClient`` (reference: ``ray.rllib.utils.policy_client.PolicyClient``), over
 the wire of ``serving_wire.py`` (msgpack by default, or JSON; never pickle) with the
 server's token. Each thread keeps one HTTP/1.1 connection open to the server, so a
-request costs one round trip: a single write of the request line, headers and body (the
-head is made once per client), and a read of the reply parsed here (status, and the
-Content-Length, Content-Type and Connection headers; a chunked or length-less reply is
-refused as the server never sends one).
+request costs one round trip: a single write of the request's head and body, and a read
+of the reply; ``h11`` writes the one and parses the other.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ import threading
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
+import h11
 import numpy as np
 
 from rayfield.rllib.env.policy_server import server_token_path
@@ -49,15 +48,18 @@ class PolicyServerError(RuntimeError):
 
 
 _MAX_HEAD = 65536  # the longest status line and headers of a reply read (bytes)
+_RECV_BYTES = 65536
 
 
 class _Connection:
-    """One kept-alive HTTP/1.1 connection to the server (TLS for https).
+    """One kept-alive HTTP/1.1 connection to the server (TLS for https), its framing
+    ``h11``'s: a request is one write of its head and body, the reply is read until
+    ``h11`` has it whole (a Content-Length, chunked or until-close body).
 
     Raises (from `post`):
         ConnectionResetError: the server closed the connection before replying (an idle
             keep-alive connection it dropped: the caller may retry on a new one).
-        ConnectionError: a reply that is not HTTP/1.x with a Content-Length.
+        ConnectionError: a reply that is not HTTP/1.1 (``h11`` refused it) or ended early.
         OSError: the socket failed (timeouts included).
     """
 
@@ -71,54 +73,49 @@ class _Connection:
             sock.close()
             raise
         self.sock = sock
-        self._buf = b""
+        self.http = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
 
     def close(self) -> None:
         self.sock.close()
 
-    def _recv(self) -> bytes:
-        data = self.sock.recv(65536)
-        if not data:
-            raise ConnectionResetError("the policy server closed the connection")
-        return data
-
-    def post(self, request: bytes) -> tuple[int, str, bytes, bool]:
-        """Send a whole request; ``(status, content type, body, server closes)``."""
-        self.sock.sendall(request)
-        buf = self._buf
-        end = buf.find(b"\r\n\r\n")
-        while end < 0:
-            if len(buf) > _MAX_HEAD:
-                raise ConnectionError("the policy server's reply head is too long")
-            buf += self._recv()
-            end = buf.find(b"\r\n\r\n")
-        lines = buf[:end].split(b"\r\n")
-        buf = buf[end + 4 :]
-        status_line = lines[0].split(None, 2)
-        if (
-            len(status_line) < 2
-            or not status_line[0].startswith(b"HTTP/1.")
-            or not status_line[1].isdigit()
-        ):
-            raise ConnectionError(f"not an HTTP reply: {lines[0][:80]!r}")
-        length, kind, closes = -1, "", status_line[0] == b"HTTP/1.0"
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            if name == b"content-length":
-                if not value.strip().isdigit():
-                    raise ConnectionError(f"bad Content-Length in the reply: {value[:40]!r}")
-                length = int(value)
-            elif name == b"content-type":
-                kind = value.decode("latin-1").split(";")[0].strip()
-            elif name == b"connection":
-                closes = value.strip().lower() == b"close"
-        if length < 0:
-            raise ConnectionError("the policy server's reply has no Content-Length")
-        while len(buf) < length:
-            buf += self._recv()
-        self._buf = buf[length:]
-        return int(status_line[1]), kind, buf[:length], closes
+    def post(self, headers: list[tuple[bytes, bytes]], body: bytes) -> tuple[int, str, bytes, bool]:
+        """Send a POST of ``body`` with ``headers`` (Content-Length added); ``(status,
+        content type, body, the connection must close)``."""
+        http = self.http
+        if http.our_state is h11.DONE and http.their_state is h11.DONE:
+            http.start_next_cycle()  # the connection's previous exchange is over
+        head = h11.Request(
+            method=b"POST",
+            target=b"/",
+            headers=[*headers, (b"Content-Length", b"%d" % len(body))],
+        )
+        message = http.send(head) + http.send(h11.Data(data=body)) + http.send(h11.EndOfMessage())
+        self.sock.sendall(message)
+        status, kind, chunks = 0, "", []
+        try:
+            while True:
+                event = http.next_event()
+                if event is h11.NEED_DATA:
+                    data = self.sock.recv(_RECV_BYTES)
+                    if not data and not status:
+                        raise ConnectionResetError("the policy server closed the connection")
+                    http.receive_data(data)
+                elif type(event) is h11.Response:
+                    status = event.status_code
+                    for name, value in event.headers:  # names come lowercased
+                        if name == b"content-type":
+                            kind = value.decode("latin-1").split(";")[0].strip()
+                elif type(event) is h11.Data:
+                    chunks.append(event.data)
+                elif type(event) is h11.EndOfMessage:
+                    break
+                elif type(event) is h11.ConnectionClosed:
+                    raise ConnectionResetError("the policy server closed the connection")
+                # an InformationalResponse (100 Continue) is skipped
+        except h11.RemoteProtocolError as exc:
+            raise ConnectionError(f"not an HTTP/1.1 reply: {exc}") from None
+        closes = http.our_state is h11.MUST_CLOSE or http.their_state is h11.MUST_CLOSE
+        return status, kind, b"".join(chunks), closes
 
 
 class PolicyClient:
@@ -188,11 +185,11 @@ class PolicyClient:
             raise ValueError("the token must be printable ASCII (it goes into an HTTP header)")
         self.content_type = MSGPACK if serialization == "msgpack" else JSON
         host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
-        self._head = (
-            f"POST / HTTP/1.1\r\nHost: {host}:{url.port}\r\n"
-            f"Content-Type: {self.content_type}\r\nAuthorization: Bearer {self.token}\r\n"
-            "Content-Length: "
-        ).encode("latin-1")
+        self._headers = [
+            (b"Host", f"{host}:{url.port}".encode("ascii")),
+            (b"Content-Type", self.content_type.encode("ascii")),
+            (b"Authorization", f"Bearer {self.token}".encode("ascii")),
+        ]
         self.timeout_s = float(timeout_s)
         self.inference_mode = inference_mode
         self.update_interval = update_interval
@@ -326,7 +323,6 @@ class PolicyClient:
             ConnectionError: the server cannot be reached.
         """
         body = encode(request, self.content_type)
-        message = b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
         for attempt in (0, 1):
             conn = getattr(self._local, "conn", None)
             try:
@@ -334,7 +330,7 @@ class PolicyClient:
                     conn = self._local.conn = _Connection(
                         self._host, self._port, self.timeout_s, self._https
                     )
-                status, kind, data, closes = conn.post(message)
+                status, kind, data, closes = conn.post(self._headers, body)
                 break
             except (BrokenPipeError, ConnectionResetError):
                 # the server closed an idle keep-alive connection: open a new one, once

@@ -9,10 +9,12 @@ Unlike RLlib's, nothing on the wire is pickled (``serving_wire.py``: JSON or msg
 arrays as raw buffers) and every request carries a token (``Authorization: Bearer``):
 one given to the server, or a random one written owner-only to
 ``<tmp>/rayfield-rllib-<uid>/serving/<port>.json``, where a `PolicyClient` on this machine
-finds it. A request that is unauthenticated (401), too large (413, the body is not read),
-of an unknown type (415), malformed or invalid for the env (400), about an unknown
-episode (404), or over the env's ``max_concurrent`` episodes (429) gets its status and
-``{"error": message}``; the server keeps serving every other client. ``GET_ACTION``,
+finds it. The HTTP/1.1 framing (keep-alive, pipelining, ``Expect: 100-continue``,
+Content-Length or chunked bodies) is ``h11``'s. A request that is unauthenticated (401),
+too large (413, the body is not read; 414/431 for its head), of an unknown type (415),
+malformed or invalid for the env (400), about an unknown episode (404), or over the env's
+``max_concurrent`` episodes (429) gets its status and ``{"error": message}``; the server
+keeps serving every other client. ``GET_ACTION``,
 ``LOG_ACTION`` and ``END_EPISODE`` may carry the ``reward`` (and ``info``) logged since the
 episode's previous request, taken as a ``LOG_RETURNS`` just before them (a `PolicyClient`
 sends its rewards so: one round trip per step).
@@ -35,13 +37,16 @@ import json
 import logging
 import os
 import secrets
+import socket
+import socketserver
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+import h11
 import numpy as np
 
 from rayfield.rllib.env.external_env import ExternalEnv, ExternalEnvStopped
@@ -89,7 +94,7 @@ def _check_value(value: Any, space: Any, what: str) -> Any:
     return arr
 
 
-class PolicyServer(ThreadingHTTPServer):
+class PolicyServer(socketserver.ThreadingTCPServer):
     """Serves ``external_env``'s episodes over HTTP (see the module docstring).
 
     Args:
@@ -134,6 +139,11 @@ class PolicyServer(ThreadingHTTPServer):
             )
         self.token = token
         self._stopped = threading.Event()
+
+    @property
+    def server_port(self) -> int:
+        """The TCP port it listens on (the one chosen when given 0)."""
+        return int(self.server_address[1])
 
     @property
     def address(self) -> str:
@@ -217,24 +227,12 @@ class PolicyServer(ThreadingHTTPServer):
             raise _RequestError(400, str(exc)) from None
 
 
-_MAX_LINE = 65536  # the longest request line or header line read (bytes)
+_MAX_HEAD = 65536
+"""The largest request head (request line and headers) read (bytes): a longer request
+target gets 414, a longer head 431."""
 _MAX_HEADERS = 100
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    409: "Conflict",
-    411: "Length Required",
-    413: "Content Too Large",
-    414: "URI Too Long",
-    415: "Unsupported Media Type",
-    429: "Too Many Requests",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
+_RECV_BYTES = 65536
+_LINGER_S = 1.0  # how long a refused request's unread rest is drained before closing
 _date: tuple[int, bytes] = (0, b"")  # (second, the Date header's value for it)
 
 
@@ -247,74 +245,99 @@ def _http_date() -> bytes:
     return _date[1]
 
 
-class _Handler(BaseHTTPRequestHandler):
+_REASONS = {status.value: status.phrase.encode("ascii") for status in HTTPStatus}
+
+
+class _Handler(socketserver.BaseRequestHandler):
     """One connection: its requests read and answered in turn (HTTP/1.1 keep-alive).
 
-    The request line and headers are parsed here (the headers as a dict of lowercased
-    names; lines over 64 KiB get 414/431, more than 100 headers 431, a malformed line
-    400, each closing the connection) and each reply leaves in one write of its status
-    line, headers and body.
+    The HTTP/1.1 framing is ``h11``'s (a state machine fed with what the socket reads):
+    it parses each request's head and body and writes each reply, and says whether the
+    connection goes on. Here: the limits (a request target over 64 KiB gets 414, a head
+    over 64 KiB or with more than 100 headers 431, a repeated header 400, a head ``h11``
+    cannot parse its status, 400 mostly), each closing the connection after the reply,
+    and the order of the checks of a POST (token, length, then the body). A connection
+    that ends before its request is whole gets no reply.
     """
 
     server: PolicyServer
-    protocol_version = "HTTP/1.1"  # keep-alive: a client reuses its connection
-    disable_nagle_algorithm = True  # the reply leaves at once
+    request: socket.socket
 
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("policy server: " + format, *args)
+    def setup(self) -> None:
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # replies leave at once
+        self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
+        self.eof = False  # the client ended its side of the connection
 
-    def handle_one_request(self) -> None:
-        self.close_connection = True
-        try:
-            line = self.rfile.readline(_MAX_LINE + 1)
-        except OSError:  # the client went away, or a socket timeout
-            return
-        if not line:
-            return
-        if len(line) > _MAX_LINE:
-            self._reply(414, {"error": "the request line is too long"}, JSON)
-            return
-        parts = line.split()
-        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-            self._reply(400, {"error": f"not an HTTP/1.x request line: {line[:80]!r}"}, JSON)
-            return
-        method, version = parts[0], parts[2]
-        headers: dict[str, str] = {}
+    def handle(self) -> None:
+        http = self.http
         while True:
             try:
-                raw = self.rfile.readline(_MAX_LINE + 1)
-            except OSError:
+                event = self._next_event()
+            except h11.RemoteProtocolError as exc:
+                if not self.eof:  # a malformed or oversized head: say why, then close
+                    self._refuse_head(exc)
                 return
-            if raw in (b"\r\n", b"\n"):
-                break
-            if not raw:
-                return  # the connection ended in the headers
-            if len(raw) > _MAX_LINE or len(headers) >= _MAX_HEADERS:
-                self._reply(431, {"error": "too many or too long headers"}, JSON)
+            except OSError:  # the client went away, or a socket timeout
                 return
-            name, sep, value = raw.partition(b":")
-            key = name.decode("latin-1").lower()
-            if not sep or not key or key != key.strip() or key in headers:
-                self._reply(400, {"error": f"a malformed or repeated header: {raw[:80]!r}"}, JSON)
+            if type(event) is not h11.Request:  # ConnectionClosed: the client is done
                 return
-            headers[key] = value.strip().decode("latin-1")
-        connection = headers.get("connection", "").lower()
-        self.close_connection = connection == "close" or (
-            version == b"HTTP/1.0" and connection != "keep-alive"
-        )
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("policy server: %s %s", self.client_address[0], line.strip()[:200])
-        if method == b"POST":
-            self._post(headers, version)
-        else:
-            self.close_connection = True  # a body it may have sent is not read
-            self._reply(405, {"error": "only POST requests are served"}, JSON, b"Allow: POST\r\n")
+            if logger.isEnabledFor(logging.DEBUG):
+                target = event.target[:200].decode("latin-1")
+                logger.debug(
+                    "policy server: %s %s %s", self.client_address[0], event.method, target
+                )
+            self._request(event)
+            if http.our_state is not h11.DONE or http.their_state is not h11.DONE:
+                return  # a reply that closes the connection (or a client gone)
+            http.start_next_cycle()
 
-    def _post(self, headers: dict[str, str], version: bytes) -> None:
+    def _next_event(self) -> Any:
+        """The next ``h11`` event, reading from the socket as it needs.
+
+        Raises:
+            h11.RemoteProtocolError: what came is not HTTP/1.1 or breaks a limit, or the
+                connection ended in the middle of a request (``eof`` is then set).
+            OSError: the socket failed.
+        """
+        while True:
+            event = self.http.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            data = self.request.recv(_RECV_BYTES)
+            self.eof = not data
+            self.http.receive_data(data)
+
+    def _refuse_head(self, exc: h11.RemoteProtocolError) -> None:
+        """Answer a head ``h11`` refused (414 for an overlong request line)."""
+        status = exc.error_status_hint
+        if status == 431:  # over _MAX_HEAD before the head ended
+            pending, _ = self.http.trailing_data
+            if b"\n" not in pending[:_MAX_HEAD]:
+                status = 414
+        message = "the request line is too long" if status == 414 else f"a malformed head: {exc}"
+        self._reply(status, {"error": message}, JSON, close=True)
+
+    def _request(self, request: h11.Request) -> None:
+        names = [name for name, _ in request.headers]
+        size = len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers)
+        if len(request.target) > _MAX_HEAD:
+            self._reply(414, {"error": "the request line is too long"}, JSON, close=True)
+        elif len(names) > _MAX_HEADERS or size > _MAX_HEAD:  # (h11 passes a head it has whole)
+            self._reply(431, {"error": "too many or too long headers"}, JSON, close=True)
+        elif len(set(names)) < len(names):
+            self._reply(400, {"error": "a repeated header"}, JSON, close=True)
+        elif request.method != b"POST":  # a body it may have sent is not read
+            error = {"error": "only POST requests are served"}
+            self._reply(405, error, JSON, [(b"Allow", b"POST")], close=True)
+        else:
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers}
+            self._post(headers)
+
+    def _post(self, headers: dict[str, str]) -> None:
         content_type = (headers.get("content-type") or JSON).split(";")[0].strip()
         reply_type = content_type if content_type in (JSON, MSGPACK) else JSON
         try:
-            request = self._read_request(headers, content_type, version)
+            request = self._read_request(headers, content_type)
             reply, status = self.server.execute(request), 200
         except _RequestError as exc:
             reply, status = {"error": str(exc)}, exc.status
@@ -325,74 +348,108 @@ class _Handler(BaseHTTPRequestHandler):
         except ExternalEnvStopped:
             reply, status = {"error": "the server's env was stopped"}, 503
         except _Gone:  # the connection broke while the request was read
-            self.close_connection = True
             return
         except Exception as exc:
             logger.exception("policy server: a request failed")
             reply, status = {"error": f"{type(exc).__name__}: {exc}"}, 500
-        self._reply(status, reply, reply_type)
+        # a body left unread (refused from the headers) ends the connection
+        close = self.http.their_state is not h11.DONE
+        self._reply(status, reply, reply_type, close=close)
 
     def _reply(
-        self, status: int, reply: dict[str, Any], reply_type: str, extra: bytes = b""
+        self,
+        status: int,
+        reply: dict[str, Any],
+        reply_type: str,
+        extra: list[tuple[bytes, bytes]] | None = None,
+        *,
+        close: bool = False,
     ) -> None:
-        """Send ``reply`` with ``status`` (and the header lines ``extra``) in one write."""
+        """Send ``reply`` with ``status`` (and the headers ``extra``) in one write;
+        ``close``: say so and drain what the client still sends (so that it reads the
+        reply rather than a reset)."""
+        http = self.http
+        if http.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return  # a reply was sent already
         try:
             body = encode(reply, reply_type)
         except TypeError as exc:  # an action the wire cannot carry
             body, status, reply_type = json.dumps({"error": str(exc)}).encode(), 500, JSON
-        message = (
-            b"HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n%s"
-            % (
-                status,
-                _REASONS.get(status, "Error").encode("ascii"),
-                _http_date(),
-                reply_type.encode("ascii"),
-                len(body),
-                extra,
-                b"Connection: close\r\n" if self.close_connection else b"",
-                body,
-            )
+        headers = [
+            (b"Date", _http_date()),
+            (b"Content-Type", reply_type.encode("ascii")),
+            (b"Content-Length", b"%d" % len(body)),
+            *(extra or ()),
+        ]
+        if close:
+            headers.append((b"Connection", b"close"))
+        message = http.send(
+            h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b"Error"))
         )
+        message += http.send(h11.Data(data=body)) + http.send(h11.EndOfMessage())
         try:
-            self.wfile.write(message)
+            self.request.sendall(message)
+            if close and not self.eof:
+                self._drain()
         except OSError:  # the client went away
-            self.close_connection = True
+            pass
 
-    def _read_request(
-        self, headers: dict[str, str], content_type: str, version: bytes
-    ) -> dict[str, Any]:
+    def _drain(self) -> None:
+        """End our side and read what the client still sends, for up to a second."""
+        self.request.shutdown(socket.SHUT_WR)
+        self.request.settimeout(_LINGER_S)
+        deadline = time.monotonic() + _LINGER_S
+        while time.monotonic() < deadline and self.request.recv(_RECV_BYTES):
+            pass
+
+    def _read_request(self, headers: dict[str, str], content_type: str) -> dict[str, Any]:
+        http = self.http
         auth = headers.get("authorization", "")
         sent = auth[len("Bearer ") :] if auth.startswith("Bearer ") else ""
-        length = headers.get("content-length")
+        length = headers.get("content-length")  # h11 checked that it is a number
+        chunked = "transfer-encoding" in headers  # h11 takes only "chunked"
+        limit = self.server.max_request_bytes
         if not hmac.compare_digest(sent.encode(), self.server.token.encode()):
-            self._skip_body(length)
+            if length is not None and int(length) <= limit:
+                self._read_body(limit)  # read and dropped: the connection goes on
             raise _RequestError(401, "missing or wrong token (Authorization: Bearer TOKEN)")
-        if length is None or not length.isdigit():
-            self.close_connection = True
+        if length is None and not chunked:
             raise _RequestError(411, "the request needs a Content-Length")
-        if int(length) > self.server.max_request_bytes:
-            self.close_connection = True  # the body is not read
-            raise _RequestError(
-                413, f"the body is {length} bytes, over {self.server.max_request_bytes}"
+        if length is not None and int(length) > limit:  # the body is not read
+            raise _RequestError(413, f"the body is {length} bytes, over {limit}")
+        if http.they_are_waiting_for_100_continue:
+            self.request.sendall(
+                http.send(
+                    h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")
+                )
             )
-        try:
-            if headers.get("expect", "").lower() == "100-continue" and version != b"HTTP/1.0":
-                self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            body = self.rfile.read(int(length))
-        except OSError:
-            raise _Gone from None
-        if len(body) < int(length):
-            raise _Gone
+        body = self._read_body(limit)
         if content_type not in (JSON, MSGPACK):
             raise _RequestError(415, f"send {JSON} or {MSGPACK}, not {content_type!r}")
         return decode(body, content_type)
 
-    def _skip_body(self, length: str | None) -> None:
-        """Read and drop a small body (so the connection can go on), else close."""
-        if length is not None and length.isdigit() and int(length) <= self.server.max_request_bytes:
+    def _read_body(self, limit: int) -> bytes:
+        """The request's body, read to its end.
+
+        Raises:
+            _Gone: the connection ended or failed before the body did.
+            _RequestError: (413) a chunked body over ``limit`` bytes; (400) a malformed one.
+        """
+        chunks: list[bytes] = []
+        size = 0
+        while True:
             try:
-                self.rfile.read(int(length))
+                event = self._next_event()
+            except h11.RemoteProtocolError as exc:
+                if self.eof:
+                    raise _Gone from None
+                raise _RequestError(400, f"a malformed body: {exc}") from None
             except OSError:
                 raise _Gone from None
-        else:
-            self.close_connection = True
+            if type(event) is h11.EndOfMessage:
+                return b"".join(chunks)
+            if type(event) is h11.Data:
+                size += len(event.data)
+                if size > limit:
+                    raise _RequestError(413, f"the chunked body is over {limit} bytes")
+                chunks.append(event.data)
