@@ -654,3 +654,52 @@ def test_a_nodes_store_warms_an_eighth_of_itself_up_to_a_cap(
         monkeypatch.setenv(ENV_WARM_AHEAD, bad)
         with pytest.raises(ValueError, match=ENV_WARM_AHEAD):
             warm_ahead_bytes(64 << 30)
+
+
+class _Jobs:
+    """A GCS that answers list_jobs and mark_job_finished from a table of JobInfo."""
+
+    def __init__(self, jobs: list[Any]) -> None:
+        self.jobs = {j.job_id: j for j in jobs}
+        self.marked: list[bytes] = []
+
+    def list_jobs(self) -> list[Any]:
+        return list(self.jobs.values())
+
+    def mark_job_finished(self, job_id: bytes) -> None:
+        self.marked.append(job_id)
+        self.jobs[job_id].finished = True
+
+
+def test_finish_on_node_cancels_a_killed_drivers_jobs_and_a_shut_down_drivers_newest() -> None:
+    """A killed driver's running jobs are marked finished and returned; a driver whose
+    ``shutdown()`` marked its job before the node saw the connection close still has
+    that job returned (its queued tasks are cancelled); other drivers' and nodes' jobs,
+    and the driver's older finished jobs, are left alone."""
+    from rayfield._private.node_manager.jobs import finish_on_node
+    from rayfield._private.protocol.types import JobInfo
+
+    def job(i: int, pid: int, node: bytes, start: float, finished: bool) -> JobInfo:
+        info = JobInfo(bytes([i]) * 4, driver_pid=pid, node_id=node)
+        info.start_time_s, info.finished = start, finished
+        return info
+
+    running = _Jobs([job(1, 7, b"n1", 10.0, False), job(2, 8, b"n1", 11.0, False)])
+    assert finish_on_node(running, b"n1", 7) == [bytes([1]) * 4]
+    assert running.marked == [bytes([1]) * 4]
+
+    shut_down = _Jobs(
+        [
+            job(1, 7, b"n1", 10.0, True),  # an earlier init() of the same process
+            job(2, 7, b"n1", 20.0, True),  # the one whose connection just closed
+            job(3, 7, b"n2", 30.0, True),  # same pid on another node
+        ]
+    )
+    assert finish_on_node(shut_down, b"n1", 7) == [bytes([2]) * 4]
+    assert shut_down.marked == []
+
+    class Down:
+        def list_jobs(self) -> list[Any]:
+            raise ConnectionError("GCS down")
+
+    assert finish_on_node(Down(), b"n1", 7) == []
