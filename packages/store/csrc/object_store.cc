@@ -303,7 +303,13 @@ void ObjectStore::DropSpilled(const UniqueID& id) {
 
 bool ObjectStore::Delete(const UniqueID& id) {
   auto it = objects_.find(id);
-  if (it == objects_.end()) return false;
+  if (it == objects_.end()) {
+    // Freed before any copy came here (a result made on another node and never read
+    // here): reported as a deletion of no bytes, so the node can tell the maker, unless
+    // a client here still pins it ahead of its arrival.
+    if (!pending_pins_.count(id)) events_.push_back({StoreEvent::Deleted, id, 0, 0, 0, false});
+    return false;
+  }
   if (it->second.ref_count == 0 && it->second.state == ObjectState::Sealed) {
     Remove(it, false);
     return true;

@@ -108,7 +108,8 @@ class ObjectStore {
   // Grows whenever arena space is freed or an object becomes evictable or
   // spillable: a reason to retry a restore.
   uint64_t room_generation() const { return room_generation_; }
-  // True if deleted now; otherwise deleted when its last reference goes.
+  // True if deleted now; otherwise deleted when its last reference goes. An id not
+  // here (and pinned by no client) is reported deleted with no bytes.
   bool Delete(const UniqueID& id);
   // Drops every reference of a client and aborts what it left unsealed.
   void ClientGone(ClientID client);

@@ -397,6 +397,38 @@ def test_a_handle_held_on_the_other_node_keeps_the_actor_until_it_goes(cluster: 
     )
 
 
+@rf.remote(num_cpus=0, resources={"b_res": 1})
+class Sink:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def take(self, payload: bytes) -> None:
+        self.n += len(payload)
+
+    def count(self) -> int:
+        return self.n
+
+
+def test_results_of_calls_nobody_reads_leave_the_actors_node(cluster: str) -> None:
+    """Calls from the head to an actor on node b whose results the driver drops unread
+    (fire and forget): once they ran, their results are kept on no node."""
+    sink = Sink.remote()
+    refs = [sink.take.remote(b"x" * (i % 3)) for i in range(300)]
+    ids = {r.hex() for r in refs}
+    del refs
+    gc.collect()
+    assert rf.get(sink.count.remote(), timeout=60) == 300  # all ran, in order
+
+    def kept() -> list[str]:
+        return [
+            f"{o['object_id'][:8]} on {o['node']}: {o['reason']}"
+            for o in rayfield.util.state.list_objects(cluster)
+            if o["object_id"] in ids
+        ]
+
+    wait_for(lambda: not kept(), 30, "no node keeping a dropped result", interval=0.3)
+
+
 QUEUING_DRIVER = """
 import sys
 import time

@@ -6,6 +6,7 @@ from rayfield._private.node_manager.fetch_state import (
     FIRST_LOOKUP_S,
     LOST_ROUNDS,
     MAX_BACKOFF_S,
+    Discard,
     Fetch,
     FetchState,
     LookUp,
@@ -217,3 +218,79 @@ def test_an_unlisted_result_back_from_its_maker_is_released_not_recorded() -> No
     s.made_at(oid(4), "b:1", now=0.0, listed=False)
     s.node_died("b:1")
     assert not s.unlisted
+
+
+def test_a_result_freed_unread_is_polled_at_its_maker_and_discarded_there_once_made() -> None:
+    """An actor call's result nobody reads: its owner frees it before any copy came
+    here; the maker is polled until it is made, then told to free it (no copy here),
+    and nothing of it stays in the state."""
+    s = state()
+    s.made_at(oid(1), "b:1", now=0.0, listed=False)
+    assert s.freed(oid(1), now=1.0) == [Wake()]
+    assert tick(s, 1.0) == [Poll("b:1", (oid(1),))]
+    assert s.poll_done("b:1", {oid(1): False}, set(), now=2.0) == []  # not made yet
+    assert tick(s, 3.0) == [Poll("b:1", (oid(1),))]
+    actions = s.poll_done("b:1", {oid(1): True}, set(), now=4.0)
+    assert actions == [Discard("b:1", oid(1), listed=False), Wake()]
+    for table in (s.wanted, s.made_at_, s.unlisted, s.abandoned, s.inflight):
+        assert oid(1) not in table
+    assert tick(s, 9.0) == []
+
+
+def test_a_listed_result_freed_unread_is_discarded_with_its_directory_row() -> None:
+    s = state()
+    s.made_at(oid(1), "b:1", now=0.0)  # a forwarded task's result: the directory lists it
+    s.freed(oid(1), now=0.0)
+    tick(s, 0.0)
+    assert s.poll_done("b:1", {oid(1): True}, set(), now=1.0)[0] == Discard(
+        "b:1", oid(1), listed=True
+    )
+
+
+def test_a_free_of_an_object_not_made_elsewhere_only_ends_its_want() -> None:
+    s = state()
+    s.missing(oid(1), now=0.0)
+    assert s.freed(oid(1), now=0.0) == [] and oid(1) not in s.wanted
+    assert s.freed(oid(2), now=0.0) == []  # unknown here: nothing to do
+    assert tick(s, 9.0) == []
+
+
+def test_a_result_freed_while_it_is_fetched_arrives_and_is_released_as_usual() -> None:
+    s = state()
+    s.made_at(oid(1), "b:1", now=0.0, listed=False)
+    s.missing(oid(1), now=0.0)
+    tick(s, 0.0)
+    assert s.poll_done("b:1", {oid(1): True}, set(), now=0.1) == [
+        Fetch(oid(1), ("b:1",)),
+        Wake(),
+    ]
+    assert s.freed(oid(1), now=0.2) == []  # the pull runs
+    assert s.arrived(oid(1), "b:1", release=True) == [Release("b:1", oid(1))]
+    assert oid(1) not in s.abandoned
+
+
+def test_an_abandoned_result_of_a_dead_maker_is_not_looked_for_elsewhere() -> None:
+    s = state()
+    s.made_at(oid(1), "b:1", now=0.0, listed=False)
+    s.freed(oid(1), now=0.0)
+    s.node_died("b:1")
+    assert oid(1) not in s.wanted and oid(1) not in s.abandoned
+    assert tick(s, 9.0) == []
+
+
+def test_a_result_freed_before_its_call_was_sent_is_abandoned_when_it_is() -> None:
+    s = state()
+    assert s.freed(oid(1), now=0.0) == []  # the call still waits here for its actor
+    assert s.made_at(oid(1), "b:1", now=1.0, listed=False) == [Wake()]
+    assert oid(1) in s.abandoned and not s.freed_early
+    assert tick(s, 1.0) == [Poll("b:1", (oid(1),))]
+
+
+def test_the_ids_freed_early_are_bounded() -> None:
+    from rayfield._private.node_manager import fetch_state
+
+    s = state()
+    for i in range(fetch_state.FREED_EARLY_MAX + 10):
+        s.freed(oid(i), now=0.0)
+    assert len(s.freed_early) == fetch_state.FREED_EARLY_MAX
+    assert oid(0) not in s.freed_early and oid(fetch_state.FREED_EARLY_MAX + 9) in s.freed_early

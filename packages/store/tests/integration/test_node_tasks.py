@@ -29,6 +29,26 @@ def test_pin_keeps_a_future_object_from_eviction(node: Any) -> None:
         assert not owner.contains(pinned)
 
 
+def test_a_free_of_an_id_pinned_ahead_of_its_arrival_is_not_notified(node: Any) -> None:
+    """Freeing an absent id reports a deletion of no bytes, but not while another client
+    pins it ahead of its arrival (that client still waits for it)."""
+    with (
+        StoreClient(node.socket_path) as subscriber,
+        StoreClient(node.socket_path) as client,
+        StoreClient(node.socket_path) as pinner,
+    ):
+        subscriber.subscribe()
+        pinned, marker = oid(), oid()
+        pinner.pin([pinned])
+        assert client.delete([pinned, marker]) == [False, False]
+        seen = []  # notifications come in order: the marker's ends those of this delete
+        while not seen or seen[-1] != marker:
+            event = subscriber.next_notification(timeout_s=5.0)
+            assert event is not None, "no notification for the marker"
+            seen.append(event[1])
+        assert pinned not in seen
+
+
 def test_wait_returns_when_enough_are_ready(node: Any) -> None:
     with StoreClient(node.socket_path) as a, StoreClient(node.socket_path) as b:
         ids = [oid() for _ in range(4)]

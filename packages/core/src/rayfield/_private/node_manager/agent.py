@@ -185,7 +185,7 @@ class NodeAgent:
             node.socket_path,
             self._send_push,
             self._pushed,
-            removed=self.frees.removed if NOTIFIES_EVICTIONS else None,
+            removed=self._removed if NOTIFIES_EVICTIONS else None,
         )
         self.forwarder = Forwarder(self.send_batch)
         self.actors = ActorRouter(
@@ -409,6 +409,14 @@ class NodeAgent:
             return
         with self._lock:
             self.arg_pins.hold(spec.task_id, address, pins, spec.return_ids)
+
+    def _removed(self, object_id: bytes, evicted: bool, size: int) -> None:
+        """The store removed ``object_id`` (``evicted``, else its owner freed it, maybe
+        before any copy came here): the other copies go, and a result being made
+        elsewhere is freed there once made."""
+        self.frees.removed(object_id, evicted, size)
+        if not evicted:
+            self.objects.freed([object_id])
 
     def _arrived(self, object_ids: list[bytes]) -> None:
         """Objects came from another node: their tasks need not run again, and once all

@@ -7,8 +7,9 @@ ended, the directory answered...) with the current time, updates the state and r
 the actions the caller must carry out: :class:`Wake` the fetch loop, :class:`Poll` a node
 (a long poll of the node making the objects), :class:`Fetch` an object from given nodes,
 :class:`LookUp` objects in the GCS directory, :class:`Lost` (fail an object nobody can
-make again), :class:`Recorded` (a copy is here now: record it in the directory) and
-:class:`Release` (the node that made a result may drop it). It does no I/O, starts no
+make again), :class:`Recorded` (a copy is here now: record it in the directory),
+:class:`Release` (the node that made a result may drop it) and :class:`Discard` (a result
+its owner freed unread is made: the node that made it frees it). It does no I/O, starts no
 thread and takes no lock: ``object_manager.py`` drives it under its lock, and the unit
 tests drive it with plain calls.
 
@@ -18,6 +19,12 @@ Where an object is asked for, in order:
   brings small objects back whole;
 * code ids (``is_code``): the GCS key-value store, then every node;
 * the GCS object directory, then every alive node (``LookUp``).
+
+A result made elsewhere whose owner frees it before reading it (an actor call whose
+result is never passed to ``get``) is *abandoned* (:meth:`FetchState.freed`): its maker is still
+long-polled, but once it is made there it is not copied here; a :class:`Discard` tells
+the maker to free it and the caller that its task ran (argument pins and the spec kept
+for recovery go), so neither node keeps anything of it.
 
 An object found nowhere is asked for again after a delay that doubles from
 ``FIRST_LOOKUP_S`` to ``MAX_BACKOFF_S``. One whose owner node (the node of the process that
@@ -39,6 +46,7 @@ __all__ = [
     "LOST_ROUNDS",
     "MAX_BACKOFF_S",
     "Action",
+    "Discard",
     "Fetch",
     "FetchState",
     "LookUp",
@@ -52,6 +60,7 @@ __all__ = [
 FIRST_LOOKUP_S = 0.1  # most objects a client waits for are being made here
 MAX_BACKOFF_S = 2.0
 LOST_ROUNDS = 2  # rounds that must find an orphaned object nowhere before it is lost
+FREED_EARLY_MAX = 1 << 16  # ids freed before this node knew where they are made
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +117,18 @@ class Release:
     object_id: bytes
 
 
-Action = Wake | Poll | Fetch | LookUp | Lost | Recorded | Release
+@dataclass(frozen=True, slots=True)
+class Discard:
+    """``object_id``, a result its owner here freed unread, is made at the node at
+    ``address``: tell that node to free it, and treat its task as done (``listed``: the
+    directory lists it there, a row to forget)."""
+
+    address: str
+    object_id: bytes
+    listed: bool
+
+
+Action = Wake | Poll | Fetch | LookUp | Lost | Recorded | Release | Discard
 
 
 class FetchState:
@@ -127,6 +147,9 @@ class FetchState:
         self.looking: set[bytes] = set()  # ids a LookUp runs for
         self.made_at_: dict[bytes, str] = {}  # id -> address of the node making it
         self.unlisted: set[bytes] = set()  # made_at ids whose copy here is not recorded
+        self.abandoned: set[bytes] = set()  # made_at ids freed here unread: not copied
+        # ids freed before a made_at (a call still queued here): abandoned once it comes
+        self.freed_early: dict[bytes, None] = {}
         self.held: set[bytes] = set()  # results made here for other nodes' tasks
         self.announced: set[bytes] = set()  # large objects a peer said it holds for us
         self.code_from_peers: set[bytes] = set()  # code ids the GCS did not have
@@ -171,6 +194,8 @@ class FetchState:
         self.made_at_[object_id] = address
         if not listed:
             self.unlisted.add(object_id)
+        if self.freed_early.pop(object_id, 0) is None:  # freed already: abandoned
+            return self.freed(object_id, now)
         if object_id in self.wanted:
             self.wanted[object_id] = (now, FIRST_LOOKUP_S)
             return [Wake()]
@@ -194,6 +219,27 @@ class FetchState:
             return self.start_fetch(object_id, [sender])
         self.announced.add(object_id)
         return []
+
+    def freed(self, object_id: bytes, now: float) -> list[Action]:
+        """The owner of ``object_id`` freed it while no copy was here. Nothing here waits
+        for it any more; one being made on another node is abandoned: polled there until
+        it is made, then discarded (see the module docstring). One this node sends
+        elsewhere only later (a call queued here) is abandoned when it is sent
+        (:meth:`made_at`; the newest ``FREED_EARLY_MAX`` such ids are kept)."""
+        self.wanted.pop(object_id, None)
+        self.announced.discard(object_id)
+        if object_id not in self.made_at_:  # made here, or not sent anywhere yet
+            self.freed_early[object_id] = None
+            while len(self.freed_early) > FREED_EARLY_MAX:
+                del self.freed_early[next(iter(self.freed_early))]
+            return []
+        if object_id in self.abandoned:
+            return []
+        self.abandoned.add(object_id)
+        if object_id in self.inflight:
+            return []  # a fetch of it runs: it arrives, and its maker is released
+        self.wanted[object_id] = (now, FIRST_LOOKUP_S)
+        return [Wake()]
 
     def here(self, object_id: bytes) -> None:
         """``object_id`` was found in the local store, or nothing here waits for it any
@@ -326,7 +372,13 @@ class FetchState:
         for oid, is_there in present.items():
             if oid in stored:
                 continue
-            if is_there:
+            if is_there and oid in self.abandoned:
+                self.abandoned.discard(oid)
+                self.made_at_.pop(oid, None)
+                listed = oid not in self.unlisted
+                self.unlisted.discard(oid)
+                actions.append(Discard(address, oid, listed))
+            elif is_there:
                 actions += self.start_fetch(oid, [address])
             elif oid not in self.inflight:
                 self.wanted.setdefault(oid, (soon, FIRST_LOOKUP_S))
@@ -341,6 +393,7 @@ class FetchState:
         it."""
         self.wanted.pop(object_id, None)
         self.announced.discard(object_id)
+        self.abandoned.discard(object_id)
         maker = self.made_at_.pop(object_id, None)
         unlisted = object_id in self.unlisted
         if unlisted:
@@ -356,3 +409,6 @@ class FetchState:
         for oid in [o for o, a in self.made_at_.items() if a == address]:
             del self.made_at_[oid]
             self.unlisted.discard(oid)
+            if oid in self.abandoned:  # nobody wants it: not looked for elsewhere
+                self.abandoned.discard(oid)
+                self.wanted.pop(oid, None)

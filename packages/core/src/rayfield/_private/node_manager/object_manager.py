@@ -6,7 +6,8 @@ long-polls the nodes making wanted results (``FetchObjects``, whose reply carrie
 small ones whole), looks objects up in the GCS directory and asks every alive node, and
 pulls objects in chunks (``PullObject``) on a pool of transfer threads, writing them
 straight into the local store (``transfer.py``). Pulled results are released on the node
-that made them, in batches from the fetch thread.
+that made them, and results their owner here freed unread are freed there once made
+(``FetchState.freed``), in batches from the fetch thread.
 
 The fetch thread never calls the GCS: lookups run on the transfer pool, and new copies
 are recorded in the GCS directory by the node's :class:`~.gcs_writer.GcsWriter`. GCS
@@ -106,6 +107,7 @@ class ObjectManager:
         self._stop = threading.Event()
         self.bytes_received = 0  # of objects from other nodes (the /metrics counter)
         self._to_release: dict[str, list[bytes]] = {}  # address -> ids it may drop
+        self._to_free: dict[str, list[bytes]] = {}  # address -> abandoned ids it frees
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rayfield-transfer")
         self._thread = threading.Thread(target=self._loop, daemon=True, name="rayfield-fetch")
 
@@ -133,6 +135,15 @@ class ObjectManager:
         way here by a push is asked for only if it does not come)."""
         with self._lock:
             actions = self.state.want(object_id, time.monotonic(), hint, delay_s)
+        self._act(actions)
+
+    def freed(self, object_ids: Iterable[bytes]) -> None:
+        """The local store reports ``object_ids`` deleted (their owner freed them): none
+        is wanted any more, and those being made elsewhere and never copied here are
+        abandoned (freed on their maker once made there)."""
+        now = time.monotonic()
+        with self._lock:
+            actions = [a for oid in object_ids for a in self.state.freed(oid, now)]
         self._act(actions)
 
     def made_at(
@@ -189,6 +200,7 @@ class ObjectManager:
     def _act(self, actions: list[fs.Action]) -> None:
         recorded: list[bytes] = []
         released: list[fs.Release] = []
+        discarded: list[fs.Discard] = []
         for action in actions:
             if isinstance(action, fs.Wake):
                 self._wake.set()
@@ -204,6 +216,8 @@ class ObjectManager:
                 recorded.append(action.object_id)
             elif isinstance(action, fs.Release):
                 released.append(action)
+            elif isinstance(action, fs.Discard):
+                discarded.append(action)
         if recorded:
             if self.frees is not None:
                 self.frees.record(recorded)
@@ -212,6 +226,15 @@ class ObjectManager:
             with self._lock:
                 for r in released:
                     self._to_release.setdefault(r.address, []).append(r.object_id)
+        if discarded:
+            with self._lock:
+                for d in discarded:
+                    self._to_free.setdefault(d.address, []).append(d.object_id)
+            listed = [d.object_id for d in discarded if d.listed]
+            if listed:
+                self.writer.remove_locations(b"", listed)
+            self.on_arrival([d.object_id for d in discarded])  # their tasks ran
+            self._wake.set()  # the fetch thread sends the frees
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -323,6 +346,10 @@ class ObjectManager:
                 present = dict(zip(ids, found, strict=False))
             except PeerError:
                 whole = {}
+            with self._lock:  # freed here unread: not stored (poll_done discards them)
+                abandoned = [oid for oid in whole if oid in self.state.abandoned]
+            for oid in abandoned:
+                del whole[oid]
             stored = self._store_many(address, present, whole)
         except Exception:
             logger.exception("polling %s failed", address)
@@ -455,14 +482,21 @@ class ObjectManager:
         self._act(actions)
 
     def flush(self) -> None:
-        """Release pulled objects on the nodes that made them, in batches."""
+        """Release pulled objects on the nodes that made them, and free the abandoned
+        ones there, in batches."""
         with self._lock:
             releases, self._to_release = self._to_release, {}
+            frees, self._to_free = self._to_free, {}
         for address, ids in releases.items():
             try:
                 self.channels.stub(address).release(ids)
             except Exception as exc:
                 logger.debug("releasing %d objects on %s failed: %s", len(ids), address, exc)
+        for address, ids in frees.items():
+            try:
+                self.channels.stub(address).free(ids)
+            except Exception as exc:  # dead: nothing to free; older: its copies get evicted
+                logger.debug("freeing %d objects on %s failed: %s", len(ids), address, exc)
 
     def stop(self) -> None:
         """Stop the fetch thread and send the releases it had batched."""

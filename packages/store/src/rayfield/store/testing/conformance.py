@@ -392,6 +392,15 @@ class ObjectStoreConformance:
         client.delete([oid])
         assert _wait_event(subscriber, "deleted", oid) == ("deleted", oid, 5, 2)
 
+    def test_freeing_an_absent_object_is_notified(self, connect: Callable[[], Any]) -> None:
+        """A free of an id that never came here is a deletion of no bytes (the node tells
+        the node making it)."""
+        subscriber, client = connect(), connect()
+        subscriber.subscribe()
+        oid = os.urandom(ID_SIZE)
+        assert client.delete([oid]) == [False]
+        assert _wait_event(subscriber, "deleted", oid) == ("deleted", oid, 0, 0)
+
     def test_concurrent_clients(self, connect: Callable[[], Any]) -> None:
         clients = [connect() for _ in range(4)]
         errors: list[BaseException] = []

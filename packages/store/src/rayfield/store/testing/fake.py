@@ -354,6 +354,8 @@ class FakeStoreClient:
                     store._remove(oid)
                 elif obj is not None:  # referenced, or unsealed: removed at the last release
                     obj.doomed = True
+                else:  # freed before it came here: a deletion of no bytes
+                    store._notify(("deleted", oid, 0, 0))
                 out.append(obj is not None and oid not in store._objects)
             return out
 
