@@ -29,14 +29,12 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-import socket
 import tempfile
 import time
-from datetime import datetime
 from typing import Any
 
-import rayfield
 from rayfield.tune import result as R
+from rayfield.tune.auto_fields import date_now, host
 from rayfield.tune.checkpoint import (
     DICT_PICKLE,
     LEGACY_METADATA_FILE,
@@ -58,38 +56,6 @@ __all__ = ["Trainable"]
 
 def _overrides(obj: Any, name: str) -> bool:
     return getattr(type(obj), name) is not getattr(Trainable, name)
-
-
-# (the second, its DATE and TIMESTAMP) of the last result: one strftime per second.
-_DATE: tuple[int, str, int] = (-1, "", 0)
-
-
-def _date_now() -> tuple[str, int]:
-    """A result's ``date`` (local time, ``%Y-%m-%d_%H-%M-%S``) and ``timestamp`` (its
-    Unix seconds), as Ray fills them."""
-    global _DATE
-    second = int(time.time())
-    if second != _DATE[0]:
-        now = datetime.today()
-        _DATE = (second, now.strftime("%Y-%m-%d_%H-%M-%S"), int(time.mktime(now.timetuple())))
-    return _DATE[1], _DATE[2]
-
-
-# (pid, host name, node IP) of this process once rayfield is initialized in it: looked
-# up once per process (a fork, e.g. by a worker's zygote, looks again), as an actor stays
-# on its node.
-_HOST: tuple[int, str, str] | None = None
-
-
-def _host() -> tuple[int, str, str]:
-    global _HOST
-    pid = os.getpid()
-    if _HOST is not None and _HOST[0] == pid:
-        return _HOST
-    host = (pid, socket.gethostname(), get_node_ip_address())
-    if rayfield.is_initialized():
-        _HOST = host
-    return host
 
 
 class Trainable:
@@ -211,8 +177,8 @@ class Trainable:
             self._episodes_total = (self._episodes_total or 0) + int(result[R.EPISODES_THIS_ITER])
         if result.get(R.MEAN_LOSS):
             result.setdefault(R.NEG_MEAN_LOSS, -result[R.MEAN_LOSS])
-        date, timestamp = _date_now()
-        host = _host()
+        date, timestamp = date_now()
+        pid, hostname, node_ip = host()
         result.setdefault(R.DONE, False)
         result.setdefault(R.TRAINING_ITERATION, self._iteration)
         result.setdefault(R.TIMESTEPS_TOTAL, self._timesteps_total)
@@ -224,9 +190,9 @@ class Trainable:
                 R.EXPERIMENT_ID: self._experiment_id,
                 R.DATE: date,
                 R.TIMESTAMP: timestamp,
-                R.PID: host[0],
-                R.HOSTNAME: host[1],
-                R.NODE_IP: host[2],
+                R.PID: pid,
+                R.HOSTNAME: hostname,
+                R.NODE_IP: node_ip,
                 R.CONFIG: self.config,
                 R.TIME_SINCE_RESTORE: self._time_since_restore,
                 R.TIMESTEPS_SINCE_RESTORE: self._timesteps_since_restore,
