@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
-import tempfile
 import time
 from typing import Any
 
@@ -80,7 +78,12 @@ class Trainable:
         info = trial_info or {}
         self._trial_id: str = info.get("trial_id", "default")
         self._trial_name: str = info.get("trial_name", "default")
-        self._logdir: str = info.get("logdir") or tempfile.mkdtemp(prefix="tune-trainable-")
+        logdir = info.get("logdir")
+        if not logdir:
+            import tempfile
+
+            logdir = tempfile.mkdtemp(prefix="tune-trainable-")
+        self._logdir: str = logdir
         self._enter_logdir()
         self._experiment_id = random_hex(32)
         self._reset_counters()
@@ -222,6 +225,9 @@ class Trainable:
 
     def save_to_object(self) -> dict[str, Any]:
         """Save the state; returns a blob ``{"files": ..., "meta": ...}``."""
+        import shutil
+        import tempfile
+
         tmp = tempfile.mkdtemp(prefix="tune-save-")
         try:
             saved = self._save_hook(tmp)
@@ -269,6 +275,9 @@ class Trainable:
         Raises:
             ValueError: the metadata names a path outside the checkpoint.
         """
+        import shutil
+        import tempfile
+
         tmp = tempfile.mkdtemp(prefix="tune-restore-")
         try:
             unpack_directory(blob["files"], tmp)
@@ -321,6 +330,8 @@ class Trainable:
         path = (
             checkpoint_path if os.path.isdir(checkpoint_path) else os.path.dirname(checkpoint_path)
         )
+        import shutil
+
         shutil.rmtree(path, ignore_errors=True)
 
     def export_model(self, export_formats: Any, export_dir: str | None = None) -> dict[str, str]:
