@@ -14,6 +14,7 @@ from rayfield.tune.schedulers import (
     HyperBandScheduler,
     PopulationBasedTraining,
 )
+from rayfield.util import get_node_ip_address
 
 pytestmark = pytest.mark.usefixtures("cluster")
 
@@ -187,6 +188,8 @@ def test_reuse_actors_runs_many_trials_on_few_processes(tmp_path):
         reuse_actors=True,
     )
     assert len({t.last_result["pid"] for t in reused}) <= 2
+    # The actors' node address (looked up once per actor) is the one the driver sees.
+    assert {t.last_result["node_ip"] for t in reused} == {get_node_ip_address()}
     fresh = tune.run(
         f,
         name="noreuse",

@@ -171,6 +171,30 @@ def test_spec_is_not_modified_and_grids_nest_in_sampled_values():
     assert isinstance(spec["config"]["opt"], tune.sample_from)
 
 
+def test_variants_share_no_mutable_value_with_the_spec_or_each_other():
+    # Domains that draw immutable values are not copied into each variant; a choice
+    # among lists still gives every variant its own list.
+    layers = [64, 64]
+    spec = {
+        "config": {
+            "lr": tune.loguniform(1e-4, 1e-1),
+            "act": tune.choice(["relu", "tanh"]),
+            "layers": tune.choice([layers]),
+            "opt": {"name": tune.grid_search(["sgd", "adam"]), "args": [1, 2]},
+        }
+    }
+    before = repr(spec)
+    out = [v for _, v in variants(spec)] + [v for _, v in variants(spec, seed=1)]
+    assert repr(spec) == before
+    assert len(out) == 4
+    assert [v["config"]["opt"]["name"] for v in out] == ["sgd", "adam", "sgd", "adam"]
+    lists = [v["config"]["layers"] for v in out] + [v["config"]["opt"]["args"] for v in out]
+    assert all(x is not layers for x in lists)
+    assert len({id(x) for x in lists}) == len(lists)
+    for v in out:
+        assert isinstance(v["config"]["lr"], float) and v["config"]["act"] in ("relu", "tanh")
+
+
 def test_format_vars_and_trial_tags():
     assert format_vars({("config", "lr"): 0.2, ("config", "momentum"): 1}) == "lr=0.2,momentum=1"
     assert format_vars({("config", "layers", 0): 16}) == "layers_0=16"

@@ -10,6 +10,7 @@ from rayfield import tune
 from rayfield.testing import wait_for
 from rayfield.tune.function_trainable import wrap_function
 from rayfield.tune.trainable import read_checkpoint_dir, write_checkpoint_dir
+from rayfield.util import get_node_ip_address
 
 
 class Modern(tune.Trainable):
@@ -397,3 +398,14 @@ def test_an_idle_runner_thread_ends_and_the_next_trial_starts_another(tmp_path, 
     out = t.next_trial({"k": 2}, {"logdir": str(tmp_path)}, True, None, 1, 10.0)
     assert [r["x"] for r in out] == [2] and threads[1] is not threads[0]
     t.stop()
+
+
+def test_host_fields_without_rayfield_are_the_routed_address_and_not_kept():
+    # Outside an initialized rayfield the address is get_node_ip_address()'s route, and
+    # it is looked up again next time (an init may follow).
+    from rayfield.tune import auto_fields
+
+    assert auto_fields.node_address() == (False, None)
+    pid, _, address = auto_fields.host()
+    assert (pid, address) == (os.getpid(), get_node_ip_address())
+    assert auto_fields._HOST is None

@@ -17,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -137,6 +135,8 @@ class Checkpoint:
     def from_dict(cls, data: dict[str, Any]) -> Checkpoint:
         """A checkpoint holding ``data`` in a fresh temporary directory (mode 0700):
         ``checkpoint_dict.json`` when it is plain JSON, else ``checkpoint_dict.pkl``."""
+        import tempfile
+
         path = tempfile.mkdtemp(prefix="tune-checkpoint-")
         write_dict(path, data)
         checkpoint = cls(path)
@@ -165,6 +165,9 @@ class Checkpoint:
 
     def to_directory(self, path: str | os.PathLike[str] | None = None) -> str:
         """Copy the files to ``path`` (default a new temporary directory); returns it."""
+        import shutil
+        import tempfile
+
         target = str(path) if path is not None else tempfile.mkdtemp(prefix="tune-checkpoint-")
         shutil.copytree(self.path, target, dirs_exist_ok=True)
         return target

@@ -10,8 +10,6 @@ from __future__ import annotations
 import inspect
 import logging
 import queue
-import shutil
-import tempfile
 import threading
 import traceback
 from collections.abc import Callable
@@ -200,6 +198,9 @@ class FunctionTrainable(Trainable):
         return None
 
     def load_checkpoint(self, checkpoint: Any) -> None:
+        import shutil
+        import tempfile
+
         self._end_thread()
         path = tempfile.mkdtemp(prefix="tune-restored-")
         shutil.copytree(checkpoint, path, dirs_exist_ok=True)

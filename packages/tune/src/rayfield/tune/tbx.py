@@ -31,7 +31,12 @@ def _masked(data: bytes) -> bytes:
     return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
 
 
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]  # the varints of 0-127: one byte each
+
+
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
     value &= (1 << 64) - 1  # int64: negative values as ten bytes, as protobuf does
     out = bytearray()
     while True:

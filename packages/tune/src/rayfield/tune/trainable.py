@@ -28,15 +28,11 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
-import socket
-import tempfile
 import time
-from datetime import datetime
 from typing import Any
 
-import rayfield
 from rayfield.tune import result as R
+from rayfield.tune.auto_fields import date_now, host
 from rayfield.tune.checkpoint import (
     DICT_PICKLE,
     LEGACY_METADATA_FILE,
@@ -58,38 +54,6 @@ __all__ = ["Trainable"]
 
 def _overrides(obj: Any, name: str) -> bool:
     return getattr(type(obj), name) is not getattr(Trainable, name)
-
-
-# (the second, its DATE and TIMESTAMP) of the last result: one strftime per second.
-_DATE: tuple[int, str, int] = (-1, "", 0)
-
-
-def _date_now() -> tuple[str, int]:
-    """A result's ``date`` (local time, ``%Y-%m-%d_%H-%M-%S``) and ``timestamp`` (its
-    Unix seconds), as Ray fills them."""
-    global _DATE
-    second = int(time.time())
-    if second != _DATE[0]:
-        now = datetime.today()
-        _DATE = (second, now.strftime("%Y-%m-%d_%H-%M-%S"), int(time.mktime(now.timetuple())))
-    return _DATE[1], _DATE[2]
-
-
-# (pid, host name, node IP) of this process once rayfield is initialized in it: looked
-# up once per process (a fork, e.g. by a worker's zygote, looks again), as an actor stays
-# on its node.
-_HOST: tuple[int, str, str] | None = None
-
-
-def _host() -> tuple[int, str, str]:
-    global _HOST
-    pid = os.getpid()
-    if _HOST is not None and _HOST[0] == pid:
-        return _HOST
-    host = (pid, socket.gethostname(), get_node_ip_address())
-    if rayfield.is_initialized():
-        _HOST = host
-    return host
 
 
 class Trainable:
@@ -114,7 +78,12 @@ class Trainable:
         info = trial_info or {}
         self._trial_id: str = info.get("trial_id", "default")
         self._trial_name: str = info.get("trial_name", "default")
-        self._logdir: str = info.get("logdir") or tempfile.mkdtemp(prefix="tune-trainable-")
+        logdir = info.get("logdir")
+        if not logdir:
+            import tempfile
+
+            logdir = tempfile.mkdtemp(prefix="tune-trainable-")
+        self._logdir: str = logdir
         self._enter_logdir()
         self._experiment_id = random_hex(32)
         self._reset_counters()
@@ -211,8 +180,8 @@ class Trainable:
             self._episodes_total = (self._episodes_total or 0) + int(result[R.EPISODES_THIS_ITER])
         if result.get(R.MEAN_LOSS):
             result.setdefault(R.NEG_MEAN_LOSS, -result[R.MEAN_LOSS])
-        date, timestamp = _date_now()
-        host = _host()
+        date, timestamp = date_now()
+        pid, hostname, node_ip = host()
         result.setdefault(R.DONE, False)
         result.setdefault(R.TRAINING_ITERATION, self._iteration)
         result.setdefault(R.TIMESTEPS_TOTAL, self._timesteps_total)
@@ -224,9 +193,9 @@ class Trainable:
                 R.EXPERIMENT_ID: self._experiment_id,
                 R.DATE: date,
                 R.TIMESTAMP: timestamp,
-                R.PID: host[0],
-                R.HOSTNAME: host[1],
-                R.NODE_IP: host[2],
+                R.PID: pid,
+                R.HOSTNAME: hostname,
+                R.NODE_IP: node_ip,
                 R.CONFIG: self.config,
                 R.TIME_SINCE_RESTORE: self._time_since_restore,
                 R.TIMESTEPS_SINCE_RESTORE: self._timesteps_since_restore,
@@ -256,6 +225,9 @@ class Trainable:
 
     def save_to_object(self) -> dict[str, Any]:
         """Save the state; returns a blob ``{"files": ..., "meta": ...}``."""
+        import shutil
+        import tempfile
+
         tmp = tempfile.mkdtemp(prefix="tune-save-")
         try:
             saved = self._save_hook(tmp)
@@ -303,6 +275,9 @@ class Trainable:
         Raises:
             ValueError: the metadata names a path outside the checkpoint.
         """
+        import shutil
+        import tempfile
+
         tmp = tempfile.mkdtemp(prefix="tune-restore-")
         try:
             unpack_directory(blob["files"], tmp)
@@ -355,6 +330,8 @@ class Trainable:
         path = (
             checkpoint_path if os.path.isdir(checkpoint_path) else os.path.dirname(checkpoint_path)
         )
+        import shutil
+
         shutil.rmtree(path, ignore_errors=True)
 
     def export_model(self, export_formats: Any, export_dir: str | None = None) -> dict[str, str]:

@@ -15,7 +15,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from rayfield.tune.search.sample import Domain, function, sample_from
+from rayfield.tune.search.sample import Categorical, Domain, Float, Integer, function, sample_from
 
 __all__ = [
     "check_grids",
@@ -185,23 +185,46 @@ def check_grids(spec: Any) -> None:
             check_grids(item)
 
 
+_IMMUTABLE = (str, int, float, bool, type(None))
+
+
+def _replaced_by_immutable(leaf: Any) -> bool:
+    """Whether sampling ``leaf`` leaves it as it was and draws an immutable value (a
+    ``Float`` or ``Integer``, or a ``Categorical`` of strings, numbers and None), so that
+    a variant may share it until the sample replaces it (a mutable category is drawn
+    from each variant's own copy, as the sample is that object)."""
+    kind = type(leaf)
+    if kind is Float or kind is Integer:
+        return True
+    return kind is Categorical and all(type(c) in _IMMUTABLE for c in leaf.categories)
+
+
 def _variants(spec: Any, rng: random.Random) -> Iterator[tuple[dict[Path, Any], Any]]:
     leaves = list(_walk(spec))
     if not leaves:
         yield {}, spec
         return
-    check_grids(spec)
     grid = sorted((p for p, v in leaves if _is_grid(v)), key=_path_key)
+    if grid:
+        check_grids(spec)
     sampled = [p for p, v in leaves if not _is_grid(v)]
     axes = [_get(spec, p)["grid_search"] for p in grid]
+    # Leaves every variant replaces (grid axes, the built-in domains that draw immutable
+    # values) are not copied: the copy of the spec keeps the originals until replaced.
+    keep = {id(v): v for p, v in leaves if _is_grid(v) or _replaced_by_immutable(v)}
+    # Without grid axes, and with only immutable draws, a variant has no leaves left.
+    final_pass = not grid and len(keep) == len(leaves)
     # itertools.product varies the last axis fastest; reverse so the first varies fastest.
     for point in itertools.product(*reversed(axes)):
-        variant = copy.deepcopy(spec)
+        variant = copy.deepcopy(spec, dict(keep))
         chosen: dict[Path, Any] = {}
         for path, value in zip(grid, reversed(point)):
             _set(variant, path, copy.deepcopy(value))
             chosen[path] = value
         chosen.update(_resolve_sampled(variant, sampled, rng))
+        if final_pass:
+            yield chosen, variant
+            continue
         # A resolved value may itself hold grid axes or samplers: expand them too.
         for more, final in _variants(variant, rng):
             yield {**chosen, **more}, final
