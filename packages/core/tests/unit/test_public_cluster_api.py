@@ -123,7 +123,9 @@ def test_get_node_ip_address_asks_the_cluster_once_per_node(
         ]
 
     monkeypatch.setattr(network, "_KNOWN", {})
-    monkeypatch.setattr(rayfield, "is_initialized", lambda: True)
+    from rayfield._private import context
+
+    monkeypatch.setattr(context, "current", lambda: object())  # initialized
     monkeypatch.setattr(rayfield, "get_runtime_context", Context)
     monkeypatch.setattr(rayfield, "nodes", nodes)
     assert [get_node_ip_address() for _ in range(3)] == ["10.0.0.1"] * 3

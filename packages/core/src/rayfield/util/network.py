@@ -56,8 +56,9 @@ _KNOWN: dict[str, str] = {}
 def _own_node_address() -> str | None:
     """The address of this process's node when rayfield is initialized, else None."""
     import rayfield
+    from rayfield._private import context  # not rayfield.api: a worker need not import it
 
-    if not rayfield.is_initialized():
+    if context.current() is None:
         return None
     node_id = rayfield.get_runtime_context().get_node_id()
     if node_id is None:
