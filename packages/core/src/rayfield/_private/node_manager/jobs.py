@@ -29,7 +29,7 @@ def finish_on_node(gcs: Any, node_id: bytes, driver_pid: int) -> list[bytes]:
             if not job.finished:
                 gcs.mark_job_finished(job.job_id)
                 ended.append(job.job_id)
-            elif job is newest:
+            elif newest is not None and job is newest:
                 ended.append(job.job_id)
     except Exception as exc:
         logger.debug("could not mark the jobs of driver %d finished: %s", driver_pid, exc)

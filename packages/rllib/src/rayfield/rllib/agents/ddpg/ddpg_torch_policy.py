@@ -12,9 +12,10 @@ al. 2018, Algorithm 1):
 * critic loss ``sum_j mean_B(w * 0.5 (Q_j(s, a) - y)^2)`` (Huber with ``use_huber``;
   ``w``: prioritized replay's importance weights), plus ``l2_reg * 0.5 * sum ||W||^2``
   over the critics' weight matrices;
-* every ``policy_delay``-th step (TD3's delayed policy updates, Section 5.2) the actor
-  loss ``-mean_B Q_1(s, mu(s))`` (plus the same L2 term over the actor's weights),
-  differentiated through the first critic into the actor only, and, when
+* the critics' optimizer step, then every ``policy_delay``-th step (TD3's delayed policy
+  updates, Section 5.2) the actor loss ``-mean_B Q_1(s, mu(s))`` through the critic
+  just updated (as both papers' Algorithm 1 order it; plus the same L2 term over the
+  actor's weights), differentiated through the first critic into the actor only, and, when
   ``target_network_update_freq`` is 0, the Polyak update of all target networks with
   ``tau``.
 """
@@ -139,16 +140,15 @@ class DDPGTorchPolicy(ReplayActorCriticPolicy):
             per_row = weights * per_row
         critic_loss = per_row.mean(-1).sum() + self._l2(critic)
         stats: dict[str, Any] = {"critic_loss": critic_loss.detach()}
-        if self.num_updates % self.policy_delay == 0:
+        self.step_optimizers(critic_loss, ("critic",))
+        if self.num_updates % self.policy_delay == 0:  # through the critic just updated
             y_pi = torch.tanh(self.model.actor(obs))
             q_pi = critic(torch.cat([obs, y_pi], 1), detach=True, members=slice(0, 1))
             actor_loss = -q_pi.mean() + self._l2(self.model.actor)
-            self.step_optimizers(critic_loss + actor_loss, ("actor", "critic"))
+            self.step_optimizers(actor_loss, ("actor",))
             if self.soft_updates:
                 self.update_target()
             stats["actor_loss"] = actor_loss.detach()
-        else:
-            self.step_optimizers(critic_loss, ("critic",))
         qd = q.detach()
         self.td_error = td.detach().abs().mean(0)
         stats.update({"mean_q": qd.mean(), "max_q": qd.max(), "min_q": qd.min()})
