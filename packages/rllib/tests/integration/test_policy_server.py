@@ -159,12 +159,16 @@ def raw_exchange(server: PolicyServer, data: bytes) -> bytes:
 def test_raw_http_keep_alive_and_malformed_heads(served: Any) -> None:
     env, server = served
     body = json.dumps({"command": "START_EPISODE", "episode_id": "k"}).encode()
-    head = (
-        f"POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-    ).encode()
+
+    def head_of(length: int) -> bytes:
+        return (
+            f"POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {length}\r\n"
+        ).encode()
+
+    head = head_of(len(body))
     action = json.dumps({"command": "GET_ACTION", "episode_id": "k", "observation": [1, 0, 0, 0]})
-    second = head.replace(str(len(body)).encode(), str(len(action)).encode())
+    second = head_of(len(action))  # (a replace of the length's digits could hit the token)
     # two requests on one connection (the second says it is the last), each answered in turn
     out = raw_exchange(
         server, head + b"\r\n" + body + second + b"Connection: close\r\n\r\n" + action.encode()
