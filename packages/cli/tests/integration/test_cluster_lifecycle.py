@@ -419,14 +419,49 @@ def test_results_of_calls_nobody_reads_leave_the_actors_node(cluster: str) -> No
     gc.collect()
     assert rf.get(sink.count.remote(), timeout=60) == 300  # all ran, in order
 
-    def kept() -> list[str]:
-        return [
-            f"{o['object_id'][:8]} on {o['node']}: {o['reason']}"
-            for o in rayfield.util.state.list_objects(cluster)
-            if o["object_id"] in ids
-        ]
+    wait_for(lambda: not kept(cluster, ids), 30, "no node keeping a dropped result", interval=0.3)
 
-    wait_for(lambda: not kept(), 30, "no node keeping a dropped result", interval=0.3)
+
+def kept(address: str, ids: set[str]) -> list[str]:
+    """The objects of ``ids`` (hex) some node of the cluster at ``address`` still holds."""
+    return [
+        f"{o['object_id'][:8]} on {o['node']}: {o['reason']}"
+        for o in rayfield.util.state.list_objects(address)
+        if o["object_id"] in ids
+    ]
+
+
+UNREAD_DRIVER = """
+import json
+import rayfield as rf
+
+rf.init(address={address!r}, temp_dir={temp_dir!r})
+sink = rf.get_actor("unread-sink", namespace="unread")
+refs = [sink.take.remote(b"x") for _ in range(40)]
+assert rf.get(sink.count.remote()) == 40  # calls run in order: every result is made
+print(json.dumps([r.hex() for r in refs]), flush=True)
+input()
+"""
+
+
+def test_results_a_killed_driver_never_read_leave_every_node(
+    cluster: str, nodes: tuple[str, Path]
+) -> None:
+    """A driver on the head holds the refs of calls to a detached actor on node b, never
+    reads them, and is killed: none of their results stays on any node (their owner is
+    gone, so nobody can read them)."""
+    address, temp_dir = nodes
+    sink = Sink.options(name="unread-sink", namespace="unread", lifetime="detached").remote()
+    try:
+        rf.get(sink.count.remote(), timeout=60)
+        driver, line = start_driver(UNREAD_DRIVER.format(address=address, temp_dir=str(temp_dir)))
+        ids = set(json.loads(line))
+        assert len(ids) == 40
+        driver.kill()
+        driver.wait(10)
+        wait_for(lambda: not kept(cluster, ids), 30, "no node keeping a gone driver's result")
+    finally:
+        rf.kill(sink)
 
 
 QUEUING_DRIVER = """

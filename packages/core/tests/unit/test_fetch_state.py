@@ -294,3 +294,29 @@ def test_the_ids_freed_early_are_bounded() -> None:
         s.freed(oid(i), now=0.0)
     assert len(s.freed_early) == fetch_state.FREED_EARLY_MAX
     assert oid(0) not in s.freed_early and oid(fetch_state.FREED_EARLY_MAX + 9) in s.freed_early
+
+
+def test_a_gone_drivers_results_made_elsewhere_are_discarded_there_once_made() -> None:
+    """A driver exits with refs to results still being made on other nodes (and one it
+    waited for): each is polled at its maker and discarded there; another job's results
+    stay wanted."""
+    job, other = b"J" * 12, b"K" * 12
+    mine = [job + i.to_bytes(8, "big") for i in range(3)]
+    theirs = other + bytes(8)
+    s = state()
+    s.made_at(mine[0], "b:1", now=0.0, listed=False)
+    s.made_at(mine[1], "c:1", now=0.0)
+    s.made_at(theirs, "b:1", now=0.0)
+    s.missing(mine[0], now=0.0)
+    s.missing(mine[2], now=0.0)  # a put of the driver's, looked for in the directory
+    s.missing(theirs, now=0.0)
+    assert Wake() in s.job_gone(job, now=1.0)
+    assert mine[2] not in s.wanted and set(s.abandoned) == {mine[0], mine[1]}
+    polls = {p.address: set(p.object_ids) for p in tick(s, 1.0) if isinstance(p, Poll)}
+    assert polls == {"b:1": {mine[0], theirs}, "c:1": {mine[1]}}
+    got = s.poll_done("b:1", {mine[0]: True, theirs: True}, set(), now=2.0)
+    assert Discard("b:1", mine[0], listed=False) in got and Fetch(theirs, ("b:1",)) in got
+    assert s.poll_done("c:1", {mine[1]: True}, set(), now=2.0)[0] == Discard(
+        "c:1", mine[1], listed=True
+    )
+    assert not s.abandoned and not any(o[:12] == job for o in s.made_at_)

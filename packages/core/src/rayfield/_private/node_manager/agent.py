@@ -211,6 +211,7 @@ class NodeAgent:
             self.recovery,
             self.actors,
             self.objects.submit,
+            self.objects.job_gone,
         )
         self.spillback = Spillback(
             node.server,

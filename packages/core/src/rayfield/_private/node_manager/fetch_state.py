@@ -24,7 +24,9 @@ A result made elsewhere whose owner frees it before reading it (an actor call wh
 result is never passed to ``get``) is *abandoned* (:meth:`FetchState.freed`): its maker is still
 long-polled, but once it is made there it is not copied here; a :class:`Discard` tells
 the maker to free it and the caller that its task ran (argument pins and the spec kept
-for recovery go), so neither node keeps anything of it.
+for recovery go), so neither node keeps anything of it. When a driver of this node exits,
+the results of its calls still being made elsewhere are abandoned the same way
+(:meth:`FetchState.job_gone`): as in Ray, an object whose owner died is lost.
 
 An object found nowhere is asked for again after a delay that doubles from
 ``FIRST_LOOKUP_S`` to ``MAX_BACKOFF_S``. One whose owner node (the node of the process that
@@ -40,6 +42,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from rayfield._private.common.ids import JOB_ID_BYTES
 
 __all__ = [
     "FIRST_LOOKUP_S",
@@ -240,6 +244,17 @@ class FetchState:
             return []  # a fetch of it runs: it arrives, and its maker is released
         self.wanted[object_id] = (now, FIRST_LOOKUP_S)
         return [Wake()]
+
+    def job_gone(self, job_id: bytes, now: float) -> list[Action]:
+        """The driver of ``job_id`` (a 12-byte job id, the prefix of every id its process
+        made) exited: nothing here waits for its objects any more, and the results of its
+        tasks and calls being made on other nodes are abandoned as if it had freed each
+        one (:meth:`freed`), so their makers free them once made."""
+        for oid in [o for o in self.wanted if o[:JOB_ID_BYTES] == job_id]:
+            if oid not in self.made_at_:
+                del self.wanted[oid]
+        mine = [o for o in self.made_at_ if o[:JOB_ID_BYTES] == job_id]
+        return [a for oid in mine for a in self.freed(oid, now)]
 
     def here(self, object_id: bytes) -> None:
         """``object_id`` was found in the local store, or nothing here waits for it any

@@ -110,6 +110,8 @@ class Lifecycle:
         actors: routes calls of actors hosted elsewhere.
         submit: runs a function in the background (the agent's transfer pool); raises
             RuntimeError once the node is stopping.
+        job_gone: called with the id of each job whose driver of this node exited (the
+            node abandons that job's results still being made elsewhere).
     """
 
     def __init__(
@@ -125,6 +127,7 @@ class Lifecycle:
         recovery: Recovery,
         actors: ActorRouter,
         submit: Callable[..., None],
+        job_gone: Callable[[bytes], None] = lambda job_id: None,
     ) -> None:
         self.node_id = node_id
         self.gcs = gcs
@@ -137,6 +140,7 @@ class Lifecycle:
         self.recovery = recovery
         self.actors = actors
         self._background = submit
+        self._job_gone = job_gone
         self.ended_jobs = EndedJobs()
         self._jobs_lock = threading.Lock()
         self._scope_lock = threading.Lock()
@@ -325,13 +329,15 @@ class Lifecycle:
             self._submit(self._kill_orphan, actor_id, why)
 
     def driver_gone(self, pid: int) -> None:
-        """A driver connection of this node closed: its jobs are finished, and the tasks
-        they left queued are cancelled on every node."""
+        """A driver connection of this node closed: its jobs are finished, the tasks
+        they left queued are cancelled on every node, and the results of its work still
+        being made elsewhere are freed there once made (``job_gone``)."""
         self._submit(self._driver_gone, pid)
 
     def _driver_gone(self, pid: int) -> None:
         for job_id in finish_on_node(self.gcs, self.node_id, pid):
             n = self.cancel_job(job_id)
+            self._job_gone(job_id)
             for peer in self.peers.alive_peers():
                 try:
                     n += self.channels.stub(peer.address).cancel_job(job_id)

@@ -146,6 +146,13 @@ class ObjectManager:
             actions = [a for oid in object_ids for a in self.state.freed(oid, now)]
         self._act(actions)
 
+    def job_gone(self, job_id: bytes) -> None:
+        """The driver of ``job_id`` exited: the results of its work still being made on
+        other nodes are freed there once made (``FetchState.job_gone``)."""
+        with self._lock:
+            actions = self.state.job_gone(job_id, time.monotonic())
+        self._act(actions)
+
     def made_at(
         self, object_ids: Iterable[bytes], address: str, node_id: bytes | None = None
     ) -> None:
