@@ -148,6 +148,20 @@ def test_more_workers_than_the_cluster_fits_warns_while_it_waits() -> None:
     assert "built\n" not in seen
 
 
+def test_es_with_its_ten_default_workers_on_two_cpus_warns_while_it_waits() -> None:
+    """ES and ARS start their own workers (not a `WorkerSet`): the same warning."""
+    code = (
+        "import rayfield as rf\n"
+        "from rayfield.rllib.agents.es import ESTrainer\n"
+        "rf.init(num_cpus=2)\n"
+        "ESTrainer(env='CartPole-v1', config={'noise_size': 1000}).train()\n"
+        "print('trained')\n"
+    )
+    seen = _lines_until(code, "rollout workers need")
+    assert "10 rollout workers need 10 CPU (the cluster has 2)" in seen[-1]
+    assert "trained\n" not in seen
+
+
 def test_workers_waiting_for_cpus_other_trainers_hold_are_named_at_once() -> None:
     """A second trainer whose worker needs the CPU a first trainer's workers hold."""
     code = (

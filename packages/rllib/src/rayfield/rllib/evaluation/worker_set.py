@@ -99,6 +99,22 @@ def resource_shortfall(
     )
 
 
+def warn_if_short(num_workers: int, config: dict[str, Any]) -> None:
+    """Log :func:`resource_shortfall`'s message when ``num_workers`` remote workers with
+    ``config``'s per-worker resources cannot all start on the cluster now (the caller
+    then waits for them: a trainer's first iteration needs every worker). Nothing is
+    checked inside a placement group (a Tune trial's), whose bundles hold the resources."""
+    import rayfield
+
+    if num_workers <= 0 or _current_group() is not None:
+        return
+    shortfall = resource_shortfall(
+        num_workers, config, rayfield.cluster_resources(), rayfield.available_resources()
+    )
+    if shortfall:
+        logger.warning(shortfall)
+
+
 class WorkerSet:
     """A local `RolloutWorker` and remote ones on the cluster.
 
@@ -142,17 +158,7 @@ class WorkerSet:
         self._pending: list[Any] | None = None
         self.num_recreated = 0
         self._group = _current_group()
-        if self._num_workers and self._group is None:  # a group's bundles are reserved
-            import rayfield
-
-            shortfall = resource_shortfall(
-                self._num_workers,
-                trainer_config,
-                rayfield.cluster_resources(),
-                rayfield.available_resources(),
-            )
-            if shortfall:
-                logger.warning(shortfall)
+        warn_if_short(self._num_workers, trainer_config)
         for i in range(1, self._num_workers + 1):
             self._remote_workers.append(self._make_remote(i))
             self._indices.append(i)

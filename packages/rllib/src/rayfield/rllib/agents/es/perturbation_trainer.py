@@ -20,6 +20,7 @@ from rayfield.rllib.agents.trainer import Trainer
 from rayfield.rllib.env.registry import get_env_creator
 from rayfield.rllib.evaluation.callbacks import make_callbacks
 from rayfield.rllib.evaluation.episode import RolloutMetrics
+from rayfield.rllib.evaluation.worker_set import warn_if_short
 from rayfield.rllib.utils import preload
 
 
@@ -116,6 +117,10 @@ class PerturbationTrainer(Trainer):
             if not rayfield.is_initialized():
                 rayfield.init(**preload.init_options())
                 self._owns_rayfield = True
+            warn_if_short(
+                int(config["num_workers"]),
+                {"num_cpus_per_worker": config["num_cpus_per_worker"]},
+            )
             noise_ref = create_shared_noise(int(config["noise_size"]), seed)
             actor = rayfield.remote(num_cpus=float(config["num_cpus_per_worker"]))(ESWorker)
             remote = [
