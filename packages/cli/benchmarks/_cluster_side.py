@@ -355,7 +355,9 @@ def build(rf: Any, p: dict[str, Any], marker: str, more_nodes: Any = None) -> di
     def noop() -> None:
         return None
 
-    @rf.remote(**on_node2)
+    # num_cpus=0: in Ray an actor that names any resource also holds 1 CPU for its
+    # lifetime, which would keep node 2's only CPU from the broadcast's reader there.
+    @rf.remote(num_cpus=0, **on_node2)
     class Counter:
         def __init__(self) -> None:
             self.n = 0
