@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import pickle
 import stat
 import struct
 
@@ -29,7 +30,8 @@ def test_logger_callback_writes_every_file(tmp_path):
     cb.on_trial_error(trial, "Traceback: boom")
     cb.on_trial_complete(trial)
     files = set(os.listdir(trial.logdir))
-    assert {"params.json", "params.pkl", "result.json", "progress.csv", "error_0.txt"} <= files
+    assert {"params.json", "result.json", "progress.csv", "error_0.txt"} <= files
+    assert "params.pkl" not in files  # params.json holds this config exactly
     assert any(f.startswith("events.out.tfevents") for f in files)  # tensorboardX
     assert stat.S_IMODE(os.stat(trial.logdir).st_mode) == 0o700
     for name in files:  # every file Tune keeps is its user's alone
@@ -249,7 +251,7 @@ def test_batched_results_write_the_same_files_as_one_by_one(tmp_path):
         trees.append(_trial_files(trial.logdir))
     direct, batched = trees
     assert batched == direct
-    assert set(direct) == {"params.json", "params.pkl", "result.json", "progress.csv", "events"}
+    assert set(direct) == {"params.json", "result.json", "progress.csv", "events"}
     lines = direct["result.json"].decode().splitlines()
     assert [json.loads(line)["loss"] for line in lines] == [0.5, None, 0.25, None, 0.125, 0.5]
     rows = list(csv.DictReader(direct["progress.csv"].decode().splitlines()))
@@ -303,3 +305,20 @@ def test_trial_directories_after_the_first_are_checked_with_one_stat(tmp_path):
     with pytest.raises(UnsafeFileError):
         cb._make_dir(linked.logdir)
     cb.on_experiment_end([first, made, actor])
+
+
+def test_params_pkl_is_written_only_for_a_config_json_cannot_hold(tmp_path):
+    """A tuple needs the pickle; once a config change makes the config plain JSON, the
+    stale pickle goes."""
+    trial = Trial("f", {"shape": (1, 2)}, local_dir=str(tmp_path))
+    cb = LoggerCallback(DEFAULT_LOGGERS)
+    cb.on_trial_start(trial)
+    pkl = os.path.join(trial.logdir, "params.pkl")
+    with open(pkl, "rb") as f:
+        assert pickle.load(f) == {"shape": (1, 2)}
+    trial.config = {"shape": [1, 2]}
+    cb.on_trial_reset(trial)
+    assert not os.path.exists(pkl)
+    with open(os.path.join(trial.logdir, "params.json")) as f:
+        assert json.load(f) == {"shape": [1, 2]}
+    cb.on_trial_complete(trial)

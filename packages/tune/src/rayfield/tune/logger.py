@@ -3,7 +3,8 @@
 ``LoggerCallback`` (:mod:`rayfield.tune.logger_callback`, also importable from here) opens
 one of each ``Logger`` class per trial when it starts and hands it the trial's results in
 batches (:meth:`Logger.on_results`); the defaults are :class:`JsonLogger`
-(``params.json``, ``params.pkl``, ``result.json``: one JSON object per line),
+(``params.json``, ``params.pkl`` for a config JSON cannot hold, ``result.json``: one
+JSON object per line),
 :class:`CSVLogger` (``progress.csv``) and :class:`TBXLogger` (TensorBoard event files,
 encoded without tensorboardX).
 
@@ -30,7 +31,7 @@ from typing import Any
 
 from rayfield.tune import tbx
 from rayfield.tune.lazy import lazy_getattr
-from rayfield.tune.pickles import UntrustedPickleError, load_pickle
+from rayfield.tune.pickles import UntrustedPickleError, json_exact, load_pickle
 from rayfield.tune.trial import Trial
 from rayfield.util import private_files
 
@@ -194,7 +195,9 @@ class NoopLogger(Logger):
 
 
 class JsonLogger(Logger):
-    """``params.json``/``params.pkl`` (the config) and ``result.json`` (one line per result)."""
+    """``params.json`` (the config), ``params.pkl`` (only for a config JSON cannot hold
+    exactly: functions, classes, tuples, numpy arrays...; readers take such a config from
+    it only when trusted) and ``result.json`` (one line per result)."""
 
     def _init(self) -> None:
         self.update_config(self.config)
@@ -222,6 +225,14 @@ class JsonLogger(Logger):
         private_files.write_text(
             os.path.join(self.logdir, "params.json"), text, ancestors_checked=fresh
         )
+        pkl = os.path.join(self.logdir, "params.pkl")
+        if json_exact(config, numpy_scalars=True):  # params.json holds it: no pickle
+            if not fresh:  # one an earlier config needed would be stale now
+                try:
+                    os.unlink(pkl)
+                except FileNotFoundError:
+                    pass
+            return
         try:
             if _plain(config):
                 data = pickle.dumps(config)
@@ -231,9 +242,7 @@ class JsonLogger(Logger):
                 data = cloudpickle.dumps(config)
         except Exception:  # an unpicklable config still has params.json
             return
-        private_files.write_bytes(
-            os.path.join(self.logdir, "params.pkl"), data, ancestors_checked=fresh
-        )
+        private_files.write_bytes(pkl, data, ancestors_checked=fresh)
 
     def flush(self) -> None:
         self._file.flush()
