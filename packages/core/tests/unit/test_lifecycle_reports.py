@@ -53,6 +53,7 @@ def make() -> tuple[Lifecycle, Channels]:
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         lambda fn, *args: fn(*args),
+        lambda job_id: None,
     )
     return lc, channels
 

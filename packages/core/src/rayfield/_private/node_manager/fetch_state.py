@@ -251,7 +251,7 @@ class FetchState:
         tasks and calls being made on other nodes are abandoned as if it had freed each
         one (:meth:`freed`), so their makers free them once made."""
         for oid in [o for o in self.wanted if o[:JOB_ID_BYTES] == job_id]:
-            if oid not in self.made_at_:
+            if oid not in self.made_at_:  # those made elsewhere: freed() below
                 del self.wanted[oid]
         mine = [o for o in self.made_at_ if o[:JOB_ID_BYTES] == job_id]
         return [a for oid in mine for a in self.freed(oid, now)]

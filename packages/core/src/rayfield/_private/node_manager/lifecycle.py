@@ -127,7 +127,7 @@ class Lifecycle:
         recovery: Recovery,
         actors: ActorRouter,
         submit: Callable[..., None],
-        job_gone: Callable[[bytes], None] = lambda job_id: None,
+        job_gone: Callable[[bytes], None],
     ) -> None:
         self.node_id = node_id
         self.gcs = gcs
