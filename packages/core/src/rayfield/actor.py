@@ -20,9 +20,8 @@ from rayfield._private import context
 from rayfield._private.common import events as _events
 from rayfield._private.common import options as opt
 from rayfield._private.common import scheduling, serialization
-from rayfield._private.common.ids import ID_SIZE
 from rayfield._private.common.options import ActorOptions
-from rayfield._private.driver import groups, names, runtime_env_packages
+from rayfield._private.driver import direct_calls, groups, names, runtime_env_packages
 from rayfield._private.runtime import placement
 from rayfield._private.runtime.runtime import get_runtime
 
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ActorClass", "ActorHandle", "ActorOptions", "exit_actor", "method"]
 
-_NO_FUNCTION = bytes(ID_SIZE)
+_NO_FUNCTION = direct_calls.NO_FUNCTION
 C = TypeVar("C")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -317,6 +316,9 @@ class ActorHandle:
         self._seq = 0
         self._lock = threading.Lock()
         self._ready: Any = None
+        # The direct path of this handle's calls (a driver in a cluster; made lazily).
+        self._direct: Any = None
+        self._direct_checked = False
         self._counter = getattr(rt, "handles", None)  # (local mode counts nothing)
         if self._counter is not None:
             self._counter.add(actor_id, _scoped)
@@ -325,10 +327,22 @@ class ActorHandle:
         counter = self.__dict__.get("_counter")
         if counter is None:
             return
-        try:
-            counter.remove(self._actor_id)
-        except Exception:  # interpreter shutdown, closed connection
-            pass
+        actor_id = self._actor_id
+
+        def drop() -> None:
+            try:
+                counter.remove(actor_id)
+            except Exception:  # interpreter shutdown, closed connection
+                pass
+
+        direct = self.__dict__.get("_direct")
+        if direct is None:
+            drop()
+            return
+        try:  # the actor stays held until the direct calls in flight are answered
+            direct.release(drop)
+        except Exception:
+            drop()
 
     def __getattr__(self, name: str) -> ActorMethod:
         methods = self.__dict__.get("_methods", {})
@@ -354,8 +368,30 @@ class ActorHandle:
             (self._actor_id, self._methods, self._class_name, self._max_task_retries),
         )
 
+    def _direct_caller(self) -> Any:
+        """This handle's direct path (``_private/driver/direct_calls.py``), or None where
+        its calls go through the node only (under ``_lock``)."""
+        if not self._direct_checked:
+            self._direct_checked = True
+            rt = get_runtime()
+            if direct_calls.enabled(rt):
+                self._direct = direct_calls.DirectCaller(
+                    rt,
+                    self._actor_id,
+                    self._class_name,
+                    self._max_task_retries,
+                    self._lock,
+                    self._seq,
+                    self._caller_id,
+                )
+        return self._direct
+
     def _call(self, name: str, args: Any, kwargs: Any, num_returns: int) -> Any:
         with self._lock:
+            direct = self._direct_caller()
+            if direct is not None:
+                refs = direct.call(name, args, kwargs, num_returns)
+                return refs[0] if num_returns == 1 else refs
             seq = self._seq
             self._seq += 1
             refs = get_runtime().submit(

@@ -18,7 +18,7 @@ from rayfield._private.common.ids import task_of
 from rayfield._private.common.init_context import InitContext
 from rayfield._private.common.options import check_timeout
 from rayfield._private.context import Mode, ProcessContext
-from rayfield._private.driver import attach, runtime_env_packages
+from rayfield._private.driver import attach, direct_calls, runtime_env_packages
 from rayfield._private.runtime import gpus
 from rayfield._private.runtime import runtime as _rt
 from rayfield._private.runtime.object_ref import ObjectRef
@@ -210,6 +210,7 @@ def shutdown(exiting_interpreter: bool = False) -> None:
     ctx = context.clear()
     if ctx is None:
         return
+    direct_calls.close_all()
     ctx.runtime.close()
     events = getattr(ctx.runtime, "events", None)  # (local mode has no event log)
     if events is not None:

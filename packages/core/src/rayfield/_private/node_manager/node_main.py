@@ -175,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         session = session_files.new_session_dir(root)
     if args.gcs_address:  # its workers know they are in a cluster (GCS, named actors)
         os.environ["RAYFIELD_GCS_ADDRESS"] = args.gcs_address
+        # and where they serve direct calls of their actors (runtime/direct_server.py)
+        os.environ["RAYFIELD_NODE_IP"] = args.node_ip_address
         if args.tls_cert:  # and reach its GCS with the node's certificate
             from rayfield._private.transport import ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY
 

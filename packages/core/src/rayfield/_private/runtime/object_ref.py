@@ -59,6 +59,10 @@ class RefTracker:
         if n == 0 and not pinned:
             self._client.pin([oid])
 
+    def is_live(self, oid: bytes) -> bool:
+        """Whether a ref to ``oid`` exists in this process."""
+        return oid in self._counts
+
     def pinned_by_caller(self, oid: bytes) -> None:
         """Count a ref whose pin the caller already sent (e.g. task returns)."""
         with self._lock:

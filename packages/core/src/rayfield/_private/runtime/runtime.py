@@ -19,7 +19,7 @@ import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import rayfield.exceptions as exceptions
 from rayfield._private import context
@@ -31,7 +31,7 @@ from rayfield._private.runtime.object_ref import ObjectRef, RefTracker, set_trac
 from rayfield.store import GetTimeoutError as StoreGetTimeout
 from rayfield.store import ObjectExistsError, StoreClient
 
-__all__ = ["ArgRef", "StoreRuntime", "get_runtime"]
+__all__ = ["ArgRef", "SerializedArgs", "StoreRuntime", "get_runtime"]
 
 INLINE_ARGS_BYTES = 100 << 10  # larger arguments travel through the store
 STAGED_RESULT_BYTES = 64 << 10  # a worker's results up to this size travel with task_done
@@ -47,6 +47,15 @@ ERROR_TAGS = (
     b"OUT_OF_MEMORY",
     b"UNSCHEDULABLE",
 )
+
+
+class SerializedArgs(NamedTuple):
+    """A task's serialized ``(args, kwargs)`` and what they refer to."""
+
+    ser: serialization.SerializedObject
+    deps: list[bytes]  # top-level ObjectRef arguments: resolved before the task runs
+    pins: list[bytes]  # every ObjectRef in them: held until the task is done
+    handles: list[bytes]  # the actors of the handles in them
 
 
 class ArgRef:
@@ -321,6 +330,31 @@ class StoreRuntime:
         ``common.scheduling.encode`` ("": the node queues it as usual); ``runtime_env``: the
         canonical runtime_env it runs in (``driver/runtime_env_packages.for_submit``; "":
         the default)."""
+        args_obj = self.serialize_args(args, kwargs)
+        return_ids = self.submit_serialized(
+            kind,
+            function_id,
+            args_obj,
+            num_returns,
+            name,
+            resources,
+            max_retries=max_retries,
+            options=options,
+            actor_id=actor_id,
+            caller_id=caller_id,
+            sequence_no=sequence_no,
+            max_concurrency=max_concurrency,
+            detached=detached,
+            scheduling=scheduling,
+            runtime_env=runtime_env,
+        )
+        for r in return_ids:
+            self.refs.own(r)
+        return [ObjectRef(r, _pinned=True) for r in return_ids]
+
+    def serialize_args(self, args: Sequence[Any], kwargs: dict[str, Any]) -> SerializedArgs:
+        """A task's ``(args, kwargs)`` serialized, top-level ObjectRefs marked as
+        dependencies."""
         deps: list[bytes] = []
         marked = [ArgRef(a.binary()) if isinstance(a, ObjectRef) else a for a in args]
         for a in marked:
@@ -332,6 +366,34 @@ class StoreRuntime:
         pins = deps + [r.binary() for r in ser.contained_refs if isinstance(r, ObjectRef)]
         # Handles in the arguments: the node holds their actors until the task finishes.
         handles = [h._actor_id for h in ser.contained_refs if not isinstance(h, ObjectRef)]
+        return SerializedArgs(ser, deps, pins, handles)
+
+    def submit_serialized(
+        self,
+        kind: str,
+        function_id: bytes,
+        args_obj: SerializedArgs,
+        num_returns: int,
+        name: str,
+        resources: dict[str, float],
+        *,
+        max_retries: int = 0,
+        options: dict[str, Any] | None = None,
+        actor_id: bytes | None = None,
+        caller_id: bytes | None = None,
+        sequence_no: int = 0,
+        max_concurrency: int = 1,
+        detached: bool = False,
+        scheduling: str = "",
+        runtime_env: str = "",
+        task_id: bytes | None = None,
+        pin_returns: bool = True,
+    ) -> list[bytes]:
+        """:meth:`submit` with the arguments serialized already; returns the return ids
+        (not owned yet). ``task_id``: the task's id (default: a new one);
+        ``pin_returns``: the node pins the returns for this process (False: it holds its
+        own pins already)."""
+        ser, deps, pins, handles = args_obj
         args_part: Any
         if ser.total_bytes > INLINE_ARGS_BYTES:
             args_id = self.ids.put_id()
@@ -339,7 +401,7 @@ class StoreRuntime:
             args_part, deps, pins = args_id, [*deps, args_id], [*pins, args_id]
         else:
             args_part = (ser.to_bytes(), ser.metadata)
-        task_id = self.ids.task_id()
+        task_id = task_id or self.ids.task_id()
         return_ids = [IdGenerator.return_id(task_id, i) for i in range(num_returns)]
         # The job: a driver's own id prefix; a worker passes on that of its current task.
         job = getattr(self.local, "job_id", None) or self.ids.job_id
@@ -362,15 +424,13 @@ class StoreRuntime:
             return_ids=return_ids,
             max_retries=max_retries,
             pins=pins,
-            pin_returns=True,  # the node pins them for us, before anything can evict them
+            pin_returns=pin_returns,  # the node pins them for us, before anything can evict them
             detached=detached,  # an actor creation: it does not end with this driver
             actor_handles=handles or None,
             scheduling=scheduling,
             runtime_env=runtime_env,
         )
-        for r in return_ids:
-            self.refs.own(r)
-        return [ObjectRef(r, _pinned=True) for r in return_ids]
+        return return_ids
 
     def resolve_args(self, args_part: Any) -> tuple[list[Any], dict[str, Any]]:
         """Rebuild a task's (args, kwargs), fetching ObjectRef arguments by value."""

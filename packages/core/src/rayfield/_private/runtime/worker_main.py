@@ -22,8 +22,9 @@ import rayfield.exceptions as exceptions
 from rayfield._private import context
 from rayfield._private.common import bundle_gpus, serialization, task_retry
 from rayfield._private.common.events import EventLog
-from rayfield._private.runtime import gpus, signals
+from rayfield._private.runtime import direct_server, gpus, signals
 from rayfield._private.runtime.interrupts import Interrupts
+from rayfield._private.runtime.object_ref import ObjectRef
 from rayfield._private.runtime.runtime import StoreRuntime
 from rayfield._private.runtime.task_context import TaskContext
 from rayfield.store import StoreConnectionError
@@ -57,6 +58,11 @@ class Worker:
         # Exits after a task that left CUDA fixed to GPUs a later task may not get.
         self.cuda_pin = gpus.CudaPin(float(os.environ.get("RAYFIELD_NODE_GPUS") or 0))
         self.serializers: set[bytes] = set()
+        # A sequential actor's server of direct calls, and the lock its calls and the
+        # node's take to run one at a time.
+        self.direct: direct_server.DirectServer | None = None
+        self.exec_lock = threading.Lock()
+        self.direct_actor_id = b""
         logs = os.environ.get("RAYFIELD_LOGS_DIR")
         self.events = EventLog(logs) if logs else None
         self.rt.events = self.events
@@ -111,6 +117,9 @@ class Worker:
                 import asyncio
 
                 asyncio.run_coroutine_threadsafe(self.execute_async(task), self.loop)
+            elif self.direct is not None:
+                with self.exec_lock:
+                    self.execute(task)
             else:
                 self.execute(task)
 
@@ -305,6 +314,8 @@ class Worker:
             self.actor = cls.__new__(cls)
             self.actor.__init__(*args, **kwargs)
             self.setup_concurrency(cls, options.get("max_concurrency", 1))
+            if self.loop is None and options.get("max_concurrency", 1) == 1:
+                self.serve_direct()
             return None
         if isinstance(self.actor, _FailedActor):
             raise exceptions.ActorDiedError(f"the actor's constructor failed: {self.actor.error}")
@@ -327,21 +338,95 @@ class Worker:
             for i in range(max_concurrency - 1):
                 threading.Thread(target=self.run, daemon=True, name=f"actor-{i}").start()
 
+    def serve_direct(self) -> None:
+        """Serve direct calls of this sequential actor, when its node allows them."""
+        if self.direct is not None or not direct_server.enabled_here():
+            return
+        self.direct_actor_id = bytes(self.rt.local.actor_id or b"")
+        try:
+            self.direct = direct_server.DirectServer(
+                self.execute_direct, os.environ[direct_server.ENV_NODE_IP]
+            )
+            self.direct.publish(self.rt.client, self.direct_actor_id)
+        except Exception as exc:  # calls take the node's path
+            print(f"rayfield: no direct calls for this actor: {exc}", file=sys.stderr)
+
+    def execute_direct(self, call: tuple[Any, ...]) -> list[tuple[bytes, bytes, list[bytes]]]:
+        """Run one direct call (``direct_wire.decode_call``'s tuple); its reply's entries."""
+        task_id, return_ids, name, data, meta, options = call
+        with self.exec_lock:
+            ctx = self.rt.local
+            ctx.task_id, ctx.actor_id = task_id, self.direct_actor_id
+            ctx.job_id = options.get("job")
+            ctx.placement_group = None
+            for key, value in self.actor_context.items():
+                setattr(ctx, key, value)
+            start = time.time()
+            ok = True
+            try:
+                self.apply_serializers(options.get("serializers", ()))
+                args, kwargs = serialization.deserialize(data, meta)
+                result = self.call("actor_method", b"", name, list(args), kwargs, options)
+                values = _split_returns(return_ids, result)
+                objs = [serialization.serialize(v) for v in values]
+            except BaseException as exc:  # the call's own error: its result, never fatal
+                ok = False
+                err = exceptions.TaskError.wrap(
+                    exc, name, traceback.format_exc(), os.getpid(), self.rt.node_address
+                )
+                self.send_error_signal(err)
+                objs = [serialization.serialize_error(err)] * len(return_ids)
+            entries = [
+                (
+                    obj.to_bytes(),
+                    bytes(obj.metadata),
+                    [h._actor_id for h in obj.contained_refs if not isinstance(h, ObjectRef)],
+                )
+                for obj in objs
+            ]
+            self.rt.refs.flush()
+            if self.events is not None:
+                self.events.record(
+                    {
+                        "kind": "task",
+                        "name": name,
+                        "task": task_id.hex(),
+                        "actor": self.direct_actor_id.hex(),
+                        "pid": os.getpid(),
+                        "node": self.rt.node_address,
+                        "submit": options.get("submitted"),
+                        "start": start,
+                        "args": start,
+                        "run": time.time(),
+                        "end": time.time(),
+                        "ok": ok,
+                    }
+                )
+        return entries
+
     def store_results(
         self, return_ids: list[bytes], result: Any, staged: list[tuple[bytes, bytes, bytes]]
     ) -> None:
         """Store a task's results: small ones are appended to ``staged`` for task_done."""
-        if len(return_ids) == 1:
-            self.rt.stage_result(return_ids[0], result, staged)
-            return
-        values = list(result) if isinstance(result, (tuple, list)) else None
-        if values is None or len(values) != len(return_ids):
-            raise ValueError(
-                f"the task declared num_returns={len(return_ids)} but returned "
-                f"{type(result).__name__} {'of length ' + str(len(values)) if values else ''}"
-            )
-        for rid, value in zip(return_ids, values):
+        for rid, value in zip(return_ids, _split_returns(return_ids, result)):
             self.rt.stage_result(rid, value, staged)
+
+
+def _split_returns(return_ids: list[bytes], result: Any) -> list[Any]:
+    """The value of each return id: ``result`` itself for one, its items for several.
+
+    Raises:
+        ValueError: ``result`` does not have one item per return id.
+    """
+    if len(return_ids) == 1:
+        return [result]
+    values = list(result) if isinstance(result, (tuple, list)) else None
+    if values is None or len(values) != len(return_ids):
+        raise ValueError(
+            f"the task declared num_returns={len(return_ids)} but returned "
+            f"{type(result).__name__} {'of length ' + str(len(values)) if values else ''}"
+        )
+    return values
 
 
 class _FailedActor:
