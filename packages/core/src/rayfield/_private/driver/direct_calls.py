@@ -196,6 +196,7 @@ class DirectCaller:
         )
         self.pending.append(_Pending(task_id, return_ids, name, args_obj))
         self.plan.sent_direct()
+        rt.direct_in_flight.update(return_ids)
         assert self.sock is not None
         try:
             self.sock.sendall(frame)
@@ -270,8 +271,12 @@ class DirectCaller:
                 frames = reader.frames()
                 if frames is None:
                     break
+                stored: list[bytes] = []
                 for frame in frames:
-                    self._store(self.pending.popleft(), wire.decode_reply(frame))
+                    call = self.pending.popleft()
+                    self._store(call, wire.decode_reply(frame))
+                    stored += call.return_ids
+                self._arrived(stored)
                 with self.cond:
                     self.plan.acked(len(frames))
                     self.cond.notify_all()
@@ -320,8 +325,17 @@ class DirectCaller:
                 self.last_node_ref = ObjectRef(call.return_ids[0])
             self.plan.lost()
             self.cond.notify_all()
+            self._arrived([r for call in calls for r in call.return_ids])
             if self.on_drained is not None:
                 self._finish_release()
+
+    def _arrived(self, return_ids: list[bytes]) -> None:
+        """Those returns are stored here, or will come through the node: a get of them
+        goes to the store."""
+        rt = self.rt
+        with rt.direct_arrived:
+            rt.direct_in_flight.difference_update(return_ids)
+            rt.direct_arrived.notify_all()
 
     def _fail(self, call: _Pending) -> None:
         err = exceptions.ActorDiedError(

@@ -92,6 +92,10 @@ class StoreRuntime:
         self.events: Any = None  # EventLog, set by the driver or the worker
         self.serializer_ids: tuple[bytes, ...] = ()  # custom serializers for workers
         self.worker_id = os.urandom(ID_SIZE)  # a worker registers with it (get_worker_id())
+        # Returns of direct actor calls not stored here yet (``driver/direct_calls.py``):
+        # a get waits for them here, so the node never looks for them elsewhere.
+        self.direct_in_flight: set[bytes] = set()
+        self.direct_arrived = threading.Condition()
         set_tracker(self.refs)
 
     def close(self) -> None:
@@ -171,6 +175,8 @@ class StoreRuntime:
         None for no limit."""
         ids = [r.binary() for r in refs]
         self.refs.flush()
+        if self.direct_in_flight and not self.direct_in_flight.isdisjoint(ids):
+            timeout_s = self._await_direct(ids, timeout_s)
         bufs = self.client.get(ids, timeout_s=0 if self.is_worker else timeout_s)
         if self.is_worker and None in bufs and timeout_s != 0:
             missing = [i for i, b in enumerate(bufs) if b is None]
@@ -189,6 +195,18 @@ class StoreRuntime:
                 )
             values.append(self._decode(ref, buf))
         return values
+
+    def _await_direct(self, ids: list[bytes], timeout_s: float | None) -> float | None:
+        """Wait until no id of ``ids`` is a direct call's return on its way; the time
+        left of ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self.direct_arrived:
+            while not self.direct_in_flight.isdisjoint(ids):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self.direct_arrived.wait(left)
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def _blocking_get(self, ids: list[bytes], timeout_s: float | None) -> list[Any]:
         """A worker's get that waits, in slices of ``GET_SLICE_S``: between two, Python
