@@ -2,9 +2,12 @@
 
 The run (issue 27's): a head and a second node of one CPU each; 2,000 tasks with
 ``max_retries=10`` and 4 actors with ``max_restarts=-1, max_task_retries=-1`` taking
-``calls`` calls each. Meanwhile a worker process is SIGKILLed every ``kill_every_s``
-seconds for ``chaos_s`` seconds, and the second node is SIGKILLed once ``node_kill_at_s``
-in and replaced by a new one. Afterwards every task result and every actor call must
+``calls`` calls each, made in waves of a tenth of them ``wave_gap_s`` apart, so that
+once the first waves are answered through the nodes the later ones go direct to the
+actors' workers (``direct_calls.py``) and the kills break those connections too.
+Meanwhile a worker process is SIGKILLed every ``kill_every_s`` seconds for ``chaos_s``
+seconds, and the second node is SIGKILLed once ``node_kill_at_s`` in and replaced by a
+new one. Afterwards every task result and every actor call must
 have arrived, correct: a task is finished, retried or failed with an error, never
 forgotten. A run that does not finish within ``deadline_s`` is a hang; its report holds
 what was left unfinished and what the cluster showed (``rayfield status``).
@@ -66,6 +69,7 @@ class Outcome:
     unfinished_calls: int = 0
     hung: bool = False
     workers_killed: int = 0
+    direct_calls: int = 0  # calls sent straight to an actor's worker
     seconds: float = 0.0
     status: str = ""
 
@@ -77,7 +81,8 @@ class Outcome:
         head = "clean" if self.clean else ("HUNG" if self.hung else "LOST WORK")
         lines = [
             f"{head}: {self.tasks_ok}/2000 tasks, {self.calls_ok} actor calls ok, "
-            f"{self.workers_killed} workers killed, {self.seconds:.1f} s"
+            f"{self.direct_calls} of them sent direct, {self.workers_killed} workers killed, "
+            f"{self.seconds:.1f} s"
         ]
         if self.hung:
             lines.append(
@@ -120,6 +125,7 @@ def run_once(
     temp_dir: Path,
     *,
     calls: int = 100,
+    wave_gap_s: float = 0.3,
     kill_every_s: float = 0.3,
     chaos_s: float = 20.0,
     node_kill_at_s: float = 4.0,
@@ -164,8 +170,12 @@ def run_once(
 
         killer = threading.Thread(target=chaos, daemon=True)
         killer.start()
-        for _ in range(calls):
-            call_refs += [a.add.remote(1) for a in actors]
+        wave = max(1, calls // 10)
+        for first in range(0, calls, wave):
+            for _ in range(min(wave, calls - first)):
+                call_refs += [a.add.remote(1) for a in actors]
+            stop.wait(wave_gap_s)  # the pace of the calls, not a wait for anything
+        out.direct_calls = sum(a._direct.plan.direct_calls for a in actors if a._direct)
         deadline = start + deadline_s
         pending = {r: ("task", i) for i, r in enumerate(refs)}
         pending.update({r: ("call", i) for i, r in enumerate(call_refs)})

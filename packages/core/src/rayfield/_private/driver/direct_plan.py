@@ -53,6 +53,7 @@ class DirectPlan:
         self.connected = False  # a connection to the worker is up
         self.direct = False  # calls go direct now
         self.unacked = 0  # direct calls without a reply yet
+        self.direct_calls = 0  # direct calls sent in all
         self.last_node_return: bytes | None = None  # first return of the last node call
         self.node_unknown = False  # a node call without returns is not known done
 
@@ -87,6 +88,7 @@ class DirectPlan:
     def sent_direct(self) -> None:
         """A direct call was sent."""
         self.unacked += 1
+        self.direct_calls += 1
 
     def sent_node(self, first_return: bytes | None) -> None:
         """A node call was sent; ``first_return``: its first return id (None: it has none)."""
