@@ -184,8 +184,8 @@ class DirectCaller:
         rt = self.rt
         task_id = rt.ids.task_id()
         return_ids = [rt.ids.return_id(task_id, i) for i in range(num_returns)]
-        rt.client.pin(return_ids)  # this process's pins, before the results exist
-        # The refs exist before the reply can: the reader stores results of live refs only.
+        # The refs exist before the reply can: the reader stores the results of live refs
+        # only, pinning them first (``_store``), so their pins match the refs' releases.
         refs = _owned(rt, return_ids)
         options: dict[str, Any] = {"submitted": time.time(), "job": rt.ids.job_id}
         if rt.serializer_ids:
@@ -271,12 +271,9 @@ class DirectCaller:
                 frames = reader.frames()
                 if frames is None:
                     break
-                stored: list[bytes] = []
-                for frame in frames:
-                    call = self.pending.popleft()
-                    self._store(call, wire.decode_reply(frame))
-                    stored += call.return_ids
-                self._arrived(stored)
+                calls = [(self.pending.popleft(), wire.decode_reply(f)) for f in frames]
+                self._store(calls)
+                self._arrived([r for call, _ in calls for r in call.return_ids])
                 with self.cond:
                     self.plan.acked(len(frames))
                     self.cond.notify_all()
@@ -288,11 +285,19 @@ class DirectCaller:
                 logger.warning("direct calls to %s: %s", self.actor_id.hex(), exc)
         self._lost(sock)
 
-    def _store(self, call: _Pending, entries: list[tuple[bytes, bytes, list[bytes]]]) -> None:
+    def _store(self, calls: list[tuple[_Pending, list[tuple[bytes, bytes, list[bytes]]]]]) -> None:
+        """Store the results of answered calls whose refs are still here, pinned for
+        those refs (one pin message for them all)."""
         client = self.rt.client
-        for rid, (data, meta, actors) in zip(call.return_ids, entries):
-            if not self.rt.refs.is_live(rid):
-                continue  # its refs are gone (and its pin with them): nobody reads it
+        results = [
+            (rid, entry)
+            for call, entries in calls
+            for rid, entry in zip(call.return_ids, entries, strict=False)
+        ]
+        live = self.rt.refs.pin_live([rid for rid, _ in results])
+        for rid, (data, meta, actors) in results:
+            if rid not in live:
+                continue  # its refs are gone: nobody reads it
             if actors:
                 self.rt.handles.in_object(rid, actors)
             try:
@@ -313,10 +318,12 @@ class DirectCaller:
                 return
             self.sock = None
             calls, self.pending = list(self.pending), collections.deque()
+            # Their refs' pins (the node's path does not pin them: pin_returns is off).
+            live = self.rt.refs.pin_live([r for call in calls for r in call.return_ids])
             for i, call in enumerate(calls):
                 retries = self.retries
                 if i == 0 and retries == 0:  # it may have been running: no attempt left
-                    self._fail(call)
+                    self._fail(call, live)
                     continue
                 if i == 0 and retries > 0:
                     retries -= 1
@@ -337,14 +344,15 @@ class DirectCaller:
             rt.direct_in_flight.difference_update(return_ids)
             rt.direct_arrived.notify_all()
 
-    def _fail(self, call: _Pending) -> None:
+    def _fail(self, call: _Pending, live: set[bytes]) -> None:
         err = exceptions.ActorDiedError(
             f"the actor's worker process died while running this call "
             f"({self.class_name}.{call.name}) and max_task_retries is 0"
         )
         obj = serialization.serialize_error(err)
         for rid in call.return_ids:
-            self.rt.store_serialized(rid, obj)
+            if rid in live:
+                self.rt.store_serialized(rid, obj)
 
     def _finish_release(self) -> None:
         done, self.on_drained = self.on_drained, None

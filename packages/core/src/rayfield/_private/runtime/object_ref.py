@@ -59,9 +59,15 @@ class RefTracker:
         if n == 0 and not pinned:
             self._client.pin([oid])
 
-    def is_live(self, oid: bytes) -> bool:
-        """Whether a ref to ``oid`` exists in this process."""
-        return oid in self._counts
+    def pin_live(self, oids: list[bytes]) -> set[bytes]:
+        """Pin those of ``oids`` that refs here count (their refs were made with
+        ``_pinned=True`` before their objects, whose pins are sent now); returns them.
+        Under the lock, so a release of one of them goes after its pin."""
+        with self._lock:
+            live = [oid for oid in oids if oid in self._counts]
+            if live:
+                self._client.pin(live)
+        return set(live)
 
     def pinned_by_caller(self, oid: bytes) -> None:
         """Count a ref whose pin the caller already sent (e.g. task returns)."""
