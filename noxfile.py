@@ -338,8 +338,9 @@ def chaos(session: nox.Session) -> None:
       400 calls to restartable actors) 20 times in a row;
     * the head (GCS and node) SIGKILLed under a driver on the other node and restarted
       with its own command (``test_cluster_faults.py``);
-    * a 30-minute soak of mixed tasks, actors and 100 MB objects on two nodes, each node's
-      private memory and fds sampled every minute (``soak_run.py``: flat after warm-up).
+    * a 30-minute soak of mixed tasks, actors and 100 MB objects on two nodes, each node
+      process, the GCS and the nodes' workers sampled every minute (``soak_run.py``:
+      private memory and fds flat after warm-up).
 
     ``-- --runs N --minutes M`` changes the repetitions and the soak's length.
     """

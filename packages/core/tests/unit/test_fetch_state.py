@@ -226,7 +226,7 @@ def test_a_result_freed_unread_is_polled_at_its_maker_and_discarded_there_once_m
     and nothing of it stays in the state."""
     s = state()
     s.made_at(oid(1), "b:1", now=0.0, listed=False)
-    assert s.freed(oid(1), now=1.0) == [Wake()]
+    assert s.freed(oid(1), now=1.0, copy_here=False) == [Wake()]
     assert tick(s, 1.0) == [Poll("b:1", (oid(1),))]
     assert s.poll_done("b:1", {oid(1): False}, set(), now=2.0) == []  # not made yet
     assert tick(s, 3.0) == [Poll("b:1", (oid(1),))]
@@ -240,7 +240,7 @@ def test_a_result_freed_unread_is_polled_at_its_maker_and_discarded_there_once_m
 def test_a_listed_result_freed_unread_is_discarded_with_its_directory_row() -> None:
     s = state()
     s.made_at(oid(1), "b:1", now=0.0)  # a forwarded task's result: the directory lists it
-    s.freed(oid(1), now=0.0)
+    s.freed(oid(1), now=0.0, copy_here=False)
     tick(s, 0.0)
     assert s.poll_done("b:1", {oid(1): True}, set(), now=1.0)[0] == Discard(
         "b:1", oid(1), listed=True
@@ -250,8 +250,8 @@ def test_a_listed_result_freed_unread_is_discarded_with_its_directory_row() -> N
 def test_a_free_of_an_object_not_made_elsewhere_only_ends_its_want() -> None:
     s = state()
     s.missing(oid(1), now=0.0)
-    assert s.freed(oid(1), now=0.0) == [] and oid(1) not in s.wanted
-    assert s.freed(oid(2), now=0.0) == []  # unknown here: nothing to do
+    assert s.freed(oid(1), now=0.0, copy_here=False) == [] and oid(1) not in s.wanted
+    assert s.freed(oid(2), now=0.0, copy_here=False) == []  # unknown here: nothing to do
     assert tick(s, 9.0) == []
 
 
@@ -264,7 +264,7 @@ def test_a_result_freed_while_it_is_fetched_arrives_and_is_released_as_usual() -
         Fetch(oid(1), ("b:1",)),
         Wake(),
     ]
-    assert s.freed(oid(1), now=0.2) == []  # the pull runs
+    assert s.freed(oid(1), now=0.2, copy_here=False) == []  # the pull runs
     assert s.arrived(oid(1), "b:1", release=True) == [Release("b:1", oid(1))]
     assert oid(1) not in s.abandoned
 
@@ -272,7 +272,7 @@ def test_a_result_freed_while_it_is_fetched_arrives_and_is_released_as_usual() -
 def test_an_abandoned_result_of_a_dead_maker_is_not_looked_for_elsewhere() -> None:
     s = state()
     s.made_at(oid(1), "b:1", now=0.0, listed=False)
-    s.freed(oid(1), now=0.0)
+    s.freed(oid(1), now=0.0, copy_here=False)
     s.node_died("b:1")
     assert oid(1) not in s.wanted and oid(1) not in s.abandoned
     assert tick(s, 9.0) == []
@@ -280,10 +280,31 @@ def test_an_abandoned_result_of_a_dead_maker_is_not_looked_for_elsewhere() -> No
 
 def test_a_result_freed_before_its_call_was_sent_is_abandoned_when_it_is() -> None:
     s = state()
-    assert s.freed(oid(1), now=0.0) == []  # the call still waits here for its actor
+    assert (
+        s.freed(oid(1), now=0.0, copy_here=False) == []
+    )  # the call still waits here for its actor
     assert s.made_at(oid(1), "b:1", now=1.0, listed=False) == [Wake()]
     assert oid(1) in s.abandoned and not s.freed_early
     assert tick(s, 1.0) == [Poll("b:1", (oid(1),))]
+
+
+def test_a_free_of_an_object_whose_copy_was_here_is_not_remembered() -> None:
+    """Results made here (or stored here) that their owner frees after reading them, the
+    common case, leave nothing in the state: no call of this node sends them anywhere
+    later (a soak filled ``freed_early`` to its bound with them)."""
+    s = state()
+    s.missing(oid(1), now=0.0)
+    assert s.freed(oid(1), now=0.0, copy_here=True) == [] and oid(1) not in s.wanted
+    for i in range(2, 1000):
+        s.freed(oid(i), now=0.0, copy_here=True)
+    assert not s.freed_early and not s.wanted and not s.abandoned
+
+
+def test_a_result_made_elsewhere_and_freed_with_a_copy_here_is_still_abandoned() -> None:
+    s = state()
+    s.made_at(oid(1), "b:1", now=0.0, listed=False)
+    assert s.freed(oid(1), now=1.0, copy_here=True) == [Wake()]
+    assert oid(1) in s.abandoned and not s.freed_early
 
 
 def test_the_ids_freed_early_are_bounded() -> None:
@@ -291,7 +312,7 @@ def test_the_ids_freed_early_are_bounded() -> None:
 
     s = state()
     for i in range(fetch_state.FREED_EARLY_MAX + 10):
-        s.freed(oid(i), now=0.0)
+        s.freed(oid(i), now=0.0, copy_here=False)
     assert len(s.freed_early) == fetch_state.FREED_EARLY_MAX
     assert oid(0) not in s.freed_early and oid(fetch_state.FREED_EARLY_MAX + 9) in s.freed_early
 

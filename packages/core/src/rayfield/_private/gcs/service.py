@@ -56,10 +56,15 @@ def _json(req: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+# Task events the GCS keeps (the newest): its memory grows until the ring is full, by
+# about 430 bytes an event in a soak (some 43 MB for a full ring).
+MAX_TASK_EVENTS = 100_000
+
+
 class TaskEventRing:
     """The most recent task events (opaque bytes), in memory only (not persisted)."""
 
-    def __init__(self, max_events: int = 100_000) -> None:
+    def __init__(self, max_events: int = MAX_TASK_EVENTS) -> None:
         self._lock = threading.Lock()
         self._events: collections.deque[bytes] = collections.deque(maxlen=max_events)
         self.dropped = 0

@@ -414,10 +414,12 @@ class NodeAgent:
     def _removed(self, object_id: bytes, evicted: bool, size: int) -> None:
         """The store removed ``object_id`` (``evicted``, else its owner freed it, maybe
         before any copy came here): the other copies go, and a result being made
-        elsewhere is freed there once made."""
+        elsewhere is freed there once made. The store reports a free of an id it did not
+        hold as a deletion of no bytes; an empty object passes for one, which costs only
+        an entry in ``FetchState.freed_early``."""
         self.frees.removed(object_id, evicted, size)
         if not evicted:
-            self.objects.freed([object_id])
+            self.objects.freed([object_id], copy_here=size > 0)
 
     def _arrived(self, object_ids: list[bytes]) -> None:
         """Objects came from another node: their tasks need not run again, and once all

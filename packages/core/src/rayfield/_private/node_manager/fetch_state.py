@@ -199,7 +199,7 @@ class FetchState:
         if not listed:
             self.unlisted.add(object_id)
         if self.freed_early.pop(object_id, 0) is None:  # freed already: abandoned
-            return self.freed(object_id, now)
+            return self.freed(object_id, now, copy_here=False)
         if object_id in self.wanted:
             self.wanted[object_id] = (now, FIRST_LOOKUP_S)
             return [Wake()]
@@ -224,15 +224,21 @@ class FetchState:
         self.announced.add(object_id)
         return []
 
-    def freed(self, object_id: bytes, now: float) -> list[Action]:
-        """The owner of ``object_id`` freed it while no copy was here. Nothing here waits
-        for it any more; one being made on another node is abandoned: polled there until
-        it is made, then discarded (see the module docstring). One this node sends
-        elsewhere only later (a call queued here) is abandoned when it is sent
-        (:meth:`made_at`; the newest ``FREED_EARLY_MAX`` such ids are kept)."""
+    def freed(self, object_id: bytes, now: float, *, copy_here: bool) -> list[Action]:
+        """The owner of ``object_id`` freed it. Nothing here waits for it any more; one
+        being made on another node is abandoned: polled there until it is made, then
+        discarded (see the module docstring). One freed while no copy was here
+        (``copy_here`` False) that this node sends elsewhere only later (a call queued
+        here) is abandoned when it is sent (:meth:`made_at`; the newest
+        ``FREED_EARLY_MAX`` such ids are kept). One whose copy was here (``copy_here``:
+        made or stored here, its call no longer queued) is not remembered: no call of
+        this node sends it anywhere later, and on a node whose drivers free every result
+        they read, remembering those would fill the table to its bound for nothing."""
         self.wanted.pop(object_id, None)
         self.announced.discard(object_id)
         if object_id not in self.made_at_:  # made here, or not sent anywhere yet
+            if copy_here:
+                return []
             self.freed_early[object_id] = None
             while len(self.freed_early) > FREED_EARLY_MAX:
                 del self.freed_early[next(iter(self.freed_early))]
@@ -254,7 +260,7 @@ class FetchState:
             if oid not in self.made_at_:  # those made elsewhere: freed() below
                 del self.wanted[oid]
         mine = [o for o in self.made_at_ if o[:JOB_ID_BYTES] == job_id]
-        return [a for oid in mine for a in self.freed(oid, now)]
+        return [a for oid in mine for a in self.freed(oid, now, copy_here=False)]
 
     def here(self, object_id: bytes) -> None:
         """``object_id`` was found in the local store, or nothing here waits for it any

@@ -137,13 +137,16 @@ class ObjectManager:
             actions = self.state.want(object_id, time.monotonic(), hint, delay_s)
         self._act(actions)
 
-    def freed(self, object_ids: Iterable[bytes]) -> None:
+    def freed(self, object_ids: Iterable[bytes], *, copy_here: bool) -> None:
         """The local store reports ``object_ids`` deleted (their owner freed them): none
         is wanted any more, and those being made elsewhere and never copied here are
-        abandoned (freed on their maker once made there)."""
+        abandoned (freed on their maker once made there). ``copy_here``: the store held
+        a copy of each (``FetchState.freed``)."""
         now = time.monotonic()
         with self._lock:
-            actions = [a for oid in object_ids for a in self.state.freed(oid, now)]
+            actions = [
+                a for oid in object_ids for a in self.state.freed(oid, now, copy_here=copy_here)
+            ]
         self._act(actions)
 
     def job_gone(self, job_id: bytes) -> None:
