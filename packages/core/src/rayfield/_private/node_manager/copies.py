@@ -34,6 +34,7 @@ most ``QUIET_MAX`` quiet ones (the oldest are dropped: those whose copy never ca
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -73,7 +74,7 @@ class CopyBook:
         self.large_bytes = large_bytes
         self.recorded: set[bytes] = set()
         self.peers: dict[bytes, set[str]] = {}
-        self.quiet: dict[bytes, None] = {}  # freed by another node (an ordered set)
+        self.quiet: OrderedDict[bytes, None] = OrderedDict()  # freed by another node (oldest first)
 
     def record(self, object_ids: Iterable[bytes]) -> None:
         """This node recorded itself in the directory as a holder of ``object_ids``."""
@@ -114,7 +115,7 @@ class CopyBook:
             self.peers.pop(oid, None)
             self.quiet[oid] = None
         while len(self.quiet) > QUIET_MAX:
-            del self.quiet[next(iter(self.quiet))]
+            self.quiet.popitem(last=False)
         return recorded
 
     def node_died(self, address: str) -> None:

@@ -40,6 +40,7 @@ Sources:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -153,7 +154,7 @@ class FetchState:
         self.unlisted: set[bytes] = set()  # made_at ids whose copy here is not recorded
         self.abandoned: set[bytes] = set()  # made_at ids freed here unread: not copied
         # ids freed before a made_at (a call still queued here): abandoned once it comes
-        self.freed_early: dict[bytes, None] = {}
+        self.freed_early: OrderedDict[bytes, None] = OrderedDict()
         self.held: set[bytes] = set()  # results made here for other nodes' tasks
         self.announced: set[bytes] = set()  # large objects a peer said it holds for us
         self.code_from_peers: set[bytes] = set()  # code ids the GCS did not have
@@ -241,7 +242,7 @@ class FetchState:
                 return []
             self.freed_early[object_id] = None
             while len(self.freed_early) > FREED_EARLY_MAX:
-                del self.freed_early[next(iter(self.freed_early))]
+                self.freed_early.popitem(last=False)
             return []
         if object_id in self.abandoned:
             return []

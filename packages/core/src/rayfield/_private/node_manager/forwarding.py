@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -87,7 +88,7 @@ class AcceptedTasks:
         self.max_ids = max_ids
         self.max_age_s = max_age_s
         self.clock = clock
-        self._ids: dict[bytes, float] = {}  # task id -> when accepted (insertion order)
+        self._ids: OrderedDict[bytes, float] = OrderedDict()  # task id -> when accepted
 
     def take(self, task_id: bytes) -> bool:
         """Record ``task_id`` as accepted; False when it was accepted already (a retry)."""
@@ -97,7 +98,7 @@ class AcceptedTasks:
             return False
         self._ids[task_id] = now
         while len(self._ids) > self.max_ids:
-            del self._ids[next(iter(self._ids))]
+            self._ids.popitem(last=False)
         return True
 
     def __contains__(self, task_id: object) -> bool:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -80,12 +81,12 @@ class EndedJobs:
 
     def __init__(self, max_jobs: int = MAX_ENDED_JOBS) -> None:
         self.max_jobs = max_jobs
-        self._jobs: dict[bytes, None] = {}  # oldest first
+        self._jobs: OrderedDict[bytes, None] = OrderedDict()  # oldest first
 
     def add(self, job_id: bytes) -> None:
         self._jobs[job_id] = None
         while len(self._jobs) > self.max_jobs:
-            del self._jobs[next(iter(self._jobs))]
+            self._jobs.popitem(last=False)
 
     def of(self, task_id: bytes) -> bytes | None:
         """The ended job ``task_id`` belongs to (task ids start with their job's id)."""
