@@ -9,12 +9,10 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterutil import start_nodes, stop_in_background
 
 import rayfield as rf
 from rayfield.testing import wait_for
@@ -23,15 +21,9 @@ CALLS = 200
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    temp_dir = tmp_path_factory.mktemp("rf")
-    address = start_nodes(temp_dir, resources='{"b": 4}')
-    rf.init(address=address, temp_dir=str(temp_dir))
-    try:
-        yield address
-    finally:
-        rf.shutdown()
-        stop_in_background(temp_dir)
+def cluster(driver_cluster: tuple[str, Path]) -> str:
+    """Two nodes (the second with 4 of "b"), this process their driver."""
+    return driver_cluster[0]
 
 
 @rf.remote(num_cpus=0, resources={"b": 1})

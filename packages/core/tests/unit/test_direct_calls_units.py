@@ -64,12 +64,18 @@ def test_a_node_call_without_returns_keeps_calls_on_the_node() -> None:
     assert plan.choose(True, lambda _: True).direct
 
 
-def test_a_call_that_cannot_go_direct_waits_for_the_direct_calls_in_flight() -> None:
+def _direct_plan() -> DirectPlan:
+    """A plan whose calls go direct: one node call done, a connection up."""
     plan = DirectPlan(probe_after=1)
     plan.choose(True, _never)
     plan.probed(True)
     plan.sent_node(b"r")
     assert plan.choose(True, lambda _: True).direct
+    return plan
+
+
+def test_a_call_that_cannot_go_direct_waits_for_the_direct_calls_in_flight() -> None:
+    plan = _direct_plan()
     plan.sent_direct()
     plan.sent_direct()
     choice = plan.choose(False, _never)
@@ -85,11 +91,7 @@ def test_a_call_that_cannot_go_direct_waits_for_the_direct_calls_in_flight() -> 
 
 
 def test_a_lost_connection_sends_calls_through_the_node_and_looks_again_later() -> None:
-    plan = DirectPlan(probe_after=1)
-    plan.choose(True, _never)
-    plan.probed(True)
-    plan.sent_node(b"r")
-    assert plan.choose(True, lambda _: True).direct
+    plan = _direct_plan()
     plan.sent_direct()
     plan.lost()
     assert plan.unacked == 0 and not plan.connected
