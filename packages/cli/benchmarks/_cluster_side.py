@@ -419,6 +419,14 @@ def build(rf: Any, p: dict[str, Any], marker: str, more_nodes: Any = None) -> di
             raise RuntimeError(f"the actor counted to {last}, not {start + n}")
         return n, dt
 
+    def calls_row() -> dict[str, Any]:
+        out = _median_rate(calls_once, p["repeats"], 1, marker)
+        # rayfield: how many went straight to the actor's worker (the rest via the nodes)
+        direct = getattr(actor[0], "_direct", None) if actor else None
+        if direct is not None:
+            out["direct_calls"] = direct.plan.direct_calls
+        return out
+
     readers = [
         rf.remote(resources={name: 1})(lambda a: (float(a[0] + a[-1]), node_id()))
         for name in (NODE2, *BROADCAST_NODES)
@@ -492,7 +500,7 @@ def build(rf: Any, p: dict[str, Any], marker: str, more_nodes: Any = None) -> di
         "spillback_tasks_10k": lambda: _median_rate(
             lambda: spill_once(p["many_tasks"]), p["many_repeats"], 1, marker
         ),
-        "actor_calls_node2": lambda: _median_rate(calls_once, p["repeats"], 1, marker),
+        "actor_calls_node2": calls_row,
         "broadcast_nodes_s": start_more,
         "broadcast_gbps": broadcast,
     }
