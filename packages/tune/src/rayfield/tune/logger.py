@@ -179,8 +179,8 @@ class CSVLogger(Logger):
 
     def _init(self) -> None:
         path = os.path.join(self.logdir, "progress.csv")
-        self._continuing = os.path.exists(path) and os.path.getsize(path) > 0
         self._file = private_files.open_private(path, "a", ancestors_checked=self._fresh)
+        self._continuing = os.fstat(self._file.fileno()).st_size > 0  # after a resume
         self._writer = csv.writer(self._file)
         self._columns: list[str] | None = None
         if self._continuing:
