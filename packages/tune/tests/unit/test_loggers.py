@@ -158,6 +158,7 @@ def test_event_records_match_tensorboardx_encoding():
         framed = tbx.record(ours)  # length, its masked CRC, the data, its masked CRC
         assert framed[:8] == struct.pack("<Q", len(ours)) and framed[12:-4] == ours
         assert framed[8:12] == _masked_crc(framed[:8]) and framed[-4:] == _masked_crc(ours)
+        assert tbx.scalars_record(1700000000.5, step, encoded) == framed  # the fused form
     header = tbx.encode_event(12.0, file_version="brain.Event:2")
     assert header == Event(wall_time=12.0, file_version="brain.Event:2").SerializeToString()
 
@@ -322,3 +323,41 @@ def test_params_pkl_is_written_only_for_a_config_json_cannot_hold(tmp_path):
     with open(os.path.join(trial.logdir, "params.json")) as f:
         assert json.load(f) == {"shape": [1, 2]}
     cb.on_trial_complete(trial)
+
+
+def test_result_lines_with_a_long_shared_config_are_the_lines_one_by_one():
+    """A long config shared by a batch's results is encoded once and spliced into each
+    line: the lines are those of each result encoded alone, also when another value holds
+    the config's stand-in or the batch needs the lenient encoding (NaN)."""
+    from rayfield.tune.logger_encoding import _MARK, _SPLICE_MIN_CHARS, _json_line, json_lines
+
+    config = {f"p{i}": (i / 7 if i % 2 else f"choice {i}") for i in range(20)}
+    config["nested"] = {"list": [1, 2.5, None], "s": 'a"b'}
+    assert len(json.dumps(config)) >= _SPLICE_MIN_CHARS
+    batches = [
+        [{"training_iteration": i, "loss": 1 / (i + 1), "config": config} for i in range(5)],
+        [{"s": _MARK, "config": config, "t": _MARK}, {"config": config, "after": _MARK}],
+        [{"config": config, "loss": float("nan")}, {"config": config, "n": 1}],
+        [{"config": {"short": 1}}, {"config": dict(config)}, {"config": config}, {"no": 1}],
+    ]
+    for results in batches:
+        assert json_lines(results) == "".join(_json_line(r) + "\n" for r in results)
+    for line in json_lines(batches[0]).splitlines():
+        assert json.loads(line)["config"] == config
+
+
+def test_tensorboard_values_beyond_float32_are_written_as_infinities(tmp_path):
+    """As numpy's float32 (and so tensorboardX) gives them, instead of an error that lost
+    the batch; the second result of the same shape takes the per-shape fast path."""
+    trial = Trial("f", {}, local_dir=str(tmp_path))
+    cb = LoggerCallback(DEFAULT_LOGGERS)
+    cb.on_trial_start(trial)
+    for i in (1, 2):
+        result = {"training_iteration": i, "big": 1e300, "neg": -(10**40), "huge": 2**1100}
+        cb.on_trial_result(trial, {**result, "ok": 0.5})
+    cb.on_experiment_end([trial])
+    inf = float("inf")
+    assert _scalars(trial.logdir, "ray/tune/big") == [(1, inf), (2, inf)]
+    assert _scalars(trial.logdir, "ray/tune/neg") == [(1, -inf), (2, -inf)]
+    assert _scalars(trial.logdir, "ray/tune/huge") == [(1, inf), (2, inf)]
+    assert _scalars(trial.logdir, "ray/tune/ok") == [(1, 0.5), (2, 0.5)]

@@ -31,6 +31,16 @@ from typing import Any
 
 from rayfield.tune import tbx
 from rayfield.tune.lazy import lazy_getattr
+from rayfield.tune.logger_encoding import (
+    _PLAIN_CELLS,
+    _cell,
+    _clean,
+    _flat_without_config,
+    _json_line,
+    _plain,
+    flatten,
+    json_lines,
+)
 from rayfield.tune.pickles import UntrustedPickleError, json_exact, load_pickle
 from rayfield.tune.trial import Trial
 from rayfield.util import private_files
@@ -43,93 +53,11 @@ __all__ = [
     "NoopLogger",
     "TBXLogger",
     "UnifiedLogger",
+    "flatten",
     "pretty_print",
 ]
 
 log = logging.getLogger(__name__)
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN/inf -> None, numpy -> Python, other objects -> str."""
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, (str, int, bool)) or value is None:
-        return value
-    if hasattr(value, "tolist"):
-        return _clean(value.tolist())
-    return str(value)
-
-
-def _plain(value: Any) -> bool:
-    """True for nested dicts/lists/tuples of str, int, float, bool and None only."""
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return all(_plain(v) for v in value)
-    return value is None or type(value) in (str, int, float, bool)
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "tolist"):  # numpy scalars and arrays
-        return value.tolist()
-    return str(value)
-
-
-# json.dumps(result, allow_nan=False, default=_json_default), its encoder made once.
-_RESULT_ENCODER = json.JSONEncoder(allow_nan=False, default=_json_default)
-
-
-def _json_line(result: dict[str, Any]) -> str:
-    """One line of ``result.json``: NaN and infinities as null (as :func:`_clean`)."""
-    try:  # the common case: plain JSON values, no NaN
-        return _RESULT_ENCODER.encode(result)
-    except (TypeError, ValueError):
-        return json.dumps(_clean(result))
-
-
-def flatten(d: dict[str, Any], delimiter: str = "/", prefix: str = "") -> dict[str, Any]:
-    """``d`` with nested dicts' keys joined by ``delimiter`` (``{"a": {"b": 1}}`` ->
-    ``{"a/b": 1}``); every key a string."""
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        name = key if not prefix and type(key) is str else f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, delimiter, name + delimiter))
-        else:
-            out[name] = value
-    return out
-
-
-def _flat_without_config(result: dict[str, Any]) -> dict[str, Any]:
-    """``result`` without its ``config``, nested keys joined with ``/``."""
-    # The common case, tested in C: no nested dict but the config, string keys only.
-    nested = sum(map(isinstance, result.values(), repeat(dict)))
-    if nested == isinstance(result.get("config"), dict):
-        flat = dict(result)
-        flat.pop("config", None)
-        if _STR_ONLY.issuperset(map(type, flat)):
-            return flat
-        return {k if type(k) is str else str(k): v for k, v in flat.items()}
-    return flatten({k: v for k, v in result.items() if k != "config"})
-
-
-_STR_ONLY = frozenset({str})
-# Cell values csv.writer writes as _cell would (floats: once their sum is finite).
-_PLAIN_CELLS = frozenset({str, int, float, bool, type(None)})
-
-
-def _cell(value: Any) -> Any:
-    """A CSV cell: as :func:`_clean` (NaN and infinities empty), plain values at once."""
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return value
-    if kind is float:
-        return value if math.isfinite(value) else None
-    return _clean(value)
 
 
 # The trial directory a UnifiedLogger on this thread is opening its loggers in.
@@ -209,14 +137,8 @@ class JsonLogger(Logger):
         self._file.write(_json_line(result) + "\n")
 
     def on_results(self, results: list[dict[str, Any]]) -> None:
-        if not results:
-            return
-        try:  # the common case: plain JSON values, no NaN
-            encode = _RESULT_ENCODER.encode
-            text = "\n".join([encode(result) for result in results])
-        except (TypeError, ValueError):
-            text = "\n".join([_json_line(result) for result in results])
-        self._file.write(text + "\n")
+        if results:
+            self._file.write(json_lines(results))
 
     def update_config(self, config: dict[str, Any]) -> None:
         self.config = config
@@ -257,8 +179,8 @@ class CSVLogger(Logger):
 
     def _init(self) -> None:
         path = os.path.join(self.logdir, "progress.csv")
-        self._continuing = os.path.exists(path) and os.path.getsize(path) > 0
         self._file = private_files.open_private(path, "a", ancestors_checked=self._fresh)
+        self._continuing = os.fstat(self._file.fileno()).st_size > 0  # after a resume
         self._writer = csv.writer(self._file)
         self._columns: list[str] | None = None
         if self._continuing:
@@ -333,6 +255,8 @@ class TBXLogger(Logger):
         # Per result shape (its keys and their values' types): the scalar keys and their
         # tags, shared by the trials of a run (one class, one _SKIP).
         self._plans = _PLANS.setdefault((type(self), frozenset(self._SKIP)), {})
+        self._shape: tuple[tuple[str, ...], tuple[type, ...]] | None = None  # the last one
+        self._plan: tuple[list[str], list[bytes]] | None = None  # ... and its plan
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
         self._file = private_files.open_private(
             os.path.join(self.logdir, name), "ab", ancestors_checked=self._fresh
@@ -354,12 +278,12 @@ class TBXLogger(Logger):
         """Several results, each with its flattened copy (see :meth:`on_flat_result`):
         one event record each, written at once."""
         records = []
+        scalars_record = tbx.scalars_record
         for result, flat in zip(results, flats, strict=True):
-            step = result.get("timesteps_total") or result.get("training_iteration", 0)
             values = self._scalars(flat)
             if values:
-                event = tbx.encode_event(time.time(), int(step), values=values)
-                records.append(tbx.record(event))
+                step = result.get("timesteps_total") or result.get("training_iteration", 0)
+                records.append(scalars_record(time.time(), int(step), values))
         if records:
             self._file.write(b"".join(records))
 
@@ -367,23 +291,29 @@ class TBXLogger(Logger):
         """The encoded ``Summary.Value`` fields of ``flat``'s finite numbers (bools and
         the keys of ``_SKIP`` left out)."""
         # A trial's results mostly have the same keys with the same types: then the
-        # scalars are the same keys as last time, encoded in C (unless one is not finite).
+        # scalars are the same keys as last time, encoded in C (unless one is not finite
+        # or beyond a float32's range).
         shape = (tuple(flat), tuple(map(type, flat.values())))
-        plans = self._plans
-        plan = plans.get(shape)
+        if shape == self._shape:  # as the trial's last result
+            plan = self._plan
+        else:
+            plan = self._plans.get(shape)
+            self._shape, self._plan = shape, plan
         if plan is not None:
             numbers = list(map(flat.__getitem__, plan[0]))
-            if math.isfinite(sum(numbers)):
-                return b"".join(map(bytes.__add__, plan[1], map(_FLOAT.pack, numbers)))
-        elif _PLAIN_CELLS.issuperset(shape[1]) and len(plans) < 64:  # no numpy numbers
+            try:
+                if math.isfinite(sum(numbers)):
+                    return b"".join(map(bytes.__add__, plan[1], map(_FLOAT.pack, numbers)))
+            except (OverflowError, struct.error):  # value by value below
+                pass
+        elif _PLAIN_CELLS.issuperset(shape[1]) and len(self._plans) < 64:  # no numpy numbers
             keys = [k for k, v in flat.items() if type(v) in _NUMBERS and k not in self._SKIP]
-            plans[shape] = (keys, [_scalar_prefix(key) for key in keys])
+            self._plans[shape] = self._plan = (keys, [_scalar_prefix(key) for key in keys])
         return self._encode_each(flat)
 
     def _encode_each(self, flat: dict[str, Any]) -> bytes:
         """:meth:`_scalars`, value by value."""
         tags = self._tags
-        pack = _FLOAT.pack
         values = []
         for key, value in flat.items():
             kind = type(value)
@@ -391,7 +321,7 @@ class TBXLogger(Logger):
                 if value - value != 0.0:  # NaN or an infinity
                     continue
             elif kind is not int and (
-                kind is bool or not isinstance(value, (int, float)) or not math.isfinite(value)
+                kind is bool or not isinstance(value, (int, float)) or not _finite(value)
             ):
                 continue
             prefix = tags.get(key, _UNSEEN)
@@ -400,7 +330,7 @@ class TBXLogger(Logger):
                 if len(tags) < 10_000:
                     tags[key] = prefix
             if prefix is not None:
-                values.append(prefix + pack(value))
+                values.append(prefix + _float32(value))
         return b"".join(values)
 
     def flush(self) -> None:
@@ -416,6 +346,24 @@ _FLOAT = struct.Struct("<f")
 _UNSEEN = object()
 _PLANS: dict[tuple[type, frozenset[str]], dict[Any, tuple[list[str], list[bytes]]]] = {}
 _NUMBERS = frozenset({int, float})
+
+
+def _finite(value: Any) -> bool:
+    """``math.isfinite`` for any number; an int too large for a float counts as finite
+    (it is written as a float32 infinity)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return True
+
+
+def _float32(value: float) -> bytes:
+    """``value`` as a little-endian float32; beyond its range, the infinity of its sign
+    (what numpy's and so tensorboardX's conversion gives)."""
+    try:
+        return _FLOAT.pack(value)
+    except (OverflowError, struct.error):  # struct.error: an int beyond a double's range
+        return _FLOAT.pack(math.inf if value > 0 else -math.inf)
 
 
 def _scalar_prefix(key: str) -> bytes:
