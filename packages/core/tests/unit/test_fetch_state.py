@@ -171,7 +171,10 @@ def test_code_is_asked_of_the_gcs_at_once_then_of_the_nodes() -> None:
 def test_an_announced_object_is_pulled_when_wanted_and_at_once_if_wanted_already() -> None:
     s = state()
     assert s.announced_by(oid(1), "b:1") == []  # not wanted: remembered
-    assert s.want(oid(1), now=0.0, hint="b:1", delay_s=1.0) == [Wake()]
+    assert s.want(oid(1), now=0.0, delay_s=1.0) == [Fetch(oid(1), ("b:1",))]  # pulled now
+    assert s.want(oid(1), now=0.0) == []  # its pull runs
+    assert s.fetch_done(oid(1), got=False, now=0.0) == []  # failed: wanted again later
+    assert oid(1) in s.wanted
     s.want(oid(2), now=0.0)
     assert s.announced_by(oid(2), "b:1") == [Fetch(oid(2), ("b:1",))]
 

@@ -285,16 +285,10 @@ class DataClient:
         except BaseException:
             sock.close()
             raise
-        first = min(size, self.chunk_bytes)
+        plan = ChunkPlan(size, self.chunk_bytes, [address, *others])
+        first = plan.next()  # the chunk whose data follows the reply on ``sock``
         try:
-            try:
-                recv_into_exact(sock, view[:first])
-            except OSError:
-                sock.close()
-                raise
-            self._checkin(address, sock)
-            plan = ChunkPlan(size, self.chunk_bytes, [address, *others], start=first)
-            self._run(plan, object_id, view)
+            self._run(plan, object_id, view, first, sock)
         except BaseException as exc:
             store.abort(object_id)
             if isinstance(exc, OSError):
@@ -308,13 +302,29 @@ class DataClient:
         store.seal(object_id)
         return True
 
-    def _run(self, plan: ChunkPlan, object_id: bytes, view: memoryview) -> None:
-        """Fetch ``plan``'s chunks into ``view`` on up to ``streams`` streams (this thread
-        one of them) until it is complete or hopeless."""
+    def _run(
+        self,
+        plan: ChunkPlan,
+        object_id: bytes,
+        view: memoryview,
+        first: tuple[int, int, str] | None,
+        sock: socket.socket,
+    ) -> None:
+        """Fetch ``plan``'s chunks into ``view`` on up to ``streams`` streams until it is
+        complete or hopeless. ``first`` (running in ``plan``) is the chunk whose data
+        follows on ``sock``: this thread receives it while the other streams start on
+        the rest, then becomes one of them."""
         lock = threading.Lock()
-        extra = min(self.streams, len(plan.pending)) - 1
+        extra = min(self.streams - 1, len(plan.pending))
         futures = [self._pool.submit(self._fill, plan, lock, object_id, view) for _ in range(extra)]
         try:
+            if first is None:  # an empty object: no data follows
+                self._checkin(plan.sources[0], sock)
+            else:
+                offset, length, source = first
+                ok = self._finish(source, sock, view[offset : offset + length])
+                with lock:
+                    (plan.done if ok else plan.failed)(offset, length)
             self._fill(plan, lock, object_id, view)
         finally:
             wait(futures)  # no stream writes into the object once this returns or raises
@@ -354,13 +364,22 @@ class DataClient:
         if status != OK:
             self._checkin(address, sock)  # nothing follows the reply
             return False
+        if size < offset + len(into):  # not the object planned: drop what follows
+            sock.close()
+            logger.info(
+                "chunk of %s from %s: the object is %d bytes", short(object_id), address, size
+            )
+            return False
+        return self._finish(address, sock, into)
+
+    def _finish(self, address: str, sock: socket.socket, into: memoryview) -> bool:
+        """Receive the data of a reply (``len(into)`` bytes) from ``sock`` into ``into``
+        and keep the connection; whether they came (if not, the connection is closed)."""
         try:
-            if size < offset + len(into):  # not the object planned: drop what follows
-                raise ConnectionError(f"the object is {size} bytes, not {offset + len(into)}+")
             recv_into_exact(sock, into)
         except OSError as exc:
             sock.close()
-            logger.info("chunk of %s from %s failed: %s", short(object_id), address, exc)
+            logger.info("a chunk from %s failed: %s", address, exc)
             return False
         self._checkin(address, sock)
         return True

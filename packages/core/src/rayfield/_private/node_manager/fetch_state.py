@@ -156,7 +156,7 @@ class FetchState:
         # ids freed before a made_at (a call still queued here): abandoned once it comes
         self.freed_early: OrderedDict[bytes, None] = OrderedDict()
         self.held: set[bytes] = set()  # results made here for other nodes' tasks
-        self.announced: set[bytes] = set()  # large objects a peer said it holds for us
+        self.announced: dict[bytes, str] = {}  # large objects a peer holds for us -> it
         self.code_from_peers: set[bytes] = set()  # code ids the GCS did not have
         self.lost_strikes: dict[bytes, int] = {}  # id -> rounds found nowhere, owner dead
 
@@ -176,12 +176,15 @@ class FetchState:
 
         Without a hint the first try waits at least ``FIRST_LOOKUP_S`` (the object may be
         being made here), except for code, which is asked of the GCS at once. An object
-        whose holder announced it (``announced``) is asked for at once.
+        whose holder announced it (``announced``) is pulled from that holder at once.
         """
         if object_id in self.inflight or object_id in self.wanted:
             return []
-        if object_id in self.announced:
-            delay_s = 0.0
+        holder = self.announced.pop(object_id, None)
+        if holder is not None:
+            if hint is not None:
+                self.made_at_.setdefault(object_id, hint)
+            return self.start_fetch(object_id, [holder])
         if hint is not None:
             self.made_at_.setdefault(object_id, hint)
         elif not self.is_code(object_id):
@@ -222,7 +225,7 @@ class FetchState:
         self.made_at_.setdefault(object_id, sender)
         if object_id in self.wanted:
             return self.start_fetch(object_id, [sender])
-        self.announced.add(object_id)
+        self.announced[object_id] = sender
         return []
 
     def freed(self, object_id: bytes, now: float, *, copy_here: bool) -> list[Action]:
@@ -236,7 +239,7 @@ class FetchState:
         this node sends it anywhere later, and on a node whose drivers free every result
         they read, remembering those would fill the table to its bound for nothing."""
         self.wanted.pop(object_id, None)
-        self.announced.discard(object_id)
+        self.announced.pop(object_id, None)
         if object_id not in self.made_at_:  # made here, or not sent anywhere yet
             if copy_here:
                 return []
@@ -414,7 +417,7 @@ class FetchState:
         for a pulled result of a task forwarded there (``release``), let that node drop
         it."""
         self.wanted.pop(object_id, None)
-        self.announced.discard(object_id)
+        self.announced.pop(object_id, None)
         self.abandoned.discard(object_id)
         maker = self.made_at_.pop(object_id, None)
         unlisted = object_id in self.unlisted
