@@ -38,6 +38,7 @@ import rayfield.exceptions as exceptions
 from rayfield._private import context
 from rayfield._private.common import serialization
 from rayfield._private.common.ids import ID_SIZE
+from rayfield._private.common.socket_io import ChannelClosed, recv_exact
 from rayfield._private.driver import names
 from rayfield._private.driver.direct_plan import DirectPlan
 from rayfield._private.runtime import direct_wire as wire
@@ -383,12 +384,10 @@ def _connect(host: str, port: int, secret: bytes) -> socket.socket:
     try:
         wire.tune(sock)
         sock.sendall(wire.HELLO.pack(wire.MAGIC, wire.VERSION, secret))
-        answer = b""
-        while len(answer) < 2:
-            chunk = sock.recv(2 - len(answer))
-            if not chunk:
-                raise ConnectionError("the worker refused the direct-call hello")
-            answer += chunk
+        try:
+            answer = recv_exact(sock, 2)
+        except ChannelClosed:
+            raise ConnectionError("the worker refused the direct-call hello") from None
         if answer != b"OK":
             raise ConnectionError("the worker answered the hello wrongly")
         sock.settimeout(None)

@@ -35,6 +35,7 @@ import struct
 import threading
 from typing import Any
 
+from rayfield._private.common.socket_io import ChannelClosed, recv_exact, recv_into_exact
 from rayfield._private.transport import TlsConfig
 from rayfield.store import ID_SIZE, StoreClient
 
@@ -70,37 +71,6 @@ HELLO_TIMEOUT_S = 10.0  # a connection must say hello within this
 IDLE_TIMEOUT_S = 120.0  # an idle connection is closed after this (the client reconnects)
 MAX_CONNECTIONS = 256  # connections served at once; more are closed at once
 SOCKET_BUFFER_BYTES = 4 << 20
-
-
-class ChannelClosed(ConnectionError):
-    """The peer closed the connection (or sent less than the format says)."""
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    """Exactly ``n`` bytes from ``sock``.
-
-    Raises:
-        ChannelClosed: the peer closed the connection first.
-        OSError: the socket failed (timeout included).
-    """
-    buf = bytearray(n)
-    recv_into_exact(sock, memoryview(buf))
-    return bytes(buf)
-
-
-def recv_into_exact(sock: socket.socket, view: memoryview) -> None:
-    """Fill ``view`` (writable, bytes) from ``sock``, straight into its memory.
-
-    Raises:
-        ChannelClosed: the peer closed the connection first.
-        OSError: the socket failed (timeout included).
-    """
-    got, n = 0, len(view)
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise ChannelClosed(f"the peer closed the connection after {got} of {n} bytes")
-        got += k
 
 
 def tune(sock: socket.socket) -> None:

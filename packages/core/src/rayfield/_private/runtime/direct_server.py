@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rayfield._private.common.socket_io import recv_exact
 from rayfield._private.runtime import direct_wire as wire
 from rayfield.store import ObjectExistsError
 
@@ -110,13 +111,7 @@ class DirectServer:
             sock.close()
 
     def _hello(self, sock: socket.socket, peer: Any) -> bool:
-        data = b""
-        while len(data) < wire.HELLO.size:
-            chunk = sock.recv(wire.HELLO.size - len(data))
-            if not chunk:
-                return False
-            data += chunk
-        magic, version, secret = wire.HELLO.unpack(data)
+        magic, version, secret = wire.HELLO.unpack(recv_exact(sock, wire.HELLO.size))
         if magic != wire.MAGIC or version != wire.VERSION:
             logger.warning("direct calls: closed %s: not a direct-call hello", peer)
             return False

@@ -188,17 +188,7 @@ class Worker:
             for key, value in self.actor_context.items():
                 if not (own and key in ("resource_ids", "resources")):
                     setattr(ctx, key, value)
-        event = {
-            "kind": "task",
-            "name": name,
-            "task": task["task_id"].hex(),
-            "actor": task["actor_id"].hex() if task["actor_id"] else None,
-            "pid": os.getpid(),
-            "node": self.rt.node_address,
-            "submit": options.get("submitted"),
-            "start": start,
-            "ok": True,
-        }
+        event = self.task_event(name, task["task_id"], task["actor_id"], options, start)
         if options.get("actor_name"):
             event["actor_name"], event["namespace"] = options["actor_name"]
         staged: list[tuple[bytes, bytes, bytes]] = []  # small results, sent with task_done
@@ -386,23 +376,33 @@ class Worker:
             ]
             self.rt.refs.flush()
             if self.events is not None:
-                self.events.record(
-                    {
-                        "kind": "task",
-                        "name": name,
-                        "task": task_id.hex(),
-                        "actor": self.direct_actor_id.hex(),
-                        "pid": os.getpid(),
-                        "node": self.rt.node_address,
-                        "submit": options.get("submitted"),
-                        "start": start,
-                        "args": start,
-                        "run": time.time(),
-                        "end": time.time(),
-                        "ok": ok,
-                    }
-                )
+                event = self.task_event(name, task_id, self.direct_actor_id, options, start)
+                end = time.time()
+                event.update(args=start, run=end, end=end, ok=ok)
+                self.events.record(event)
         return entries
+
+    def task_event(
+        self,
+        name: str,
+        task_id: bytes,
+        actor_id: bytes | None,
+        options: dict[str, Any],
+        start: float,
+    ) -> dict[str, Any]:
+        """The event of a task or call started at ``start`` (seconds since the epoch),
+        before its timings and outcome are added."""
+        return {
+            "kind": "task",
+            "name": name,
+            "task": task_id.hex(),
+            "actor": actor_id.hex() if actor_id else None,
+            "pid": os.getpid(),
+            "node": self.rt.node_address,
+            "submit": options.get("submitted"),
+            "start": start,
+            "ok": True,
+        }
 
     def store_results(
         self, return_ids: list[bytes], result: Any, staged: list[tuple[bytes, bytes, bytes]]
