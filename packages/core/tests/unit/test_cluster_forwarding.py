@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from rayfield._private.node_manager import forwarding
-from rayfield._private.node_manager.fetch_state import FetchState, Wake
+from rayfield._private.node_manager.fetch_state import Fetch, FetchState
 from rayfield._private.node_manager.forwarding import AcceptedTasks, Forwarder, batches
 from rayfield._private.node_manager.membership import PeerView
 from rayfield._private.node_manager.node_service import NodeService, PeerError
@@ -164,11 +164,12 @@ def test_forward_tasks_refuses_one_task_or_with_in_order_the_rest(in_order: bool
 def test_an_argument_announced_before_its_task_came_is_fetched_at_once() -> None:
     # A large argument's announce (PushObject without data) may beat the ForwardTask
     # naming it; the task's arrival must not then wait PUSH_FALLBACK_S for a push.
+    # It is pulled from the node that announced it, with no long poll of that node first.
     state = FetchState(is_code=lambda oid: False)
     state.announced_by(tid(1), "origin:1")
-    assert state.want(tid(1), 5.0, "origin:1", delay_s=1.0) == [Wake()]
+    assert state.want(tid(1), 5.0, "origin:1", delay_s=1.0) == [Fetch(tid(1), ("origin:1",))]
     assert state.want(tid(2), 5.0, "origin:1", delay_s=1.0) == []
-    assert state.wanted[tid(1)][0] == 5.0 < state.wanted[tid(2)][0]
+    assert tid(1) in state.inflight and state.wanted[tid(2)][0] == 6.0
 
 
 def test_accepted_tasks_tell_a_retry_apart_and_stay_bounded() -> None:
