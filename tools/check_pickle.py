@@ -137,9 +137,36 @@ ALLOWED: tuple[Allowed, ...] = (
     ),
     Allowed(
         f"{_RUNTIME}/runtime/runtime.py",
-        "StoreRuntime.submit",
+        "StoreRuntime.submit_serialized",
         "pickle.dumps",
         "core: a task's payload for the node manager (writing)",
+    ),
+    # Direct actor calls: frames between a driver and an actor's worker of its cluster,
+    # on a connection opened with the secret the worker published behind the cluster token.
+    Allowed(
+        f"{_RUNTIME}/runtime/direct_wire.py",
+        "encode_call",
+        "pickle.dumps",
+        "core: a direct call's frame for the actor's worker (writing)",
+    ),
+    Allowed(
+        f"{_RUNTIME}/runtime/direct_wire.py",
+        "decode_call",
+        "pickle.loads",
+        "core: a worker reads a call from a caller that sent its actor's secret",
+    ),
+    Allowed(
+        f"{_RUNTIME}/runtime/direct_wire.py",
+        "encode_reply",
+        "pickle.dumps",
+        "core: a direct call's reply for its caller (writing)",
+    ),
+    Allowed(
+        f"{_RUNTIME}/runtime/direct_wire.py",
+        "decode_reply",
+        "pickle.loads",
+        "core: a driver reads the reply of the port its actor's worker published behind "
+        "the cluster token (the worker does not yet prove the secret back)",
     ),
     Allowed(
         f"{_RUNTIME}/runtime/worker_main.py",
