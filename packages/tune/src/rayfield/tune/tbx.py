@@ -29,13 +29,10 @@ def crc32c(data: bytes) -> int:
 _MASK = struct.Struct("<I")
 
 
-def _mask(crc: int) -> bytes:
-    """A CRC-32C as TFRecord stores it: rotated, offset, little-endian."""
-    return _MASK.pack((((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
-
-
 def _masked(data: bytes) -> bytes:
-    return _mask(crc32c(data))
+    """The CRC-32C of ``data`` as TFRecord stores it: rotated, offset, little-endian."""
+    crc = crc32c(data)
+    return _MASK.pack((((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
 
 
 _ONE_BYTE = [bytes((n,)) for n in range(0x80)]  # the varints of 0-127: one byte each
@@ -109,20 +106,8 @@ def record(data: bytes) -> bytes:
 
 def scalars_record(wall_time: float, step: int, values: bytes) -> bytes:
     """``record(encode_event(wall_time, step, values=values))`` for a non-empty ``values``,
-    in fewer steps (one record per result of a trial)."""
+    with the event built in one join (one record per result of a trial)."""
     step_field = b"" if not step else b"\x10" + _varint(step)
-    n = len(values)
-    data = b"".join(
-        (
-            b"\x09",
-            _DOUBLE.pack(wall_time),
-            step_field,
-            b"\x2a",  # field 5 (summary), length-delimited
-            _varint(n),
-            values,
-        )
-    )
-    header = _HEADERS.get(len(data))
-    if header is None:
-        header = record(data)[:12]
-    return header + data + _mask(google_crc32c.value(data))
+    # field 1 (wall_time, double), field 2 (step), field 5 (summary, length-delimited)
+    parts = (b"\x09", _DOUBLE.pack(wall_time), step_field, b"\x2a", _varint(len(values)), values)
+    return record(b"".join(parts))

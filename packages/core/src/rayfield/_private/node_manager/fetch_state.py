@@ -180,14 +180,12 @@ class FetchState:
         """
         if object_id in self.inflight or object_id in self.wanted:
             return []
-        holder = self.announced.pop(object_id, None)
-        if holder is not None:
-            if hint is not None:
-                self.made_at_.setdefault(object_id, hint)
-            return self.start_fetch(object_id, [holder])
         if hint is not None:
             self.made_at_.setdefault(object_id, hint)
-        elif not self.is_code(object_id):
+        holder = self.announced.pop(object_id, None)
+        if holder is not None:
+            return self.start_fetch(object_id, [holder])
+        if hint is None and not self.is_code(object_id):
             delay_s = max(delay_s, FIRST_LOOKUP_S)
         self.wanted[object_id] = (now + delay_s, FIRST_LOOKUP_S)
         return [Wake()] if delay_s <= 0 else []
